@@ -1,0 +1,1 @@
+//! kmirror control crate (work in progress).

@@ -1,0 +1,1 @@
+//! kmirror engine crate (work in progress).

@@ -1,0 +1,4 @@
+//! The kmirror binary.
+fn main() {
+    println!("kmirror");
+}

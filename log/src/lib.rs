@@ -1,0 +1,1 @@
+//! kmirror log crate (work in progress).

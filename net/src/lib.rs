@@ -1,0 +1,1 @@
+//! kmirror net crate (work in progress).
