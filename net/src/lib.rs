@@ -1,1 +1,2 @@
 //! kmirror net crate (work in progress).
+pub mod groups;
