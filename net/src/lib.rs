@@ -1,2 +1,4 @@
 //! kmirror net crate (work in progress).
 pub mod groups;
+pub mod keys;
+pub mod mirror_api;
