@@ -1,1 +1,2 @@
 //! kmirror control crate (work in progress).
+pub mod metadata;

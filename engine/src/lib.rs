@@ -1,1 +1,62 @@
-//! kmirror engine crate (work in progress).
+//! kmirror engine: the thread-per-core runtime.
+//!
+//! Owns: one glommio executor per core (pinned when possible), the partition → core
+//! assignment, each core's [`Shard`] (the partitions it owns, their [`kmirror_log::Log`]s and
+//! their long-poll waiters), the bounded cross-core job channels ([`Router`]), the generic
+//! control-plane thread ([`ControlThread`]) and the stop signal.
+//!
+//! Must not depend on: the Kafka wire protocol (`net`) or cluster-metadata policy (`control`);
+//! it learns which partitions exist through the [`Catalog`] trait.
+//!
+//! Invariants worth naming:
+//! - A partition's `Log` lives on exactly one core (its owner, [`Router::owner`]) and is only
+//!   touched from that core's thread, so the data path has no locks. Other cores and threads
+//!   reach it by sending a job ([`Router::run_on`] / [`Router::with_partition`]); a job on the
+//!   owner's own thread runs inline, without a channel hop.
+//! - Jobs are synchronous closures over `&mut Shard`: they never await, so no shard borrow is
+//!   ever held across a suspension point. A job must not call back into the router for its
+//!   own core.
+//! - Cross-core channels are bounded: a flooded core applies back-pressure to senders.
+
+mod assign;
+mod control;
+mod router;
+mod runtime;
+mod shard;
+
+pub use assign::Assignment;
+pub use control::ControlThread;
+pub use router::{Pending, Router};
+pub use runtime::{CoreContext, Engine, EngineConfig, StopToken};
+pub use shard::{Catalog, Partition, PartitionSpec, Shard};
+
+/// Engine errors.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error("unknown topic or partition {0}")]
+    UnknownPartition(kmirror_types::TopicPartition),
+    #[error("partition {tp} is read-only: it is mirrored by '{mirror}'")]
+    ReadOnly {
+        tp: kmirror_types::TopicPartition,
+        mirror: String,
+    },
+    #[error("the engine is shutting down")]
+    ShuttingDown,
+    #[error("core {0} does not exist")]
+    NoSuchCore(usize),
+    #[error("executor: {0}")]
+    Executor(String),
+    #[error(transparent)]
+    Log(#[from] kmirror_log::LogError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Milliseconds since the Unix epoch (wall clock, as Kafka timestamps are).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,823 @@
+//! Durable cluster metadata: topics, topic IDs, partition counts, per-partition leader epochs
+//! and dynamic topic configs.
+//!
+//! Stored as one JSON document (`cluster-metadata.json` in the data directory), replaced
+//! atomically on every change (write temp file, fsync, rename, fsync directory), so a crash
+//! leaves either the old or the new state, never a torn one. Metadata changes are rare
+//! (admin operations), so rewriting the whole document is cheap enough and keeps recovery
+//! trivial. Runtime-agnostic: callers own the store (the engine runs it on the control-plane
+//! thread) and publish snapshots to the data path.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use kmirror_log::{FlushPolicy, LogConfig};
+use serde::{Deserialize, Serialize};
+use uuid::Uuid;
+
+const FILE_NAME: &str = "cluster-metadata.json";
+
+/// Errors from the metadata store; each maps to one Kafka error code in `net`.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum MetadataError {
+    #[error("topic '{0}' already exists")]
+    TopicExists(String),
+    #[error("unknown topic '{0}'")]
+    UnknownTopic(String),
+    #[error("invalid topic name '{name}': {reason}")]
+    InvalidTopicName { name: String, reason: String },
+    #[error("invalid partition count: {0}")]
+    InvalidPartitions(String),
+    #[error("invalid replication factor {0}: this cluster has a single broker")]
+    InvalidReplicationFactor(i16),
+    #[error("invalid config {key}: {reason}")]
+    InvalidConfig { key: String, reason: String },
+    #[error("topic '{0}' is a mirror topic and is read-only")]
+    MirrorReadOnly(String),
+    #[error("metadata file {path}: {reason}")]
+    Corrupt { path: PathBuf, reason: String },
+    #[error("metadata i/o: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// One topic's durable description.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TopicMeta {
+    pub name: String,
+    #[serde(with = "uuid_text")]
+    pub id: Uuid,
+    /// Current leader epoch of each partition; its length is the partition count.
+    pub leader_epochs: Vec<i32>,
+    /// Dynamic (explicitly set) topic configs only; defaults come from [`topic_config`].
+    #[serde(default)]
+    pub configs: BTreeMap<String, String>,
+    /// Name of the mirror this topic belongs to while it is mirrored (read-only for clients).
+    #[serde(default)]
+    pub mirror: Option<String>,
+    #[serde(default)]
+    pub internal: bool,
+}
+
+impl TopicMeta {
+    pub fn partition_count(&self) -> i32 {
+        self.leader_epochs.len() as i32
+    }
+
+    /// The effective value of a topic config (dynamic value, else the default).
+    pub fn config_value(&self, key: &str) -> Option<String> {
+        self.configs
+            .get(key)
+            .cloned()
+            .or_else(|| topic_config::default_value(key).map(str::to_string))
+    }
+
+    /// The log settings this topic's partitions run with.
+    pub fn log_config(&self) -> LogConfig {
+        topic_config::log_config(&self.configs)
+    }
+}
+
+/// The whole durable document.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClusterMetadata {
+    pub cluster_id: String,
+    /// Bumped on every change; lets readers cache snapshots cheaply.
+    pub version: u64,
+    pub topics: BTreeMap<String, TopicMeta>,
+}
+
+impl ClusterMetadata {
+    pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
+        self.topics.values().find(|t| t.id == id)
+    }
+}
+
+/// A config change, as IncrementalAlterConfigs expresses it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigOp {
+    Set(String, String),
+    Delete(String),
+    Append(String, String),
+    Subtract(String, String),
+}
+
+/// The durable metadata store. Single owner; not thread-safe by itself.
+#[derive(Debug)]
+pub struct MetadataStore {
+    path: PathBuf,
+    state: ClusterMetadata,
+}
+
+impl MetadataStore {
+    /// Opens the store in `data_dir`, creating an empty cluster (with a fresh cluster id) if none.
+    pub fn open(data_dir: &Path) -> Result<MetadataStore, MetadataError> {
+        fs::create_dir_all(data_dir)?;
+        let path = data_dir.join(FILE_NAME);
+        // A leftover temp file means a crash mid-write: the rename never happened, ignore it.
+        let _ = fs::remove_file(path.with_extension("json.tmp"));
+        if path.exists() {
+            let text = fs::read_to_string(&path)?;
+            let state: ClusterMetadata =
+                serde_json::from_str(&text).map_err(|e| MetadataError::Corrupt {
+                    path: path.clone(),
+                    reason: e.to_string(),
+                })?;
+            return Ok(MetadataStore { path, state });
+        }
+        let store = MetadataStore {
+            path,
+            state: ClusterMetadata {
+                cluster_id: new_cluster_id(),
+                version: 0,
+                topics: BTreeMap::new(),
+            },
+        };
+        store.persist()?;
+        Ok(store)
+    }
+
+    pub fn state(&self) -> &ClusterMetadata {
+        &self.state
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
+        self.state.topics.get(name)
+    }
+
+    /// Creates a topic. `id` is given when it must match another cluster (mirror topics).
+    pub fn create_topic(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        id: Option<Uuid>,
+        validate_only: bool,
+    ) -> Result<TopicMeta, MetadataError> {
+        validate_topic_name(name)?;
+        if self.state.topics.contains_key(name) {
+            return Err(MetadataError::TopicExists(name.to_string()));
+        }
+        if partitions < 1 {
+            return Err(MetadataError::InvalidPartitions(format!(
+                "number of partitions must be at least 1, got {partitions}"
+            )));
+        }
+        if partitions > 100_000 {
+            return Err(MetadataError::InvalidPartitions(format!(
+                "{partitions} partitions is more than this broker supports (100000)"
+            )));
+        }
+        for (k, v) in &configs {
+            topic_config::validate(k, v)?;
+        }
+        let id = id.unwrap_or_else(|| loop {
+            let id = Uuid::new_v4();
+            if self.state.topic_by_id(id).is_none() && !id.is_nil() {
+                break id;
+            }
+        });
+        let meta = TopicMeta {
+            name: name.to_string(),
+            id,
+            leader_epochs: vec![0; partitions as usize],
+            configs,
+            mirror: None,
+            internal: name.starts_with("__"),
+        };
+        if !validate_only {
+            self.state.topics.insert(name.to_string(), meta.clone());
+            self.commit()?;
+        }
+        Ok(meta)
+    }
+
+    pub fn delete_topic(&mut self, name: &str) -> Result<TopicMeta, MetadataError> {
+        let meta = self
+            .state
+            .topics
+            .remove(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+        if let Err(e) = self.commit() {
+            self.state.topics.insert(name.to_string(), meta);
+            return Err(e);
+        }
+        Ok(meta)
+    }
+
+    /// Grows a topic to `total` partitions (Kafka never shrinks).
+    pub fn create_partitions(
+        &mut self,
+        name: &str,
+        total: i32,
+        validate_only: bool,
+    ) -> Result<TopicMeta, MetadataError> {
+        let t = self
+            .state
+            .topics
+            .get(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+        if t.mirror.is_some() {
+            return Err(MetadataError::MirrorReadOnly(name.to_string()));
+        }
+        let current = t.partition_count();
+        if total <= current {
+            return Err(MetadataError::InvalidPartitions(format!(
+                "topic currently has {current} partitions, {total} would not be an increase"
+            )));
+        }
+        if total > 100_000 {
+            return Err(MetadataError::InvalidPartitions(format!(
+                "{total} is too many partitions"
+            )));
+        }
+        let mut t = t.clone();
+        t.leader_epochs.resize(total as usize, 0);
+        if !validate_only {
+            self.state.topics.insert(name.to_string(), t.clone());
+            self.commit()?;
+        }
+        Ok(t)
+    }
+
+    /// Applies incremental config changes atomically (all or nothing).
+    pub fn alter_configs(
+        &mut self,
+        name: &str,
+        ops: &[ConfigOp],
+        validate_only: bool,
+    ) -> Result<TopicMeta, MetadataError> {
+        let t = self
+            .state
+            .topics
+            .get(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+        let mut configs = t.configs.clone();
+        for op in ops {
+            match op {
+                ConfigOp::Set(k, v) => {
+                    topic_config::validate(k, v)?;
+                    configs.insert(k.clone(), v.clone());
+                }
+                ConfigOp::Delete(k) => {
+                    topic_config::check_known(k)?;
+                    configs.remove(k);
+                }
+                ConfigOp::Append(k, v) | ConfigOp::Subtract(k, v) => {
+                    if !topic_config::is_list(k) {
+                        return Err(MetadataError::InvalidConfig {
+                            key: k.clone(),
+                            reason: "APPEND/SUBTRACT only apply to list-valued configs".into(),
+                        });
+                    }
+                    let current = configs
+                        .get(k)
+                        .cloned()
+                        .or_else(|| topic_config::default_value(k).map(str::to_string))
+                        .unwrap_or_default();
+                    let mut items: Vec<String> = current
+                        .split(',')
+                        .map(|s| s.trim().to_string())
+                        .filter(|s| !s.is_empty())
+                        .collect();
+                    for item in v.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                        if matches!(op, ConfigOp::Append(..)) {
+                            if !items.iter().any(|i| i == item) {
+                                items.push(item.to_string());
+                            }
+                        } else {
+                            items.retain(|i| i != item);
+                        }
+                    }
+                    let joined = items.join(",");
+                    topic_config::validate(k, &joined)?;
+                    configs.insert(k.clone(), joined);
+                }
+            }
+        }
+        let mut t = t.clone();
+        t.configs = configs;
+        if !validate_only {
+            self.state.topics.insert(name.to_string(), t.clone());
+            self.commit()?;
+        }
+        Ok(t)
+    }
+
+    /// Replaces all dynamic configs (legacy AlterConfigs semantics).
+    pub fn replace_configs(
+        &mut self,
+        name: &str,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<TopicMeta, MetadataError> {
+        for (k, v) in &configs {
+            topic_config::validate(k, v)?;
+        }
+        let t = self
+            .state
+            .topics
+            .get_mut(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+        let mut t2 = t.clone();
+        t2.configs = configs;
+        if !validate_only {
+            *t = t2.clone();
+            self.commit()?;
+        }
+        Ok(t2)
+    }
+
+    /// General-purpose update for other control-plane components (e.g. mirroring sets
+    /// `mirror`, configs synced from a source, or bumps leader epochs). Persisted before return.
+    pub fn update_topic(
+        &mut self,
+        name: &str,
+        f: impl FnOnce(&mut TopicMeta),
+    ) -> Result<TopicMeta, MetadataError> {
+        let t = self
+            .state
+            .topics
+            .get_mut(name)
+            .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+        let before = t.clone();
+        f(t);
+        let after = t.clone();
+        if let Err(e) = self.commit() {
+            self.state.topics.insert(name.to_string(), before);
+            return Err(e);
+        }
+        Ok(after)
+    }
+
+    fn commit(&mut self) -> Result<(), MetadataError> {
+        self.state.version += 1;
+        self.persist()
+    }
+
+    fn persist(&self) -> Result<(), MetadataError> {
+        let tmp = self.path.with_extension("json.tmp");
+        let text = serde_json::to_vec_pretty(&self.state).map_err(|e| MetadataError::Corrupt {
+            path: self.path.clone(),
+            reason: e.to_string(),
+        })?;
+        {
+            let mut f = fs::File::create(&tmp)?;
+            f.write_all(&text)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, &self.path)?;
+        if let Some(dir) = self.path.parent() {
+            // The rename is durable only once the directory entry is.
+            fs::File::open(dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+mod uuid_text {
+    use serde::{Deserialize, Deserializer, Serializer};
+    use uuid::Uuid;
+
+    pub(super) fn serialize<S: Serializer>(u: &Uuid, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&u.to_string())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Uuid, D::Error> {
+        let text = String::deserialize(d)?;
+        Uuid::parse_str(&text).map_err(serde::de::Error::custom)
+    }
+}
+
+fn new_cluster_id() -> String {
+    // Kafka cluster ids are 22-char URL-safe base64 of a UUID; any stable string works for
+    // clients, a simple hex form is enough.
+    Uuid::new_v4().simple().to_string()[..22].to_string()
+}
+
+/// Kafka's topic name rules: 1..=249 chars of `[a-zA-Z0-9._-]`, not "." or "..".
+pub fn validate_topic_name(name: &str) -> Result<(), MetadataError> {
+    let bad = |reason: &str| {
+        Err(MetadataError::InvalidTopicName {
+            name: name.to_string(),
+            reason: reason.to_string(),
+        })
+    };
+    if name.is_empty() {
+        return bad("topic name is empty");
+    }
+    if name == "." || name == ".." {
+        return bad("topic name cannot be \".\" or \"..\"");
+    }
+    if name.len() > 249 {
+        return bad("topic name is longer than 249 characters");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '_' || c == '-')
+    {
+        return bad("legal characters are ASCII alphanumerics, '.', '_' and '-'");
+    }
+    Ok(())
+}
+
+/// The topic configs kmirror knows: which it honours, their defaults, and validation.
+pub mod topic_config {
+    use super::*;
+
+    /// How a known key is treated.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Kind {
+        /// Non-negative integer (or -1 where Kafka allows "unlimited").
+        Long { min: i64 },
+        /// One of a fixed set of values.
+        Choice(&'static [&'static str]),
+        /// Accepted and stored for client compatibility; no effect on a single broker.
+        Inert,
+    }
+
+    /// (name, default, kind, documentation)
+    pub const KNOWN: &[(&str, &str, Kind, &str)] = &[
+        (
+            "cleanup.policy",
+            "delete",
+            Kind::Choice(&["delete"]),
+            "Only 'delete' is supported; compaction is not implemented.",
+        ),
+        (
+            "retention.ms",
+            "604800000",
+            Kind::Long { min: -1 },
+            "Delete segments older than this (-1: no time limit).",
+        ),
+        (
+            "retention.bytes",
+            "-1",
+            Kind::Long { min: -1 },
+            "Delete old segments when the partition exceeds this size (-1: unlimited).",
+        ),
+        (
+            "segment.bytes",
+            "1073741824",
+            Kind::Long { min: 14 },
+            "Segment file size before rolling.",
+        ),
+        (
+            "segment.ms",
+            "604800000",
+            Kind::Long { min: 1 },
+            "Roll a segment after this time.",
+        ),
+        (
+            "max.message.bytes",
+            "1048588",
+            Kind::Long { min: 0 },
+            "Largest record batch accepted.",
+        ),
+        (
+            "index.interval.bytes",
+            "4096",
+            Kind::Long { min: 0 },
+            "Bytes between offset index entries.",
+        ),
+        (
+            "flush.messages",
+            "9223372036854775807",
+            Kind::Long { min: 1 },
+            "fsync after this many messages.",
+        ),
+        (
+            "flush.ms",
+            "9223372036854775807",
+            Kind::Long { min: 0 },
+            "fsync after this much time.",
+        ),
+        (
+            "message.timestamp.type",
+            "CreateTime",
+            Kind::Choice(&["CreateTime"]),
+            "Only CreateTime: batches are stored as produced.",
+        ),
+        (
+            "compression.type",
+            "producer",
+            Kind::Choice(&["producer"]),
+            "Batches keep the producer's codec; kmirror never re-compresses.",
+        ),
+        (
+            "min.insync.replicas",
+            "1",
+            Kind::Long { min: 1 },
+            "Single broker: always satisfied by the leader.",
+        ),
+        (
+            "unclean.leader.election.enable",
+            "false",
+            Kind::Choice(&["true", "false"]),
+            "No effect on a single broker.",
+        ),
+        (
+            "min.cleanable.dirty.ratio",
+            "0.5",
+            Kind::Inert,
+            "No effect (no compaction).",
+        ),
+        (
+            "delete.retention.ms",
+            "86400000",
+            Kind::Long { min: 0 },
+            "No effect (no compaction).",
+        ),
+        (
+            "file.delete.delay.ms",
+            "60000",
+            Kind::Long { min: 0 },
+            "No effect.",
+        ),
+        (
+            "message.timestamp.before.max.ms",
+            "9223372036854775807",
+            Kind::Long { min: 0 },
+            "Not enforced.",
+        ),
+        (
+            "message.timestamp.after.max.ms",
+            "9223372036854775807",
+            Kind::Long { min: 0 },
+            "Not enforced.",
+        ),
+        (
+            "preallocate",
+            "false",
+            Kind::Choice(&["true", "false"]),
+            "No effect.",
+        ),
+        (
+            "segment.index.bytes",
+            "10485760",
+            Kind::Long { min: 4 },
+            "Accepted; index size is managed by the log.",
+        ),
+        (
+            "segment.jitter.ms",
+            "0",
+            Kind::Long { min: 0 },
+            "No effect.",
+        ),
+        (
+            "local.retention.ms",
+            "-2",
+            Kind::Long { min: -2 },
+            "No tiered storage: no effect.",
+        ),
+        (
+            "local.retention.bytes",
+            "-2",
+            Kind::Long { min: -2 },
+            "No tiered storage: no effect.",
+        ),
+        (
+            "remote.storage.enable",
+            "false",
+            Kind::Choice(&["false"]),
+            "Tiered storage is not supported.",
+        ),
+        (
+            "follower.replication.throttled.replicas",
+            "",
+            Kind::Inert,
+            "No effect on a single broker.",
+        ),
+        (
+            "leader.replication.throttled.replicas",
+            "",
+            Kind::Inert,
+            "No effect on a single broker.",
+        ),
+        (
+            "message.downconversion.enable",
+            "true",
+            Kind::Choice(&["true", "false"]),
+            "No effect.",
+        ),
+        (
+            "max.compaction.lag.ms",
+            "9223372036854775807",
+            Kind::Long { min: 1 },
+            "No effect (no compaction).",
+        ),
+        (
+            "min.compaction.lag.ms",
+            "0",
+            Kind::Long { min: 0 },
+            "No effect (no compaction).",
+        ),
+    ];
+
+    fn find(key: &str) -> Option<&'static (&'static str, &'static str, Kind, &'static str)> {
+        KNOWN.iter().find(|(k, ..)| *k == key)
+    }
+
+    pub fn default_value(key: &str) -> Option<&'static str> {
+        find(key).map(|e| e.1)
+    }
+
+    pub fn documentation(key: &str) -> Option<&'static str> {
+        find(key).map(|e| e.3)
+    }
+
+    pub fn is_list(key: &str) -> bool {
+        matches!(
+            key,
+            "cleanup.policy"
+                | "follower.replication.throttled.replicas"
+                | "leader.replication.throttled.replicas"
+        )
+    }
+
+    /// Kafka config type codes for DescribeConfigs v3+ (LONG=5, STRING=2, LIST=7, BOOLEAN=1).
+    pub fn type_code(key: &str) -> i8 {
+        match find(key).map(|e| e.2) {
+            Some(Kind::Long { .. }) => 5,
+            _ if is_list(key) => 7,
+            Some(Kind::Choice(c)) if c.contains(&"true") || c == ["false"] => 1,
+            _ => 2,
+        }
+    }
+
+    pub fn check_known(key: &str) -> Result<(), MetadataError> {
+        if find(key).is_none() {
+            return Err(MetadataError::InvalidConfig {
+                key: key.to_string(),
+                reason: "unknown topic config".into(),
+            });
+        }
+        Ok(())
+    }
+
+    pub fn validate(key: &str, value: &str) -> Result<(), MetadataError> {
+        let Some((_, _, kind, _)) = find(key) else {
+            return Err(MetadataError::InvalidConfig {
+                key: key.to_string(),
+                reason: "unknown topic config".into(),
+            });
+        };
+        let err = |reason: String| {
+            Err(MetadataError::InvalidConfig {
+                key: key.to_string(),
+                reason,
+            })
+        };
+        match kind {
+            Kind::Long { min } => match value.trim().parse::<i64>() {
+                Ok(v) if v >= *min => Ok(()),
+                Ok(v) => err(format!("value {v} is below the minimum {min}")),
+                Err(_) => err(format!("'{value}' is not an integer")),
+            },
+            Kind::Choice(allowed) => {
+                let items: Vec<&str> = if is_list(key) {
+                    value.split(',').map(str::trim).collect()
+                } else {
+                    vec![value.trim()]
+                };
+                for item in items {
+                    if !allowed.iter().any(|a| a.eq_ignore_ascii_case(item)) {
+                        return err(format!(
+                            "'{item}' is not supported by kmirror (supported: {})",
+                            allowed.join(", ")
+                        ));
+                    }
+                }
+                Ok(())
+            }
+            Kind::Inert => Ok(()),
+        }
+    }
+
+    fn long(configs: &BTreeMap<String, String>, key: &str) -> i64 {
+        configs
+            .get(key)
+            .map(String::as_str)
+            .or_else(|| default_value(key))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(-1)
+    }
+
+    /// Builds the log settings from a topic's dynamic configs plus defaults.
+    pub fn log_config(configs: &BTreeMap<String, String>) -> LogConfig {
+        let mut c = LogConfig::default();
+        c.segment_bytes = long(configs, "segment.bytes").max(14) as u64;
+        c.segment_ms = Some(long(configs, "segment.ms").max(1) as u64);
+        let rb = long(configs, "retention.bytes");
+        c.retention_bytes = (rb >= 0).then_some(rb as u64);
+        let rm = long(configs, "retention.ms");
+        c.retention_ms = (rm >= 0).then_some(rm as u64);
+        c.index_interval_bytes =
+            long(configs, "index.interval.bytes").clamp(0, u32::MAX as i64) as u32;
+        c.max_message_bytes = long(configs, "max.message.bytes").clamp(0, u32::MAX as i64) as u32;
+        let fm = long(configs, "flush.messages");
+        let fms = long(configs, "flush.ms");
+        if configs.contains_key("flush.messages") || configs.contains_key("flush.ms") {
+            c.flush = if fm == 1 || fms == 0 {
+                FlushPolicy::EveryAppend
+            } else {
+                FlushPolicy::Interval {
+                    messages: fm.max(1) as u64,
+                    ms: fms.max(0) as u64,
+                }
+            };
+        }
+        c
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topics_ids_configs_and_epochs_survive_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let id;
+        let cluster;
+        {
+            let mut s = MetadataStore::open(dir.path()).unwrap();
+            cluster = s.state().cluster_id.clone();
+            let mut cfg = BTreeMap::new();
+            cfg.insert("retention.ms".to_string(), "1000".to_string());
+            id = s.create_topic("orders", 3, cfg, None, false).unwrap().id;
+            s.create_partitions("orders", 5, false).unwrap();
+            s.update_topic("orders", |t| t.leader_epochs[4] = 7)
+                .unwrap();
+        }
+        let s = MetadataStore::open(dir.path()).unwrap();
+        assert_eq!(s.state().cluster_id, cluster);
+        let t = s.topic("orders").unwrap();
+        assert_eq!(t.id, id);
+        assert_eq!(t.partition_count(), 5);
+        assert_eq!(t.leader_epochs[4], 7);
+        assert_eq!(t.config_value("retention.ms").unwrap(), "1000");
+        assert_eq!(t.log_config().retention_ms, Some(1000));
+    }
+
+    #[test]
+    fn creating_an_existing_or_badly_named_topic_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = MetadataStore::open(dir.path()).unwrap();
+        s.create_topic("a", 1, BTreeMap::new(), None, false)
+            .unwrap();
+        assert!(matches!(
+            s.create_topic("a", 1, BTreeMap::new(), None, false),
+            Err(MetadataError::TopicExists(_))
+        ));
+        assert!(matches!(
+            s.create_topic("bad/name", 1, BTreeMap::new(), None, false),
+            Err(MetadataError::InvalidTopicName { .. })
+        ));
+        assert!(matches!(
+            s.create_topic("z", 0, BTreeMap::new(), None, false),
+            Err(MetadataError::InvalidPartitions(_))
+        ));
+    }
+
+    #[test]
+    fn unsupported_config_values_are_refused_with_a_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = MetadataStore::open(dir.path()).unwrap();
+        s.create_topic("t", 1, BTreeMap::new(), None, false)
+            .unwrap();
+        let e = s
+            .alter_configs(
+                "t",
+                &[ConfigOp::Set("cleanup.policy".into(), "compact".into())],
+                false,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("not supported"), "{e}");
+        let e = s
+            .alter_configs(
+                "t",
+                &[ConfigOp::Set("retention.ms".into(), "abc".into())],
+                false,
+            )
+            .unwrap_err();
+        assert!(e.to_string().contains("not an integer"), "{e}");
+        // Nothing was applied.
+        assert!(s.topic("t").unwrap().configs.is_empty());
+    }
+
+    #[test]
+    fn validate_only_changes_nothing_and_delete_forgets_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut s = MetadataStore::open(dir.path()).unwrap();
+        s.create_topic("t", 1, BTreeMap::new(), None, true).unwrap();
+        assert!(s.topic("t").is_none());
+        s.create_topic("t", 2, BTreeMap::new(), None, false)
+            .unwrap();
+        s.delete_topic("t").unwrap();
+        let s = MetadataStore::open(dir.path()).unwrap();
+        assert!(s.topic("t").is_none());
+    }
+}

@@ -1,0 +1,226 @@
+//! A core's partitions. Only the owning core's thread ever touches a [`Shard`].
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use kmirror_log::{AppendInfo, ControlKind, Log, LogConfig};
+use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
+
+use crate::EngineError;
+
+/// What the engine needs to open a partition; provided by the cluster metadata.
+#[derive(Debug, Clone)]
+pub struct PartitionSpec {
+    pub dir: PathBuf,
+    pub config: LogConfig,
+    pub leader_epoch: LeaderEpoch,
+    pub topic_id: u128,
+    /// Set while the topic is mirrored: client writes are refused.
+    pub mirror: Option<String>,
+}
+
+/// Which partitions exist. Implemented over the cluster metadata by the broker.
+pub trait Catalog: Send + Sync + 'static {
+    fn partition_spec(&self, tp: &TopicPartition) -> Option<PartitionSpec>;
+    /// Every partition that exists (opened by its owner at startup, which runs recovery).
+    fn all_partitions(&self) -> Vec<TopicPartition>;
+}
+
+/// One partition as owned by a core.
+pub struct Partition {
+    pub tp: TopicPartition,
+    pub topic_id: u128,
+    pub log: Log,
+    /// The epoch stamped on batches this broker appends as leader.
+    pub leader_epoch: LeaderEpoch,
+    /// Mirror name while mirrored (read-only for clients).
+    pub mirror: Option<String>,
+    waiters: Vec<flume::Sender<()>>,
+}
+
+impl Partition {
+    /// Appends a client's produce batches. On success the high watermark moves to the log end
+    /// (single replica) and long-polling fetchers are woken.
+    pub fn append_leader(
+        &mut self,
+        batches: Bytes,
+        now_ms: i64,
+    ) -> Result<AppendInfo, EngineError> {
+        if let Some(m) = &self.mirror {
+            return Err(EngineError::ReadOnly {
+                tp: self.tp.clone(),
+                mirror: m.clone(),
+            });
+        }
+        let info = self.log.append_leader(batches, self.leader_epoch, now_ms)?;
+        self.after_append();
+        Ok(info)
+    }
+
+    /// Appends batches copied verbatim from a mirror source at their own offsets.
+    pub fn append_mirror(&mut self, batches: Bytes) -> Result<AppendInfo, EngineError> {
+        let info = self.log.append_mirror(batches)?;
+        self.after_append();
+        Ok(info)
+    }
+
+    /// Appends a transaction marker at the log end.
+    pub fn append_control(
+        &mut self,
+        kind: ControlKind,
+        producer_id: ProducerId,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        now_ms: i64,
+    ) -> Result<AppendInfo, EngineError> {
+        let info = self.log.append_control(
+            kind,
+            producer_id,
+            producer_epoch,
+            coordinator_epoch,
+            self.leader_epoch,
+            now_ms,
+        )?;
+        self.after_append();
+        Ok(info)
+    }
+
+    fn after_append(&mut self) {
+        let leo = self.log.log_end_offset();
+        self.log.set_high_watermark(leo);
+        self.notify_waiters();
+    }
+
+    /// Registers a long-poll waiter, woken (one `()` message) on the next append.
+    pub fn watch(&mut self, waiter: flume::Sender<()>) {
+        self.waiters.retain(|w| !w.is_disconnected());
+        self.waiters.push(waiter);
+    }
+
+    pub fn notify_waiters(&mut self) {
+        for w in self.waiters.drain(..) {
+            let _ = w.try_send(());
+        }
+    }
+}
+
+/// The partitions owned by one core.
+pub struct Shard {
+    core: usize,
+    catalog: Arc<dyn Catalog>,
+    partitions: HashMap<TopicPartition, Partition>,
+}
+
+impl Shard {
+    pub(crate) fn new(core: usize, catalog: Arc<dyn Catalog>) -> Shard {
+        Shard {
+            core,
+            catalog,
+            partitions: HashMap::new(),
+        }
+    }
+
+    pub fn core(&self) -> usize {
+        self.core
+    }
+
+    /// The partition, opening (and recovering) its log on first use if the catalog has it.
+    pub fn partition(&mut self, tp: &TopicPartition) -> Result<&mut Partition, EngineError> {
+        if !self.partitions.contains_key(tp) {
+            let spec = self
+                .catalog
+                .partition_spec(tp)
+                .ok_or_else(|| EngineError::UnknownPartition(tp.clone()))?;
+            self.open(tp, spec)?;
+        }
+        Ok(self.partitions.get_mut(tp).expect("just inserted"))
+    }
+
+    /// Creates a brand-new partition: any stale directory left by a deleted topic of the same
+    /// name is removed first, so a re-created topic never resurrects old records.
+    pub fn create_partition(&mut self, tp: &TopicPartition) -> Result<&mut Partition, EngineError> {
+        let spec = self
+            .catalog
+            .partition_spec(tp)
+            .ok_or_else(|| EngineError::UnknownPartition(tp.clone()))?;
+        if let Some(p) = self.partitions.remove(tp) {
+            let _ = p.log.close();
+        }
+        if spec.dir.exists() {
+            std::fs::remove_dir_all(&spec.dir)?;
+        }
+        self.open(tp, spec)?;
+        Ok(self.partitions.get_mut(tp).expect("just inserted"))
+    }
+
+    fn open(&mut self, tp: &TopicPartition, spec: PartitionSpec) -> Result<(), EngineError> {
+        let log = Log::open(&spec.dir, spec.config)?;
+        tracing::debug!(core = self.core, %tp, "opened partition");
+        self.partitions.insert(
+            tp.clone(),
+            Partition {
+                tp: tp.clone(),
+                topic_id: spec.topic_id,
+                log,
+                leader_epoch: spec.leader_epoch,
+                mirror: spec.mirror,
+                waiters: Vec::new(),
+            },
+        );
+        Ok(())
+    }
+
+    /// Closes the partition and, if `delete_files`, removes its directory.
+    pub fn remove_partition(
+        &mut self,
+        tp: &TopicPartition,
+        dir: Option<PathBuf>,
+    ) -> Result<(), EngineError> {
+        if let Some(mut p) = self.partitions.remove(tp) {
+            p.notify_waiters();
+            p.log.close()?;
+        }
+        if let Some(dir) = dir {
+            if dir.exists() {
+                std::fs::remove_dir_all(&dir)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Partitions currently open on this core.
+    pub fn open_partitions(&mut self) -> impl Iterator<Item = &mut Partition> {
+        self.partitions.values_mut()
+    }
+
+    /// Opens every partition of the catalog this core owns (crash recovery happens here).
+    pub(crate) fn open_owned(&mut self, owns: impl Fn(&TopicPartition) -> bool) {
+        for tp in self.catalog.all_partitions() {
+            if owns(&tp) {
+                if let Err(e) = self.partition(&tp) {
+                    tracing::error!(core = self.core, %tp, error = %e, "cannot open partition");
+                }
+            }
+        }
+    }
+
+    pub(crate) fn apply_retention(&mut self, now_ms: i64) {
+        for p in self.partitions.values_mut() {
+            if let Err(e) = p.log.apply_retention(now_ms) {
+                tracing::warn!(tp = %p.tp, error = %e, "retention failed");
+            }
+        }
+    }
+
+    /// Flushes and closes every log (clean shutdown: checkpoints written).
+    pub(crate) fn close_all(&mut self) {
+        for (tp, mut p) in self.partitions.drain() {
+            p.notify_waiters();
+            if let Err(e) = p.log.flush().and_then(|_| p.log.close()) {
+                tracing::error!(%tp, error = %e, "closing partition failed");
+            }
+        }
+    }
+}
