@@ -1,2 +1,3 @@
 //! kmirror control crate (work in progress).
 pub mod metadata;
+pub mod mirror;

@@ -1,0 +1,383 @@
+//! Mirror definitions: name rules, settings with defaults, topic filters and the
+//! `mirror.topic.properties.exclude` config filter (default list from seed 003).
+
+use std::collections::BTreeMap;
+
+use regex::Regex;
+use serde::{Deserialize, Serialize};
+
+use super::MirrorError;
+
+/// Setting keys a mirror understands (CreateMirror configs). Unknown keys are kept and passed
+/// to the source connection (security settings and the like).
+pub mod settings {
+    /// Source cluster bootstrap servers (required).
+    pub const BOOTSTRAP_SERVERS: &str = "bootstrap.servers";
+    /// Metadata sync loop interval (topics, partitions, configs, groups, ACLs).
+    pub const METADATA_SYNC_INTERVAL_MS: &str = "mirror.metadata.sync.interval.ms";
+    /// Consumer-group offset sync interval.
+    pub const GROUP_SYNC_INTERVAL_MS: &str = "mirror.group.sync.interval.ms";
+    /// Topic-config exclusion regexes, comma separated (seed 003).
+    pub const TOPIC_PROPERTIES_EXCLUDE: &str = "mirror.topic.properties.exclude";
+    /// Topic include regexes, comma separated (AddTopicsToMirror patterns are appended).
+    pub const TOPICS_INCLUDE: &str = "mirror.topics.include";
+    /// Topic exclude regexes, comma separated; exclude wins over include.
+    pub const TOPICS_EXCLUDE: &str = "mirror.topics.exclude";
+    /// Consumer-group include / exclude regexes for offset sync.
+    pub const GROUPS_INCLUDE: &str = "mirror.groups.include";
+    pub const GROUPS_EXCLUDE: &str = "mirror.groups.exclude";
+    /// ACL sync on/off.
+    pub const ACL_SYNC_ENABLE: &str = "mirror.acl.sync.enable";
+    /// Fetch sizing for mirror fetchers.
+    pub const FETCH_MAX_BYTES: &str = "mirror.fetch.max.bytes";
+    pub const FETCH_PARTITION_MAX_BYTES: &str = "mirror.fetch.partition.max.bytes";
+    pub const FETCH_MAX_WAIT_MS: &str = "mirror.fetch.max.wait.ms";
+    /// Backoff bounds after a fetch error or a FAILED partition.
+    pub const RETRY_BACKOFF_MS: &str = "mirror.retry.backoff.ms";
+    pub const RETRY_BACKOFF_MAX_MS: &str = "mirror.retry.backoff.max.ms";
+}
+
+/// Seed 003's default `mirror.topic.properties.exclude` list (regexes, full match).
+pub const DEFAULT_TOPIC_PROPERTIES_EXCLUDE: [&str; 9] = [
+    "follower.replication.throttled.replicas",
+    "leader.replication.throttled.replicas",
+    "message.timestamp.difference.max.ms",
+    "log.message.timestamp.before.max.ms",
+    "log.message.timestamp.after.max.ms",
+    "message.timestamp.type",
+    "unclean.leader.election.enable",
+    "min.insync.replicas",
+    "mirror.name",
+];
+
+/// Longest accepted mirror name (Kafka's topic-name limit).
+pub const MAX_MIRROR_NAME_LEN: usize = 249;
+
+/// CreateMirror's name rules (seed 003): non-empty, at most 249 characters of
+/// `[a-zA-Z0-9._-]`, not `.`/`..`, and not ending with `.removed` (that suffix marks a topic
+/// being failed over in `mirror.name`).
+pub fn validate_mirror_name(name: &str) -> Result<(), MirrorError> {
+    let bad = |why: &str| {
+        Err(MirrorError::InvalidMirrorName {
+            name: name.to_owned(),
+            reason: why.to_owned(),
+        })
+    };
+    if name.is_empty() {
+        return bad("empty");
+    }
+    if name.len() > MAX_MIRROR_NAME_LEN {
+        return bad("longer than 249 characters");
+    }
+    if name == "." || name == ".." {
+        return bad("'.' and '..' are reserved");
+    }
+    if !name
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return bad("only ASCII letters, digits, '.', '_' and '-' are allowed");
+    }
+    if name.ends_with(".removed") {
+        return bad("must not end with '.removed'");
+    }
+    Ok(())
+}
+
+/// Split a comma-separated list, dropping blanks.
+pub fn split_list(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|x| !x.is_empty())
+        .map(str::to_owned)
+        .collect()
+}
+
+fn compile_full(patterns: &[String]) -> Result<Vec<Regex>, MirrorError> {
+    patterns
+        .iter()
+        .map(|p| {
+            Regex::new(&format!("^(?:{p})$")).map_err(|e| MirrorError::InvalidRegex {
+                pattern: p.clone(),
+                reason: e.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// The `mirror.topic.properties.exclude` filter: which source topic configs are not synced.
+#[derive(Debug, Clone)]
+pub struct ConfigExclude {
+    patterns: Vec<Regex>,
+}
+
+impl ConfigExclude {
+    /// From regexes (each must match the whole key). `mirror.name` is always excluded, even
+    /// when an operator's list forgets it: syncing it would make the source's own mirror name
+    /// leak into ours.
+    pub fn new(patterns: &[String]) -> Result<Self, MirrorError> {
+        let mut patterns = compile_full(patterns)?;
+        patterns.extend(compile_full(&["mirror\\.name".to_owned()])?);
+        Ok(ConfigExclude { patterns })
+    }
+
+    /// From the setting's comma-separated value, or the seed default when unset.
+    pub fn from_setting(value: Option<&str>) -> Result<Self, MirrorError> {
+        match value {
+            Some(v) => Self::new(&split_list(v)),
+            None => Self::new(
+                &DEFAULT_TOPIC_PROPERTIES_EXCLUDE
+                    .iter()
+                    .map(|s| regex::escape(s))
+                    .collect::<Vec<_>>(),
+            ),
+        }
+    }
+
+    pub fn is_excluded(&self, key: &str) -> bool {
+        self.patterns.iter().any(|r| r.is_match(key))
+    }
+
+    /// Source configs minus the excluded keys.
+    pub fn filter<'a, I>(&self, configs: I) -> BTreeMap<String, String>
+    where
+        I: IntoIterator<Item = (&'a str, &'a str)>,
+    {
+        configs
+            .into_iter()
+            .filter(|(k, _)| !self.is_excluded(k))
+            .map(|(k, v)| (k.to_owned(), v.to_owned()))
+            .collect()
+    }
+}
+
+/// Which source topics a mirror wants: explicit names, include regexes, exclude regexes.
+/// Exclude wins. Internal topics (`__` prefix) only by explicit name.
+#[derive(Debug, Clone)]
+pub struct TopicFilter {
+    names: Vec<String>,
+    include: Vec<Regex>,
+    exclude: Vec<Regex>,
+}
+
+impl TopicFilter {
+    pub fn new(
+        names: &[String],
+        include: &[String],
+        exclude: &[String],
+    ) -> Result<Self, MirrorError> {
+        Ok(TopicFilter {
+            names: names.to_vec(),
+            include: compile_full(include)?,
+            exclude: compile_full(exclude)?,
+        })
+    }
+
+    pub fn matches(&self, topic: &str) -> bool {
+        if self.exclude.iter().any(|r| r.is_match(topic)) {
+            return false;
+        }
+        if self.names.iter().any(|n| n == topic) {
+            return true;
+        }
+        !topic.starts_with("__") && self.include.iter().any(|r| r.is_match(topic))
+    }
+}
+
+/// A mirror: a named link to a source cluster, its settings and its topic selection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorDefinition {
+    pub name: String,
+    /// All settings as given to CreateMirror (including `bootstrap.servers`).
+    pub settings: BTreeMap<String, String>,
+    /// Topics added by name.
+    pub topics: Vec<String>,
+    /// Include regexes added by AddTopicsToMirror (plus `mirror.topics.include`).
+    pub include_patterns: Vec<String>,
+    /// Exclude regexes (plus `mirror.topics.exclude`).
+    pub exclude_patterns: Vec<String>,
+    /// Source cluster id once resolved (empty until then).
+    #[serde(default)]
+    pub source_cluster_id: String,
+}
+
+impl MirrorDefinition {
+    /// Validate name, required settings and every regex.
+    pub fn new(name: &str, settings: BTreeMap<String, String>) -> Result<Self, MirrorError> {
+        validate_mirror_name(name)?;
+        match settings.get(settings::BOOTSTRAP_SERVERS) {
+            Some(b) if !b.trim().is_empty() => {}
+            _ => {
+                return Err(MirrorError::InvalidSetting {
+                    key: settings::BOOTSTRAP_SERVERS.to_owned(),
+                    reason: "the source bootstrap servers are required".to_owned(),
+                })
+            }
+        }
+        let def = MirrorDefinition {
+            name: name.to_owned(),
+            include_patterns: settings
+                .get(settings::TOPICS_INCLUDE)
+                .map(|s| split_list(s))
+                .unwrap_or_default(),
+            exclude_patterns: settings
+                .get(settings::TOPICS_EXCLUDE)
+                .map(|s| split_list(s))
+                .unwrap_or_default(),
+            settings,
+            topics: Vec::new(),
+            source_cluster_id: String::new(),
+        };
+        def.topic_filter()?;
+        def.config_exclude()?;
+        for key in [
+            settings::METADATA_SYNC_INTERVAL_MS,
+            settings::GROUP_SYNC_INTERVAL_MS,
+            settings::FETCH_MAX_BYTES,
+            settings::FETCH_PARTITION_MAX_BYTES,
+            settings::FETCH_MAX_WAIT_MS,
+            settings::RETRY_BACKOFF_MS,
+            settings::RETRY_BACKOFF_MAX_MS,
+        ] {
+            def.get_u64(key, 0)?;
+        }
+        Ok(def)
+    }
+
+    pub fn source_bootstrap(&self) -> &str {
+        self.settings
+            .get(settings::BOOTSTRAP_SERVERS)
+            .map(String::as_str)
+            .unwrap_or("")
+    }
+
+    fn get_u64(&self, key: &str, default: u64) -> Result<u64, MirrorError> {
+        match self.settings.get(key) {
+            None => Ok(default),
+            Some(v) => v.trim().parse().map_err(|_| MirrorError::InvalidSetting {
+                key: key.to_owned(),
+                reason: format!("'{v}' is not a non-negative integer"),
+            }),
+        }
+    }
+
+    /// Setting as a number with its default (values were validated at creation).
+    pub fn setting_u64(&self, key: &str, default: u64) -> u64 {
+        self.get_u64(key, default).unwrap_or(default)
+    }
+
+    pub fn metadata_sync_interval_ms(&self) -> u64 {
+        self.setting_u64(settings::METADATA_SYNC_INTERVAL_MS, 30_000)
+    }
+
+    pub fn topic_filter(&self) -> Result<TopicFilter, MirrorError> {
+        TopicFilter::new(&self.topics, &self.include_patterns, &self.exclude_patterns)
+    }
+
+    pub fn config_exclude(&self) -> Result<ConfigExclude, MirrorError> {
+        ConfigExclude::from_setting(
+            self.settings
+                .get(settings::TOPIC_PROPERTIES_EXCLUDE)
+                .map(String::as_str),
+        )
+    }
+
+    /// Settings to pass to the source connection: everything not `mirror.`-prefixed.
+    pub fn client_settings(&self) -> BTreeMap<String, String> {
+        self.settings
+            .iter()
+            .filter(|(k, _)| !k.starts_with("mirror."))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(v: &[&str]) -> Vec<String> {
+        v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn default_exclude_list_drops_seed_keys_and_keeps_the_rest() {
+        let ex = ConfigExclude::from_setting(None).unwrap();
+        for k in DEFAULT_TOPIC_PROPERTIES_EXCLUDE {
+            assert!(ex.is_excluded(k), "{k}");
+        }
+        for k in ["cleanup.policy", "retention.ms", "compression.type", "segment.bytes"] {
+            assert!(!ex.is_excluded(k), "{k}");
+        }
+        // Dots are literal in the default list, not wildcards.
+        assert!(!ex.is_excluded("min-insync-replicas"));
+        // Full match, not substring.
+        assert!(!ex.is_excluded("x.min.insync.replicas"));
+    }
+
+    #[test]
+    fn operator_exclude_regexes_match_whole_keys() {
+        let ex = ConfigExclude::from_setting(Some(".*throttled.*")).unwrap();
+        assert!(ex.is_excluded("leader.replication.throttled.replicas"));
+        assert!(!ex.is_excluded("min.insync.replicas"));
+        assert!(ex.is_excluded("mirror.name"), "mirror.name is always excluded");
+        let ex2 =
+            ConfigExclude::from_setting(Some("min.insync.replicas,unclean.leader.election.enable"))
+                .unwrap();
+        let kept = ex2.filter([
+            ("min.insync.replicas", "2"),
+            ("unclean.leader.election.enable", "true"),
+            ("retention.ms", "1000"),
+        ]);
+        assert_eq!(kept.keys().collect::<Vec<_>>(), vec!["retention.ms"]);
+    }
+
+    #[test]
+    fn bad_exclude_regex_is_rejected() {
+        assert!(matches!(
+            ConfigExclude::from_setting(Some("(unclosed")),
+            Err(MirrorError::InvalidRegex { .. })
+        ));
+    }
+
+    #[test]
+    fn mirror_names_follow_the_seed_rules() {
+        for ok in ["dr", "east-to-west", "a.b_c-1"] {
+            validate_mirror_name(ok).unwrap();
+        }
+        for bad in ["", ".", "..", "has space", "x/y", "dr.removed", &"a".repeat(250)] {
+            assert!(validate_mirror_name(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn topic_filter_exclude_wins_and_internal_topics_need_a_name() {
+        let f = TopicFilter::new(&s(&["__special"]), &s(&["pay.*", ".*"]), &s(&["pay-tmp"]))
+            .unwrap();
+        assert!(f.matches("payments"));
+        assert!(!f.matches("pay-tmp"));
+        assert!(!f.matches("__consumer_offsets"));
+        assert!(f.matches("__special"));
+    }
+
+    #[test]
+    fn definition_requires_bootstrap_and_valid_numbers() {
+        let mut st = BTreeMap::new();
+        assert!(MirrorDefinition::new("dr", st.clone()).is_err());
+        st.insert("bootstrap.servers".to_owned(), "127.0.0.1:9092".to_owned());
+        st.insert(settings::METADATA_SYNC_INTERVAL_MS.to_owned(), "soon".to_owned());
+        assert!(matches!(
+            MirrorDefinition::new("dr", st.clone()),
+            Err(MirrorError::InvalidSetting { .. })
+        ));
+        st.insert(settings::METADATA_SYNC_INTERVAL_MS.to_owned(), "5000".to_owned());
+        st.insert("security.protocol".to_owned(), "PLAINTEXT".to_owned());
+        let d = MirrorDefinition::new("dr", st).unwrap();
+        assert_eq!(d.metadata_sync_interval_ms(), 5000);
+        assert_eq!(d.source_bootstrap(), "127.0.0.1:9092");
+        assert!(d.client_settings().contains_key("security.protocol"));
+        assert!(!d
+            .client_settings()
+            .contains_key(settings::METADATA_SYNC_INTERVAL_MS));
+    }
+}

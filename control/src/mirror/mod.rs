@@ -1,0 +1,56 @@
+//! Cluster mirroring control plane (KIP-1279), runtime-agnostic.
+//!
+//! Owns: mirror definitions and their settings ([`definition`]), the partition state machine
+//! ([`state`]) and its durable store `__mirror_state` ([`store`]). It must not depend on any
+//! async runtime or on the network layer: `net` (fetchers, wire APIs) and `engine` drive it.
+//!
+//! Invariants: a state change is persisted before it takes effect (see [`store`]); a partition
+//! is writable on the destination only in STOPPED (or when never mirrored).
+
+pub mod definition;
+pub mod state;
+pub mod store;
+
+use kmirror_types::TopicPartition;
+
+pub use definition::{ConfigExclude, MirrorDefinition, TopicFilter};
+pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
+pub use store::{MirrorStateStore, PartitionEntry, RecoveryAction};
+
+/// Errors of the mirror control plane. `net::keys::mirror_error_code` maps them to Kafka codes.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum MirrorError {
+    #[error("invalid mirror name '{name}': {reason}")]
+    InvalidMirrorName { name: String, reason: String },
+    #[error("invalid mirror setting {key}: {reason}")]
+    InvalidSetting { key: String, reason: String },
+    #[error("invalid regular expression '{pattern}': {reason}")]
+    InvalidRegex { pattern: String, reason: String },
+    #[error("mirror '{0}' does not exist")]
+    UnknownMirror(String),
+    #[error("mirror '{0}' already exists")]
+    MirrorAlreadyExists(String),
+    #[error("mirror '{mirror}' still has active topics: {}", topics.join(", "))]
+    MirrorNotEmpty { mirror: String, topics: Vec<String> },
+    #[error("topic '{topic}' does not belong to mirror '{mirror}'")]
+    TopicNotInMirror { topic: String, mirror: String },
+    #[error("{tp}: illegal mirror state transition {from} -> {to}")]
+    IllegalTransition {
+        tp: TopicPartition,
+        from: PartitionState,
+        to: PartitionState,
+    },
+    #[error("{tp}: failover step {step:?} out of order (last done: {done:?})")]
+    FailoverOutOfOrder {
+        tp: TopicPartition,
+        done: Option<FailoverStep>,
+        step: FailoverStep,
+    },
+    #[error("{0}: not a mirror partition")]
+    UnknownPartition(TopicPartition),
+    #[error("__mirror_state is corrupt: {0}")]
+    Corrupt(String),
+    #[error("__mirror_state I/O: {0}")]
+    Io(#[from] std::io::Error),
+}
