@@ -1,0 +1,86 @@
+//! Java tools from the Kafka 4.1.1 jars and our small Java client programs in
+//! `tests/java/src`, compiled once per test process with javac against the same classpath.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::OnceLock;
+use std::time::Duration;
+
+use crate::deps;
+use crate::proc::{self, Ran};
+
+/// Main classes of the Kafka tools the tests use.
+pub mod tools {
+    /// kafka-producer-perf-test
+    pub const PRODUCER_PERFORMANCE: &str = "org.apache.kafka.tools.ProducerPerformance";
+    /// kafka-consumer-perf-test
+    pub const CONSUMER_PERFORMANCE: &str = "org.apache.kafka.tools.ConsumerPerformance";
+    /// kafka-console-consumer
+    pub const CONSOLE_CONSUMER: &str = "org.apache.kafka.tools.consumer.ConsoleConsumer";
+    /// kafka-console-producer
+    pub const CONSOLE_PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
+    /// kafka-topics
+    pub const TOPIC_COMMAND: &str = "org.apache.kafka.tools.TopicCommand";
+    /// kafka-consumer-groups
+    pub const CONSUMER_GROUP_COMMAND: &str =
+        "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";
+    /// MirrorMaker 2 driver (connect-mirror)
+    pub const MIRROR_MAKER: &str = "org.apache.kafka.connect.mirror.MirrorMaker";
+}
+
+/// A `java` command for a Kafka tool's main class (256 MiB heap, quiet logging).
+pub fn tool(main_class: &str) -> Command {
+    crate::kafka::java_cmd("256m", main_class)
+}
+
+/// Runs a Kafka tool to completion; panics (with its output) unless it exits 0.
+pub fn run_tool(main_class: &str, args: &[&str], timeout: Duration) -> Ran {
+    proc::run_ok(tool(main_class).args(args), timeout)
+}
+
+/// Directory with our compiled test programs (compiled once per process).
+pub fn programs_dir() -> &'static PathBuf {
+    static DIR: OnceLock<PathBuf> = OnceLock::new();
+    DIR.get_or_init(|| {
+        let src = deps::workspace_root().join("tests/java/src");
+        let out = deps::target_dir()
+            .join("kmirror-tests-java")
+            .join(std::process::id().to_string());
+        std::fs::create_dir_all(&out).expect("javac output dir");
+        let mut sources: Vec<PathBuf> = std::fs::read_dir(&src)
+            .expect("tests/java/src")
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "java"))
+            .collect();
+        sources.sort();
+        proc::run_ok(
+            Command::new(deps::javac())
+                .args(["-nowarn", "-d"])
+                .arg(&out)
+                .arg("-cp")
+                .arg(deps::kafka_classpath())
+                .args(&sources),
+            Duration::from_secs(180),
+        );
+        out
+    })
+}
+
+/// A `java` command running our program `class` (from tests/java/src).
+pub fn program(class: &str) -> Command {
+    let mut c = Command::new(deps::java());
+    c.arg("-Xmx256m")
+        .arg("-XX:+UseSerialGC")
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            deps::log4j_config().display()
+        ))
+        .arg("-cp")
+        .arg(format!(
+            "{}:{}",
+            programs_dir().display(),
+            deps::kafka_classpath()
+        ))
+        .arg(class);
+    c
+}

@@ -1,0 +1,201 @@
+//! A kmirror node: `kmirror serve --listen 127.0.0.1:PORT --data-dir DIR`, started from the
+//! freshly built release binary, ready once it prints its listening line.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use crate::deps;
+use crate::proc::{self, ChildGuard};
+
+/// A running (or stopped) kmirror node with a fixed address and data dir.
+/// Dropping it kills the process and deletes the data dir.
+#[derive(Debug)]
+pub struct KmirrorNode {
+    dir: tempfile::TempDir,
+    port: u16,
+    extra: Vec<String>,
+    child: Option<ChildGuard>,
+    starts: u32,
+}
+
+impl KmirrorNode {
+    /// Starts a node with default settings.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a node with extra `serve` arguments (e.g. `["--cores", "1"]`).
+    pub fn start_with(extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("kmirror-node-")
+            .tempdir()
+            .expect("temp dir for kmirror");
+        let mut node = KmirrorNode {
+            dir,
+            port: proc::free_port(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            child: None,
+            starts: 0,
+        };
+        node.spawn();
+        node
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The data dir (kept across restarts).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
+
+    /// The node's combined stdout/stderr log of the current and earlier runs.
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("kmirror.log")
+    }
+
+    fn spawn(&mut self) {
+        assert!(self.child.is_none(), "kmirror already running");
+        let bin = deps::kmirror_bin();
+        self.starts += 1;
+        let addr = self.addr();
+        let mut log = std::fs::File::options()
+            .create(true)
+            .append(true)
+            .open(self.log_path())
+            .expect("open kmirror log");
+        writeln!(log, "==== start #{} ====", self.starts).ok();
+        let mut child = Command::new(bin)
+            .arg("serve")
+            .args(["--listen", &addr])
+            .arg("--data-dir")
+            .arg(self.data_dir())
+            .args(&self.extra)
+            .env("RUST_BACKTRACE", "1")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log.try_clone().expect("dup log"))
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let stdout = child.stdout.take().expect("piped stdout");
+        let (tx, rx) = mpsc::channel::<()>();
+        let port = self.port.to_string();
+        // Copies stdout to the log and signals the first line that announces the listener.
+        std::thread::spawn(move || {
+            let mut tx = Some(tx);
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                writeln!(log, "{line}").ok();
+                if line.to_ascii_lowercase().contains("listening") || line.contains(&port) {
+                    if let Some(tx) = tx.take() {
+                        tx.send(()).ok();
+                    }
+                }
+            }
+        });
+        self.child = Some(ChildGuard(child));
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            match rx.recv_timeout(Duration::from_millis(100)) {
+                Ok(()) => break,
+                Err(mpsc::RecvTimeoutError::Disconnected)
+                | Err(mpsc::RecvTimeoutError::Timeout)
+                    if !self.is_running() =>
+                {
+                    panic!(
+                        "kmirror serve exited before listening:\n{}",
+                        proc::tail(&self.log_path(), 40)
+                    )
+                }
+                Err(_) if std::time::Instant::now() > deadline => panic!(
+                    "kmirror serve printed no listening line within 60 s:\n{}",
+                    proc::tail(&self.log_path(), 40)
+                ),
+                Err(_) => {}
+            }
+        }
+        assert!(
+            proc::port_open(&addr),
+            "kmirror said it listens but {addr} refuses connections"
+        );
+    }
+
+    fn is_running(&mut self) -> bool {
+        self.child
+            .as_mut()
+            .map(|c| matches!(c.0.try_wait(), Ok(None)))
+            .unwrap_or(false)
+    }
+
+    /// PID of the running process.
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("kmirror running").0.id()
+    }
+
+    /// SIGTERM and wait (at most 30 s, the shutdown budget of issue 3, then SIGKILL).
+    /// Returns whether it exited by itself with status 0.
+    pub fn stop(&mut self) -> bool {
+        match self.child.take() {
+            Some(mut c) => {
+                let started = std::time::Instant::now();
+                let status = proc::terminate(&mut c.0, Duration::from_secs(30));
+                started.elapsed() < Duration::from_secs(30) && status.success()
+            }
+            None => true,
+        }
+    }
+
+    /// Starts again after [`KmirrorNode::stop`] or [`KmirrorNode::kill_now`].
+    pub fn start_again(&mut self) {
+        self.spawn();
+    }
+
+    /// SIGKILL.
+    pub fn kill_now(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            proc::kill_now(&mut c.0);
+        }
+    }
+
+    /// Whether the process is alive.
+    pub fn alive(&mut self) -> bool {
+        self.is_running()
+    }
+
+    /// Temp dir root (log and data).
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl crate::BrokerUnderTest for KmirrorNode {
+    fn bootstrap(&self) -> String {
+        self.addr()
+    }
+    fn restart(&mut self) {
+        let clean = self.stop();
+        assert!(
+            clean,
+            "kmirror did not shut down cleanly within 30 s of SIGTERM:\n{}",
+            proc::tail(&self.log_path(), 40)
+        );
+        self.spawn();
+    }
+    fn kill(&mut self) {
+        self.kill_now();
+    }
+    fn start_again(&mut self) {
+        self.spawn();
+    }
+    fn rss_kib(&self) -> u64 {
+        proc::rss_kib(self.pid())
+    }
+    fn is_alive(&mut self) -> bool {
+        self.is_running()
+    }
+}
