@@ -2,3 +2,4 @@
 pub mod groups;
 pub mod keys;
 pub mod mirror_api;
+pub mod client;

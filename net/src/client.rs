@@ -1,0 +1,763 @@
+//! A small Kafka client connection: used by the mirror fetcher and the metadata sync (async,
+//! glommio) and by the admin CLI (blocking, std::net). Both share one codec ([`codec`]).
+//!
+//! One connection = one broker, requests sent one at a time (a fetcher keeps one request in
+//! flight per source broker; the CLI is sequential), so responses are matched to requests by
+//! correlation id without a pending map. On connect the client runs ApiVersions and then picks,
+//! per request, the highest version both sides support, optionally capped by the caller.
+//! Standard APIs use kafka-protocol's message types; the KIP-1279 mirror APIs use
+//! [`crate::mirror_api`].
+
+use std::collections::BTreeMap;
+use std::io;
+use std::time::Duration;
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request, StrBytes};
+
+use crate::keys;
+use crate::mirror_api::{self, MirrorRequest, Wire};
+
+/// Largest response frame accepted (a Fetch response is bounded by fetch.max.bytes).
+pub const MAX_FRAME: usize = 256 * 1024 * 1024;
+
+/// Client-side failures.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    #[error("connection to {addr}: {source}")]
+    Io {
+        addr: String,
+        #[source]
+        source: io::Error,
+    },
+    #[error("request to {addr} timed out")]
+    Timeout { addr: String },
+    #[error("encode/decode failed: {0}")]
+    Codec(String),
+    #[error("broker {addr} does not support {api} (key {key}) in a usable version")]
+    UnsupportedApi {
+        addr: String,
+        api: &'static str,
+        key: i16,
+    },
+    #[error("response correlation id {got} does not match request {expected}")]
+    CorrelationMismatch { expected: i32, got: i32 },
+    #[error("response frame of {0} bytes exceeds the limit")]
+    FrameTooLarge(usize),
+    #[error("{api} failed: {} ({code}){}", keys::error::name(*code), message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
+    Kafka {
+        api: &'static str,
+        code: i16,
+        message: Option<String>,
+    },
+}
+
+impl ClientError {
+    /// Errors after which the connection must be dropped and re-established.
+    pub fn is_connection_fatal(&self) -> bool {
+        matches!(
+            self,
+            ClientError::Io { .. }
+                | ClientError::Timeout { .. }
+                | ClientError::CorrelationMismatch { .. }
+                | ClientError::FrameTooLarge(_)
+                | ClientError::Codec(_)
+        )
+    }
+}
+
+/// Supported version ranges of a broker, from ApiVersions.
+#[derive(Debug, Clone, Default)]
+pub struct BrokerVersions {
+    pub apis: BTreeMap<i16, (i16, i16)>,
+    /// Finalized feature levels (e.g. `mirror.version`).
+    pub features: BTreeMap<String, i16>,
+}
+
+impl BrokerVersions {
+    pub fn from_response(r: &ApiVersionsResponse) -> Self {
+        BrokerVersions {
+            apis: r
+                .api_keys
+                .iter()
+                .map(|k| (k.api_key, (k.min_version, k.max_version)))
+                .collect(),
+            features: r
+                .finalized_features
+                .iter()
+                .map(|f| (f.name.to_string(), f.max_version_level))
+                .collect(),
+        }
+    }
+
+    /// Highest version in `ours ∩ theirs ∩ [min_needed, cap]`.
+    pub fn pick(&self, key: i16, ours: (i16, i16), min_needed: i16, cap: i16) -> Option<i16> {
+        let (tmin, tmax) = *self.apis.get(&key)?;
+        let lo = ours.0.max(tmin).max(min_needed);
+        let hi = ours.1.min(tmax).min(cap);
+        (lo <= hi).then_some(hi)
+    }
+
+    /// Whether the broker accepts the mirror APIs (advertises CreateMirror and, when the
+    /// feature is advertised, at a level > 0).
+    pub fn supports_mirroring(&self) -> bool {
+        self.apis.contains_key(&keys::api::CREATE_MIRROR)
+            && self
+                .features
+                .get(keys::feature::MIRROR_VERSION)
+                .is_none_or(|l| *l > keys::feature::DISABLED)
+    }
+}
+
+/// Frame encoding/decoding shared by the async and blocking connections.
+pub mod codec {
+    use super::*;
+
+    /// Size-prefixed request frame for a standard API.
+    pub fn encode_request<R: Request>(
+        req: &R,
+        version: i16,
+        correlation_id: i32,
+        client_id: &str,
+    ) -> Result<Bytes, ClientError> {
+        let header = RequestHeader::default()
+            .with_request_api_key(R::KEY)
+            .with_request_api_version(version)
+            .with_correlation_id(correlation_id)
+            .with_client_id(Some(StrBytes::from_string(client_id.to_owned())));
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        header
+            .encode(&mut buf, R::header_version(version))
+            .map_err(|e| ClientError::Codec(e.to_string()))?;
+        req.encode(&mut buf, version)
+            .map_err(|e| ClientError::Codec(format!("{}: {e}", std::any::type_name::<R>())))?;
+        let len = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        Ok(buf.freeze())
+    }
+
+    /// Decode a response frame (without its size prefix) for a standard API.
+    pub fn decode_response<R: Request>(
+        mut frame: Bytes,
+        version: i16,
+        correlation_id: i32,
+    ) -> Result<R::Response, ClientError> {
+        let hv = <R::Response as HeaderVersion>::header_version(version);
+        let header = kafka_protocol::messages::ResponseHeader::decode(&mut frame, hv)
+            .map_err(|e| ClientError::Codec(e.to_string()))?;
+        if header.correlation_id != correlation_id {
+            return Err(ClientError::CorrelationMismatch {
+                expected: correlation_id,
+                got: header.correlation_id,
+            });
+        }
+        <R::Response as Decodable>::decode(&mut frame, version)
+            .map_err(|e| ClientError::Codec(format!("{}: {e}", std::any::type_name::<R>())))
+    }
+
+    /// Size-prefixed request frame for a mirror API (version 0, header v2).
+    pub fn encode_mirror_request<R: MirrorRequest>(
+        req: &R,
+        correlation_id: i32,
+        client_id: &str,
+    ) -> Bytes {
+        let mut buf = BytesMut::new();
+        buf.put_i32(0);
+        mirror_api::write_request_header_v2(&mut buf, R::KEY, 0, correlation_id, Some(client_id));
+        req.write(&mut buf);
+        let len = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        buf.freeze()
+    }
+
+    /// Decode a mirror API response frame (header v1).
+    pub fn decode_mirror_response<R: MirrorRequest>(
+        mut frame: Bytes,
+        correlation_id: i32,
+    ) -> Result<R::Response, ClientError> {
+        let got = mirror_api::read_response_header_v1(&mut frame)
+            .map_err(|e| ClientError::Codec(e.to_string()))?;
+        if got != correlation_id {
+            return Err(ClientError::CorrelationMismatch {
+                expected: correlation_id,
+                got,
+            });
+        }
+        <R::Response as Wire>::read(&mut frame)
+            .map_err(|e| ClientError::Codec(format!("{}: {e}", R::NAME)))
+    }
+
+    /// The ApiVersions request we send first (v3: flexible, with client software name).
+    pub fn api_versions_request() -> (ApiVersionsRequest, i16) {
+        (
+            ApiVersionsRequest::default()
+                .with_client_software_name(StrBytes::from_static_str("kmirror"))
+                .with_client_software_version(StrBytes::from_static_str(env!(
+                    "CARGO_PKG_VERSION"
+                ))),
+            3,
+        )
+    }
+
+    /// Parse the 4-byte frame length.
+    pub fn frame_len(prefix: [u8; 4]) -> Result<usize, ClientError> {
+        let n = i32::from_be_bytes(prefix);
+        if n < 0 || n as usize > MAX_FRAME {
+            return Err(ClientError::FrameTooLarge(n as usize));
+        }
+        Ok(n as usize)
+    }
+}
+
+fn versions_of<R: Message>() -> (i16, i16) {
+    (R::VERSIONS.min, R::VERSIONS.max)
+}
+
+fn api_name<R>() -> &'static str {
+    let full = std::any::type_name::<R>();
+    full.rsplit("::").next().unwrap_or(full)
+}
+
+/// Blocking connection (std::net), for the admin CLI and tests.
+pub struct BlockingConnection {
+    addr: String,
+    stream: std::net::TcpStream,
+    next_correlation: i32,
+    client_id: String,
+    versions: BrokerVersions,
+}
+
+impl BlockingConnection {
+    /// Connect and negotiate versions.
+    pub fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
+        use std::net::ToSocketAddrs;
+        let io_err = |source| ClientError::Io {
+            addr: addr.to_owned(),
+            source,
+        };
+        let sa = addr
+            .to_socket_addrs()
+            .map_err(io_err)?
+            .next()
+            .ok_or_else(|| {
+                io_err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "address did not resolve",
+                ))
+            })?;
+        let stream = std::net::TcpStream::connect_timeout(&sa, timeout).map_err(io_err)?;
+        stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
+        stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
+        stream.set_nodelay(true).map_err(io_err)?;
+        let mut c = BlockingConnection {
+            addr: addr.to_owned(),
+            stream,
+            next_correlation: 1,
+            client_id: client_id.to_owned(),
+            versions: BrokerVersions::default(),
+        };
+        let (req, v) = codec::api_versions_request();
+        let corr = c.take_correlation();
+        let frame = codec::encode_request(&req, v, corr, &c.client_id)?;
+        let resp = c.roundtrip(&frame)?;
+        let resp = codec::decode_response::<ApiVersionsRequest>(resp, v, corr)?;
+        if resp.error_code != 0 {
+            return Err(ClientError::Kafka {
+                api: "ApiVersions",
+                code: resp.error_code,
+                message: None,
+            });
+        }
+        c.versions = BrokerVersions::from_response(&resp);
+        Ok(c)
+    }
+
+    pub fn versions(&self) -> &BrokerVersions {
+        &self.versions
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn take_correlation(&mut self) -> i32 {
+        let c = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        c
+    }
+
+    fn roundtrip(&mut self, frame: &[u8]) -> Result<Bytes, ClientError> {
+        use std::io::{Read, Write};
+        let addr = self.addr.clone();
+        let map = |source: io::Error| {
+            if matches!(
+                source.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) {
+                ClientError::Timeout { addr: addr.clone() }
+            } else {
+                ClientError::Io {
+                    addr: addr.clone(),
+                    source,
+                }
+            }
+        };
+        self.stream.write_all(frame).map_err(map)?;
+        let mut len = [0u8; 4];
+        self.stream.read_exact(&mut len).map_err(map)?;
+        let n = codec::frame_len(len)?;
+        let mut body = vec![0u8; n];
+        self.stream.read_exact(&mut body).map_err(map)?;
+        Ok(Bytes::from(body))
+    }
+
+    /// Send a standard request at the best common version within `[min_needed, cap]`.
+    pub fn send_with<R: Request>(
+        &mut self,
+        req: &R,
+        min_needed: i16,
+        cap: i16,
+    ) -> Result<(i16, R::Response), ClientError> {
+        let v = self
+            .versions
+            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
+            .ok_or_else(|| ClientError::UnsupportedApi {
+                addr: self.addr.clone(),
+                api: api_name::<R>(),
+                key: R::KEY,
+            })?;
+        let corr = self.take_correlation();
+        let frame = codec::encode_request(req, v, corr, &self.client_id)?;
+        let resp = self.roundtrip(&frame)?;
+        Ok((v, codec::decode_response::<R>(resp, v, corr)?))
+    }
+
+    /// Send a standard request at the best common version.
+    pub fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
+        Ok(self.send_with(req, i16::MIN, i16::MAX)?.1)
+    }
+
+    /// Send a mirror API request (the broker must advertise the key).
+    pub fn send_mirror<R: MirrorRequest>(&mut self, req: &R) -> Result<R::Response, ClientError> {
+        if !self.versions.apis.contains_key(&R::KEY) {
+            return Err(ClientError::UnsupportedApi {
+                addr: self.addr.clone(),
+                api: R::NAME,
+                key: R::KEY,
+            });
+        }
+        let corr = self.take_correlation();
+        let frame = codec::encode_mirror_request(req, corr, &self.client_id);
+        let resp = self.roundtrip(&frame)?;
+        codec::decode_mirror_response::<R>(resp, corr)
+    }
+}
+
+/// Async connection on glommio, for mirror fetchers and the metadata sync. Lives on one
+/// executor (not `Send`).
+pub struct AsyncConnection {
+    addr: String,
+    stream: glommio::net::TcpStream,
+    next_correlation: i32,
+    client_id: String,
+    versions: BrokerVersions,
+    timeout: Duration,
+}
+
+impl AsyncConnection {
+    /// Connect and negotiate versions.
+    pub async fn connect(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        use std::net::ToSocketAddrs;
+        let io_err = |source| ClientError::Io {
+            addr: addr.to_owned(),
+            source,
+        };
+        let sa = addr
+            .to_socket_addrs()
+            .map_err(io_err)?
+            .next()
+            .ok_or_else(|| {
+                io_err(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "address did not resolve",
+                ))
+            })?;
+        let stream = glommio::net::TcpStream::connect_timeout(sa, timeout)
+            .await
+            .map_err(|e| io_err(e.into()))?;
+        stream.set_nodelay(true).map_err(|e| io_err(e.into()))?;
+        let mut c = AsyncConnection {
+            addr: addr.to_owned(),
+            stream,
+            next_correlation: 1,
+            client_id: client_id.to_owned(),
+            versions: BrokerVersions::default(),
+            timeout,
+        };
+        let (req, v) = codec::api_versions_request();
+        let corr = c.take_correlation();
+        let frame = codec::encode_request(&req, v, corr, &c.client_id)?;
+        let resp = c.roundtrip(frame).await?;
+        let resp = codec::decode_response::<ApiVersionsRequest>(resp, v, corr)?;
+        if resp.error_code != 0 {
+            return Err(ClientError::Kafka {
+                api: "ApiVersions",
+                code: resp.error_code,
+                message: None,
+            });
+        }
+        c.versions = BrokerVersions::from_response(&resp);
+        Ok(c)
+    }
+
+    pub fn versions(&self) -> &BrokerVersions {
+        &self.versions
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    fn take_correlation(&mut self) -> i32 {
+        let c = self.next_correlation;
+        self.next_correlation = self.next_correlation.wrapping_add(1);
+        c
+    }
+
+    /// One request/response exchange with a deadline for the whole exchange. `extra_wait`
+    /// extends it (a Fetch legitimately waits `max_wait_ms` on the broker).
+    async fn roundtrip_with(&mut self, frame: Bytes, extra: Duration) -> Result<Bytes, ClientError> {
+        use futures_lite::{AsyncReadExt, AsyncWriteExt};
+        let addr = self.addr.clone();
+        let stream = &mut self.stream;
+        let fut = async move {
+            let conv = |e: io::Error| glommio::GlommioError::<()>::IoError(e);
+            stream.write_all(&frame).await.map_err(conv)?;
+            let mut len = [0u8; 4];
+            stream.read_exact(&mut len).await.map_err(conv)?;
+            let n = codec::frame_len(len).map_err(|e| {
+                glommio::GlommioError::<()>::IoError(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    e.to_string(),
+                ))
+            })?;
+            let mut body = vec![0u8; n];
+            stream.read_exact(&mut body).await.map_err(conv)?;
+            Ok(Bytes::from(body))
+        };
+        match glommio::timer::timeout(self.timeout + extra, fut).await {
+            Ok(b) => Ok(b),
+            Err(glommio::GlommioError::TimedOut(_)) => Err(ClientError::Timeout { addr }),
+            Err(e) => Err(ClientError::Io {
+                addr,
+                source: e.into(),
+            }),
+        }
+    }
+
+    async fn roundtrip(&mut self, frame: Bytes) -> Result<Bytes, ClientError> {
+        self.roundtrip_with(frame, Duration::ZERO).await
+    }
+
+    /// Send a standard request at the best common version within `[min_needed, cap]`;
+    /// `extra_wait` extends the deadline (Fetch's max wait).
+    pub async fn send_with<R: Request>(
+        &mut self,
+        req: &R,
+        min_needed: i16,
+        cap: i16,
+        extra_wait: Duration,
+    ) -> Result<(i16, R::Response), ClientError> {
+        let v = self
+            .versions
+            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
+            .ok_or_else(|| ClientError::UnsupportedApi {
+                addr: self.addr.clone(),
+                api: api_name::<R>(),
+                key: R::KEY,
+            })?;
+        let corr = self.take_correlation();
+        let frame = codec::encode_request(req, v, corr, &self.client_id)?;
+        let resp = self.roundtrip_with(frame, extra_wait).await?;
+        Ok((v, codec::decode_response::<R>(resp, v, corr)?))
+    }
+
+    pub async fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
+        Ok(self
+            .send_with(req, i16::MIN, i16::MAX, Duration::ZERO)
+            .await?
+            .1)
+    }
+
+    pub async fn send_mirror<R: MirrorRequest>(
+        &mut self,
+        req: &R,
+    ) -> Result<R::Response, ClientError> {
+        if !self.versions.apis.contains_key(&R::KEY) {
+            return Err(ClientError::UnsupportedApi {
+                addr: self.addr.clone(),
+                api: R::NAME,
+                key: R::KEY,
+            });
+        }
+        let corr = self.take_correlation();
+        let frame = codec::encode_mirror_request(req, corr, &self.client_id);
+        let resp = self.roundtrip(frame).await?;
+        codec::decode_mirror_response::<R>(resp, corr)
+    }
+}
+
+/// Request builders for the APIs the mirror paths use (versions are picked at send time; the
+/// builders set every field any of those versions needs).
+pub mod build {
+    use kafka_protocol::messages::{
+        describe_configs_request::DescribeConfigsResource,
+        fetch_request::{FetchPartition, FetchTopic},
+        list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic},
+        metadata_request::MetadataRequestTopic,
+        offset_fetch_request::OffsetFetchRequestGroup,
+        offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic},
+        BrokerId, DescribeConfigsRequest, FetchRequest, GroupId, ListGroupsRequest,
+        ListOffsetsRequest, MetadataRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
+        TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    use uuid::Uuid;
+
+    /// `isolation_level` value for read_committed.
+    pub const READ_COMMITTED: i8 = 1;
+    /// ListOffsets timestamps.
+    pub const EARLIEST: i64 = -2;
+    pub const LATEST: i64 = -1;
+
+    fn topic_name(s: &str) -> TopicName {
+        TopicName(StrBytes::from_string(s.to_owned()))
+    }
+
+    /// Metadata for some topics (None = all topics).
+    pub fn metadata(topics: Option<&[String]>) -> MetadataRequest {
+        MetadataRequest::default()
+            .with_topics(topics.map(|ts| {
+                ts.iter()
+                    .map(|t| MetadataRequestTopic::default().with_name(Some(topic_name(t))))
+                    .collect()
+            }))
+            .with_allow_auto_topic_creation(false)
+    }
+
+    /// One partition of a consumer Fetch.
+    #[derive(Debug, Clone)]
+    pub struct FetchPart {
+        pub topic: String,
+        pub topic_id: Uuid,
+        pub partition: i32,
+        pub fetch_offset: i64,
+        /// Source leader epoch we know, -1 if unknown.
+        pub current_leader_epoch: i32,
+        pub partition_max_bytes: i32,
+    }
+
+    /// A consumer Fetch (replica id -1, read_committed, no fetch session, last-fetched-epoch
+    /// divergence checks off). Topic ids are sent (v13+) and names too (< v13).
+    pub fn consumer_fetch(
+        parts: &[FetchPart],
+        max_wait_ms: i32,
+        min_bytes: i32,
+        max_bytes: i32,
+        rack: &str,
+    ) -> FetchRequest {
+        let mut topics: Vec<FetchTopic> = Vec::new();
+        for p in parts {
+            let fp = FetchPartition::default()
+                .with_partition(p.partition)
+                .with_current_leader_epoch(p.current_leader_epoch)
+                .with_fetch_offset(p.fetch_offset)
+                .with_last_fetched_epoch(-1)
+                .with_log_start_offset(-1)
+                .with_partition_max_bytes(p.partition_max_bytes);
+            match topics.iter_mut().find(|t| t.topic_id == p.topic_id) {
+                Some(t) => t.partitions.push(fp),
+                None => topics.push(
+                    FetchTopic::default()
+                        .with_topic(topic_name(&p.topic))
+                        .with_topic_id(p.topic_id)
+                        .with_partitions(vec![fp]),
+                ),
+            }
+        }
+        FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(min_bytes)
+            .with_max_bytes(max_bytes)
+            .with_isolation_level(READ_COMMITTED)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(topics)
+            .with_rack_id(StrBytes::from_string(rack.to_owned()))
+    }
+
+    /// ListOffsets for one partition at `timestamp` (EARLIEST / LATEST / a time).
+    pub fn list_offsets(
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+        current_leader_epoch: i32,
+        read_committed: bool,
+    ) -> ListOffsetsRequest {
+        ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_isolation_level(if read_committed { READ_COMMITTED } else { 0 })
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(topic_name(topic))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(partition)
+                    .with_current_leader_epoch(current_leader_epoch)
+                    .with_timestamp(timestamp)])])
+    }
+
+    /// OffsetsForLeaderEpoch as a consumer (replica id -1): end offset of `leader_epoch`.
+    pub fn offsets_for_leader_epoch(
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        leader_epoch: i32,
+    ) -> OffsetForLeaderEpochRequest {
+        OffsetForLeaderEpochRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![OffsetForLeaderTopic::default()
+                .with_topic(topic_name(topic))
+                .with_partitions(vec![OffsetForLeaderPartition::default()
+                    .with_partition(partition)
+                    .with_current_leader_epoch(current_leader_epoch)
+                    .with_leader_epoch(leader_epoch)])])
+    }
+
+    /// DescribeConfigs of topics (resource type 2 = topic), all keys.
+    pub fn describe_topic_configs(topics: &[String]) -> DescribeConfigsRequest {
+        DescribeConfigsRequest::default().with_resources(
+            topics
+                .iter()
+                .map(|t| {
+                    DescribeConfigsResource::default()
+                        .with_resource_type(2)
+                        .with_resource_name(StrBytes::from_string(t.clone()))
+                        .with_configuration_keys(None)
+                })
+                .collect(),
+        )
+    }
+
+    /// ListGroups (all states and types).
+    pub fn list_groups() -> ListGroupsRequest {
+        ListGroupsRequest::default()
+    }
+
+    /// OffsetFetch of all partitions of one group; fills both the v0-7 and the v8+ layout.
+    pub fn offset_fetch(group: &str) -> OffsetFetchRequest {
+        let gid = GroupId(StrBytes::from_string(group.to_owned()));
+        OffsetFetchRequest::default()
+            .with_group_id(gid.clone())
+            .with_topics(None)
+            .with_groups(vec![OffsetFetchRequestGroup::default()
+                .with_group_id(gid)
+                .with_topics(None)])
+            .with_require_stable(true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+
+    #[test]
+    fn version_pick_takes_the_highest_common_version_within_bounds() {
+        let mut v = BrokerVersions::default();
+        v.apis.insert(1, (4, 17));
+        assert_eq!(v.pick(1, (4, 18), i16::MIN, i16::MAX), Some(17));
+        assert_eq!(v.pick(1, (4, 18), 13, 15), Some(15));
+        assert_eq!(v.pick(1, (4, 12), 13, i16::MAX), None, "topic ids need v13");
+        assert_eq!(v.pick(2, (0, 10), i16::MIN, i16::MAX), None, "not advertised");
+    }
+
+    #[test]
+    fn mirror_support_follows_the_feature_level() {
+        let mut v = BrokerVersions::default();
+        assert!(!v.supports_mirroring());
+        v.apis.insert(keys::api::CREATE_MIRROR, (0, 0));
+        assert!(v.supports_mirroring());
+        v.features.insert("mirror.version".into(), 0);
+        assert!(!v.supports_mirroring());
+    }
+
+    #[test]
+    fn standard_request_frame_decodes_as_the_broker_would() {
+        let req = build::metadata(Some(&["orders".to_string()]));
+        let frame = codec::encode_request(&req, 12, 7, "kmirror-test").unwrap();
+        let mut b = frame.clone();
+        let len = b.get_i32() as usize;
+        assert_eq!(len, b.remaining());
+        let hdr = RequestHeader::decode(&mut b, MetadataRequest::header_version(12)).unwrap();
+        assert_eq!((hdr.request_api_key, hdr.correlation_id), (3, 7));
+        let back = MetadataRequest::decode(&mut b, 12).unwrap();
+        assert_eq!(back, req);
+    }
+
+    #[test]
+    fn response_with_wrong_correlation_id_is_rejected() {
+        let resp = MetadataResponse::default();
+        let mut b = BytesMut::new();
+        kafka_protocol::messages::ResponseHeader::default()
+            .with_correlation_id(9)
+            .encode(&mut b, MetadataResponse::header_version(12))
+            .unwrap();
+        resp.encode(&mut b, 12).unwrap();
+        let frame = b.freeze();
+        assert!(codec::decode_response::<MetadataRequest>(frame.clone(), 12, 9).is_ok());
+        assert!(matches!(
+            codec::decode_response::<MetadataRequest>(frame, 12, 10),
+            Err(ClientError::CorrelationMismatch { .. })
+        ));
+    }
+
+    #[test]
+    fn mirror_request_frame_carries_key_and_body() {
+        let req = mirror_api::DeleteMirrorRequest {
+            mirror_name: "dr".into(),
+            ..Default::default()
+        };
+        let mut frame = codec::encode_mirror_request(&req, 3, "cli");
+        let _len = frame.get_i32();
+        let h = mirror_api::read_request_header_v2(&mut frame).unwrap();
+        assert_eq!(h.api_key, keys::api::DELETE_MIRROR);
+        let body = mirror_api::DeleteMirrorRequest::read(&mut frame).unwrap();
+        assert_eq!(body, req);
+    }
+
+    #[test]
+    fn consumer_fetch_uses_replica_minus_one_and_read_committed() {
+        let id = uuid::Uuid::from_bytes([5; 16]);
+        let parts = [0, 1].map(|p| build::FetchPart {
+            topic: "orders".into(),
+            topic_id: id,
+            partition: p,
+            fetch_offset: 10,
+            current_leader_epoch: -1,
+            partition_max_bytes: 1 << 20,
+        });
+        let f = build::consumer_fetch(&parts, 500, 1, 50 << 20, "");
+        assert_eq!(f.replica_id.0, -1);
+        assert_eq!(f.isolation_level, 1);
+        assert_eq!(f.topics.len(), 1, "partitions of one topic are grouped");
+        assert_eq!(f.topics[0].partitions.len(), 2);
+        assert!(f.topics[0].partitions.iter().all(|p| p.last_fetched_epoch == -1));
+    }
+}
