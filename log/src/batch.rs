@@ -49,12 +49,21 @@ pub const CONTROL_TYPE_MIRROR_PID_RESET: i16 = 0x4B4D; // "KM"
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BatchError {
     /// Fewer bytes than a header, or fewer than batchLength says.
-    Truncated { have: usize, need: usize },
+    Truncated {
+        have: usize,
+        need: usize,
+    },
     BadLength(i32),
     BadMagic(i8),
-    CrcMismatch { stored: u32, computed: u32 },
+    CrcMismatch {
+        stored: u32,
+        computed: u32,
+    },
     /// lastOffsetDelta / recordsCount disagree.
-    BadCount { last_offset_delta: i32, records_count: i32 },
+    BadCount {
+        last_offset_delta: i32,
+        records_count: i32,
+    },
 }
 
 impl fmt::Display for BatchError {
@@ -66,7 +75,10 @@ impl fmt::Display for BatchError {
             BatchError::BadLength(l) => write!(f, "invalid batch length {l}"),
             BatchError::BadMagic(m) => write!(f, "unsupported magic {m} (only v2)"),
             BatchError::CrcMismatch { stored, computed } => {
-                write!(f, "CRC mismatch: stored {stored:#010x}, computed {computed:#010x}")
+                write!(
+                    f,
+                    "CRC mismatch: stored {stored:#010x}, computed {computed:#010x}"
+                )
             }
             BatchError::BadCount {
                 last_offset_delta,
@@ -169,7 +181,11 @@ impl<'a> BatchHeader<'a> {
         self.bytes[MAGIC_POS] as i8
     }
     pub fn crc(&self) -> u32 {
-        u32::from_be_bytes(self.bytes[CRC_POS..CRC_POS + 4].try_into().expect("4 bytes"))
+        u32::from_be_bytes(
+            self.bytes[CRC_POS..CRC_POS + 4]
+                .try_into()
+                .expect("4 bytes"),
+        )
     }
     pub fn attributes(&self) -> i16 {
         be_i16(self.bytes, ATTRIBUTES_POS)
@@ -335,7 +351,7 @@ impl<'a> Iterator for BatchIter<'a> {
         let r = if self.check_crc {
             validate(rest)
         } else {
-            header_only(rest)
+            check_frame(rest)
         };
         match r {
             Ok((h, total)) => {
@@ -351,7 +367,8 @@ impl<'a> Iterator for BatchIter<'a> {
     }
 }
 
-fn header_only(bytes: &[u8]) -> Result<(BatchHeader<'_>, usize), BatchError> {
+/// Frame checks only (length, magic), no CRC: for bytes that were validated when written.
+pub fn check_frame(bytes: &[u8]) -> Result<(BatchHeader<'_>, usize), BatchError> {
     let h = BatchHeader::parse(bytes)?;
     let len = h.batch_length();
     if len < MIN_BATCH_LENGTH {
@@ -396,6 +413,11 @@ pub fn write_varint(out: &mut Vec<u8>, v: i64) {
     }
 }
 
+/// A record's optional key and optional value.
+pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
+/// A record's position data and optional key.
+pub type RecordKey<'a> = (RecordPosition, Option<&'a [u8]>);
+
 /// One record's (timestamp delta, offset delta) inside an uncompressed batch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RecordPosition {
@@ -405,7 +427,7 @@ pub struct RecordPosition {
 
 /// Walks the records of an uncompressed batch, yielding each record's timestamp and offset
 /// deltas plus its key. Returns None for compressed batches or malformed records.
-pub fn uncompressed_records(batch: &[u8]) -> Option<Vec<(RecordPosition, Option<&[u8]>)>> {
+pub fn uncompressed_records(batch: &[u8]) -> Option<Vec<RecordKey<'_>>> {
     let h = BatchHeader::parse(batch).ok()?;
     if h.compression() != Compression::None {
         return None;
@@ -445,15 +467,49 @@ pub fn uncompressed_records(batch: &[u8]) -> Option<Vec<(RecordPosition, Option<
     Some(out)
 }
 
-/// Control record type of a control batch (key = version i16, type i16), if readable.
-pub fn control_type(batch: &[u8]) -> Option<i16> {
-    let recs = uncompressed_records(batch)?;
-    let (_, key) = recs.first()?;
-    let key = (*key)?;
+/// Key and value of the first record of an uncompressed batch.
+fn first_record_key_value(batch: &[u8]) -> Option<KeyValue<'_>> {
+    let h = BatchHeader::parse(batch).ok()?;
+    if h.compression() != Compression::None || h.records_count() < 1 {
+        return None;
+    }
+    let total = h.total_size().min(batch.len());
+    let b = batch.get(HEADER_SIZE..total)?;
+    let (len, n) = read_varint(b)?;
+    let rec = b.get(n..n + usize::try_from(len).ok()?)?;
+    let mut p = 1; // attributes
+    for _ in 0..2 {
+        // timestamp delta, offset delta
+        p += read_varint(rec.get(p..)?)?.1;
+    }
+    let field = |p: &mut usize| -> Option<Option<&[u8]>> {
+        let (l, n) = read_varint(rec.get(*p..)?)?;
+        *p += n;
+        if l < 0 {
+            return Some(None);
+        }
+        let v = rec.get(*p..*p + l as usize)?;
+        *p += l as usize;
+        Some(Some(v))
+    };
+    let key = field(&mut p)?;
+    let value = field(&mut p)?;
+    Some((key, value))
+}
+
+/// Control record of a control batch: (type, coordinator epoch or -1). The key is
+/// (version i16, type i16); commit/abort values are (version i16, coordinator epoch i32).
+pub fn control_record(batch: &[u8]) -> Option<(i16, i32)> {
+    let (key, value) = first_record_key_value(batch)?;
+    let key = key?;
     if key.len() < 4 {
         return None;
     }
-    Some(be_i16(key, 2))
+    let coord = match value {
+        Some(v) if v.len() >= 6 => be_i32(v, 2),
+        _ => -1,
+    };
+    Some((be_i16(key, 2), coord))
 }
 
 /// Parameters of a batch built by [`build_batch`].
@@ -470,7 +526,7 @@ pub struct BatchSpec {
 
 /// Builds an uncompressed batch from (key, value) records with consecutive offsets and the
 /// same timestamp. Used for control markers and by tests/benches to make producer batches.
-pub fn build_batch(spec: &BatchSpec, records: &[(Option<&[u8]>, Option<&[u8]>)]) -> Vec<u8> {
+pub fn build_batch(spec: &BatchSpec, records: &[KeyValue<'_>]) -> Vec<u8> {
     let mut body = Vec::new();
     for (i, (k, v)) in records.iter().enumerate() {
         let mut rec = Vec::with_capacity(16 + k.map_or(0, |k| k.len()) + v.map_or(0, |v| v.len()));

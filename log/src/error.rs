@@ -33,7 +33,9 @@ pub enum LogError {
         sequence: i32,
     },
     /// -> OUT_OF_ORDER_SEQUENCE_NUMBER.
-    #[error("out of order sequence for producer {producer_id}: got {sequence}, last {last_sequence}")]
+    #[error(
+        "out of order sequence for producer {producer_id}: got {sequence}, last {last_sequence}"
+    )]
     OutOfOrderSequence {
         producer_id: ProducerId,
         sequence: i32,
@@ -53,7 +55,9 @@ pub enum LogError {
         reason: String,
     },
     /// -> TRANSACTION_COORDINATOR_FENCED.
-    #[error("coordinator epoch {coordinator_epoch} older than {current} for producer {producer_id}")]
+    #[error(
+        "coordinator epoch {coordinator_epoch} older than {current} for producer {producer_id}"
+    )]
     TransactionCoordinatorFenced {
         producer_id: ProducerId,
         coordinator_epoch: i32,

@@ -1,17 +1,57 @@
-//! kmirror-log: one partition's crash-safe, segmented log of Kafka RecordBatch v2 bytes.
-//! (work in progress: API surface first, implementation follows.)
-#![allow(clippy::todo)]
+//! kmirror-log: one partition's crash-safe, segmented log of Kafka RecordBatch v2 bytes,
+//! stored and served exactly as they arrived (never re-encoded).
+//!
+//! Owns: segment files and their indexes, append (leader and mirror paths), zero-copy reads,
+//! truncation, delete-records, retention, the leader-epoch cache, producer/transaction state,
+//! the aborted-transaction index and the LSO, checkpoints and crash recovery.
+//! Must not depend on: any async runtime (glommio stays in engine/net), the network layer, or
+//! other kmirror crates except `kmirror-types`. `unsafe` lives only in the `mmap` module.
+//!
+//! # On-disk layout (one directory per partition)
+//! ```text
+//! <dir>/<base offset, 20 digits>.log        batches back to back, as received (leader path:
+//!                                           baseOffset and partitionLeaderEpoch stamped)
+//! <dir>/<base offset>.index                 sparse offset index: (u32 offset-base, u32 position)
+//!                                           big endian, one entry per index.interval.bytes
+//! <dir>/<base offset>.timeindex             (i64 max timestamp before, u32 offset-base) entries
+//! <dir>/leader-epoch-checkpoint             Kafka format: "0\n<n>\n<epoch> <start offset>\n"...
+//! <dir>/log.checkpoint                      "kmirror-log-checkpoint 1", recovery_point, HW,
+//!                                           log_start (one "<name> <value>" line each)
+//! ```
+//! Segment files are not preallocated; the active one is mapped with room to grow and written
+//! with write(2), so the page cache makes appends visible to the mapping. Checkpoint files are
+//! replaced atomically (temp file, fsync, rename, fsync directory). Index files are rewritten
+//! on roll/flush and checked against the data on open (rebuilt if missing or different).
+//!
+//! # Invariants worth naming
+//! - log start <= HW <= log end; LSO = min(HW, first offset of the earliest open transaction).
+//! - Every byte below a segment's logical size is a batch that passed validation (CRC32C
+//!   included) when it entered; bytes handed out by `read` are never rewritten in place
+//!   (truncation copies the kept prefix into a fresh file), so zero-copy slices stay valid.
+//! - Offsets strictly increase across batches and segments; gaps are allowed (mirror path,
+//!   compaction at the source).
+//! - Recovery re-validates from the recovery point and keeps exactly the valid prefix; a batch
+//!   failing its CRC is never served (a valid batch whose CRC value is 0 is just a batch).
+//! - Producer state, open transactions and the aborted-transaction index are derived from the
+//!   log (rebuilt by a header scan on open and after truncation).
+//! - Control type [`batch::CONTROL_TYPE_MIRROR_PID_RESET`] (0x4B4D) is kmirror's
+//!   MIRROR_PID_RESET marker: applying it expires all producer state and open transactions.
 
 pub mod batch;
+mod checkpoint;
 mod config;
+mod epoch;
 mod error;
-
-use std::path::Path;
+mod log;
+mod mmap;
+mod producer;
+mod segment;
 
 use bytes::Bytes;
 pub use config::{FlushPolicy, LogConfig};
 pub use error::LogError;
 pub use kmirror_types::{LeaderEpoch, Offset, ProducerId};
+pub use log::Log;
 
 /// Kinds of control batch the log writes itself.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -25,17 +65,23 @@ pub enum ControlKind {
 /// Outcome of an append.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AppendInfo {
+    /// Assigned (leader) or kept (mirror) offsets.
     pub first_offset: Offset,
     pub last_offset: Offset,
     pub max_timestamp: i64,
+    /// -1 for CreateTime (the only type the log stamps).
     pub log_append_time: i64,
+    /// Idempotent retry of one of the producer's last 5 batches: nothing was appended and the
+    /// offsets are the originally assigned ones (Kafka answers NONE).
     pub duplicate: bool,
 }
 
 /// Outcome of a read.
 #[derive(Debug, Clone)]
 pub struct ReadResult {
+    /// Whole batches, a zero-copy slice of one segment's mapping; may be empty.
     pub records: Bytes,
+    /// Base offset of the first batch in `records` (or the requested offset if empty).
     pub first_offset: Offset,
 }
 
@@ -50,114 +96,10 @@ pub struct AbortedTxn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProducerEntry {
     pub producer_epoch: i16,
+    /// Last sequence of the newest batch (-1 if none is remembered).
     pub last_sequence: i32,
     pub last_offset: Offset,
     pub coordinator_epoch: i32,
     pub current_txn_first_offset: Option<Offset>,
     pub last_timestamp: i64,
-}
-
-/// One partition's log.
-pub struct Log {
-    config: LogConfig,
-}
-
-#[allow(unused_variables)]
-impl Log {
-    pub fn open(dir: &Path, config: LogConfig) -> Result<Log, LogError> {
-        todo!()
-    }
-    pub fn config(&self) -> &LogConfig {
-        &self.config
-    }
-    pub fn set_config(&mut self, config: LogConfig) {
-        self.config = config;
-    }
-    pub fn append_leader(
-        &mut self,
-        batches: Bytes,
-        epoch: LeaderEpoch,
-        now_ms: i64,
-    ) -> Result<AppendInfo, LogError> {
-        todo!()
-    }
-    pub fn append_mirror(&mut self, batches: Bytes) -> Result<AppendInfo, LogError> {
-        todo!()
-    }
-    pub fn append_control(
-        &mut self,
-        kind: ControlKind,
-        producer_id: ProducerId,
-        producer_epoch: i16,
-        coordinator_epoch: i32,
-        epoch: LeaderEpoch,
-        now_ms: i64,
-    ) -> Result<AppendInfo, LogError> {
-        todo!()
-    }
-    pub fn read(
-        &self,
-        from: Offset,
-        max_bytes: usize,
-        upper_bound: Offset,
-    ) -> Result<ReadResult, LogError> {
-        todo!()
-    }
-    pub fn log_start_offset(&self) -> Offset {
-        todo!()
-    }
-    pub fn log_end_offset(&self) -> Offset {
-        todo!()
-    }
-    pub fn high_watermark(&self) -> Offset {
-        todo!()
-    }
-    pub fn set_high_watermark(&mut self, hw: Offset) {
-        todo!()
-    }
-    pub fn last_stable_offset(&self) -> Offset {
-        todo!()
-    }
-    pub fn aborted_transactions(&self, from: Offset, upper_bound: Offset) -> Vec<AbortedTxn> {
-        todo!()
-    }
-    pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
-        todo!()
-    }
-    pub fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {
-        todo!()
-    }
-    pub fn delete_records_before(&mut self, offset: Offset) -> Result<Offset, LogError> {
-        todo!()
-    }
-    pub fn apply_retention(&mut self, now_ms: i64) -> Result<(), LogError> {
-        todo!()
-    }
-    pub fn roll(&mut self) -> Result<(), LogError> {
-        todo!()
-    }
-    pub fn flush(&mut self) -> Result<(), LogError> {
-        todo!()
-    }
-    pub fn close(self) -> Result<(), LogError> {
-        todo!()
-    }
-    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
-        todo!()
-    }
-    pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
-        todo!()
-    }
-    pub fn offset_for_timestamp(&self, ts: i64) -> Option<(Offset, i64)> {
-        todo!()
-    }
-    pub fn max_timestamp_offset(&self) -> Option<(Offset, i64)> {
-        todo!()
-    }
-    pub fn producer_state(&self, pid: ProducerId) -> Option<ProducerEntry> {
-        todo!()
-    }
-    pub fn size_bytes(&self) -> u64 {
-        todo!()
-    }
 }

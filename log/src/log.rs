@@ -1,0 +1,933 @@
+//! The partition log: segments, offsets, checkpoints, recovery and the append/read paths.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::{self, IoSlice};
+use std::path::{Path, PathBuf};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use bytes::Bytes;
+use kmirror_types::{LeaderEpoch, Offset, ProducerId};
+
+use crate::batch::{
+    self, BatchHeader, BatchIter, Compression, CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT,
+    CONTROL_TYPE_MIRROR_PID_RESET, PARTITION_LEADER_EPOCH_POS,
+};
+use crate::checkpoint::{sync_dir, Checkpoint};
+use crate::epoch::EpochCache;
+use crate::producer::{Producer, ProducerState};
+use crate::segment::{file_name, parse_base, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::{
+    AbortedTxn, AppendInfo, ControlKind, FlushPolicy, LogConfig, LogError, ProducerEntry,
+    ReadResult,
+};
+
+/// Relative offsets in a segment must fit an i32 (Kafka's index format has the same limit).
+const MAX_RELATIVE_OFFSET: i64 = i32::MAX as i64;
+
+fn wall_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
+/// One partition's log. Single-threaded: every mutation takes `&mut self`.
+pub struct Log {
+    dir: PathBuf,
+    config: LogConfig,
+    segments: BTreeMap<i64, Segment>,
+    leo: i64,
+    log_start: i64,
+    hw: i64,
+    recovery_point: i64,
+    epochs: EpochCache,
+    producers: ProducerState,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+}
+
+impl std::fmt::Debug for Log {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Log")
+            .field("dir", &self.dir)
+            .field("log_start", &self.log_start)
+            .field("log_end", &self.leo)
+            .field("high_watermark", &self.hw)
+            .field("segments", &self.segments.len())
+            .finish()
+    }
+}
+
+/// Metadata of a batch being appended, taken from the caller's bytes.
+struct Pending {
+    start: usize,
+    end: usize,
+    first: i64,
+    last: i64,
+}
+
+impl Log {
+    fn active_cap(&self) -> usize {
+        let seg = self.config.segment_bytes.min(i32::MAX as u64) as usize;
+        seg.saturating_add(self.config.max_message_bytes as usize)
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments
+            .values()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .values_mut()
+            .next_back()
+            .expect("a log always has an active segment")
+    }
+
+    /// Opens the log in `dir`, creating it if needed, and recovers from a crash: batches from
+    /// the recovery point on are re-validated (CRC included); the first invalid batch and
+    /// everything after it (including later segments) are removed; indexes, the epoch cache
+    /// and producer state are rebuilt or checked against the data.
+    pub fn open(dir: &Path, config: LogConfig) -> Result<Log, LogError> {
+        fs::create_dir_all(dir)?;
+        let mut bases = Vec::new();
+        let mut index_files = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(".tmp") || name.ends_with(".truncating") {
+                fs::remove_file(entry.path())?;
+            } else if let Some(b) = parse_base(name, LOG_SUFFIX) {
+                bases.push(b);
+            } else if let Some(b) =
+                parse_base(name, INDEX_SUFFIX).or_else(|| parse_base(name, TIME_INDEX_SUFFIX))
+            {
+                index_files.push((b, entry.path()));
+            }
+        }
+        bases.sort_unstable();
+        for (b, path) in index_files {
+            if bases.binary_search(&b).is_err() {
+                fs::remove_file(path)?;
+            }
+        }
+        let cp = Checkpoint::read(dir)?;
+        let interval = config.index_interval_bytes;
+        let mut log = Log {
+            dir: dir.to_path_buf(),
+            config,
+            segments: BTreeMap::new(),
+            leo: 0,
+            log_start: 0,
+            hw: 0,
+            recovery_point: 0,
+            epochs: EpochCache::default(),
+            producers: ProducerState::default(),
+            unflushed_messages: 0,
+            last_flush_ms: wall_ms(),
+        };
+        if bases.is_empty() {
+            let start = cp.map_or(0, |c| c.log_start.max(0));
+            let seg = Segment::create(dir, start, log.active_cap())?;
+            log.segments.insert(start, seg);
+            log.leo = start;
+            log.log_start = start;
+            log.hw = start;
+            log.recovery_point = start;
+            log.epochs.write(dir)?;
+            log.write_checkpoint()?;
+            return Ok(log);
+        }
+        // Without a checkpoint nothing is known to be durable: validate everything.
+        let recovery_point = cp.map_or(i64::MIN, |c| c.recovery_point);
+        let persisted_epochs = EpochCache::read(dir)?;
+        let mut rebuilt_epochs = EpochCache::default();
+        let mut replay_epochs: Vec<(i32, i64)> = Vec::new();
+        let mut cut = false;
+        let mut expected_min = i64::MIN;
+        for (i, &base) in bases.iter().enumerate() {
+            if cut || base < expected_min {
+                // Past the first invalid batch: unflushed leftovers, never served.
+                tracing::warn!(dir = %dir.display(), base, "deleting segment after recovery cut");
+                Self::delete_segment_files(dir, base)?;
+                cut = true;
+                continue;
+            }
+            let validate = bases.get(i + 1).is_none_or(|&nb| nb > recovery_point);
+            let (mut seg, len) = Segment::open_existing(dir, base)?;
+            let map = seg.mapped();
+            let mut pos = 0;
+            let mut min_offset = base.max(expected_min);
+            while pos < len {
+                let rest = &map[pos..len];
+                let checked = if validate {
+                    batch::validate(rest)
+                } else {
+                    batch::check_frame(rest)
+                };
+                let Ok((h, total)) = checked else { break };
+                if h.base_offset() < min_offset
+                    || h.last_offset() - base > MAX_RELATIVE_OFFSET
+                    || h.last_offset_delta() < 0
+                {
+                    break;
+                }
+                seg.track(&h, pos, total, interval);
+                rebuilt_epochs.assign(h.partition_leader_epoch(), h.base_offset());
+                if h.base_offset() >= recovery_point {
+                    replay_epochs.push((h.partition_leader_epoch(), h.base_offset()));
+                }
+                min_offset = h.next_offset();
+                pos += total;
+            }
+            if pos < len {
+                tracing::warn!(
+                    dir = %dir.display(), base, valid = pos, len,
+                    "truncating segment at first invalid batch"
+                );
+                seg.truncate_file(pos)?;
+                cut = true;
+            }
+            expected_min = seg.next_offset;
+            if seg.verify_indexes()? {
+                tracing::info!(dir = %dir.display(), base, "rebuilt segment indexes");
+            }
+            log.segments.insert(base, seg);
+        }
+        let last = log.active();
+        log.leo = last.next_offset;
+        let first_base = *log.segments.keys().next().expect("non-empty");
+        let cp = cp.unwrap_or(Checkpoint {
+            recovery_point: first_base,
+            high_watermark: 0,
+            log_start: first_base,
+        });
+        log.log_start = cp.log_start.max(first_base).min(log.leo);
+        log.hw = cp.high_watermark.clamp(log.log_start, log.leo);
+        log.epochs = match persisted_epochs {
+            Some(mut e) => {
+                e.truncate_from_end(log.leo);
+                for (ep, off) in replay_epochs {
+                    e.assign(ep, off);
+                }
+                e
+            }
+            None => rebuilt_epochs,
+        };
+        log.epochs.truncate_from_start(log.log_start);
+        log.epochs.write(dir)?;
+        log.rebuild_producers();
+        let n = log.segments.len();
+        let cap = log.active_cap();
+        for (i, seg) in log.segments.values_mut().enumerate() {
+            if i + 1 == n {
+                seg.ensure_capacity(cap)?;
+            } else {
+                seg.seal()?;
+            }
+        }
+        if cut {
+            sync_dir(dir)?;
+        }
+        log.recovery_point = log.leo;
+        log.write_checkpoint()?;
+        Ok(log)
+    }
+
+    fn delete_segment_files(dir: &Path, base: i64) -> io::Result<()> {
+        for suffix in [LOG_SUFFIX, INDEX_SUFFIX, TIME_INDEX_SUFFIX] {
+            match fs::remove_file(dir.join(file_name(base, suffix))) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    fn write_checkpoint(&self) -> io::Result<()> {
+        Checkpoint {
+            recovery_point: self.recovery_point,
+            high_watermark: self.hw,
+            log_start: self.log_start,
+        }
+        .write(&self.dir)
+    }
+
+    /// Replays every batch's producer fields (headers only; control batches parse their one
+    /// record).
+    fn rebuild_producers(&mut self) {
+        let mut state = ProducerState::default();
+        for seg in self.segments.values() {
+            for (h, s, e) in BatchIter::headers(seg.data()).map_while(Result::ok) {
+                let control = if h.is_control() {
+                    batch::control_record(&seg.data()[s..e])
+                } else {
+                    None
+                };
+                state.apply(&h, h.base_offset(), h.last_offset(), control);
+            }
+        }
+        state.on_log_start(self.log_start);
+        self.producers = state;
+    }
+
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+
+    /// Rolls first if the append would not fit the active segment (size, time, or relative
+    /// offset range).
+    fn maybe_roll(&mut self, bytes: usize, first: i64, last: i64, max_ts: i64) -> io::Result<()> {
+        let seg_bytes = self.config.segment_bytes;
+        let seg_ms = self.config.segment_ms;
+        let active = self.active();
+        if active.is_empty() {
+            if active.base > first || last - active.base > MAX_RELATIVE_OFFSET {
+                // An empty segment named below/above this append: rename it by recreating.
+                let base = active.base;
+                let seg = self.segments.remove(&base).expect("active");
+                seg.delete()?;
+                let cap = self.active_cap();
+                let seg = Segment::create(&self.dir, first, cap)?;
+                self.segments.insert(first, seg);
+            }
+            return Ok(());
+        }
+        let too_big = active.size as u64 + bytes as u64 > seg_bytes;
+        let too_old = match (seg_ms, active.first_batch_ts) {
+            (Some(ms), Some(t)) => max_ts.saturating_sub(t) > ms as i64,
+            _ => false,
+        };
+        let overflow = last - active.base > MAX_RELATIVE_OFFSET;
+        if too_big || too_old || overflow {
+            let base = if overflow { first } else { self.leo };
+            self.roll_at(base)?;
+        }
+        Ok(())
+    }
+
+    fn roll_at(&mut self, base: i64) -> io::Result<()> {
+        let cap = self.active_cap();
+        let active = self.active_mut();
+        active.sync()?;
+        active.write_indexes()?;
+        active.seal()?;
+        let seg = Segment::create(&self.dir, base, cap)?;
+        self.segments.insert(base, seg);
+        // Everything before the new segment is on disk now.
+        self.recovery_point = self.leo;
+        self.write_checkpoint()
+    }
+
+    /// Writes whole batches at the end of the active segment, after epoch bookkeeping.
+    fn write_batches(
+        &mut self,
+        bufs: &[IoSlice<'_>],
+        total: usize,
+        first: i64,
+        last: i64,
+        max_ts: i64,
+        epoch_starts: &[(i32, i64)],
+    ) -> Result<(), LogError> {
+        self.maybe_roll(total, first, last, max_ts)?;
+        // The epoch checkpoint is written before the data (like Kafka); recovery drops
+        // entries past the log end.
+        let mut changed = false;
+        for &(e, o) in epoch_starts {
+            changed |= self.epochs.assign(e, o);
+        }
+        if changed {
+            self.epochs.write(&self.dir)?;
+        }
+        let interval = self.config.index_interval_bytes;
+        self.active_mut().append(bufs, total, interval)?;
+        self.leo = last + 1;
+        Ok(())
+    }
+
+    fn after_append(&mut self, messages: u64, now_ms: i64) -> Result<(), LogError> {
+        self.unflushed_messages += messages;
+        match self.config.flush {
+            FlushPolicy::EveryAppend => {
+                self.active_mut().sync()?;
+                self.unflushed_messages = 0;
+            }
+            FlushPolicy::Interval { messages, ms } => {
+                if (messages > 0 && self.unflushed_messages >= messages)
+                    || (ms > 0 && now_ms.saturating_sub(self.last_flush_ms) >= ms as i64)
+                {
+                    self.flush()?;
+                    self.last_flush_ms = now_ms;
+                }
+            }
+            FlushPolicy::Os => {}
+        }
+        Ok(())
+    }
+
+    /// One or more concatenated batches from a producer. All are validated (frame, CRC,
+    /// counts, size, producer sequence/epoch/transaction state) before anything is written;
+    /// then each gets base offset = log end offset and partition leader epoch `epoch` stamped
+    /// in its header (both outside the CRC's range, so the CRC stays valid).
+    pub fn append_leader(
+        &mut self,
+        batches: Bytes,
+        epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        if batches.is_empty() {
+            return Err(LogError::InvalidRecord("empty records".into()));
+        }
+        let max = self.config.max_message_bytes;
+        let mut pending = Vec::new();
+        let mut next = self.leo;
+        let mut max_ts = -1i64;
+        let mut messages = 0u64;
+        let mut staged: Vec<(i64, Producer)> = Vec::new();
+        let mut it = BatchIter::validating(&batches);
+        for r in it.by_ref() {
+            let (h, start, end) = r.map_err(|e| LogError::corrupt(Some(next), e))?;
+            if end - start > max as usize {
+                return Err(LogError::RecordTooLarge {
+                    size: end - start,
+                    max,
+                });
+            }
+            batch::check_client_counts(&h).map_err(|e| LogError::InvalidRecord(e.to_string()))?;
+            if h.is_control() {
+                return Err(LogError::InvalidRecord(
+                    "producers may not write control batches".into(),
+                ));
+            }
+            if h.is_transactional() && !h.has_producer_id() {
+                return Err(LogError::InvalidRecord(
+                    "transactional batch without producer id".into(),
+                ));
+            }
+            let first = next;
+            let last = next + h.last_offset_delta() as i64;
+            if h.has_producer_id() {
+                let pid = h.producer_id();
+                let idx = match staged.iter().position(|(p, _)| *p == pid) {
+                    Some(i) => i,
+                    None => {
+                        let p = self.producers.get(pid).cloned().unwrap_or_default();
+                        staged.push((pid, p));
+                        staged.len() - 1
+                    }
+                };
+                let p = &mut staged[idx].1;
+                if let Some(dup) = p.check_client(pid, &h)? {
+                    return Ok(AppendInfo {
+                        first_offset: Offset(dup.first_offset),
+                        last_offset: Offset(dup.last_offset),
+                        max_timestamp: dup.max_timestamp,
+                        log_append_time: -1,
+                        duplicate: true,
+                    });
+                }
+                p.apply_data(&h, first, last);
+            }
+            max_ts = max_ts.max(h.max_timestamp());
+            messages += h.records_count() as u64;
+            pending.push(Pending {
+                start,
+                end,
+                first,
+                last,
+            });
+            next = last + 1;
+        }
+        let mut prefixes: Vec<[u8; PARTITION_LEADER_EPOCH_POS + 4]> =
+            Vec::with_capacity(pending.len());
+        for p in &pending {
+            const PRE: usize = PARTITION_LEADER_EPOCH_POS + 4;
+            let mut pre = [0u8; PRE];
+            pre.copy_from_slice(&batches[p.start..p.start + PRE]);
+            pre[..8].copy_from_slice(&p.first.to_be_bytes());
+            pre[PARTITION_LEADER_EPOCH_POS..].copy_from_slice(&epoch.0.to_be_bytes());
+            prefixes.push(pre);
+        }
+        let mut bufs = Vec::with_capacity(pending.len() * 2);
+        for (p, pre) in pending.iter().zip(&prefixes) {
+            bufs.push(IoSlice::new(pre));
+            bufs.push(IoSlice::new(&batches[p.start + pre.len()..p.end]));
+        }
+        let first = self.leo;
+        let last = next - 1;
+        self.write_batches(
+            &bufs,
+            batches.len(),
+            first,
+            last,
+            max_ts,
+            &[(epoch.0, first)],
+        )?;
+        for p in &pending {
+            let h = BatchHeader::parse(&batches[p.start..p.end]).expect("validated");
+            self.producers.apply(&h, p.first, p.last, None);
+        }
+        self.after_append(messages, now_ms)?;
+        Ok(AppendInfo {
+            first_offset: Offset(first),
+            last_offset: Offset(last),
+            max_timestamp: max_ts,
+            log_append_time: -1,
+            duplicate: false,
+        })
+    }
+
+    /// Appends batches from a source cluster unchanged at their own offsets. The first base
+    /// offset must be >= the log end offset and offsets must increase; gaps are allowed.
+    /// Per batch only the frame, CRC and a few header fields are looked at.
+    pub fn append_mirror(&mut self, batches: Bytes) -> Result<AppendInfo, LogError> {
+        if batches.is_empty() {
+            return Err(LogError::InvalidRecord("empty records".into()));
+        }
+        let mut expected = self.leo;
+        let mut first = None;
+        let mut last = 0;
+        let mut max_ts = -1i64;
+        let mut messages = 0u64;
+        let mut epoch_starts: Vec<(i32, i64)> = Vec::new();
+        for r in BatchIter::validating(&batches) {
+            let (h, _, _) = r.map_err(|e| LogError::corrupt(Some(expected), e))?;
+            if h.base_offset() < expected {
+                return Err(LogError::NonMonotonicMirrorOffset {
+                    base: Offset(h.base_offset()),
+                    log_end: Offset(self.leo),
+                });
+            }
+            first.get_or_insert(h.base_offset());
+            last = h.last_offset();
+            expected = h.next_offset();
+            max_ts = max_ts.max(h.max_timestamp());
+            messages += h.records_count().max(0) as u64;
+            let ep = h.partition_leader_epoch();
+            if ep >= 0 && epoch_starts.last().is_none_or(|&(e, _)| e != ep) {
+                epoch_starts.push((ep, h.base_offset()));
+            }
+        }
+        let first = first.expect("non-empty input has a batch");
+        self.write_batches(
+            &[IoSlice::new(&batches)],
+            batches.len(),
+            first,
+            last,
+            max_ts,
+            &epoch_starts,
+        )?;
+        for (h, s, e) in BatchIter::headers(&batches).map_while(Result::ok) {
+            if h.has_producer_id() || h.is_control() {
+                let control = if h.is_control() {
+                    batch::control_record(&batches[s..e])
+                } else {
+                    None
+                };
+                self.producers
+                    .apply(&h, h.base_offset(), h.last_offset(), control);
+            }
+        }
+        self.after_append(messages, wall_ms())?;
+        Ok(AppendInfo {
+            first_offset: Offset(first),
+            last_offset: Offset(last),
+            max_timestamp: max_ts,
+            log_append_time: -1,
+            duplicate: false,
+        })
+    }
+
+    /// Writes a control batch at the log end: a transaction marker (commit/abort) for
+    /// `producer_id`, or kmirror's MIRROR_PID_RESET which expires all producer state.
+    pub fn append_control(
+        &mut self,
+        kind: ControlKind,
+        producer_id: ProducerId,
+        producer_epoch: i16,
+        coordinator_epoch: i32,
+        epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        let ctype = match kind {
+            ControlKind::Commit => CONTROL_TYPE_COMMIT,
+            ControlKind::Abort => CONTROL_TYPE_ABORT,
+            ControlKind::MirrorPidReset => CONTROL_TYPE_MIRROR_PID_RESET,
+        };
+        if kind != ControlKind::MirrorPidReset {
+            self.producers
+                .check_marker(producer_id.0, producer_epoch, coordinator_epoch)?;
+        }
+        let offset = self.leo;
+        let bytes = batch::build_control_batch(
+            offset,
+            epoch.0,
+            producer_id.0,
+            producer_epoch,
+            ctype,
+            coordinator_epoch,
+            now_ms,
+        );
+        self.write_batches(
+            &[IoSlice::new(&bytes)],
+            bytes.len(),
+            offset,
+            offset,
+            now_ms,
+            &[(epoch.0, offset)],
+        )?;
+        let h = BatchHeader::parse(&bytes).expect("built");
+        self.producers
+            .apply(&h, offset, offset, Some((ctype, coordinator_epoch)));
+        self.after_append(1, now_ms)?;
+        Ok(AppendInfo {
+            first_offset: Offset(offset),
+            last_offset: Offset(offset),
+            max_timestamp: now_ms,
+            log_append_time: -1,
+            duplicate: false,
+        })
+    }
+
+    /// Whole batches starting with the one containing `from`, as one zero-copy slice of a
+    /// segment's mapping. Only batches entirely below `upper_bound` (HW or LSO, clamped to the
+    /// log end) are returned, as Kafka does; at least one batch is returned if any qualifies,
+    /// even if larger than `max_bytes`. `from` outside [log start, log end] is
+    /// OffsetOutOfRange.
+    pub fn read(
+        &self,
+        from: Offset,
+        max_bytes: usize,
+        upper_bound: Offset,
+    ) -> Result<ReadResult, LogError> {
+        let from = from.0;
+        if from < self.log_start || from > self.leo {
+            return Err(LogError::OffsetOutOfRange {
+                requested: Offset(from),
+                log_start: Offset(self.log_start),
+                log_end: Offset(self.leo),
+            });
+        }
+        let upper = upper_bound.0.min(self.leo);
+        let empty = ReadResult {
+            records: Bytes::new(),
+            first_offset: Offset(from),
+        };
+        if from >= upper {
+            return Ok(empty);
+        }
+        let start_base = self
+            .segments
+            .range(..=from)
+            .next_back()
+            .map_or(i64::MIN, |(b, _)| *b);
+        for seg in self.segments.range(start_base..).map(|(_, s)| s) {
+            let Some((start, h)) = seg.find(from) else {
+                continue;
+            };
+            if h.last_offset() >= upper {
+                return Ok(empty);
+            }
+            let first_offset = h.base_offset();
+            let data = seg.data();
+            let mut end = start;
+            while end < data.len() {
+                let Ok(h) = BatchHeader::parse(&data[end..]) else {
+                    break;
+                };
+                let size = h.total_size();
+                if h.last_offset() >= upper || (end > start && end + size - start > max_bytes) {
+                    break;
+                }
+                end += size;
+            }
+            return Ok(ReadResult {
+                records: seg.slice(start, end),
+                first_offset: Offset(first_offset),
+            });
+        }
+        Ok(empty)
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        Offset(self.log_start)
+    }
+
+    /// Next offset to be assigned.
+    pub fn log_end_offset(&self) -> Offset {
+        Offset(self.leo)
+    }
+
+    pub fn high_watermark(&self) -> Offset {
+        Offset(self.hw)
+    }
+
+    /// Clamped to [log start, log end]. Persisted on the next flush/close.
+    pub fn set_high_watermark(&mut self, hw: Offset) {
+        self.hw = hw.0.clamp(self.log_start, self.leo);
+    }
+
+    /// min(HW, first offset of the earliest open transaction).
+    pub fn last_stable_offset(&self) -> Offset {
+        let first_open = self.producers.first_unstable_offset().unwrap_or(i64::MAX);
+        Offset(self.hw.min(first_open))
+    }
+
+    /// Aborted transactions overlapping [from, upper_bound) (Fetch read_committed).
+    pub fn aborted_transactions(&self, from: Offset, upper_bound: Offset) -> Vec<AbortedTxn> {
+        self.producers.aborted_in(from.0, upper_bound.0)
+    }
+
+    /// Removes everything at and above `offset` (Kafka semantics: a batch containing `offset`
+    /// goes entirely; the log end offset becomes `offset`).
+    pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
+        let offset = offset.0;
+        if offset >= self.leo {
+            return Ok(());
+        }
+        let first_base = *self.segments.keys().next().expect("non-empty");
+        if offset < first_base {
+            return self.truncate_fully_and_start_at(Offset(offset));
+        }
+        let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
+        for b in doomed {
+            let seg = self.segments.remove(&b).expect("listed");
+            seg.delete()?;
+        }
+        let interval = self.config.index_interval_bytes;
+        let cap = self.active_cap();
+        let active = self.active_mut();
+        let cut = active.find(offset).map(|(pos, _)| pos);
+        if let Some(pos) = cut {
+            active.truncate_rewrite(pos, interval)?;
+        }
+        active.ensure_capacity(cap)?;
+        sync_dir(&self.dir)?;
+        self.leo = offset;
+        self.log_start = self.log_start.min(offset);
+        self.hw = self.hw.min(offset);
+        self.recovery_point = self.recovery_point.min(offset);
+        self.epochs.truncate_from_end(offset);
+        self.epochs.write(&self.dir)?;
+        self.rebuild_producers();
+        self.write_checkpoint()?;
+        Ok(())
+    }
+
+    /// Deletes all data and restarts the log (empty) at `offset`, which becomes log start,
+    /// log end and HW. Clears the epoch cache and producer state.
+    pub fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {
+        let offset = offset.0.max(0);
+        for (_, seg) in std::mem::take(&mut self.segments) {
+            seg.delete()?;
+        }
+        let seg = Segment::create(&self.dir, offset, self.active_cap())?;
+        self.segments.insert(offset, seg);
+        self.leo = offset;
+        self.log_start = offset;
+        self.hw = offset;
+        self.recovery_point = offset;
+        self.epochs.clear();
+        self.epochs.write(&self.dir)?;
+        self.producers = ProducerState::default();
+        self.write_checkpoint()?;
+        Ok(())
+    }
+
+    /// Advances the log start offset to `offset` (DeleteRecords); must be <= HW. Whole
+    /// segments below it are deleted. Returns the (possibly unchanged) log start offset.
+    pub fn delete_records_before(&mut self, offset: Offset) -> Result<Offset, LogError> {
+        let offset = offset.0;
+        if offset > self.hw {
+            return Err(LogError::OffsetOutOfRange {
+                requested: Offset(offset),
+                log_start: Offset(self.log_start),
+                log_end: Offset(self.hw),
+            });
+        }
+        if offset <= self.log_start {
+            return Ok(Offset(self.log_start));
+        }
+        self.log_start = offset;
+        if self.active().next_offset <= offset && !self.active().is_empty() {
+            self.roll_at(self.leo)?;
+        }
+        self.delete_segments_below_start()?;
+        Ok(Offset(self.log_start))
+    }
+
+    /// Deletes segments that lie entirely below the log start and persists the new start.
+    fn delete_segments_below_start(&mut self) -> Result<(), LogError> {
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        for w in bases.windows(2) {
+            if w[1] <= self.log_start {
+                let seg = self.segments.remove(&w[0]).expect("listed");
+                seg.delete()?;
+            }
+        }
+        self.epochs.truncate_from_start(self.log_start);
+        self.epochs.write(&self.dir)?;
+        self.producers.on_log_start(self.log_start);
+        self.write_checkpoint()?;
+        Ok(())
+    }
+
+    /// Deletes the oldest segments beyond retention.ms (by the segment's largest timestamp)
+    /// or retention.bytes. Only segments that are not active and lie below the HW go.
+    pub fn apply_retention(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let mut size = self.size_bytes();
+        let mut new_start = self.log_start;
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        for w in bases.windows(2) {
+            let seg = &self.segments[&w[0]];
+            if seg.next_offset > self.hw || w[1] > self.hw {
+                break;
+            }
+            let expired = self
+                .config
+                .retention_ms
+                .is_some_and(|ms| seg.max_ts >= 0 && seg.max_ts < now_ms.saturating_sub(ms as i64));
+            let oversized = self
+                .config
+                .retention_bytes
+                .is_some_and(|rb| size.saturating_sub(seg.size as u64) >= rb);
+            if !(expired || oversized) {
+                break;
+            }
+            size -= seg.size as u64;
+            new_start = new_start.max(w[1]);
+        }
+        if new_start > self.log_start {
+            self.log_start = new_start;
+            self.delete_segments_below_start()?;
+        }
+        Ok(())
+    }
+
+    /// Starts a new segment at the log end (no-op if the active segment is empty).
+    pub fn roll(&mut self) -> Result<(), LogError> {
+        if !self.active().is_empty() {
+            self.roll_at(self.leo)?;
+        }
+        Ok(())
+    }
+
+    /// fsyncs data and indexes, then checkpoints recovery point = log end, HW and log start.
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        for seg in self.segments.values_mut() {
+            seg.sync()?;
+        }
+        self.active().write_indexes()?;
+        self.recovery_point = self.leo;
+        self.unflushed_messages = 0;
+        self.write_checkpoint()?;
+        Ok(())
+    }
+
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.flush()
+    }
+
+    pub fn latest_epoch(&self) -> Option<LeaderEpoch> {
+        self.epochs.latest().map(|(e, _)| LeaderEpoch(e))
+    }
+
+    /// Kafka OffsetsForLeaderEpoch: the largest epoch <= `epoch` and the start offset of the
+    /// next higher epoch (or the log end for the latest epoch); None = UNDEFINED.
+    pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<(LeaderEpoch, Offset)> {
+        self.epochs
+            .end_offset_for(epoch.0, self.leo)
+            .map(|(e, o)| (LeaderEpoch(e), Offset(o)))
+    }
+
+    /// Epoch cache entries (epoch, start offset), oldest first.
+    pub fn epoch_entries(&self) -> Vec<(LeaderEpoch, Offset)> {
+        self.epochs
+            .entries()
+            .iter()
+            .map(|&(e, o)| (LeaderEpoch(e), Offset(o)))
+            .collect()
+    }
+
+    /// ListOffsets by timestamp: the first record (at or after log start) whose timestamp is
+    /// at least `ts`, with its timestamp. Records of compressed batches are not decoded: the
+    /// batch's base offset and max timestamp stand for them.
+    pub fn offset_for_timestamp(&self, ts: i64) -> Option<(Offset, i64)> {
+        for seg in self.segments.values() {
+            if seg.max_ts < ts {
+                continue;
+            }
+            let start = seg.lookup_time(ts);
+            let data = seg.data();
+            for (h, s, e) in BatchIter::headers(&data[start..]).map_while(Result::ok) {
+                if h.max_timestamp() < ts || h.last_offset() < self.log_start {
+                    continue;
+                }
+                let found = record_with_ts(&data[start + s..start + e], |t| t >= ts)
+                    .filter(|(o, _)| *o >= self.log_start)
+                    .unwrap_or((h.base_offset().max(self.log_start), h.max_timestamp()));
+                return Some((Offset(found.0), found.1));
+            }
+        }
+        None
+    }
+
+    /// ListOffsets MAX_TIMESTAMP: offset and value of the largest timestamp in the log.
+    pub fn max_timestamp_offset(&self) -> Option<(Offset, i64)> {
+        let seg = self.segments.values().filter(|s| s.max_ts >= 0).fold(
+            None::<&Segment>,
+            |best, s| match best {
+                Some(b) if b.max_ts >= s.max_ts => Some(b),
+                _ => Some(s),
+            },
+        )?;
+        let (pos, h) = seg.find(seg.max_ts_offset)?;
+        let bytes = &seg.data()[pos..pos + h.total_size()];
+        let max = h.max_timestamp();
+        let found = record_with_ts(bytes, |t| t == max).unwrap_or((h.last_offset(), max));
+        Some((Offset(found.0), found.1))
+    }
+
+    pub fn producer_state(&self, pid: ProducerId) -> Option<ProducerEntry> {
+        self.producers.entry(pid.0)
+    }
+
+    /// Bytes of batch data held (all segments).
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.size as u64).sum()
+    }
+
+    /// Number of segments (for tests and metrics).
+    pub fn segment_count(&self) -> usize {
+        self.segments.len()
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+}
+
+/// First record of an uncompressed CreateTime batch whose timestamp satisfies `pred`.
+fn record_with_ts(batch: &[u8], pred: impl Fn(i64) -> bool) -> Option<(i64, i64)> {
+    let h = BatchHeader::parse(batch).ok()?;
+    if h.is_log_append_time() {
+        let t = h.max_timestamp();
+        return pred(t).then_some((h.base_offset(), t));
+    }
+    if h.compression() != Compression::None {
+        return None;
+    }
+    let recs = batch::uncompressed_records(batch)?;
+    recs.iter().find_map(|(r, _)| {
+        let t = h.base_timestamp() + r.timestamp_delta;
+        pred(t).then_some((h.base_offset() + r.offset_delta, t))
+    })
+}
