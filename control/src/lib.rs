@@ -1,3 +1,16 @@
-//! kmirror control crate (work in progress).
+//! kmirror control plane: state owned by the single control-plane thread.
+//!
+//! Owns the durable cluster metadata (`metadata`), the mirror definitions and partition state
+//! machine (`mirror`), the classic consumer-group coordinator with its durable committed-offset store
+//! (`group`), the producer-id allocator and transaction coordinator (`txn`), and the small
+//! CRC-framed record file both persist into (`offsets_log`). Everything here is plain
+//! single-threaded state driven by explicit `now_ms` arguments and returning outcomes: no async
+//! runtime, no glommio, no wire-protocol crate (the `net` crate maps Kafka messages onto these
+//! types). Invariant: a reply is handed out only after the state change it reports was made
+//! durable with the owner's `flush`.
+
+pub mod group;
 pub mod metadata;
 pub mod mirror;
+pub mod offsets_log;
+pub mod txn;
