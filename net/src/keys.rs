@@ -38,8 +38,7 @@ pub mod api {
     /// DescribeMirrors: per-partition source/destination offsets, lag, state, LME. Upstream key 99.
     pub const DESCRIBE_MIRRORS: i16 = 99;
     /// ReadMirrorStates: inter-broker read of the mirror coordinator's partition states.
-    /// Upstream key 100. kmirror is single-node per cluster today: the key is reserved and
-    /// answered with UNSUPPORTED_VERSION-free INVALID_REQUEST until multi-node lands.
+    /// Upstream key 100. kmirror runs one node per cluster today, so it only needs to answer it.
     pub const READ_MIRROR_STATES: i16 = 100;
     /// WriteMirrorStates: inter-broker write to the mirror coordinator. Upstream key 101.
     pub const WRITE_MIRROR_STATES: i16 = 101;
@@ -107,6 +106,7 @@ pub mod error {
     /// Fetcher: the source leader moved -> refresh metadata, follow the new leader.
     pub const NOT_LEADER_OR_FOLLOWER: i16 = 6;
     pub const REQUEST_TIMED_OUT: i16 = 7;
+    pub const REPLICA_NOT_AVAILABLE: i16 = 9;
     pub const NETWORK_EXCEPTION: i16 = 13;
     /// The mirror coordinator is not active (ReadMirrorStates, WriteMirrorStates, LastMirroredEpochs).
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
@@ -117,6 +117,7 @@ pub mod error {
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
     pub const INVALID_REQUEST: i16 = 42;
+    pub const KAFKA_STORAGE_ERROR: i16 = 56;
     /// Fetcher: our known source epoch is older than the source leader's -> learn it, retry.
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     /// Fetcher: our known source epoch is newer than the source leader's -> refresh, retry.
@@ -165,6 +166,7 @@ pub mod error {
             LEADER_NOT_AVAILABLE => "LEADER_NOT_AVAILABLE",
             NOT_LEADER_OR_FOLLOWER => "NOT_LEADER_OR_FOLLOWER",
             REQUEST_TIMED_OUT => "REQUEST_TIMED_OUT",
+            REPLICA_NOT_AVAILABLE => "REPLICA_NOT_AVAILABLE",
             NETWORK_EXCEPTION => "NETWORK_EXCEPTION",
             COORDINATOR_NOT_AVAILABLE => "COORDINATOR_NOT_AVAILABLE",
             TOPIC_AUTHORIZATION_FAILED => "TOPIC_AUTHORIZATION_FAILED",
@@ -172,6 +174,7 @@ pub mod error {
             UNSUPPORTED_VERSION => "UNSUPPORTED_VERSION",
             TOPIC_ALREADY_EXISTS => "TOPIC_ALREADY_EXISTS",
             INVALID_REQUEST => "INVALID_REQUEST",
+            KAFKA_STORAGE_ERROR => "KAFKA_STORAGE_ERROR",
             FENCED_LEADER_EPOCH => "FENCED_LEADER_EPOCH",
             UNKNOWN_LEADER_EPOCH => "UNKNOWN_LEADER_EPOCH",
             UNKNOWN_TOPIC_ID => "UNKNOWN_TOPIC_ID",
@@ -221,6 +224,36 @@ pub mod error {
     }
 }
 
+/// Kafka error code for a control-plane mirror error (the one mapping from
+/// [`kmirror_control::mirror::MirrorError`] to the wire).
+pub fn mirror_error_code(e: &kmirror_control::mirror::MirrorError) -> i16 {
+    use kmirror_control::mirror::MirrorError as E;
+    match e {
+        E::InvalidMirrorName { .. } => error::INVALID_MIRROR_NAME,
+        E::InvalidSetting { .. } => error::INVALID_REQUEST,
+        E::InvalidRegex { .. } => error::INVALID_REGULAR_EXPRESSION,
+        E::UnknownMirror(_) => error::UNKNOWN_MIRROR,
+        E::MirrorAlreadyExists(_) => error::MIRROR_ALREADY_EXISTS,
+        E::MirrorNotEmpty { .. } => error::MIRROR_NOT_EMPTY,
+        E::TopicNotInMirror { .. } => error::TOPIC_NOT_IN_MIRROR,
+        E::IllegalTransition { .. } | E::FailoverOutOfOrder { .. } => error::INVALID_REQUEST,
+        E::UnknownPartition(_) => error::UNKNOWN_TOPIC_OR_PARTITION,
+        _ => error::UNKNOWN_SERVER_ERROR,
+    }
+}
+
+/// Kafka error code for a refused user operation on a partition state.
+pub fn state_refusal_code(r: kmirror_control::mirror::StateRefusal) -> i16 {
+    use kmirror_control::mirror::StateRefusal as R;
+    match r {
+        R::AlreadyPaused => error::MIRROR_TOPIC_ALREADY_PAUSED,
+        R::NotPaused => error::MIRROR_TOPIC_NOT_PAUSED,
+        R::BeingRemoved => error::MIRROR_TOPIC_BEING_REMOVED,
+        R::AlreadyInMirror => error::TOPIC_ALREADY_IN_MIRROR,
+        R::Invalid => error::INVALID_REQUEST,
+    }
+}
+
 /// The `mirror.version` feature (advertised in ApiVersions' finalized features).
 pub mod feature {
     /// Feature name, as KIP-1279 names it.
@@ -257,14 +290,25 @@ mod tests {
     #[test]
     fn mirror_api_keys_are_distinct_and_inside_the_block() {
         let mut keys: Vec<i16> = api::USER_FACING.iter().map(|(k, _)| *k).collect();
-        keys.extend([api::READ_MIRROR_STATES, api::WRITE_MIRROR_STATES, api::BUMP_LEADER_EPOCHS]);
+        keys.extend([
+            api::READ_MIRROR_STATES,
+            api::WRITE_MIRROR_STATES,
+            api::BUMP_LEADER_EPOCHS,
+        ]);
         let n = keys.len();
         keys.sort();
         keys.dedup();
         assert_eq!(keys.len(), n, "duplicate mirror API key");
         assert!(keys.iter().all(|k| api::is_mirror_api(*k)));
-        assert!(!api::is_mirror_api(1), "Fetch must not be gated as a mirror API");
-        assert_eq!(api::CREATE_MIRROR, 94, "upstream prototype key for CreateMirror");
+        assert!(
+            !api::is_mirror_api(1),
+            "Fetch must not be gated as a mirror API"
+        );
+        assert_eq!(
+            api::CREATE_MIRROR,
+            94,
+            "upstream prototype key for CreateMirror"
+        );
     }
 
     #[test]

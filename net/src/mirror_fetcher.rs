@@ -1,0 +1,1294 @@
+//! The mirror fetcher: one loop per mirrored partition that copies batches from the source
+//! partition leader into the local partition at their source offsets (KIP-1279 data path).
+//!
+//! It is written against two small traits so the broker can plug in its per-core log and tests
+//! can plug in fakes:
+//! - [`LocalPartition`]: the destination partition (log end, epoch, `append_mirror`,
+//!   full truncation). Implemented by the broker over its per-core log handle; every method is
+//!   synchronous and no borrow is held across an `.await`, so the broker keeps serving the
+//!   partition while the fetcher waits on the network.
+//! - [`Source`]: the source cluster (leader lookup, consumer Fetch, ListOffsets, sleeping and
+//!   the clock). [`KafkaSource`] is the real one over [`crate::client::AsyncConnection`].
+//!
+//! Rules (SPEC "Data path"): consumer Fetch (replica id -1), read_committed, topic ids, the
+//! known source leader epoch (starting unknown, -1), last-fetched-epoch checks off.
+//! FENCED_LEADER_EPOCH -> learn the epoch (from the response's current-leader hint, else from
+//! metadata) and retry; UNKNOWN_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER and friends -> metadata
+//! refresh, follow the new leader; OFFSET_OUT_OF_RANGE because the source log start moved past
+//! our end -> truncate fully, continue at the source log start, and report the gap. Batches go
+//! to `append_mirror` unchanged (a trailing partial batch is held back, never cut). The local
+//! leader epoch is raised so that it is never below the source's. A bad batch or a persistent
+//! error fails only this partition ([`FetchEvent::Failed`]) and is retried with backoff.
+//!
+//! Cancellation: dropping the future is safe at any `.await` (appends are synchronous), and
+//! [`PartitionFetcher::run`] also returns when its stop flag is set.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use kmirror_log::batch::{LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD, PARTITION_LEADER_EPOCH_POS};
+use kmirror_types::TopicPartition;
+use uuid::Uuid;
+
+use crate::client::{build, AsyncConnection, ClientError};
+use crate::keys::error as code;
+
+/// What went wrong on the local side.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LocalError {
+    /// The batch failed validation (CRC, framing): fails this partition only.
+    #[error("corrupt batch: {0}")]
+    Corrupt(String),
+    /// The batch does not follow the local log end (logic error or divergence).
+    #[error("non-monotonic append: {0}")]
+    NonMonotonic(String),
+    /// Disk or other local failure.
+    #[error("local log error: {0}")]
+    Other(String),
+}
+
+/// The destination partition as the fetcher sees it.
+pub trait LocalPartition {
+    fn log_start_offset(&self) -> i64;
+    /// Next offset to be written (where fetching resumes after a restart).
+    fn log_end_offset(&self) -> i64;
+    /// The destination partition's leader epoch.
+    fn leader_epoch(&self) -> i32;
+    /// Raise the destination leader epoch to `epoch` (called only when it is higher).
+    fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError>;
+    /// Append whole batches verbatim at their own offsets (`kmirror_log::Log::append_mirror`).
+    /// Returns the last offset appended.
+    fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError>;
+    /// Drop everything and make `offset` the new log start and end.
+    fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError>;
+}
+
+/// The source partition leader as last seen in metadata.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceLeader {
+    pub broker_id: i32,
+    pub addr: String,
+    pub leader_epoch: i32,
+    pub topic_id: Uuid,
+}
+
+/// One partition's answer to a Fetch.
+#[derive(Debug, Clone, Default)]
+pub struct FetchOutcome {
+    pub error_code: i16,
+    pub high_watermark: i64,
+    pub last_stable_offset: i64,
+    pub log_start_offset: i64,
+    /// Current leader hint (KIP-951), if the source sent one.
+    pub current_leader: Option<(i32, i32)>,
+    pub records: Bytes,
+}
+
+/// A source-side failure that is not a per-partition error code.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// The source cluster as the fetcher sees it (plus time, so tests control it).
+#[allow(async_fn_in_trait)]
+pub trait Source {
+    /// Leader, leader epoch and topic id of the partition, from fresh metadata.
+    async fn leader(&mut self, topic: &str, partition: i32) -> Result<SourceLeader, SourceError>;
+    /// Consumer Fetch of one partition from `leader`.
+    async fn fetch(
+        &mut self,
+        leader: &SourceLeader,
+        req: &build::FetchPart,
+        cfg: &FetcherConfig,
+    ) -> Result<FetchOutcome, SourceError>;
+    /// ListOffsets (EARLIEST / LATEST, read_committed) of the partition; (error code, offset).
+    async fn list_offset(
+        &mut self,
+        leader: &SourceLeader,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        timestamp: i64,
+    ) -> Result<(i16, i64), SourceError>;
+    async fn sleep(&mut self, d: Duration);
+    fn now_ms(&self) -> i64;
+}
+
+/// Fetcher tuning; defaults follow Kafka's consumer/replica fetcher defaults.
+#[derive(Debug, Clone)]
+pub struct FetcherConfig {
+    pub max_wait_ms: i32,
+    pub min_bytes: i32,
+    pub max_bytes: i32,
+    pub partition_max_bytes: i32,
+    pub backoff_initial_ms: u64,
+    pub backoff_max_ms: u64,
+    /// Consecutive transient errors after which the partition is reported FAILED.
+    pub errors_before_failed: u32,
+}
+
+impl Default for FetcherConfig {
+    fn default() -> Self {
+        FetcherConfig {
+            max_wait_ms: 500,
+            min_bytes: 1,
+            max_bytes: 50 * 1024 * 1024,
+            partition_max_bytes: 10 * 1024 * 1024,
+            backoff_initial_ms: 100,
+            backoff_max_ms: 10_000,
+            errors_before_failed: 30,
+        }
+    }
+}
+
+/// Live numbers for DescribeMirrors and metrics. Offsets are -1 while unknown.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FetcherStatus {
+    pub source_high_watermark: i64,
+    pub source_last_stable_offset: i64,
+    pub source_log_start_offset: i64,
+    pub destination_log_end_offset: i64,
+    pub source_leader_epoch: i32,
+    pub leader: Option<(i32, String)>,
+    /// Last time the destination had everything the source had committed (lag 0).
+    pub last_caught_up_ms: i64,
+    pub last_fetch_ms: i64,
+    pub last_error: Option<String>,
+    pub failed: bool,
+}
+
+impl FetcherStatus {
+    fn new(now_ms: i64) -> Self {
+        FetcherStatus {
+            source_high_watermark: -1,
+            source_last_stable_offset: -1,
+            source_log_start_offset: -1,
+            destination_log_end_offset: -1,
+            source_leader_epoch: -1,
+            leader: None,
+            last_caught_up_ms: now_ms,
+            last_fetch_ms: -1,
+            last_error: None,
+            failed: false,
+        }
+    }
+
+    /// Lag in offsets against the source LSO (what read_committed can see), -1 if unknown.
+    pub fn lag(&self) -> i64 {
+        if self.source_last_stable_offset < 0 || self.destination_log_end_offset < 0 {
+            return -1;
+        }
+        (self.source_last_stable_offset - self.destination_log_end_offset).max(0)
+    }
+
+    /// Lag in milliseconds: time since we were last caught up. It keeps growing while the
+    /// partition is paused or stalled because it is computed at read time.
+    pub fn lag_ms(&self, now_ms: i64) -> i64 {
+        if self.lag() == 0 {
+            0
+        } else {
+            (now_ms - self.last_caught_up_ms).max(0)
+        }
+    }
+}
+
+/// What the fetcher tells the broker / control plane.
+#[derive(Debug, Clone, PartialEq)]
+pub enum FetchEvent {
+    /// After every fetch round that reached the source.
+    Progress(FetcherStatus),
+    LeaderChanged { broker_id: i32, addr: String, leader_epoch: i32 },
+    /// The local leader epoch was raised to keep it >= the source's.
+    EpochBumped { to: i32 },
+    /// The source log start moved past our end: `[lost_from, lost_to)` was never mirrored.
+    SourceLogStartMoved { lost_from: i64, lost_to: i64 },
+    /// The partition must go FAILED (reason for DescribeMirrors); the fetcher keeps retrying
+    /// with backoff.
+    Failed { reason: String },
+    /// A FAILED partition appended again: back to MIRRORING.
+    Recovered,
+    /// A transient error being retried (partition stays MIRRORING).
+    Retrying { reason: String },
+}
+
+/// Receives fetcher events (the broker forwards them to the control plane and metrics).
+pub trait FetchObserver {
+    fn on_event(&mut self, tp: &TopicPartition, event: FetchEvent);
+}
+
+/// Why `run` returned.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FetcherExit {
+    Stopped,
+}
+
+/// Result of one fetch round, for tests and the run loop.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Step {
+    /// Appended batches up to this last offset.
+    Appended { last_offset: i64 },
+    /// Nothing new (caught up or empty response).
+    Idle,
+    /// Something to retry after the given backoff.
+    Backoff(Duration),
+}
+
+struct Backoff {
+    cur: u64,
+    initial: u64,
+    max: u64,
+}
+
+impl Backoff {
+    fn next(&mut self) -> Duration {
+        let d = self.cur;
+        self.cur = (self.cur * 2).min(self.max);
+        Duration::from_millis(d)
+    }
+    fn reset(&mut self) {
+        self.cur = self.initial;
+    }
+}
+
+/// Splits fetched bytes into the prefix of whole batches, returning (prefix, first base offset,
+/// last offset, max partition leader epoch). Incomplete trailing data (Kafka may cut the last
+/// batch at the size limit) is left out.
+pub fn complete_batches(records: &Bytes) -> Option<(Bytes, i64, i64, i32)> {
+    let mut pos = 0usize;
+    let mut first = None;
+    let mut last = -1i64;
+    let mut max_epoch = -1i32;
+    while records.len() - pos >= LAST_OFFSET_DELTA_POS + 4 {
+        let b = &records[pos..];
+        let base = i64::from_be_bytes(b[0..8].try_into().expect("8"));
+        let len = i32::from_be_bytes(b[LENGTH_POS..LENGTH_POS + 4].try_into().expect("4"));
+        if len <= 0 {
+            break;
+        }
+        let total = LOG_OVERHEAD + len as usize;
+        if b.len() < total {
+            break;
+        }
+        let epoch = i32::from_be_bytes(
+            b[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + 4]
+                .try_into()
+                .expect("4"),
+        );
+        let delta = i32::from_be_bytes(
+            b[LAST_OFFSET_DELTA_POS..LAST_OFFSET_DELTA_POS + 4]
+                .try_into()
+                .expect("4"),
+        );
+        first.get_or_insert(base);
+        last = base + i64::from(delta);
+        max_epoch = max_epoch.max(epoch);
+        pos += total;
+    }
+    first.map(|f| (records.slice(..pos), f, last, max_epoch))
+}
+
+/// The per-partition fetcher state.
+pub struct PartitionFetcher {
+    tp: TopicPartition,
+    /// Topic id of the mirror topic (== the source's); nil = learn from metadata.
+    topic_id: Uuid,
+    cfg: FetcherConfig,
+    leader: Option<SourceLeader>,
+    source_epoch: i32,
+    backoff: Backoff,
+    consecutive_errors: u32,
+    status: FetcherStatus,
+}
+
+impl PartitionFetcher {
+    pub fn new(tp: TopicPartition, topic_id: Uuid, cfg: FetcherConfig, now_ms: i64) -> Self {
+        let backoff = Backoff {
+            cur: cfg.backoff_initial_ms,
+            initial: cfg.backoff_initial_ms,
+            max: cfg.backoff_max_ms,
+        };
+        PartitionFetcher {
+            tp,
+            topic_id,
+            cfg,
+            leader: None,
+            source_epoch: -1,
+            backoff,
+            consecutive_errors: 0,
+            status: FetcherStatus::new(now_ms),
+        }
+    }
+
+    pub fn status(&self) -> &FetcherStatus {
+        &self.status
+    }
+
+    pub fn source_epoch(&self) -> i32 {
+        self.source_epoch
+    }
+
+    /// Run until `stop` is set. Never returns an error: failures are reported as events and
+    /// retried with backoff.
+    pub async fn run<S: Source, L: LocalPartition, O: FetchObserver>(
+        mut self,
+        source: &mut S,
+        local: &mut L,
+        observer: &mut O,
+        stop: &Cell<bool>,
+    ) -> FetcherExit {
+        while !stop.get() {
+            match self.step(source, local, observer).await {
+                Step::Backoff(d) => source.sleep(d).await,
+                Step::Appended { .. } | Step::Idle => {}
+            }
+        }
+        FetcherExit::Stopped
+    }
+
+    fn learn_epoch<L: LocalPartition, O: FetchObserver>(
+        &mut self,
+        epoch: i32,
+        local: &mut L,
+        observer: &mut O,
+    ) -> Result<(), LocalError> {
+        if epoch > self.source_epoch {
+            self.source_epoch = epoch;
+            self.status.source_leader_epoch = epoch;
+        }
+        self.ensure_local_epoch(epoch, local, observer)
+    }
+
+    fn ensure_local_epoch<L: LocalPartition, O: FetchObserver>(
+        &mut self,
+        epoch: i32,
+        local: &mut L,
+        observer: &mut O,
+    ) -> Result<(), LocalError> {
+        if epoch > local.leader_epoch() {
+            local.bump_leader_epoch_to(epoch)?;
+            observer.on_event(&self.tp, FetchEvent::EpochBumped { to: epoch });
+        }
+        Ok(())
+    }
+
+    fn fail<O: FetchObserver>(&mut self, observer: &mut O, reason: String) -> Step {
+        tracing::warn!(tp = %self.tp, %reason, "mirror partition failed");
+        self.status.failed = true;
+        self.status.last_error = Some(reason.clone());
+        observer.on_event(&self.tp, FetchEvent::Failed { reason });
+        Step::Backoff(self.backoff.next())
+    }
+
+    fn transient<O: FetchObserver>(&mut self, observer: &mut O, reason: String) -> Step {
+        self.consecutive_errors += 1;
+        if self.consecutive_errors >= self.cfg.errors_before_failed && !self.status.failed {
+            return self.fail(
+                observer,
+                format!(
+                    "{reason} ({} consecutive errors)",
+                    self.consecutive_errors
+                ),
+            );
+        }
+        self.status.last_error = Some(reason.clone());
+        observer.on_event(&self.tp, FetchEvent::Retrying { reason });
+        Step::Backoff(self.backoff.next())
+    }
+
+    fn succeeded<O: FetchObserver>(&mut self, observer: &mut O) {
+        self.backoff.reset();
+        self.consecutive_errors = 0;
+        if self.status.failed {
+            self.status.failed = false;
+            self.status.last_error = None;
+            observer.on_event(&self.tp, FetchEvent::Recovered);
+        }
+    }
+
+    /// One round: make sure we know the leader, fetch once, act on the answer.
+    pub async fn step<S: Source, L: LocalPartition, O: FetchObserver>(
+        &mut self,
+        source: &mut S,
+        local: &mut L,
+        observer: &mut O,
+    ) -> Step {
+        let leader = match &self.leader {
+            Some(l) => l.clone(),
+            None => match source.leader(&self.tp.topic, self.tp.partition).await {
+                Ok(l) => {
+                    if !self.topic_id.is_nil() && !l.topic_id.is_nil() && l.topic_id != self.topic_id
+                    {
+                        return self.fail(
+                            observer,
+                            format!(
+                                "source topic id {} differs from mirror topic id {} (topic re-created on the source?)",
+                                l.topic_id, self.topic_id
+                            ),
+                        );
+                    }
+                    if self.topic_id.is_nil() {
+                        self.topic_id = l.topic_id;
+                    }
+                    if let Err(e) = self.learn_epoch(l.leader_epoch, local, observer) {
+                        return self.fail(observer, e.to_string());
+                    }
+                    self.status.leader = Some((l.broker_id, l.addr.clone()));
+                    observer.on_event(
+                        &self.tp,
+                        FetchEvent::LeaderChanged {
+                            broker_id: l.broker_id,
+                            addr: l.addr.clone(),
+                            leader_epoch: l.leader_epoch,
+                        },
+                    );
+                    self.leader = Some(l.clone());
+                    l
+                }
+                Err(e) => return self.transient(observer, format!("metadata: {e}")),
+            },
+        };
+
+        let fetch_offset = local.log_end_offset();
+        let part = build::FetchPart {
+            topic: self.tp.topic.clone(),
+            topic_id: self.topic_id,
+            partition: self.tp.partition,
+            fetch_offset,
+            current_leader_epoch: self.source_epoch,
+            partition_max_bytes: self.cfg.partition_max_bytes,
+        };
+        let out = match source.fetch(&leader, &part, &self.cfg).await {
+            Ok(o) => o,
+            Err(e) => {
+                // Connection-level trouble: the leader may be gone; look it up again.
+                self.leader = None;
+                return self.transient(observer, format!("fetch from {}: {e}", leader.addr));
+            }
+        };
+        self.status.last_fetch_ms = source.now_ms();
+
+        match out.error_code {
+            code::NONE => self.on_data(out, fetch_offset, local, observer, source.now_ms()),
+            code::FENCED_LEADER_EPOCH => {
+                // Our epoch is older than the leader's: learn it and retry at once.
+                match out.current_leader {
+                    Some((id, epoch)) if epoch > self.source_epoch && id == leader.broker_id => {
+                        if let Err(e) = self.learn_epoch(epoch, local, observer) {
+                            return self.fail(observer, e.to_string());
+                        }
+                    }
+                    _ => self.leader = None,
+                }
+                Step::Idle
+            }
+            code::UNKNOWN_LEADER_EPOCH
+            | code::NOT_LEADER_OR_FOLLOWER
+            | code::LEADER_NOT_AVAILABLE
+            | code::REPLICA_NOT_AVAILABLE
+            | code::UNKNOWN_TOPIC_OR_PARTITION
+            | code::UNKNOWN_TOPIC_ID
+            | code::KAFKA_STORAGE_ERROR => {
+                self.leader = None;
+                self.transient(
+                    observer,
+                    format!(
+                        "{} from {}; refreshing metadata",
+                        code::name(out.error_code),
+                        leader.addr
+                    ),
+                )
+            }
+            code::OFFSET_OUT_OF_RANGE => {
+                self.on_out_of_range(source, &leader, fetch_offset, local, observer)
+                    .await
+            }
+            code::OFFSET_MOVED_TO_TIERED_STORAGE => self.fail(
+                observer,
+                format!("offset {fetch_offset} is only in the source's tiered storage (not supported)"),
+            ),
+            code::INCONSISTENT_TOPIC_ID => self.fail(
+                observer,
+                "INCONSISTENT_TOPIC_ID: the source topic was re-created".to_owned(),
+            ),
+            other => self.transient(observer, format!("fetch error {}", code::name(other))),
+        }
+    }
+
+    fn on_data<L: LocalPartition, O: FetchObserver>(
+        &mut self,
+        out: FetchOutcome,
+        fetch_offset: i64,
+        local: &mut L,
+        observer: &mut O,
+        now_ms: i64,
+    ) -> Step {
+        self.status.source_high_watermark = out.high_watermark;
+        self.status.source_last_stable_offset = if out.last_stable_offset >= 0 {
+            out.last_stable_offset
+        } else {
+            out.high_watermark
+        };
+        self.status.source_log_start_offset = out.log_start_offset;
+
+        let mut step = Step::Idle;
+        if let Some((batches, first_base, last, max_epoch)) = complete_batches(&out.records) {
+            if last < fetch_offset {
+                // Entirely below what we have: nothing to do (should not happen).
+            } else {
+                if first_base < fetch_offset {
+                    // The source log start is inside this batch (DeleteRecords / retention
+                    // moved it mid-batch). Like a Kafka follower, restart the local log at the
+                    // batch's base offset so the batch is stored whole.
+                    if local.log_end_offset() == local.log_start_offset() {
+                        if let Err(e) = local.truncate_fully_and_start_at(first_base) {
+                            return self.fail(observer, e.to_string());
+                        }
+                    } else {
+                        return self.fail(
+                            observer,
+                            format!(
+                                "source batch at {first_base} overlaps local data below log end {fetch_offset}"
+                            ),
+                        );
+                    }
+                }
+                if let Err(e) = self.ensure_local_epoch(max_epoch.max(self.source_epoch), local, observer) {
+                    return self.fail(observer, e.to_string());
+                }
+                match local.append_mirror(batches) {
+                    Ok(last_appended) => step = Step::Appended { last_offset: last_appended },
+                    Err(e) => {
+                        return self.fail(
+                            observer,
+                            format!("append at offset {first_base} failed: {e}"),
+                        )
+                    }
+                }
+            }
+        }
+        self.succeeded(observer);
+        self.status.destination_log_end_offset = local.log_end_offset();
+        if self.status.lag() == 0 {
+            self.status.last_caught_up_ms = now_ms;
+        }
+        self.status.last_error = None;
+        observer.on_event(&self.tp, FetchEvent::Progress(self.status.clone()));
+        step
+    }
+
+    async fn on_out_of_range<S: Source, L: LocalPartition, O: FetchObserver>(
+        &mut self,
+        source: &mut S,
+        leader: &SourceLeader,
+        fetch_offset: i64,
+        local: &mut L,
+        observer: &mut O,
+    ) -> Step {
+        let (t, p) = (self.tp.topic.clone(), self.tp.partition);
+        let start = source
+            .list_offset(leader, &t, p, self.source_epoch, build::EARLIEST)
+            .await;
+        let end = source
+            .list_offset(leader, &t, p, self.source_epoch, build::LATEST)
+            .await;
+        let (start, end) = match (start, end) {
+            (Ok((code::NONE, s)), Ok((code::NONE, e))) => (s, e),
+            (Ok((c, _)), _) | (_, Ok((c, _))) if c != code::NONE => {
+                self.leader = None;
+                return self.transient(observer, format!("ListOffsets: {}", code::name(c)));
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                self.leader = None;
+                return self.transient(observer, format!("ListOffsets: {e}"));
+            }
+            _ => unreachable!("all combinations covered"),
+        };
+        if fetch_offset < start {
+            // Source retention / DeleteRecords removed data we never mirrored: restart at the
+            // source log start and report the gap (never silent).
+            tracing::warn!(tp = %self.tp, lost_from = fetch_offset, lost_to = start,
+                "source log start moved past the mirror's end; truncating fully");
+            if let Err(e) = local.truncate_fully_and_start_at(start) {
+                return self.fail(observer, e.to_string());
+            }
+            observer.on_event(
+                &self.tp,
+                FetchEvent::SourceLogStartMoved {
+                    lost_from: fetch_offset,
+                    lost_to: start,
+                },
+            );
+            self.succeeded(observer);
+            Step::Idle
+        } else if fetch_offset > end {
+            self.fail(
+                observer,
+                format!(
+                    "destination log end {fetch_offset} is beyond the source log end {end} (source truncated; unclean leader election is not supported)"
+                ),
+            )
+        } else {
+            // The range moved under us between the fetch and ListOffsets: just retry.
+            self.transient(observer, "OFFSET_OUT_OF_RANGE raced with the source".to_owned())
+        }
+    }
+}
+
+/// The real source: metadata from any reachable broker, fetches from the partition leader.
+/// Connections are cached per broker address and dropped on connection-level errors.
+pub struct KafkaSource {
+    bootstrap: Vec<String>,
+    client_id: String,
+    timeout: Duration,
+    conns: HashMap<String, AsyncConnection>,
+}
+
+impl KafkaSource {
+    /// `client_id` should be deterministic so the source can apply client quotas; see
+    /// [`fetcher_client_id`].
+    pub fn new(bootstrap: &str, client_id: String, timeout: Duration) -> Self {
+        KafkaSource {
+            bootstrap: bootstrap
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            client_id,
+            timeout,
+            conns: HashMap::new(),
+        }
+    }
+
+    async fn conn(&mut self, addr: &str) -> Result<&mut AsyncConnection, ClientError> {
+        if !self.conns.contains_key(addr) {
+            let c = AsyncConnection::connect(addr, &self.client_id, self.timeout).await?;
+            self.conns.insert(addr.to_owned(), c);
+        }
+        Ok(self.conns.get_mut(addr).expect("inserted above"))
+    }
+
+    fn drop_on_fatal(&mut self, addr: &str, e: &ClientError) {
+        if e.is_connection_fatal() {
+            self.conns.remove(addr);
+        }
+    }
+}
+
+/// Deterministic client id of a mirror fetcher: broker id, fetcher id and mirror name.
+pub fn fetcher_client_id(node_id: i32, fetcher_id: u32, mirror: &str) -> String {
+    format!("kmirror-{node_id}-fetcher-{fetcher_id}-{mirror}")
+}
+
+impl Source for KafkaSource {
+    async fn leader(&mut self, topic: &str, partition: i32) -> Result<SourceLeader, SourceError> {
+        let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
+        let mut candidates: Vec<String> = self.conns.keys().cloned().collect();
+        candidates.extend(self.bootstrap.iter().cloned());
+        candidates.dedup();
+        for addr in candidates {
+            let req = build::metadata(Some(&[topic.to_owned()]));
+            let resp = match self.conn(&addr).await {
+                Ok(c) => c.send_with(&req, 10, i16::MAX, Duration::ZERO).await,
+                Err(e) => Err(e),
+            };
+            let resp = match resp {
+                Ok((_, r)) => r,
+                Err(e) => {
+                    self.drop_on_fatal(&addr, &e);
+                    last_err = e.into();
+                    continue;
+                }
+            };
+            let Some(t) = resp
+                .topics
+                .iter()
+                .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
+            else {
+                return Err(SourceError::Other(format!("topic {topic} missing from metadata")));
+            };
+            if t.error_code != code::NONE {
+                return Err(SourceError::Other(format!(
+                    "metadata for {topic}: {}",
+                    code::name(t.error_code)
+                )));
+            }
+            let Some(p) = t.partitions.iter().find(|p| p.partition_index == partition) else {
+                return Err(SourceError::Other(format!("{topic}-{partition} missing on source")));
+            };
+            if p.error_code != code::NONE || p.leader_id.0 < 0 {
+                return Err(SourceError::Other(format!(
+                    "{topic}-{partition} has no leader ({})",
+                    code::name(p.error_code)
+                )));
+            }
+            let Some(b) = resp.brokers.iter().find(|b| b.node_id == p.leader_id) else {
+                return Err(SourceError::Other(format!(
+                    "leader {} of {topic}-{partition} not in broker list",
+                    p.leader_id.0
+                )));
+            };
+            return Ok(SourceLeader {
+                broker_id: p.leader_id.0,
+                addr: format!("{}:{}", b.host, b.port),
+                leader_epoch: p.leader_epoch,
+                topic_id: t.topic_id,
+            });
+        }
+        Err(last_err)
+    }
+
+    async fn fetch(
+        &mut self,
+        leader: &SourceLeader,
+        req: &build::FetchPart,
+        cfg: &FetcherConfig,
+    ) -> Result<FetchOutcome, SourceError> {
+        let fetch = build::consumer_fetch(
+            std::slice::from_ref(req),
+            cfg.max_wait_ms,
+            cfg.min_bytes,
+            cfg.max_bytes,
+            "",
+        );
+        let extra = Duration::from_millis(cfg.max_wait_ms.max(0) as u64);
+        let addr = leader.addr.clone();
+        let resp = match self.conn(&addr).await {
+            // Topic ids in Fetch need v13+.
+            Ok(c) => c.send_with(&fetch, 13, i16::MAX, extra).await,
+            Err(e) => Err(e),
+        };
+        let (_, resp) = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                self.drop_on_fatal(&addr, &e);
+                return Err(e.into());
+            }
+        };
+        if resp.error_code != code::NONE {
+            return Ok(FetchOutcome {
+                error_code: resp.error_code,
+                ..Default::default()
+            });
+        }
+        let part = resp
+            .responses
+            .iter()
+            .filter(|t| t.topic_id == req.topic_id || &*t.topic.0 == req.topic.as_str())
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == req.partition)
+            .ok_or_else(|| SourceError::Other("partition missing from fetch response".into()))?;
+        Ok(FetchOutcome {
+            error_code: part.error_code,
+            high_watermark: part.high_watermark,
+            last_stable_offset: part.last_stable_offset,
+            log_start_offset: part.log_start_offset,
+            current_leader: (part.current_leader.leader_epoch >= 0).then_some((
+                part.current_leader.leader_id.0,
+                part.current_leader.leader_epoch,
+            )),
+            records: part.records.clone().unwrap_or_default(),
+        })
+    }
+
+    async fn list_offset(
+        &mut self,
+        leader: &SourceLeader,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        timestamp: i64,
+    ) -> Result<(i16, i64), SourceError> {
+        let req = build::list_offsets(topic, partition, timestamp, current_leader_epoch, true);
+        let addr = leader.addr.clone();
+        let resp = match self.conn(&addr).await {
+            Ok(c) => c.send_with(&req, 4, i16::MAX, Duration::ZERO).await,
+            Err(e) => Err(e),
+        };
+        let (_, resp) = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                self.drop_on_fatal(&addr, &e);
+                return Err(e.into());
+            }
+        };
+        let p = resp
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == partition)
+            .ok_or_else(|| SourceError::Other("partition missing from ListOffsets".into()))?;
+        Ok((p.error_code, p.offset))
+    }
+
+    async fn sleep(&mut self, d: Duration) {
+        glommio::timer::sleep(d).await
+    }
+
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+}
+
+/// Wall-clock milliseconds.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{BufMut, BytesMut};
+    use futures_lite::future::block_on;
+    use std::collections::VecDeque;
+
+    /// A minimal v2 batch header (61 bytes) with `count` offsets, epoch and magic.
+    fn batch(base: i64, count: i32, epoch: i32, magic: i8) -> Bytes {
+        let mut b = BytesMut::new();
+        b.put_i64(base);
+        b.put_i32(61 - 12);
+        b.put_i32(epoch);
+        b.put_i8(magic);
+        b.put_u32(0); // crc (the fake local checks magic instead)
+        b.put_i16(0);
+        b.put_i32(count - 1);
+        b.put_bytes(0, 61 - b.len());
+        b.freeze()
+    }
+
+    fn concat(parts: &[Bytes]) -> Bytes {
+        let mut b = BytesMut::new();
+        for p in parts {
+            b.extend_from_slice(p);
+        }
+        b.freeze()
+    }
+
+    #[derive(Default)]
+    struct FakeLocal {
+        start: i64,
+        end: i64,
+        epoch: i32,
+        batches: Vec<(i64, Bytes)>,
+        truncations: Vec<i64>,
+    }
+
+    impl LocalPartition for FakeLocal {
+        fn log_start_offset(&self) -> i64 {
+            self.start
+        }
+        fn log_end_offset(&self) -> i64 {
+            self.end
+        }
+        fn leader_epoch(&self) -> i32 {
+            self.epoch
+        }
+        fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
+            assert!(epoch > self.epoch, "bump must only raise the epoch");
+            self.epoch = epoch;
+            Ok(())
+        }
+        fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
+            let mut pos = 0;
+            let mut staged = Vec::new();
+            let mut end = self.end;
+            while pos < batches.len() {
+                let b = batches.slice(pos..pos + 61);
+                let base = i64::from_be_bytes(b[0..8].try_into().unwrap());
+                if b[16] != 2 {
+                    return Err(LocalError::Corrupt(format!("bad magic at {base}")));
+                }
+                if base < end {
+                    return Err(LocalError::NonMonotonic(format!("{base} < {end}")));
+                }
+                let epoch = i32::from_be_bytes(b[12..16].try_into().unwrap());
+                assert!(self.epoch >= epoch, "local epoch {} below batch epoch {epoch}", self.epoch);
+                let delta = i32::from_be_bytes(b[23..27].try_into().unwrap());
+                end = base + i64::from(delta) + 1;
+                staged.push((base, b));
+                pos += 61;
+            }
+            self.batches.extend(staged);
+            self.end = end;
+            Ok(end - 1)
+        }
+        fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
+            self.batches.clear();
+            self.start = offset;
+            self.end = offset;
+            self.truncations.push(offset);
+            Ok(())
+        }
+    }
+
+    /// Source partition: batches by offset, a leader epoch, a log start, scripted errors.
+    struct FakeSource {
+        log: Vec<(i64, i64, Bytes)>, // (base, last, bytes)
+        log_start: i64,
+        leader_epoch: i32,
+        leader_id: i32,
+        topic_id: Uuid,
+        scripted: VecDeque<FetchOutcome>,
+        metadata_calls: u32,
+        fetches: Vec<(String, i64, i32)>,
+        slept: Vec<Duration>,
+        now: i64,
+        /// When set, Fetch returns only a prefix of this many bytes (cut mid-batch).
+        cut_to: Option<usize>,
+    }
+
+    impl FakeSource {
+        fn new(batches: &[(i64, i32, i32)]) -> Self {
+            let log = batches
+                .iter()
+                .map(|&(base, n, e)| (base, base + i64::from(n) - 1, batch(base, n, e, 2)))
+                .collect();
+            FakeSource {
+                log,
+                log_start: batches.first().map_or(0, |b| b.0),
+                leader_epoch: 5,
+                leader_id: 1,
+                topic_id: Uuid::from_bytes([9; 16]),
+                scripted: VecDeque::new(),
+                metadata_calls: 0,
+                fetches: Vec::new(),
+                slept: Vec::new(),
+                now: 1_000,
+                cut_to: None,
+            }
+        }
+        fn end(&self) -> i64 {
+            self.log.last().map_or(self.log_start, |b| b.1 + 1)
+        }
+    }
+
+    impl Source for FakeSource {
+        async fn leader(&mut self, _t: &str, _p: i32) -> Result<SourceLeader, SourceError> {
+            self.metadata_calls += 1;
+            Ok(SourceLeader {
+                broker_id: self.leader_id,
+                addr: format!("b{}:9092", self.leader_id),
+                leader_epoch: self.leader_epoch,
+                topic_id: self.topic_id,
+            })
+        }
+        async fn fetch(
+            &mut self,
+            leader: &SourceLeader,
+            req: &build::FetchPart,
+            _cfg: &FetcherConfig,
+        ) -> Result<FetchOutcome, SourceError> {
+            self.fetches
+                .push((leader.addr.clone(), req.fetch_offset, req.current_leader_epoch));
+            if let Some(o) = self.scripted.pop_front() {
+                return Ok(o);
+            }
+            let base = FetchOutcome {
+                high_watermark: self.end(),
+                last_stable_offset: self.end(),
+                log_start_offset: self.log_start,
+                ..Default::default()
+            };
+            if leader.broker_id != self.leader_id {
+                return Ok(FetchOutcome {
+                    error_code: code::NOT_LEADER_OR_FOLLOWER,
+                    ..base
+                });
+            }
+            if req.current_leader_epoch >= 0 && req.current_leader_epoch < self.leader_epoch {
+                return Ok(FetchOutcome {
+                    error_code: code::FENCED_LEADER_EPOCH,
+                    current_leader: Some((self.leader_id, self.leader_epoch)),
+                    ..base
+                });
+            }
+            if req.fetch_offset < self.log_start || req.fetch_offset > self.end() {
+                return Ok(FetchOutcome {
+                    error_code: code::OFFSET_OUT_OF_RANGE,
+                    ..base
+                });
+            }
+            let parts: Vec<Bytes> = self
+                .log
+                .iter()
+                .filter(|(_, last, _)| *last >= req.fetch_offset)
+                .map(|(_, _, b)| b.clone())
+                .collect();
+            let mut records = concat(&parts);
+            if let Some(n) = self.cut_to {
+                records = records.slice(..n.min(records.len()));
+            }
+            Ok(FetchOutcome { records, ..base })
+        }
+        async fn list_offset(
+            &mut self,
+            _l: &SourceLeader,
+            _t: &str,
+            _p: i32,
+            _e: i32,
+            ts: i64,
+        ) -> Result<(i16, i64), SourceError> {
+            Ok((0, if ts == build::EARLIEST { self.log_start } else { self.end() }))
+        }
+        async fn sleep(&mut self, d: Duration) {
+            self.slept.push(d);
+            self.now += d.as_millis() as i64;
+        }
+        fn now_ms(&self) -> i64 {
+            self.now
+        }
+    }
+
+    #[derive(Default)]
+    struct Events(Vec<FetchEvent>);
+    impl FetchObserver for Events {
+        fn on_event(&mut self, _tp: &TopicPartition, e: FetchEvent) {
+            self.0.push(e);
+        }
+    }
+    impl Events {
+        fn failed(&self) -> usize {
+            self.0.iter().filter(|e| matches!(e, FetchEvent::Failed { .. })).count()
+        }
+    }
+
+    fn fetcher(topic_id: Uuid) -> PartitionFetcher {
+        PartitionFetcher::new(
+            TopicPartition::new("orders", 0),
+            topic_id,
+            FetcherConfig {
+                errors_before_failed: 3,
+                ..Default::default()
+            },
+            0,
+        )
+    }
+
+    fn drive(
+        f: &mut PartitionFetcher,
+        s: &mut FakeSource,
+        l: &mut FakeLocal,
+        o: &mut Events,
+        rounds: usize,
+    ) -> Vec<Step> {
+        block_on(async {
+            let mut steps = Vec::new();
+            for _ in 0..rounds {
+                let st = f.step(s, l, o).await;
+                if let Step::Backoff(d) = st {
+                    s.sleep(d).await;
+                }
+                steps.push(st);
+            }
+            steps
+        })
+    }
+
+    #[test]
+    fn batches_land_at_source_offsets_unchanged_with_gaps() {
+        // Compaction gap between 3 and 10.
+        let mut s = FakeSource::new(&[(0, 3, 1), (10, 2, 2), (12, 5, 5)]);
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 2);
+        let got: Vec<(i64, Bytes)> = l.batches.clone();
+        let want: Vec<(i64, Bytes)> = s.log.iter().map(|(b, _, x)| (*b, x.clone())).collect();
+        assert_eq!(got, want, "byte-identical batches at identical offsets");
+        assert_eq!(l.end, 17);
+        assert_eq!(f.status().lag(), 0);
+        assert!(l.epoch >= s.leader_epoch, "destination epoch >= source epoch");
+    }
+
+    #[test]
+    fn unknown_epoch_is_learned_from_fenced_error_and_local_epoch_follows() {
+        let mut s = FakeSource::new(&[(0, 1, 7)]);
+        s.leader_epoch = 7;
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(s.fetches[0].2, 7, "epoch from metadata is sent");
+        // Leader epoch moves on the source; our next fetch is fenced and learns 9.
+        s.leader_epoch = 9;
+        s.log.push((1, 1, batch(1, 1, 9, 2)));
+        drive(&mut f, &mut s, &mut l, &mut o, 2);
+        assert_eq!(f.source_epoch(), 9);
+        assert_eq!(s.fetches.last().unwrap().2, 9);
+        assert_eq!(l.end, 2);
+        assert_eq!(l.epoch, 9);
+        assert!(o.0.contains(&FetchEvent::EpochBumped { to: 9 }));
+        assert_eq!(o.failed(), 0);
+    }
+
+    #[test]
+    fn not_leader_refreshes_metadata_and_follows_new_leader() {
+        let mut s = FakeSource::new(&[(0, 2, 1)]);
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        s.leader_id = 2;
+        s.leader_epoch = 6;
+        s.log.push((2, 3, batch(2, 3, 6, 2)));
+        let steps = drive(&mut f, &mut s, &mut l, &mut o, 2);
+        assert!(matches!(steps[0], Step::Backoff(_)));
+        assert_eq!(steps[1], Step::Appended { last_offset: 4 });
+        assert_eq!(s.fetches.last().unwrap().0, "b2:9092");
+        assert_eq!(s.metadata_calls, 2);
+        assert_eq!(l.end, 5);
+    }
+
+    #[test]
+    fn source_log_start_past_our_end_truncates_fully_and_reports_gap() {
+        let mut s = FakeSource::new(&[(0, 5, 1)]);
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(l.end, 5);
+        // Retention on the source deletes everything and more arrives: [5, 20) never mirrored.
+        s.log = vec![(20, 22, batch(20, 3, 1, 2))];
+        s.log_start = 20;
+        drive(&mut f, &mut s, &mut l, &mut o, 2);
+        assert_eq!(l.truncations, vec![20]);
+        assert_eq!(l.start, 20, "destination log start equals the source's");
+        assert_eq!(l.end, 23);
+        assert!(o.0.contains(&FetchEvent::SourceLogStartMoved {
+            lost_from: 5,
+            lost_to: 20
+        }));
+    }
+
+    #[test]
+    fn log_start_inside_a_batch_restarts_local_log_at_batch_base() {
+        let mut s = FakeSource::new(&[(0, 10, 1)]);
+        s.log_start = 4; // DeleteRecords moved the start mid-batch
+        let mut l = FakeLocal {
+            start: 4,
+            end: 4,
+            ..Default::default()
+        };
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(l.truncations, vec![0]);
+        assert_eq!(l.batches.len(), 1);
+        assert_eq!(l.end, 10);
+    }
+
+    #[test]
+    fn bad_batch_fails_only_this_partition_and_recovers_after_backoff() {
+        let mut s = FakeSource::new(&[(0, 2, 1)]);
+        s.log[0].2 = batch(0, 2, 1, 9); // corrupt magic
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        let steps = drive(&mut f, &mut s, &mut l, &mut o, 2);
+        assert!(steps.iter().all(|s| matches!(s, Step::Backoff(_))));
+        assert!(o.failed() >= 1);
+        assert!(f.status().failed);
+        assert_eq!(l.end, 0, "nothing appended");
+        // Backoff grows.
+        assert!(s.slept[1] > s.slept[0]);
+        // The source serves a good copy: the partition recovers.
+        s.log[0].2 = batch(0, 2, 1, 2);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(l.end, 2);
+        assert!(o.0.contains(&FetchEvent::Recovered));
+        assert!(!f.status().failed);
+    }
+
+    #[test]
+    fn trailing_partial_batch_is_held_back() {
+        let mut s = FakeSource::new(&[(0, 1, 1), (1, 1, 1)]);
+        s.cut_to = Some(61 + 30);
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(l.end, 1, "only the complete first batch");
+        s.cut_to = None;
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(l.end, 2);
+        assert_eq!(o.failed(), 0);
+    }
+
+    #[test]
+    fn re_created_source_topic_fails_the_partition() {
+        let mut s = FakeSource::new(&[(0, 1, 1)]);
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = fetcher(Uuid::from_bytes([1; 16]));
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(o.failed(), 1);
+        assert_eq!(l.end, 0);
+    }
+
+    #[test]
+    fn destination_ahead_of_source_fails_instead_of_silently_diverging() {
+        let mut s = FakeSource::new(&[(0, 3, 1)]);
+        let mut l = FakeLocal {
+            end: 10,
+            ..Default::default()
+        };
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(o.failed(), 1);
+        assert!(l.truncations.is_empty());
+    }
+
+    #[test]
+    fn persistent_transient_errors_eventually_fail_then_recover() {
+        let mut s = FakeSource::new(&[(0, 1, 1)]);
+        for _ in 0..3 {
+            s.scripted.push_back(FetchOutcome {
+                error_code: code::REQUEST_TIMED_OUT,
+                ..Default::default()
+            });
+        }
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 4);
+        assert_eq!(o.failed(), 1, "third consecutive error marks FAILED once");
+        assert!(o.0.contains(&FetchEvent::Recovered));
+        assert_eq!(l.end, 1);
+    }
+
+    #[test]
+    fn lag_ms_grows_while_behind_and_is_zero_when_caught_up() {
+        let mut st = FetcherStatus::new(1_000);
+        st.source_last_stable_offset = 10;
+        st.destination_log_end_offset = 4;
+        assert_eq!(st.lag(), 6);
+        assert_eq!(st.lag_ms(6_000), 5_000);
+        assert!(st.lag_ms(9_000) > st.lag_ms(6_000));
+        st.destination_log_end_offset = 10;
+        assert_eq!(st.lag_ms(9_000), 0);
+    }
+
+    #[test]
+    fn run_returns_when_stopped() {
+        let mut s = FakeSource::new(&[(0, 1, 1)]);
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let stop = Cell::new(true);
+        let exit = block_on(fetcher(s.topic_id).run(&mut s, &mut l, &mut o, &stop));
+        assert_eq!(exit, FetcherExit::Stopped);
+    }
+
+    #[test]
+    fn fetcher_client_id_is_deterministic() {
+        assert_eq!(fetcher_client_id(1, 3, "dr"), "kmirror-1-fetcher-3-dr");
+    }
+}
