@@ -1,4 +1,83 @@
-//! The kmirror binary.
-fn main() {
-    println!("kmirror");
+//! The kmirror binary: `serve` (the broker) and `mirror` (admin CLI).
+
+mod config;
+mod mirror_cli;
+mod serve;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+#[derive(Parser)]
+#[command(
+    name = "kmirror",
+    version,
+    about = "Kafka-compatible broker with native cluster mirroring"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run a broker until SIGTERM/SIGINT.
+    Serve(ServeArgs),
+    /// Manage mirrors on a running broker.
+    Mirror {
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+/// Flags of `kmirror serve`; each overrides the config file key of the same name.
+#[derive(clap::Args, Debug, Default)]
+pub(crate) struct ServeArgs {
+    /// TOML config file (see kmirror.toml for every key).
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// HOST:PORT to listen on (also the advertised address).
+    #[arg(long)]
+    pub listen: Option<String>,
+    #[arg(long)]
+    pub data_dir: Option<PathBuf>,
+    #[arg(long)]
+    pub node_id: Option<i32>,
+    /// Executor threads (0 = all CPUs).
+    #[arg(long)]
+    pub cores: Option<usize>,
+    /// Prometheus endpoint HOST:PORT.
+    #[arg(long)]
+    pub metrics: Option<String>,
+    #[arg(long)]
+    pub pin_cores: Option<bool>,
+    /// "spread" or "hash".
+    #[arg(long)]
+    pub partition_assignment: Option<String>,
+    #[arg(long)]
+    pub socket_request_max_bytes: Option<usize>,
+    #[arg(long)]
+    pub auto_create_topics: Option<bool>,
+    #[arg(long)]
+    pub num_partitions: Option<i32>,
+    #[arg(long)]
+    pub retention_check_secs: Option<u64>,
+    #[arg(long)]
+    pub log_level: Option<String>,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let r = match cli.command {
+        Command::Serve(args) => serve::run(args),
+        Command::Mirror { args } => mirror_cli::run(args),
+    };
+    match r {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("kmirror: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

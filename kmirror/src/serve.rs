@@ -1,0 +1,145 @@
+//! `kmirror serve`: load settings, start the broker, print the listen address, wait for
+//! SIGTERM/SIGINT, shut down cleanly.
+
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kmirror_engine::{Assignment, EngineConfig};
+use kmirror_net::{RunningBroker, ServerConfig};
+use signal_hook::consts::{SIGINT, SIGTERM};
+
+use crate::config::ServeConfig;
+use crate::ServeArgs;
+
+fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
+    let mut c = match &args.config {
+        Some(p) => ServeConfig::load(p)?,
+        None => ServeConfig::default(),
+    };
+    if let Some(v) = args.listen {
+        c.listen = v;
+    }
+    if let Some(v) = args.data_dir {
+        c.data_dir = v;
+    }
+    if let Some(v) = args.node_id {
+        c.node_id = v;
+    }
+    if let Some(v) = args.cores {
+        c.cores = v;
+    }
+    if let Some(v) = args.metrics {
+        c.metrics = v;
+    }
+    if let Some(v) = args.pin_cores {
+        c.pin_cores = v;
+    }
+    if let Some(v) = args.partition_assignment {
+        c.partition_assignment = v;
+    }
+    if let Some(v) = args.socket_request_max_bytes {
+        c.socket_request_max_bytes = v;
+    }
+    if let Some(v) = args.auto_create_topics {
+        c.auto_create_topics = v;
+    }
+    if let Some(v) = args.num_partitions {
+        c.num_partitions = v;
+    }
+    if let Some(v) = args.retention_check_secs {
+        c.retention_check_secs = v;
+    }
+    if let Some(v) = args.log_level {
+        c.log_level = v;
+    }
+    c.validate()?;
+    Ok(c)
+}
+
+pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
+    let c = merge(args)?;
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&c.log_level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+    // Register before starting so a signal during startup is not lost.
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
+    let engine = EngineConfig {
+        cores: c.cores,
+        pin: c.pin_cores,
+        assignment: Assignment::parse(&c.partition_assignment).unwrap_or_default(),
+        retention_check: Duration::from_secs(c.retention_check_secs.max(1)),
+        ..EngineConfig::default()
+    };
+    let broker = kmirror_net::start(
+        ServerConfig {
+            listen: c.listen.clone(),
+            node_id: c.node_id,
+            data_dir: c.data_dir.clone(),
+            max_request_bytes: c.socket_request_max_bytes,
+            auto_create_topics: c.auto_create_topics,
+            default_partitions: c.num_partitions,
+            engine,
+        },
+        None,
+    )?;
+    if !c.metrics.is_empty() {
+        start_metrics(&c.metrics, &broker)?;
+    }
+    {
+        let mut out = std::io::stdout().lock();
+        writeln!(out, "kmirror listening on {}", broker.addr())?;
+        out.flush()?;
+    }
+    tracing::info!(addr = %broker.addr(), cores = broker.router().cores(), "serving");
+    let sig = signals.forever().next();
+    tracing::info!(?sig, "shutting down");
+    let t = Instant::now();
+    broker.stop();
+    tracing::info!(
+        elapsed_ms = t.elapsed().as_millis() as u64,
+        "stopped cleanly"
+    );
+    Ok(())
+}
+
+/// A minimal Prometheus text endpoint on its own thread (off the data path).
+fn start_metrics(addr: &str, broker: &RunningBroker) -> Result<(), Box<dyn std::error::Error>> {
+    let listener = std::net::TcpListener::bind(addr)?;
+    let b = Arc::clone(broker.broker());
+    let cores = broker.router().cores();
+    std::thread::Builder::new().name("kmirror-metrics".into()).spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
+            let mut buf = [0u8; 2048];
+            let _ = s.read(&mut buf);
+            let meta = b.cluster.snapshot();
+            let partitions: i64 = meta.topics.values().map(|t| t.partition_count() as i64).sum();
+            let mirrored: i64 = meta
+                .topics
+                .values()
+                .filter(|t| t.mirror.is_some())
+                .map(|t| t.partition_count() as i64)
+                .sum();
+            let body = format!(
+                "# HELP kmirror_up 1 while the broker runs.\n# TYPE kmirror_up gauge\nkmirror_up 1\n\
+                 # HELP kmirror_cores Executor cores.\n# TYPE kmirror_cores gauge\nkmirror_cores {cores}\n\
+                 # HELP kmirror_topics Topics.\n# TYPE kmirror_topics gauge\nkmirror_topics {}\n\
+                 # HELP kmirror_partitions Partitions.\n# TYPE kmirror_partitions gauge\nkmirror_partitions {partitions}\n\
+                 # HELP kmirror_mirrored_partitions Partitions of mirror topics.\n# TYPE kmirror_mirrored_partitions gauge\nkmirror_mirrored_partitions {mirrored}\n",
+                meta.topics.len()
+            );
+            let _ = write!(
+                s,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                body.len(),
+                body
+            );
+        }
+    })?;
+    Ok(())
+}

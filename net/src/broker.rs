@@ -1,0 +1,273 @@
+//! Broker-wide shared state and the per-core request context handed to handlers.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+use kmirror_control::metadata::{ClusterMetadata, MetadataError, TopicMeta};
+use kmirror_engine::{CoreContext, EngineError, Router};
+use kmirror_log::ControlKind;
+use kmirror_types::{ProducerId, TopicPartition};
+use uuid::Uuid;
+
+use crate::cluster::{Cluster, MetaCache};
+use crate::errors;
+use crate::groups::{GroupsService, MarkerSink, TxnMarker};
+
+/// Static broker settings.
+#[derive(Debug, Clone)]
+pub struct BrokerConfig {
+    pub node_id: i32,
+    /// Advertised host and port (the listen address).
+    pub host: String,
+    pub port: i32,
+    pub data_dir: PathBuf,
+    /// `socket.request.max.bytes`: larger frames close the connection unread.
+    pub max_request_bytes: usize,
+    pub auto_create_topics: bool,
+    /// `num.partitions` for auto-created topics and CreateTopics with -1.
+    pub default_partitions: i32,
+}
+
+/// APIs served outside kafka-protocol's key set (the mirror APIs). The extension gets the
+/// whole request frame (header included) and returns the whole response (header included,
+/// no length prefix), or None to send nothing.
+pub trait ExtensionApis: Send + Sync {
+    /// (api key, min version, max version) to advertise in ApiVersions.
+    fn versions(&self) -> Vec<(i16, i16, i16)>;
+    fn handles(&self, api_key: i16) -> bool;
+    fn handle(
+        &self,
+        api_key: i16,
+        frame: Bytes,
+    ) -> Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
+}
+
+/// Shared by all cores.
+pub struct Broker {
+    pub config: BrokerConfig,
+    pub cluster: Cluster,
+    pub groups: Option<GroupsService>,
+    pub extension: Option<Arc<dyn ExtensionApis>>,
+}
+
+/// One core's view: the broker plus the engine context and a metadata cache.
+pub struct Ctx {
+    pub broker: Arc<Broker>,
+    pub core: CoreContext,
+    meta: MetaCache,
+}
+
+/// An error for one item of an admin request: Kafka code plus message.
+pub type ItemError = (i16, String);
+
+fn meta_err(e: MetadataError) -> ItemError {
+    (errors::metadata_error_code(&e), e.to_string())
+}
+
+fn engine_err(e: EngineError) -> ItemError {
+    (errors::engine_error_code(&e), e.to_string())
+}
+
+impl Ctx {
+    pub fn new(broker: Arc<Broker>, core: CoreContext) -> Ctx {
+        let meta = MetaCache::new(broker.cluster.view());
+        Ctx { broker, core, meta }
+    }
+
+    pub fn meta(&self) -> Arc<ClusterMetadata> {
+        self.meta.get(self.broker.cluster.view())
+    }
+
+    pub fn router(&self) -> &Router {
+        &self.core.router
+    }
+
+    pub fn node_id(&self) -> i32 {
+        self.broker.config.node_id
+    }
+
+    /// Creates a topic durably, then its partitions on their owning cores.
+    pub async fn create_topic(
+        &self,
+        name: String,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        id: Option<Uuid>,
+        validate_only: bool,
+    ) -> Result<TopicMeta, ItemError> {
+        let n = name.clone();
+        let t = self
+            .broker
+            .cluster
+            .mutate(move |s| s.create_topic(&n, partitions, configs, id, validate_only))
+            .await
+            .map_err(engine_err)?
+            .map_err(meta_err)?;
+        if !validate_only {
+            self.create_partitions_on_cores(&t, 0).await?;
+        }
+        Ok(t)
+    }
+
+    /// Opens fresh logs for partitions `from..count` of `t` (wiping stale directories).
+    pub async fn create_partitions_on_cores(
+        &self,
+        t: &TopicMeta,
+        from: i32,
+    ) -> Result<(), ItemError> {
+        let router = self.router();
+        let mut pending = Vec::new();
+        for p in from..t.partition_count() {
+            let tp = TopicPartition::new(t.name.clone(), p);
+            pending.push(
+                router
+                    .submit(router.owner(&tp), move |s| {
+                        s.create_partition(&tp).map(|_| ())
+                    })
+                    .await
+                    .map_err(engine_err)?,
+            );
+        }
+        for p in pending {
+            p.wait().await.map_err(engine_err)?.map_err(engine_err)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes a topic: metadata first (clients stop seeing it), then logs and directories.
+    pub async fn delete_topic(&self, name: String) -> Result<TopicMeta, ItemError> {
+        let n = name.clone();
+        let t = self
+            .broker
+            .cluster
+            .mutate(move |s| {
+                if let Some(t) = s.topic(&n) {
+                    if t.mirror.is_some() {
+                        // Deleting a mirror topic is allowed in Kafka too; keep it simple.
+                    }
+                }
+                s.delete_topic(&n)
+            })
+            .await
+            .map_err(engine_err)?
+            .map_err(meta_err)?;
+        let router = self.router();
+        let mut pending = Vec::new();
+        for p in 0..t.partition_count() {
+            let tp = TopicPartition::new(t.name.clone(), p);
+            let dir = self.broker.cluster.partition_dir(&tp);
+            pending.push(
+                router
+                    .submit(router.owner(&tp), move |s| {
+                        s.remove_partition(&tp, Some(dir))
+                    })
+                    .await
+                    .map_err(engine_err)?,
+            );
+        }
+        for p in pending {
+            if let Err(e) = p.wait().await.map_err(engine_err)? {
+                tracing::warn!(topic = %t.name, error = %e, "removing partition files failed");
+            }
+        }
+        Ok(t)
+    }
+
+    /// The topic, auto-creating it if allowed and absent.
+    pub async fn topic_or_create(
+        &self,
+        name: &str,
+        allow_create: bool,
+    ) -> Result<TopicMeta, ItemError> {
+        if let Some(t) = self.meta().topics.get(name) {
+            return Ok(t.clone());
+        }
+        if !(allow_create && self.broker.config.auto_create_topics) {
+            return Err((
+                errors::code(kafka_protocol::ResponseError::UnknownTopicOrPartition),
+                format!("unknown topic '{name}'"),
+            ));
+        }
+        match self
+            .create_topic(
+                name.to_string(),
+                self.broker.config.default_partitions,
+                BTreeMap::new(),
+                None,
+                false,
+            )
+            .await
+        {
+            Ok(t) => Ok(t),
+            // Lost a race with another creator: fine.
+            Err((c, _)) if c == 36 => self.meta().topics.get(name).cloned().ok_or((
+                errors::code(kafka_protocol::ResponseError::UnknownTopicOrPartition),
+                name.to_string(),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// Writes transaction markers for the coordinator by routing each to its partition's core.
+pub struct EngineMarkerSink {
+    router: Arc<OnceLock<Router>>,
+}
+
+impl EngineMarkerSink {
+    /// The router is set once the engine has started (the coordinator starts first).
+    pub fn new(router: Arc<OnceLock<Router>>) -> EngineMarkerSink {
+        EngineMarkerSink { router }
+    }
+}
+
+impl MarkerSink for EngineMarkerSink {
+    fn write_markers(
+        &self,
+        markers: Vec<TxnMarker>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        let router = self.router.get().cloned();
+        Box::pin(async move {
+            let router = router.ok_or_else(|| "broker not started".to_string())?;
+            let mut pending = Vec::new();
+            for m in markers {
+                let tp = TopicPartition::new(m.topic.clone(), m.partition);
+                let kind = if m.commit {
+                    ControlKind::Commit
+                } else {
+                    ControlKind::Abort
+                };
+                pending.push(
+                    router
+                        .submit_partition(tp, move |p| {
+                            p.append_control(
+                                kind,
+                                ProducerId(m.producer_id),
+                                m.producer_epoch,
+                                m.coordinator_epoch,
+                                kmirror_engine::now_ms(),
+                            )
+                        })
+                        .await
+                        .map_err(|e| e.to_string())?,
+                );
+            }
+            let mut first_err = None;
+            for p in pending {
+                match p.wait().await {
+                    Ok(Ok(Ok(_))) => {}
+                    // A deleted partition has nothing left to mark.
+                    Ok(Err(EngineError::UnknownPartition(_))) => {}
+                    Ok(Err(e)) | Ok(Ok(Err(e))) | Err(e) => {
+                        first_err.get_or_insert(e.to_string());
+                    }
+                }
+            }
+            first_err.map_or(Ok(()), Err)
+        })
+    }
+}

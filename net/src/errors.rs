@@ -1,0 +1,114 @@
+//! The one place internal errors become Kafka error codes.
+//!
+//! Every handler reports failures through these functions, so a given internal condition
+//! always reaches clients as the same code (and clients' retry logic behaves predictably).
+
+use kafka_protocol::ResponseError as E;
+use kmirror_control::metadata::MetadataError;
+use kmirror_engine::EngineError;
+use kmirror_log::LogError;
+
+use crate::keys;
+
+pub const NONE: i16 = 0;
+
+/// Shorthand for a standard Kafka code.
+pub fn code(e: E) -> i16 {
+    e.code()
+}
+
+pub fn log_error_code(e: &LogError) -> i16 {
+    match e {
+        LogError::Corrupt { .. } => E::CorruptMessage.code(),
+        LogError::InvalidRecord(_) => E::InvalidRecord.code(),
+        LogError::RecordTooLarge { .. } => E::MessageTooLarge.code(),
+        // Only mirror appends can hit this; the fetcher treats it as a request problem.
+        LogError::NonMonotonicMirrorOffset { .. } => E::InvalidRequest.code(),
+        LogError::OffsetOutOfRange { .. } => E::OffsetOutOfRange.code(),
+        LogError::DuplicateSequence { .. } => E::DuplicateSequenceNumber.code(),
+        LogError::OutOfOrderSequence { .. } => E::OutOfOrderSequenceNumber.code(),
+        LogError::InvalidProducerEpoch { .. } => E::InvalidProducerEpoch.code(),
+        LogError::InvalidTxnState { .. } => E::InvalidTxnState.code(),
+        LogError::TransactionCoordinatorFenced { .. } => E::TransactionCoordinatorFenced.code(),
+        LogError::Io(_) => E::KafkaStorageError.code(),
+        #[allow(unreachable_patterns)]
+        _ => E::UnknownServerError.code(),
+    }
+}
+
+pub fn engine_error_code(e: &EngineError) -> i16 {
+    match e {
+        EngineError::UnknownPartition(_) => E::UnknownTopicOrPartition.code(),
+        EngineError::ReadOnly { .. } => keys::error::READ_ONLY_TOPIC,
+        // The client should refresh metadata and retry (e.g. against the restarted node).
+        EngineError::ShuttingDown => E::NotLeaderOrFollower.code(),
+        EngineError::Log(l) => log_error_code(l),
+        EngineError::Io(_) => E::KafkaStorageError.code(),
+        _ => E::UnknownServerError.code(),
+    }
+}
+
+pub fn metadata_error_code(e: &MetadataError) -> i16 {
+    match e {
+        MetadataError::TopicExists(_) => E::TopicAlreadyExists.code(),
+        MetadataError::UnknownTopic(_) => E::UnknownTopicOrPartition.code(),
+        MetadataError::InvalidTopicName { .. } => E::InvalidTopicException.code(),
+        MetadataError::InvalidPartitions(_) => E::InvalidPartitions.code(),
+        MetadataError::InvalidReplicationFactor(_) => E::InvalidReplicationFactor.code(),
+        MetadataError::InvalidConfig { .. } => E::InvalidConfig.code(),
+        MetadataError::MirrorReadOnly(_) => keys::error::READ_ONLY_TOPIC,
+        MetadataError::Io(_) | MetadataError::Corrupt { .. } => E::KafkaStorageError.code(),
+        _ => E::UnknownServerError.code(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmirror_types::{Offset, ProducerId};
+
+    #[test]
+    fn idempotence_and_crc_errors_reach_clients_as_their_kafka_codes() {
+        let crc = LogError::Corrupt {
+            offset_hint: None,
+            reason: "crc".into(),
+        };
+        assert_eq!(log_error_code(&crc), 2);
+        let dup = LogError::DuplicateSequence {
+            producer_id: ProducerId(1),
+            sequence: 3,
+        };
+        assert_eq!(log_error_code(&dup), 46);
+        let ooo = LogError::OutOfOrderSequence {
+            producer_id: ProducerId(1),
+            sequence: 9,
+            last_sequence: 3,
+        };
+        assert_eq!(log_error_code(&ooo), 45);
+        let oor = EngineError::Log(LogError::OffsetOutOfRange {
+            requested: Offset(9),
+            log_start: Offset(0),
+            log_end: Offset(1),
+        });
+        assert_eq!(engine_error_code(&oor), 1);
+    }
+
+    #[test]
+    fn admin_errors_map_to_the_codes_admin_clients_expect() {
+        assert_eq!(
+            metadata_error_code(&MetadataError::TopicExists("t".into())),
+            36
+        );
+        assert_eq!(
+            metadata_error_code(&MetadataError::InvalidConfig {
+                key: "k".into(),
+                reason: "r".into()
+            }),
+            40
+        );
+        assert_eq!(
+            metadata_error_code(&MetadataError::InvalidReplicationFactor(3)),
+            38
+        );
+    }
+}

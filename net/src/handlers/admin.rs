@@ -1,0 +1,219 @@
+//! Topic administration and DescribeCluster. A single broker: replication factor 1 only,
+//! replica assignments must name this node.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::create_partitions_response::*;
+use kafka_protocol::messages::create_topics_response::*;
+use kafka_protocol::messages::delete_topics_response::*;
+use kafka_protocol::messages::describe_cluster_response::*;
+use kafka_protocol::messages::{
+    CreatePartitionsRequest, CreateTopicsRequest, DeleteTopicsRequest, DescribeClusterRequest,
+    TopicName,
+};
+use kafka_protocol::ResponseError as E;
+use kmirror_control::metadata::topic_config;
+use uuid::Uuid;
+
+use super::{broker, s, topic_name, NO_AUTHORIZED_OPS};
+use crate::broker::{Ctx, ItemError};
+use crate::errors;
+
+pub async fn create_topics(
+    ctx: &Ctx,
+    _version: i16,
+    req: CreateTopicsRequest,
+) -> CreateTopicsResponse {
+    let node = ctx.node_id();
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let name = t.name.to_string();
+        let r: Result<_, ItemError> = async {
+            if t.replication_factor != -1 && t.replication_factor != 1 {
+                return Err((
+                    E::InvalidReplicationFactor.code(),
+                    format!(
+                        "replication factor {} is larger than the 1 available broker",
+                        t.replication_factor
+                    ),
+                ));
+            }
+            let mut partitions = t.num_partitions;
+            if !t.assignments.is_empty() {
+                if partitions != -1 || t.replication_factor != -1 {
+                    return Err((
+                        E::InvalidRequest.code(),
+                        "give either assignments or partitions/replication factor".into(),
+                    ));
+                }
+                if t.assignments
+                    .iter()
+                    .any(|a| a.broker_ids.iter().any(|b| b.0 != node) || a.broker_ids.len() != 1)
+                {
+                    return Err((
+                        E::InvalidReplicaAssignment.code(),
+                        format!("this cluster has one broker (id {node})"),
+                    ));
+                }
+                partitions = t.assignments.len() as i32;
+            }
+            if partitions == -1 {
+                partitions = ctx.broker.config.default_partitions;
+            }
+            let mut configs = BTreeMap::new();
+            for c in t.configs {
+                if let Some(v) = c.value {
+                    configs.insert(c.name.to_string(), v.to_string());
+                }
+            }
+            ctx.create_topic(name.clone(), partitions, configs, None, req.validate_only)
+                .await
+        }
+        .await;
+        results.push(match r {
+            Ok(meta) => {
+                let configs = topic_config::KNOWN
+                    .iter()
+                    .map(|(k, ..)| {
+                        CreatableTopicConfigs::default()
+                            .with_name(s(k))
+                            .with_value(meta.config_value(k).map(|v| s(&v)))
+                            .with_config_source(if meta.configs.contains_key(*k) { 1 } else { 5 })
+                    })
+                    .collect();
+                CreatableTopicResult::default()
+                    .with_name(topic_name(&name))
+                    .with_topic_id(meta.id)
+                    .with_num_partitions(meta.partition_count())
+                    .with_replication_factor(1)
+                    .with_configs(Some(configs))
+            }
+            Err((code, msg)) => CreatableTopicResult::default()
+                .with_name(topic_name(&name))
+                .with_error_code(code)
+                .with_error_message(Some(s(&msg)))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1),
+        });
+    }
+    CreateTopicsResponse::default().with_topics(results)
+}
+
+pub async fn delete_topics(
+    ctx: &Ctx,
+    version: i16,
+    req: DeleteTopicsRequest,
+) -> DeleteTopicsResponse {
+    // v6 names topics by name or ID; older versions by name only.
+    let mut wanted: Vec<(Option<String>, Uuid)> = Vec::new();
+    if version >= 6 {
+        for t in req.topics {
+            wanted.push((t.name.map(|n| n.to_string()), t.topic_id));
+        }
+    } else {
+        for n in req.topic_names {
+            wanted.push((Some(n.to_string()), Uuid::nil()));
+        }
+    }
+    let mut results = Vec::with_capacity(wanted.len());
+    for (name, id) in wanted {
+        let resolved = match &name {
+            Some(n) => Some(n.clone()),
+            None => ctx.meta().topic_by_id(id).map(|t| t.name.clone()),
+        };
+        let Some(n) = resolved else {
+            results.push(
+                DeletableTopicResult::default()
+                    .with_topic_id(id)
+                    .with_error_code(E::UnknownTopicId.code())
+                    .with_error_message(Some(s("unknown topic id"))),
+            );
+            continue;
+        };
+        results.push(match ctx.delete_topic(n.clone()).await {
+            Ok(t) => DeletableTopicResult::default()
+                .with_name(Some(topic_name(&n)))
+                .with_topic_id(t.id),
+            Err((code, msg)) => DeletableTopicResult::default()
+                .with_name(Some(topic_name(&n)))
+                .with_topic_id(id)
+                .with_error_code(code)
+                .with_error_message(Some(s(&msg))),
+        });
+    }
+    DeleteTopicsResponse::default().with_responses(results)
+}
+
+pub async fn create_partitions(
+    ctx: &Ctx,
+    _version: i16,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
+    let node = ctx.node_id();
+    let mut results = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let name = t.name.to_string();
+        let r: Result<(), ItemError> = async {
+            if let Some(a) = &t.assignments {
+                if a.iter()
+                    .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node)
+                {
+                    return Err((
+                        E::InvalidReplicaAssignment.code(),
+                        format!("this cluster has one broker (id {node})"),
+                    ));
+                }
+            }
+            let (n, total, vo) = (name.clone(), t.count, req.validate_only);
+            let before = ctx
+                .meta()
+                .topics
+                .get(&name)
+                .map(|t| t.partition_count())
+                .unwrap_or(0);
+            let meta = ctx
+                .broker
+                .cluster
+                .mutate(move |s| s.create_partitions(&n, total, vo))
+                .await
+                .map_err(|e| (errors::engine_error_code(&e), e.to_string()))?
+                .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))?;
+            if !req.validate_only {
+                ctx.create_partitions_on_cores(&meta, before).await?;
+            }
+            Ok(())
+        }
+        .await;
+        let mut res = CreatePartitionsTopicResult::default().with_name(TopicName(s(&name)));
+        if let Err((code, msg)) = r {
+            res = res.with_error_code(code).with_error_message(Some(s(&msg)));
+        }
+        results.push(res);
+    }
+    CreatePartitionsResponse::default().with_results(results)
+}
+
+pub fn describe_cluster(
+    ctx: &Ctx,
+    _version: i16,
+    req: DescribeClusterRequest,
+) -> DescribeClusterResponse {
+    let cfg = &ctx.broker.config;
+    let meta = ctx.meta();
+    let mut resp = DescribeClusterResponse::default()
+        .with_cluster_id(s(&meta.cluster_id))
+        .with_controller_id(broker(cfg.node_id))
+        .with_endpoint_type(req.endpoint_type)
+        .with_brokers(vec![DescribeClusterBroker::default()
+            .with_broker_id(broker(cfg.node_id))
+            .with_host(s(&cfg.host))
+            .with_port(cfg.port)])
+        .with_cluster_authorized_operations(NO_AUTHORIZED_OPS);
+    // Endpoint type 2 asks for controllers; we are our own controller.
+    if req.endpoint_type != 1 && req.endpoint_type != 2 {
+        resp = resp
+            .with_error_code(E::UnsupportedEndpointType.code())
+            .with_error_message(Some(s("unknown endpoint type")));
+    }
+    resp
+}

@@ -1,0 +1,270 @@
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs. Topic configs that kmirror
+//! honours are listed in `kmirror_control::metadata::topic_config`; anything else (or an
+//! unsupported value such as `cleanup.policy=compact`) is refused with INVALID_CONFIG and
+//! a message saying why. Broker configs are static (config file / flags) and read-only.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::describe_configs_response::*;
+use kafka_protocol::messages::{
+    alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
+    AlterConfigsResponse, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::ResponseError as E;
+use kmirror_control::metadata::{topic_config, ConfigOp, TopicMeta};
+
+use super::s;
+use crate::broker::{Ctx, ItemError};
+use crate::errors;
+
+const TOPIC: i8 = 2;
+const BROKER: i8 = 4;
+const BROKER_LOGGER: i8 = 8;
+const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const SOURCE_STATIC_BROKER: i8 = 4;
+const SOURCE_DEFAULT: i8 = 5;
+
+fn broker_configs(ctx: &Ctx) -> Vec<(&'static str, String)> {
+    let c = &ctx.broker.config;
+    vec![
+        ("node.id", c.node_id.to_string()),
+        ("broker.id", c.node_id.to_string()),
+        (
+            "advertised.listeners",
+            format!("PLAINTEXT://{}:{}", c.host, c.port),
+        ),
+        ("listeners", format!("PLAINTEXT://{}:{}", c.host, c.port)),
+        ("log.dirs", c.data_dir.display().to_string()),
+        ("num.partitions", c.default_partitions.to_string()),
+        (
+            "auto.create.topics.enable",
+            c.auto_create_topics.to_string(),
+        ),
+        ("socket.request.max.bytes", c.max_request_bytes.to_string()),
+        ("default.replication.factor", "1".into()),
+        ("min.insync.replicas", "1".into()),
+    ]
+}
+
+pub fn describe_configs(
+    ctx: &Ctx,
+    version: i16,
+    req: DescribeConfigsRequest,
+) -> DescribeConfigsResponse {
+    let meta = ctx.meta();
+    let mut results = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        let name = r.resource_name.to_string();
+        let keys: Option<Vec<String>> = r
+            .configuration_keys
+            .map(|k| k.iter().map(|x| x.to_string()).collect());
+        let wanted = |k: &str| keys.as_ref().is_none_or(|ks| ks.iter().any(|x| x == k));
+        let mut res = DescribeConfigsResult::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name.clone());
+        match r.resource_type {
+            TOPIC => match meta.topics.get(&name) {
+                Some(t) => {
+                    let configs = topic_config::KNOWN
+                        .iter()
+                        .filter(|(k, ..)| wanted(k))
+                        .map(|(k, ..)| topic_entry(t, k, version, req.include_documentation))
+                        .collect();
+                    res = res.with_configs(configs);
+                }
+                None => {
+                    res = res
+                        .with_error_code(E::UnknownTopicOrPartition.code())
+                        .with_error_message(Some(s(&format!("unknown topic '{name}'"))));
+                }
+            },
+            BROKER => {
+                if !name.is_empty() && name != ctx.node_id().to_string() {
+                    res = res
+                        .with_error_code(E::InvalidRequest.code())
+                        .with_error_message(Some(s(&format!("unknown broker '{name}'"))));
+                } else {
+                    res = res.with_configs(
+                        broker_configs(ctx)
+                            .into_iter()
+                            .filter(|(k, _)| wanted(k))
+                            .map(|(k, v)| {
+                                DescribeConfigsResourceResult::default()
+                                    .with_name(s(k))
+                                    .with_value(Some(s(&v)))
+                                    .with_read_only(true)
+                                    .with_config_source(SOURCE_STATIC_BROKER)
+                                    .with_config_type(2)
+                            })
+                            .collect(),
+                    );
+                }
+            }
+            BROKER_LOGGER => {}
+            other => {
+                res = res
+                    .with_error_code(E::InvalidRequest.code())
+                    .with_error_message(Some(s(&format!("unsupported resource type {other}"))));
+            }
+        }
+        results.push(res);
+    }
+    DescribeConfigsResponse::default().with_results(results)
+}
+
+fn topic_entry(
+    t: &TopicMeta,
+    key: &str,
+    version: i16,
+    docs: bool,
+) -> DescribeConfigsResourceResult {
+    let dynamic = t.configs.contains_key(key);
+    let mut e = DescribeConfigsResourceResult::default()
+        .with_name(s(key))
+        .with_value(t.config_value(key).map(|v| s(&v)))
+        .with_read_only(false)
+        .with_config_source(if dynamic {
+            SOURCE_DYNAMIC_TOPIC
+        } else {
+            SOURCE_DEFAULT
+        })
+        .with_is_sensitive(false);
+    if version >= 3 {
+        e = e.with_config_type(topic_config::type_code(key));
+        if docs {
+            e = e.with_documentation(topic_config::documentation(key).map(s));
+        }
+    }
+    e
+}
+
+/// Applies a topic change and pushes the new log settings to the open partitions.
+async fn alter_topic(
+    ctx: &Ctx,
+    name: String,
+    change: TopicChange,
+    validate_only: bool,
+) -> Result<(), ItemError> {
+    let t = ctx
+        .broker
+        .cluster
+        .mutate(move |s| {
+            if s.topic(&name).is_some_and(|t| t.mirror.is_some()) {
+                return Err(kmirror_control::metadata::MetadataError::MirrorReadOnly(
+                    name.clone(),
+                ));
+            }
+            match change {
+                TopicChange::Incremental(ops) => s.alter_configs(&name, &ops, validate_only),
+                TopicChange::Replace(map) => s.replace_configs(&name, map, validate_only),
+            }
+        })
+        .await
+        .map_err(|e| (errors::engine_error_code(&e), e.to_string()))?
+        .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))?;
+    if !validate_only {
+        ctx.broker
+            .cluster
+            .refresh_partitions(ctx.router(), &t)
+            .await
+            .map_err(|e| (errors::engine_error_code(&e), e.to_string()))?;
+    }
+    Ok(())
+}
+
+enum TopicChange {
+    Incremental(Vec<ConfigOp>),
+    Replace(BTreeMap<String, String>),
+}
+
+fn static_broker_error() -> ItemError {
+    (
+        E::InvalidRequest.code(),
+        "broker configs are static in kmirror: set them in the config file or with flags".into(),
+    )
+}
+
+pub async fn alter_configs(
+    ctx: &Ctx,
+    _version: i16,
+    req: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    let mut out = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        let name = r.resource_name.to_string();
+        let res = match r.resource_type {
+            TOPIC => {
+                let map = r
+                    .configs
+                    .iter()
+                    .filter_map(|c| {
+                        c.value
+                            .as_ref()
+                            .map(|v| (c.name.to_string(), v.to_string()))
+                    })
+                    .collect();
+                alter_topic(ctx, name, TopicChange::Replace(map), req.validate_only).await
+            }
+            _ => Err(static_broker_error()),
+        };
+        let mut item = alter_configs_response::AlterConfigsResourceResponse::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name);
+        if let Err((code, msg)) = res {
+            item = item.with_error_code(code).with_error_message(Some(s(&msg)));
+        }
+        out.push(item);
+    }
+    AlterConfigsResponse::default().with_responses(out)
+}
+
+pub async fn incremental_alter_configs(
+    ctx: &Ctx,
+    _version: i16,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let mut out = Vec::with_capacity(req.resources.len());
+    for r in req.resources {
+        let name = r.resource_name.to_string();
+        let res = match r.resource_type {
+            TOPIC => {
+                let mut ops = Vec::new();
+                let mut bad = None;
+                for c in &r.configs {
+                    let k = c.name.to_string();
+                    let v = c.value.as_ref().map(|v| v.to_string()).unwrap_or_default();
+                    ops.push(match c.config_operation {
+                        0 => ConfigOp::Set(k, v),
+                        1 => ConfigOp::Delete(k),
+                        2 => ConfigOp::Append(k, v),
+                        3 => ConfigOp::Subtract(k, v),
+                        op => {
+                            bad = Some((
+                                E::InvalidRequest.code(),
+                                format!("unknown config operation {op}"),
+                            ));
+                            break;
+                        }
+                    });
+                }
+                match bad {
+                    Some(e) => Err(e),
+                    None => {
+                        alter_topic(ctx, name, TopicChange::Incremental(ops), req.validate_only)
+                            .await
+                    }
+                }
+            }
+            _ => Err(static_broker_error()),
+        };
+        let mut item = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
+            .with_resource_type(r.resource_type)
+            .with_resource_name(r.resource_name);
+        if let Err((code, msg)) = res {
+            item = item.with_error_code(code).with_error_message(Some(s(&msg)));
+        }
+        out.push(item);
+    }
+    IncrementalAlterConfigsResponse::default().with_responses(out)
+}

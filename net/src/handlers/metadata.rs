@@ -1,0 +1,104 @@
+//! Metadata: brokers (just us), cluster id, topics with IDs, partitions led by us.
+
+use kafka_protocol::messages::metadata_response::*;
+use kafka_protocol::messages::MetadataRequest;
+use kafka_protocol::ResponseError as E;
+use kmirror_control::metadata::TopicMeta;
+use uuid::Uuid;
+
+use super::{broker, s, topic_name, NO_AUTHORIZED_OPS};
+use crate::broker::Ctx;
+
+pub async fn metadata(ctx: &Ctx, version: i16, req: MetadataRequest) -> MetadataResponse {
+    let cfg = &ctx.broker.config;
+    // v0: an empty list means all topics; v1+: null means all, empty means none.
+    let wanted = match req.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(t),
+    };
+    let allow_create = version < 4 || req.allow_auto_topic_creation;
+    let mut topics = Vec::new();
+    match wanted {
+        None => {
+            let meta = ctx.meta();
+            for t in meta.topics.values() {
+                topics.push(topic_entry(ctx, t, req.include_topic_authorized_operations));
+            }
+        }
+        Some(list) => {
+            for want in list {
+                match want.name {
+                    Some(name) => match ctx.topic_or_create(name.as_str(), allow_create).await {
+                        Ok(t) => topics.push(topic_entry(
+                            ctx,
+                            &t,
+                            req.include_topic_authorized_operations,
+                        )),
+                        Err((code, _)) => topics.push(
+                            MetadataResponseTopic::default()
+                                .with_error_code(code)
+                                .with_name(Some(name))
+                                .with_topic_authorized_operations(NO_AUTHORIZED_OPS),
+                        ),
+                    },
+                    None => {
+                        let meta = ctx.meta();
+                        match meta.topic_by_id(want.topic_id) {
+                            Some(t) => topics.push(topic_entry(
+                                ctx,
+                                t,
+                                req.include_topic_authorized_operations,
+                            )),
+                            None => topics.push(
+                                MetadataResponseTopic::default()
+                                    .with_error_code(E::UnknownTopicId.code())
+                                    .with_topic_id(want.topic_id)
+                                    .with_topic_authorized_operations(NO_AUTHORIZED_OPS),
+                            ),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    let meta = ctx.meta();
+    MetadataResponse::default()
+        .with_brokers(vec![MetadataResponseBroker::default()
+            .with_node_id(broker(cfg.node_id))
+            .with_host(s(&cfg.host))
+            .with_port(cfg.port)])
+        .with_cluster_id(Some(s(&meta.cluster_id)))
+        .with_controller_id(broker(cfg.node_id))
+        .with_topics(topics)
+        .with_cluster_authorized_operations(NO_AUTHORIZED_OPS)
+}
+
+fn topic_entry(ctx: &Ctx, t: &TopicMeta, with_ops: bool) -> MetadataResponseTopic {
+    let node = broker(ctx.node_id());
+    let partitions = t
+        .leader_epochs
+        .iter()
+        .enumerate()
+        .map(|(i, epoch)| {
+            MetadataResponsePartition::default()
+                .with_partition_index(i as i32)
+                .with_leader_id(node)
+                .with_leader_epoch(*epoch)
+                .with_replica_nodes(vec![node])
+                .with_isr_nodes(vec![node])
+        })
+        .collect();
+    // All operations allowed (no ACLs yet): READ..DESCRIBE_CONFIGS bits as Kafka encodes them.
+    let ops = if with_ops {
+        0b1_1111_1111_1000
+    } else {
+        NO_AUTHORIZED_OPS
+    };
+    MetadataResponseTopic::default()
+        .with_name(Some(topic_name(&t.name)))
+        .with_topic_id(if t.id.is_nil() { Uuid::nil() } else { t.id })
+        .with_is_internal(t.internal)
+        .with_partitions(partitions)
+        .with_topic_authorized_operations(ops)
+}

@@ -1,0 +1,27 @@
+//! One module per API family. Handlers turn decoded requests into responses; failures go
+//! through [`crate::errors`] so each condition always maps to the same Kafka code.
+
+pub mod admin;
+pub mod configs;
+pub mod fetch;
+pub mod metadata;
+pub mod offsets;
+pub mod produce;
+
+use kafka_protocol::messages::{BrokerId, TopicName};
+use kafka_protocol::protocol::StrBytes;
+
+pub(crate) fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+pub(crate) fn topic_name(v: &str) -> TopicName {
+    TopicName(s(v))
+}
+
+pub(crate) fn broker(id: i32) -> BrokerId {
+    BrokerId(id)
+}
+
+/// Kafka's "authorized operations not requested" sentinel.
+pub(crate) const NO_AUTHORIZED_OPS: i32 = i32::MIN;

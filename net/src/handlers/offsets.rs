@@ -1,0 +1,225 @@
+//! ListOffsets, OffsetForLeaderEpoch and DeleteRecords.
+
+use kafka_protocol::messages::delete_records_response::*;
+use kafka_protocol::messages::list_offsets_response::*;
+use kafka_protocol::messages::offset_for_leader_epoch_response::*;
+use kafka_protocol::messages::{
+    DeleteRecordsRequest, ListOffsetsRequest, OffsetForLeaderEpochRequest,
+};
+use kafka_protocol::ResponseError as E;
+use kmirror_engine::{EngineError, Partition, Pending};
+use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
+
+use crate::broker::Ctx;
+use crate::errors;
+
+/// Kafka's special ListOffsets timestamps.
+const LATEST: i64 = -1;
+const EARLIEST: i64 = -2;
+const MAX_TIMESTAMP: i64 = -3;
+const EARLIEST_LOCAL: i64 = -4;
+const LATEST_TIERED: i64 = -5;
+
+fn epoch_check(p: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
+    let cur = p.leader_epoch.get();
+    if current_leader_epoch >= 0 && current_leader_epoch < cur {
+        return Err(E::FencedLeaderEpoch.code());
+    }
+    if current_leader_epoch > cur {
+        return Err(E::UnknownLeaderEpoch.code());
+    }
+    Ok(())
+}
+
+/// Collects a job result, flattening engine errors into a Kafka code.
+async fn settle<T>(
+    p: Result<Pending<Result<Result<T, i16>, EngineError>>, EngineError>,
+) -> Result<T, i16> {
+    let r = match p {
+        Ok(p) => p.wait().await.and_then(|r| r),
+        Err(e) => Err(e),
+    };
+    match r {
+        Ok(inner) => inner,
+        Err(e) => Err(errors::engine_error_code(&e)),
+    }
+}
+
+pub async fn list_offsets(
+    ctx: &Ctx,
+    _version: i16,
+    req: ListOffsetsRequest,
+) -> ListOffsetsResponse {
+    let read_committed = req.isolation_level == 1;
+    let mut pending = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
+            let (ts, cle) = (p.timestamp, p.current_leader_epoch);
+            pending.push(
+                ctx.router()
+                    .submit_partition(tp, move |part| -> Result<(i64, i64, i32), i16> {
+                        epoch_check(part, cle)?;
+                        let log = &part.log;
+                        let epoch = part.leader_epoch.get();
+                        let upper = if read_committed {
+                            log.last_stable_offset()
+                        } else {
+                            log.high_watermark()
+                        };
+                        Ok(match ts {
+                            EARLIEST | EARLIEST_LOCAL => (-1, log.log_start_offset().get(), epoch),
+                            LATEST | LATEST_TIERED => (-1, upper.get(), epoch),
+                            MAX_TIMESTAMP => match log.max_timestamp_offset() {
+                                Some((o, t)) if o < upper => (t, o.get(), epoch),
+                                _ => (-1, -1, -1),
+                            },
+                            ts if ts >= 0 => match log.offset_for_timestamp(ts) {
+                                Some((o, t)) if o < upper => (t, o.get(), epoch),
+                                _ => (-1, -1, -1),
+                            },
+                            _ => return Err(E::InvalidRequest.code()),
+                        })
+                    })
+                    .await,
+            );
+        }
+    }
+    let mut pending = pending.into_iter();
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let r = settle(pending.next().expect("one per partition")).await;
+            parts.push(match r {
+                Ok((ts, off, ep)) => ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_timestamp(ts)
+                    .with_offset(off)
+                    .with_leader_epoch(ep),
+                Err(code) => ListOffsetsPartitionResponse::default()
+                    .with_partition_index(p.partition_index)
+                    .with_error_code(code)
+                    .with_timestamp(-1)
+                    .with_offset(-1)
+                    .with_leader_epoch(-1),
+            });
+        }
+        topics.push(
+            ListOffsetsTopicResponse::default()
+                .with_name(t.name)
+                .with_partitions(parts),
+        );
+    }
+    ListOffsetsResponse::default().with_topics(topics)
+}
+
+pub async fn offset_for_leader_epoch(
+    ctx: &Ctx,
+    _version: i16,
+    req: OffsetForLeaderEpochRequest,
+) -> OffsetForLeaderEpochResponse {
+    let mut pending = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            let tp = TopicPartition::new(t.topic.to_string(), p.partition);
+            let (cle, want) = (p.current_leader_epoch, p.leader_epoch);
+            pending.push(
+                ctx.router()
+                    .submit_partition(tp, move |part| -> Result<(i32, i64), i16> {
+                        epoch_check(part, cle)?;
+                        let log = &part.log;
+                        if want == part.leader_epoch.get() {
+                            // The current epoch ends at the log end (Kafka semantics).
+                            return Ok((want, log.log_end_offset().get()));
+                        }
+                        Ok(match log.end_offset_for_epoch(LeaderEpoch(want)) {
+                            Some((e, o)) => (e.get(), o.get()),
+                            None => (-1, -1),
+                        })
+                    })
+                    .await,
+            );
+        }
+    }
+    let mut pending = pending.into_iter();
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let r = settle(pending.next().expect("one per partition")).await;
+            parts.push(match r {
+                Ok((e, o)) => EpochEndOffset::default()
+                    .with_partition(p.partition)
+                    .with_leader_epoch(e)
+                    .with_end_offset(o),
+                Err(code) => EpochEndOffset::default()
+                    .with_partition(p.partition)
+                    .with_error_code(code)
+                    .with_leader_epoch(-1)
+                    .with_end_offset(-1),
+            });
+        }
+        topics.push(
+            OffsetForLeaderTopicResult::default()
+                .with_topic(t.topic)
+                .with_partitions(parts),
+        );
+    }
+    OffsetForLeaderEpochResponse::default().with_topics(topics)
+}
+
+pub async fn delete_records(
+    ctx: &Ctx,
+    _version: i16,
+    req: DeleteRecordsRequest,
+) -> DeleteRecordsResponse {
+    let mut pending = Vec::new();
+    for t in &req.topics {
+        for p in &t.partitions {
+            let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
+            let offset = p.offset;
+            pending.push(
+                ctx.router()
+                    .submit_partition(tp, move |part| -> Result<i64, i16> {
+                        if part.mirror.is_some() {
+                            return Err(crate::keys::error::READ_ONLY_TOPIC);
+                        }
+                        let hw = part.log.high_watermark().get();
+                        let target = if offset == -1 { hw } else { offset };
+                        if target < 0 || target > hw {
+                            return Err(E::OffsetOutOfRange.code());
+                        }
+                        part.log
+                            .delete_records_before(Offset(target))
+                            .map(|o| o.get())
+                            .map_err(|e| errors::log_error_code(&e))
+                    })
+                    .await,
+            );
+        }
+    }
+    let mut pending = pending.into_iter();
+    let mut topics = Vec::with_capacity(req.topics.len());
+    for t in req.topics {
+        let mut parts = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let r = settle(pending.next().expect("one per partition")).await;
+            parts.push(match r {
+                Ok(low) => DeleteRecordsPartitionResult::default()
+                    .with_partition_index(p.partition_index)
+                    .with_low_watermark(low),
+                Err(code) => DeleteRecordsPartitionResult::default()
+                    .with_partition_index(p.partition_index)
+                    .with_low_watermark(-1)
+                    .with_error_code(code),
+            });
+        }
+        topics.push(
+            DeleteRecordsTopicResult::default()
+                .with_name(t.name)
+                .with_partitions(parts),
+        );
+    }
+    DeleteRecordsResponse::default().with_topics(topics)
+}

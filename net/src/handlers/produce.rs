@@ -1,0 +1,135 @@
+//! Produce: batches are validated and appended by the owning core's log (CRC, sizes,
+//! idempotent sequence checks); nothing is re-encoded.
+
+use kafka_protocol::messages::produce_response::*;
+use kafka_protocol::messages::ProduceRequest;
+use kafka_protocol::ResponseError as E;
+use kmirror_engine::{now_ms, EngineError, Pending};
+use kmirror_log::AppendInfo;
+use kmirror_types::TopicPartition;
+
+use super::{s, topic_name};
+use crate::broker::Ctx;
+use crate::errors;
+
+type AppendOutcome = Result<(Result<AppendInfo, EngineError>, i64), EngineError>;
+
+enum Slot {
+    Done(PartitionProduceResponse),
+    Waiting(i32, Pending<AppendOutcome>),
+}
+
+fn failed(index: i32, code: i16, msg: Option<String>) -> PartitionProduceResponse {
+    PartitionProduceResponse::default()
+        .with_index(index)
+        .with_error_code(code)
+        .with_base_offset(-1)
+        .with_log_append_time_ms(-1)
+        .with_log_start_offset(-1)
+        .with_error_message(msg.map(|m| s(&m)))
+}
+
+/// Returns None for acks=0 (the client expects no response).
+pub async fn produce(ctx: &Ctx, version: i16, req: ProduceRequest) -> Option<ProduceResponse> {
+    let acks = req.acks;
+    let meta = ctx.meta();
+    let mut topics = Vec::with_capacity(req.topic_data.len());
+    for td in req.topic_data {
+        let topic = if version >= 13 {
+            meta.topic_by_id(td.topic_id)
+        } else {
+            meta.topics.get(td.name.as_str())
+        };
+        let mut slots = Vec::with_capacity(td.partition_data.len());
+        for pd in td.partition_data {
+            if !matches!(acks, -1..=1) {
+                slots.push(Slot::Done(failed(
+                    pd.index,
+                    E::InvalidRequiredAcks.code(),
+                    None,
+                )));
+                continue;
+            }
+            let Some(t) = topic else {
+                let code = if version >= 13 {
+                    E::UnknownTopicId.code()
+                } else {
+                    E::UnknownTopicOrPartition.code()
+                };
+                slots.push(Slot::Done(failed(pd.index, code, None)));
+                continue;
+            };
+            if pd.index < 0 || pd.index >= t.partition_count() {
+                slots.push(Slot::Done(failed(
+                    pd.index,
+                    E::UnknownTopicOrPartition.code(),
+                    None,
+                )));
+                continue;
+            }
+            let Some(records) = pd.records else {
+                slots.push(Slot::Done(failed(
+                    pd.index,
+                    E::InvalidRecord.code(),
+                    Some("no records".into()),
+                )));
+                continue;
+            };
+            let tp = TopicPartition::new(t.name.clone(), pd.index);
+            let now = now_ms();
+            match ctx
+                .router()
+                .submit_partition(tp, move |p| {
+                    let r = p.append_leader(records, now);
+                    (r, p.log.log_start_offset().get())
+                })
+                .await
+            {
+                Ok(pending) => slots.push(Slot::Waiting(pd.index, pending)),
+                Err(e) => slots.push(Slot::Done(failed(
+                    pd.index,
+                    errors::engine_error_code(&e),
+                    Some(e.to_string()),
+                ))),
+            }
+        }
+        topics.push((td.name, td.topic_id, slots));
+    }
+    let mut responses = Vec::with_capacity(topics.len());
+    for (name, id, slots) in topics {
+        let mut parts = Vec::with_capacity(slots.len());
+        for slot in slots {
+            parts.push(match slot {
+                Slot::Done(r) => r,
+                Slot::Waiting(index, pending) => match pending.wait().await.and_then(|r| r) {
+                    Ok((Ok(info), log_start)) => PartitionProduceResponse::default()
+                        .with_index(index)
+                        .with_base_offset(info.first_offset.get())
+                        .with_log_append_time_ms(info.log_append_time)
+                        .with_log_start_offset(log_start),
+                    Ok((Err(e), _)) | Err(e) => {
+                        tracing::debug!(index, error = %e, "produce refused");
+                        failed(index, errors::engine_error_code(&e), Some(e.to_string()))
+                    }
+                },
+            });
+        }
+        let name = if version >= 13 {
+            meta.topic_by_id(id)
+                .map(|t| topic_name(&t.name))
+                .unwrap_or(name)
+        } else {
+            name
+        };
+        responses.push(
+            TopicProduceResponse::default()
+                .with_name(name)
+                .with_topic_id(id)
+                .with_partition_responses(parts),
+        );
+    }
+    if acks == 0 {
+        return None;
+    }
+    Some(ProduceResponse::default().with_responses(responses))
+}

@@ -1,0 +1,284 @@
+//! The per-core Kafka listener and connection loop.
+//!
+//! Every core binds the same address with SO_REUSEPORT (glommio sets it), so the kernel
+//! spreads connections over cores. A connection is served one request at a time, in order,
+//! like Kafka does (it mutes a channel until the response is sent); requests needing
+//! partitions owned by other cores hop there through the engine's router.
+
+use std::cell::Cell;
+use std::net::SocketAddr;
+use std::rc::Rc;
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_lite::io::BufReader;
+use futures_lite::AsyncWriteExt;
+use glommio::net::{TcpListener, TcpStream};
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+
+use crate::broker::Ctx;
+use crate::frame::{header_prefix, read_frame, FrameError};
+use crate::{handlers, versions};
+
+/// How long shutdown waits for connections to finish their in-flight request.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Binds `addr` on this core; returns the listener and its bound address.
+pub fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
+    let l = TcpListener::bind(addr)?;
+    let a = l.local_addr()?;
+    Ok((l, a))
+}
+
+/// Accepts connections until the stop token fires, then waits (bounded) for in-flight
+/// requests to complete.
+pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
+    let open = Rc::new(Cell::new(0usize));
+    loop {
+        let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
+            ctx.core.stop.stopped().await;
+            None
+        })
+        .await;
+        let stream = match accepted {
+            None => break,
+            Some(Ok(s)) => s,
+            Some(Err(e)) => {
+                tracing::warn!(error = %e, "accept failed");
+                glommio::timer::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let ctx = ctx.clone();
+        let open2 = open.clone();
+        open.set(open.get() + 1);
+        glommio::spawn_local(async move {
+            let peer = stream.peer_addr().ok();
+            if let Err(e) = connection(ctx, stream).await {
+                tracing::debug!(?peer, error = %e, "connection closed");
+            }
+            open2.set(open2.get() - 1);
+        })
+        .detach();
+    }
+    drop(listener);
+    let start = std::time::Instant::now();
+    while open.get() > 0 && start.elapsed() < DRAIN_TIMEOUT {
+        glommio::timer::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+enum ConnError {
+    #[error(transparent)]
+    Frame(#[from] FrameError),
+    #[error("i/o: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+}
+
+async fn connection(ctx: Rc<Ctx>, stream: TcpStream) -> Result<(), ConnError> {
+    let _ = stream.set_nodelay(true);
+    let max = ctx.broker.config.max_request_bytes;
+    let mut reader = BufReader::with_capacity(64 << 10, stream);
+    loop {
+        let frame =
+            futures_lite::future::or(async { Some(read_frame(&mut reader, max).await) }, async {
+                ctx.core.stop.stopped().await;
+                None
+            })
+            .await;
+        let frame = match frame {
+            None => return Ok(()),
+            Some(Err(FrameError::Closed)) => return Ok(()),
+            Some(r) => r?,
+        };
+        if let Some(resp) = handle_frame(&ctx, frame).await? {
+            reader.get_mut().write_all(&resp).await?;
+        }
+        if ctx.core.stop.is_stopped() {
+            return Ok(());
+        }
+    }
+}
+
+/// Decodes, dispatches and encodes one request. `Ok(None)`: no response (acks=0).
+/// `Err`: the connection must be closed (malformed or unsupported request).
+async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Bytes>, ConnError> {
+    let p = header_prefix(&frame);
+    let Ok(api_key) = ApiKey::try_from(p.api_key) else {
+        if let Some(ext) = ctx
+            .broker
+            .extension
+            .as_ref()
+            .filter(|e| e.handles(p.api_key))
+        {
+            let resp = ext.handle(p.api_key, frame).await;
+            return Ok(resp.map(|r| {
+                let mut out = BytesMut::with_capacity(4 + r.len());
+                out.put_i32(r.len() as i32);
+                out.put_slice(&r);
+                out.freeze()
+            }));
+        }
+        return Err(ConnError::Protocol(format!(
+            "unknown api key {}",
+            p.api_key
+        )));
+    };
+    let Some(range) = versions::served_range(api_key) else {
+        return Err(ConnError::Protocol(format!(
+            "api {api_key:?} is not served"
+        )));
+    };
+    if p.api_version < range.min || p.api_version > range.max {
+        if api_key == ApiKey::ApiVersions {
+            // KIP-511: answer in v0 with our versions so the client can pick one.
+            let resp = versions::api_versions_response(
+                kafka_protocol::ResponseError::UnsupportedVersion.code(),
+                &extension_versions(ctx),
+            );
+            return encode_response(
+                ApiKey::ApiVersions,
+                0,
+                p.correlation_id,
+                &ResponseKind::ApiVersions(resp),
+            )
+            .map(Some);
+        }
+        return Err(ConnError::Protocol(format!(
+            "{api_key:?} v{} unsupported (we serve {}..{})",
+            p.api_version, range.min, range.max
+        )));
+    }
+    let mut body = frame;
+    let header = RequestHeader::decode(&mut body, api_key.request_header_version(p.api_version))
+        .map_err(|e| ConnError::Protocol(format!("bad {api_key:?} header: {e}")))?;
+    let req = RequestKind::decode(api_key, &mut body, p.api_version).map_err(|e| {
+        ConnError::Protocol(format!("bad {api_key:?} v{} body: {e}", p.api_version))
+    })?;
+    let resp = dispatch(ctx, api_key, &header, req).await?;
+    match resp {
+        None => Ok(None),
+        Some(resp) => encode_response(api_key, p.api_version, p.correlation_id, &resp).map(Some),
+    }
+}
+
+fn extension_versions(ctx: &Ctx) -> Vec<(i16, i16, i16)> {
+    ctx.broker
+        .extension
+        .as_ref()
+        .map(|e| e.versions())
+        .unwrap_or_default()
+}
+
+fn encode_response(
+    api_key: ApiKey,
+    version: i16,
+    correlation_id: i32,
+    resp: &ResponseKind,
+) -> Result<Bytes, ConnError> {
+    let mut buf = BytesMut::with_capacity(256);
+    buf.put_i32(0);
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut buf, api_key.response_header_version(version))
+        .map_err(|e| ConnError::Protocol(format!("encode header: {e}")))?;
+    resp.encode(&mut buf, version)
+        .map_err(|e| ConnError::Protocol(format!("encode {api_key:?} v{version}: {e}")))?;
+    let len = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&len.to_be_bytes());
+    Ok(buf.freeze())
+}
+
+async fn dispatch(
+    ctx: &Ctx,
+    api_key: ApiKey,
+    header: &RequestHeader,
+    req: RequestKind,
+) -> Result<Option<ResponseKind>, ConnError> {
+    let v = header.request_api_version;
+    let resp = match req {
+        RequestKind::ApiVersions(_) => {
+            ResponseKind::ApiVersions(versions::api_versions_response(0, &extension_versions(ctx)))
+        }
+        RequestKind::Metadata(r) => {
+            ResponseKind::Metadata(handlers::metadata::metadata(ctx, v, r).await)
+        }
+        RequestKind::Produce(r) => match handlers::produce::produce(ctx, v, r).await {
+            Some(r) => ResponseKind::Produce(r),
+            None => return Ok(None),
+        },
+        RequestKind::Fetch(r) => ResponseKind::Fetch(handlers::fetch::fetch(ctx, v, r).await),
+        RequestKind::ListOffsets(r) => {
+            ResponseKind::ListOffsets(handlers::offsets::list_offsets(ctx, v, r).await)
+        }
+        RequestKind::OffsetForLeaderEpoch(r) => ResponseKind::OffsetForLeaderEpoch(
+            handlers::offsets::offset_for_leader_epoch(ctx, v, r).await,
+        ),
+        RequestKind::DeleteRecords(r) => {
+            ResponseKind::DeleteRecords(handlers::offsets::delete_records(ctx, v, r).await)
+        }
+        RequestKind::CreateTopics(r) => {
+            ResponseKind::CreateTopics(handlers::admin::create_topics(ctx, v, r).await)
+        }
+        RequestKind::DeleteTopics(r) => {
+            ResponseKind::DeleteTopics(handlers::admin::delete_topics(ctx, v, r).await)
+        }
+        RequestKind::CreatePartitions(r) => {
+            ResponseKind::CreatePartitions(handlers::admin::create_partitions(ctx, v, r).await)
+        }
+        RequestKind::DescribeCluster(r) => {
+            ResponseKind::DescribeCluster(handlers::admin::describe_cluster(ctx, v, r))
+        }
+        RequestKind::DescribeConfigs(r) => {
+            ResponseKind::DescribeConfigs(handlers::configs::describe_configs(ctx, v, r))
+        }
+        RequestKind::AlterConfigs(r) => {
+            ResponseKind::AlterConfigs(handlers::configs::alter_configs(ctx, v, r).await)
+        }
+        RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
+            handlers::configs::incremental_alter_configs(ctx, v, r).await,
+        ),
+        req if versions::is_group_api(api_key) => {
+            let Some(groups) = ctx.broker.groups.as_ref() else {
+                return Err(ConnError::Protocol(format!(
+                    "{api_key:?}: no group coordinator"
+                )));
+            };
+            let resp = groups.handle(api_key, v, header, req).await;
+            if !response_matches(api_key, &resp) {
+                return Err(ConnError::Protocol(format!(
+                    "group coordinator answered {api_key:?} with another response type"
+                )));
+            }
+            resp
+        }
+        _ => return Err(ConnError::Protocol(format!("{api_key:?} is not handled"))),
+    };
+    Ok(Some(resp))
+}
+
+fn response_matches(api_key: ApiKey, resp: &ResponseKind) -> bool {
+    use ResponseKind as R;
+    matches!(
+        (api_key, resp),
+        (ApiKey::OffsetCommit, R::OffsetCommit(_))
+            | (ApiKey::OffsetFetch, R::OffsetFetch(_))
+            | (ApiKey::FindCoordinator, R::FindCoordinator(_))
+            | (ApiKey::JoinGroup, R::JoinGroup(_))
+            | (ApiKey::Heartbeat, R::Heartbeat(_))
+            | (ApiKey::LeaveGroup, R::LeaveGroup(_))
+            | (ApiKey::SyncGroup, R::SyncGroup(_))
+            | (ApiKey::DescribeGroups, R::DescribeGroups(_))
+            | (ApiKey::ListGroups, R::ListGroups(_))
+            | (ApiKey::InitProducerId, R::InitProducerId(_))
+            | (ApiKey::AddPartitionsToTxn, R::AddPartitionsToTxn(_))
+            | (ApiKey::AddOffsetsToTxn, R::AddOffsetsToTxn(_))
+            | (ApiKey::EndTxn, R::EndTxn(_))
+            | (ApiKey::TxnOffsetCommit, R::TxnOffsetCommit(_))
+            | (ApiKey::DeleteGroups, R::DeleteGroups(_))
+    )
+}

@@ -1,0 +1,119 @@
+//! Which APIs and versions kmirror serves, and the ApiVersions answer (with KIP-511's
+//! fallback: a client asking with a version we do not know gets a v0 answer carrying
+//! UNSUPPORTED_VERSION and our list, so it can retry with a version we share).
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
+
+macro_rules! served {
+    ($($key:ident => $req:ty),* $(,)?) => {
+        /// Every API the broker answers, with the versions of kafka-protocol's schemas.
+        pub const SERVED: &[(ApiKey, VersionRange)] = &[$((ApiKey::$key, <$req as Message>::VERSIONS)),*];
+    };
+}
+
+served! {
+    Produce => ProduceRequest,
+    Fetch => FetchRequest,
+    ListOffsets => ListOffsetsRequest,
+    Metadata => MetadataRequest,
+    OffsetCommit => OffsetCommitRequest,
+    OffsetFetch => OffsetFetchRequest,
+    FindCoordinator => FindCoordinatorRequest,
+    JoinGroup => JoinGroupRequest,
+    Heartbeat => HeartbeatRequest,
+    LeaveGroup => LeaveGroupRequest,
+    SyncGroup => SyncGroupRequest,
+    DescribeGroups => DescribeGroupsRequest,
+    ListGroups => ListGroupsRequest,
+    ApiVersions => ApiVersionsRequest,
+    CreateTopics => CreateTopicsRequest,
+    DeleteTopics => DeleteTopicsRequest,
+    DeleteRecords => DeleteRecordsRequest,
+    InitProducerId => InitProducerIdRequest,
+    OffsetForLeaderEpoch => OffsetForLeaderEpochRequest,
+    AddPartitionsToTxn => AddPartitionsToTxnRequest,
+    AddOffsetsToTxn => AddOffsetsToTxnRequest,
+    EndTxn => EndTxnRequest,
+    TxnOffsetCommit => TxnOffsetCommitRequest,
+    DescribeConfigs => DescribeConfigsRequest,
+    AlterConfigs => AlterConfigsRequest,
+    CreatePartitions => CreatePartitionsRequest,
+    DeleteGroups => DeleteGroupsRequest,
+    IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
+    DescribeCluster => DescribeClusterRequest,
+}
+
+/// APIs handled by the group / transaction coordinator (`groups.rs`).
+pub fn is_group_api(key: ApiKey) -> bool {
+    matches!(
+        key,
+        ApiKey::OffsetCommit
+            | ApiKey::OffsetFetch
+            | ApiKey::FindCoordinator
+            | ApiKey::JoinGroup
+            | ApiKey::Heartbeat
+            | ApiKey::LeaveGroup
+            | ApiKey::SyncGroup
+            | ApiKey::DescribeGroups
+            | ApiKey::ListGroups
+            | ApiKey::InitProducerId
+            | ApiKey::AddPartitionsToTxn
+            | ApiKey::AddOffsetsToTxn
+            | ApiKey::EndTxn
+            | ApiKey::TxnOffsetCommit
+            | ApiKey::DeleteGroups
+    )
+}
+
+pub fn served_range(key: ApiKey) -> Option<VersionRange> {
+    SERVED.iter().find(|(k, _)| *k == key).map(|(_, r)| *r)
+}
+
+/// Builds the ApiVersions response. `extra` are (key, min, max) of APIs served by
+/// extensions (the mirror APIs).
+pub fn api_versions_response(error_code: i16, extra: &[(i16, i16, i16)]) -> ApiVersionsResponse {
+    let mut keys: Vec<ApiVersion> = SERVED
+        .iter()
+        .map(|(k, r)| {
+            ApiVersion::default()
+                .with_api_key(*k as i16)
+                .with_min_version(r.min)
+                .with_max_version(r.max)
+        })
+        .collect();
+    for (k, min, max) in extra {
+        keys.push(
+            ApiVersion::default()
+                .with_api_key(*k)
+                .with_min_version(*min)
+                .with_max_version(*max),
+        );
+    }
+    keys.sort_by_key(|k| k.api_key);
+    let _ = StrBytes::from_static_str("");
+    ApiVersionsResponse::default()
+        .with_error_code(error_code)
+        .with_api_keys(keys)
+        .with_finalized_features_epoch(-1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advertised_versions_come_from_the_schemas() {
+        let r = served_range(ApiKey::Produce).unwrap();
+        assert_eq!(r, <ProduceRequest as Message>::VERSIONS);
+        assert!(r.min <= 3 && r.max >= 9);
+        assert!(served_range(ApiKey::Fetch).unwrap().max >= 12);
+        let resp = api_versions_response(0, &[(94, 0, 0)]);
+        assert!(resp.api_keys.iter().any(|k| k.api_key == 94));
+        assert!(resp
+            .api_keys
+            .iter()
+            .any(|k| k.api_key == ApiKey::ApiVersions as i16));
+    }
+}
