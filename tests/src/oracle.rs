@@ -129,3 +129,25 @@ pub fn log_equal(
         bytes: a.iter().map(|x| x.bytes.len() as u64).sum(),
     })
 }
+
+/// Every record (offset, value) of `topic`/`partition` from log start to log end, read with
+/// consumer Fetch (read_uncommitted) from its leader.
+pub fn read_records(
+    bootstrap: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<Vec<(i64, Option<bytes::Bytes>)>, String> {
+    let ctx = |e: crate::wire::WireError| format!("{bootstrap} {topic}-{partition}: {e}");
+    let mut c = WireClient::connect_leader(bootstrap, topic, partition).map_err(ctx)?;
+    let (start, end) = c.log_bounds(topic, partition).map_err(ctx)?;
+    let (_, batches) = read_batches(bootstrap, topic, partition, end)?;
+    let mut out = Vec::new();
+    for b in batches {
+        for (off, v) in crate::records::decode_values(&b.bytes)? {
+            if off >= start && off < end {
+                out.push((off, v));
+            }
+        }
+    }
+    Ok(out)
+}

@@ -166,3 +166,16 @@ pub fn split_batches(payload: &Bytes) -> Vec<RawBatch> {
     }
     out
 }
+
+/// Every record of the complete batches in `payload` as (offset, value), decoded with the
+/// kafka-protocol crate (all codecs).
+pub fn decode_values(payload: &Bytes) -> Result<Vec<(i64, Option<Bytes>)>, String> {
+    let mut out = Vec::new();
+    for b in split_batches(payload) {
+        let mut buf = b.bytes.clone();
+        let set = kafka_protocol::records::RecordBatchDecoder::decode(&mut buf)
+            .map_err(|e| format!("decode batch at {}: {e:#}", b.base_offset))?;
+        out.extend(set.records.into_iter().map(|r| (r.offset, r.value)));
+    }
+    Ok(out)
+}

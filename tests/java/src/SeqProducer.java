@@ -1,0 +1,85 @@
+// Produces records whose values carry their partition and per-partition sequence number, so
+// tests can check exactly-once and per-partition order on the consuming side.
+// Usage: SeqProducer BOOTSTRAP TOPIC PARTITIONS RECORDS [key=value producer props...]
+// Prints "ACK <partition> <seq> <offset>" for every acknowledged record, "ERR <partition>
+// <seq> <error>" for every failed one, and "DONE <acked> <errors>" at the end.
+import java.io.BufferedWriter;
+import java.io.OutputStreamWriter;
+import java.nio.charset.StandardCharsets;
+import java.util.Properties;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.serialization.ByteArraySerializer;
+
+public class SeqProducer {
+    public static void main(String[] args) throws Exception {
+        String bootstrap = args[0];
+        String topic = args[1];
+        int partitions = Integer.parseInt(args[2]);
+        long records = Long.parseLong(args[3]);
+        Properties props = new Properties();
+        props.put("bootstrap.servers", bootstrap);
+        props.put("acks", "all");
+        props.put("linger.ms", "5");
+        props.put("key.serializer", ByteArraySerializer.class.getName());
+        props.put("value.serializer", ByteArraySerializer.class.getName());
+        for (int i = 4; i < args.length; i++) {
+            int eq = args[i].indexOf('=');
+            props.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+        }
+        BufferedWriter out = new BufferedWriter(new OutputStreamWriter(System.out, StandardCharsets.UTF_8), 1 << 16);
+        AtomicLong acked = new AtomicLong();
+        AtomicLong errors = new AtomicLong();
+        Object lock = new Object();
+        // Acks must reach stdout while the producer runs: tests kill the broker mid-stream.
+        Thread flusher = new Thread(() -> {
+            while (true) {
+                try {
+                    Thread.sleep(100);
+                    synchronized (lock) {
+                        out.flush();
+                    }
+                } catch (Exception e) {
+                    return;
+                }
+            }
+        });
+        flusher.setDaemon(true);
+        flusher.start();
+        try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            for (long i = 0; i < records; i++) {
+                int p = (int) (i % partitions);
+                long seq = i / partitions;
+                byte[] value = SeqFormat.value(p, seq);
+                try {
+                    producer.send(new ProducerRecord<>(topic, p, null, value), (md, e) -> {
+                        synchronized (lock) {
+                            try {
+                                if (e == null) {
+                                    acked.incrementAndGet();
+                                    out.write("ACK " + p + " " + seq + " " + md.offset() + "\n");
+                                } else {
+                                    errors.incrementAndGet();
+                                    out.write("ERR " + p + " " + seq + " " + e.getClass().getSimpleName() + "\n");
+                                }
+                            } catch (java.io.IOException io) {
+                                throw new RuntimeException(io);
+                            }
+                        }
+                    });
+                } catch (Exception e) {
+                    synchronized (lock) {
+                        errors.incrementAndGet();
+                        out.write("ERR " + p + " " + seq + " " + e.getClass().getSimpleName() + "\n");
+                    }
+                }
+            }
+            producer.flush();
+        }
+        synchronized (lock) {
+            out.write("DONE " + acked.get() + " " + errors.get() + "\n");
+            out.flush();
+        }
+    }
+}

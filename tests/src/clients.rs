@@ -1,0 +1,447 @@
+//! The real-client scenarios of issue 3, written once and run with each client family
+//! (Java kafka-clients, librdkafka) against any [`BrokerUnderTest`] (kmirror, or Apache Kafka
+//! to validate the scenario itself).
+
+use std::collections::{BTreeMap, HashMap};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use crate::java::{self, tools};
+use crate::proc::{self, LineChild};
+use crate::{python, BrokerUnderTest, WireClient};
+
+/// Which client library drives a scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Client {
+    /// Apache Kafka's Java clients and tools (idempotence on, as the Java default).
+    Java,
+    /// librdkafka through confluent-kafka (idempotence on explicitly).
+    Librdkafka,
+}
+
+impl Client {
+    fn producer(
+        self,
+        bootstrap: &str,
+        topic: &str,
+        partitions: i32,
+        records: u64,
+        props: &[&str],
+    ) -> Command {
+        let mut c = match self {
+            Client::Java => java::program("SeqProducer"),
+            Client::Librdkafka => python::script("seq_producer.py"),
+        };
+        c.args([
+            bootstrap,
+            topic,
+            &partitions.to_string(),
+            &records.to_string(),
+        ])
+        .args(props);
+        c
+    }
+
+    fn consumer(self, bootstrap: &str, group: &str, topic: &str, stop: &str, rate: u32) -> Command {
+        let mut c = match self {
+            Client::Java => java::program("GroupConsumer"),
+            Client::Librdkafka => python::script("group_consumer.py"),
+        };
+        c.args([bootstrap, group, topic, stop, &rate.to_string()]);
+        c
+    }
+
+    /// Creates `topic` with this client's admin tooling (TopicCommand / AdminClient).
+    pub fn create_topic(self, bootstrap: &str, topic: &str, partitions: i32) {
+        let parts = partitions.to_string();
+        match self {
+            Client::Java => {
+                java::run_tool(
+                    tools::TOPIC_COMMAND,
+                    &[
+                        "--bootstrap-server",
+                        bootstrap,
+                        "--create",
+                        "--topic",
+                        topic,
+                        "--partitions",
+                        &parts,
+                        "--replication-factor",
+                        "1",
+                    ],
+                    Duration::from_secs(60),
+                );
+            }
+            Client::Librdkafka => {
+                proc::run_ok(
+                    python::script("create_topic.py").args([bootstrap, topic, &parts]),
+                    Duration::from_secs(60),
+                );
+            }
+        }
+    }
+
+    /// The group's committed offset per partition, read with this client's tooling
+    /// (ConsumerGroupCommand --describe / librdkafka `committed`).
+    pub fn committed(
+        self,
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        partitions: i32,
+    ) -> BTreeMap<i32, i64> {
+        let mut out = BTreeMap::new();
+        match self {
+            Client::Java => {
+                let ran = java::run_tool(
+                    tools::CONSUMER_GROUP_COMMAND,
+                    &[
+                        "--bootstrap-server",
+                        bootstrap,
+                        "--describe",
+                        "--group",
+                        group,
+                    ],
+                    Duration::from_secs(90),
+                );
+                // Columns: GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...
+                for line in ran.stdout.lines() {
+                    let cols: Vec<&str> = line.split_whitespace().collect();
+                    if cols.len() >= 4 && cols[0] == group && cols[1] == topic {
+                        let p: i32 = cols[2].parse().expect("partition column");
+                        let off: i64 = cols[3].parse().unwrap_or(-1);
+                        out.insert(p, off);
+                    }
+                }
+            }
+            Client::Librdkafka => {
+                let ran = proc::run_ok(
+                    python::script("committed.py").args([
+                        bootstrap,
+                        group,
+                        topic,
+                        &partitions.to_string(),
+                    ]),
+                    Duration::from_secs(90),
+                );
+                for line in ran.stdout.lines() {
+                    let cols: Vec<&str> = line.split_whitespace().collect();
+                    if cols.len() == 3 && cols[0] == "C" {
+                        out.insert(
+                            cols[1].parse().expect("partition"),
+                            cols[2].parse().expect("offset"),
+                        );
+                    }
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One acknowledged or consumed record: partition, per-partition sequence, offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Seq {
+    /// Partition.
+    pub partition: i32,
+    /// Producer's per-partition sequence number (from the value).
+    pub seq: i64,
+    /// Offset assigned by the broker.
+    pub offset: i64,
+}
+
+fn parse_acks(lines: &[String]) -> (Vec<Seq>, usize) {
+    let mut acks = Vec::new();
+    let mut errors = 0;
+    for l in lines {
+        let cols: Vec<&str> = l.split_whitespace().collect();
+        match cols.as_slice() {
+            ["ACK", p, s, o] => acks.push(Seq {
+                partition: p.parse().expect("ack partition"),
+                seq: s.parse().expect("ack seq"),
+                offset: o.parse().expect("ack offset"),
+            }),
+            ["ERR", ..] => errors += 1,
+            _ => {}
+        }
+    }
+    (acks, errors)
+}
+
+/// Parses a consumer's "R <partition> <offset> <p>:<seq>" lines.
+fn parse_consumed(lines: &[String]) -> Vec<Seq> {
+    lines
+        .iter()
+        .filter_map(|l| {
+            let rest = l.strip_prefix("R ")?;
+            let cols: Vec<&str> = rest.split_whitespace().collect();
+            let (vp, vs) = cols.get(2)?.split_once(':')?;
+            let partition: i32 = cols[0].parse().ok()?;
+            assert_eq!(
+                vp.parse::<i32>().ok(),
+                Some(partition),
+                "record from partition {partition} carries value of partition {vp}: {l}"
+            );
+            Some(Seq {
+                partition,
+                offset: cols[1].parse().ok()?,
+                seq: vs.parse().ok()?,
+            })
+        })
+        .collect()
+}
+
+fn expected_per_partition(records: u64, partitions: i32) -> Vec<i64> {
+    (0..partitions)
+        .map(|p| {
+            let p = p as u64;
+            (records / partitions as u64 + u64::from(p < records % partitions as u64)) as i64
+        })
+        .collect()
+}
+
+/// Issue 3: `records` over `partitions`, acks=all, consumed back by a group of two members
+/// (the second joins midway, forcing a rebalance): every record exactly once, in order per
+/// partition; then the group's committed offsets survive a broker restart.
+pub fn exactly_once_across_rebalance_and_restart(
+    client: Client,
+    broker: &mut dyn BrokerUnderTest,
+    records: u64,
+) {
+    let partitions = 6;
+    let topic = "seq";
+    let group = "seq-readers";
+    let boot = broker.bootstrap();
+    client.create_topic(&boot, topic, partitions);
+
+    // Produce; with idempotence and one producer, offsets within a partition equal sequences.
+    let ran = proc::run_ok(
+        &mut client.producer(&boot, topic, partitions, records, &[]),
+        Duration::from_secs(300),
+    );
+    let lines: Vec<String> = ran.stdout.lines().map(str::to_string).collect();
+    let (acks, errors) = parse_acks(&lines);
+    assert_eq!(
+        errors,
+        0,
+        "producer errors:\n{}",
+        proc::last_lines(&ran.stdout, 5)
+    );
+    assert_eq!(acks.len() as u64, records, "acknowledged records");
+    for a in &acks {
+        assert_eq!(
+            a.offset, a.seq,
+            "partition {} sequence {} was acknowledged at offset {}",
+            a.partition, a.seq, a.offset
+        );
+    }
+    let expected = expected_per_partition(records, partitions);
+
+    // Consume with one member, then let a second join midway.
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stop = dir.path().join("stop");
+    let stop_s = stop.display().to_string();
+    let rate = (records / 8).max(1000) as u32; // ~8 s alone, so the join lands midway
+    let first = LineChild::spawn(&mut client.consumer(&boot, group, topic, &stop_s, rate));
+    let started = Instant::now();
+    proc::wait_for(
+        Duration::from_secs(120),
+        "first member to consume 20%",
+        || (first.count("R ") as u64 >= records / 5).then_some(()),
+    );
+    let at_join = first.count("R ");
+    let second = LineChild::spawn(&mut client.consumer(&boot, group, topic, &stop_s, rate));
+    let deadline = started + Duration::from_secs(240);
+    loop {
+        let total = (first.count("R ") + second.count("R ")) as u64;
+        if total >= records {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "consumed only {total} of {records} records in 240 s\nfirst stderr:\n{}\nsecond stderr:\n{}",
+            first.stderr_tail(20),
+            second.stderr_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // Give duplicates (if any) a moment to show up before stopping.
+    std::thread::sleep(Duration::from_secs(2));
+    std::fs::write(&stop, b"stop").expect("stop file");
+    let (s1, l1) = first.wait(Duration::from_secs(60));
+    let (s2, l2) = second.wait(Duration::from_secs(60));
+    assert!(s1.success() && s2.success(), "consumers exited {s1} / {s2}");
+    assert!(
+        (at_join as u64) < records,
+        "the first member had consumed everything before the second joined"
+    );
+    let c1 = parse_consumed(&l1);
+    let c2 = parse_consumed(&l2);
+    assert!(
+        !c2.is_empty(),
+        "the second member never got a partition: no rebalance happened"
+    );
+    let revoked_after_records = l1
+        .iter()
+        .skip_while(|l| !l.starts_with("R "))
+        .any(|l| l.starts_with("REVOKED"));
+    assert!(
+        revoked_after_records,
+        "the first member never gave up partitions midway"
+    );
+
+    // Exactly once, in order per partition, and each record where it was acknowledged.
+    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
+    for (name, consumed) in [("first", &c1), ("second", &c2)] {
+        let mut last: HashMap<i32, i64> = HashMap::new();
+        for r in consumed.iter() {
+            assert_eq!(
+                r.offset, r.seq,
+                "{name} member: {r:?} is not at its produced offset"
+            );
+            if let Some(prev) = last.insert(r.partition, r.offset) {
+                assert!(
+                    r.offset > prev,
+                    "{name} member read partition {} out of order: {} after {prev}",
+                    r.partition,
+                    r.offset
+                );
+            }
+            *seen.entry((r.partition, r.seq)).or_default() += 1;
+        }
+    }
+    let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(
+        dupes.is_empty(),
+        "records delivered more than once, e.g. {dupes:?}"
+    );
+    for (p, n) in expected.iter().enumerate() {
+        let missing: Vec<i64> = (0..*n)
+            .filter(|s| !seen.contains_key(&(p as i32, *s)))
+            .take(5)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "partition {p} never delivered sequences {missing:?}…"
+        );
+    }
+    assert_eq!(seen.len() as u64, records);
+
+    // Committed offsets: at the end of each partition, before and after a restart.
+    let want: BTreeMap<i32, i64> = expected
+        .iter()
+        .enumerate()
+        .map(|(p, n)| (p as i32, *n))
+        .collect();
+    assert_eq!(
+        client.committed(&boot, group, topic, partitions),
+        want,
+        "committed offsets"
+    );
+    broker.restart();
+    let boot = broker.bootstrap();
+    assert_eq!(
+        client.committed(&boot, group, topic, partitions),
+        want,
+        "committed offsets after restart"
+    );
+    let mut c = WireClient::connect(boot.split(',').next().expect("addr")).expect("connect");
+    for (p, n) in want {
+        assert_eq!(
+            c.log_bounds(topic, p).expect("bounds"),
+            (0, n),
+            "partition {p} after restart"
+        );
+    }
+}
+
+/// Issue 3: SIGKILL the broker while a producer (acks=all) is mid-stream, start it again:
+/// every record the producer saw acknowledged is in the log at its acknowledged offset.
+pub fn acked_records_survive_sigkill(
+    client: Client,
+    broker: &mut dyn BrokerUnderTest,
+    records: u64,
+) {
+    let partitions = 6;
+    let topic = "crash";
+    let boot = broker.bootstrap();
+    let mut admin = WireClient::connect(boot.split(',').next().expect("addr")).expect("connect");
+    assert_eq!(
+        admin
+            .create_topic(topic, partitions, 1, &[])
+            .expect("CreateTopics"),
+        0
+    );
+    drop(admin);
+    let props: &[&str] = match client {
+        Client::Java => &[
+            "delivery.timeout.ms=30000",
+            "request.timeout.ms=5000",
+            "max.block.ms=30000",
+            "retry.backoff.ms=100",
+            "reconnect.backoff.max.ms=500",
+        ],
+        Client::Librdkafka => &[
+            "message.timeout.ms=30000",
+            "request.timeout.ms=5000",
+            "retry.backoff.ms=100",
+            "reconnect.backoff.max.ms=500",
+        ],
+    };
+    let mut producer =
+        LineChild::spawn(&mut client.producer(&boot, topic, partitions, records, props));
+    proc::wait_for(
+        Duration::from_secs(120),
+        "10% of records acknowledged",
+        || (producer.count("ACK ") as u64 >= records / 10).then_some(()),
+    );
+    assert!(
+        producer.exited().is_none(),
+        "the producer finished before the kill: make the run longer"
+    );
+    broker.kill();
+    let acked_at_kill = producer.count("ACK ");
+    std::thread::sleep(Duration::from_millis(500));
+    broker.start_again();
+    let (_, lines) = producer.wait(Duration::from_secs(180));
+    let (acks, errors) = parse_acks(&lines);
+    assert!(acks.len() >= acked_at_kill, "acks went backwards");
+
+    let boot = broker.bootstrap();
+    let mut missing = Vec::new();
+    let mut wrong = Vec::new();
+    for p in 0..partitions {
+        let log: HashMap<i64, Option<bytes::Bytes>> = crate::oracle::read_records(&boot, topic, p)
+            .unwrap_or_else(|e| panic!("read back partition {p}: {e}"))
+            .into_iter()
+            .collect();
+        for a in acks.iter().filter(|a| a.partition == p) {
+            match log.get(&a.offset) {
+                None => missing.push(*a),
+                Some(v) => {
+                    let want = format!("{}:{}:", a.partition, a.seq);
+                    let ok = v.as_ref().is_some_and(|v| v.starts_with(want.as_bytes()));
+                    if !ok {
+                        wrong.push(*a);
+                    }
+                }
+            }
+        }
+    }
+    assert!(
+        missing.is_empty() && wrong.is_empty(),
+        "{} acknowledged records lost (e.g. {:?}), {} overwritten (e.g. {:?}); {} acked, {} errors, {} acked before the kill",
+        missing.len(),
+        missing.first(),
+        wrong.len(),
+        wrong.first(),
+        acks.len(),
+        errors,
+        acked_at_kill
+    );
+    eprintln!(
+        "{client:?}: {} acknowledged ({} before SIGKILL), {errors} failed, all present after restart",
+        acks.len(),
+        acked_at_kill
+    );
+}
