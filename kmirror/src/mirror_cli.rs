@@ -1,9 +1,885 @@
-//! `kmirror mirror ...`: the mirror admin CLI (placeholder; the mirroring work replaces
-//! this module). It receives the raw arguments after `mirror`, so it can define its own
-//! parser without touching `main.rs`.
+//! `kmirror mirror ...`: the mirror admin CLI over the KIP-1279 wire APIs (SPEC "CLI
+//! contract"). Both the seed names and upstream's names are accepted (`add` = `start`,
+//! `remove` = `stop`). Output is a table by default; `--json` prints stable JSON (describe: one
+//! object per partition with mirror, topic, partition, state, source_offset,
+//! destination_offset, lag, lag_ms). Failures exit non-zero with a one-line error.
+
+use std::collections::BTreeMap;
+use std::io::{IsTerminal, Write};
+use std::time::{Duration, Instant};
+
+use clap::{Parser, Subcommand};
+use kmirror_net::client::BlockingConnection;
+use kmirror_net::keys::error as code;
+use kmirror_net::mirror_api::{
+    AddTopicsToMirrorRequest, CreateMirrorRequest, DeleteMirrorRequest, DescribeMirrorsRequest,
+    DescribeMirrorsResponse, ListMirrorsRequest, MirrorConfig, MirrorTopicsResponse,
+    PauseMirrorTopicsRequest, PauseResumeTopics, RemoveTopicsFromMirrorRequest,
+    ResumeMirrorTopicsRequest, StartTopic, TopicName, TopicRef,
+};
+use serde::Serialize;
+
+type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "kmirror mirror",
+    about = "Manage mirrors on a running kmirror broker"
+)]
+struct MirrorCli {
+    /// Destination broker HOST:PORT.
+    #[arg(
+        long,
+        global = true,
+        default_value = "127.0.0.1:9092",
+        env = "KMIRROR_BOOTSTRAP"
+    )]
+    bootstrap: String,
+    /// Request timeout in milliseconds.
+    #[arg(long, global = true, default_value_t = 30_000)]
+    request_timeout_ms: u64,
+    #[command(subcommand)]
+    cmd: Cmd,
+}
+
+#[derive(Subcommand, Debug)]
+enum Cmd {
+    /// Create a mirror: a named link to a source cluster.
+    Create {
+        name: String,
+        /// Source cluster bootstrap servers HOST:PORT[,HOST:PORT...].
+        #[arg(long)]
+        source: String,
+        /// Extra mirror settings (security, sync intervals, filters), repeatable.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+    },
+    /// Add topics to a mirror (AddTopicsToMirror; upstream StartMirrorTopics).
+    #[command(visible_aliases = ["start", "start-mirror-topics", "add-topics-to-mirror"])]
+    Add {
+        name: String,
+        /// Comma-separated topic names.
+        #[arg(long, value_delimiter = ',', required_unless_present = "topic_regex")]
+        topics: Vec<String>,
+        /// Regex of source topics; new matching topics join automatically.
+        #[arg(long)]
+        topic_regex: Option<String>,
+        /// Regex of source topics to leave out.
+        #[arg(long)]
+        exclude_regex: Option<String>,
+        /// Print what each partition would truncate; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fail over topics: stop mirroring and make them writable (RemoveTopicsFromMirror;
+    /// upstream StopMirrorTopics).
+    #[command(visible_aliases = ["stop", "stop-mirror-topics", "remove-topics-from-mirror"])]
+    Remove {
+        name: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+        /// Wait until these topics have lag 0 before failing over.
+        #[arg(long)]
+        wait_for_sync: bool,
+        /// Give up waiting for sync after this many milliseconds.
+        #[arg(long, default_value_t = 60_000)]
+        sync_timeout_ms: u64,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Pause mirroring of topics.
+    Pause {
+        name: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Resume paused topics.
+    Resume {
+        name: String,
+        #[arg(long, value_delimiter = ',', required = true)]
+        topics: Vec<String>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// List mirrors.
+    List {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Per-partition state, offsets and lag of one or all mirrors.
+    Describe {
+        name: Option<String>,
+        #[arg(long)]
+        json: bool,
+        /// Refresh until interrupted.
+        #[arg(long)]
+        watch: bool,
+        /// Refresh interval for --watch.
+        #[arg(long, default_value_t = 1000)]
+        interval_ms: u64,
+        /// Stop --watch after this many refreshes (0 = forever).
+        #[arg(long, default_value_t = 0)]
+        count: u64,
+    },
+    /// Delete an empty mirror.
+    Delete { name: String },
+}
 
 /// Runs `kmirror mirror <args...>`.
 pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
-    let _ = args;
-    Err("kmirror mirror: not yet implemented".into())
+    let cli =
+        match MirrorCli::try_parse_from(std::iter::once("kmirror mirror".to_owned()).chain(args)) {
+            Ok(c) => c,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    clap::error::ErrorKind::DisplayHelp | clap::error::ErrorKind::DisplayVersion
+                ) =>
+            {
+                print!("{e}");
+                return Ok(());
+            }
+            Err(e) => {
+                // Keep the one-line contract: first line of clap's message.
+                let msg = e.to_string();
+                let first = msg
+                    .lines()
+                    .find(|l| !l.trim().is_empty())
+                    .unwrap_or("invalid arguments")
+                    .trim_start_matches("error: ")
+                    .to_owned();
+                return Err(format!("mirror: {first} (see `kmirror mirror --help`)").into());
+            }
+        };
+    let timeout = Duration::from_millis(cli.request_timeout_ms);
+    let mut conn = connect(&cli.bootstrap, timeout)?;
+    let out = &mut std::io::stdout().lock();
+    match cli.cmd {
+        Cmd::Create { name, source, set } => create(&mut conn, out, &name, &source, &set),
+        Cmd::Add {
+            name,
+            topics,
+            topic_regex,
+            exclude_regex,
+            dry_run,
+            json,
+        } => add(
+            &mut conn,
+            out,
+            &name,
+            &topics,
+            topic_regex,
+            exclude_regex,
+            dry_run,
+            json,
+        ),
+        Cmd::Remove {
+            name,
+            topics,
+            wait_for_sync,
+            sync_timeout_ms,
+            json,
+        } => {
+            if wait_for_sync {
+                wait_for_zero_lag(
+                    &mut conn,
+                    &name,
+                    &topics,
+                    Duration::from_millis(sync_timeout_ms),
+                )?;
+            }
+            let resp = conn.send_mirror(&RemoveTopicsFromMirrorRequest {
+                mirror_name: name.clone(),
+                topics: topics
+                    .iter()
+                    .map(|t| TopicName {
+                        topic_name: t.clone(),
+                        ..Default::default()
+                    })
+                    .collect(),
+                state_validation_offset: -1,
+                ..Default::default()
+            })?;
+            report_topics(out, "RemoveTopicsFromMirror", "failing over", &resp, json)
+        }
+        Cmd::Pause { name, topics, json } => {
+            let resp = conn.send_mirror(&PauseMirrorTopicsRequest(pause_resume(&name, &topics)))?;
+            report_topics(out, "PauseMirrorTopics", "paused", &resp, json)
+        }
+        Cmd::Resume { name, topics, json } => {
+            let resp =
+                conn.send_mirror(&ResumeMirrorTopicsRequest(pause_resume(&name, &topics)))?;
+            report_topics(out, "ResumeMirrorTopics", "resumed", &resp, json)
+        }
+        Cmd::List { json } => list(&mut conn, out, json),
+        Cmd::Describe {
+            name,
+            json,
+            watch,
+            interval_ms,
+            count,
+        } => {
+            if !watch {
+                return describe_once(&mut conn, out, name.as_deref(), json, false);
+            }
+            let tty = std::io::stdout().is_terminal();
+            let mut n = 0u64;
+            loop {
+                if tty && !json {
+                    write!(out, "\x1b[2J\x1b[H")?;
+                }
+                describe_once(&mut conn, out, name.as_deref(), json, watch)?;
+                out.flush()?;
+                n += 1;
+                if count != 0 && n >= count {
+                    return Ok(());
+                }
+                std::thread::sleep(Duration::from_millis(interval_ms));
+            }
+        }
+        Cmd::Delete { name } => {
+            let resp = conn.send_mirror(&DeleteMirrorRequest {
+                mirror_name: name.clone(),
+                ..Default::default()
+            })?;
+            check(
+                "DeleteMirror",
+                resp.error_code,
+                resp.error_message.as_deref(),
+            )?;
+            writeln!(out, "Deleted mirror '{name}'")?;
+            Ok(())
+        }
+    }
+}
+
+fn connect(bootstrap: &str, timeout: Duration) -> CliResult<BlockingConnection> {
+    let conn = BlockingConnection::connect(bootstrap, "kmirror-cli", timeout)
+        .map_err(|e| format!("cannot reach {bootstrap}: {e}"))?;
+    if !conn.versions().supports_mirroring() {
+        return Err(format!(
+            "{bootstrap} does not offer the mirror APIs (mirror.version=0, or not a kmirror broker)"
+        )
+        .into());
+    }
+    Ok(conn)
+}
+
+fn check(api: &str, error_code: i16, message: Option<&str>) -> CliResult<()> {
+    if error_code == code::NONE {
+        return Ok(());
+    }
+    let msg = message.unwrap_or_else(|| code::default_message(error_code));
+    Err(format!(
+        "{api} failed: {} ({error_code}): {msg}",
+        code::name(error_code)
+    )
+    .into())
+}
+
+fn parse_sets(set: &[String]) -> CliResult<BTreeMap<String, String>> {
+    let mut m = BTreeMap::new();
+    for s in set {
+        let (k, v) = s
+            .split_once('=')
+            .ok_or_else(|| format!("--set expects KEY=VALUE, got '{s}'"))?;
+        m.insert(k.trim().to_owned(), v.to_owned());
+    }
+    Ok(m)
+}
+
+fn create(
+    conn: &mut BlockingConnection,
+    out: &mut impl Write,
+    name: &str,
+    source: &str,
+    set: &[String],
+) -> CliResult<()> {
+    let mut settings = parse_sets(set)?;
+    settings.insert("bootstrap.servers".to_owned(), source.to_owned());
+    let resp = conn.send_mirror(&CreateMirrorRequest {
+        mirror_name: name.to_owned(),
+        configs: settings
+            .into_iter()
+            .map(|(k, v)| MirrorConfig {
+                name: k,
+                value: Some(v),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    })?;
+    check(
+        "CreateMirror",
+        resp.error_code,
+        resp.error_message.as_deref(),
+    )?;
+    writeln!(out, "Created mirror '{name}' (source {source})")?;
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn add(
+    conn: &mut BlockingConnection,
+    out: &mut impl Write,
+    name: &str,
+    topics: &[String],
+    topic_regex: Option<String>,
+    exclude_regex: Option<String>,
+    dry_run: bool,
+    json: bool,
+) -> CliResult<()> {
+    let resp = conn.send_mirror(&AddTopicsToMirrorRequest {
+        mirror_name: name.to_owned(),
+        topics: topics
+            .iter()
+            .map(|t| StartTopic {
+                topic_name: t.clone(),
+                num_partitions: -1,
+                ..Default::default()
+            })
+            .collect(),
+        include_patterns: topic_regex.into_iter().collect(),
+        exclude_patterns: exclude_regex.into_iter().collect(),
+        state_validation_offset: -1,
+        validate_only: dry_run,
+        ..Default::default()
+    })?;
+    if !dry_run {
+        return report_topics(out, "AddTopicsToMirror", "mirroring", &resp, json);
+    }
+    check(
+        "AddTopicsToMirror",
+        resp.error_code,
+        resp.error_message.as_deref(),
+    )?;
+    #[derive(Serialize)]
+    struct PlanRow<'a> {
+        topic: &'a str,
+        partition: i32,
+        local_end_offset: i64,
+        truncate_to: i64,
+        records_truncated: i64,
+    }
+    let mut rows = Vec::new();
+    for t in &resp.topics {
+        for p in &t.truncation_plan {
+            rows.push(PlanRow {
+                topic: &t.name,
+                partition: p.partition_index,
+                local_end_offset: p.local_end_offset,
+                truncate_to: p.truncate_to,
+                records_truncated: (p.local_end_offset - p.truncate_to).max(0),
+            });
+        }
+    }
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&rows)?)?;
+    } else {
+        let table: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                vec![
+                    r.topic.to_owned(),
+                    r.partition.to_string(),
+                    r.local_end_offset.to_string(),
+                    r.truncate_to.to_string(),
+                    r.records_truncated.to_string(),
+                ]
+            })
+            .collect();
+        print_table(
+            out,
+            &[
+                "TOPIC",
+                "PARTITION",
+                "LOCAL_END",
+                "TRUNCATE_TO",
+                "TRUNCATED",
+            ],
+            &table,
+        )?;
+        writeln!(out, "(dry run: nothing was changed)")?;
+    }
+    topic_errors("AddTopicsToMirror", &resp)
+}
+
+fn pause_resume(name: &str, topics: &[String]) -> PauseResumeTopics {
+    PauseResumeTopics {
+        mirror_name: name.to_owned(),
+        topics: topics
+            .iter()
+            .map(|t| TopicRef {
+                topic_name: t.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+fn topic_errors(api: &str, resp: &MirrorTopicsResponse) -> CliResult<()> {
+    let failed: Vec<String> = resp
+        .topics
+        .iter()
+        .filter(|t| t.error_code != code::NONE)
+        .map(|t| {
+            format!(
+                "{}: {} ({})",
+                t.name,
+                code::name(t.error_code),
+                t.error_message
+                    .as_deref()
+                    .unwrap_or_else(|| code::default_message(t.error_code))
+            )
+        })
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{api} failed for {}", failed.join("; ")).into())
+    }
+}
+
+fn report_topics(
+    out: &mut impl Write,
+    api: &str,
+    verb: &str,
+    resp: &MirrorTopicsResponse,
+    json: bool,
+) -> CliResult<()> {
+    check(api, resp.error_code, resp.error_message.as_deref())?;
+    if json {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            mirror: &'a str,
+            topic: &'a str,
+            error: Option<&'static str>,
+            message: Option<&'a str>,
+        }
+        let rows: Vec<Row<'_>> = resp
+            .topics
+            .iter()
+            .map(|t| Row {
+                mirror: &resp.mirror_name,
+                topic: &t.name,
+                error: (t.error_code != 0).then(|| code::name(t.error_code)),
+                message: t.error_message.as_deref(),
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string(&rows)?)?;
+    } else {
+        for t in resp.topics.iter().filter(|t| t.error_code == code::NONE) {
+            writeln!(out, "{}: {verb}", t.name)?;
+        }
+    }
+    topic_errors(api, resp)
+}
+
+fn list(conn: &mut BlockingConnection, out: &mut impl Write, json: bool) -> CliResult<()> {
+    let resp = conn.send_mirror(&ListMirrorsRequest::default())?;
+    check(
+        "ListMirrors",
+        resp.error_code,
+        resp.error_message.as_deref(),
+    )?;
+    if json {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            mirror: &'a str,
+            source_bootstrap: &'a str,
+            source_cluster_id: &'a str,
+            topic_count: i32,
+        }
+        let rows: Vec<Row<'_>> = resp
+            .mirrors
+            .iter()
+            .map(|m| Row {
+                mirror: &m.mirror_name,
+                source_bootstrap: &m.source_bootstrap,
+                source_cluster_id: &m.source_cluster_id,
+                topic_count: m.topic_count,
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string(&rows)?)?;
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = resp
+        .mirrors
+        .iter()
+        .map(|m| {
+            vec![
+                m.mirror_name.clone(),
+                m.source_bootstrap.clone(),
+                dash_if_empty(&m.source_cluster_id),
+                m.topic_count.to_string(),
+            ]
+        })
+        .collect();
+    print_table(
+        out,
+        &["MIRROR", "SOURCE", "SOURCE_CLUSTER_ID", "TOPICS"],
+        &rows,
+    )
+}
+
+/// One partition in `describe --json` (the stable contract: extend, don't rename).
+#[derive(Debug, Serialize, PartialEq)]
+pub(crate) struct DescribeRow {
+    pub mirror: String,
+    pub topic: String,
+    pub partition: i32,
+    pub state: String,
+    pub source_offset: i64,
+    pub destination_offset: i64,
+    pub lag: i64,
+    pub lag_ms: i64,
+    pub last_mirrored_epoch: i32,
+    pub failure_reason: Option<String>,
+}
+
+pub(crate) fn describe_rows(resp: &DescribeMirrorsResponse) -> Vec<DescribeRow> {
+    let mut rows = Vec::new();
+    for m in &resp.mirrors {
+        for t in &m.topics {
+            for p in &t.partitions {
+                rows.push(DescribeRow {
+                    mirror: m.mirror_name.clone(),
+                    topic: t.topic_name.clone(),
+                    partition: p.partition_index,
+                    state: p.state.clone(),
+                    source_offset: p.source_offset,
+                    destination_offset: p.destination_offset,
+                    lag: p.lag,
+                    lag_ms: p.lag_ms,
+                    last_mirrored_epoch: p.last_mirror_epoch,
+                    failure_reason: p.failure_reason.clone(),
+                });
+            }
+        }
+    }
+    rows.sort_by(|a, b| {
+        (&a.mirror, &a.topic, a.partition).cmp(&(&b.mirror, &b.topic, b.partition))
+    });
+    rows
+}
+
+fn describe_request(name: Option<&str>) -> DescribeMirrorsRequest {
+    DescribeMirrorsRequest {
+        mirror_names: name.map(str::to_owned).into_iter().collect(),
+        ..Default::default()
+    }
+}
+
+fn fetch_describe(
+    conn: &mut BlockingConnection,
+    name: Option<&str>,
+) -> CliResult<DescribeMirrorsResponse> {
+    let resp = conn.send_mirror(&describe_request(name))?;
+    check(
+        "DescribeMirrors",
+        resp.error_code,
+        resp.error_message.as_deref(),
+    )?;
+    for m in &resp.mirrors {
+        check(
+            &format!("DescribeMirrors({})", m.mirror_name),
+            m.error_code,
+            None,
+        )?;
+    }
+    Ok(resp)
+}
+
+fn describe_once(
+    conn: &mut BlockingConnection,
+    out: &mut impl Write,
+    name: Option<&str>,
+    json: bool,
+    watch: bool,
+) -> CliResult<()> {
+    let resp = fetch_describe(conn, name)?;
+    let rows = describe_rows(&resp);
+    if json {
+        writeln!(out, "{}", serde_json::to_string(&rows)?)?;
+        return Ok(());
+    }
+    if watch {
+        writeln!(
+            out,
+            "kmirror mirror describe{} — {}",
+            name.map(|n| format!(" {n}")).unwrap_or_default(),
+            chrono_like_now()
+        )?;
+    }
+    let table: Vec<Vec<String>> = rows.iter().map(table_row).collect();
+    print_table(
+        out,
+        &[
+            "MIRROR",
+            "TOPIC",
+            "PARTITION",
+            "STATE",
+            "SOURCE_OFFSET",
+            "DEST_OFFSET",
+            "LAG",
+            "LAG_MS",
+            "LME",
+            "REASON",
+        ],
+        &table,
+    )?;
+    if watch {
+        let total_lag: i64 = rows.iter().map(|r| r.lag.max(0)).sum();
+        let max_ms = rows.iter().map(|r| r.lag_ms).max().unwrap_or(0);
+        writeln!(
+            out,
+            "{} partitions, total lag {total_lag} records, max lag {max_ms} ms",
+            rows.len()
+        )?;
+    }
+    Ok(())
+}
+
+fn num_or_dash(v: i64) -> String {
+    if v < 0 {
+        "-".to_owned()
+    } else {
+        v.to_string()
+    }
+}
+
+fn dash_if_empty(s: &str) -> String {
+    if s.is_empty() {
+        "-".to_owned()
+    } else {
+        s.to_owned()
+    }
+}
+
+fn table_row(r: &DescribeRow) -> Vec<String> {
+    vec![
+        r.mirror.clone(),
+        r.topic.clone(),
+        r.partition.to_string(),
+        r.state.clone(),
+        num_or_dash(r.source_offset),
+        num_or_dash(r.destination_offset),
+        num_or_dash(r.lag),
+        num_or_dash(r.lag_ms),
+        num_or_dash(i64::from(r.last_mirrored_epoch)),
+        r.failure_reason.clone().unwrap_or_else(|| "-".to_owned()),
+    ]
+}
+
+pub(crate) fn format_table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if i < widths.len() {
+                widths[i] = widths[i].max(c.chars().count());
+            }
+        }
+    }
+    let mut s = String::new();
+    let line = |cells: Vec<&str>, s: &mut String| {
+        let n = cells.len();
+        for (i, c) in cells.into_iter().enumerate() {
+            s.push_str(c);
+            if i + 1 < n {
+                let pad = widths[i] - c.chars().count() + 2;
+                s.extend(std::iter::repeat_n(' ', pad));
+            }
+        }
+        s.push('\n');
+    };
+    line(headers.to_vec(), &mut s);
+    for r in rows {
+        line(r.iter().map(String::as_str).collect(), &mut s);
+    }
+    s
+}
+
+fn print_table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]) -> CliResult<()> {
+    out.write_all(format_table(headers, rows).as_bytes())?;
+    Ok(())
+}
+
+/// UTC wall time as HH:MM:SS (no date crate needed for a watch header).
+fn chrono_like_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0);
+    let d = secs % 86_400;
+    format!("{:02}:{:02}:{:02} UTC", d / 3600, (d / 60) % 60, d % 60)
+}
+
+/// `remove --wait-for-sync`: poll DescribeMirrors until every partition of `topics` is
+/// MIRRORING with lag 0, or fail with a report of what is still behind.
+fn wait_for_zero_lag(
+    conn: &mut BlockingConnection,
+    name: &str,
+    topics: &[String],
+    timeout: Duration,
+) -> CliResult<()> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let rows = describe_rows(&fetch_describe(conn, Some(name))?);
+        let ours: Vec<&DescribeRow> = rows.iter().filter(|r| topics.contains(&r.topic)).collect();
+        let behind: Vec<String> = ours
+            .iter()
+            .filter(|r| !(r.state == "MIRRORING" && r.lag == 0))
+            .map(|r| format!("{}-{} {} lag {}", r.topic, r.partition, r.state, r.lag))
+            .collect();
+        if !ours.is_empty() && behind.is_empty() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            let what = if ours.is_empty() {
+                "no partitions of these topics are mirrored".to_owned()
+            } else {
+                behind.join(", ")
+            };
+            return Err(format!(
+                "--wait-for-sync: not in sync after {} ms, not failing over: {what}",
+                timeout.as_millis()
+            )
+            .into());
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmirror_net::mirror_api::{DescribedMirror, DescribedTopic, PartitionDetail};
+
+    #[test]
+    fn seed_and_upstream_command_names_both_parse() {
+        for args in [
+            vec!["add", "dr", "--topics", "a,b"],
+            vec!["start", "dr", "--topic-regex", "pay.*"],
+            vec!["remove", "dr", "--topics", "a"],
+            vec!["stop", "dr", "--topics", "a", "--wait-for-sync"],
+            vec!["describe", "--json"],
+            vec!["--bootstrap", "h:1", "list"],
+            vec!["create", "dr", "--source", "h:2", "--set", "a=b"],
+        ] {
+            let argv = std::iter::once("kmirror mirror").chain(args.iter().copied());
+            MirrorCli::try_parse_from(argv).unwrap_or_else(|e| panic!("{args:?}: {e}"));
+        }
+        let c = MirrorCli::try_parse_from(["x", "add", "dr", "--topics", "a,b"]).unwrap();
+        match c.cmd {
+            Cmd::Add { topics, .. } => assert_eq!(topics, vec!["a", "b"]),
+            other => panic!("{other:?}"),
+        }
+        assert!(
+            MirrorCli::try_parse_from(["x", "add", "dr"]).is_err(),
+            "topics or regex required"
+        );
+    }
+
+    #[test]
+    fn bad_arguments_give_a_one_line_error() {
+        let e = run(vec!["frobnicate".into()]).unwrap_err().to_string();
+        assert!(!e.contains('\n'), "{e}");
+        assert!(e.starts_with("mirror: "));
+    }
+
+    #[test]
+    fn unreachable_broker_gives_a_one_line_error() {
+        // Port 1 on loopback is closed.
+        let e = run(vec![
+            "--bootstrap".into(),
+            "127.0.0.1:1".into(),
+            "--request-timeout-ms".into(),
+            "500".into(),
+            "list".into(),
+        ])
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("cannot reach 127.0.0.1:1"), "{e}");
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn describe_json_has_the_contract_fields_per_partition() {
+        let resp = DescribeMirrorsResponse {
+            mirrors: vec![DescribedMirror {
+                mirror_name: "dr".into(),
+                topics: vec![DescribedTopic {
+                    topic_name: "orders".into(),
+                    partitions: vec![
+                        PartitionDetail {
+                            partition_index: 1,
+                            source_offset: 10,
+                            destination_offset: 4,
+                            lag: 6,
+                            lag_ms: 1500,
+                            state: "MIRRORING".into(),
+                            last_mirror_epoch: -1,
+                            ..Default::default()
+                        },
+                        PartitionDetail {
+                            partition_index: 0,
+                            state: "FAILED".into(),
+                            failure_reason: Some("CRC".into()),
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let rows = describe_rows(&resp);
+        assert_eq!(rows[0].partition, 0, "sorted by partition");
+        let v: serde_json::Value = serde_json::to_value(&rows).unwrap();
+        let obj = v[1].as_object().unwrap();
+        for k in [
+            "mirror",
+            "topic",
+            "partition",
+            "state",
+            "source_offset",
+            "destination_offset",
+            "lag",
+            "lag_ms",
+        ] {
+            assert!(obj.contains_key(k), "missing {k}");
+        }
+        assert_eq!(obj["lag"], 6);
+        assert_eq!(obj["lag_ms"], 1500);
+        assert_eq!(v[0]["failure_reason"], "CRC");
+    }
+
+    #[test]
+    fn table_columns_line_up() {
+        let t = format_table(
+            &["A", "LONGER"],
+            &[
+                vec!["xxxx".into(), "1".into()],
+                vec!["y".into(), "22".into()],
+            ],
+        );
+        let lines: Vec<&str> = t.lines().collect();
+        let col = lines[0].find("LONGER").unwrap();
+        assert_eq!(lines[1].find('1').unwrap(), col);
+        assert_eq!(lines[2].find("22").unwrap(), col);
+    }
+
+    #[test]
+    fn set_flags_parse_key_value_pairs() {
+        let m = parse_sets(&["a=b".into(), "sasl.jaas.config=x=y".into()]).unwrap();
+        assert_eq!(m["a"], "b");
+        assert_eq!(m["sasl.jaas.config"], "x=y");
+        assert!(parse_sets(&["novalue".into()]).is_err());
+    }
 }

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::io;
 use std::time::Duration;
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request, StrBytes};
 
@@ -195,9 +195,7 @@ pub mod codec {
         (
             ApiVersionsRequest::default()
                 .with_client_software_name(StrBytes::from_static_str("kmirror"))
-                .with_client_software_version(StrBytes::from_static_str(env!(
-                    "CARGO_PKG_VERSION"
-                ))),
+                .with_client_software_version(StrBytes::from_static_str(env!("CARGO_PKG_VERSION"))),
             3,
         )
     }
@@ -433,7 +431,11 @@ impl AsyncConnection {
 
     /// One request/response exchange with a deadline for the whole exchange. `extra_wait`
     /// extends it (a Fetch legitimately waits `max_wait_ms` on the broker).
-    async fn roundtrip_with(&mut self, frame: Bytes, extra: Duration) -> Result<Bytes, ClientError> {
+    async fn roundtrip_with(
+        &mut self,
+        frame: Bytes,
+        extra: Duration,
+    ) -> Result<Bytes, ClientError> {
         use futures_lite::{AsyncReadExt, AsyncWriteExt};
         let addr = self.addr.clone();
         let stream = &mut self.stream;
@@ -676,6 +678,7 @@ pub mod build {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Buf;
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
 
     #[test]
@@ -685,7 +688,11 @@ mod tests {
         assert_eq!(v.pick(1, (4, 18), i16::MIN, i16::MAX), Some(17));
         assert_eq!(v.pick(1, (4, 18), 13, 15), Some(15));
         assert_eq!(v.pick(1, (4, 12), 13, i16::MAX), None, "topic ids need v13");
-        assert_eq!(v.pick(2, (0, 10), i16::MIN, i16::MAX), None, "not advertised");
+        assert_eq!(
+            v.pick(2, (0, 10), i16::MIN, i16::MAX),
+            None,
+            "not advertised"
+        );
     }
 
     #[test]
@@ -758,6 +765,9 @@ mod tests {
         assert_eq!(f.isolation_level, 1);
         assert_eq!(f.topics.len(), 1, "partitions of one topic are grouped");
         assert_eq!(f.topics[0].partitions.len(), 2);
-        assert!(f.topics[0].partitions.iter().all(|p| p.last_fetched_epoch == -1));
+        assert!(f.topics[0]
+            .partitions
+            .iter()
+            .all(|p| p.last_fetched_epoch == -1));
     }
 }

@@ -677,7 +677,12 @@ macro_rules! mirror_request {
         }
     };
 }
-mirror_request!(CreateMirrorRequest, CreateMirrorResponse, api::CREATE_MIRROR, "CreateMirror");
+mirror_request!(
+    CreateMirrorRequest,
+    CreateMirrorResponse,
+    api::CREATE_MIRROR,
+    "CreateMirror"
+);
 mirror_request!(
     AddTopicsToMirrorRequest,
     MirrorTopicsResponse,
@@ -696,7 +701,12 @@ mirror_request!(
     api::LAST_MIRRORED_EPOCHS,
     "LastMirroredEpochs"
 );
-mirror_request!(ListMirrorsRequest, ListMirrorsResponse, api::LIST_MIRRORS, "ListMirrors");
+mirror_request!(
+    ListMirrorsRequest,
+    ListMirrorsResponse,
+    api::LIST_MIRRORS,
+    "ListMirrors"
+);
 mirror_request!(
     DescribeMirrorsRequest,
     DescribeMirrorsResponse,
@@ -721,7 +731,12 @@ mirror_request!(
     api::RESUME_MIRROR_TOPICS,
     "ResumeMirrorTopics"
 );
-mirror_request!(DeleteMirrorRequest, DeleteMirrorResponse, api::DELETE_MIRROR, "DeleteMirror");
+mirror_request!(
+    DeleteMirrorRequest,
+    DeleteMirrorResponse,
+    api::DELETE_MIRROR,
+    "DeleteMirror"
+);
 mirror_request!(
     BumpLeaderEpochsRequest,
     BumpLeaderEpochsResponse,
@@ -1157,7 +1172,10 @@ mod tests {
         .freeze();
         for cut in 0..full.len() {
             let mut part = full.slice(..cut);
-            assert!(DescribeMirrorsResponse::read(&mut part).is_err(), "cut {cut}");
+            assert!(
+                DescribeMirrorsResponse::read(&mut part).is_err(),
+                "cut {cut}"
+            );
         }
         let mut huge = Bytes::from_static(&[0xff, 0xff, 0xff, 0xff, 0x0f]);
         assert!(<Vec<String>>::read(&mut huge).is_err());
@@ -1180,7 +1198,9 @@ mod tests {
     #[test]
     fn gated_error_response_decodes_with_unsupported_version() {
         for (key, _) in api::USER_FACING {
-            let body = error_response_body(key, 35, Some("off")).expect("mirror key").freeze();
+            let body = error_response_body(key, 35, Some("off"))
+                .expect("mirror key")
+                .freeze();
             // Every mirror response starts with throttle_time_ms then error_code.
             let mut r = body.clone();
             assert_eq!(i32::read(&mut r).unwrap(), 0);

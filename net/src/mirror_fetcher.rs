@@ -28,7 +28,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use bytes::Bytes;
-use kmirror_log::batch::{LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD, PARTITION_LEADER_EPOCH_POS};
+use kmirror_log::batch::{
+    LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD, PARTITION_LEADER_EPOCH_POS,
+};
 use kmirror_types::TopicPartition;
 use uuid::Uuid;
 
@@ -203,7 +205,11 @@ impl FetcherStatus {
 pub enum FetchEvent {
     /// After every fetch round that reached the source.
     Progress(FetcherStatus),
-    LeaderChanged { broker_id: i32, addr: String, leader_epoch: i32 },
+    LeaderChanged {
+        broker_id: i32,
+        addr: String,
+        leader_epoch: i32,
+    },
     /// The local leader epoch was raised to keep it >= the source's.
     EpochBumped { to: i32 },
     /// The source log start moved past our end: `[lost_from, lost_to)` was never mirrored.
@@ -390,10 +396,7 @@ impl PartitionFetcher {
         if self.consecutive_errors >= self.cfg.errors_before_failed && !self.status.failed {
             return self.fail(
                 observer,
-                format!(
-                    "{reason} ({} consecutive errors)",
-                    self.consecutive_errors
-                ),
+                format!("{reason} ({} consecutive errors)", self.consecutive_errors),
             );
         }
         self.status.last_error = Some(reason.clone());
@@ -422,7 +425,9 @@ impl PartitionFetcher {
             Some(l) => l.clone(),
             None => match source.leader(&self.tp.topic, self.tp.partition).await {
                 Ok(l) => {
-                    if !self.topic_id.is_nil() && !l.topic_id.is_nil() && l.topic_id != self.topic_id
+                    if !self.topic_id.is_nil()
+                        && !l.topic_id.is_nil()
+                        && l.topic_id != self.topic_id
                     {
                         return self.fail(
                             observer,
@@ -510,7 +515,9 @@ impl PartitionFetcher {
             }
             code::OFFSET_MOVED_TO_TIERED_STORAGE => self.fail(
                 observer,
-                format!("offset {fetch_offset} is only in the source's tiered storage (not supported)"),
+                format!(
+                    "offset {fetch_offset} is only in the source's tiered storage (not supported)"
+                ),
             ),
             code::INCONSISTENT_TOPIC_ID => self.fail(
                 observer,
@@ -558,11 +565,17 @@ impl PartitionFetcher {
                         );
                     }
                 }
-                if let Err(e) = self.ensure_local_epoch(max_epoch.max(self.source_epoch), local, observer) {
+                if let Err(e) =
+                    self.ensure_local_epoch(max_epoch.max(self.source_epoch), local, observer)
+                {
                     return self.fail(observer, e.to_string());
                 }
                 match local.append_mirror(batches) {
-                    Ok(last_appended) => step = Step::Appended { last_offset: last_appended },
+                    Ok(last_appended) => {
+                        step = Step::Appended {
+                            last_offset: last_appended,
+                        }
+                    }
                     Err(e) => {
                         return self.fail(
                             observer,
@@ -635,7 +648,10 @@ impl PartitionFetcher {
             )
         } else {
             // The range moved under us between the fetch and ListOffsets: just retry.
-            self.transient(observer, "OFFSET_OUT_OF_RANGE raced with the source".to_owned())
+            self.transient(
+                observer,
+                "OFFSET_OUT_OF_RANGE raced with the source".to_owned(),
+            )
         }
     }
 }
@@ -710,7 +726,9 @@ impl Source for KafkaSource {
                 .iter()
                 .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
             else {
-                return Err(SourceError::Other(format!("topic {topic} missing from metadata")));
+                return Err(SourceError::Other(format!(
+                    "topic {topic} missing from metadata"
+                )));
             };
             if t.error_code != code::NONE {
                 return Err(SourceError::Other(format!(
@@ -719,7 +737,9 @@ impl Source for KafkaSource {
                 )));
             }
             let Some(p) = t.partitions.iter().find(|p| p.partition_index == partition) else {
-                return Err(SourceError::Other(format!("{topic}-{partition} missing on source")));
+                return Err(SourceError::Other(format!(
+                    "{topic}-{partition} missing on source"
+                )));
             };
             if p.error_code != code::NONE || p.leader_id.0 < 0 {
                 return Err(SourceError::Other(format!(
@@ -910,7 +930,11 @@ mod tests {
                     return Err(LocalError::NonMonotonic(format!("{base} < {end}")));
                 }
                 let epoch = i32::from_be_bytes(b[12..16].try_into().unwrap());
-                assert!(self.epoch >= epoch, "local epoch {} below batch epoch {epoch}", self.epoch);
+                assert!(
+                    self.epoch >= epoch,
+                    "local epoch {} below batch epoch {epoch}",
+                    self.epoch
+                );
                 let delta = i32::from_be_bytes(b[23..27].try_into().unwrap());
                 end = base + i64::from(delta) + 1;
                 staged.push((base, b));
@@ -986,8 +1010,11 @@ mod tests {
             req: &build::FetchPart,
             _cfg: &FetcherConfig,
         ) -> Result<FetchOutcome, SourceError> {
-            self.fetches
-                .push((leader.addr.clone(), req.fetch_offset, req.current_leader_epoch));
+            self.fetches.push((
+                leader.addr.clone(),
+                req.fetch_offset,
+                req.current_leader_epoch,
+            ));
             if let Some(o) = self.scripted.pop_front() {
                 return Ok(o);
             }
@@ -1036,7 +1063,14 @@ mod tests {
             _e: i32,
             ts: i64,
         ) -> Result<(i16, i64), SourceError> {
-            Ok((0, if ts == build::EARLIEST { self.log_start } else { self.end() }))
+            Ok((
+                0,
+                if ts == build::EARLIEST {
+                    self.log_start
+                } else {
+                    self.end()
+                },
+            ))
         }
         async fn sleep(&mut self, d: Duration) {
             self.slept.push(d);
@@ -1056,7 +1090,10 @@ mod tests {
     }
     impl Events {
         fn failed(&self) -> usize {
-            self.0.iter().filter(|e| matches!(e, FetchEvent::Failed { .. })).count()
+            self.0
+                .iter()
+                .filter(|e| matches!(e, FetchEvent::Failed { .. }))
+                .count()
         }
     }
 
@@ -1105,7 +1142,10 @@ mod tests {
         assert_eq!(got, want, "byte-identical batches at identical offsets");
         assert_eq!(l.end, 17);
         assert_eq!(f.status().lag(), 0);
-        assert!(l.epoch >= s.leader_epoch, "destination epoch >= source epoch");
+        assert!(
+            l.epoch >= s.leader_epoch,
+            "destination epoch >= source epoch"
+        );
     }
 
     #[test]

@@ -306,7 +306,12 @@ mod tests {
         for k in DEFAULT_TOPIC_PROPERTIES_EXCLUDE {
             assert!(ex.is_excluded(k), "{k}");
         }
-        for k in ["cleanup.policy", "retention.ms", "compression.type", "segment.bytes"] {
+        for k in [
+            "cleanup.policy",
+            "retention.ms",
+            "compression.type",
+            "segment.bytes",
+        ] {
             assert!(!ex.is_excluded(k), "{k}");
         }
         // Dots are literal in the default list, not wildcards.
@@ -320,7 +325,10 @@ mod tests {
         let ex = ConfigExclude::from_setting(Some(".*throttled.*")).unwrap();
         assert!(ex.is_excluded("leader.replication.throttled.replicas"));
         assert!(!ex.is_excluded("min.insync.replicas"));
-        assert!(ex.is_excluded("mirror.name"), "mirror.name is always excluded");
+        assert!(
+            ex.is_excluded("mirror.name"),
+            "mirror.name is always excluded"
+        );
         let ex2 =
             ConfigExclude::from_setting(Some("min.insync.replicas,unclean.leader.election.enable"))
                 .unwrap();
@@ -345,15 +353,23 @@ mod tests {
         for ok in ["dr", "east-to-west", "a.b_c-1"] {
             validate_mirror_name(ok).unwrap();
         }
-        for bad in ["", ".", "..", "has space", "x/y", "dr.removed", &"a".repeat(250)] {
+        for bad in [
+            "",
+            ".",
+            "..",
+            "has space",
+            "x/y",
+            "dr.removed",
+            &"a".repeat(250),
+        ] {
             assert!(validate_mirror_name(bad).is_err(), "{bad:?}");
         }
     }
 
     #[test]
     fn topic_filter_exclude_wins_and_internal_topics_need_a_name() {
-        let f = TopicFilter::new(&s(&["__special"]), &s(&["pay.*", ".*"]), &s(&["pay-tmp"]))
-            .unwrap();
+        let f =
+            TopicFilter::new(&s(&["__special"]), &s(&["pay.*", ".*"]), &s(&["pay-tmp"])).unwrap();
         assert!(f.matches("payments"));
         assert!(!f.matches("pay-tmp"));
         assert!(!f.matches("__consumer_offsets"));
@@ -365,12 +381,18 @@ mod tests {
         let mut st = BTreeMap::new();
         assert!(MirrorDefinition::new("dr", st.clone()).is_err());
         st.insert("bootstrap.servers".to_owned(), "127.0.0.1:9092".to_owned());
-        st.insert(settings::METADATA_SYNC_INTERVAL_MS.to_owned(), "soon".to_owned());
+        st.insert(
+            settings::METADATA_SYNC_INTERVAL_MS.to_owned(),
+            "soon".to_owned(),
+        );
         assert!(matches!(
             MirrorDefinition::new("dr", st.clone()),
             Err(MirrorError::InvalidSetting { .. })
         ));
-        st.insert(settings::METADATA_SYNC_INTERVAL_MS.to_owned(), "5000".to_owned());
+        st.insert(
+            settings::METADATA_SYNC_INTERVAL_MS.to_owned(),
+            "5000".to_owned(),
+        );
         st.insert("security.protocol".to_owned(), "PLAINTEXT".to_owned());
         let d = MirrorDefinition::new("dr", st).unwrap();
         assert_eq!(d.metadata_sync_interval_ms(), 5000);

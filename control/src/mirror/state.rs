@@ -219,7 +219,10 @@ mod tests {
             (Mirroring, Unknown),
             (Stopping, Preparing),
         ] {
-            assert!(!from.can_transition_to(to), "{from} -> {to} must be illegal");
+            assert!(
+                !from.can_transition_to(to),
+                "{from} -> {to} must be illegal"
+            );
         }
         for s in PartitionState::ALL {
             assert!(!s.can_transition_to(s), "self-transition {s}");
@@ -247,13 +250,29 @@ mod tests {
 
     #[test]
     fn user_ops_map_to_seed_error_codes() {
-        assert_eq!(UserOp::Pause.target(Paused), Err(StateRefusal::AlreadyPaused));
-        assert_eq!(UserOp::Resume.target(Mirroring), Err(StateRefusal::NotPaused));
-        assert_eq!(UserOp::Resume.target(Stopping), Err(StateRefusal::BeingRemoved));
-        assert_eq!(UserOp::Add.target(Mirroring), Err(StateRefusal::AlreadyInMirror));
+        assert_eq!(
+            UserOp::Pause.target(Paused),
+            Err(StateRefusal::AlreadyPaused)
+        );
+        assert_eq!(
+            UserOp::Resume.target(Mirroring),
+            Err(StateRefusal::NotPaused)
+        );
+        assert_eq!(
+            UserOp::Resume.target(Stopping),
+            Err(StateRefusal::BeingRemoved)
+        );
+        assert_eq!(
+            UserOp::Add.target(Mirroring),
+            Err(StateRefusal::AlreadyInMirror)
+        );
         assert_eq!(UserOp::Add.target(Stopped), Ok(Preparing));
         assert_eq!(UserOp::Remove.target(Paused), Ok(Stopping));
-        assert_eq!(UserOp::Remove.target(Stopped), Ok(Stopped), "idempotent failover");
+        assert_eq!(
+            UserOp::Remove.target(Stopped),
+            Ok(Stopped),
+            "idempotent failover"
+        );
         // Every Ok target other than a no-op is a legal transition.
         for op in [UserOp::Add, UserOp::Remove, UserOp::Pause, UserOp::Resume] {
             for s in PartitionState::ALL {

@@ -223,7 +223,10 @@ impl MirrorStateStore {
         if let Some(dir) = self.path.parent() {
             File::open(dir)?.sync_all()?;
         }
-        self.file = OpenOptions::new().read(true).append(true).open(&self.path)?;
+        self.file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(&self.path)?;
         self.records_in_file = self.live_records();
         Ok(())
     }
@@ -312,7 +315,9 @@ impl MirrorStateStore {
         &'a self,
         mirror: &'a str,
     ) -> impl Iterator<Item = (&'a TopicPartition, &'a PartitionEntry)> + 'a {
-        self.partitions.iter().filter(move |(_, e)| e.mirror == mirror)
+        self.partitions
+            .iter()
+            .filter(move |(_, e)| e.mirror == mirror)
     }
 
     /// Move a partition to `to`, durably, before the caller acts on it. `mirror` names the
@@ -468,9 +473,9 @@ impl MirrorStateStore {
                         after: e.failover_done,
                     },
                     PartitionState::Failed => RecoveryAction::RetryFailed,
-                    PartitionState::Paused
-                    | PartitionState::Stopped
-                    | PartitionState::Unknown => return None,
+                    PartitionState::Paused | PartitionState::Stopped | PartitionState::Unknown => {
+                        return None
+                    }
                 };
                 Some((tp.clone(), a))
             })
