@@ -1,18 +1,21 @@
 //! Cluster mirroring control plane (KIP-1279), runtime-agnostic.
 //!
 //! Owns: mirror definitions and their settings ([`definition`]), the partition state machine
-//! ([`state`]) and its durable store `__mirror_state` ([`store`]). It must not depend on any
+//! ([`state`]), its durable store `__mirror_state` ([`store`]) and the coordinator that applies
+//! user operations and the failover sequence through a broker trait ([`coordinator`]). It must not depend on any
 //! async runtime or on the network layer: `net` (fetchers, wire APIs) and `engine` drive it.
 //!
 //! Invariants: a state change is persisted before it takes effect (see [`store`]); a partition
 //! is writable on the destination only in STOPPED (or when never mirrored).
 
+pub mod coordinator;
 pub mod definition;
 pub mod state;
 pub mod store;
 
 use kmirror_types::TopicPartition;
 
+pub use coordinator::{DescribedPartition, MirrorCoordinator, MirrorHost, TopicOpError};
 pub use definition::{ConfigExclude, MirrorDefinition, TopicFilter};
 pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
 pub use store::{MirrorStateStore, PartitionEntry, RecoveryAction};

@@ -1,0 +1,942 @@
+//! The mirror coordinator: the user operations of the mirror APIs and the failover sequence,
+//! applied to the durable store and to the broker through the small [`MirrorHost`] trait.
+//!
+//! Runtime-agnostic and synchronous: every method persists the state it is about to act on
+//! first, then acts. The network-facing parts (source metadata sync, failback preparation with
+//! LastMirroredEpochs / OffsetsForLeaderEpoch, fetchers) live in `net` and call back into
+//! [`MirrorCoordinator::materialize_partition`], [`MirrorCoordinator::preparation_done`] and
+//! [`MirrorCoordinator::on_fetch_failed`] / [`MirrorCoordinator::on_fetch_recovered`].
+//!
+//! Failover (seed 000), per partition, each step recorded in `__mirror_state` once done:
+//! 1. `FetchersStopped`: stop the fetcher; the last mirrored epoch (the local leader epoch,
+//!    kept >= the source's by the fetcher) is captured and persisted *before* the epoch bump,
+//!    so a crash after the bump cannot lose it.
+//! 2. `EpochBumped`: raise the local leader epoch above every epoch in the log.
+//! 3. `TruncatedToLso`: truncate to the LSO (open source transactions are dropped).
+//! 4. `LmePersisted`: the LME is durable (captured in step 1).
+//! 5. `PidResetWritten`: append one MIRROR_PID_RESET control record; the host reports whether
+//!    the log already ends with one, so a crash between the append and its record does not
+//!    write a second.
+//!
+//! Then STOPPED: the partition becomes writable. Until then it is read-only.
+
+use std::collections::BTreeMap;
+
+use kmirror_types::TopicPartition;
+
+use super::definition::MirrorDefinition;
+use super::state::{FailoverStep, PartitionState, StateRefusal, UserOp};
+use super::store::{MirrorStateStore, PartitionEntry, RecoveryAction};
+use super::MirrorError;
+
+/// What the coordinator needs from the broker. All calls are local and synchronous (the
+/// broker hops to the partition's owning core inside its implementation).
+pub trait MirrorHost {
+    /// Partition count of a local topic, None if it does not exist.
+    fn local_partition_count(&self, topic: &str) -> Option<i32>;
+    /// Start mirroring `tp` from the local log end (MIRRORING).
+    fn start_fetcher(&mut self, mirror: &MirrorDefinition, tp: &TopicPartition);
+    /// Stop the fetcher of `tp` if one runs (idempotent).
+    fn stop_fetcher(&mut self, tp: &TopicPartition);
+    /// Current local leader epoch of `tp`.
+    fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String>;
+    /// Raise the local leader epoch above every epoch in the log; returns the new epoch.
+    fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<i32, String>;
+    /// Truncate the log to its last stable offset; returns the new log end.
+    fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<i64, String>;
+    /// Whether the last batch of the log is a MIRROR_PID_RESET control batch.
+    fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String>;
+    /// Append a MIRROR_PID_RESET control record (expires all producer state).
+    fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String>;
+}
+
+/// Why a per-topic operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TopicOpError {
+    #[error(transparent)]
+    Mirror(#[from] MirrorError),
+    #[error("{topic}: refused in state {state}: {refusal:?}")]
+    Refused {
+        topic: String,
+        state: PartitionState,
+        refusal: StateRefusal,
+    },
+    #[error("topic '{0}' does not exist on this cluster")]
+    UnknownTopic(String),
+    #[error("failover step failed for {tp}: {reason}")]
+    Host { tp: TopicPartition, reason: String },
+}
+
+/// One partition as DescribeMirrors reports it (live offsets come from the fetchers).
+#[derive(Debug, Clone, PartialEq)]
+pub struct DescribedPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub state: PartitionState,
+    pub last_mirrored_epoch: Option<i32>,
+    pub reason: Option<String>,
+}
+
+/// The coordinator: owns the store, borrows the host per call.
+#[derive(Debug)]
+pub struct MirrorCoordinator {
+    store: MirrorStateStore,
+}
+
+impl MirrorCoordinator {
+    pub fn new(store: MirrorStateStore) -> Self {
+        MirrorCoordinator { store }
+    }
+
+    pub fn store(&self) -> &MirrorStateStore {
+        &self.store
+    }
+
+    /// Whether writes to `tp` must be refused with READ_ONLY_TOPIC.
+    pub fn is_read_only(&self, tp: &TopicPartition) -> bool {
+        self.store.state_of(tp).is_read_only()
+    }
+
+    /// Whether a topic is (or is being) mirrored: any partition read-only.
+    pub fn topic_is_read_only(&self, topic: &str) -> bool {
+        self.store
+            .partitions()
+            .any(|(tp, e)| tp.topic == topic && e.state.is_read_only())
+    }
+
+    /// Mirror owning a topic right now (a partition not STOPPED), if any.
+    pub fn owner_of(&self, topic: &str) -> Option<&str> {
+        self.store
+            .partitions()
+            .find(|(tp, e)| tp.topic == topic && e.state != PartitionState::Stopped)
+            .map(|(_, e)| e.mirror.as_str())
+    }
+
+    // ---- mirrors ---------------------------------------------------------------------------
+
+    pub fn create_mirror(
+        &mut self,
+        name: &str,
+        settings: BTreeMap<String, String>,
+    ) -> Result<(), MirrorError> {
+        let def = MirrorDefinition::new(name, settings)?;
+        self.store.create_mirror(def)
+    }
+
+    pub fn delete_mirror(&mut self, name: &str) -> Result<(), MirrorError> {
+        self.store.delete_mirror(name)
+    }
+
+    pub fn mirrors(&self) -> impl Iterator<Item = &MirrorDefinition> {
+        self.store.mirrors()
+    }
+
+    /// Distinct topics a mirror currently manages (partitions not STOPPED) plus named topics
+    /// not materialized yet.
+    pub fn topic_count(&self, mirror: &str) -> usize {
+        let mut topics: Vec<&str> = self
+            .store
+            .partitions_of(mirror)
+            .filter(|(_, e)| e.state != PartitionState::Stopped)
+            .map(|(tp, _)| tp.topic.as_str())
+            .collect();
+        if let Some(d) = self.store.mirror(mirror) {
+            topics.extend(d.topics.iter().map(String::as_str));
+        }
+        topics.sort_unstable();
+        topics.dedup();
+        topics.len()
+    }
+
+    // ---- AddTopicsToMirror -----------------------------------------------------------------
+
+    /// Record topics (by name) and patterns on the mirror. Topics already local and STOPPED
+    /// go to PREPARING now (failback / re-add); the metadata sync creates the others and calls
+    /// [`Self::materialize_partition`]. A topic owned by a mirror is refused.
+    pub fn add_topics(
+        &mut self,
+        mirror: &str,
+        topics: &[String],
+        include: &[String],
+        exclude: &[String],
+        host: &mut impl MirrorHost,
+    ) -> Result<Vec<(String, Result<(), TopicOpError>)>, MirrorError> {
+        let mut def = self
+            .store
+            .mirror(mirror)
+            .cloned()
+            .ok_or_else(|| MirrorError::UnknownMirror(mirror.to_owned()))?;
+        // Validate the new patterns before recording anything.
+        super::definition::TopicFilter::new(&[], include, exclude)?;
+        let mut results = Vec::new();
+        let mut accepted = Vec::new();
+        for t in topics {
+            if self.owner_of(t).is_some() {
+                let state = self
+                    .store
+                    .partitions()
+                    .find(|(tp, _)| &tp.topic == t)
+                    .map_or(PartitionState::Unknown, |(_, e)| e.state);
+                results.push((
+                    t.clone(),
+                    Err(TopicOpError::Refused {
+                        topic: t.clone(),
+                        state,
+                        refusal: StateRefusal::AlreadyInMirror,
+                    }),
+                ));
+                continue;
+            }
+            accepted.push(t.clone());
+            results.push((t.clone(), Ok(())));
+        }
+        for t in &accepted {
+            if !def.topics.contains(t) {
+                def.topics.push(t.clone());
+            }
+        }
+        for p in include {
+            if !def.include_patterns.contains(p) {
+                def.include_patterns.push(p.clone());
+            }
+        }
+        for p in exclude {
+            if !def.exclude_patterns.contains(p) {
+                def.exclude_patterns.push(p.clone());
+            }
+        }
+        self.store.update_mirror(def)?;
+        // Local topics that exist already (stopped after a failover): start preparing now.
+        for (t, r) in results.iter_mut() {
+            if r.is_err() {
+                continue;
+            }
+            if let Some(n) = host.local_partition_count(t) {
+                for p in 0..n {
+                    let tp = TopicPartition::new(t.clone(), p);
+                    if let Err(e) = self.materialize_partition(mirror, &tp) {
+                        *r = Err(e.into());
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(results)
+    }
+
+    /// A partition of a topic the mirror wants now exists locally (created by the metadata
+    /// sync with the source's id, or already there): UNKNOWN/STOPPED -> PREPARING. No-op if
+    /// the partition is already in this mirror.
+    pub fn materialize_partition(
+        &mut self,
+        mirror: &str,
+        tp: &TopicPartition,
+    ) -> Result<(), MirrorError> {
+        match self.store.state_of(tp) {
+            PartitionState::Unknown | PartitionState::Stopped => {
+                self.store
+                    .transition(tp, mirror, PartitionState::Preparing, None)?;
+                Ok(())
+            }
+            _ => match self.store.partition(tp) {
+                Some(e) if e.mirror == mirror => Ok(()),
+                _ => Err(MirrorError::TopicNotInMirror {
+                    topic: tp.topic.clone(),
+                    mirror: mirror.to_owned(),
+                }),
+            },
+        }
+    }
+
+    /// PREPARING is complete (truncation for failback done): MIRRORING, then start the fetcher.
+    pub fn preparation_done(
+        &mut self,
+        tp: &TopicPartition,
+        host: &mut impl MirrorHost,
+    ) -> Result<(), MirrorError> {
+        let e = self.entry(tp)?;
+        let def = self
+            .store
+            .mirror(&e.mirror)
+            .cloned()
+            .ok_or_else(|| MirrorError::UnknownMirror(e.mirror.clone()))?;
+        self.store
+            .transition(tp, &e.mirror, PartitionState::Mirroring, None)?;
+        host.start_fetcher(&def, tp);
+        Ok(())
+    }
+
+    /// The fetcher reported a bad batch or persistent error: FAILED with the reason. The
+    /// fetcher keeps retrying with backoff.
+    pub fn on_fetch_failed(
+        &mut self,
+        tp: &TopicPartition,
+        reason: String,
+    ) -> Result<(), MirrorError> {
+        let e = self.entry(tp)?;
+        match e.state {
+            PartitionState::Failed if e.reason.as_deref() == Some(reason.as_str()) => Ok(()),
+            PartitionState::Failed => {
+                // Same state, newer reason: rewrite the entry through a legal path.
+                self.store
+                    .transition(tp, &e.mirror, PartitionState::Mirroring, None)?;
+                self.store
+                    .transition(tp, &e.mirror, PartitionState::Failed, Some(reason))?;
+                Ok(())
+            }
+            PartitionState::Mirroring | PartitionState::Preparing => {
+                self.store
+                    .transition(tp, &e.mirror, PartitionState::Failed, Some(reason))?;
+                Ok(())
+            }
+            // A late report after pause/stop is ignored.
+            _ => Ok(()),
+        }
+    }
+
+    /// A FAILED partition appended again: back to MIRRORING.
+    pub fn on_fetch_recovered(&mut self, tp: &TopicPartition) -> Result<(), MirrorError> {
+        let e = self.entry(tp)?;
+        if e.state == PartitionState::Failed {
+            self.store
+                .transition(tp, &e.mirror, PartitionState::Mirroring, None)?;
+        }
+        Ok(())
+    }
+
+    fn entry(&self, tp: &TopicPartition) -> Result<PartitionEntry, MirrorError> {
+        self.store
+            .partition(tp)
+            .cloned()
+            .ok_or_else(|| MirrorError::UnknownPartition(tp.clone()))
+    }
+
+    fn partitions_of_topic(&self, topic: &str) -> Vec<(TopicPartition, PartitionEntry)> {
+        self.store
+            .partitions()
+            .filter(|(tp, _)| tp.topic == topic)
+            .map(|(tp, e)| (tp.clone(), e.clone()))
+            .collect()
+    }
+
+    /// Check that `topic` is a topic of `mirror` for Remove/Pause/Resume.
+    fn check_topic(
+        &self,
+        mirror: &str,
+        topic: &str,
+        host: &impl MirrorHost,
+    ) -> Result<Vec<(TopicPartition, PartitionEntry)>, TopicOpError> {
+        if self.store.mirror(mirror).is_none() {
+            return Err(MirrorError::UnknownMirror(mirror.to_owned()).into());
+        }
+        let parts = self.partitions_of_topic(topic);
+        if parts.is_empty() {
+            if host.local_partition_count(topic).is_none() {
+                return Err(TopicOpError::UnknownTopic(topic.to_owned()));
+            }
+            return Err(MirrorError::TopicNotInMirror {
+                topic: topic.to_owned(),
+                mirror: mirror.to_owned(),
+            }
+            .into());
+        }
+        if parts.iter().any(|(_, e)| e.mirror != mirror) {
+            return Err(MirrorError::TopicNotInMirror {
+                topic: topic.to_owned(),
+                mirror: mirror.to_owned(),
+            }
+            .into());
+        }
+        Ok(parts)
+    }
+
+    fn apply_user_op(
+        &mut self,
+        mirror: &str,
+        topic: &str,
+        op: UserOp,
+        host: &mut impl MirrorHost,
+    ) -> Result<Vec<TopicPartition>, TopicOpError> {
+        let parts = self.check_topic(mirror, topic, host)?;
+        // Validate every partition first so a topic is never left half-changed by a refusal.
+        let mut plan = Vec::new();
+        for (tp, e) in &parts {
+            match op.target(e.state) {
+                Ok(t) => plan.push((tp.clone(), e.state, t)),
+                Err(refusal) => {
+                    return Err(TopicOpError::Refused {
+                        topic: topic.to_owned(),
+                        state: e.state,
+                        refusal,
+                    })
+                }
+            }
+        }
+        let def = self
+            .store
+            .mirror(mirror)
+            .cloned()
+            .ok_or_else(|| MirrorError::UnknownMirror(mirror.to_owned()))?;
+        let mut changed = Vec::new();
+        for (tp, from, to) in plan {
+            if from == to {
+                continue;
+            }
+            // Persist first, then act.
+            self.store.transition(&tp, mirror, to, None)?;
+            match to {
+                PartitionState::Paused => host.stop_fetcher(&tp),
+                PartitionState::Mirroring => host.start_fetcher(&def, &tp),
+                _ => {}
+            }
+            changed.push(tp);
+        }
+        Ok(changed)
+    }
+
+    /// PauseMirrorTopics.
+    pub fn pause_topics(
+        &mut self,
+        mirror: &str,
+        topics: &[String],
+        host: &mut impl MirrorHost,
+    ) -> Vec<(String, Result<(), TopicOpError>)> {
+        topics
+            .iter()
+            .map(|t| {
+                (
+                    t.clone(),
+                    self.apply_user_op(mirror, t, UserOp::Pause, host)
+                        .map(|_| ()),
+                )
+            })
+            .collect()
+    }
+
+    /// ResumeMirrorTopics.
+    pub fn resume_topics(
+        &mut self,
+        mirror: &str,
+        topics: &[String],
+        host: &mut impl MirrorHost,
+    ) -> Vec<(String, Result<(), TopicOpError>)> {
+        topics
+            .iter()
+            .map(|t| {
+                (
+                    t.clone(),
+                    self.apply_user_op(mirror, t, UserOp::Resume, host)
+                        .map(|_| ()),
+                )
+            })
+            .collect()
+    }
+
+    /// RemoveTopicsFromMirror (failover): STOPPING is persisted for every partition of the
+    /// topic, the topic leaves the mirror's selection (so the sync loop does not re-add it),
+    /// then each partition's failover runs to STOPPED. A failover interrupted by a host error
+    /// stays STOPPING and is resumed by [`Self::recover`] or a repeated remove.
+    pub fn remove_topics(
+        &mut self,
+        mirror: &str,
+        topics: &[String],
+        host: &mut impl MirrorHost,
+    ) -> Vec<(String, Result<(), TopicOpError>)> {
+        let mut out = Vec::new();
+        for t in topics {
+            let r = self
+                .apply_user_op(mirror, t, UserOp::Remove, host)
+                .and_then(|_| self.deselect_topic(mirror, t).map_err(Into::into))
+                .and_then(|_| {
+                    for (tp, e) in self.partitions_of_topic(t) {
+                        if e.state == PartitionState::Stopping {
+                            self.run_failover(&tp, host)?;
+                        }
+                    }
+                    Ok(())
+                });
+            out.push((t.clone(), r));
+        }
+        out
+    }
+
+    /// Take a topic out of the mirror's selection: drop it from the named topics and exclude
+    /// it by exact name so include patterns stop matching it.
+    fn deselect_topic(&mut self, mirror: &str, topic: &str) -> Result<(), MirrorError> {
+        let Some(mut def) = self.store.mirror(mirror).cloned() else {
+            return Ok(());
+        };
+        let before = def.clone();
+        def.topics.retain(|x| x != topic);
+        let exact = regex::escape(topic);
+        let matched_by_pattern =
+            super::definition::TopicFilter::new(&[], &def.include_patterns, &def.exclude_patterns)
+                .map(|f| f.matches(topic))
+                .unwrap_or(false);
+        if matched_by_pattern && !def.exclude_patterns.contains(&exact) {
+            def.exclude_patterns.push(exact);
+        }
+        if def != before {
+            self.store.update_mirror(def)?;
+        }
+        Ok(())
+    }
+
+    /// Run (or resume) the failover of one STOPPING partition to STOPPED. Idempotent: each
+    /// completed step is recorded and skipped on a rerun.
+    pub fn run_failover(
+        &mut self,
+        tp: &TopicPartition,
+        host: &mut impl MirrorHost,
+    ) -> Result<(), TopicOpError> {
+        let host_err = |reason: String| TopicOpError::Host {
+            tp: tp.clone(),
+            reason,
+        };
+        loop {
+            let e = self.entry(tp)?;
+            if e.state != PartitionState::Stopping {
+                return Ok(());
+            }
+            let next = match e.failover_done {
+                None => Some(FailoverStep::FetchersStopped),
+                Some(s) => s.next(),
+            };
+            match next {
+                Some(FailoverStep::FetchersStopped) => {
+                    host.stop_fetcher(tp);
+                    let lme = host.leader_epoch(tp).map_err(host_err)?;
+                    self.store.set_last_mirrored_epoch(tp, lme)?;
+                    self.store
+                        .record_failover_step(tp, FailoverStep::FetchersStopped)?;
+                }
+                Some(FailoverStep::EpochBumped) => {
+                    host.bump_leader_epoch(tp).map_err(host_err)?;
+                    self.store
+                        .record_failover_step(tp, FailoverStep::EpochBumped)?;
+                }
+                Some(FailoverStep::TruncatedToLso) => {
+                    host.truncate_to_lso(tp).map_err(host_err)?;
+                    self.store
+                        .record_failover_step(tp, FailoverStep::TruncatedToLso)?;
+                }
+                Some(FailoverStep::LmePersisted) => {
+                    // Captured durably in step 1; mark the step.
+                    self.store
+                        .record_failover_step(tp, FailoverStep::LmePersisted)?;
+                }
+                Some(FailoverStep::PidResetWritten) => {
+                    if !host.ends_with_pid_reset(tp).map_err(host_err)? {
+                        host.write_pid_reset(tp).map_err(host_err)?;
+                    }
+                    self.store
+                        .record_failover_step(tp, FailoverStep::PidResetWritten)?;
+                }
+                None => {
+                    self.store
+                        .transition(tp, &e.mirror, PartitionState::Stopped, None)?;
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// After a restart: finish interrupted failovers, restart fetchers of MIRRORING
+    /// partitions, and return the partitions that need preparation or a retry (the async side
+    /// drives those).
+    pub fn recover(
+        &mut self,
+        host: &mut impl MirrorHost,
+    ) -> Vec<(TopicPartition, RecoveryAction, Result<(), TopicOpError>)> {
+        let mut out = Vec::new();
+        for (tp, action) in self.store.recovery_plan() {
+            let r = match &action {
+                RecoveryAction::ResumeFailover { .. } => self.run_failover(&tp, host),
+                RecoveryAction::StartFetcher | RecoveryAction::RetryFailed => {
+                    match self.entry(&tp).and_then(|e| {
+                        self.store
+                            .mirror(&e.mirror)
+                            .cloned()
+                            .ok_or(MirrorError::UnknownMirror(e.mirror))
+                    }) {
+                        Ok(def) => {
+                            host.start_fetcher(&def, &tp);
+                            Ok(())
+                        }
+                        Err(e) => Err(e.into()),
+                    }
+                }
+                RecoveryAction::ResumePreparing => Ok(()),
+            };
+            out.push((tp, action, r));
+        }
+        out
+    }
+
+    /// A source topic disappeared: its partitions go through failover to STOPPED (never
+    /// deleted on the destination).
+    pub fn source_topic_deleted(
+        &mut self,
+        mirror: &str,
+        topic: &str,
+        host: &mut impl MirrorHost,
+    ) -> Result<(), TopicOpError> {
+        for (tp, e) in self.partitions_of_topic(topic) {
+            if e.mirror != mirror {
+                continue;
+            }
+            if let Ok(to) = UserOp::Remove.target(e.state) {
+                if to != e.state {
+                    self.store.transition(
+                        &tp,
+                        mirror,
+                        to,
+                        Some("source topic deleted".to_owned()),
+                    )?;
+                }
+            }
+            self.run_failover(&tp, host)?;
+        }
+        Ok(())
+    }
+
+    /// State, LME and reason of every partition of a mirror, sorted.
+    pub fn describe(&self, mirror: &str) -> Vec<DescribedPartition> {
+        self.store
+            .partitions_of(mirror)
+            .map(|(tp, e)| DescribedPartition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                state: e.state,
+                last_mirrored_epoch: e.last_mirrored_epoch,
+                reason: e.reason.clone(),
+            })
+            .collect()
+    }
+
+    /// LastMirroredEpochs for one partition.
+    pub fn last_mirrored_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        self.store.last_mirrored_epoch(tp)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    /// A fake broker: per-partition epoch, log end, LSO, and a log of control markers.
+    #[derive(Default)]
+    struct FakeHost {
+        topics: BTreeMap<String, i32>,
+        fetchers: BTreeSet<TopicPartition>,
+        epoch: BTreeMap<TopicPartition, i32>,
+        end: BTreeMap<TopicPartition, i64>,
+        lso: BTreeMap<TopicPartition, i64>,
+        pid_resets: BTreeMap<TopicPartition, u32>,
+        ends_with_reset: BTreeSet<TopicPartition>,
+        /// Fail the named step once (simulates a crash at that step).
+        crash_at: Option<&'static str>,
+        calls: Vec<String>,
+    }
+
+    impl FakeHost {
+        fn crash(&mut self, step: &'static str) -> Result<(), String> {
+            if self.crash_at == Some(step) {
+                self.crash_at = None;
+                return Err(format!("crash at {step}"));
+            }
+            Ok(())
+        }
+    }
+
+    impl MirrorHost for FakeHost {
+        fn local_partition_count(&self, topic: &str) -> Option<i32> {
+            self.topics.get(topic).copied()
+        }
+        fn start_fetcher(&mut self, _m: &MirrorDefinition, tp: &TopicPartition) {
+            self.fetchers.insert(tp.clone());
+            self.calls.push(format!("start {tp}"));
+        }
+        fn stop_fetcher(&mut self, tp: &TopicPartition) {
+            self.fetchers.remove(tp);
+            self.calls.push(format!("stop {tp}"));
+        }
+        fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String> {
+            Ok(*self.epoch.get(tp).unwrap_or(&0))
+        }
+        fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<i32, String> {
+            self.crash("bump")?;
+            let e = self.epoch.entry(tp.clone()).or_insert(0);
+            *e += 1;
+            self.calls.push(format!("bump {tp}"));
+            Ok(*e)
+        }
+        fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<i64, String> {
+            self.crash("truncate")?;
+            let lso = *self.lso.get(tp).unwrap_or(&0);
+            self.end.insert(tp.clone(), lso);
+            self.ends_with_reset.remove(tp);
+            self.calls.push(format!("truncate {tp}"));
+            Ok(lso)
+        }
+        fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String> {
+            Ok(self.ends_with_reset.contains(tp))
+        }
+        fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String> {
+            *self.pid_resets.entry(tp.clone()).or_insert(0) += 1;
+            self.ends_with_reset.insert(tp.clone());
+            // Crash *after* the append, before the step is recorded.
+            self.crash("after-pid-reset")?;
+            Ok(())
+        }
+    }
+
+    fn settings() -> BTreeMap<String, String> {
+        BTreeMap::from([("bootstrap.servers".to_owned(), "127.0.0.1:9092".to_owned())])
+    }
+
+    fn tp(p: i32) -> TopicPartition {
+        TopicPartition::new("orders", p)
+    }
+
+    /// A coordinator with mirror "dr" mirroring orders-0 and orders-1.
+    fn mirroring(dir: &std::path::Path, host: &mut FakeHost) -> MirrorCoordinator {
+        let mut c = MirrorCoordinator::new(MirrorStateStore::open(dir).unwrap());
+        c.create_mirror("dr", settings()).unwrap();
+        host.topics.insert("orders".into(), 2);
+        let r = c
+            .add_topics("dr", &["orders".to_owned()], &[], &[], host)
+            .unwrap();
+        assert!(r[0].1.is_ok());
+        for p in 0..2 {
+            c.preparation_done(&tp(p), host).unwrap();
+            host.epoch.insert(tp(p), 5);
+            host.end.insert(tp(p), 100);
+            host.lso.insert(tp(p), 90);
+        }
+        c
+    }
+
+    fn reopen(dir: &std::path::Path) -> MirrorCoordinator {
+        MirrorCoordinator::new(MirrorStateStore::open(dir).unwrap())
+    }
+
+    #[test]
+    fn failover_runs_seed_steps_in_order_and_makes_topic_writable() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = mirroring(dir.path(), &mut h);
+        assert!(c.topic_is_read_only("orders"));
+        h.calls.clear();
+        let r = c.remove_topics("dr", &["orders".to_owned()], &mut h);
+        assert!(r[0].1.is_ok(), "{:?}", r[0].1);
+        assert_eq!(
+            h.calls,
+            vec![
+                "stop orders-0",
+                "bump orders-0",
+                "truncate orders-0",
+                "stop orders-1",
+                "bump orders-1",
+                "truncate orders-1"
+            ]
+        );
+        for p in 0..2 {
+            assert_eq!(c.store().state_of(&tp(p)), PartitionState::Stopped);
+            assert_eq!(
+                c.last_mirrored_epoch(&tp(p)),
+                Some(5),
+                "LME = pre-bump epoch"
+            );
+            assert_eq!(h.epoch[&tp(p)], 6, "epoch strictly above the mirrored ones");
+            assert_eq!(h.end[&tp(p)], 90, "truncated to LSO");
+            assert_eq!(h.pid_resets[&tp(p)], 1);
+        }
+        assert!(!c.topic_is_read_only("orders"));
+        // Removing again is an idempotent no-op.
+        let r = c.remove_topics("dr", &["orders".to_owned()], &mut h);
+        assert!(r[0].1.is_ok());
+        assert_eq!(h.pid_resets[&tp(0)], 1);
+        // The mirror no longer selects the topic and can be deleted.
+        assert_eq!(c.topic_count("dr"), 0);
+        c.delete_mirror("dr").unwrap();
+    }
+
+    #[test]
+    fn crash_at_any_failover_step_then_restart_completes_exactly_once() {
+        for step in ["bump", "truncate", "after-pid-reset"] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut h = FakeHost::default();
+            let mut c = mirroring(dir.path(), &mut h);
+            h.crash_at = Some(step);
+            let r = c.remove_topics("dr", &["orders".to_owned()], &mut h);
+            assert!(r[0].1.is_err(), "{step}: the crash surfaces");
+            assert!(
+                c.is_read_only(&tp(0)),
+                "{step}: no writes before truncation is done"
+            );
+            drop(c); // the process dies
+            let mut c = reopen(dir.path());
+            let rec = c.recover(&mut h);
+            assert!(rec.iter().all(|(_, _, r)| r.is_ok()), "{step}: {rec:?}");
+            for p in 0..2 {
+                assert_eq!(
+                    c.store().state_of(&tp(p)),
+                    PartitionState::Stopped,
+                    "{step}"
+                );
+                assert_eq!(h.pid_resets[&tp(p)], 1, "{step}: exactly one PID reset");
+                assert_eq!(h.end[&tp(p)], 90, "{step}");
+                assert_eq!(
+                    c.last_mirrored_epoch(&tp(p)),
+                    Some(5),
+                    "{step}: LME survives the bump"
+                );
+                assert!(h.epoch[&tp(p)] > 5, "{step}");
+            }
+            assert!(h.fetchers.is_empty());
+        }
+    }
+
+    #[test]
+    fn pause_resume_follow_seed_error_rules() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = mirroring(dir.path(), &mut h);
+        let t = ["orders".to_owned()];
+        assert!(c.pause_topics("dr", &t, &mut h)[0].1.is_ok());
+        assert!(h.fetchers.is_empty(), "paused partitions have no fetcher");
+        assert!(c.is_read_only(&tp(0)), "paused is still read-only");
+        match &c.pause_topics("dr", &t, &mut h)[0].1 {
+            Err(TopicOpError::Refused { refusal, .. }) => {
+                assert_eq!(*refusal, StateRefusal::AlreadyPaused)
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(c.resume_topics("dr", &t, &mut h)[0].1.is_ok());
+        assert_eq!(h.fetchers.len(), 2);
+        match &c.resume_topics("dr", &t, &mut h)[0].1 {
+            Err(TopicOpError::Refused { refusal, .. }) => {
+                assert_eq!(*refusal, StateRefusal::NotPaused)
+            }
+            other => panic!("{other:?}"),
+        }
+        c.remove_topics("dr", &t, &mut h);
+        match &c.resume_topics("dr", &t, &mut h)[0].1 {
+            Err(TopicOpError::Refused { refusal, .. }) => {
+                assert_eq!(*refusal, StateRefusal::BeingRemoved)
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn operations_on_foreign_or_missing_topics_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = mirroring(dir.path(), &mut h);
+        c.create_mirror("other", settings()).unwrap();
+        h.topics.insert("local-only".into(), 1);
+        let r = c.pause_topics("other", &["orders".to_owned()], &mut h);
+        assert!(matches!(
+            r[0].1,
+            Err(TopicOpError::Mirror(MirrorError::TopicNotInMirror { .. }))
+        ));
+        let r = c.remove_topics("dr", &["nope".to_owned()], &mut h);
+        assert!(matches!(r[0].1, Err(TopicOpError::UnknownTopic(_))));
+        let r = c.remove_topics("dr", &["local-only".to_owned()], &mut h);
+        assert!(matches!(
+            r[0].1,
+            Err(TopicOpError::Mirror(MirrorError::TopicNotInMirror { .. }))
+        ));
+        let r = c
+            .add_topics("other", &["orders".to_owned()], &[], &[], &mut h)
+            .unwrap();
+        assert!(matches!(
+            r[0].1,
+            Err(TopicOpError::Refused {
+                refusal: StateRefusal::AlreadyInMirror,
+                ..
+            })
+        ));
+        assert!(matches!(
+            c.add_topics("ghost", &[], &[], &[], &mut h),
+            Err(MirrorError::UnknownMirror(_))
+        ));
+        assert!(matches!(
+            c.delete_mirror("dr"),
+            Err(MirrorError::MirrorNotEmpty { .. })
+        ));
+    }
+
+    #[test]
+    fn stopped_topic_added_to_reverse_mirror_prepares_for_failback() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = mirroring(dir.path(), &mut h);
+        c.remove_topics("dr", &["orders".to_owned()], &mut h);
+        c.create_mirror("back", settings()).unwrap();
+        let r = c
+            .add_topics("back", &["orders".to_owned()], &[], &[], &mut h)
+            .unwrap();
+        assert!(r[0].1.is_ok());
+        assert_eq!(c.store().state_of(&tp(0)), PartitionState::Preparing);
+        assert_eq!(c.store().partition(&tp(0)).unwrap().mirror, "back");
+        // LME of the earlier failover is kept for the failback logic.
+        assert_eq!(c.last_mirrored_epoch(&tp(0)), Some(5));
+    }
+
+    #[test]
+    fn fetch_failures_move_to_failed_and_back_and_restart_resumes_fetchers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = mirroring(dir.path(), &mut h);
+        c.on_fetch_failed(&tp(1), "CORRUPT_MESSAGE at 7".into())
+            .unwrap();
+        assert_eq!(c.store().state_of(&tp(1)), PartitionState::Failed);
+        assert_eq!(
+            c.describe("dr")[1].reason.as_deref(),
+            Some("CORRUPT_MESSAGE at 7")
+        );
+        c.on_fetch_failed(&tp(1), "timeout".into()).unwrap();
+        assert_eq!(c.describe("dr")[1].reason.as_deref(), Some("timeout"));
+        drop(c);
+        let mut h2 = FakeHost::default();
+        let mut c = reopen(dir.path());
+        c.recover(&mut h2);
+        assert_eq!(
+            h2.fetchers.len(),
+            2,
+            "MIRRORING and FAILED partitions refetch"
+        );
+        c.on_fetch_recovered(&tp(1)).unwrap();
+        assert_eq!(c.store().state_of(&tp(1)), PartitionState::Mirroring);
+    }
+
+    #[test]
+    fn deleted_source_topic_stops_mirror_partitions_without_deleting() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = mirroring(dir.path(), &mut h);
+        c.source_topic_deleted("dr", "orders", &mut h).unwrap();
+        assert_eq!(c.store().state_of(&tp(0)), PartitionState::Stopped);
+        assert_eq!(h.topics["orders"], 2, "destination topic kept");
+    }
+
+    #[test]
+    fn removing_a_pattern_matched_topic_excludes_it_from_the_pattern() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = MirrorCoordinator::new(MirrorStateStore::open(dir.path()).unwrap());
+        c.create_mirror("dr", settings()).unwrap();
+        c.add_topics("dr", &[], &["ord.*".to_owned()], &[], &mut h)
+            .unwrap();
+        c.materialize_partition("dr", &tp(0)).unwrap();
+        c.preparation_done(&tp(0), &mut h).unwrap();
+        c.remove_topics("dr", &["orders".to_owned()], &mut h);
+        let f = c.store().mirror("dr").unwrap().topic_filter().unwrap();
+        assert!(!f.matches("orders"));
+        assert!(f.matches("ordinals"));
+    }
+}
