@@ -1,13 +1,56 @@
-//! Glue between the Kafka wire types and the runtime-agnostic group / transaction coordinator in
-//! `kmirror-control`. The coordinator runs on one dedicated thread; any core thread talks to it
-//! through a cheap cloneable [`GroupsService`] handle (bounded channel + one-shot reply).
+//! Glue between the Kafka wire types and the runtime-agnostic group / transaction coordinators
+//! of `kmirror-control`.
+//!
+//! One dedicated OS thread ("kmirror-coord") owns both coordinators; any core thread talks to it
+//! through the cheap cloneable [`GroupsService`] handle: a bounded channel carrying the decoded
+//! request and a one-shot reply channel. The thread drains a batch of requests, applies them,
+//! fires timers, fsyncs the coordinator logs once (group commit), and only then sends the
+//! replies, so an acknowledged OffsetCommit survives a crash. Parked JoinGroup / SyncGroup /
+//! EndTxn requests are answered from later batches. Transaction markers are written through the
+//! broker's [`MarkerSink`] on helper threads; failures are retried every second.
+//!
+//! This node is the coordinator for every group and transactional id.
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind};
+use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+use kafka_protocol::messages::add_partitions_to_txn_response::{
+    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
+};
+use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::join_group_response::JoinGroupResponseMember;
+use kafka_protocol::messages::leave_group_response::MemberResponse;
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::offset_commit_response::{
+    OffsetCommitResponsePartition, OffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::offset_delete_response::{
+    OffsetDeleteResponsePartition, OffsetDeleteResponseTopic,
+};
+use kafka_protocol::messages::offset_fetch_response::{
+    OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
+    OffsetFetchResponseTopic, OffsetFetchResponseTopics,
+};
+use kafka_protocol::messages::txn_offset_commit_response::{
+    TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+
+use kmirror_control::group::codes;
+use kmirror_control::group::{
+    CommitContext, GroupConfig, GroupCoordinator, JoinRequest as CJoin, JoinResponse as CJoinResp,
+    LeavingMember, OffsetToCommit, Reply, SyncRequest as CSync, SyncResponse as CSyncResp, Token,
+};
+use kmirror_control::offsets_log::StoreError;
+use kmirror_control::txn::{MarkerJob, TxnConfig, TxnCoordinator};
 
 /// Writes transaction markers (commit/abort control batches) to data partitions. Implemented by
 /// the broker, which routes each marker to the core owning the partition.
@@ -35,39 +78,1588 @@ pub struct TxnMarker {
 pub enum GroupsError {
     #[error("coordinator storage: {0}")]
     Io(#[from] std::io::Error),
+    #[error("coordinator storage: {0}")]
+    Store(#[from] StoreError),
 }
 
-/// Cheap, cloneable handle to the coordinator thread.
+/// Only one coordinator epoch exists: this node has always been the coordinator.
+const COORDINATOR_EPOCH: i32 = 0;
+const QUEUE_DEPTH: usize = 4096;
+const TICK: Duration = Duration::from_millis(50);
+const MARKER_RETRY: Duration = Duration::from_secs(1);
+
+enum Msg {
+    Request {
+        version: i16,
+        client_id: String,
+        req: Box<RequestKind>,
+        reply: flume::Sender<ResponseKind>,
+    },
+    MarkersDone {
+        job: MarkerJob,
+        ok: bool,
+    },
+    Shutdown {
+        done: flume::Sender<()>,
+    },
+}
+
+/// Cheap, cloneable handle to the coordinator thread; usable from any thread.
 #[derive(Clone)]
 pub struct GroupsService {
-    _markers: Arc<dyn MarkerSink>,
+    tx: flume::Sender<Msg>,
 }
 
 impl GroupsService {
+    /// Opens `data_dir/__consumer_offsets-0` and `data_dir/__transaction_state-0`, restores
+    /// groups, offsets and transactions, and starts the coordinator thread. Transactions that
+    /// were being completed when the node stopped are resumed (markers re-sent).
     pub fn start(
-        _data_dir: &Path,
-        _node_id: i32,
-        _host: String,
-        _port: i32,
+        data_dir: &Path,
+        node_id: i32,
+        host: String,
+        port: i32,
         markers: Arc<dyn MarkerSink>,
     ) -> Result<GroupsService, GroupsError> {
-        Ok(GroupsService { _markers: markers })
-    }
-
-    pub async fn handle(
-        &self,
-        _api_key: ApiKey,
-        _version: i16,
-        _header: &RequestHeader,
-        _req: RequestKind,
-    ) -> ResponseKind {
-        // Placeholder until the coordinator lands: every group API answers
-        // COORDINATOR_NOT_AVAILABLE so clients back off and retry.
-        ResponseKind::Heartbeat(
-            kafka_protocol::messages::HeartbeatResponse::default().with_error_code(15),
+        Self::start_with(
+            data_dir,
+            node_id,
+            host,
+            port,
+            markers,
+            GroupConfig::default(),
+            TxnConfig::default(),
         )
     }
 
-    /// Flushes the offsets and transaction logs; idempotent.
-    pub fn shutdown(&self) {}
+    /// [`GroupsService::start`] with explicit coordinator settings.
+    pub fn start_with(
+        data_dir: &Path,
+        node_id: i32,
+        host: String,
+        port: i32,
+        markers: Arc<dyn MarkerSink>,
+        group_cfg: GroupConfig,
+        txn_cfg: TxnConfig,
+    ) -> Result<GroupsService, GroupsError> {
+        let now = now_ms();
+        let groups =
+            GroupCoordinator::open(&data_dir.join("__consumer_offsets-0"), group_cfg, now)?;
+        let (txns, resume) =
+            TxnCoordinator::open(&data_dir.join("__transaction_state-0"), txn_cfg)?;
+        let (tx, rx) = flume::bounded(QUEUE_DEPTH);
+        let mut state = CoordinatorThread {
+            node_id,
+            host,
+            port,
+            groups,
+            txns,
+            markers,
+            self_tx: tx.clone(),
+            parked: HashMap::new(),
+            parked_txn: HashMap::new(),
+            next_token: 1,
+            retry: Vec::new(),
+        };
+        for job in resume {
+            state.start_job(job, now);
+        }
+        std::thread::Builder::new()
+            .name("kmirror-coord".into())
+            .spawn(move || state.run(rx))?;
+        Ok(GroupsService { tx })
+    }
+
+    /// Serves one coordinator API request. Never fails: problems become Kafka error codes
+    /// (COORDINATOR_NOT_AVAILABLE if the coordinator thread is gone).
+    pub async fn handle(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        header: &RequestHeader,
+        req: RequestKind,
+    ) -> ResponseKind {
+        let fallback = error_response(&req, version, codes::COORDINATOR_NOT_AVAILABLE);
+        let (reply, rx) = flume::bounded(1);
+        // The request kind already identifies the API.
+        let _ = api_key;
+        let msg = Msg::Request {
+            version,
+            client_id: header
+                .client_id
+                .as_ref()
+                .map(|s| s.to_string())
+                .unwrap_or_default(),
+            req: Box::new(req),
+            reply,
+        };
+        if self.tx.send_async(msg).await.is_err() {
+            return fallback;
+        }
+        rx.recv_async().await.unwrap_or(fallback)
+    }
+
+    /// Flushes the offsets and transaction logs and stops the coordinator thread; idempotent.
+    pub fn shutdown(&self) {
+        let (done, rx) = flume::bounded(1);
+        if self.tx.send(Msg::Shutdown { done }).is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(10));
+        }
+    }
+}
+
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn opt_s(v: Option<&String>) -> Option<StrBytes> {
+    v.map(|x| s(x))
+}
+
+/// A parked JoinGroup / SyncGroup.
+struct Parked {
+    version: i16,
+    reply: flume::Sender<ResponseKind>,
+}
+
+/// A parked EndTxn.
+struct ParkedTxn {
+    version: i16,
+    producer_id: i64,
+    producer_epoch: i16,
+    reply: flume::Sender<ResponseKind>,
+}
+
+/// A computed reply plus the request it answers (to turn it into an error if the log flush
+/// fails).
+struct Outgoing {
+    reply: flume::Sender<ResponseKind>,
+    resp: ResponseKind,
+    req: Option<(Box<RequestKind>, i16)>,
+}
+
+struct CoordinatorThread {
+    node_id: i32,
+    host: String,
+    port: i32,
+    groups: GroupCoordinator,
+    txns: TxnCoordinator,
+    markers: Arc<dyn MarkerSink>,
+    self_tx: flume::Sender<Msg>,
+    parked: HashMap<Token, Parked>,
+    parked_txn: HashMap<Token, ParkedTxn>,
+    next_token: Token,
+    retry: Vec<(Instant, MarkerJob)>,
+}
+
+impl CoordinatorThread {
+    fn run(mut self, rx: flume::Receiver<Msg>) {
+        let mut shutdown: Option<flume::Sender<()>> = None;
+        while shutdown.is_none() {
+            let mut batch = Vec::new();
+            match rx.recv_timeout(TICK) {
+                Ok(m) => batch.push(m),
+                Err(flume::RecvTimeoutError::Timeout) => {}
+                Err(flume::RecvTimeoutError::Disconnected) => break,
+            }
+            while batch.len() < 512 {
+                match rx.try_recv() {
+                    Ok(m) => batch.push(m),
+                    Err(_) => break,
+                }
+            }
+            let now = now_ms();
+            let mut out = Vec::new();
+            for m in batch {
+                match m {
+                    Msg::Request {
+                        version,
+                        client_id,
+                        req,
+                        reply,
+                    } => {
+                        if let Some(resp) =
+                            self.dispatch(version, &client_id, &req, &reply, now, &mut out)
+                        {
+                            out.push(Outgoing {
+                                reply,
+                                resp,
+                                req: Some((req, version)),
+                            });
+                        }
+                    }
+                    Msg::MarkersDone { job, ok } => self.markers_done(job, ok, now, &mut out),
+                    Msg::Shutdown { done } => shutdown = Some(done),
+                }
+            }
+            let replies = self.groups.tick(now);
+            self.deliver(replies, &mut out);
+            for job in self.txns.tick(now) {
+                self.start_job(job, now);
+            }
+            let due = Instant::now();
+            let (ready, later): (Vec<_>, Vec<_>) = std::mem::take(&mut self.retry)
+                .into_iter()
+                .partition(|(at, _)| *at <= due);
+            self.retry = later;
+            for (_, job) in ready {
+                self.start_job(job, now);
+            }
+            let flushed = self
+                .groups
+                .flush()
+                .and_then(|()| self.txns.flush())
+                .map_err(|e| tracing::error!(error = %e, "coordinator log flush failed"));
+            for o in out {
+                let resp = match (&flushed, &o.req) {
+                    (Err(()), Some((req, version))) => {
+                        error_response(req, *version, codes::COORDINATOR_NOT_AVAILABLE)
+                    }
+                    _ => o.resp,
+                };
+                let _ = o.reply.send(resp);
+            }
+        }
+        if let Err(e) = self.groups.flush().and_then(|()| self.txns.flush()) {
+            tracing::error!(error = %e, "coordinator log flush at shutdown failed");
+        }
+        if let Some(done) = shutdown {
+            let _ = done.send(());
+        }
+    }
+
+    fn token(&mut self) -> Token {
+        self.next_token += 1;
+        self.next_token
+    }
+
+    /// Routes a group reply to its parked request.
+    fn deliver(&mut self, replies: Vec<Reply>, out: &mut Vec<Outgoing>) {
+        for r in replies {
+            let (token, build): (Token, Box<dyn FnOnce(i16) -> ResponseKind>) = match r {
+                Reply::Join(t, j) => (t, Box::new(move |v| join_response(j, v))),
+                Reply::Sync(t, sy) => (t, Box::new(move |v| sync_response(sy, v))),
+            };
+            if let Some(p) = self.parked.remove(&token) {
+                out.push(Outgoing {
+                    reply: p.reply,
+                    resp: build(p.version),
+                    req: None,
+                });
+            }
+        }
+    }
+
+    fn start_job(&mut self, job: MarkerJob, now: i64) {
+        // The offsets "partition" lives here: settle the group's pending offsets directly.
+        for g in &job.groups {
+            self.groups
+                .complete_txn(g, job.producer_id, job.commit, now);
+        }
+        if job.partitions.is_empty() {
+            let _ = self.self_tx.try_send(Msg::MarkersDone { job, ok: true });
+            return;
+        }
+        let markers: Vec<TxnMarker> = job
+            .partitions
+            .iter()
+            .map(|(topic, partition)| TxnMarker {
+                topic: topic.clone(),
+                partition: *partition,
+                producer_id: job.producer_id,
+                producer_epoch: job.producer_epoch,
+                coordinator_epoch: COORDINATOR_EPOCH,
+                commit: job.commit,
+            })
+            .collect();
+        let fut = self.markers.write_markers(markers);
+        let tx = self.self_tx.clone();
+        let spawned = std::thread::Builder::new()
+            .name("kmirror-markers".into())
+            .spawn(move || {
+                let result = futures_lite::future::block_on(fut);
+                if let Err(e) = &result {
+                    tracing::warn!(
+                        transactional_id = %job.transactional_id,
+                        error = %e,
+                        "writing transaction markers failed; will retry"
+                    );
+                }
+                let _ = tx.send(Msg::MarkersDone {
+                    job,
+                    ok: result.is_ok(),
+                });
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot spawn marker writer");
+        }
+    }
+
+    fn markers_done(&mut self, job: MarkerJob, ok: bool, now: i64, out: &mut Vec<Outgoing>) {
+        if !ok {
+            self.retry.push((Instant::now() + MARKER_RETRY, job));
+            return;
+        }
+        let _ = now;
+        for (token, code) in self.txns.markers_written(&job, true) {
+            if let Some(p) = self.parked_txn.remove(&token) {
+                out.push(Outgoing {
+                    reply: p.reply,
+                    resp: ResponseKind::EndTxn(
+                        EndTxnResponse::default()
+                            .with_error_code(code)
+                            .with_producer_id(ProducerId(p.producer_id))
+                            .with_producer_epoch(p.producer_epoch),
+                    ),
+                    req: None,
+                });
+                let _ = p.version;
+            }
+        }
+    }
+
+    /// Handles one request; `None` when the request was parked.
+    fn dispatch(
+        &mut self,
+        version: i16,
+        client_id: &str,
+        req: &RequestKind,
+        reply: &flume::Sender<ResponseKind>,
+        now: i64,
+        out: &mut Vec<Outgoing>,
+    ) -> Option<ResponseKind> {
+        Some(match req {
+            RequestKind::FindCoordinator(r) => self.find_coordinator(r, version),
+            RequestKind::JoinGroup(r) => {
+                let token = self.token();
+                let cj = CJoin {
+                    group_id: r.group_id.0.to_string(),
+                    member_id: r.member_id.to_string(),
+                    group_instance_id: r.group_instance_id.as_ref().map(|x| x.to_string()),
+                    client_id: client_id.to_string(),
+                    client_host: "/127.0.0.1".to_string(),
+                    session_timeout_ms: r.session_timeout_ms,
+                    rebalance_timeout_ms: if version == 0 || r.rebalance_timeout_ms <= 0 {
+                        r.session_timeout_ms
+                    } else {
+                        r.rebalance_timeout_ms
+                    },
+                    protocol_type: r.protocol_type.to_string(),
+                    protocols: r
+                        .protocols
+                        .iter()
+                        .map(|p| (p.name.to_string(), p.metadata.clone()))
+                        .collect(),
+                    require_known_member_id: version >= 4,
+                };
+                self.parked.insert(
+                    token,
+                    Parked {
+                        version,
+                        reply: reply.clone(),
+                    },
+                );
+                let replies = self.groups.join(token, cj, now);
+                return self.immediate(token, replies, out);
+            }
+            RequestKind::SyncGroup(r) => {
+                let token = self.token();
+                let cs = CSync {
+                    group_id: r.group_id.0.to_string(),
+                    member_id: r.member_id.to_string(),
+                    group_instance_id: r.group_instance_id.as_ref().map(|x| x.to_string()),
+                    generation_id: r.generation_id,
+                    protocol_type: r.protocol_type.as_ref().map(|x| x.to_string()),
+                    protocol_name: r.protocol_name.as_ref().map(|x| x.to_string()),
+                    assignments: r
+                        .assignments
+                        .iter()
+                        .map(|a| (a.member_id.to_string(), a.assignment.clone()))
+                        .collect(),
+                };
+                self.parked.insert(
+                    token,
+                    Parked {
+                        version,
+                        reply: reply.clone(),
+                    },
+                );
+                let replies = self.groups.sync(token, cs, now);
+                return self.immediate(token, replies, out);
+            }
+            RequestKind::Heartbeat(r) => {
+                let code = self.groups.heartbeat(
+                    &r.group_id.0,
+                    &r.member_id,
+                    r.group_instance_id.as_deref(),
+                    r.generation_id,
+                    now,
+                );
+                ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code))
+            }
+            RequestKind::LeaveGroup(r) => self.leave_group(r, version, now, out),
+            RequestKind::ListGroups(r) => self.list_groups(r),
+            RequestKind::DescribeGroups(r) => self.describe_groups(r, version),
+            RequestKind::DeleteGroups(r) => {
+                let ids: Vec<String> = r.groups_names.iter().map(|g| g.0.to_string()).collect();
+                let codes = self.groups.delete_groups(&ids);
+                ResponseKind::DeleteGroups(
+                    DeleteGroupsResponse::default().with_results(
+                        r.groups_names
+                            .iter()
+                            .zip(codes)
+                            .map(|(g, c)| {
+                                DeletableGroupResult::default()
+                                    .with_group_id(g.clone())
+                                    .with_error_code(c)
+                            })
+                            .collect(),
+                    ),
+                )
+            }
+            RequestKind::OffsetCommit(r) => self.offset_commit(r, version, now),
+            RequestKind::OffsetFetch(r) => self.offset_fetch(r, version),
+            RequestKind::OffsetDelete(r) => self.offset_delete(r),
+            RequestKind::InitProducerId(r) => self.init_producer_id(r, version, now),
+            RequestKind::AddPartitionsToTxn(r) => self.add_partitions(r, version, now),
+            RequestKind::AddOffsetsToTxn(r) => {
+                let code = self.txns.add_offsets(
+                    &r.transactional_id.0,
+                    r.producer_id.0,
+                    r.producer_epoch,
+                    &r.group_id.0,
+                    now,
+                );
+                ResponseKind::AddOffsetsToTxn(
+                    AddOffsetsToTxnResponse::default().with_error_code(fenced(code, version, 2)),
+                )
+            }
+            RequestKind::EndTxn(r) => {
+                let token = self.token();
+                match self.txns.end_txn(
+                    token,
+                    &r.transactional_id.0,
+                    r.producer_id.0,
+                    r.producer_epoch,
+                    r.committed,
+                ) {
+                    Ok(job) => {
+                        self.parked_txn.insert(
+                            token,
+                            ParkedTxn {
+                                version,
+                                producer_id: r.producer_id.0,
+                                producer_epoch: r.producer_epoch,
+                                reply: reply.clone(),
+                            },
+                        );
+                        self.start_job(job, now);
+                        return None;
+                    }
+                    Err(code) => ResponseKind::EndTxn(
+                        EndTxnResponse::default()
+                            .with_error_code(fenced(code, version, 2))
+                            .with_producer_id(r.producer_id)
+                            .with_producer_epoch(r.producer_epoch),
+                    ),
+                }
+            }
+            RequestKind::TxnOffsetCommit(r) => self.txn_offset_commit(r, now),
+            other => error_response(other, version, codes::INVALID_REQUEST),
+        })
+    }
+
+    /// Returns the reply for `token` if it was answered at once (else it stays parked); other
+    /// replies the call produced join this batch's outgoing list (sent after the flush).
+    fn immediate(
+        &mut self,
+        token: Token,
+        replies: Vec<Reply>,
+        out: &mut Vec<Outgoing>,
+    ) -> Option<ResponseKind> {
+        let mut mine = None;
+        let mut others = Vec::new();
+        for r in replies {
+            let t = match &r {
+                Reply::Join(t, _) | Reply::Sync(t, _) => *t,
+            };
+            if t == token {
+                mine = Some(r);
+            } else {
+                others.push(r);
+            }
+        }
+        self.deliver(others, out);
+        let r = mine?;
+        let p = self.parked.remove(&token)?;
+        Some(match r {
+            Reply::Join(_, j) => join_response(j, p.version),
+            Reply::Sync(_, sy) => sync_response(sy, p.version),
+        })
+    }
+
+    fn find_coordinator(&mut self, r: &FindCoordinatorRequest, version: i16) -> ResponseKind {
+        let answer = |key: &StrBytes| -> (i16, Option<StrBytes>) {
+            if r.key_type != 0 && r.key_type != 1 {
+                return (
+                    codes::INVALID_REQUEST,
+                    Some(s("unknown coordinator key type")),
+                );
+            }
+            if r.key_type == 1 && key.is_empty() {
+                return (codes::INVALID_REQUEST, Some(s("empty transactional id")));
+            }
+            (codes::NONE, None)
+        };
+        let mut resp = FindCoordinatorResponse::default();
+        if version >= 4 {
+            resp.coordinators = r
+                .coordinator_keys
+                .iter()
+                .map(|k| {
+                    let (code, msg) = answer(k);
+                    Coordinator::default()
+                        .with_key(k.clone())
+                        .with_node_id(BrokerId(if code == 0 { self.node_id } else { -1 }))
+                        .with_host(if code == 0 { s(&self.host) } else { s("") })
+                        .with_port(if code == 0 { self.port } else { -1 })
+                        .with_error_code(code)
+                        .with_error_message(msg)
+                })
+                .collect();
+        } else {
+            let (code, msg) = answer(&r.key);
+            resp.error_code = code;
+            resp.error_message = msg;
+            resp.node_id = BrokerId(if code == 0 { self.node_id } else { -1 });
+            resp.host = if code == 0 { s(&self.host) } else { s("") };
+            resp.port = if code == 0 { self.port } else { -1 };
+        }
+        ResponseKind::FindCoordinator(resp)
+    }
+
+    fn leave_group(
+        &mut self,
+        r: &LeaveGroupRequest,
+        version: i16,
+        now: i64,
+        out: &mut Vec<Outgoing>,
+    ) -> ResponseKind {
+        let members: Vec<LeavingMember> = if version >= 3 {
+            r.members
+                .iter()
+                .map(|m| LeavingMember {
+                    member_id: m.member_id.to_string(),
+                    group_instance_id: m.group_instance_id.as_ref().map(|x| x.to_string()),
+                })
+                .collect()
+        } else {
+            vec![LeavingMember {
+                member_id: r.member_id.to_string(),
+                group_instance_id: None,
+            }]
+        };
+        let (result, replies) = self.groups.leave(&r.group_id.0, &members, now);
+        self.deliver(replies, out);
+        let mut resp = LeaveGroupResponse::default();
+        match result {
+            Err(code) => resp.error_code = code,
+            Ok(codes_) => {
+                if version >= 3 {
+                    resp.members = r
+                        .members
+                        .iter()
+                        .zip(codes_)
+                        .map(|(m, c)| {
+                            MemberResponse::default()
+                                .with_member_id(m.member_id.clone())
+                                .with_group_instance_id(m.group_instance_id.clone())
+                                .with_error_code(c)
+                        })
+                        .collect();
+                } else {
+                    resp.error_code = codes_.first().copied().unwrap_or(codes::NONE);
+                }
+            }
+        }
+        ResponseKind::LeaveGroup(resp)
+    }
+
+    fn list_groups(&mut self, r: &ListGroupsRequest) -> ResponseKind {
+        let states: Vec<String> = r.states_filter.iter().map(|x| x.to_string()).collect();
+        let classic_wanted = r.types_filter.is_empty()
+            || r.types_filter
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case("classic"));
+        let groups = if classic_wanted {
+            self.groups
+                .list_groups(&states)
+                .into_iter()
+                .map(|g| {
+                    ListedGroup::default()
+                        .with_group_id(GroupId(s(&g.group_id)))
+                        .with_protocol_type(s(&g.protocol_type))
+                        .with_group_state(s(g.state.as_str()))
+                        .with_group_type(s("classic"))
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        ResponseKind::ListGroups(ListGroupsResponse::default().with_groups(groups))
+    }
+
+    fn describe_groups(&mut self, r: &DescribeGroupsRequest, version: i16) -> ResponseKind {
+        let groups = r
+            .groups
+            .iter()
+            .map(|id| match self.groups.describe(&id.0) {
+                Some(d) => DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_group_state(s(d.state.as_str()))
+                    .with_protocol_type(s(&d.protocol_type))
+                    .with_protocol_data(s(&d.protocol_name))
+                    .with_authorized_operations(i32::MIN)
+                    .with_members(
+                        d.members
+                            .into_iter()
+                            .map(|m| {
+                                DescribedGroupMember::default()
+                                    .with_member_id(s(&m.member_id))
+                                    .with_group_instance_id(opt_s(m.group_instance_id.as_ref()))
+                                    .with_client_id(s(&m.client_id))
+                                    .with_client_host(s(&m.client_host))
+                                    .with_member_metadata(m.metadata)
+                                    .with_member_assignment(m.assignment)
+                            })
+                            .collect(),
+                    ),
+                None => {
+                    let mut g = DescribedGroup::default()
+                        .with_group_id(id.clone())
+                        .with_group_state(s("Dead"))
+                        .with_authorized_operations(i32::MIN);
+                    if version >= 6 {
+                        g.error_code = codes::GROUP_ID_NOT_FOUND;
+                        g.error_message = Some(s(&format!("Group {} not found.", &*id.0)));
+                    }
+                    g
+                }
+            })
+            .collect();
+        ResponseKind::DescribeGroups(DescribeGroupsResponse::default().with_groups(groups))
+    }
+
+    fn offset_commit(&mut self, r: &OffsetCommitRequest, version: i16, now: i64) -> ResponseKind {
+        let ctx = CommitContext {
+            group_id: r.group_id.0.to_string(),
+            member_id: r.member_id.to_string(),
+            group_instance_id: r.group_instance_id.as_ref().map(|x| x.to_string()),
+            generation_id: r.generation_id_or_member_epoch,
+            api_version: version,
+        };
+        let offsets: Vec<OffsetToCommit> = r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| OffsetToCommit {
+                    topic: t.name.0.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                })
+            })
+            .collect();
+        let codes_ = match self.groups.commit_offsets(&ctx, &offsets, now) {
+            Ok(c) => c,
+            Err(code) => vec![code; offsets.len()],
+        };
+        let mut it = codes_.into_iter();
+        ResponseKind::OffsetCommit(
+            OffsetCommitResponse::default().with_topics(
+                r.topics
+                    .iter()
+                    .map(|t| {
+                        OffsetCommitResponseTopic::default()
+                            .with_name(t.name.clone())
+                            .with_topic_id(t.topic_id)
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        OffsetCommitResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_error_code(it.next().unwrap_or(codes::NONE))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    fn txn_offset_commit(&mut self, r: &TxnOffsetCommitRequest, now: i64) -> ResponseKind {
+        let ctx = CommitContext {
+            group_id: r.group_id.0.to_string(),
+            member_id: r.member_id.to_string(),
+            group_instance_id: r.group_instance_id.as_ref().map(|x| x.to_string()),
+            generation_id: r.generation_id,
+            api_version: 0,
+        };
+        let offsets: Vec<OffsetToCommit> = r
+            .topics
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| OffsetToCommit {
+                    topic: t.name.0.to_string(),
+                    partition: p.partition_index,
+                    offset: p.committed_offset,
+                    leader_epoch: p.committed_leader_epoch,
+                    metadata: p.committed_metadata.as_ref().map(|m| m.to_string()),
+                })
+            })
+            .collect();
+        let codes_ = match self
+            .groups
+            .txn_commit_offsets(&ctx, r.producer_id.0, &offsets, now)
+        {
+            Ok(c) => c,
+            Err(code) => vec![code; offsets.len()],
+        };
+        let mut it = codes_.into_iter();
+        ResponseKind::TxnOffsetCommit(
+            TxnOffsetCommitResponse::default().with_topics(
+                r.topics
+                    .iter()
+                    .map(|t| {
+                        TxnOffsetCommitResponseTopic::default()
+                            .with_name(t.name.clone())
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        TxnOffsetCommitResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_error_code(it.next().unwrap_or(codes::NONE))
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        )
+    }
+
+    fn offset_fetch(&mut self, r: &OffsetFetchRequest, version: i16) -> ResponseKind {
+        if version >= 8 {
+            let groups = r
+                .groups
+                .iter()
+                .map(|g| {
+                    let topics: Option<Vec<(String, Vec<i32>)>> = g.topics.as_ref().map(|ts| {
+                        ts.iter()
+                            .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+                            .collect()
+                    });
+                    let fetched = self.groups.fetch_offsets(
+                        &g.group_id.0,
+                        topics.as_deref(),
+                        r.require_stable,
+                    );
+                    let mut by_topic: Vec<OffsetFetchResponseTopics> = Vec::new();
+                    for f in fetched {
+                        let part = OffsetFetchResponsePartitions::default()
+                            .with_partition_index(f.partition)
+                            .with_committed_offset(f.offset)
+                            .with_committed_leader_epoch(f.leader_epoch)
+                            .with_metadata(f.metadata.as_ref().map(|m| s(m)))
+                            .with_error_code(f.error);
+                        match by_topic.iter_mut().find(|t| *t.name.0 == *f.topic) {
+                            Some(t) => t.partitions.push(part),
+                            None => by_topic.push(
+                                OffsetFetchResponseTopics::default()
+                                    .with_name(TopicName(s(&f.topic)))
+                                    .with_partitions(vec![part]),
+                            ),
+                        }
+                    }
+                    OffsetFetchResponseGroup::default()
+                        .with_group_id(g.group_id.clone())
+                        .with_topics(by_topic)
+                })
+                .collect();
+            return ResponseKind::OffsetFetch(OffsetFetchResponse::default().with_groups(groups));
+        }
+        let topics: Option<Vec<(String, Vec<i32>)>> = r.topics.as_ref().map(|ts| {
+            ts.iter()
+                .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
+                .collect()
+        });
+        let fetched = self.groups.fetch_offsets(
+            &r.group_id.0,
+            topics.as_deref(),
+            version >= 7 && r.require_stable,
+        );
+        let mut by_topic: Vec<OffsetFetchResponseTopic> = Vec::new();
+        for f in fetched {
+            let part = OffsetFetchResponsePartition::default()
+                .with_partition_index(f.partition)
+                .with_committed_offset(f.offset)
+                .with_committed_leader_epoch(f.leader_epoch)
+                .with_metadata(f.metadata.as_ref().map(|m| s(m)))
+                .with_error_code(f.error);
+            match by_topic.iter_mut().find(|t| *t.name.0 == *f.topic) {
+                Some(t) => t.partitions.push(part),
+                None => by_topic.push(
+                    OffsetFetchResponseTopic::default()
+                        .with_name(TopicName(s(&f.topic)))
+                        .with_partitions(vec![part]),
+                ),
+            }
+        }
+        ResponseKind::OffsetFetch(OffsetFetchResponse::default().with_topics(by_topic))
+    }
+
+    fn offset_delete(&mut self, r: &OffsetDeleteRequest) -> ResponseKind {
+        let topics: Vec<(String, Vec<i32>)> = r
+            .topics
+            .iter()
+            .map(|t| {
+                (
+                    t.name.0.to_string(),
+                    t.partitions.iter().map(|p| p.partition_index).collect(),
+                )
+            })
+            .collect();
+        let mut resp = OffsetDeleteResponse::default();
+        match self.groups.delete_offsets(&r.group_id.0, &topics) {
+            Err(code) => resp.error_code = code,
+            Ok(results) => {
+                for (topic, partition, code) in results {
+                    let part = OffsetDeleteResponsePartition::default()
+                        .with_partition_index(partition)
+                        .with_error_code(code);
+                    match resp.topics.iter_mut().find(|t| *t.name.0 == *topic) {
+                        Some(t) => t.partitions.push(part),
+                        None => resp.topics.push(
+                            OffsetDeleteResponseTopic::default()
+                                .with_name(TopicName(s(&topic)))
+                                .with_partitions(vec![part]),
+                        ),
+                    }
+                }
+            }
+        }
+        ResponseKind::OffsetDelete(resp)
+    }
+
+    fn init_producer_id(
+        &mut self,
+        r: &InitProducerIdRequest,
+        version: i16,
+        now: i64,
+    ) -> ResponseKind {
+        let expected = if version >= 3 && r.producer_id.0 >= 0 {
+            Some((r.producer_id.0, r.producer_epoch))
+        } else {
+            None
+        };
+        let (result, job) = self.txns.init_producer_id(
+            r.transactional_id.as_ref().map(|t| &*t.0),
+            r.transaction_timeout_ms,
+            expected,
+            now,
+        );
+        if let Some(job) = job {
+            self.start_job(job, now);
+        }
+        let resp = match result {
+            Ok((pid, epoch)) => InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(epoch),
+            Err(code) => InitProducerIdResponse::default()
+                .with_error_code(fenced(code, version, 4))
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        };
+        ResponseKind::InitProducerId(resp)
+    }
+
+    fn add_partitions(
+        &mut self,
+        r: &AddPartitionsToTxnRequest,
+        version: i16,
+        now: i64,
+    ) -> ResponseKind {
+        let topic_results = |topics: &[AddPartitionsToTxnTopic], codes_: &[i16]| {
+            let mut it = codes_.iter().copied();
+            topics
+                .iter()
+                .map(|t| {
+                    AddPartitionsToTxnTopicResult::default()
+                        .with_name(t.name.clone())
+                        .with_results_by_partition(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    AddPartitionsToTxnPartitionResult::default()
+                                        .with_partition_index(*p)
+                                        .with_partition_error_code(it.next().unwrap_or(codes::NONE))
+                                })
+                                .collect(),
+                        )
+                })
+                .collect::<Vec<_>>()
+        };
+        let flat = |topics: &[AddPartitionsToTxnTopic]| -> Vec<(String, i32)> {
+            topics
+                .iter()
+                .flat_map(|t| t.partitions.iter().map(move |p| (t.name.0.to_string(), *p)))
+                .collect()
+        };
+        if version <= 3 {
+            let parts = flat(&r.v3_and_below_topics);
+            let code = self.txns.add_partitions(
+                &r.v3_and_below_transactional_id.0,
+                r.v3_and_below_producer_id.0,
+                r.v3_and_below_producer_epoch,
+                &parts,
+                now,
+            );
+            let code = fenced(code, version, 2);
+            return ResponseKind::AddPartitionsToTxn(
+                AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(
+                    topic_results(&r.v3_and_below_topics, &vec![code; parts.len()]),
+                ),
+            );
+        }
+        let results = r
+            .transactions
+            .iter()
+            .map(|t| {
+                let parts = flat(&t.topics);
+                let codes_ = if t.verify_only {
+                    self.txns.verify_partitions(
+                        &t.transactional_id.0,
+                        t.producer_id.0,
+                        t.producer_epoch,
+                        &parts,
+                    )
+                } else {
+                    let c = self.txns.add_partitions(
+                        &t.transactional_id.0,
+                        t.producer_id.0,
+                        t.producer_epoch,
+                        &parts,
+                        now,
+                    );
+                    vec![c; parts.len()]
+                };
+                AddPartitionsToTxnResult::default()
+                    .with_transactional_id(t.transactional_id.clone())
+                    .with_topic_results(topic_results(&t.topics, &codes_))
+            })
+            .collect();
+        ResponseKind::AddPartitionsToTxn(
+            AddPartitionsToTxnResponse::default().with_results_by_transaction(results),
+        )
+    }
+}
+
+/// Old clients do not know PRODUCER_FENCED; Kafka answers INVALID_PRODUCER_EPOCH below
+/// `first_version_with_fenced`.
+fn fenced(code: i16, version: i16, first_version_with_fenced: i16) -> i16 {
+    if code == codes::PRODUCER_FENCED && version < first_version_with_fenced {
+        codes::INVALID_PRODUCER_EPOCH
+    } else {
+        code
+    }
+}
+
+fn join_response(j: CJoinResp, version: i16) -> ResponseKind {
+    // Before v7 the protocol name is a non-nullable string.
+    let name = match (j.protocol_name, version < 7) {
+        (None, true) => Some(s("")),
+        (n, _) => n.map(|x| s(&x)),
+    };
+    ResponseKind::JoinGroup(
+        JoinGroupResponse::default()
+            .with_error_code(j.error)
+            .with_generation_id(j.generation_id)
+            .with_protocol_type(j.protocol_type.map(|x| s(&x)))
+            .with_protocol_name(name)
+            .with_leader(s(&j.leader))
+            .with_member_id(s(&j.member_id))
+            .with_members(
+                j.members
+                    .into_iter()
+                    .map(|m| {
+                        JoinGroupResponseMember::default()
+                            .with_member_id(s(&m.member_id))
+                            .with_group_instance_id(opt_s(m.group_instance_id.as_ref()))
+                            .with_metadata(m.metadata)
+                    })
+                    .collect(),
+            ),
+    )
+}
+
+fn sync_response(r: CSyncResp, _version: i16) -> ResponseKind {
+    ResponseKind::SyncGroup(
+        SyncGroupResponse::default()
+            .with_error_code(r.error)
+            .with_protocol_type(r.protocol_type.map(|x| s(&x)))
+            .with_protocol_name(r.protocol_name.map(|x| s(&x)))
+            .with_assignment(r.assignment),
+    )
+}
+
+/// The response to `req` with `code` at every error field (used when the coordinator is
+/// unavailable, a log flush failed, or the API is not a coordinator API).
+pub fn error_response(req: &RequestKind, version: i16, code: i16) -> ResponseKind {
+    match req {
+        RequestKind::FindCoordinator(r) => {
+            let mut resp = FindCoordinatorResponse::default();
+            if version >= 4 {
+                resp.coordinators = r
+                    .coordinator_keys
+                    .iter()
+                    .map(|k| {
+                        Coordinator::default()
+                            .with_key(k.clone())
+                            .with_node_id(BrokerId(-1))
+                            .with_port(-1)
+                            .with_error_code(code)
+                    })
+                    .collect();
+            } else {
+                resp.error_code = code;
+                resp.node_id = BrokerId(-1);
+                resp.port = -1;
+            }
+            ResponseKind::FindCoordinator(resp)
+        }
+        RequestKind::JoinGroup(r) => join_response(
+            CJoinResp {
+                error: code,
+                generation_id: -1,
+                member_id: r.member_id.to_string(),
+                ..Default::default()
+            },
+            version,
+        ),
+        RequestKind::SyncGroup(_) => sync_response(
+            CSyncResp {
+                error: code,
+                ..Default::default()
+            },
+            version,
+        ),
+        RequestKind::Heartbeat(_) => {
+            ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code))
+        }
+        RequestKind::LeaveGroup(_) => {
+            ResponseKind::LeaveGroup(LeaveGroupResponse::default().with_error_code(code))
+        }
+        RequestKind::ListGroups(_) => {
+            ResponseKind::ListGroups(ListGroupsResponse::default().with_error_code(code))
+        }
+        RequestKind::DescribeGroups(r) => ResponseKind::DescribeGroups(
+            DescribeGroupsResponse::default().with_groups(
+                r.groups
+                    .iter()
+                    .map(|g| {
+                        DescribedGroup::default()
+                            .with_group_id(g.clone())
+                            .with_error_code(code)
+                            .with_group_state(s("Dead"))
+                    })
+                    .collect(),
+            ),
+        ),
+        RequestKind::DeleteGroups(r) => ResponseKind::DeleteGroups(
+            DeleteGroupsResponse::default().with_results(
+                r.groups_names
+                    .iter()
+                    .map(|g| {
+                        DeletableGroupResult::default()
+                            .with_group_id(g.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
+        ),
+        RequestKind::OffsetCommit(r) => ResponseKind::OffsetCommit(
+            OffsetCommitResponse::default().with_topics(
+                r.topics
+                    .iter()
+                    .map(|t| {
+                        OffsetCommitResponseTopic::default()
+                            .with_name(t.name.clone())
+                            .with_topic_id(t.topic_id)
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        OffsetCommitResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        ),
+        RequestKind::TxnOffsetCommit(r) => ResponseKind::TxnOffsetCommit(
+            TxnOffsetCommitResponse::default().with_topics(
+                r.topics
+                    .iter()
+                    .map(|t| {
+                        TxnOffsetCommitResponseTopic::default()
+                            .with_name(t.name.clone())
+                            .with_partitions(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        TxnOffsetCommitResponsePartition::default()
+                                            .with_partition_index(p.partition_index)
+                                            .with_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect(),
+            ),
+        ),
+        RequestKind::OffsetFetch(r) => {
+            if version >= 8 {
+                ResponseKind::OffsetFetch(
+                    OffsetFetchResponse::default().with_groups(
+                        r.groups
+                            .iter()
+                            .map(|g| {
+                                OffsetFetchResponseGroup::default()
+                                    .with_group_id(g.group_id.clone())
+                                    .with_error_code(code)
+                            })
+                            .collect(),
+                    ),
+                )
+            } else {
+                ResponseKind::OffsetFetch(OffsetFetchResponse::default().with_error_code(code))
+            }
+        }
+        RequestKind::OffsetDelete(_) => {
+            ResponseKind::OffsetDelete(OffsetDeleteResponse::default().with_error_code(code))
+        }
+        RequestKind::InitProducerId(_) => ResponseKind::InitProducerId(
+            InitProducerIdResponse::default()
+                .with_error_code(code)
+                .with_producer_id(ProducerId(-1))
+                .with_producer_epoch(-1),
+        ),
+        RequestKind::AddPartitionsToTxn(r) => {
+            let per_topic = |topics: &[AddPartitionsToTxnTopic]| {
+                topics
+                    .iter()
+                    .map(|t| {
+                        AddPartitionsToTxnTopicResult::default()
+                            .with_name(t.name.clone())
+                            .with_results_by_partition(
+                                t.partitions
+                                    .iter()
+                                    .map(|p| {
+                                        AddPartitionsToTxnPartitionResult::default()
+                                            .with_partition_index(*p)
+                                            .with_partition_error_code(code)
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect::<Vec<_>>()
+            };
+            let mut resp = AddPartitionsToTxnResponse::default();
+            if version <= 3 {
+                resp.results_by_topic_v3_and_below = per_topic(&r.v3_and_below_topics);
+            } else {
+                resp.error_code = code;
+            }
+            ResponseKind::AddPartitionsToTxn(resp)
+        }
+        RequestKind::AddOffsetsToTxn(_) => {
+            ResponseKind::AddOffsetsToTxn(AddOffsetsToTxnResponse::default().with_error_code(code))
+        }
+        RequestKind::EndTxn(r) => ResponseKind::EndTxn(
+            EndTxnResponse::default()
+                .with_error_code(code)
+                .with_producer_id(r.producer_id)
+                .with_producer_epoch(r.producer_epoch),
+        ),
+        // Not a coordinator API: the broker should never route it here.
+        _ => ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures_lite::future::block_on;
+    use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
+    use kafka_protocol::messages::join_group_request::JoinGroupRequestProtocol;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestGroup;
+    use kafka_protocol::messages::sync_group_request::SyncGroupRequestAssignment;
+    use std::sync::Mutex;
+
+    #[derive(Default)]
+    struct RecordingSink {
+        calls: Mutex<Vec<Vec<TxnMarker>>>,
+        fail_first: Mutex<bool>,
+    }
+
+    impl MarkerSink for RecordingSink {
+        fn write_markers(
+            &self,
+            markers: Vec<TxnMarker>,
+        ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+            let fail = std::mem::replace(&mut *self.fail_first.lock().unwrap(), false);
+            self.calls.lock().unwrap().push(markers);
+            Box::pin(async move {
+                if fail {
+                    Err("partition offline".to_string())
+                } else {
+                    Ok(())
+                }
+            })
+        }
+    }
+
+    fn start(dir: &Path, sink: Arc<RecordingSink>) -> GroupsService {
+        start_delayed(dir, sink, 0)
+    }
+
+    fn start_delayed(dir: &Path, sink: Arc<RecordingSink>, delay_ms: i32) -> GroupsService {
+        GroupsService::start_with(
+            dir,
+            7,
+            "localhost".into(),
+            9092,
+            sink,
+            GroupConfig {
+                initial_rebalance_delay_ms: delay_ms,
+                ..GroupConfig::default()
+            },
+            TxnConfig::default(),
+        )
+        .unwrap()
+    }
+
+    fn call(svc: &GroupsService, key: ApiKey, version: i16, req: RequestKind) -> ResponseKind {
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_client_id(Some(s("test-client")));
+        block_on(svc.handle(key, version, &header, req))
+    }
+
+    #[test]
+    fn find_coordinator_answers_every_batched_key_with_this_node() {
+        let dir = tempfile::tempdir().unwrap();
+        let svc = start(dir.path(), Arc::default());
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![s("g1"), s("g2")]);
+        let ResponseKind::FindCoordinator(r) = call(
+            &svc,
+            ApiKey::FindCoordinator,
+            4,
+            RequestKind::FindCoordinator(req),
+        ) else {
+            panic!("wrong response kind")
+        };
+        assert_eq!(r.coordinators.len(), 2);
+        for c in &r.coordinators {
+            assert_eq!((c.node_id.0, c.port, c.error_code), (7, 9092, 0));
+            assert_eq!(&*c.host, "localhost");
+        }
+        let req = FindCoordinatorRequest::default()
+            .with_key(s("tx"))
+            .with_key_type(1);
+        let ResponseKind::FindCoordinator(r) = call(
+            &svc,
+            ApiKey::FindCoordinator,
+            3,
+            RequestKind::FindCoordinator(req),
+        ) else {
+            panic!("wrong response kind")
+        };
+        assert_eq!((r.node_id.0, r.error_code), (7, 0));
+        svc.shutdown();
+    }
+
+    fn join(svc: &GroupsService, member: &str) -> JoinGroupResponse {
+        let req = JoinGroupRequest::default()
+            .with_group_id(GroupId(s("g")))
+            .with_session_timeout_ms(10_000)
+            .with_rebalance_timeout_ms(10_000)
+            .with_member_id(s(member))
+            .with_protocol_type(s("consumer"))
+            .with_protocols(vec![JoinGroupRequestProtocol::default()
+                .with_name(s("range"))
+                .with_metadata(Bytes::from_static(b"\0\0\0\0\0\0"))]);
+        match call(svc, ApiKey::JoinGroup, 9, RequestKind::JoinGroup(req)) {
+            ResponseKind::JoinGroup(r) => r,
+            _ => panic!("wrong response kind"),
+        }
+    }
+
+    fn sync(
+        svc: &GroupsService,
+        member: &str,
+        generation: i32,
+        assign: Vec<(String, &'static [u8])>,
+    ) -> SyncGroupResponse {
+        let req = SyncGroupRequest::default()
+            .with_group_id(GroupId(s("g")))
+            .with_generation_id(generation)
+            .with_member_id(s(member))
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("range")))
+            .with_assignments(
+                assign
+                    .into_iter()
+                    .map(|(m, a)| {
+                        SyncGroupRequestAssignment::default()
+                            .with_member_id(s(&m))
+                            .with_assignment(Bytes::from_static(a))
+                    })
+                    .collect(),
+            );
+        match call(svc, ApiKey::SyncGroup, 5, RequestKind::SyncGroup(req)) {
+            ResponseKind::SyncGroup(r) => r,
+            _ => panic!("wrong response kind"),
+        }
+    }
+
+    use bytes::Bytes;
+
+    #[test]
+    fn two_members_complete_a_rebalance_through_the_service() {
+        let dir = tempfile::tempdir().unwrap();
+        // The initial rebalance delay lets both members into the first generation.
+        let svc = start_delayed(dir.path(), Arc::default(), 500);
+        let a = join(&svc, "");
+        assert_eq!(a.error_code, codes::MEMBER_ID_REQUIRED);
+        let b = join(&svc, "");
+        let (a_id, b_id) = (a.member_id.to_string(), b.member_id.to_string());
+        // Both real joins park until the barrier opens; run them on two threads.
+        let (s1, s2) = (svc.clone(), svc.clone());
+        let (a1, b1) = (a_id.clone(), b_id.clone());
+        let ta = std::thread::spawn(move || join(&s1, &a1));
+        std::thread::sleep(Duration::from_millis(20));
+        let tb = std::thread::spawn(move || join(&s2, &b1));
+        let (ja, jb) = (ta.join().unwrap(), tb.join().unwrap());
+        assert_eq!((ja.error_code, jb.error_code), (0, 0));
+        assert_eq!(ja.generation_id, jb.generation_id);
+        let (leader, follower) = if ja.leader == ja.member_id {
+            (ja, jb)
+        } else {
+            (jb, ja)
+        };
+        assert_eq!(leader.members.len(), 2);
+        let gen = leader.generation_id;
+        let f_id = follower.member_id.to_string();
+        let s3 = svc.clone();
+        let f2 = f_id.clone();
+        let tf = std::thread::spawn(move || sync(&s3, &f2, gen, vec![]));
+        std::thread::sleep(Duration::from_millis(20));
+        let ls = sync(
+            &svc,
+            &leader.member_id,
+            gen,
+            vec![(leader.member_id.to_string(), b"L"), (f_id, b"F")],
+        );
+        let fs = tf.join().unwrap();
+        assert_eq!(&ls.assignment[..], b"L");
+        assert_eq!(&fs.assignment[..], b"F");
+        let ResponseKind::DescribeGroups(d) = call(
+            &svc,
+            ApiKey::DescribeGroups,
+            5,
+            RequestKind::DescribeGroups(
+                DescribeGroupsRequest::default().with_groups(vec![GroupId(s("g"))]),
+            ),
+        ) else {
+            panic!()
+        };
+        assert_eq!(&*d.groups[0].group_state, "Stable");
+        assert_eq!(d.groups[0].members.len(), 2);
+        svc.shutdown();
+    }
+
+    fn commit(svc: &GroupsService, group: &str, offset: i64) -> OffsetCommitResponse {
+        let req = OffsetCommitRequest::default()
+            .with_group_id(GroupId(s(group)))
+            .with_generation_id_or_member_epoch(-1)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(s("t")))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(2)
+                    .with_committed_offset(offset)
+                    .with_committed_leader_epoch(4)])]);
+        match call(svc, ApiKey::OffsetCommit, 9, RequestKind::OffsetCommit(req)) {
+            ResponseKind::OffsetCommit(r) => r,
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn acknowledged_offset_commit_survives_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let svc = start(dir.path(), Arc::default());
+            let r = commit(&svc, "grp", 1234);
+            assert_eq!(r.topics[0].partitions[0].error_code, 0);
+            // No shutdown: the acknowledgement alone must imply durability.
+        }
+        let svc = start(dir.path(), Arc::default());
+        let req = OffsetFetchRequest::default().with_groups(vec![
+            OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(s("grp")))
+                .with_topics(None),
+            OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(s("other")))
+                .with_topics(None),
+        ]);
+        let ResponseKind::OffsetFetch(r) =
+            call(&svc, ApiKey::OffsetFetch, 9, RequestKind::OffsetFetch(req))
+        else {
+            panic!()
+        };
+        assert_eq!(r.groups.len(), 2);
+        let p = &r.groups[0].topics[0].partitions[0];
+        assert_eq!(
+            (
+                p.partition_index,
+                p.committed_offset,
+                p.committed_leader_epoch
+            ),
+            (2, 1234, 4)
+        );
+        assert!(r.groups[1].topics.is_empty());
+        svc.shutdown();
+    }
+
+    fn init_pid(svc: &GroupsService, txn: Option<&str>) -> InitProducerIdResponse {
+        let req = InitProducerIdRequest::default()
+            .with_transactional_id(txn.map(|t| TransactionalId(s(t))))
+            .with_transaction_timeout_ms(60_000)
+            .with_producer_id(ProducerId(-1))
+            .with_producer_epoch(-1);
+        match call(
+            svc,
+            ApiKey::InitProducerId,
+            5,
+            RequestKind::InitProducerId(req),
+        ) {
+            ResponseKind::InitProducerId(r) => r,
+            _ => panic!(),
+        }
+    }
+
+    #[test]
+    fn producer_ids_are_unique_across_service_restarts() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut seen = std::collections::HashSet::new();
+        for _ in 0..2 {
+            let svc = start(dir.path(), Arc::default());
+            for _ in 0..5 {
+                let r = init_pid(&svc, None);
+                assert_eq!(r.error_code, 0);
+                assert!(seen.insert(r.producer_id.0));
+            }
+            svc.shutdown();
+        }
+    }
+
+    #[test]
+    fn end_txn_writes_markers_to_all_partitions_before_answering() {
+        let dir = tempfile::tempdir().unwrap();
+        let sink = Arc::new(RecordingSink::default());
+        *sink.fail_first.lock().unwrap() = true;
+        let svc = start(dir.path(), sink.clone());
+        let r = init_pid(&svc, Some("tx"));
+        assert_eq!(r.error_code, 0);
+        let (pid, epoch) = (r.producer_id, r.producer_epoch);
+        let req = AddPartitionsToTxnRequest::default()
+            .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
+            .with_v3_and_below_producer_id(pid)
+            .with_v3_and_below_producer_epoch(epoch)
+            .with_v3_and_below_topics(vec![
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(s("a")))
+                    .with_partitions(vec![0, 1]),
+                AddPartitionsToTxnTopic::default()
+                    .with_name(TopicName(s("b")))
+                    .with_partitions(vec![5]),
+            ]);
+        let ResponseKind::AddPartitionsToTxn(r) = call(
+            &svc,
+            ApiKey::AddPartitionsToTxn,
+            3,
+            RequestKind::AddPartitionsToTxn(req),
+        ) else {
+            panic!()
+        };
+        assert!(r.results_by_topic_v3_and_below.iter().all(|t| t
+            .results_by_partition
+            .iter()
+            .all(|p| p.partition_error_code == 0)));
+        let end = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("tx")))
+            .with_producer_id(pid)
+            .with_producer_epoch(epoch)
+            .with_committed(true);
+        let ResponseKind::EndTxn(r) = call(&svc, ApiKey::EndTxn, 4, RequestKind::EndTxn(end))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, 0);
+        let calls = sink.calls.lock().unwrap().clone();
+        assert_eq!(calls.len(), 2, "first attempt failed and was retried");
+        let mut got: Vec<(String, i32, bool, i64, i16)> = calls[1]
+            .iter()
+            .map(|m| {
+                (
+                    m.topic.clone(),
+                    m.partition,
+                    m.commit,
+                    m.producer_id,
+                    m.producer_epoch,
+                )
+            })
+            .collect();
+        got.sort();
+        assert_eq!(
+            got,
+            vec![
+                ("a".into(), 0, true, pid.0, epoch),
+                ("a".into(), 1, true, pid.0, epoch),
+                ("b".into(), 5, true, pid.0, epoch)
+            ]
+        );
+        svc.shutdown();
+    }
 }
