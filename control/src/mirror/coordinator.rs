@@ -67,6 +67,9 @@ pub enum TopicOpError {
     Host { tp: TopicPartition, reason: String },
 }
 
+/// Per-topic outcomes of a multi-topic operation, in request order.
+pub type TopicResults = Vec<(String, Result<(), TopicOpError>)>;
+
 /// One partition as DescribeMirrors reports it (live offsets come from the fetchers).
 #[derive(Debug, Clone, PartialEq)]
 pub struct DescribedPartition {
@@ -160,7 +163,7 @@ impl MirrorCoordinator {
         include: &[String],
         exclude: &[String],
         host: &mut impl MirrorHost,
-    ) -> Result<Vec<(String, Result<(), TopicOpError>)>, MirrorError> {
+    ) -> Result<TopicResults, MirrorError> {
         let mut def = self
             .store
             .mirror(mirror)
@@ -400,7 +403,7 @@ impl MirrorCoordinator {
         mirror: &str,
         topics: &[String],
         host: &mut impl MirrorHost,
-    ) -> Vec<(String, Result<(), TopicOpError>)> {
+    ) -> TopicResults {
         topics
             .iter()
             .map(|t| {
@@ -419,7 +422,7 @@ impl MirrorCoordinator {
         mirror: &str,
         topics: &[String],
         host: &mut impl MirrorHost,
-    ) -> Vec<(String, Result<(), TopicOpError>)> {
+    ) -> TopicResults {
         topics
             .iter()
             .map(|t| {
@@ -441,7 +444,7 @@ impl MirrorCoordinator {
         mirror: &str,
         topics: &[String],
         host: &mut impl MirrorHost,
-    ) -> Vec<(String, Result<(), TopicOpError>)> {
+    ) -> TopicResults {
         let mut out = Vec::new();
         for t in topics {
             let r = self

@@ -15,7 +15,9 @@ pub mod store;
 
 use kmirror_types::TopicPartition;
 
-pub use coordinator::{DescribedPartition, MirrorCoordinator, MirrorHost, TopicOpError};
+pub use coordinator::{
+    DescribedPartition, MirrorCoordinator, MirrorHost, TopicOpError, TopicResults,
+};
 pub use definition::{ConfigExclude, MirrorDefinition, TopicFilter};
 pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
 pub use store::{MirrorStateStore, PartitionEntry, RecoveryAction};
