@@ -13,6 +13,7 @@
 //! a missing dependency (Java, the Kafka classpath, confluent-kafka, the kmirror binary) makes
 //! the test panic with the command that fixes it, never skip.
 
+pub mod badinput;
 pub mod clients;
 pub mod deps;
 pub mod java;
