@@ -707,29 +707,36 @@ pub mod topic_config {
 
     /// Builds the log settings from a topic's dynamic configs plus defaults.
     pub fn log_config(configs: &BTreeMap<String, String>) -> LogConfig {
-        let mut c = LogConfig::default();
-        c.segment_bytes = long(configs, "segment.bytes").max(14) as u64;
-        c.segment_ms = Some(long(configs, "segment.ms").max(1) as u64);
         let rb = long(configs, "retention.bytes");
-        c.retention_bytes = (rb >= 0).then_some(rb as u64);
         let rm = long(configs, "retention.ms");
-        c.retention_ms = (rm >= 0).then_some(rm as u64);
-        c.index_interval_bytes =
-            long(configs, "index.interval.bytes").clamp(0, u32::MAX as i64) as u32;
-        c.max_message_bytes = long(configs, "max.message.bytes").clamp(0, u32::MAX as i64) as u32;
         let fm = long(configs, "flush.messages");
         let fms = long(configs, "flush.ms");
-        if configs.contains_key("flush.messages") || configs.contains_key("flush.ms") {
-            c.flush = if fm == 1 || fms == 0 {
+        let defaults = LogConfig::default();
+        let flush = if configs.contains_key("flush.messages") || configs.contains_key("flush.ms") {
+            if fm == 1 || fms == 0 {
                 FlushPolicy::EveryAppend
             } else {
                 FlushPolicy::Interval {
                     messages: fm.max(1) as u64,
                     ms: fms.max(0) as u64,
                 }
-            };
+            }
+        } else {
+            defaults.flush.clone()
+        };
+        // `..defaults` keeps this compiling (and sane) when the log adds settings.
+        #[allow(clippy::needless_update)]
+        LogConfig {
+            segment_bytes: long(configs, "segment.bytes").max(14) as u64,
+            segment_ms: Some(long(configs, "segment.ms").max(1) as u64),
+            retention_bytes: (rb >= 0).then_some(rb as u64),
+            retention_ms: (rm >= 0).then_some(rm as u64),
+            index_interval_bytes: long(configs, "index.interval.bytes").clamp(0, u32::MAX as i64)
+                as u32,
+            max_message_bytes: long(configs, "max.message.bytes").clamp(0, u32::MAX as i64) as u32,
+            flush,
+            ..defaults
         }
-        c
     }
 }
 

@@ -204,7 +204,7 @@ impl Ctx {
         {
             Ok(t) => Ok(t),
             // Lost a race with another creator: fine.
-            Err((c, _)) if c == 36 => self.meta().topics.get(name).cloned().ok_or((
+            Err((36, _)) => self.meta().topics.get(name).cloned().ok_or((
                 errors::code(kafka_protocol::ResponseError::UnknownTopicOrPartition),
                 name.to_string(),
             )),

@@ -56,8 +56,10 @@ pub fn describe_configs(
     let mut results = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         let name = r.resource_name.to_string();
+        // Null (or, leniently, an empty list) means every config.
         let keys: Option<Vec<String>> = r
             .configuration_keys
+            .filter(|k| !k.is_empty())
             .map(|k| k.iter().map(|x| x.to_string()).collect());
         let wanted = |k: &str| keys.as_ref().is_none_or(|ks| ks.iter().any(|x| x == k));
         let mut res = DescribeConfigsResult::default()

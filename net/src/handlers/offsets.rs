@@ -31,10 +31,11 @@ fn epoch_check(p: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
     Ok(())
 }
 
+/// A submitted per-partition job whose closure answers a value or a Kafka code.
+type Submitted<T> = Result<Pending<Result<Result<T, i16>, EngineError>>, EngineError>;
+
 /// Collects a job result, flattening engine errors into a Kafka code.
-async fn settle<T>(
-    p: Result<Pending<Result<Result<T, i16>, EngineError>>, EngineError>,
-) -> Result<T, i16> {
+async fn settle<T>(p: Submitted<T>) -> Result<T, i16> {
     let r = match p {
         Ok(p) => p.wait().await.and_then(|r| r),
         Err(e) => Err(e),
