@@ -571,7 +571,7 @@ impl CoordinatorThread {
                     ),
                 }
             }
-            RequestKind::TxnOffsetCommit(r) => self.txn_offset_commit(r, now),
+            RequestKind::TxnOffsetCommit(r) => self.txn_offset_commit(r, version, now),
             other => error_response(other, version, codes::INVALID_REQUEST),
         })
     }
@@ -807,7 +807,26 @@ impl CoordinatorThread {
         )
     }
 
-    fn txn_offset_commit(&mut self, r: &TxnOffsetCommitRequest, now: i64) -> ResponseKind {
+    fn txn_offset_commit(
+        &mut self,
+        r: &TxnOffsetCommitRequest,
+        version: i16,
+        now: i64,
+    ) -> ResponseKind {
+        // Kafka fences zombies when appending to the offsets partition (producer epoch check);
+        // the transaction coordinator holds the same facts here.
+        let fence = match self.txns.state(&r.transactional_id.0) {
+            None => Some(codes::INVALID_PRODUCER_ID_MAPPING),
+            Some((pid, _, _)) if pid != r.producer_id.0 => Some(codes::INVALID_PRODUCER_ID_MAPPING),
+            Some((_, epoch, _)) if epoch != r.producer_epoch => {
+                Some(fenced(codes::PRODUCER_FENCED, version, 3))
+            }
+            Some(_) => None,
+        };
+        if let Some(code) = fence {
+            let req = RequestKind::TxnOffsetCommit(r.clone());
+            return error_response(&req, version, code);
+        }
         let ctx = CommitContext {
             group_id: r.group_id.0.to_string(),
             member_id: r.member_id.to_string(),
@@ -1660,6 +1679,97 @@ mod tests {
                 ("b".into(), 5, true, pid.0, epoch)
             ]
         );
+        svc.shutdown();
+    }
+
+    #[test]
+    fn transactional_offsets_become_visible_only_after_commit_and_zombies_are_fenced() {
+        use kafka_protocol::messages::txn_offset_commit_request::{
+            TxnOffsetCommitRequestPartition, TxnOffsetCommitRequestTopic,
+        };
+        let dir = tempfile::tempdir().unwrap();
+        let svc = start(dir.path(), Arc::default());
+        let first = init_pid(&svc, Some("tx"));
+        let cur = init_pid(&svc, Some("tx"));
+        assert_eq!(cur.producer_epoch, first.producer_epoch + 1);
+        let add = AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("tx")))
+            .with_producer_id(cur.producer_id)
+            .with_producer_epoch(cur.producer_epoch)
+            .with_group_id(GroupId(s("cg")));
+        let ResponseKind::AddOffsetsToTxn(r) = call(
+            &svc,
+            ApiKey::AddOffsetsToTxn,
+            3,
+            RequestKind::AddOffsetsToTxn(add),
+        ) else {
+            panic!()
+        };
+        assert_eq!(r.error_code, 0);
+        let toc = |epoch: i16| {
+            RequestKind::TxnOffsetCommit(
+                TxnOffsetCommitRequest::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_group_id(GroupId(s("cg")))
+                    .with_producer_id(cur.producer_id)
+                    .with_producer_epoch(epoch)
+                    .with_generation_id(-1)
+                    .with_topics(vec![TxnOffsetCommitRequestTopic::default()
+                        .with_name(TopicName(s("t")))
+                        .with_partitions(vec![TxnOffsetCommitRequestPartition::default()
+                            .with_partition_index(0)
+                            .with_committed_offset(77)])]),
+            )
+        };
+        let code = |resp: ResponseKind| match resp {
+            ResponseKind::TxnOffsetCommit(r) => r.topics[0].partitions[0].error_code,
+            _ => panic!(),
+        };
+        assert_eq!(
+            code(call(
+                &svc,
+                ApiKey::TxnOffsetCommit,
+                3,
+                toc(first.producer_epoch)
+            )),
+            codes::PRODUCER_FENCED
+        );
+        assert_eq!(
+            code(call(
+                &svc,
+                ApiKey::TxnOffsetCommit,
+                3,
+                toc(cur.producer_epoch)
+            )),
+            0
+        );
+        let fetch = || {
+            let req = OffsetFetchRequest::default()
+                .with_group_id(GroupId(s("cg")))
+                .with_topics(None);
+            match call(&svc, ApiKey::OffsetFetch, 7, RequestKind::OffsetFetch(req)) {
+                ResponseKind::OffsetFetch(r) => {
+                    r.topics.first().map(|t| t.partitions[0].committed_offset)
+                }
+                _ => panic!(),
+            }
+        };
+        assert_eq!(
+            fetch(),
+            None,
+            "pending transactional offsets are not committed"
+        );
+        let end = EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("tx")))
+            .with_producer_id(cur.producer_id)
+            .with_producer_epoch(cur.producer_epoch)
+            .with_committed(true);
+        let ResponseKind::EndTxn(r) = call(&svc, ApiKey::EndTxn, 4, RequestKind::EndTxn(end))
+        else {
+            panic!()
+        };
+        assert_eq!(r.error_code, 0);
+        assert_eq!(fetch(), Some(77));
         svc.shutdown();
     }
 }
