@@ -51,6 +51,7 @@ pub trait MirrorHost {
 }
 
 /// Why a per-topic operation failed.
+#[non_exhaustive]
 #[derive(Debug, thiserror::Error)]
 pub enum TopicOpError {
     #[error(transparent)]

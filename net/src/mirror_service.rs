@@ -1,0 +1,696 @@
+//! The mirror APIs on the wire: decodes a mirror request frame, applies it to the
+//! [`MirrorCoordinator`], and encodes the response frame. Synchronous and runtime-agnostic;
+//! the broker plugs it into its `ExtensionApis` (one instance, behind the broker's own
+//! serialization, e.g. on the control thread or in a mutex).
+//!
+//! - `mirror.version` gating: at level 0 every mirror API answers UNSUPPORTED_VERSION.
+//! - Version != 0 or an undecodable body answers UNSUPPORTED_VERSION / INVALID_REQUEST with
+//!   the request's correlation id (the connection stays usable).
+//! - AddTopicsToMirror records names and patterns; the metadata sync creates the topics (same
+//!   name, id, partition count) and calls `materialize_partition`. With `validate_only`
+//!   nothing is changed.
+
+use bytes::{Bytes, BytesMut};
+use kmirror_control::mirror::{MirrorCoordinator, MirrorHost, TopicOpError};
+use kmirror_types::TopicPartition;
+
+use crate::keys::{self, api, error as code};
+use crate::mirror_api::*;
+
+/// Live per-partition numbers for DescribeMirrors (from the fetchers; -1 when unknown).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LivePartition {
+    pub source_offset: i64,
+    pub destination_offset: i64,
+    pub lag: i64,
+    pub lag_ms: i64,
+}
+
+/// What DescribeMirrors needs beyond the coordinator's durable state.
+pub trait MirrorLiveStatus {
+    fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition>;
+}
+
+/// Kafka code and message for a per-topic failure.
+pub fn topic_op_error(e: &TopicOpError) -> (i16, String) {
+    let c = match e {
+        TopicOpError::Mirror(m) => keys::mirror_error_code(m),
+        TopicOpError::Refused { refusal, .. } => keys::state_refusal_code(*refusal),
+        TopicOpError::UnknownTopic(_) => code::UNKNOWN_TOPIC_OR_PARTITION,
+        TopicOpError::Host { .. } => code::UNKNOWN_SERVER_ERROR,
+        _ => code::UNKNOWN_SERVER_ERROR,
+    };
+    (c, e.to_string())
+}
+
+/// The mirror API endpoint.
+pub struct MirrorService {
+    coordinator: MirrorCoordinator,
+    feature_level: i16,
+}
+
+impl MirrorService {
+    pub fn new(coordinator: MirrorCoordinator, feature_level: i16) -> Self {
+        MirrorService {
+            coordinator,
+            feature_level,
+        }
+    }
+
+    pub fn coordinator(&self) -> &MirrorCoordinator {
+        &self.coordinator
+    }
+
+    pub fn coordinator_mut(&mut self) -> &mut MirrorCoordinator {
+        &mut self.coordinator
+    }
+
+    /// Change `mirror.version` at runtime (UpdateFeatures).
+    pub fn set_feature_level(&mut self, level: i16) {
+        self.feature_level = level;
+    }
+
+    pub fn feature_level(&self) -> i16 {
+        self.feature_level
+    }
+
+    /// (key, min, max) for ApiVersions: every mirror API, version 0 only.
+    pub fn versions() -> Vec<(i16, i16, i16)> {
+        (api::CREATE_MIRROR..=api::BUMP_LEADER_EPOCHS)
+            .map(|k| (k, 0, 0))
+            .collect()
+    }
+
+    /// Handle one request frame (header included, no length prefix). Returns the response
+    /// frame (header included, no length prefix), or None if the frame is not a mirror API.
+    pub fn handle_frame<H: MirrorHost + MirrorLiveStatus>(
+        &mut self,
+        frame: Bytes,
+        host: &mut H,
+        now_ms: i64,
+    ) -> Option<Bytes> {
+        let mut body = frame;
+        let header = read_request_header_v2(&mut body).ok()?;
+        if !api::is_mirror_api(header.api_key) {
+            return None;
+        }
+        let key = header.api_key;
+        let resp = if let Some(c) = keys::feature::gate(self.feature_level) {
+            error_response_body(key, c, Some(code::default_message(c)))
+        } else if header.api_version != 0 {
+            error_response_body(
+                key,
+                code::UNSUPPORTED_VERSION,
+                Some(&format!(
+                    "{} supports version 0 only",
+                    api::name(key).unwrap_or("mirror API")
+                )),
+            )
+        } else {
+            match self.dispatch(key, body, host, now_ms) {
+                Ok(b) => Some(b),
+                Err(e) => error_response_body(key, code::INVALID_REQUEST, Some(&e.to_string())),
+            }
+        }?;
+        let mut out = BytesMut::with_capacity(resp.len() + 8);
+        write_response_header_v1(&mut out, header.correlation_id);
+        out.extend_from_slice(&resp);
+        Some(out.freeze())
+    }
+
+    fn dispatch<H: MirrorHost + MirrorLiveStatus>(
+        &mut self,
+        key: i16,
+        body: Bytes,
+        host: &mut H,
+        now_ms: i64,
+    ) -> Result<BytesMut, CodecError> {
+        Ok(match key {
+            api::CREATE_MIRROR => {
+                let r: CreateMirrorRequest = decode_body("CreateMirror", 0, body)?;
+                encode_body(&self.create_mirror(r))
+            }
+            api::ADD_TOPICS_TO_MIRROR => {
+                let r: AddTopicsToMirrorRequest = decode_body("AddTopicsToMirror", 0, body)?;
+                encode_body(&self.add_topics(r, host))
+            }
+            api::REMOVE_TOPICS_FROM_MIRROR => {
+                let r: RemoveTopicsFromMirrorRequest =
+                    decode_body("RemoveTopicsFromMirror", 0, body)?;
+                let topics: Vec<String> = r.topics.into_iter().map(|t| t.topic_name).collect();
+                let results = self
+                    .coordinator
+                    .remove_topics(&r.mirror_name, &topics, host);
+                encode_body(&topics_response(&r.mirror_name, results))
+            }
+            api::PAUSE_MIRROR_TOPICS => {
+                let r: PauseMirrorTopicsRequest = decode_body("PauseMirrorTopics", 0, body)?;
+                let topics: Vec<String> = r.0.topics.into_iter().map(|t| t.topic_name).collect();
+                let results = self
+                    .coordinator
+                    .pause_topics(&r.0.mirror_name, &topics, host);
+                encode_body(&topics_response(&r.0.mirror_name, results))
+            }
+            api::RESUME_MIRROR_TOPICS => {
+                let r: ResumeMirrorTopicsRequest = decode_body("ResumeMirrorTopics", 0, body)?;
+                let topics: Vec<String> = r.0.topics.into_iter().map(|t| t.topic_name).collect();
+                let results = self
+                    .coordinator
+                    .resume_topics(&r.0.mirror_name, &topics, host);
+                encode_body(&topics_response(&r.0.mirror_name, results))
+            }
+            api::LIST_MIRRORS => {
+                let _: ListMirrorsRequest = decode_body("ListMirrors", 0, body)?;
+                encode_body(&self.list_mirrors())
+            }
+            api::DESCRIBE_MIRRORS => {
+                let r: DescribeMirrorsRequest = decode_body("DescribeMirrors", 0, body)?;
+                encode_body(&self.describe(r, host, now_ms))
+            }
+            api::DELETE_MIRROR => {
+                let r: DeleteMirrorRequest = decode_body("DeleteMirror", 0, body)?;
+                let resp = match self.coordinator.delete_mirror(&r.mirror_name) {
+                    Ok(()) => SimpleMirrorResponse::default(),
+                    Err(e) => SimpleMirrorResponse {
+                        error_code: keys::mirror_error_code(&e),
+                        error_message: Some(e.to_string()),
+                        ..Default::default()
+                    },
+                };
+                encode_body(&resp)
+            }
+            api::LAST_MIRRORED_EPOCHS => {
+                let r: LastMirroredEpochsRequest = decode_body("LastMirroredEpochs", 0, body)?;
+                encode_body(&self.last_mirrored_epochs(r, host))
+            }
+            // Inter-broker APIs: kmirror is one node per cluster; nothing to coordinate.
+            _ => error_response_body(
+                key,
+                code::INVALID_REQUEST,
+                Some("inter-broker mirror API not used by a single-node kmirror"),
+            )
+            .expect("mirror key"),
+        })
+    }
+
+    fn create_mirror(&mut self, r: CreateMirrorRequest) -> SimpleMirrorResponse {
+        let settings = r
+            .configs
+            .into_iter()
+            .filter_map(|c| c.value.map(|v| (c.name, v)))
+            .collect();
+        match self.coordinator.create_mirror(&r.mirror_name, settings) {
+            Ok(()) => SimpleMirrorResponse::default(),
+            Err(e) => SimpleMirrorResponse {
+                error_code: keys::mirror_error_code(&e),
+                error_message: Some(e.to_string()),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn add_topics<H: MirrorHost>(
+        &mut self,
+        r: AddTopicsToMirrorRequest,
+        host: &mut H,
+    ) -> MirrorTopicsResponse {
+        let names: Vec<String> = r.topics.iter().map(|t| t.topic_name.clone()).collect();
+        if r.validate_only {
+            // Dry run: report conflicts, change nothing. (The truncation plan of a failback is
+            // computed by the preparation step, which needs the source.)
+            let mut resp = MirrorTopicsResponse {
+                mirror_name: r.mirror_name.clone(),
+                ..Default::default()
+            };
+            if self.coordinator.store().mirror(&r.mirror_name).is_none() {
+                resp.error_code = code::UNKNOWN_MIRROR;
+                resp.error_message = Some(format!("mirror '{}' does not exist", r.mirror_name));
+                return resp;
+            }
+            resp.topics = names
+                .into_iter()
+                .map(|t| match self.coordinator.owner_of(&t) {
+                    Some(m) => TopicResult {
+                        error_code: code::TOPIC_ALREADY_IN_MIRROR,
+                        error_message: Some(format!("topic '{t}' is mirrored by '{m}'")),
+                        name: t,
+                        ..Default::default()
+                    },
+                    None => TopicResult {
+                        name: t,
+                        ..Default::default()
+                    },
+                })
+                .collect();
+            return resp;
+        }
+        match self.coordinator.add_topics(
+            &r.mirror_name,
+            &names,
+            &r.include_patterns,
+            &r.exclude_patterns,
+            host,
+        ) {
+            Ok(results) => topics_response(&r.mirror_name, results),
+            Err(e) => MirrorTopicsResponse {
+                mirror_name: r.mirror_name,
+                error_code: keys::mirror_error_code(&e),
+                error_message: Some(e.to_string()),
+                ..Default::default()
+            },
+        }
+    }
+
+    fn list_mirrors(&self) -> ListMirrorsResponse {
+        ListMirrorsResponse {
+            mirrors: self
+                .coordinator
+                .mirrors()
+                .map(|m| ListedMirror {
+                    mirror_name: m.name.clone(),
+                    source_bootstrap: m.source_bootstrap().to_owned(),
+                    source_cluster_id: m.source_cluster_id.clone(),
+                    topic_count: self.coordinator.topic_count(&m.name) as i32,
+                    ..Default::default()
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+
+    fn describe<H: MirrorLiveStatus>(
+        &self,
+        r: DescribeMirrorsRequest,
+        host: &H,
+        now_ms: i64,
+    ) -> DescribeMirrorsResponse {
+        let names: Vec<String> = if r.mirror_names.is_empty() {
+            self.coordinator.mirrors().map(|m| m.name.clone()).collect()
+        } else {
+            r.mirror_names
+        };
+        let mirrors = names
+            .into_iter()
+            .map(|name| {
+                let Some(def) = self.coordinator.store().mirror(&name) else {
+                    return DescribedMirror {
+                        error_code: code::UNKNOWN_MIRROR,
+                        mirror_name: name,
+                        authorized_operations: i32::MIN,
+                        ..Default::default()
+                    };
+                };
+                let mut topics: Vec<DescribedTopic> = Vec::new();
+                for p in self.coordinator.describe(&name) {
+                    let tp = TopicPartition::new(p.topic.clone(), p.partition);
+                    let live = host.live(&tp, now_ms).unwrap_or(LivePartition {
+                        source_offset: -1,
+                        destination_offset: -1,
+                        lag: -1,
+                        lag_ms: -1,
+                    });
+                    let detail = PartitionDetail {
+                        partition_index: p.partition,
+                        source_offset: live.source_offset,
+                        destination_offset: live.destination_offset,
+                        lag: live.lag,
+                        state: p.state.as_str().to_owned(),
+                        last_mirror_epoch: p.last_mirrored_epoch.unwrap_or(-1),
+                        lag_ms: live.lag_ms,
+                        failure_reason: p.reason.clone(),
+                        ..Default::default()
+                    };
+                    match topics.iter_mut().find(|t| t.topic_name == p.topic) {
+                        Some(t) => t.partitions.push(detail),
+                        None => topics.push(DescribedTopic {
+                            topic_name: p.topic,
+                            partitions: vec![detail],
+                            ..Default::default()
+                        }),
+                    }
+                }
+                DescribedMirror {
+                    mirror_name: name.clone(),
+                    authorized_operations: i32::MIN,
+                    topics,
+                    source_bootstrap: Some(def.source_bootstrap().to_owned()),
+                    ..Default::default()
+                }
+            })
+            .collect();
+        DescribeMirrorsResponse {
+            mirrors,
+            ..Default::default()
+        }
+    }
+
+    fn last_mirrored_epochs<H: MirrorHost>(
+        &self,
+        r: LastMirroredEpochsRequest,
+        host: &H,
+    ) -> LastMirroredEpochsResponse {
+        LastMirroredEpochsResponse {
+            topics: r
+                .topics
+                .into_iter()
+                .map(|t| {
+                    let exists = host.local_partition_count(&t.name);
+                    LmeTopic {
+                        partitions: t
+                            .partitions
+                            .iter()
+                            .map(|p| {
+                                let tp = TopicPartition::new(t.name.clone(), p.partition_index);
+                                let known = exists.is_some_and(|n| p.partition_index < n);
+                                LmePartition {
+                                    partition_index: p.partition_index,
+                                    last_mirrored_epoch: self
+                                        .coordinator
+                                        .last_mirrored_epoch(&tp)
+                                        .unwrap_or(-1),
+                                    error_code: if known {
+                                        code::NONE
+                                    } else {
+                                        code::UNKNOWN_TOPIC_OR_PARTITION
+                                    },
+                                    ..Default::default()
+                                }
+                            })
+                            .collect(),
+                        name: t.name,
+                        ..Default::default()
+                    }
+                })
+                .collect(),
+            ..Default::default()
+        }
+    }
+}
+
+fn topics_response(
+    mirror: &str,
+    results: Vec<(String, Result<(), TopicOpError>)>,
+) -> MirrorTopicsResponse {
+    MirrorTopicsResponse {
+        mirror_name: mirror.to_owned(),
+        topics: results
+            .into_iter()
+            .map(|(name, r)| match r {
+                Ok(()) => TopicResult {
+                    name,
+                    ..Default::default()
+                },
+                Err(e) => {
+                    let (c, m) = topic_op_error(&e);
+                    TopicResult {
+                        name,
+                        error_code: c,
+                        error_message: Some(m),
+                        ..Default::default()
+                    }
+                }
+            })
+            .collect(),
+        ..Default::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::client::codec;
+    use kmirror_control::mirror::{MirrorDefinition, MirrorStateStore};
+    use std::collections::BTreeMap;
+
+    #[derive(Default)]
+    struct Host {
+        topics: BTreeMap<String, i32>,
+        epoch: i32,
+        fetchers: Vec<TopicPartition>,
+    }
+
+    impl MirrorHost for Host {
+        fn local_partition_count(&self, topic: &str) -> Option<i32> {
+            self.topics.get(topic).copied()
+        }
+        fn start_fetcher(&mut self, _m: &MirrorDefinition, tp: &TopicPartition) {
+            self.fetchers.push(tp.clone());
+        }
+        fn stop_fetcher(&mut self, tp: &TopicPartition) {
+            self.fetchers.retain(|x| x != tp);
+        }
+        fn leader_epoch(&self, _tp: &TopicPartition) -> Result<i32, String> {
+            Ok(self.epoch)
+        }
+        fn bump_leader_epoch(&mut self, _tp: &TopicPartition) -> Result<i32, String> {
+            self.epoch += 1;
+            Ok(self.epoch)
+        }
+        fn truncate_to_lso(&mut self, _tp: &TopicPartition) -> Result<i64, String> {
+            Ok(0)
+        }
+        fn ends_with_pid_reset(&self, _tp: &TopicPartition) -> Result<bool, String> {
+            Ok(false)
+        }
+        fn write_pid_reset(&mut self, _tp: &TopicPartition) -> Result<(), String> {
+            Ok(())
+        }
+    }
+
+    impl MirrorLiveStatus for Host {
+        fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
+            (tp.partition == 0).then_some(LivePartition {
+                source_offset: 10,
+                destination_offset: 7,
+                lag: 3,
+                lag_ms: now_ms - 100,
+            })
+        }
+    }
+
+    /// Send one request through the service as the broker would, decode the response.
+    fn call<R: MirrorRequest>(svc: &mut MirrorService, host: &mut Host, req: &R) -> R::Response {
+        let mut frame = codec::encode_mirror_request(req, 77, "test");
+        let _len = bytes::Buf::get_i32(&mut frame);
+        let resp = svc.handle_frame(frame, host, 1_000).expect("mirror api");
+        codec::decode_mirror_response::<R>(resp, 77).expect("decodes")
+    }
+
+    fn service(dir: &std::path::Path, level: i16) -> MirrorService {
+        MirrorService::new(
+            MirrorCoordinator::new(MirrorStateStore::open(dir).unwrap()),
+            level,
+        )
+    }
+
+    fn create(name: &str) -> CreateMirrorRequest {
+        CreateMirrorRequest {
+            mirror_name: name.into(),
+            configs: vec![MirrorConfig {
+                name: "bootstrap.servers".into(),
+                value: Some("127.0.0.1:9092".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn mirror_version_zero_answers_unsupported_version_on_every_mirror_api() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut svc = service(dir.path(), 0);
+        let mut h = Host::default();
+        assert_eq!(call(&mut svc, &mut h, &create("dr")).error_code, 35);
+        assert_eq!(
+            call(&mut svc, &mut h, &ListMirrorsRequest::default()).error_code,
+            35
+        );
+        assert_eq!(
+            call(&mut svc, &mut h, &DescribeMirrorsRequest::default()).error_code,
+            35
+        );
+        assert_eq!(svc.coordinator().mirrors().count(), 0, "nothing created");
+        svc.set_feature_level(1);
+        assert_eq!(call(&mut svc, &mut h, &create("dr")).error_code, 0);
+    }
+
+    #[test]
+    fn create_list_describe_delete_over_the_wire() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut svc = service(dir.path(), 1);
+        let mut h = Host::default();
+        assert_eq!(call(&mut svc, &mut h, &create("dr")).error_code, 0);
+        let dup = call(&mut svc, &mut h, &create("dr"));
+        assert_eq!(dup.error_code, code::MIRROR_ALREADY_EXISTS);
+        let bad = call(&mut svc, &mut h, &create("x.removed"));
+        assert_eq!(bad.error_code, code::INVALID_MIRROR_NAME);
+
+        h.topics.insert("orders".into(), 2);
+        let add = call(
+            &mut svc,
+            &mut h,
+            &AddTopicsToMirrorRequest {
+                mirror_name: "dr".into(),
+                topics: vec![StartTopic {
+                    topic_name: "orders".into(),
+                    num_partitions: -1,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        );
+        assert_eq!(add.topics[0].error_code, 0, "{:?}", add.topics[0]);
+        let list = call(&mut svc, &mut h, &ListMirrorsRequest::default());
+        assert_eq!(list.mirrors[0].mirror_name, "dr");
+        assert_eq!(list.mirrors[0].source_bootstrap, "127.0.0.1:9092");
+        assert_eq!(list.mirrors[0].topic_count, 1);
+
+        let d = call(&mut svc, &mut h, &DescribeMirrorsRequest::default());
+        let parts = &d.mirrors[0].topics[0].partitions;
+        assert_eq!(parts.len(), 2);
+        assert_eq!(parts[0].state, "PREPARING");
+        assert_eq!((parts[0].lag, parts[0].lag_ms), (3, 900));
+        assert_eq!(parts[1].lag, -1, "unknown live numbers are -1");
+
+        let del = call(
+            &mut svc,
+            &mut h,
+            &DeleteMirrorRequest {
+                mirror_name: "dr".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(del.error_code, code::MIRROR_NOT_EMPTY);
+
+        let rm = call(
+            &mut svc,
+            &mut h,
+            &RemoveTopicsFromMirrorRequest {
+                mirror_name: "dr".into(),
+                topics: vec![TopicName {
+                    topic_name: "orders".into(),
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        );
+        assert_eq!(rm.topics[0].error_code, 0, "{:?}", rm.topics[0]);
+        let lme = call(
+            &mut svc,
+            &mut h,
+            &LastMirroredEpochsRequest {
+                mirror_name: "whatever".into(),
+                topics: vec![TopicPartitionsQuery {
+                    name: "orders".into(),
+                    partitions: vec![
+                        PartitionIndex {
+                            partition_index: 0,
+                            ..Default::default()
+                        },
+                        PartitionIndex {
+                            partition_index: 9,
+                            ..Default::default()
+                        },
+                    ],
+                    ..Default::default()
+                }],
+                ..Default::default()
+            },
+        );
+        let p = &lme.topics[0].partitions;
+        assert_eq!((p[0].last_mirrored_epoch, p[0].error_code), (0, 0));
+        assert_eq!(p[1].error_code, code::UNKNOWN_TOPIC_OR_PARTITION);
+        let del = call(
+            &mut svc,
+            &mut h,
+            &DeleteMirrorRequest {
+                mirror_name: "dr".into(),
+                ..Default::default()
+            },
+        );
+        assert_eq!(del.error_code, 0);
+    }
+
+    #[test]
+    fn pause_errors_carry_seed_codes_per_topic() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut svc = service(dir.path(), 1);
+        let mut h = Host::default();
+        call(&mut svc, &mut h, &create("dr"));
+        let req = PauseMirrorTopicsRequest(PauseResumeTopics {
+            mirror_name: "dr".into(),
+            topics: vec![TopicRef {
+                topic_name: "ghost".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let r = call(&mut svc, &mut h, &req);
+        assert_eq!(r.topics[0].error_code, code::UNKNOWN_TOPIC_OR_PARTITION);
+        let req = ResumeMirrorTopicsRequest(PauseResumeTopics {
+            mirror_name: "nope".into(),
+            topics: vec![TopicRef {
+                topic_name: "ghost".into(),
+                ..Default::default()
+            }],
+            ..Default::default()
+        });
+        let r = call(&mut svc, &mut h, &req);
+        assert_eq!(r.topics[0].error_code, code::UNKNOWN_MIRROR);
+    }
+
+    #[test]
+    fn dry_run_add_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut svc = service(dir.path(), 1);
+        let mut h = Host::default();
+        call(&mut svc, &mut h, &create("dr"));
+        h.topics.insert("orders".into(), 1);
+        let r = call(
+            &mut svc,
+            &mut h,
+            &AddTopicsToMirrorRequest {
+                mirror_name: "dr".into(),
+                topics: vec![StartTopic {
+                    topic_name: "orders".into(),
+                    ..Default::default()
+                }],
+                validate_only: true,
+                ..Default::default()
+            },
+        );
+        assert_eq!(r.topics[0].error_code, 0);
+        assert_eq!(svc.coordinator().topic_count("dr"), 0);
+        assert!(svc.coordinator().describe("dr").is_empty());
+    }
+
+    #[test]
+    fn wrong_version_and_garbage_get_error_responses_with_the_correlation_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut svc = service(dir.path(), 1);
+        let mut h = Host::default();
+        let mut w = BytesMut::new();
+        write_request_header_v2(&mut w, api::LIST_MIRRORS, 3, 5, None);
+        let resp = svc.handle_frame(w.freeze(), &mut h, 0).unwrap();
+        let r = codec::decode_mirror_response::<ListMirrorsRequest>(resp, 5).unwrap();
+        assert_eq!(r.error_code, code::UNSUPPORTED_VERSION);
+        let mut w = BytesMut::new();
+        write_request_header_v2(&mut w, api::CREATE_MIRROR, 0, 6, None);
+        w.extend_from_slice(&[0xff, 0xff]);
+        let resp = svc.handle_frame(w.freeze(), &mut h, 0).unwrap();
+        let r = codec::decode_mirror_response::<CreateMirrorRequest>(resp, 6).unwrap();
+        assert_eq!(r.error_code, code::INVALID_REQUEST);
+        // Not a mirror API: not ours.
+        let mut w = BytesMut::new();
+        write_request_header_v2(&mut w, 3, 12, 7, None);
+        assert!(svc.handle_frame(w.freeze(), &mut h, 0).is_none());
+    }
+
+    #[test]
+    fn advertised_versions_cover_every_mirror_key() {
+        let v = MirrorService::versions();
+        for (k, _) in api::USER_FACING {
+            assert!(v.contains(&(k, 0, 0)));
+        }
+    }
+}
