@@ -65,6 +65,11 @@ pub trait LocalPartition {
     fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError>;
     /// Drop everything and make `offset` the new log start and end.
     fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError>;
+    /// Kafka OffsetsForLeaderEpoch on the local log: the largest epoch <= `epoch` and its end
+    /// offset (`kmirror_log::Log::end_offset_for_epoch`); None if no such epoch.
+    fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)>;
+    /// Drop every batch at or above `offset` (failback truncation).
+    fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError>;
 }
 
 /// The source partition leader as last seen in metadata.
@@ -118,6 +123,23 @@ pub trait Source {
         current_leader_epoch: i32,
         timestamp: i64,
     ) -> Result<(i16, i64), SourceError>;
+    /// LastMirroredEpochs of a source that is a kmirror: the last source epoch it mirrored
+    /// for this partition before failing over. None when it has no record or no such API.
+    async fn last_mirrored_epoch(
+        &mut self,
+        mirror: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i32>, SourceError>;
+    /// OffsetsForLeaderEpoch (consumer) on the leader: (error code, epoch, end offset).
+    async fn end_offset_for_epoch(
+        &mut self,
+        leader: &SourceLeader,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        epoch: i32,
+    ) -> Result<(i16, i32, i64), SourceError>;
     async fn sleep(&mut self, d: Duration);
     fn now_ms(&self) -> i64;
 }
@@ -656,6 +678,120 @@ impl PartitionFetcher {
     }
 }
 
+/// Where the epoch used for failback truncation came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LmeOrigin {
+    /// The source (the cluster that took over) answered LastMirroredEpochs.
+    Source,
+    /// Our own LME, recorded when we failed over (re-adding a stopped topic to its mirror).
+    Local,
+    /// Nobody knows: everything local is unverifiable and is dropped.
+    None,
+}
+
+/// The PREPARING decision for one partition: truncate the local log from `local_end_offset`
+/// to `truncate_to` (equal = nothing to drop), then mirror from there.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PreparePlan {
+    pub local_end_offset: i64,
+    pub truncate_to: i64,
+    pub last_mirrored_epoch: Option<i32>,
+    pub origin: LmeOrigin,
+}
+
+impl PreparePlan {
+    /// Records that would be (or were) dropped.
+    pub fn truncated(&self) -> i64 {
+        (self.local_end_offset - self.truncate_to).max(0)
+    }
+}
+
+/// Compute where the local log diverges from the source (seed 000 failback): take the last
+/// mirrored epoch (LME) from the source's LastMirroredEpochs, else our own recorded LME, ask
+/// the source leader for the end offset of that epoch (OffsetsForLeaderEpoch), and keep the
+/// local log only up to `min(source end, local end)` for that epoch. Changes nothing.
+pub async fn plan_preparation<S: Source, L: LocalPartition>(
+    source: &mut S,
+    local: &L,
+    mirror: &str,
+    tp: &TopicPartition,
+    local_lme: Option<i32>,
+) -> Result<PreparePlan, SourceError> {
+    let local_end = local.log_end_offset();
+    let start = local.log_start_offset();
+    if local_end == start {
+        return Ok(PreparePlan {
+            local_end_offset: local_end,
+            truncate_to: local_end,
+            last_mirrored_epoch: None,
+            origin: LmeOrigin::None,
+        });
+    }
+    let remote = source
+        .last_mirrored_epoch(mirror, &tp.topic, tp.partition)
+        .await?;
+    let (lme, origin) = match (remote, local_lme) {
+        (Some(e), _) => (e, LmeOrigin::Source),
+        (None, Some(e)) => (e, LmeOrigin::Local),
+        (None, None) => {
+            return Ok(PreparePlan {
+                local_end_offset: local_end,
+                truncate_to: start,
+                last_mirrored_epoch: None,
+                origin: LmeOrigin::None,
+            })
+        }
+    };
+    let leader = source.leader(&tp.topic, tp.partition).await?;
+    let (c, source_epoch, source_end) = source
+        .end_offset_for_epoch(&leader, &tp.topic, tp.partition, leader.leader_epoch, lme)
+        .await?;
+    if c != code::NONE {
+        return Err(SourceError::Other(format!(
+            "OffsetsForLeaderEpoch({lme}) on {}: {}",
+            leader.addr,
+            code::name(c)
+        )));
+    }
+    let truncate_to = if source_end < 0 || source_epoch < 0 {
+        // The source has no data of any epoch <= LME: nothing local can be trusted.
+        start
+    } else {
+        let local_bound = match local.end_offset_for_epoch(source_epoch) {
+            Some((_, off)) => off,
+            None => start,
+        };
+        source_end.min(local_bound).min(local_end).max(start)
+    };
+    Ok(PreparePlan {
+        local_end_offset: local_end,
+        truncate_to,
+        last_mirrored_epoch: Some(lme),
+        origin,
+    })
+}
+
+/// Plan and apply the PREPARING truncation. The caller then moves the partition to
+/// MIRRORING (`MirrorCoordinator::preparation_done`) and starts the fetcher.
+pub async fn prepare_partition<S: Source, L: LocalPartition>(
+    source: &mut S,
+    local: &mut L,
+    mirror: &str,
+    tp: &TopicPartition,
+    local_lme: Option<i32>,
+) -> Result<PreparePlan, SourceError> {
+    let plan = plan_preparation(source, local, mirror, tp, local_lme).await?;
+    if plan.truncate_to < plan.local_end_offset {
+        if plan.truncate_to == local.log_start_offset() {
+            local.truncate_fully_and_start_at(plan.truncate_to)
+        } else {
+            local.truncate_to(plan.truncate_to)
+        }
+        .map_err(|e| SourceError::Other(format!("local truncation: {e}")))?;
+    }
+    Ok(plan)
+}
+
 /// The real source: metadata from any reachable broker, fetches from the partition leader.
 /// Connections are cached per broker address and dropped on connection-level errors.
 pub struct KafkaSource {
@@ -846,6 +982,93 @@ impl Source for KafkaSource {
         Ok((p.error_code, p.offset))
     }
 
+    async fn last_mirrored_epoch(
+        &mut self,
+        mirror: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i32>, SourceError> {
+        use crate::mirror_api::{LastMirroredEpochsRequest, PartitionIndex, TopicPartitionsQuery};
+        let req = LastMirroredEpochsRequest {
+            mirror_name: mirror.to_owned(),
+            topics: vec![TopicPartitionsQuery {
+                name: topic.to_owned(),
+                partitions: vec![PartitionIndex {
+                    partition_index: partition,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
+        for addr in self.bootstrap.clone() {
+            let conn = match self.conn(&addr).await {
+                Ok(c) => c,
+                Err(e) => {
+                    self.drop_on_fatal(&addr, &e);
+                    last_err = e.into();
+                    continue;
+                }
+            };
+            if !conn.versions().supports_mirroring() {
+                // An Apache Kafka source keeps no LME.
+                return Ok(None);
+            }
+            return match conn.send_mirror(&req).await {
+                Ok(r) if r.error_code != code::NONE => Err(SourceError::Other(format!(
+                    "LastMirroredEpochs: {}",
+                    code::name(r.error_code)
+                ))),
+                Ok(r) => Ok(r
+                    .topics
+                    .iter()
+                    .flat_map(|t| t.partitions.iter())
+                    .find(|p| p.partition_index == partition && p.error_code == code::NONE)
+                    .map(|p| p.last_mirrored_epoch)
+                    .filter(|e| *e >= 0)),
+                Err(e) => {
+                    self.drop_on_fatal(&addr, &e);
+                    Err(e.into())
+                }
+            };
+        }
+        Err(last_err)
+    }
+
+    async fn end_offset_for_epoch(
+        &mut self,
+        leader: &SourceLeader,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        epoch: i32,
+    ) -> Result<(i16, i32, i64), SourceError> {
+        let req = build::offsets_for_leader_epoch(topic, partition, current_leader_epoch, epoch);
+        let addr = leader.addr.clone();
+        let resp = match self.conn(&addr).await {
+            // Consumer (replica id -1) OffsetsForLeaderEpoch needs v3+.
+            Ok(c) => c.send_with(&req, 3, i16::MAX, Duration::ZERO).await,
+            Err(e) => Err(e),
+        };
+        let (_, resp) = match resp {
+            Ok(r) => r,
+            Err(e) => {
+                self.drop_on_fatal(&addr, &e);
+                return Err(e.into());
+            }
+        };
+        let p = resp
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition == partition)
+            .ok_or_else(|| {
+                SourceError::Other("partition missing from OffsetsForLeaderEpoch".into())
+            })?;
+        Ok((p.error_code, p.leader_epoch, p.end_offset))
+    }
+
     async fn sleep(&mut self, d: Duration) {
         glommio::timer::sleep(d).await
     }
@@ -951,6 +1174,44 @@ mod tests {
             self.truncations.push(offset);
             Ok(())
         }
+        fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+            epoch_end(
+                self.batches.iter().map(|(base, b)| {
+                    let e = i32::from_be_bytes(b[12..16].try_into().unwrap());
+                    let delta = i32::from_be_bytes(b[23..27].try_into().unwrap());
+                    (*base, *base + i64::from(delta), e)
+                }),
+                epoch,
+                self.end,
+            )
+        }
+        fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
+            assert!(
+                offset == self.end || self.batches.iter().any(|(b, _)| *b == offset),
+                "truncation at {offset} is not a batch boundary"
+            );
+            self.batches.retain(|(base, _)| *base < offset);
+            self.end = offset;
+            self.truncations.push(offset);
+            Ok(())
+        }
+    }
+
+    /// Kafka's epoch-end semantics over (base, last, epoch) batches: the largest epoch <=
+    /// `epoch` and the first offset of the next higher epoch (or the log end).
+    fn epoch_end(
+        batches: impl Iterator<Item = (i64, i64, i32)>,
+        epoch: i32,
+        log_end: i64,
+    ) -> Option<(i32, i64)> {
+        let v: Vec<(i64, i64, i32)> = batches.collect();
+        let found = v.iter().filter(|b| b.2 <= epoch).map(|b| b.2).max()?;
+        let end = v
+            .iter()
+            .find(|b| b.2 > found)
+            .map(|b| b.0)
+            .unwrap_or(log_end);
+        Some((found, end))
     }
 
     /// Source partition: batches by offset, a leader epoch, a log start, scripted errors.
@@ -967,6 +1228,8 @@ mod tests {
         now: i64,
         /// When set, Fetch returns only a prefix of this many bytes (cut mid-batch).
         cut_to: Option<usize>,
+        /// LastMirroredEpochs answer (None = no record / not a kmirror).
+        lme: Option<i32>,
     }
 
     impl FakeSource {
@@ -987,6 +1250,7 @@ mod tests {
                 slept: Vec::new(),
                 now: 1_000,
                 cut_to: None,
+                lme: None,
             }
         }
         fn end(&self) -> i64 {
@@ -1071,6 +1335,36 @@ mod tests {
                     self.end()
                 },
             ))
+        }
+        async fn last_mirrored_epoch(
+            &mut self,
+            _m: &str,
+            _t: &str,
+            _p: i32,
+        ) -> Result<Option<i32>, SourceError> {
+            Ok(self.lme)
+        }
+        async fn end_offset_for_epoch(
+            &mut self,
+            _l: &SourceLeader,
+            _t: &str,
+            _p: i32,
+            _c: i32,
+            epoch: i32,
+        ) -> Result<(i16, i32, i64), SourceError> {
+            let end = self.end();
+            Ok(
+                match epoch_end(
+                    self.log.iter().map(|(b, l, x)| {
+                        (*b, *l, i32::from_be_bytes(x[12..16].try_into().unwrap()))
+                    }),
+                    epoch,
+                    end,
+                ) {
+                    Some((e, o)) => (0, e, o),
+                    None => (0, -1, -1),
+                },
+            )
         }
         async fn sleep(&mut self, d: Duration) {
             self.slept.push(d);
@@ -1325,6 +1619,71 @@ mod tests {
         let stop = Cell::new(true);
         let exit = block_on(fetcher(s.topic_id).run(&mut s, &mut l, &mut o, &stop));
         assert_eq!(exit, FetcherExit::Stopped);
+    }
+
+    /// Local log of (base, count, epoch) batches.
+    fn local_with(batches: &[(i64, i32, i32)]) -> FakeLocal {
+        let mut l = FakeLocal {
+            epoch: 100,
+            ..Default::default()
+        };
+        for &(base, n, e) in batches {
+            l.batches.push((base, batch(base, n, e, 2)));
+            l.end = base + i64::from(n);
+        }
+        l
+    }
+
+    #[test]
+    fn failback_truncates_exactly_the_divergent_tail_using_the_sources_lme() {
+        // A (us, old source) wrote 0..10 in epoch 3 and 10..15 in epoch 4. B (the new source)
+        // had mirrored A's first batch verbatim (LME 3) before failing over, then wrote 5..9
+        // in epoch 5.
+        let mut l = local_with(&[(0, 5, 3), (5, 5, 3), (10, 5, 4)]);
+        let mut s = FakeSource::new(&[(0, 5, 3), (5, 4, 5)]);
+        s.lme = Some(3);
+        let tp = TopicPartition::new("orders", 0);
+        let plan = block_on(prepare_partition(&mut s, &mut l, "back", &tp, None)).unwrap();
+        assert_eq!(plan.origin, LmeOrigin::Source);
+        assert_eq!((plan.local_end_offset, plan.truncate_to), (15, 5));
+        assert_eq!(plan.truncated(), 10);
+        assert_eq!(l.end, 5);
+        assert_eq!(l.truncations, vec![5]);
+        // Mirroring then continues from B at offset 5.
+        let mut o = Events::default();
+        let mut f = fetcher(s.topic_id);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(l.end, 9);
+        assert_eq!(l.batches[1], (5, s.log[1].2.clone()));
+    }
+
+    #[test]
+    fn re_adding_a_stopped_topic_uses_our_own_lme_when_the_source_has_none() {
+        // We (B) mirrored A up to 10 in epoch 2, failed over, wrote 10..14 in epoch 3; A kept
+        // writing 10..20 in epoch 2.
+        let mut l = local_with(&[(0, 10, 2), (10, 4, 3)]);
+        let mut s = FakeSource::new(&[(0, 10, 2), (10, 10, 2)]);
+        let tp = TopicPartition::new("orders", 0);
+        let plan = block_on(plan_preparation(&mut s, &l, "dr", &tp, Some(2))).unwrap();
+        assert_eq!(plan.origin, LmeOrigin::Local);
+        assert_eq!(plan.truncate_to, 10, "only our own writes go");
+        assert_eq!(l.end, 14, "planning changes nothing");
+        block_on(prepare_partition(&mut s, &mut l, "dr", &tp, Some(2))).unwrap();
+        assert_eq!(l.end, 10);
+    }
+
+    #[test]
+    fn without_any_lme_local_data_is_dropped_and_empty_logs_need_nothing() {
+        let mut l = local_with(&[(0, 10, 2)]);
+        let mut s = FakeSource::new(&[(0, 10, 2)]);
+        let tp = TopicPartition::new("orders", 0);
+        let plan = block_on(prepare_partition(&mut s, &mut l, "dr", &tp, None)).unwrap();
+        assert_eq!(plan.origin, LmeOrigin::None);
+        assert_eq!((plan.truncate_to, l.end), (0, 0));
+        let mut empty = FakeLocal::default();
+        let plan = block_on(prepare_partition(&mut s, &mut empty, "dr", &tp, None)).unwrap();
+        assert_eq!(plan.truncated(), 0);
+        assert!(empty.truncations.is_empty());
     }
 
     #[test]

@@ -55,6 +55,16 @@ impl LocalPartition for LogLocal {
             .truncate_fully_and_start_at(Offset(offset))
             .map_err(|e| LocalError::Other(e.to_string()))
     }
+    fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.log
+            .end_offset_for_epoch(LeaderEpoch(epoch))
+            .map(|(e, o)| (e.0, o.0))
+    }
+    fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
+        self.log
+            .truncate_to(Offset(offset))
+            .map_err(|e| LocalError::Other(e.to_string()))
+    }
 }
 
 #[derive(Default)]
