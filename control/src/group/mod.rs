@@ -32,7 +32,9 @@ pub struct GroupConfig {
     pub min_session_timeout_ms: i32,
     /// group.max.session.timeout.ms
     pub max_session_timeout_ms: i32,
-    /// group.initial.rebalance.delay.ms
+    /// group.initial.rebalance.delay.ms. Default 0, as in the server.properties Kafka ships
+    /// (Kafka's built-in default is 3000: fewer rebalances when many members start at once,
+    /// but every new group waits 3 s before its first assignment).
     pub initial_rebalance_delay_ms: i32,
     /// group.max.size
     pub max_group_size: usize,
@@ -47,7 +49,7 @@ impl Default for GroupConfig {
         GroupConfig {
             min_session_timeout_ms: 6_000,
             max_session_timeout_ms: 1_800_000,
-            initial_rebalance_delay_ms: 3_000,
+            initial_rebalance_delay_ms: 0,
             max_group_size: i32::MAX as usize,
             new_member_join_timeout_ms: 300_000,
             max_metadata_bytes: 4096,
