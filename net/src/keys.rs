@@ -272,7 +272,7 @@ pub mod feature {
 /// Topic configs and control-record types the mirror paths rely on.
 pub mod config {
     /// Topic config naming the owning mirror; hidden from DescribeConfigs (seed 000).
-    pub const MIRROR_NAME: &str = "mirror.name";
+    pub const MIRROR_NAME: &str = kmirror_control::mirror::MIRROR_NAME_CONFIG;
     /// Suffix appended to `mirror.name` by RemoveTopicsFromMirror (failover requested).
     pub const REMOVED_SUFFIX: &str = ".removed";
     /// Per-topic list of replicas whose mirror traffic is throttled.

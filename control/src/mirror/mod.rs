@@ -2,7 +2,8 @@
 //!
 //! Owns: mirror definitions and their settings ([`definition`]), the partition state machine
 //! ([`state`]), its durable store `__mirror_state` ([`store`]) and the coordinator that applies
-//! user operations and the failover sequence through a broker trait ([`coordinator`]). It must not depend on any
+//! user operations and the failover sequence through a broker trait ([`coordinator`]), and the
+//! planning of the metadata and group-offset sync loops ([`sync`]). It must not depend on any
 //! async runtime or on the network layer: `net` (fetchers, wire APIs) and `engine` drive it.
 //!
 //! Invariants: a state change is persisted before it takes effect (see [`store`]); a partition
@@ -12,6 +13,7 @@ pub mod coordinator;
 pub mod definition;
 pub mod state;
 pub mod store;
+pub mod sync;
 
 use kmirror_types::TopicPartition;
 
@@ -21,6 +23,13 @@ pub use coordinator::{
 pub use definition::{ConfigExclude, MirrorDefinition, TopicFilter};
 pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
 pub use store::{MirrorStateStore, PartitionEntry, RecoveryAction};
+pub use sync::{
+    clamp_group_offset, plan_group_sync, plan_metadata_sync, GroupOffsetCommit, LocalTopic,
+    SourceTopic, SyncAction,
+};
+
+/// Topic config naming the mirror that owns a topic (hidden from DescribeConfigs).
+pub const MIRROR_NAME_CONFIG: &str = "mirror.name";
 
 /// Errors of the mirror control plane. `net::keys::mirror_error_code` maps them to Kafka codes.
 #[non_exhaustive]

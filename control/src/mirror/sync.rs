@@ -1,0 +1,469 @@
+//! Planning of the metadata sync loop and the consumer-group offset sync (seed 003), as pure
+//! functions over snapshots: the async side (net) fetches the source snapshot (Metadata,
+//! DescribeConfigs, ListGroups, OffsetFetch) and the local one, calls these, and applies the
+//! returned actions through the broker. Keeping the decisions here makes them testable without
+//! any cluster.
+//!
+//! Invariants: a destination topic is never deleted (a vanished source topic only stops its
+//! mirror partitions); a topic is created with the source's id and partition count, and never
+//! over a local topic with another id; STOPPED partitions are never restarted by the loop (only
+//! an explicit AddTopicsToMirror does that).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use kmirror_types::TopicPartition;
+use uuid::Uuid;
+
+use super::definition::{settings, split_list, MirrorDefinition};
+use super::state::PartitionState;
+use super::MirrorError;
+
+/// A topic as the source describes it: only explicitly set (non-default) configs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceTopic {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// A local topic: its explicitly set configs (including `mirror.name`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LocalTopic {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: i32,
+    pub configs: BTreeMap<String, String>,
+}
+
+/// One change the sync loop must make.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SyncAction {
+    /// Create the mirror topic: same name, id and partition count; configs already filtered
+    /// and with `mirror.name` set.
+    CreateTopic {
+        name: String,
+        topic_id: Uuid,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+    },
+    /// Grow the local topic to the source's partition count.
+    CreatePartitions { name: String, count: i32 },
+    /// Align synced configs: set these, delete those (back to defaults).
+    AlterConfigs {
+        name: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+    },
+    /// UNKNOWN partition of a mirrored topic: move it to PREPARING.
+    Materialize(TopicPartition),
+    /// The source topic is gone (or was re-created with another id): stop its partitions.
+    SourceTopicDeleted { name: String },
+    /// Cannot mirror this topic; reported, nothing done.
+    Conflict { name: String, reason: String },
+}
+
+/// Plan one sync round of `def` given both snapshots. `state_of` gives the mirror partition
+/// state of a local partition; `owner_of` the mirror currently owning a topic (a partition not
+/// STOPPED), if any.
+pub fn plan_metadata_sync(
+    def: &MirrorDefinition,
+    source: &[SourceTopic],
+    local: &[LocalTopic],
+    state_of: impl Fn(&TopicPartition) -> PartitionState,
+    owner_of: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<SyncAction>, MirrorError> {
+    let filter = def.topic_filter()?;
+    let exclude = def.config_exclude()?;
+    let local_by_name: BTreeMap<&str, &LocalTopic> =
+        local.iter().map(|t| (t.name.as_str(), t)).collect();
+    let local_by_id: BTreeMap<Uuid, &LocalTopic> = local.iter().map(|t| (t.topic_id, t)).collect();
+    let mut actions = Vec::new();
+
+    for s in source.iter().filter(|s| filter.matches(&s.name)) {
+        if let Some(owner) = owner_of(&s.name) {
+            if owner != def.name {
+                actions.push(SyncAction::Conflict {
+                    name: s.name.clone(),
+                    reason: format!("already mirrored by '{owner}'"),
+                });
+                continue;
+            }
+        }
+        let wanted_configs =
+            exclude.filter(s.configs.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        match local_by_name.get(s.name.as_str()) {
+            None => {
+                if let Some(other) = local_by_id.get(&s.topic_id) {
+                    actions.push(SyncAction::Conflict {
+                        name: s.name.clone(),
+                        reason: format!(
+                            "topic id {} is already used by local topic '{}'",
+                            s.topic_id, other.name
+                        ),
+                    });
+                    continue;
+                }
+                let mut configs = wanted_configs;
+                configs.insert(super::MIRROR_NAME_CONFIG.to_owned(), def.name.clone());
+                actions.push(SyncAction::CreateTopic {
+                    name: s.name.clone(),
+                    topic_id: s.topic_id,
+                    partitions: s.partitions,
+                    configs,
+                });
+                for p in 0..s.partitions {
+                    actions.push(SyncAction::Materialize(TopicPartition::new(
+                        s.name.clone(),
+                        p,
+                    )));
+                }
+            }
+            Some(l) if l.topic_id != s.topic_id => {
+                let ours = (0..l.partitions).any(|p| {
+                    let st = state_of(&TopicPartition::new(l.name.clone(), p));
+                    st != PartitionState::Unknown && st != PartitionState::Stopped
+                });
+                if ours {
+                    // Re-created on the source: the old mirror partitions stop (never deleted).
+                    actions.push(SyncAction::SourceTopicDeleted {
+                        name: l.name.clone(),
+                    });
+                }
+                actions.push(SyncAction::Conflict {
+                    name: s.name.clone(),
+                    reason: format!(
+                        "local topic has id {} but the source topic has id {}",
+                        l.topic_id, s.topic_id
+                    ),
+                });
+            }
+            Some(l) => {
+                let stopped = (0..l.partitions).all(|p| {
+                    state_of(&TopicPartition::new(l.name.clone(), p)) == PartitionState::Stopped
+                });
+                if stopped && l.partitions > 0 {
+                    // Failed over: no longer synced until explicitly re-added.
+                    continue;
+                }
+                if s.partitions > l.partitions {
+                    actions.push(SyncAction::CreatePartitions {
+                        name: l.name.clone(),
+                        count: s.partitions,
+                    });
+                }
+                let mut set = BTreeMap::new();
+                for (k, v) in &wanted_configs {
+                    if l.configs.get(k) != Some(v) {
+                        set.insert(k.clone(), v.clone());
+                    }
+                }
+                let delete: Vec<String> = l
+                    .configs
+                    .keys()
+                    .filter(|k| !exclude.is_excluded(k) && !wanted_configs.contains_key(*k))
+                    .cloned()
+                    .collect();
+                if !set.is_empty() || !delete.is_empty() {
+                    actions.push(SyncAction::AlterConfigs {
+                        name: l.name.clone(),
+                        set,
+                        delete,
+                    });
+                }
+                for p in 0..s.partitions {
+                    let tp = TopicPartition::new(l.name.clone(), p);
+                    if state_of(&tp) == PartitionState::Unknown {
+                        actions.push(SyncAction::Materialize(tp));
+                    }
+                }
+            }
+        }
+    }
+
+    // Local topics this mirror manages whose source topic vanished.
+    let source_names: BTreeSet<&str> = source.iter().map(|s| s.name.as_str()).collect();
+    for l in local {
+        if source_names.contains(l.name.as_str()) {
+            continue;
+        }
+        let managed = (0..l.partitions).any(|p| {
+            let st = state_of(&TopicPartition::new(l.name.clone(), p));
+            st != PartitionState::Unknown && st != PartitionState::Stopped
+        }) && owner_of(&l.name).as_deref() == Some(def.name.as_str());
+        if managed {
+            actions.push(SyncAction::SourceTopicDeleted {
+                name: l.name.clone(),
+            });
+        }
+    }
+    Ok(actions)
+}
+
+/// Offset a synced group gets on the destination:
+/// `max(dest log start, min(source committed, dest end offset))`.
+pub fn clamp_group_offset(source_committed: i64, dest_log_start: i64, dest_end: i64) -> i64 {
+    source_committed.min(dest_end).max(dest_log_start)
+}
+
+/// One committed offset to write on the destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GroupOffsetCommit {
+    pub group: String,
+    pub tp: TopicPartition,
+    pub offset: i64,
+}
+
+/// Plan a consumer-group offset sync round. `source` is group -> committed offsets on the
+/// source; only groups passing the mirror's group filters and not active on the destination
+/// are synced, only for partitions this mirror mirrors, and only when the clamped offset
+/// differs from what the destination has.
+pub fn plan_group_sync(
+    def: &MirrorDefinition,
+    source: &BTreeMap<String, BTreeMap<TopicPartition, i64>>,
+    active_on_destination: &BTreeSet<String>,
+    dest_committed: impl Fn(&str, &TopicPartition) -> Option<i64>,
+    dest_bounds: impl Fn(&TopicPartition) -> Option<(i64, i64)>,
+    mirrored: impl Fn(&TopicPartition) -> bool,
+) -> Result<Vec<GroupOffsetCommit>, MirrorError> {
+    let include = def
+        .settings
+        .get(settings::GROUPS_INCLUDE)
+        .map(|s| split_list(s))
+        .unwrap_or_else(|| vec![".*".to_owned()]);
+    let exclude = def
+        .settings
+        .get(settings::GROUPS_EXCLUDE)
+        .map(|s| split_list(s))
+        .unwrap_or_default();
+    let filter = super::definition::TopicFilter::new(&[], &include, &exclude)?;
+    let mut out = Vec::new();
+    for (group, offsets) in source {
+        if active_on_destination.contains(group) || !filter.matches(group) {
+            continue;
+        }
+        for (tp, committed) in offsets {
+            if *committed < 0 || !mirrored(tp) {
+                continue;
+            }
+            let Some((start, end)) = dest_bounds(tp) else {
+                continue;
+            };
+            let offset = clamp_group_offset(*committed, start, end);
+            if dest_committed(group, tp) != Some(offset) {
+                out.push(GroupOffsetCommit {
+                    group: group.clone(),
+                    tp: tp.clone(),
+                    offset,
+                });
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn def(extra: &[(&str, &str)]) -> MirrorDefinition {
+        let mut s: BTreeMap<String, String> =
+            BTreeMap::from([("bootstrap.servers".to_owned(), "h:1".to_owned())]);
+        for (k, v) in extra {
+            s.insert(k.to_string(), v.to_string());
+        }
+        let mut d = MirrorDefinition::new("dr", s).unwrap();
+        d.include_patterns = vec!["orders.*".into()];
+        d
+    }
+
+    fn id(n: u8) -> Uuid {
+        Uuid::from_bytes([n; 16])
+    }
+
+    fn cfg(kv: &[(&str, &str)]) -> BTreeMap<String, String> {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    }
+
+    fn src(name: &str, n: u8, parts: i32, c: &[(&str, &str)]) -> SourceTopic {
+        SourceTopic {
+            name: name.into(),
+            topic_id: id(n),
+            partitions: parts,
+            configs: cfg(c),
+        }
+    }
+
+    fn loc(name: &str, n: u8, parts: i32, c: &[(&str, &str)]) -> LocalTopic {
+        LocalTopic {
+            name: name.into(),
+            topic_id: id(n),
+            partitions: parts,
+            configs: cfg(c),
+        }
+    }
+
+    #[test]
+    fn new_source_topic_is_created_with_same_id_partitions_and_filtered_configs() {
+        let a = plan_metadata_sync(
+            &def(&[]),
+            &[
+                src(
+                    "orders",
+                    1,
+                    3,
+                    &[("retention.ms", "1000"), ("min.insync.replicas", "2")],
+                ),
+                src("payments", 2, 1, &[]),
+            ],
+            &[],
+            |_| PartitionState::Unknown,
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(
+            a[0],
+            SyncAction::CreateTopic {
+                name: "orders".into(),
+                topic_id: id(1),
+                partitions: 3,
+                configs: cfg(&[("retention.ms", "1000"), ("mirror.name", "dr")]),
+            }
+        );
+        assert_eq!(a.len(), 4, "create + 3 materialize; payments not selected");
+    }
+
+    #[test]
+    fn expansion_and_config_changes_are_synced_but_excluded_keys_are_not() {
+        let a = plan_metadata_sync(
+            &def(&[]),
+            &[src(
+                "orders",
+                1,
+                4,
+                &[("retention.ms", "2000"), ("min.insync.replicas", "3")],
+            )],
+            &[loc(
+                "orders",
+                1,
+                2,
+                &[
+                    ("retention.ms", "1000"),
+                    ("cleanup.policy", "compact"),
+                    ("mirror.name", "dr"),
+                    ("min.insync.replicas", "1"),
+                ],
+            )],
+            |tp| {
+                if tp.partition < 2 {
+                    PartitionState::Mirroring
+                } else {
+                    PartitionState::Unknown
+                }
+            },
+            |_| Some("dr".into()),
+        )
+        .unwrap();
+        assert!(a.contains(&SyncAction::CreatePartitions {
+            name: "orders".into(),
+            count: 4
+        }));
+        assert!(a.contains(&SyncAction::AlterConfigs {
+            name: "orders".into(),
+            set: cfg(&[("retention.ms", "2000")]),
+            delete: vec!["cleanup.policy".into()],
+        }));
+        assert!(a.contains(&SyncAction::Materialize(TopicPartition::new("orders", 2))));
+        assert!(a.contains(&SyncAction::Materialize(TopicPartition::new("orders", 3))));
+        assert!(!a.contains(&SyncAction::Materialize(TopicPartition::new("orders", 0))));
+    }
+
+    #[test]
+    fn deleted_or_recreated_source_topics_stop_partitions_and_never_delete() {
+        let a = plan_metadata_sync(
+            &def(&[]),
+            &[src("orders-b", 9, 1, &[])],
+            &[loc("orders-a", 1, 1, &[]), loc("orders-b", 2, 1, &[])],
+            |_| PartitionState::Mirroring,
+            |_| Some("dr".into()),
+        )
+        .unwrap();
+        assert!(a.contains(&SyncAction::SourceTopicDeleted {
+            name: "orders-a".into()
+        }));
+        assert!(a.contains(&SyncAction::SourceTopicDeleted {
+            name: "orders-b".into()
+        }));
+        assert!(a
+            .iter()
+            .any(|x| matches!(x, SyncAction::Conflict { name, .. } if name == "orders-b")));
+        assert!(!a
+            .iter()
+            .any(|x| matches!(x, SyncAction::CreateTopic { .. })));
+    }
+
+    #[test]
+    fn topic_id_in_use_and_foreign_mirror_are_conflicts() {
+        let a = plan_metadata_sync(
+            &def(&[]),
+            &[src("orders", 1, 1, &[]), src("orders2", 3, 1, &[])],
+            &[loc("local-x", 1, 1, &[])],
+            |_| PartitionState::Unknown,
+            |t| (t == "orders2").then(|| "other".to_owned()),
+        )
+        .unwrap();
+        assert_eq!(a.len(), 2);
+        assert!(a.iter().all(|x| matches!(x, SyncAction::Conflict { .. })));
+    }
+
+    #[test]
+    fn stopped_topics_are_left_alone_by_the_loop() {
+        let a = plan_metadata_sync(
+            &def(&[]),
+            &[src("orders", 1, 4, &[("retention.ms", "5")])],
+            &[loc("orders", 1, 2, &[])],
+            |_| PartitionState::Stopped,
+            |_| None,
+        )
+        .unwrap();
+        assert!(a.is_empty(), "{a:?}");
+    }
+
+    #[test]
+    fn group_offsets_are_clamped_filtered_and_skip_active_groups() {
+        assert_eq!(clamp_group_offset(50, 10, 40), 40);
+        assert_eq!(clamp_group_offset(5, 10, 40), 10);
+        assert_eq!(clamp_group_offset(20, 10, 40), 20);
+        let d = def(&[("mirror.groups.exclude", "tmp-.*")]);
+        let tp = TopicPartition::new("orders", 0);
+        let other = TopicPartition::new("unmirrored", 0);
+        let source = BTreeMap::from([
+            (
+                "app".to_owned(),
+                BTreeMap::from([(tp.clone(), 55), (other.clone(), 3)]),
+            ),
+            ("busy".to_owned(), BTreeMap::from([(tp.clone(), 7)])),
+            ("tmp-1".to_owned(), BTreeMap::from([(tp.clone(), 7)])),
+            ("same".to_owned(), BTreeMap::from([(tp.clone(), 30)])),
+        ]);
+        let plan = plan_group_sync(
+            &d,
+            &source,
+            &BTreeSet::from(["busy".to_owned()]),
+            |g, _| (g == "same").then_some(30),
+            |_| Some((10, 40)),
+            |t| t.topic == "orders",
+        )
+        .unwrap();
+        assert_eq!(
+            plan,
+            vec![GroupOffsetCommit {
+                group: "app".into(),
+                tp,
+                offset: 40
+            }]
+        );
+    }
+}
