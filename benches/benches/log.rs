@@ -1,1 +1,189 @@
-fn main() {}
+//! Log micro-benchmarks: mirror-path append and read, each beside a plain write(2)/read(2)
+//! loop moving the same bytes through the page cache (no fsync on either side).
+//!
+//! Run: `cargo bench -p kmirror-benches --bench log`
+
+use std::fs::{File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::FileExt;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use kmirror_log::batch::{build_batch, BatchIter, BatchSpec, KeyValue};
+use kmirror_log::{FlushPolicy, Log, LogConfig, Offset};
+
+/// Bytes moved per measured iteration.
+const RUN_BYTES: usize = 16 << 20;
+const RECORD_BYTES: usize = 1024;
+
+/// Batches of 1 KiB records, `batch_bytes` each (approximately), with consecutive offsets,
+/// totalling RUN_BYTES.
+fn make_batches(batch_bytes: usize) -> Vec<Bytes> {
+    let per_batch = (batch_bytes / RECORD_BYTES).max(1);
+    let value: Vec<u8> = (0..RECORD_BYTES).map(|i| (i * 13 % 251) as u8).collect();
+    let recs: Vec<KeyValue<'_>> = (0..per_batch).map(|_| (None, Some(&value[..]))).collect();
+    let mut out = Vec::new();
+    let mut total = 0;
+    let mut base = 0i64;
+    while total < RUN_BYTES {
+        let b = build_batch(
+            &BatchSpec {
+                base_offset: base,
+                partition_leader_epoch: 3,
+                attributes: 0,
+                base_timestamp: 1_700_000_000_000,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            },
+            &recs,
+        );
+        total += b.len();
+        base += per_batch as i64;
+        out.push(Bytes::from(b));
+    }
+    out
+}
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_ms: None,
+        retention_ms: None,
+        flush: FlushPolicy::Os,
+        ..LogConfig::default()
+    }
+}
+
+fn total_len(batches: &[Bytes]) -> u64 {
+    batches.iter().map(|b| b.len() as u64).sum()
+}
+
+fn bench_append(c: &mut Criterion) {
+    let mut g = c.benchmark_group("log_append");
+    g.sample_size(40);
+    g.warm_up_time(Duration::from_secs(3));
+    g.measurement_time(Duration::from_secs(10));
+    for (label, batch_bytes) in [("16KiB", 16 << 10), ("1MiB", 1 << 20)] {
+        let batches = make_batches(batch_bytes);
+        g.throughput(Throughput::Bytes(total_len(&batches)));
+        g.bench_with_input(
+            BenchmarkId::new("write2_loop", label),
+            &batches,
+            |b, batches| {
+                b.iter_custom(|iters| {
+                    let mut spent = Duration::ZERO;
+                    for _ in 0..iters {
+                        let dir = tempfile::tempdir().unwrap();
+                        let mut f = OpenOptions::new()
+                            .create(true)
+                            .append(true)
+                            .open(dir.path().join("plain.log"))
+                            .unwrap();
+                        let t = Instant::now();
+                        for batch in batches {
+                            f.write_all(batch).unwrap();
+                        }
+                        spent += t.elapsed();
+                    }
+                    spent
+                })
+            },
+        );
+        g.bench_with_input(
+            BenchmarkId::new("log_mirror_append", label),
+            &batches,
+            |b, batches| {
+                b.iter_custom(|iters| {
+                    let mut spent = Duration::ZERO;
+                    for _ in 0..iters {
+                        let dir = tempfile::tempdir().unwrap();
+                        let mut log = Log::open(dir.path(), config()).unwrap();
+                        let t = Instant::now();
+                        for batch in batches {
+                            log.append_mirror(batch.clone()).unwrap();
+                        }
+                        spent += t.elapsed();
+                    }
+                    spent
+                })
+            },
+        );
+    }
+    g.finish();
+}
+
+fn bench_read(c: &mut Criterion) {
+    let mut g = c.benchmark_group("log_read");
+    g.sample_size(40);
+    g.warm_up_time(Duration::from_secs(3));
+    g.measurement_time(Duration::from_secs(10));
+    for (label, batch_bytes) in [("16KiB", 16 << 10), ("1MiB", 1 << 20)] {
+        let batches = make_batches(batch_bytes);
+        let total = total_len(&batches);
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(&dir.path().join("log"), config()).unwrap();
+        let mut plain = File::create(dir.path().join("plain.log")).unwrap();
+        for batch in &batches {
+            log.append_mirror(batch.clone()).unwrap();
+            plain.write_all(batch).unwrap();
+        }
+        let end = log.log_end_offset();
+        log.set_high_watermark(end);
+        let plain = File::open(dir.path().join("plain.log")).unwrap();
+        let fetch = 1 << 20; // max bytes per read, like a Fetch partition_max_bytes
+        g.throughput(Throughput::Bytes(total));
+        g.bench_function(BenchmarkId::new("read2_loop", label), |b| {
+            let mut buf = vec![0u8; fetch];
+            b.iter(|| {
+                let mut pos = 0u64;
+                while pos < total {
+                    let n = plain.read_at(&mut buf, pos).unwrap();
+                    pos += n as u64;
+                }
+                pos
+            })
+        });
+        // What the broker does: zero-copy slices handed to the socket layer; the next fetch
+        // offset comes from walking the returned batch headers.
+        g.bench_function(BenchmarkId::new("log_read_zero_copy", label), |b| {
+            b.iter(|| {
+                let mut from = Offset(0);
+                let mut moved = 0usize;
+                while from < end {
+                    let r = log.read(from, fetch, end).unwrap();
+                    let last = BatchIter::headers(&r.records)
+                        .map_while(Result::ok)
+                        .last()
+                        .expect("at least one batch");
+                    from = Offset(last.0.next_offset());
+                    moved += r.records.len();
+                }
+                moved
+            })
+        });
+        // Same, plus copying every byte into a user buffer (what read(2) itself does).
+        g.bench_function(BenchmarkId::new("log_read_copy", label), |b| {
+            let mut buf = vec![0u8; 2 * fetch];
+            b.iter(|| {
+                let mut from = Offset(0);
+                let mut moved = 0usize;
+                while from < end {
+                    let r = log.read(from, fetch, end).unwrap();
+                    buf[..r.records.len()].copy_from_slice(&r.records);
+                    let last = BatchIter::headers(&r.records)
+                        .map_while(Result::ok)
+                        .last()
+                        .expect("at least one batch");
+                    from = Offset(last.0.next_offset());
+                    moved += r.records.len();
+                }
+                moved
+            })
+        });
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_append, bench_read);
+criterion_main!(benches);

@@ -16,7 +16,9 @@ use crate::batch::{
 use crate::checkpoint::{sync_dir, Checkpoint};
 use crate::epoch::EpochCache;
 use crate::producer::{Producer, ProducerState};
-use crate::segment::{file_name, parse_base, Segment, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX};
+use crate::segment::{
+    file_name, parse_base, Segment, Tracked, INDEX_SUFFIX, LOG_SUFFIX, TIME_INDEX_SUFFIX,
+};
 use crate::{
     AbortedTxn, AppendInfo, ControlKind, FlushPolicy, LogConfig, LogError, ProducerEntry,
     ReadResult,
@@ -64,6 +66,7 @@ struct Pending {
     end: usize,
     first: i64,
     last: i64,
+    max_ts: i64,
 }
 
 impl Log {
@@ -175,7 +178,7 @@ impl Log {
                 {
                     break;
                 }
-                seg.track(&h, pos, total, interval);
+                seg.track(&Tracked::of(&h), pos, interval);
                 rebuilt_epochs.assign(h.partition_leader_epoch(), h.base_offset());
                 if h.base_offset() >= recovery_point {
                     replay_epochs.push((h.partition_leader_epoch(), h.base_offset()));
@@ -336,6 +339,7 @@ impl Log {
         last: i64,
         max_ts: i64,
         epoch_starts: &[(i32, i64)],
+        tracked: &[Tracked],
     ) -> Result<(), LogError> {
         self.maybe_roll(total, first, last, max_ts)?;
         // The epoch checkpoint is written before the data (like Kafka); recovery drops
@@ -348,7 +352,7 @@ impl Log {
             self.epochs.write(&self.dir)?;
         }
         let interval = self.config.index_interval_bytes;
-        self.active_mut().append(bufs, total, interval)?;
+        self.active_mut().append(bufs, total, tracked, interval)?;
         self.leo = last + 1;
         Ok(())
     }
@@ -443,6 +447,7 @@ impl Log {
                 end,
                 first,
                 last,
+                max_ts: h.max_timestamp(),
             });
             next = last + 1;
         }
@@ -456,6 +461,15 @@ impl Log {
             pre[PARTITION_LEADER_EPOCH_POS..].copy_from_slice(&epoch.0.to_be_bytes());
             prefixes.push(pre);
         }
+        let tracked: Vec<Tracked> = pending
+            .iter()
+            .map(|p| Tracked {
+                base: p.first,
+                next: p.last + 1,
+                max_ts: p.max_ts,
+                size: p.end - p.start,
+            })
+            .collect();
         let mut bufs = Vec::with_capacity(pending.len() * 2);
         for (p, pre) in pending.iter().zip(&prefixes) {
             bufs.push(IoSlice::new(pre));
@@ -470,6 +484,7 @@ impl Log {
             last,
             max_ts,
             &[(epoch.0, first)],
+            &tracked,
         )?;
         for p in &pending {
             let h = BatchHeader::parse(&batches[p.start..p.end]).expect("validated");
@@ -498,8 +513,10 @@ impl Log {
         let mut max_ts = -1i64;
         let mut messages = 0u64;
         let mut epoch_starts: Vec<(i32, i64)> = Vec::new();
+        let mut tracked = Vec::new();
         for r in BatchIter::validating(&batches) {
             let (h, _, _) = r.map_err(|e| LogError::corrupt(Some(expected), e))?;
+            tracked.push(Tracked::of(&h));
             if h.base_offset() < expected {
                 return Err(LogError::NonMonotonicMirrorOffset {
                     base: Offset(h.base_offset()),
@@ -524,6 +541,7 @@ impl Log {
             last,
             max_ts,
             &epoch_starts,
+            &tracked,
         )?;
         for (h, s, e) in BatchIter::headers(&batches).map_while(Result::ok) {
             if h.has_producer_id() || h.is_control() {
@@ -576,6 +594,7 @@ impl Log {
             coordinator_epoch,
             now_ms,
         );
+        let h = BatchHeader::parse(&bytes).expect("built");
         self.write_batches(
             &[IoSlice::new(&bytes)],
             bytes.len(),
@@ -583,8 +602,8 @@ impl Log {
             offset,
             now_ms,
             &[(epoch.0, offset)],
+            &[Tracked::of(&h)],
         )?;
-        let h = BatchHeader::parse(&bytes).expect("built");
         self.producers
             .apply(&h, offset, offset, Some((ctype, coordinator_epoch)));
         self.after_append(1, now_ms)?;

@@ -26,6 +26,26 @@ pub(crate) fn parse_base(name: &str, suffix: &str) -> Option<i64> {
         .flatten()
 }
 
+/// What the segment remembers of a batch it stores.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Tracked {
+    pub(crate) base: i64,
+    pub(crate) next: i64,
+    pub(crate) max_ts: i64,
+    pub(crate) size: usize,
+}
+
+impl Tracked {
+    pub(crate) fn of(h: &BatchHeader<'_>) -> Tracked {
+        Tracked {
+            base: h.base_offset(),
+            next: h.next_offset(),
+            max_ts: h.max_timestamp(),
+            size: h.total_size(),
+        }
+    }
+}
+
 pub(crate) struct Segment {
     pub(crate) base: i64,
     dir: PathBuf,
@@ -65,8 +85,14 @@ impl Segment {
     /// Creates a new empty segment (fsyncing the directory so the file survives a crash).
     pub(crate) fn create(dir: &Path, base: i64, cap: usize) -> io::Result<Segment> {
         let path = dir.join(file_name(base, LOG_SUFFIX));
+        // A leftover file of that name holds nothing valid (it is past the log end): replace
+        // it. Never truncate in place: ext4 would then force writeback on close.
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
         let file = Self::open_file(&path, true)?;
-        file.set_len(0)?;
         sync_dir(dir)?;
         let map = map_file(&file, cap)?;
         Ok(Segment::new(dir, base, file, map))
@@ -137,10 +163,10 @@ impl Segment {
     }
 
     /// Records a batch now stored at `pos` (index entries, timestamps, end offset).
-    pub(crate) fn track(&mut self, h: &BatchHeader<'_>, pos: usize, size: usize, interval: u32) {
-        let rel = (h.base_offset() - self.base) as u32;
+    pub(crate) fn track(&mut self, b: &Tracked, pos: usize, interval: u32) {
+        let rel = (b.base - self.base) as u32;
         if pos == 0 {
-            self.first_batch_ts = Some(h.max_timestamp());
+            self.first_batch_ts = Some(b.max_ts);
         }
         if self.bytes_since_index >= interval as usize {
             self.index.push((rel, pos as u32));
@@ -149,28 +175,27 @@ impl Segment {
             }
             self.bytes_since_index = 0;
         }
-        self.bytes_since_index += size;
-        if h.max_timestamp() > self.max_ts {
-            self.max_ts = h.max_timestamp();
-            self.max_ts_offset = h.base_offset();
+        self.bytes_since_index += b.size;
+        if b.max_ts > self.max_ts {
+            self.max_ts = b.max_ts;
+            self.max_ts_offset = b.base;
         }
-        self.next_offset = h.next_offset();
-        self.size = pos + size;
+        self.next_offset = b.next;
+        self.size = pos + b.size;
     }
 
-    /// Appends already-validated batches and indexes them (reading the headers back through
-    /// the mapping, so stamped offsets are what gets indexed).
+    /// Appends already-validated batches and indexes them from `batches` (their offsets as
+    /// stored), without touching the freshly written pages through the mapping.
     pub(crate) fn append(
         &mut self,
         bufs: &[IoSlice<'_>],
         total: usize,
+        batches: &[Tracked],
         interval: u32,
     ) -> io::Result<()> {
-        let start = self.size;
         self.write(bufs, total)?;
-        let map = self.map.clone();
-        for (h, s, e) in BatchIter::headers(&map[start..start + total]).map_while(Result::ok) {
-            self.track(&h, start + s, e - s, interval);
+        for b in batches {
+            self.track(b, self.size, interval);
         }
         Ok(())
     }
@@ -308,8 +333,8 @@ impl Segment {
         self.max_ts_offset = self.base;
         self.next_offset = self.base;
         self.first_batch_ts = None;
-        for (h, s, e) in BatchIter::headers(&map[..size]).map_while(Result::ok) {
-            self.track(&h, s, e - s, interval);
+        for (h, s, _) in BatchIter::headers(&map[..size]).map_while(Result::ok) {
+            self.track(&Tracked::of(&h), s, interval);
         }
     }
 
