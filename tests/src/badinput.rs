@@ -330,6 +330,9 @@ pub fn broken_crc(addr: &str, topic: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// One bad-input case: `Err` says what the broker did wrong.
+type Case<'a> = Box<dyn Fn() -> Result<(), String> + 'a>;
+
 /// Runs every case against `broker`, checking liveness, RSS and the bystander after each.
 /// `check_rss` is off for JVM brokers, whose heap grows lazily by design.
 pub fn run_all(broker: &mut dyn BrokerUnderTest, check_rss: bool) {
@@ -348,7 +351,7 @@ pub fn run_all(broker: &mut dyn BrokerUnderTest, check_rss: bool) {
     });
     let baseline = broker.rss_kib();
     let over = DEFAULT_MAX_REQUEST + 1;
-    let cases: Vec<(&str, Box<dyn Fn() -> Result<(), String>>)> = vec![
+    let cases: Vec<(&str, Case<'_>)> = vec![
         ("frame length -1", Box::new(|| bad_length(&addr, -1, 0))),
         ("frame length 0", Box::new(|| bad_length(&addr, 0, 0))),
         (
