@@ -334,13 +334,15 @@ impl Log {
     fn write_batches(
         &mut self,
         bufs: &[IoSlice<'_>],
-        total: usize,
-        first: i64,
-        last: i64,
-        max_ts: i64,
         epoch_starts: &[(i32, i64)],
         tracked: &[Tracked],
     ) -> Result<(), LogError> {
+        let (Some(first), Some(end)) = (tracked.first(), tracked.last()) else {
+            return Ok(());
+        };
+        let (first, last) = (first.base, end.next - 1);
+        let total = tracked.iter().map(|t| t.size).sum();
+        let max_ts = tracked.iter().map(|t| t.max_ts).max().unwrap_or(-1);
         self.maybe_roll(total, first, last, max_ts)?;
         // The epoch checkpoint is written before the data (like Kafka); recovery drops
         // entries past the log end.
@@ -477,15 +479,7 @@ impl Log {
         }
         let first = self.leo;
         let last = next - 1;
-        self.write_batches(
-            &bufs,
-            batches.len(),
-            first,
-            last,
-            max_ts,
-            &[(epoch.0, first)],
-            &tracked,
-        )?;
+        self.write_batches(&bufs, &[(epoch.0, first)], &tracked)?;
         for p in &pending {
             let h = BatchHeader::parse(&batches[p.start..p.end]).expect("validated");
             self.producers.apply(&h, p.first, p.last, None);
@@ -534,15 +528,7 @@ impl Log {
             }
         }
         let first = first.expect("non-empty input has a batch");
-        self.write_batches(
-            &[IoSlice::new(&batches)],
-            batches.len(),
-            first,
-            last,
-            max_ts,
-            &epoch_starts,
-            &tracked,
-        )?;
+        self.write_batches(&[IoSlice::new(&batches)], &epoch_starts, &tracked)?;
         for (h, s, e) in BatchIter::headers(&batches).map_while(Result::ok) {
             if h.has_producer_id() || h.is_control() {
                 let control = if h.is_control() {
@@ -597,10 +583,6 @@ impl Log {
         let h = BatchHeader::parse(&bytes).expect("built");
         self.write_batches(
             &[IoSlice::new(&bytes)],
-            bytes.len(),
-            offset,
-            offset,
-            now_ms,
             &[(epoch.0, offset)],
             &[Tracked::of(&h)],
         )?;
