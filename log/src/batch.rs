@@ -607,3 +607,202 @@ pub fn build_control_batch(
         &[(Some(&key), Some(&value))],
     )
 }
+
+/// Test helper: 4 bytes that, placed between `prefix` and `suffix`, make the CRC32C of the
+/// whole 0. CRC is linear, so the bytes are found by running the register backwards.
+#[cfg(test)]
+pub(crate) fn forge_zero_crc(prefix: &[u8], suffix: &[u8]) -> [u8; 4] {
+    let mut table = [0u32; 256];
+    for (i, t) in table.iter_mut().enumerate() {
+        let mut c = i as u32;
+        for _ in 0..8 {
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0x82F6_3B78
+            } else {
+                c >> 1
+            };
+        }
+        *t = c;
+    }
+    let back = |r: u32, b: u8| -> u32 {
+        let j = table
+            .iter()
+            .position(|&t| t >> 24 == r >> 24)
+            .expect("unique top byte");
+        ((r ^ table[j]) << 8) | (j as u32 ^ b as u32)
+    };
+    // crc = !register, so a CRC of 0 is a final register of all ones.
+    let mut r = u32::MAX;
+    for &b in suffix.iter().rev() {
+        r = back(r, b);
+    }
+    for _ in 0..4 {
+        r = back(r, 0);
+    }
+    let x = !crc32c::crc32c(prefix) ^ r;
+    x.to_le_bytes()
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    fn sample(n: usize) -> Vec<u8> {
+        let v = b"value-bytes".to_vec();
+        let recs: Vec<KeyValue<'_>> = (0..n).map(|_| (Some(&b"k"[..]), Some(&v[..]))).collect();
+        build_batch(
+            &BatchSpec {
+                base_offset: 100,
+                partition_leader_epoch: 7,
+                attributes: 0,
+                base_timestamp: 1234,
+                producer_id: 42,
+                producer_epoch: 3,
+                base_sequence: 9,
+            },
+            &recs,
+        )
+    }
+
+    #[test]
+    fn header_fields_read_back_as_built() {
+        let b = sample(3);
+        let (h, total) = validate(&b).unwrap();
+        assert_eq!(total, b.len());
+        assert_eq!(h.base_offset(), 100);
+        assert_eq!(h.last_offset(), 102);
+        assert_eq!(h.partition_leader_epoch(), 7);
+        assert_eq!(h.producer_id(), 42);
+        assert_eq!(h.producer_epoch(), 3);
+        assert_eq!(h.base_sequence(), 9);
+        assert_eq!(h.last_sequence(), 11);
+        assert_eq!(h.records_count(), 3);
+        assert_eq!(h.max_timestamp(), 1234);
+        assert_eq!(h.compression(), Compression::None);
+        assert!(!h.is_control() && !h.is_transactional());
+        let recs = uncompressed_records(&b).unwrap();
+        assert_eq!(recs.len(), 3);
+        assert_eq!(recs[2].0.offset_delta, 2);
+        assert_eq!(recs[2].1, Some(&b"k"[..]));
+    }
+
+    #[test]
+    fn any_flipped_bit_in_crc_range_is_rejected() {
+        let b = sample(2);
+        for pos in [ATTRIBUTES_POS, 30, b.len() - 1] {
+            let mut bad = b.clone();
+            bad[pos] ^= 0x10;
+            assert!(
+                matches!(validate(&bad), Err(BatchError::CrcMismatch { .. })),
+                "pos {pos}"
+            );
+        }
+    }
+
+    #[test]
+    fn base_offset_and_epoch_are_outside_the_crc() {
+        let mut b = sample(2);
+        b[..8].copy_from_slice(&5000i64.to_be_bytes());
+        b[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + 4]
+            .copy_from_slice(&99i32.to_be_bytes());
+        let (h, _) = validate(&b).unwrap();
+        assert_eq!((h.base_offset(), h.partition_leader_epoch()), (5000, 99));
+    }
+
+    #[test]
+    fn frame_errors_are_typed() {
+        let b = sample(1);
+        assert!(matches!(
+            validate(&b[..40]),
+            Err(BatchError::Truncated { .. })
+        ));
+        assert!(matches!(
+            validate(&b[..b.len() - 1]),
+            Err(BatchError::Truncated { .. })
+        ));
+        let mut m = b.clone();
+        m[MAGIC_POS] = 1;
+        assert_eq!(validate(&m).unwrap_err(), BatchError::BadMagic(1));
+        let mut l = b.clone();
+        l[LENGTH_POS..LENGTH_POS + 4].copy_from_slice(&10i32.to_be_bytes());
+        assert_eq!(validate(&l).unwrap_err(), BatchError::BadLength(10));
+        assert!(matches!(
+            validate(&[0u8; 80]),
+            Err(BatchError::BadLength(0))
+        ));
+    }
+
+    #[test]
+    fn inconsistent_counts_are_rejected() {
+        let mut b = sample(3);
+        // recordsCount 5 with lastOffsetDelta 2, CRC recomputed so only the count is wrong.
+        b[RECORDS_COUNT_POS..RECORDS_COUNT_POS + 4].copy_from_slice(&5i32.to_be_bytes());
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_POS..]);
+        b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        assert!(matches!(validate(&b), Err(BatchError::BadCount { .. })));
+        // Compaction leaves lastOffsetDelta above count-1: valid for mirrors, not producers.
+        let mut c = sample(3);
+        c[RECORDS_COUNT_POS..RECORDS_COUNT_POS + 4].copy_from_slice(&1i32.to_be_bytes());
+        let crc = crc32c::crc32c(&c[ATTRIBUTES_POS..]);
+        c[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        let (h, _) = validate(&c).unwrap();
+        assert!(check_client_counts(&h).is_err());
+    }
+
+    #[test]
+    fn a_batch_whose_crc_is_zero_validates() {
+        let b = zero_crc_batch();
+        let (h, _) = validate(&b).unwrap();
+        assert_eq!(h.crc(), 0);
+    }
+
+    /// A well-formed one-record batch whose stored (and computed) CRC is 0.
+    pub(crate) fn zero_crc_batch() -> Vec<u8> {
+        let value = [0u8; 8];
+        let mut b = build_batch(
+            &BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 0,
+                attributes: 0,
+                base_timestamp: 77,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            },
+            &[(None, Some(&value[..]))],
+        );
+        // The record ends with the value's last 4 bytes, then the headers count (1 byte).
+        let n = b.len();
+        let x = forge_zero_crc(&b[ATTRIBUTES_POS..n - 5], &b[n - 1..]);
+        b[n - 5..n - 1].copy_from_slice(&x);
+        b[CRC_POS..CRC_POS + 4].copy_from_slice(&0u32.to_be_bytes());
+        b
+    }
+
+    #[test]
+    fn control_records_parse() {
+        let b = build_control_batch(10, 2, 55, 4, CONTROL_TYPE_ABORT, 17, 999);
+        let (h, _) = validate(&b).unwrap();
+        assert!(h.is_control() && h.is_transactional());
+        assert_eq!(control_record(&b), Some((CONTROL_TYPE_ABORT, 17)));
+    }
+
+    #[test]
+    fn varints_round_trip() {
+        for v in [
+            0i64,
+            1,
+            -1,
+            63,
+            -64,
+            300,
+            i32::MAX as i64,
+            i64::MIN,
+            i64::MAX,
+        ] {
+            let mut out = Vec::new();
+            write_varint(&mut out, v);
+            assert_eq!(read_varint(&out), Some((v, out.len())));
+        }
+    }
+}
