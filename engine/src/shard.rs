@@ -156,7 +156,12 @@ impl Shard {
     }
 
     fn open(&mut self, tp: &TopicPartition, spec: PartitionSpec) -> Result<(), EngineError> {
-        let log = Log::open(&spec.dir, spec.config)?;
+        let mut log = Log::open(&spec.dir, spec.config)?;
+        // Single replica: as leader with ISR = {self}, everything recovered is committed
+        // (Kafka's leader sets HW to its LEO when the ISR is only itself). The checkpointed
+        // HW can lag after a crash, which would hide acknowledged records.
+        let leo = log.log_end_offset();
+        log.set_high_watermark(leo);
         tracing::debug!(core = self.core, %tp, "opened partition");
         self.partitions.insert(
             tp.clone(),
