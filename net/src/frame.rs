@@ -2,8 +2,11 @@
 //! checked against `socket.request.max.bytes` before any buffer is allocated, so a hostile
 //! length (negative, 2^31-1, or "GET " read as an integer) costs nothing.
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures_lite::{AsyncRead, AsyncReadExt};
+
+/// Largest buffer reserved up front for a frame (typical produce requests fit).
+const INITIAL_CHUNK: usize = 1 << 20;
 
 /// The smallest valid request: api key, api version and correlation id.
 pub const MIN_REQUEST_BYTES: i32 = 8;
@@ -41,9 +44,15 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<B
             max,
         });
     }
-    let mut buf = BytesMut::zeroed(len as usize);
-    r.read_exact(&mut buf).await?;
-    Ok(buf.freeze())
+    // Memory follows the bytes that actually arrive: a peer announcing 100 MiB and sending
+    // nothing costs at most the first chunk, not the announced size.
+    let len = len as usize;
+    let mut buf = Vec::with_capacity(len.min(INITIAL_CHUNK));
+    (&mut *r).take(len as u64).read_to_end(&mut buf).await?;
+    if buf.len() != len {
+        return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    }
+    Ok(Bytes::from(buf))
 }
 
 /// The fixed start of every request header (all header versions).
