@@ -160,6 +160,7 @@ impl GroupsService {
             parked_txn: HashMap::new(),
             next_token: 1,
             retry: Vec::new(),
+            done_locally: Vec::new(),
         };
         for job in resume {
             state.start_job(job, now);
@@ -231,7 +232,6 @@ struct Parked {
 
 /// A parked EndTxn.
 struct ParkedTxn {
-    version: i16,
     producer_id: i64,
     producer_epoch: i16,
     reply: flume::Sender<ResponseKind>,
@@ -257,6 +257,8 @@ struct CoordinatorThread {
     parked_txn: HashMap<Token, ParkedTxn>,
     next_token: Token,
     retry: Vec<(Instant, MarkerJob)>,
+    /// Jobs with no data partition: complete within the current batch.
+    done_locally: Vec<MarkerJob>,
 }
 
 impl CoordinatorThread {
@@ -295,7 +297,7 @@ impl CoordinatorThread {
                             });
                         }
                     }
-                    Msg::MarkersDone { job, ok } => self.markers_done(job, ok, now, &mut out),
+                    Msg::MarkersDone { job, ok } => self.markers_done(job, ok, &mut out),
                     Msg::Shutdown { done } => shutdown = Some(done),
                 }
             }
@@ -311,6 +313,9 @@ impl CoordinatorThread {
             self.retry = later;
             for (_, job) in ready {
                 self.start_job(job, now);
+            }
+            for job in std::mem::take(&mut self.done_locally) {
+                self.markers_done(job, true, &mut out);
             }
             let flushed = self
                 .groups
@@ -364,7 +369,7 @@ impl CoordinatorThread {
                 .complete_txn(g, job.producer_id, job.commit, now);
         }
         if job.partitions.is_empty() {
-            let _ = self.self_tx.try_send(Msg::MarkersDone { job, ok: true });
+            self.done_locally.push(job);
             return;
         }
         let markers: Vec<TxnMarker> = job
@@ -402,12 +407,11 @@ impl CoordinatorThread {
         }
     }
 
-    fn markers_done(&mut self, job: MarkerJob, ok: bool, now: i64, out: &mut Vec<Outgoing>) {
+    fn markers_done(&mut self, job: MarkerJob, ok: bool, out: &mut Vec<Outgoing>) {
         if !ok {
             self.retry.push((Instant::now() + MARKER_RETRY, job));
             return;
         }
-        let _ = now;
         for (token, code) in self.txns.markers_written(&job, true) {
             if let Some(p) = self.parked_txn.remove(&token) {
                 out.push(Outgoing {
@@ -420,7 +424,6 @@ impl CoordinatorThread {
                     ),
                     req: None,
                 });
-                let _ = p.version;
             }
         }
     }
@@ -554,7 +557,6 @@ impl CoordinatorThread {
                         self.parked_txn.insert(
                             token,
                             ParkedTxn {
-                                version,
                                 producer_id: r.producer_id.0,
                                 producer_epoch: r.producer_epoch,
                                 reply: reply.clone(),
