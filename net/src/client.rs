@@ -338,6 +338,25 @@ impl BlockingConnection {
         Ok(self.send_with(req, i16::MIN, i16::MAX)?.1)
     }
 
+    /// Like [`Self::send_with`], but the request is built for the negotiated version
+    /// (kafka-protocol refuses fields a version does not have).
+    pub fn send_built<R: Request>(
+        &mut self,
+        min_needed: i16,
+        cap: i16,
+        build: impl FnOnce(i16) -> R,
+    ) -> Result<(i16, R::Response), ClientError> {
+        let v = self
+            .versions
+            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
+            .ok_or_else(|| ClientError::UnsupportedApi {
+                addr: self.addr.clone(),
+                api: api_name::<R>(),
+                key: R::KEY,
+            })?;
+        self.send_with(&build(v), v, v)
+    }
+
     /// Send a mirror API request (the broker must advertise the key).
     pub fn send_mirror<R: MirrorRequest>(&mut self, req: &R) -> Result<R::Response, ClientError> {
         if !self.versions.apis.contains_key(&R::KEY) {
@@ -491,6 +510,25 @@ impl AsyncConnection {
         Ok((v, codec::decode_response::<R>(resp, v, corr)?))
     }
 
+    /// Like [`Self::send_with`], but the request is built for the negotiated version.
+    pub async fn send_built<R: Request>(
+        &mut self,
+        min_needed: i16,
+        cap: i16,
+        extra_wait: Duration,
+        build: impl FnOnce(i16) -> R,
+    ) -> Result<(i16, R::Response), ClientError> {
+        let v = self
+            .versions
+            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
+            .ok_or_else(|| ClientError::UnsupportedApi {
+                addr: self.addr.clone(),
+                api: api_name::<R>(),
+                key: R::KEY,
+            })?;
+        self.send_with(&build(v), v, v, extra_wait).await
+    }
+
     pub async fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
         Ok(self
             .send_with(req, i16::MIN, i16::MAX, Duration::ZERO)
@@ -526,9 +564,9 @@ pub mod build {
         metadata_request::MetadataRequestTopic,
         offset_fetch_request::OffsetFetchRequestGroup,
         offset_for_leader_epoch_request::{OffsetForLeaderPartition, OffsetForLeaderTopic},
-        BrokerId, DescribeConfigsRequest, FetchRequest, GroupId, ListGroupsRequest,
-        ListOffsetsRequest, MetadataRequest, OffsetFetchRequest, OffsetForLeaderEpochRequest,
-        TopicName,
+        BrokerId, DescribeConfigsRequest, FetchRequest, FindCoordinatorRequest, GroupId,
+        ListGroupsRequest, ListOffsetsRequest, MetadataRequest, OffsetFetchRequest,
+        OffsetForLeaderEpochRequest, TopicName,
     };
     use kafka_protocol::protocol::StrBytes;
     use uuid::Uuid;
@@ -662,16 +700,29 @@ pub mod build {
         ListGroupsRequest::default()
     }
 
-    /// OffsetFetch of all partitions of one group; fills both the v0-7 and the v8+ layout.
-    pub fn offset_fetch(group: &str) -> OffsetFetchRequest {
+    /// OffsetFetch of all partitions of one group, in the layout of `version` (a single group
+    /// before v8, the groups array from v8).
+    pub fn offset_fetch(group: &str, version: i16) -> OffsetFetchRequest {
         let gid = GroupId(StrBytes::from_string(group.to_owned()));
-        OffsetFetchRequest::default()
-            .with_group_id(gid.clone())
-            .with_topics(None)
-            .with_groups(vec![OffsetFetchRequestGroup::default()
+        let req = OffsetFetchRequest::default().with_require_stable(version >= 7);
+        if version >= 8 {
+            req.with_groups(vec![OffsetFetchRequestGroup::default()
                 .with_group_id(gid)
                 .with_topics(None)])
-            .with_require_stable(true)
+        } else {
+            req.with_group_id(gid).with_topics(None)
+        }
+    }
+
+    /// FindCoordinator of a consumer group, in the layout of `version` (one key before v4, a
+    /// key list from v4).
+    pub fn find_group_coordinator(group: &str, version: i16) -> FindCoordinatorRequest {
+        let key = StrBytes::from_string(group.to_owned());
+        if version >= 4 {
+            FindCoordinatorRequest::default().with_coordinator_keys(vec![key])
+        } else {
+            FindCoordinatorRequest::default().with_key(key)
+        }
     }
 }
 
@@ -747,6 +798,47 @@ mod tests {
         assert_eq!(h.api_key, keys::api::DELETE_MIRROR);
         let body = mirror_api::DeleteMirrorRequest::read(&mut frame).unwrap();
         assert_eq!(body, req);
+    }
+
+    #[test]
+    fn builders_encode_at_every_version_the_mirror_paths_may_negotiate() {
+        use kafka_protocol::messages::{
+            FetchRequest, FindCoordinatorRequest, ListOffsetsRequest, OffsetFetchRequest,
+            OffsetForLeaderEpochRequest,
+        };
+        fn enc<R: Request>(r: &R, v: i16) {
+            codec::encode_request(r, v, 1, "t")
+                .unwrap_or_else(|e| panic!("{} v{v}: {e}", std::any::type_name::<R>()));
+        }
+        for v in 1..=9 {
+            enc::<OffsetFetchRequest>(&build::offset_fetch("g", v), v);
+        }
+        for v in 0..=6 {
+            enc::<FindCoordinatorRequest>(&build::find_group_coordinator("g", v), v);
+        }
+        for v in 10..=13 {
+            enc(&build::metadata(Some(&["t".to_string()])), v);
+        }
+        for v in 4..=10 {
+            enc::<ListOffsetsRequest>(&build::list_offsets("t", 0, build::EARLIEST, 3, true), v);
+        }
+        for v in 3..=4 {
+            enc::<OffsetForLeaderEpochRequest>(&build::offsets_for_leader_epoch("t", 0, 3, 2), v);
+        }
+        let part = build::FetchPart {
+            topic: "t".into(),
+            topic_id: uuid::Uuid::from_bytes([1; 16]),
+            partition: 0,
+            fetch_offset: 0,
+            current_leader_epoch: -1,
+            partition_max_bytes: 1024,
+        };
+        for v in 13..=18 {
+            enc::<FetchRequest>(
+                &build::consumer_fetch(std::slice::from_ref(&part), 500, 1, 1 << 20, ""),
+                v,
+            );
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //! [`PartitionFetcher::run`] also returns when its stop flag is set.
 
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -829,6 +829,236 @@ impl KafkaSource {
         if e.is_connection_fatal() {
             self.conns.remove(addr);
         }
+    }
+}
+
+impl KafkaSource {
+    /// Send to any reachable broker (known connections first, then bootstrap).
+    async fn send_any<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        req: &R,
+        min_version: i16,
+    ) -> Result<R::Response, SourceError> {
+        let mut candidates: Vec<String> = self.conns.keys().cloned().collect();
+        candidates.extend(self.bootstrap.iter().cloned());
+        candidates.dedup();
+        let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
+        for addr in candidates {
+            let r = match self.conn(&addr).await {
+                Ok(c) => {
+                    c.send_with(req, min_version, i16::MAX, Duration::ZERO)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok((_, resp)) => return Ok(resp),
+                Err(e) => {
+                    self.drop_on_fatal(&addr, &e);
+                    last_err = e.into();
+                }
+            }
+        }
+        Err(last_err)
+    }
+
+    async fn send_any_built<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        min_version: i16,
+        build: impl Fn(i16) -> R,
+    ) -> Result<R::Response, SourceError> {
+        let mut candidates: Vec<String> = self.conns.keys().cloned().collect();
+        candidates.extend(self.bootstrap.iter().cloned());
+        candidates.dedup();
+        let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
+        for addr in candidates {
+            let r = match self.conn(&addr).await {
+                Ok(c) => {
+                    c.send_built(min_version, i16::MAX, Duration::ZERO, &build)
+                        .await
+                }
+                Err(e) => Err(e),
+            };
+            match r {
+                Ok((_, resp)) => return Ok(resp),
+                Err(e) => {
+                    self.drop_on_fatal(&addr, &e);
+                    last_err = e.into();
+                }
+            }
+        }
+        Err(last_err)
+    }
+
+    async fn send_to<R: kafka_protocol::protocol::Request>(
+        &mut self,
+        addr: &str,
+        req: &R,
+        min_version: i16,
+    ) -> Result<R::Response, SourceError> {
+        let r = match self.conn(addr).await {
+            Ok(c) => {
+                c.send_with(req, min_version, i16::MAX, Duration::ZERO)
+                    .await
+            }
+            Err(e) => Err(e),
+        };
+        match r {
+            Ok((_, resp)) => Ok(resp),
+            Err(e) => {
+                self.drop_on_fatal(addr, &e);
+                Err(e.into())
+            }
+        }
+    }
+
+    /// Source cluster id and every non-internal topic accepted by `wanted`, with id, partition
+    /// count and explicitly set (dynamic topic) configs: the metadata-sync snapshot. Fails as
+    /// a whole if any part fails, so a partial view never looks like deleted topics.
+    pub async fn topics_snapshot(
+        &mut self,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<(String, Vec<kmirror_control::mirror::SourceTopic>), SourceError> {
+        let md = self.send_any(&build::metadata(None), 10).await?;
+        let cluster_id = md
+            .cluster_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default();
+        let mut topics = Vec::new();
+        for t in &md.topics {
+            let Some(name) = t.name.as_ref().map(|n| n.0.to_string()) else {
+                continue;
+            };
+            if t.is_internal || !wanted(&name) {
+                continue;
+            }
+            if t.error_code != code::NONE {
+                return Err(SourceError::Other(format!(
+                    "metadata of {name}: {}",
+                    code::name(t.error_code)
+                )));
+            }
+            topics.push(kmirror_control::mirror::SourceTopic {
+                name,
+                topic_id: t.topic_id,
+                partitions: t.partitions.len() as i32,
+                configs: Default::default(),
+            });
+        }
+        if !topics.is_empty() {
+            let names: Vec<String> = topics.iter().map(|t| t.name.clone()).collect();
+            let dc = self
+                .send_any(&build::describe_topic_configs(&names), 1)
+                .await?;
+            for r in &dc.results {
+                if r.error_code != code::NONE {
+                    return Err(SourceError::Other(format!(
+                        "DescribeConfigs of {}: {}",
+                        r.resource_name,
+                        code::name(r.error_code)
+                    )));
+                }
+                let Some(t) = topics.iter_mut().find(|t| *t.name == *r.resource_name) else {
+                    continue;
+                };
+                for c in &r.configs {
+                    // 1 = DYNAMIC_TOPIC_CONFIG: set on the topic, not a default.
+                    if c.config_source == 1 && !c.is_sensitive {
+                        if let Some(v) = &c.value {
+                            t.configs.insert(c.name.to_string(), v.to_string());
+                        }
+                    }
+                }
+            }
+        }
+        Ok((cluster_id, topics))
+    }
+
+    /// Committed offsets of every consumer group accepted by `wanted` (classic groups and
+    /// any other type the source lists), asked of each group's coordinator.
+    pub async fn group_offsets(
+        &mut self,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<BTreeMap<String, BTreeMap<TopicPartition, i64>>, SourceError> {
+        let md = self.send_any(&build::metadata(Some(&[])), 4).await?;
+        let brokers: Vec<String> = md
+            .brokers
+            .iter()
+            .map(|b| format!("{}:{}", b.host, b.port))
+            .collect();
+        let mut groups = std::collections::BTreeSet::new();
+        for addr in &brokers {
+            let lg = self.send_to(addr, &build::list_groups(), 0).await?;
+            if lg.error_code != code::NONE {
+                return Err(SourceError::Other(format!(
+                    "ListGroups on {addr}: {}",
+                    code::name(lg.error_code)
+                )));
+            }
+            for g in &lg.groups {
+                if wanted(&g.group_id.0) {
+                    groups.insert(g.group_id.0.to_string());
+                }
+            }
+        }
+        let mut out = BTreeMap::new();
+        for g in groups {
+            let fc = self
+                .send_any_built(0, |v| build::find_group_coordinator(&g, v))
+                .await?;
+            let (c, host, port) = match fc.coordinators.first() {
+                Some(c) => (c.error_code, c.host.to_string(), c.port),
+                None => (fc.error_code, fc.host.to_string(), fc.port),
+            };
+            if c != code::NONE {
+                // Coordinator moving: skip this group this round.
+                continue;
+            }
+            let addr = format!("{host}:{port}");
+            let of = {
+                let r = match self.conn(&addr).await {
+                    Ok(conn) => {
+                        conn.send_built(1, i16::MAX, Duration::ZERO, |v| build::offset_fetch(&g, v))
+                            .await
+                    }
+                    Err(e) => Err(e),
+                };
+                match r {
+                    Ok((_, resp)) => resp,
+                    Err(e) => {
+                        self.drop_on_fatal(&addr, &e);
+                        return Err(e.into());
+                    }
+                }
+            };
+            let mut offsets = BTreeMap::new();
+            if let Some(grp) = of.groups.first() {
+                for t in &grp.topics {
+                    for p in &t.partitions {
+                        if p.error_code == code::NONE && p.committed_offset >= 0 {
+                            offsets.insert(
+                                TopicPartition::new(t.name.0.to_string(), p.partition_index),
+                                p.committed_offset,
+                            );
+                        }
+                    }
+                }
+            } else {
+                for t in &of.topics {
+                    for p in &t.partitions {
+                        if p.error_code == code::NONE && p.committed_offset >= 0 {
+                            offsets.insert(
+                                TopicPartition::new(t.name.0.to_string(), p.partition_index),
+                                p.committed_offset,
+                            );
+                        }
+                    }
+                }
+            }
+            out.insert(g, offsets);
+        }
+        Ok(out)
     }
 }
 

@@ -249,3 +249,80 @@ fn fetcher_mirrors_kafka_batches_at_same_offsets_byte_identical_and_follows_log_
     let dst = local_batches(&local.log);
     assert_eq!(dst, src, "log-equal after the source log start moved");
 }
+
+#[test]
+fn source_snapshot_reports_ids_partitions_set_configs_and_committed_group_offsets() {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest};
+
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let boot = kafka.bootstrap();
+    kafka.create_topic("orders", 3, &[("retention.ms", "123456")]);
+    kafka.create_topic("other", 1, &[]);
+    let mut wire = WireClient::connect(&boot).unwrap();
+    let orders_id = wire.partition_info("orders", 0).unwrap().topic_id;
+
+    // Commit an offset for a member-less ("simple") group, retrying while the offsets topic
+    // is being created.
+    let mut admin = BlockingConnection::connect(&boot, "kmirror-it", Duration::from_secs(10))
+        .expect("blocking client");
+    let commit = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_static_str("app")))
+        .with_generation_id_or_member_epoch(-1)
+        .with_retention_time_ms(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("orders")))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(1)
+                .with_committed_offset(7)
+                .with_committed_leader_epoch(-1)])]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        // FindCoordinator makes Kafka create __consumer_offsets and load the group.
+        let _ = admin.send_built(0, i16::MAX, |v| build::find_group_coordinator("app", v));
+        let (_, r) = admin.send_with(&commit, 2, 9).expect("OffsetCommit");
+        let c = r.topics[0].partitions[0].error_code;
+        if c == 0 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "OffsetCommit kept failing with {c}"
+        );
+        std::thread::sleep(Duration::from_millis(300));
+    }
+
+    let (cluster_id, topics, groups) =
+        glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+            .make()
+            .unwrap()
+            .run(async {
+                let mut s =
+                    KafkaSource::new(&boot, "kmirror-it-sync".into(), Duration::from_secs(10));
+                let (cid, topics) = s.topics_snapshot(|t| t.starts_with("ord")).await.unwrap();
+                let groups = s.group_offsets(|_| true).await.unwrap();
+                (cid, topics, groups)
+            });
+    assert!(!cluster_id.is_empty());
+    assert_eq!(topics.len(), 1, "{topics:?}");
+    assert_eq!(topics[0].name, "orders");
+    assert_eq!(topics[0].topic_id, orders_id);
+    assert_eq!(topics[0].partitions, 3);
+    assert_eq!(
+        topics[0].configs.get("retention.ms").map(String::as_str),
+        Some("123456")
+    );
+    assert!(
+        !topics[0].configs.contains_key("segment.bytes"),
+        "defaults are not synced"
+    );
+    assert_eq!(
+        groups
+            .get("app")
+            .and_then(|g| g.get(&TopicPartition::new("orders", 1))),
+        Some(&7)
+    );
+}
