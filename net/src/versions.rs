@@ -41,6 +41,7 @@ served! {
     AlterConfigs => AlterConfigsRequest,
     CreatePartitions => CreatePartitionsRequest,
     DeleteGroups => DeleteGroupsRequest,
+    OffsetDelete => OffsetDeleteRequest,
     IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
     DescribeCluster => DescribeClusterRequest,
 }
@@ -64,6 +65,7 @@ pub fn is_group_api(key: ApiKey) -> bool {
             | ApiKey::EndTxn
             | ApiKey::TxnOffsetCommit
             | ApiKey::DeleteGroups
+            | ApiKey::OffsetDelete
     )
 }
 
