@@ -23,8 +23,9 @@
 //! Cancellation: dropping the future is safe at any `.await` (appends are synchronous), and
 //! [`PartitionFetcher::run`] also returns when its stop flag is set.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
+use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -259,8 +260,8 @@ pub enum FetcherExit {
 /// Result of one fetch round, for tests and the run loop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
-    /// Appended batches up to this last offset.
-    Appended { last_offset: i64 },
+    /// Appended `bytes` of batches up to this last offset.
+    Appended { last_offset: i64, bytes: usize },
     /// Nothing new (caught up or empty response).
     Idle,
     /// Something to retry after the given backoff.
@@ -281,6 +282,55 @@ impl Backoff {
     }
     fn reset(&mut self) {
         self.cur = self.initial;
+    }
+}
+
+/// A token bucket for mirror traffic: the broker-level byte-rate ceiling (seed 003,
+/// "destination cluster throttling"), shared by the fetchers of one core (give each core
+/// `ceiling / cores`). Adjustable at runtime with [`ByteRateLimiter::set_rate`]; 0 = unlimited.
+#[derive(Debug, Clone)]
+pub struct ByteRateLimiter {
+    rate: u64,
+    allowance: f64,
+    last_ms: Option<i64>,
+}
+
+impl ByteRateLimiter {
+    pub fn new(bytes_per_sec: u64) -> Self {
+        ByteRateLimiter {
+            rate: bytes_per_sec,
+            allowance: bytes_per_sec as f64,
+            last_ms: None,
+        }
+    }
+
+    pub fn set_rate(&mut self, bytes_per_sec: u64) {
+        self.rate = bytes_per_sec;
+        self.allowance = self.allowance.min(bytes_per_sec as f64);
+    }
+
+    pub fn rate(&self) -> u64 {
+        self.rate
+    }
+
+    /// Account `bytes` just appended at `now_ms`; returns how long to wait before the next
+    /// fetch so the average stays under the rate (burst up to one second's worth).
+    pub fn charge(&mut self, bytes: usize, now_ms: i64) -> Duration {
+        if self.rate == 0 {
+            return Duration::ZERO;
+        }
+        let rate = self.rate as f64;
+        if let Some(last) = self.last_ms {
+            let elapsed = (now_ms - last).max(0) as f64 / 1000.0;
+            self.allowance = (self.allowance + elapsed * rate).min(rate);
+        }
+        self.last_ms = Some(now_ms);
+        self.allowance -= bytes as f64;
+        if self.allowance >= 0.0 {
+            Duration::ZERO
+        } else {
+            Duration::from_secs_f64(-self.allowance / rate)
+        }
     }
 }
 
@@ -332,6 +382,7 @@ pub struct PartitionFetcher {
     backoff: Backoff,
     consecutive_errors: u32,
     status: FetcherStatus,
+    throttle: Option<Rc<RefCell<ByteRateLimiter>>>,
 }
 
 impl PartitionFetcher {
@@ -350,7 +401,14 @@ impl PartitionFetcher {
             backoff,
             consecutive_errors: 0,
             status: FetcherStatus::new(now_ms),
+            throttle: None,
         }
+    }
+
+    /// Share a byte-rate ceiling with the other fetchers of this core.
+    pub fn with_throttle(mut self, throttle: Rc<RefCell<ByteRateLimiter>>) -> Self {
+        self.throttle = Some(throttle);
+        self
     }
 
     pub fn status(&self) -> &FetcherStatus {
@@ -373,7 +431,16 @@ impl PartitionFetcher {
         while !stop.get() {
             match self.step(source, local, observer).await {
                 Step::Backoff(d) => source.sleep(d).await,
-                Step::Appended { .. } | Step::Idle => {}
+                Step::Appended { bytes, .. } => {
+                    let delay = self
+                        .throttle
+                        .as_ref()
+                        .map(|t| t.borrow_mut().charge(bytes, source.now_ms()));
+                    if let Some(d) = delay.filter(|d| !d.is_zero()) {
+                        source.sleep(d).await;
+                    }
+                }
+                Step::Idle => {}
             }
         }
         FetcherExit::Stopped
@@ -592,10 +659,12 @@ impl PartitionFetcher {
                 {
                     return self.fail(observer, e.to_string());
                 }
+                let appended_bytes = batches.len();
                 match local.append_mirror(batches) {
                     Ok(last_appended) => {
                         step = Step::Appended {
                             last_offset: last_appended,
+                            bytes: appended_bytes,
                         }
                     }
                     Err(e) => {
@@ -1705,7 +1774,7 @@ mod tests {
         s.log.push((2, 3, batch(2, 3, 6, 2)));
         let steps = drive(&mut f, &mut s, &mut l, &mut o, 2);
         assert!(matches!(steps[0], Step::Backoff(_)));
-        assert_eq!(steps[1], Step::Appended { last_offset: 4 });
+        assert!(matches!(steps[1], Step::Appended { last_offset: 4, .. }));
         assert_eq!(s.fetches.last().unwrap().0, "b2:9092");
         assert_eq!(s.metadata_calls, 2);
         assert_eq!(l.end, 5);
@@ -1914,6 +1983,85 @@ mod tests {
         let plan = block_on(prepare_partition(&mut s, &mut empty, "dr", &tp, None)).unwrap();
         assert_eq!(plan.truncated(), 0);
         assert!(empty.truncations.is_empty());
+    }
+
+    #[test]
+    fn byte_rate_limiter_holds_the_average_under_the_ceiling() {
+        let mut t = ByteRateLimiter::new(1000);
+        // One second of burst is free, then each 500 bytes costs half a second.
+        assert_eq!(t.charge(1000, 0), Duration::ZERO);
+        assert_eq!(t.charge(500, 0), Duration::from_millis(500));
+        // After waiting it out, the next charge sees the refill.
+        assert_eq!(t.charge(500, 500), Duration::from_millis(500));
+        assert_eq!(t.charge(100, 2_000), Duration::ZERO, "idle time refills");
+        t.set_rate(0);
+        assert_eq!(t.charge(1 << 30, 2_000), Duration::ZERO, "0 = unlimited");
+    }
+
+    #[test]
+    fn throttled_run_sleeps_between_appends() {
+        let mut s = FakeSource::new(&[(0, 1, 1)]);
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let stop = Cell::new(false);
+        let t = Rc::new(RefCell::new(ByteRateLimiter::new(10)));
+        let f = fetcher(s.topic_id).with_throttle(t);
+        // Stop after the first sleep: the throttle must have asked for one.
+        struct StopOnSleep<'a>(&'a mut FakeSource, &'a Cell<bool>);
+        impl Source for StopOnSleep<'_> {
+            async fn leader(&mut self, t: &str, p: i32) -> Result<SourceLeader, SourceError> {
+                self.0.leader(t, p).await
+            }
+            async fn fetch(
+                &mut self,
+                l: &SourceLeader,
+                r: &build::FetchPart,
+                c: &FetcherConfig,
+            ) -> Result<FetchOutcome, SourceError> {
+                self.0.fetch(l, r, c).await
+            }
+            async fn list_offset(
+                &mut self,
+                l: &SourceLeader,
+                t: &str,
+                p: i32,
+                e: i32,
+                ts: i64,
+            ) -> Result<(i16, i64), SourceError> {
+                self.0.list_offset(l, t, p, e, ts).await
+            }
+            async fn last_mirrored_epoch(
+                &mut self,
+                m: &str,
+                t: &str,
+                p: i32,
+            ) -> Result<Option<i32>, SourceError> {
+                self.0.last_mirrored_epoch(m, t, p).await
+            }
+            async fn end_offset_for_epoch(
+                &mut self,
+                l: &SourceLeader,
+                t: &str,
+                p: i32,
+                c: i32,
+                e: i32,
+            ) -> Result<(i16, i32, i64), SourceError> {
+                self.0.end_offset_for_epoch(l, t, p, c, e).await
+            }
+            async fn sleep(&mut self, d: Duration) {
+                self.0.sleep(d).await;
+                self.1.set(true);
+            }
+            fn now_ms(&self) -> i64 {
+                self.0.now_ms()
+            }
+        }
+        let mut src = StopOnSleep(&mut s, &stop);
+        block_on(f.run(&mut src, &mut l, &mut o, &stop));
+        assert_eq!(l.end, 1);
+        // 61 bytes at 10 B/s with a 10-byte burst: about 5.1 s of wait.
+        assert_eq!(s.slept.len(), 1);
+        assert!(s.slept[0] >= Duration::from_secs(5), "{:?}", s.slept);
     }
 
     #[test]
