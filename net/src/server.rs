@@ -280,5 +280,6 @@ fn response_matches(api_key: ApiKey, resp: &ResponseKind) -> bool {
             | (ApiKey::EndTxn, R::EndTxn(_))
             | (ApiKey::TxnOffsetCommit, R::TxnOffsetCommit(_))
             | (ApiKey::DeleteGroups, R::DeleteGroups(_))
+            | (ApiKey::OffsetDelete, R::OffsetDelete(_))
     )
 }
