@@ -357,6 +357,29 @@ fn add(
         resp.error_code,
         resp.error_message.as_deref(),
     )?;
+    topic_errors("AddTopicsToMirror", &resp)?;
+    // The plan is computed over the wire exactly as PREPARING will: our LME, the source's
+    // LastMirroredEpochs, OffsetsForLeaderEpoch on both sides.
+    let list = conn.send_mirror(&ListMirrorsRequest::default())?;
+    check(
+        "ListMirrors",
+        list.error_code,
+        list.error_message.as_deref(),
+    )?;
+    let source = list
+        .mirrors
+        .iter()
+        .find(|m| m.mirror_name == name)
+        .map(|m| m.source_bootstrap.clone())
+        .ok_or_else(|| format!("mirror '{name}' does not exist"))?;
+    let plan = kmirror_net::mirror_fetcher::dry_run_plan(
+        conn,
+        &source,
+        name,
+        topics,
+        Duration::from_secs(30),
+    )
+    .map_err(|e| format!("dry run: {e}"))?;
     #[derive(Serialize)]
     struct PlanRow<'a> {
         topic: &'a str,
@@ -364,19 +387,19 @@ fn add(
         local_end_offset: i64,
         truncate_to: i64,
         records_truncated: i64,
+        last_mirrored_epoch: Option<i32>,
     }
-    let mut rows = Vec::new();
-    for t in &resp.topics {
-        for p in &t.truncation_plan {
-            rows.push(PlanRow {
-                topic: &t.name,
-                partition: p.partition_index,
-                local_end_offset: p.local_end_offset,
-                truncate_to: p.truncate_to,
-                records_truncated: (p.local_end_offset - p.truncate_to).max(0),
-            });
-        }
-    }
+    let rows: Vec<PlanRow<'_>> = plan
+        .iter()
+        .map(|r| PlanRow {
+            topic: &r.topic,
+            partition: r.partition,
+            local_end_offset: r.plan.local_end_offset,
+            truncate_to: r.plan.truncate_to,
+            records_truncated: r.plan.truncated(),
+            last_mirrored_epoch: r.plan.last_mirrored_epoch,
+        })
+        .collect();
     if json {
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
     } else {
@@ -405,7 +428,7 @@ fn add(
         )?;
         writeln!(out, "(dry run: nothing was changed)")?;
     }
-    topic_errors("AddTopicsToMirror", &resp)
+    Ok(())
 }
 
 fn pause_resume(name: &str, topics: &[String]) -> PauseResumeTopics {

@@ -1377,6 +1377,320 @@ impl Source for KafkaSource {
     }
 }
 
+/// A [`Source`] over blocking connections, for the admin CLI (dry runs) and tests. Its async
+/// methods block the calling thread; drive it with `futures_lite::future::block_on`.
+pub struct BlockingSource {
+    bootstrap: Vec<String>,
+    client_id: String,
+    timeout: Duration,
+    conns: HashMap<String, crate::client::BlockingConnection>,
+}
+
+impl BlockingSource {
+    pub fn new(bootstrap: &str, client_id: String, timeout: Duration) -> Self {
+        BlockingSource {
+            bootstrap: bootstrap
+                .split(',')
+                .map(|s| s.trim().to_owned())
+                .filter(|s| !s.is_empty())
+                .collect(),
+            client_id,
+            timeout,
+            conns: HashMap::new(),
+        }
+    }
+
+    fn conn(&mut self, addr: &str) -> Result<&mut crate::client::BlockingConnection, ClientError> {
+        if !self.conns.contains_key(addr) {
+            let c =
+                crate::client::BlockingConnection::connect(addr, &self.client_id, self.timeout)?;
+            self.conns.insert(addr.to_owned(), c);
+        }
+        Ok(self.conns.get_mut(addr).expect("inserted above"))
+    }
+
+    fn first(&mut self) -> Result<&mut crate::client::BlockingConnection, SourceError> {
+        let mut last = SourceError::Other("no bootstrap servers".to_owned());
+        for addr in self.bootstrap.clone() {
+            match self.conn(&addr) {
+                Ok(_) => return Ok(self.conns.get_mut(&addr).expect("connected")),
+                Err(e) => last = e.into(),
+            }
+        }
+        Err(last)
+    }
+}
+
+impl Source for BlockingSource {
+    async fn leader(&mut self, topic: &str, partition: i32) -> Result<SourceLeader, SourceError> {
+        let c = self.first()?;
+        let (_, md) = c.send_with(&build::metadata(Some(&[topic.to_owned()])), 10, i16::MAX)?;
+        let t = md
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
+            .filter(|t| t.error_code == code::NONE)
+            .ok_or_else(|| SourceError::Other(format!("topic {topic} not found on the source")))?;
+        let p = t
+            .partitions
+            .iter()
+            .find(|p| p.partition_index == partition && p.leader_id.0 >= 0)
+            .ok_or_else(|| SourceError::Other(format!("{topic}-{partition} has no leader")))?;
+        let b = md
+            .brokers
+            .iter()
+            .find(|b| b.node_id == p.leader_id)
+            .ok_or_else(|| SourceError::Other("leader not in broker list".into()))?;
+        Ok(SourceLeader {
+            broker_id: p.leader_id.0,
+            addr: format!("{}:{}", b.host, b.port),
+            leader_epoch: p.leader_epoch,
+            topic_id: t.topic_id,
+        })
+    }
+
+    async fn fetch(
+        &mut self,
+        _leader: &SourceLeader,
+        _req: &build::FetchPart,
+        _cfg: &FetcherConfig,
+    ) -> Result<FetchOutcome, SourceError> {
+        Err(SourceError::Other(
+            "BlockingSource does not fetch (planning only)".into(),
+        ))
+    }
+
+    async fn list_offset(
+        &mut self,
+        leader: &SourceLeader,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        timestamp: i64,
+    ) -> Result<(i16, i64), SourceError> {
+        let c = self.conn(&leader.addr)?;
+        let (_, r) = c.send_with(
+            &build::list_offsets(topic, partition, timestamp, current_leader_epoch, true),
+            4,
+            i16::MAX,
+        )?;
+        let p = r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .next()
+            .ok_or_else(|| SourceError::Other("empty ListOffsets response".into()))?;
+        Ok((p.error_code, p.offset))
+    }
+
+    async fn last_mirrored_epoch(
+        &mut self,
+        mirror: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Result<Option<i32>, SourceError> {
+        let c = self.first()?;
+        lme_over(c, mirror, topic, partition)
+    }
+
+    async fn end_offset_for_epoch(
+        &mut self,
+        leader: &SourceLeader,
+        topic: &str,
+        partition: i32,
+        current_leader_epoch: i32,
+        epoch: i32,
+    ) -> Result<(i16, i32, i64), SourceError> {
+        let c = self.conn(&leader.addr)?;
+        epoch_end_over(c, topic, partition, current_leader_epoch, epoch)
+    }
+
+    async fn sleep(&mut self, d: Duration) {
+        std::thread::sleep(d)
+    }
+
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+}
+
+fn lme_over(
+    c: &mut crate::client::BlockingConnection,
+    mirror: &str,
+    topic: &str,
+    partition: i32,
+) -> Result<Option<i32>, SourceError> {
+    use crate::mirror_api::{LastMirroredEpochsRequest, PartitionIndex, TopicPartitionsQuery};
+    if !c.versions().supports_mirroring() {
+        return Ok(None);
+    }
+    let r = c.send_mirror(&LastMirroredEpochsRequest {
+        mirror_name: mirror.to_owned(),
+        topics: vec![TopicPartitionsQuery {
+            name: topic.to_owned(),
+            partitions: vec![PartitionIndex {
+                partition_index: partition,
+                ..Default::default()
+            }],
+            ..Default::default()
+        }],
+        ..Default::default()
+    })?;
+    if r.error_code != code::NONE {
+        return Err(SourceError::Other(format!(
+            "LastMirroredEpochs: {}",
+            code::name(r.error_code)
+        )));
+    }
+    Ok(r.topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == partition && p.error_code == code::NONE)
+        .map(|p| p.last_mirrored_epoch)
+        .filter(|e| *e >= 0))
+}
+
+fn epoch_end_over(
+    c: &mut crate::client::BlockingConnection,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: i32,
+    epoch: i32,
+) -> Result<(i16, i32, i64), SourceError> {
+    let (_, r) = c.send_with(
+        &build::offsets_for_leader_epoch(topic, partition, current_leader_epoch, epoch),
+        3,
+        i16::MAX,
+    )?;
+    let p = r
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .next()
+        .ok_or_else(|| SourceError::Other("empty OffsetsForLeaderEpoch response".into()))?;
+    Ok((p.error_code, p.leader_epoch, p.end_offset))
+}
+
+/// A destination partition seen over the wire (read-only): what a dry run needs.
+struct RemotePartitionView<'a> {
+    conn: RefCell<&'a mut crate::client::BlockingConnection>,
+    topic: String,
+    partition: i32,
+    start: i64,
+    end: i64,
+}
+
+impl LocalPartition for RemotePartitionView<'_> {
+    fn log_start_offset(&self) -> i64 {
+        self.start
+    }
+    fn log_end_offset(&self) -> i64 {
+        self.end
+    }
+    fn leader_epoch(&self) -> i32 {
+        -1
+    }
+    fn bump_leader_epoch_to(&mut self, _epoch: i32) -> Result<(), LocalError> {
+        Err(LocalError::Other("read-only view".into()))
+    }
+    fn append_mirror(&mut self, _batches: Bytes) -> Result<i64, LocalError> {
+        Err(LocalError::Other("read-only view".into()))
+    }
+    fn truncate_fully_and_start_at(&mut self, _offset: i64) -> Result<(), LocalError> {
+        Err(LocalError::Other("read-only view".into()))
+    }
+    fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        let mut c = self.conn.borrow_mut();
+        match epoch_end_over(&mut c, &self.topic, self.partition, -1, epoch) {
+            Ok((code::NONE, e, o)) if e >= 0 && o >= 0 => Some((e, o)),
+            _ => None,
+        }
+    }
+    fn truncate_to(&mut self, _offset: i64) -> Result<(), LocalError> {
+        Err(LocalError::Other("read-only view".into()))
+    }
+}
+
+/// One partition's dry-run result.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DryRunRow {
+    pub topic: String,
+    pub partition: i32,
+    pub plan: PreparePlan,
+}
+
+/// `kmirror mirror add --dry-run`: for each partition of `topics` that exists on the
+/// destination, what adding it to `mirror` would truncate, computed over the wire exactly as
+/// the PREPARING step will (the destination's own LME, the source's LastMirroredEpochs and
+/// OffsetsForLeaderEpoch on both sides). Changes nothing anywhere.
+pub fn dry_run_plan(
+    dest: &mut crate::client::BlockingConnection,
+    source_bootstrap: &str,
+    mirror: &str,
+    topics: &[String],
+    timeout: Duration,
+) -> Result<Vec<DryRunRow>, SourceError> {
+    let mut source = BlockingSource::new(source_bootstrap, "kmirror-cli-dry-run".into(), timeout);
+    let (_, md) = dest.send_with(&build::metadata(Some(topics)), 10, i16::MAX)?;
+    let mut rows = Vec::new();
+    for t in topics {
+        let Some(mt) = md
+            .topics
+            .iter()
+            .find(|x| x.name.as_ref().map(|n| n.0.as_str()) == Some(t.as_str()))
+            .filter(|x| x.error_code == code::NONE)
+        else {
+            continue; // not on the destination yet: it will be created empty
+        };
+        let mut parts: Vec<i32> = mt.partitions.iter().map(|p| p.partition_index).collect();
+        parts.sort_unstable();
+        for p in parts {
+            let tp = TopicPartition::new(t.clone(), p);
+            let local_lme = lme_over(dest, mirror, t, p)?;
+            let bound =
+                |dest: &mut crate::client::BlockingConnection, ts| -> Result<i64, SourceError> {
+                    let (_, r) =
+                        dest.send_with(&build::list_offsets(t, p, ts, -1, false), 4, i16::MAX)?;
+                    let x = r
+                        .topics
+                        .iter()
+                        .flat_map(|t| t.partitions.iter())
+                        .next()
+                        .ok_or_else(|| SourceError::Other("empty ListOffsets response".into()))?;
+                    if x.error_code != code::NONE {
+                        return Err(SourceError::Other(format!(
+                            "ListOffsets {tp} on the destination: {}",
+                            code::name(x.error_code)
+                        )));
+                    }
+                    Ok(x.offset)
+                };
+            let start = bound(dest, build::EARLIEST)?;
+            let end = bound(dest, build::LATEST)?;
+            let view = RemotePartitionView {
+                conn: RefCell::new(&mut *dest),
+                topic: t.clone(),
+                partition: p,
+                start,
+                end,
+            };
+            let plan = futures_lite::future::block_on(plan_preparation(
+                &mut source,
+                &view,
+                mirror,
+                &tp,
+                local_lme,
+            ))?;
+            rows.push(DryRunRow {
+                topic: t.clone(),
+                partition: p,
+                plan,
+            });
+        }
+    }
+    Ok(rows)
+}
+
 /// Wall-clock milliseconds.
 pub fn now_ms() -> i64 {
     std::time::SystemTime::now()

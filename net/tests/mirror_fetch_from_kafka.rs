@@ -326,3 +326,71 @@ fn source_snapshot_reports_ids_partitions_set_configs_and_committed_group_offset
         Some(&7)
     );
 }
+
+#[test]
+fn re_added_stopped_topic_truncates_only_its_own_writes_then_mirrors_log_equal() {
+    use kmirror_net::mirror_fetcher::{prepare_partition, LmeOrigin};
+
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let boot = kafka.bootstrap();
+    kafka.create_topic("orders", 1, &[]);
+    let mut wire = WireClient::connect_leader(&boot, "orders", 0).expect("leader");
+    let produce = |wire: &mut WireClient, tag: &str, n: u32| {
+        for i in 0..n {
+            let v = format!("{tag}-{i}").into_bytes();
+            let (c, _) = wire
+                .produce_raw("orders", 0, batch(&[v.as_slice()], 1_700_000_000_000), -1)
+                .unwrap();
+            assert_eq!(c, 0);
+        }
+    };
+    produce(&mut wire, "a", 20);
+    let (_, end) = wire.log_bounds("orders", 0).unwrap();
+    let source_epoch = wire.partition_info("orders", 0).unwrap().leader_epoch;
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut local = LogLocal {
+        log: Log::open(dir.path(), LogConfig::default()).unwrap(),
+        epoch: 0,
+    };
+    let tp = TopicPartition::new("orders", 0);
+    let mut fetcher = PartitionFetcher::new(tp.clone(), uuid::Uuid::nil(), config(), 0);
+    let mut events = Events::default();
+    mirror_until(&boot, &mut fetcher, &mut local, &mut events, end);
+
+    // Failover: our own writes at a higher epoch; meanwhile the source keeps writing.
+    let lme = local.epoch;
+    assert!(lme >= source_epoch);
+    for i in 0..5 {
+        let v = format!("local-{i}").into_bytes();
+        local
+            .log
+            .append_leader(batch(&[v.as_slice()], 1), LeaderEpoch(lme + 1), 1)
+            .unwrap();
+    }
+    produce(&mut wire, "b", 8);
+    let (_, end2) = wire.log_bounds("orders", 0).unwrap();
+    assert_eq!(local.log.log_end_offset().0, end + 5);
+
+    // Re-add to the mirror: PREPARING uses our LME against the source's epoch end offsets.
+    let plan = glommio::LocalExecutorBuilder::new(glommio::Placement::Unbound)
+        .make()
+        .unwrap()
+        .run(async {
+            let mut source = KafkaSource::new(&boot, "kmirror-it".into(), Duration::from_secs(10));
+            prepare_partition(&mut source, &mut local, "dr", &tp, Some(lme))
+                .await
+                .expect("prepare")
+        });
+    assert_eq!(plan.origin, LmeOrigin::Local);
+    assert_eq!((plan.local_end_offset, plan.truncate_to), (end + 5, end));
+    assert_eq!(local.log.log_end_offset().0, end);
+
+    let mut fetcher = PartitionFetcher::new(tp, uuid::Uuid::nil(), config(), 0);
+    mirror_until(&boot, &mut fetcher, &mut local, &mut events, end2);
+    assert_eq!(
+        local_batches(&local.log),
+        source_batches(&mut wire, "orders")
+    );
+}
