@@ -142,7 +142,8 @@ impl GroupsService {
         group_cfg: GroupConfig,
         txn_cfg: TxnConfig,
     ) -> Result<GroupsService, GroupsError> {
-        let now = now_ms();
+        let clock = Clock::new();
+        let now = clock.now();
         let groups =
             GroupCoordinator::open(&data_dir.join("__consumer_offsets-0"), group_cfg, now)?;
         let (txns, resume) =
@@ -161,6 +162,7 @@ impl GroupsService {
             next_token: 1,
             retry: Vec::new(),
             done_locally: Vec::new(),
+            clock,
         };
         for job in resume {
             state.start_job(job, now);
@@ -216,6 +218,26 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// Wall-clock milliseconds that never go backwards: the wall time at start plus monotonic
+/// elapsed time, so a clock step cannot expire every session at once.
+struct Clock {
+    wall0: i64,
+    mono0: Instant,
+}
+
+impl Clock {
+    fn new() -> Clock {
+        Clock {
+            wall0: now_ms(),
+            mono0: Instant::now(),
+        }
+    }
+
+    fn now(&self) -> i64 {
+        self.wall0 + self.mono0.elapsed().as_millis() as i64
+    }
+}
+
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
@@ -259,6 +281,7 @@ struct CoordinatorThread {
     retry: Vec<(Instant, MarkerJob)>,
     /// Jobs with no data partition: complete within the current batch.
     done_locally: Vec<MarkerJob>,
+    clock: Clock,
 }
 
 impl CoordinatorThread {
@@ -277,7 +300,7 @@ impl CoordinatorThread {
                     Err(_) => break,
                 }
             }
-            let now = now_ms();
+            let now = self.clock.now();
             let mut out = Vec::new();
             for m in batch {
                 match m {

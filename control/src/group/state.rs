@@ -17,6 +17,8 @@ use crate::offsets_log::{RecordFile, StoreError};
 const LOG_NAME: &str = "records.log";
 /// Compact the offsets log after this many appends (superseded commits dominate the file).
 const COMPACT_AFTER_APPENDS: u64 = 200_000;
+/// How often empty groups without offsets are forgotten.
+const CLEANUP_INTERVAL_MS: i64 = 60_000;
 
 /// Kafka's classic group states; `as_str` gives the names clients display.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -641,6 +643,7 @@ pub struct GroupCoordinator {
     file: RecordFile,
     appends_since_compact: u64,
     write_error: Option<StoreError>,
+    next_cleanup_ms: i64,
 }
 
 impl GroupCoordinator {
@@ -671,6 +674,7 @@ impl GroupCoordinator {
             file,
             appends_since_compact: n as u64,
             write_error: None,
+            next_cleanup_ms: now_ms + CLEANUP_INTERVAL_MS,
         };
         let live = c.live_records().len();
         if n > 2 * live + 1000 {
@@ -986,12 +990,35 @@ impl GroupCoordinator {
     /// Fires due timers: initial-rebalance delay, rebalance timeout, pending-sync timeout,
     /// session expiry.
     pub fn tick(&mut self, now_ms: i64) -> Vec<Reply> {
-        self.run(now_ms, |groups, cx| {
-            for g in groups.values_mut() {
-                tick_group(g, cx);
-            }
-        })
-        .1
+        let replies = self
+            .run(now_ms, |groups, cx| {
+                for g in groups.values_mut() {
+                    tick_group(g, cx);
+                }
+            })
+            .1;
+        if now_ms >= self.next_cleanup_ms {
+            self.next_cleanup_ms = now_ms + CLEANUP_INTERVAL_MS;
+            self.drop_forgotten_groups();
+        }
+        replies
+    }
+
+    /// Forgets groups with no members and no offsets (Kafka's periodic group cleanup), so
+    /// short-lived groups (console consumers with random ids) do not pile up.
+    fn drop_forgotten_groups(&mut self) {
+        let forgotten: Vec<String> = self
+            .groups
+            .values()
+            .filter(|g| {
+                g.state == GroupState::Empty && !g.is_live() && g.pending_members.is_empty()
+            })
+            .map(|g| g.id.clone())
+            .collect();
+        for id in forgotten {
+            self.groups.remove(&id);
+            self.persist(&Rec::GroupDeleted { group: id });
+        }
     }
 
     // ---- admin ----

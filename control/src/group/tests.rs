@@ -600,3 +600,54 @@ fn subscription_topics_parses_consumer_protocol_metadata() {
     );
     assert_eq!(subscription_topics(&[0, 1, 0]), None);
 }
+
+#[test]
+fn empty_group_without_offsets_is_forgotten_but_one_with_offsets_is_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open(dir.path(), 0);
+    let a = first_join(&mut c, "lonely", "ca", 10, 0);
+    c.tick(3_000);
+    let (codes, _) = c.leave(
+        "lonely",
+        &[LeavingMember {
+            member_id: a,
+            group_instance_id: None,
+        }],
+        2,
+    );
+    assert_eq!(codes, Ok(vec![NONE]));
+    assert_eq!(commit(&mut c, "kept", "t", 0, 1, 3), Ok(vec![NONE]));
+    assert_eq!(c.group_state("lonely"), Some(GroupState::Empty));
+    c.tick(120_000);
+    assert_eq!(c.group_state("lonely"), None);
+    assert_eq!(c.group_state("kept"), Some(GroupState::Empty));
+}
+
+#[test]
+fn offsets_log_is_compacted_on_open_and_keeps_the_latest_values() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let mut c = open(dir.path(), 0);
+        for i in 0..3_000 {
+            assert_eq!(
+                commit(&mut c, "busy", "t", (i % 3) as i32, i, i),
+                Ok(vec![NONE])
+            );
+        }
+        c.flush().unwrap();
+    }
+    let path = dir.path().join("records.log");
+    let before = std::fs::metadata(&path).unwrap().len();
+    let c = open(dir.path(), 10);
+    let after = std::fs::metadata(&path).unwrap().len();
+    assert!(after * 100 < before, "compacted {before} -> {after} bytes");
+    let got: Vec<i64> = c
+        .fetch_offsets("busy", None, false)
+        .iter()
+        .map(|f| f.offset)
+        .collect();
+    assert_eq!(got, vec![2_997, 2_998, 2_999]);
+    drop(c);
+    let c = open(dir.path(), 20);
+    assert_eq!(c.fetch_offsets("busy", None, false).len(), 3);
+}
