@@ -244,6 +244,8 @@ pub enum FetchEvent {
     Recovered,
     /// A transient error being retried (partition stays MIRRORING).
     Retrying { reason: String },
+    /// PREPARING finished (failback truncation applied): the partition may go MIRRORING.
+    Prepared(PreparePlan),
 }
 
 /// Receives fetcher events (the broker forwards them to the control plane and metrics).
@@ -861,6 +863,52 @@ pub async fn prepare_partition<S: Source, L: LocalPartition>(
     Ok(plan)
 }
 
+/// One mirrored partition's whole life on its core: PREPARING (failback truncation, retried
+/// with backoff until it succeeds), then the fetch loop until `stop` is set. The observer
+/// receives [`FetchEvent::Prepared`] once (move the partition to MIRRORING then) and every
+/// fetch event after it. `skip_prepare` is for partitions already MIRRORING after a restart.
+#[allow(clippy::too_many_arguments)]
+pub async fn mirror_partition<S: Source, L: LocalPartition, O: FetchObserver>(
+    source: &mut S,
+    local: &mut L,
+    observer: &mut O,
+    stop: &Cell<bool>,
+    mirror: &str,
+    fetcher: PartitionFetcher,
+    local_lme: Option<i32>,
+    skip_prepare: bool,
+) -> FetcherExit {
+    let tp = fetcher.tp.clone();
+    if !skip_prepare {
+        let mut backoff = Backoff {
+            cur: fetcher.cfg.backoff_initial_ms,
+            initial: fetcher.cfg.backoff_initial_ms,
+            max: fetcher.cfg.backoff_max_ms,
+        };
+        loop {
+            if stop.get() {
+                return FetcherExit::Stopped;
+            }
+            match prepare_partition(source, local, mirror, &tp, local_lme).await {
+                Ok(plan) => {
+                    observer.on_event(&tp, FetchEvent::Prepared(plan));
+                    break;
+                }
+                Err(e) => {
+                    observer.on_event(
+                        &tp,
+                        FetchEvent::Retrying {
+                            reason: format!("preparing: {e}"),
+                        },
+                    );
+                    source.sleep(backoff.next()).await;
+                }
+            }
+        }
+    }
+    fetcher.run(source, local, observer, stop).await
+}
+
 /// The real source: metadata from any reachable broker, fetches from the partition leader.
 /// Connections are cached per broker address and dropped on connection-level errors.
 pub struct KafkaSource {
@@ -1042,6 +1090,47 @@ impl KafkaSource {
             }
         }
         Ok((cluster_id, topics))
+    }
+
+    /// Every ACL binding on the source, or None when the source has no authorizer
+    /// (SECURITY_DISABLED): then the ACL sync must leave the destination alone.
+    pub async fn acls(
+        &mut self,
+    ) -> Result<Option<Vec<kmirror_control::mirror::AclBinding>>, SourceError> {
+        use kafka_protocol::messages::DescribeAclsRequest;
+        // 1 = ANY for resource type, pattern type, operation and permission type.
+        let req = DescribeAclsRequest::default()
+            .with_resource_type_filter(1)
+            .with_pattern_type_filter(1)
+            .with_operation(1)
+            .with_permission_type(1);
+        let r = self.send_any(&req, 1).await?;
+        const SECURITY_DISABLED: i16 = 54;
+        match r.error_code {
+            code::NONE => {}
+            SECURITY_DISABLED => return Ok(None),
+            c => {
+                return Err(SourceError::Other(format!(
+                    "DescribeAcls: {}",
+                    code::name(c)
+                )))
+            }
+        }
+        let mut out = Vec::new();
+        for res in &r.resources {
+            for a in &res.acls {
+                out.push(kmirror_control::mirror::AclBinding {
+                    resource_type: res.resource_type,
+                    resource_name: res.resource_name.to_string(),
+                    pattern_type: res.pattern_type,
+                    principal: a.principal.to_string(),
+                    host: a.host.to_string(),
+                    operation: a.operation,
+                    permission_type: a.permission_type,
+                });
+            }
+        }
+        Ok(Some(out))
     }
 
     /// Committed offsets of every consumer group accepted by `wanted` (classic groups and
@@ -2376,6 +2465,42 @@ mod tests {
         // 61 bytes at 10 B/s with a 10-byte burst: about 5.1 s of wait.
         assert_eq!(s.slept.len(), 1);
         assert!(s.slept[0] >= Duration::from_secs(5), "{:?}", s.slept);
+    }
+
+    #[test]
+    fn mirror_partition_prepares_then_fetches() {
+        let mut l = local_with(&[(0, 10, 2), (10, 4, 3)]);
+        let mut s = FakeSource::new(&[(0, 10, 2), (10, 3, 2)]);
+        s.leader_epoch = 2;
+        let mut o = Events::default();
+        let stop = Cell::new(false);
+        // Stop once caught up (the observer sees a Progress with lag 0).
+        struct StopWhenCaughtUp<'a>(&'a mut Events, &'a Cell<bool>);
+        impl FetchObserver for StopWhenCaughtUp<'_> {
+            fn on_event(&mut self, tp: &TopicPartition, e: FetchEvent) {
+                if let FetchEvent::Progress(st) = &e {
+                    if st.lag() == 0 {
+                        self.1.set(true);
+                    }
+                }
+                self.0.on_event(tp, e);
+            }
+        }
+        let f = fetcher(s.topic_id);
+        let mut obs = StopWhenCaughtUp(&mut o, &stop);
+        block_on(mirror_partition(
+            &mut s,
+            &mut l,
+            &mut obs,
+            &stop,
+            "dr",
+            f,
+            Some(2),
+            false,
+        ));
+        assert!(matches!(&o.0[0], FetchEvent::Prepared(p) if p.truncate_to == 10));
+        assert_eq!(l.end, 13);
+        assert_eq!(l.batches[1].1, s.log[1].2);
     }
 
     #[test]

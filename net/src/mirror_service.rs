@@ -26,6 +26,24 @@ pub struct LivePartition {
     pub lag_ms: i64,
 }
 
+impl crate::mirror_fetcher::FetcherStatus {
+    /// DescribeMirrors numbers from a fetcher's status. The source offset is the source's last
+    /// stable offset (what read_committed mirroring can reach; equal to the high watermark
+    /// unless a transaction is open), so `lag = source_offset - destination_offset` holds.
+    pub fn live(&self, now_ms: i64) -> LivePartition {
+        LivePartition {
+            source_offset: self.source_last_stable_offset,
+            destination_offset: self.destination_log_end_offset,
+            lag: self.lag(),
+            lag_ms: if self.lag() < 0 {
+                -1
+            } else {
+                self.lag_ms(now_ms)
+            },
+        }
+    }
+}
+
 /// What DescribeMirrors needs beyond the coordinator's durable state.
 pub trait MirrorLiveStatus {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition>;

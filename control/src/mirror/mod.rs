@@ -24,8 +24,8 @@ pub use definition::{ConfigExclude, MirrorDefinition, TopicFilter};
 pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
 pub use store::{MirrorStateStore, PartitionEntry, RecoveryAction};
 pub use sync::{
-    clamp_group_offset, plan_group_sync, plan_metadata_sync, GroupOffsetCommit, LocalTopic,
-    SourceTopic, SyncAction,
+    clamp_group_offset, plan_acl_sync, plan_group_sync, plan_metadata_sync, AclBinding,
+    AclSyncPlan, GroupOffsetCommit, LocalTopic, SourceTopic, SyncAction,
 };
 
 /// Topic config naming the mirror that owns a topic (hidden from DescribeConfigs).

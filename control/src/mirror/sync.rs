@@ -262,6 +262,59 @@ pub fn plan_group_sync(
     Ok(out)
 }
 
+/// One ACL binding (Kafka's resource pattern + access control entry), as DescribeAcls lists
+/// it. Codes are Kafka's (resource type, pattern type, operation, permission type).
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct AclBinding {
+    pub resource_type: i8,
+    pub resource_name: String,
+    pub pattern_type: i8,
+    pub principal: String,
+    pub host: String,
+    pub operation: i8,
+    pub permission_type: i8,
+}
+
+/// ACL sync decision: create what the source has and we lack, delete what we have and the
+/// source does not. Only bindings whose principal passes the filter are touched (so local-only
+/// operator ACLs can be protected with `mirror.acl.principals.exclude`).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AclSyncPlan {
+    pub create: Vec<AclBinding>,
+    pub delete: Vec<AclBinding>,
+}
+
+/// Setting: regexes of principals whose ACLs the sync never touches.
+pub const ACL_PRINCIPALS_EXCLUDE: &str = "mirror.acl.principals.exclude";
+
+/// Plan an ACL sync round (seed 003: create missing, delete extra).
+pub fn plan_acl_sync(
+    def: &MirrorDefinition,
+    source: &[AclBinding],
+    destination: &[AclBinding],
+) -> Result<AclSyncPlan, MirrorError> {
+    if def
+        .settings
+        .get(settings::ACL_SYNC_ENABLE)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
+    {
+        return Ok(AclSyncPlan::default());
+    }
+    let exclude = def
+        .settings
+        .get(ACL_PRINCIPALS_EXCLUDE)
+        .map(|s| split_list(s))
+        .unwrap_or_default();
+    let filter = super::definition::TopicFilter::new(&[], &[".*".to_owned()], &exclude)?;
+    let keep = |a: &&AclBinding| filter.matches(&a.principal);
+    let src: BTreeSet<&AclBinding> = source.iter().filter(keep).collect();
+    let dst: BTreeSet<&AclBinding> = destination.iter().filter(keep).collect();
+    Ok(AclSyncPlan {
+        create: src.difference(&dst).map(|a| (*a).clone()).collect(),
+        delete: dst.difference(&src).map(|a| (*a).clone()).collect(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -429,6 +482,36 @@ mod tests {
         )
         .unwrap();
         assert!(a.is_empty(), "{a:?}");
+    }
+
+    fn acl(principal: &str, op: i8) -> AclBinding {
+        AclBinding {
+            resource_type: 2,
+            resource_name: "orders".into(),
+            pattern_type: 3,
+            principal: principal.into(),
+            host: "*".into(),
+            operation: op,
+            permission_type: 3,
+        }
+    }
+
+    #[test]
+    fn acl_sync_creates_missing_deletes_extra_and_spares_excluded_principals() {
+        let d = def(&[(ACL_PRINCIPALS_EXCLUDE, "User:admin")]);
+        let plan = plan_acl_sync(
+            &d,
+            &[acl("User:app", 3), acl("User:app", 4)],
+            &[acl("User:app", 3), acl("User:old", 3), acl("User:admin", 2)],
+        )
+        .unwrap();
+        assert_eq!(plan.create, vec![acl("User:app", 4)]);
+        assert_eq!(plan.delete, vec![acl("User:old", 3)]);
+        let off = def(&[("mirror.acl.sync.enable", "false")]);
+        assert_eq!(
+            plan_acl_sync(&off, &[acl("User:app", 3)], &[]).unwrap(),
+            AclSyncPlan::default()
+        );
     }
 
     #[test]
