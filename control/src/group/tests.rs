@@ -651,3 +651,44 @@ fn offsets_log_is_compacted_on_open_and_keeps_the_latest_values() {
     let c = open(dir.path(), 20);
     assert_eq!(c.fetch_offsets("busy", None, false).len(), 3);
 }
+
+#[test]
+fn commit_between_join_and_sync_answers_rebalance_in_progress() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open(dir.path(), 0);
+    let a = first_join(&mut c, "g", "ca", 10, 0);
+    let r = c.tick(3_000);
+    assert_eq!(join_reply(&r, 11).unwrap().generation_id, 1);
+    assert_eq!(c.group_state("g"), Some(GroupState::CompletingRebalance));
+    let ctx = CommitContext {
+        group_id: "g".into(),
+        member_id: a.clone(),
+        generation_id: 1,
+        api_version: 9,
+        ..Default::default()
+    };
+    let off = [OffsetToCommit {
+        topic: "t".into(),
+        partition: 0,
+        offset: 9,
+        leader_epoch: -1,
+        metadata: None,
+    }];
+    assert_eq!(
+        c.commit_offsets(&ctx, &off, 3_100),
+        Err(REBALANCE_IN_PROGRESS)
+    );
+    // Heartbeats are fine while the leader computes the assignment.
+    assert_eq!(c.heartbeat("g", &a, None, 1, 3_100), NONE);
+    let r = sync(
+        &mut c,
+        12,
+        "g",
+        &a,
+        1,
+        vec![(a.clone(), Bytes::new())],
+        3_200,
+    );
+    assert_eq!(sync_reply(&r, 12).unwrap().error, NONE);
+    assert_eq!(c.commit_offsets(&ctx, &off, 3_300), Ok(vec![NONE]));
+}
