@@ -711,8 +711,14 @@ impl Log {
             active.truncate_rewrite(pos, interval)?;
         }
         active.ensure_capacity(cap)?;
+        let data_end = active.next_offset;
         sync_dir(&self.dir)?;
         self.leo = offset;
+        if data_end < offset {
+            // The cut fell inside a batch or a gap: an empty segment named `offset` records
+            // the log end on disk, so it survives a restart.
+            self.roll_at(offset)?;
+        }
         self.log_start = self.log_start.min(offset);
         self.hw = self.hw.min(offset);
         self.recovery_point = self.recovery_point.min(offset);
