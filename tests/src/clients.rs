@@ -191,6 +191,17 @@ fn parse_consumed(lines: &[String]) -> Vec<Seq> {
         .collect()
 }
 
+/// "<partition>:<seq>" of a value in SeqFormat layout (the whole value if it is not ours).
+fn seq_key(v: &[u8]) -> &[u8] {
+    let Some(i) = v.iter().position(|b| *b == b':') else {
+        return v;
+    };
+    match v[i + 1..].iter().position(|b| *b == b':') {
+        Some(j) => &v[..i + 1 + j],
+        None => v,
+    }
+}
+
 fn expected_per_partition(records: u64, partitions: i32) -> Vec<i64> {
     (0..partitions)
         .map(|p| {
@@ -410,11 +421,25 @@ pub fn acked_records_survive_sigkill(
     let boot = broker.bootstrap();
     let mut missing = Vec::new();
     let mut wrong = Vec::new();
+    let mut duplicated = Vec::new();
     for p in 0..partitions {
         let log: HashMap<i64, Option<bytes::Bytes>> = crate::oracle::read_records(&boot, topic, p)
             .unwrap_or_else(|e| panic!("read back partition {p}: {e}"))
             .into_iter()
             .collect();
+        // Both clients produce idempotently: a retry across the restart must not write twice.
+        let mut copies: HashMap<&[u8], Vec<i64>> = HashMap::new();
+        for (off, v) in &log {
+            if let Some(v) = v {
+                copies.entry(seq_key(v)).or_default().push(*off);
+            }
+        }
+        duplicated.extend(
+            copies
+                .into_iter()
+                .filter(|(_, offs)| offs.len() > 1)
+                .map(|(k, offs)| format!("{} at {offs:?}", String::from_utf8_lossy(k))),
+        );
         for a in acks.iter().filter(|a| a.partition == p) {
             match log.get(&a.offset) {
                 None => missing.push(*a),
@@ -438,6 +463,12 @@ pub fn acked_records_survive_sigkill(
         acks.len(),
         errors,
         acked_at_kill
+    );
+    assert!(
+        duplicated.is_empty(),
+        "{} records written more than once by an idempotent producer, e.g. {:?}",
+        duplicated.len(),
+        duplicated.first()
     );
     eprintln!(
         "{client:?}: {} acknowledged ({} before SIGKILL), {errors} failed, all present after restart",
