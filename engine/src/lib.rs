@@ -17,6 +17,16 @@
 //!   ever held across a suspension point. A job must not call back into the router for its
 //!   own core.
 //! - Cross-core channels are bounded: a flooded core applies back-pressure to senders.
+//!
+//! Using it from other subsystems (the whole partition-ownership API):
+//! - append verbatim on the owner: `router.with_partition(tp, |p| p.append_mirror(bytes)).await`
+//! - read state: `router.with_partition(tp, |p| (p.log.log_end_offset(), p.leader_epoch)).await`
+//! - several partitions of one core at once: `router.run_on(core, |shard| ...)`;
+//!   fan out first with [`Router::submit`] / [`Router::submit_partition`], then `wait()`
+//! - a long-lived task on the owning core (a fetcher): [`Router::spawn_on`]
+//! - from plain threads: the `*_blocking` variants (never call those on a core thread)
+//! - epoch bumps and the read-only (`mirror`) flag are durable cluster metadata: change them
+//!   there first; the broker then pushes them into the open [`Partition`]s.
 
 mod assign;
 mod control;

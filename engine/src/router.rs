@@ -16,6 +16,19 @@ thread_local! {
     pub(crate) static LOCAL_SHARD: RefCell<Option<Rc<RefCell<Shard>>>> = const { RefCell::new(None) };
 }
 
+/// Schedules a task on the current executor without polling it now. (glommio's
+/// `spawn_local` runs the new task immediately, which would re-enter the shard while the
+/// spawning job still holds it.)
+fn spawn_later(fut: impl std::future::Future<Output = ()> + 'static) {
+    let tq = glommio::executor().current_task_queue();
+    match glommio::spawn_local_into(fut, tq) {
+        Ok(t) => {
+            t.detach();
+        }
+        Err(e) => tracing::error!(error = %e, "cannot spawn task"),
+    }
+}
+
 /// Routes work to partition owners. Cheap to clone, usable from any thread.
 #[derive(Clone)]
 pub struct Router {
@@ -121,6 +134,31 @@ impl Router {
         f: impl FnOnce(&mut Partition) -> R + Send + 'static,
     ) -> Result<R, EngineError> {
         self.submit_partition(tp, f).await?.wait().await?
+    }
+
+    /// Starts a long-lived task (e.g. a mirror fetcher) on `core`'s executor. `make` runs on
+    /// that core and builds the future there, so the future itself need not be `Send`; inside
+    /// it, [`Router::with_partition`] for partitions owned by `core` runs inline.
+    pub async fn spawn_on<F, Fut>(&self, core: usize, make: F) -> Result<(), EngineError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + 'static,
+    {
+        self.run_on(core, move |_s: &mut Shard| {
+            spawn_later(make());
+        })
+        .await
+    }
+
+    /// Blocking variant of [`Router::spawn_on`] for plain threads.
+    pub fn spawn_on_blocking<F, Fut>(&self, core: usize, make: F) -> Result<(), EngineError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + 'static,
+    {
+        self.run_on_blocking(core, move |_s: &mut Shard| {
+            spawn_later(make());
+        })
     }
 
     /// Blocking variant of [`Router::run_on`] for plain threads (never call it on a core).

@@ -135,3 +135,29 @@ fn a_long_poll_waiter_is_woken_by_the_next_append() {
     assert!(rx.recv_timeout(std::time::Duration::from_secs(2)).is_ok());
     engine.stop();
 }
+
+#[test]
+fn a_task_spawned_on_a_core_reaches_its_partitions_inline() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start(dir.path());
+    let router = engine.router().clone();
+    let tp = TopicPartition::new("t", 2);
+    let owner = router.owner(&tp);
+    let (tx, rx) = flume::bounded(1);
+    let r2 = router.clone();
+    router
+        .spawn_on_blocking(owner, move || async move {
+            let info = r2
+                .with_partition(tp, |p| p.append_leader(records(4), 0))
+                .await
+                .unwrap()
+                .unwrap();
+            let _ = tx.send(info.last_offset.get());
+        })
+        .unwrap();
+    assert_eq!(
+        rx.recv_timeout(std::time::Duration::from_secs(5)).unwrap(),
+        3
+    );
+    engine.stop();
+}

@@ -44,6 +44,11 @@ pub trait ExtensionApis: Send + Sync {
         api_key: i16,
         frame: Bytes,
     ) -> Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
+    /// Called once by [`crate::start`] when every core accepts connections, handing the
+    /// extension the broker (metadata, coordinator) and the router (partition owners).
+    fn started(&self, broker: &Arc<Broker>, router: &Router) {
+        let _ = (broker, router);
+    }
 }
 
 /// Shared by all cores.

@@ -191,6 +191,9 @@ pub fn start(
             });
         }
     }
+    if let Some(ext) = &broker.extension {
+        ext.started(&broker, engine.router());
+    }
     Ok(RunningBroker {
         engine,
         addr,
