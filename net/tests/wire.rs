@@ -428,3 +428,138 @@ fn deleted_topic_recreated_with_the_same_name_starts_empty_with_a_new_id() {
     assert_eq!(latest_offset(&mut s, "again"), 0);
     b.stop();
 }
+
+fn batch_at(n: usize, ts: i64) -> Vec<u8> {
+    let spec = BatchSpec {
+        base_offset: 0,
+        partition_leader_epoch: -1,
+        attributes: 0,
+        base_timestamp: ts,
+        producer_id: -1,
+        producer_epoch: -1,
+        base_sequence: -1,
+    };
+    let recs: Vec<kmirror_log::batch::KeyValue<'_>> =
+        (0..n).map(|_| (None, Some(&b"v"[..]))).collect();
+    build_batch(&spec, &recs)
+}
+
+fn list_offset(s: &mut TcpStream, topic: &str, ts: i64) -> (i16, i64, i64) {
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![list_offsets_request::ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![
+                list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(0)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(ts),
+            ])]);
+    let r: ListOffsetsResponse = call(s, ApiKey::ListOffsets, 8, &req);
+    let p = &r.topics[0].partitions[0];
+    (p.error_code, p.offset, p.timestamp)
+}
+
+#[test]
+fn list_offsets_by_position_and_time_and_delete_records_move_the_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = start(dir.path());
+    let mut s = connect(&b);
+    create_topic(&mut s, "lo", 1);
+    produce(&mut s, "lo", batch_at(2, 1_000)); // offsets 0-1
+    produce(&mut s, "lo", batch_at(3, 5_000)); // offsets 2-4
+    produce(&mut s, "lo", batch_at(1, 3_000)); // offset 5
+    assert_eq!(list_offset(&mut s, "lo", -2).1, 0);
+    assert_eq!(list_offset(&mut s, "lo", -1).1, 6);
+    assert_eq!(
+        list_offset(&mut s, "lo", 4_000).1,
+        2,
+        "first record at or after ts"
+    );
+    let (_, off, ts) = list_offset(&mut s, "lo", -3);
+    assert_eq!((off, ts), (2, 5_000), "max timestamp");
+    assert_eq!(list_offset(&mut s, "lo", 9_000).1, -1, "nothing that late");
+
+    let req = DeleteRecordsRequest::default()
+        .with_timeout_ms(1000)
+        .with_topics(vec![delete_records_request::DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("lo")))
+            .with_partitions(vec![
+                delete_records_request::DeleteRecordsPartition::default()
+                    .with_partition_index(0)
+                    .with_offset(2),
+            ])]);
+    let r: DeleteRecordsResponse = call(&mut s, ApiKey::DeleteRecords, 2, &req);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.low_watermark), (0, 2));
+    assert_eq!(list_offset(&mut s, "lo", -2).1, 2);
+
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![
+            offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("lo")))
+                .with_partitions(vec![
+                    offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(0)
+                        .with_leader_epoch(0),
+                ]),
+        ]);
+    let r: OffsetForLeaderEpochResponse = call(&mut s, ApiKey::OffsetForLeaderEpoch, 4, &req);
+    let p = &r.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.leader_epoch, p.end_offset), (0, 0, 6));
+    // A client claiming a newer epoch than ours is told so.
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![
+            offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("lo")))
+                .with_partitions(vec![
+                    offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(5)
+                        .with_leader_epoch(0),
+                ]),
+        ]);
+    let r: OffsetForLeaderEpochResponse = call(&mut s, ApiKey::OffsetForLeaderEpoch, 4, &req);
+    assert_eq!(r.topics[0].partitions[0].error_code, 75);
+    b.stop();
+}
+
+#[test]
+fn metadata_answers_by_topic_id_and_reports_unknown_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = start(dir.path());
+    let mut s = connect(&b);
+    let id = create_topic(&mut s, "byid", 3).topics[0].topic_id;
+    let req = MetadataRequest::default().with_topics(Some(vec![
+        metadata_request::MetadataRequestTopic::default()
+            .with_name(None)
+            .with_topic_id(id),
+        metadata_request::MetadataRequestTopic::default()
+            .with_name(None)
+            .with_topic_id(uuid::Uuid::from_u128(7)),
+    ]));
+    let r: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, &req);
+    assert_eq!(
+        r.topics[0]
+            .name
+            .as_deref()
+            .map(|n| n.to_string())
+            .as_deref(),
+        Some("byid")
+    );
+    assert_eq!(r.topics[0].partitions.len(), 3);
+    assert_eq!(r.topics[1].error_code, 100, "UNKNOWN_TOPIC_ID");
+    assert_eq!(r.brokers[0].port, b.addr().port() as i32);
+    // Auto-creation is off when the client says so.
+    let req = MetadataRequest::default()
+        .with_allow_auto_topic_creation(false)
+        .with_topics(Some(vec![metadata_request::MetadataRequestTopic::default(
+        )
+        .with_name(Some(TopicName(StrBytes::from_static_str("nope"))))]));
+    let r: MetadataResponse = call(&mut s, ApiKey::Metadata, 12, &req);
+    assert_eq!(r.topics[0].error_code, 3);
+    b.stop();
+}

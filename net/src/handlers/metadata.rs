@@ -28,7 +28,11 @@ pub async fn metadata(ctx: &Ctx, version: i16, req: MetadataRequest) -> Metadata
         }
         Some(list) => {
             for want in list {
-                match want.name {
+                // By ID when the name is null (or empty with an ID given, leniently).
+                let name = want
+                    .name
+                    .filter(|n| !(n.is_empty() && !want.topic_id.is_nil()));
+                match name {
                     Some(name) => match ctx.topic_or_create(name.as_str(), allow_create).await {
                         Ok(t) => topics.push(topic_entry(
                             ctx,
