@@ -31,7 +31,7 @@ pub async fn metadata(ctx: &Ctx, version: i16, req: MetadataRequest) -> Metadata
                 // By ID when the name is null (or empty with an ID given, leniently).
                 let name = want
                     .name
-                    .filter(|n| !(n.is_empty() && !want.topic_id.is_nil()));
+                    .filter(|n| !n.is_empty() || want.topic_id.is_nil());
                 match name {
                     Some(name) => match ctx.topic_or_create(name.as_str(), allow_create).await {
                         Ok(t) => topics.push(topic_entry(
