@@ -394,3 +394,41 @@ fn re_added_stopped_topic_truncates_only_its_own_writes_then_mirrors_log_equal()
         source_batches(&mut wire, "orders")
     );
 }
+
+/// Catch-up throughput of one partition fetcher from Kafka into the real log (manual:
+/// `cargo test --release -p kmirror-net --test mirror_fetch_from_kafka -- --ignored --nocapture`).
+#[test]
+#[ignore]
+fn measure_single_partition_catch_up_throughput() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let boot = kafka.bootstrap();
+    kafka.create_topic("bulk", 1, &[]);
+    let mut wire = WireClient::connect_leader(&boot, "bulk", 0).expect("leader");
+    let value = vec![b'x'; 1000];
+    let values: Vec<&[u8]> = (0..1000).map(|_| value.as_slice()).collect();
+    let one = batch(&values, 1_700_000_000_000);
+    let total_batches = 256;
+    for _ in 0..total_batches {
+        let (c, _) = wire.produce_raw("bulk", 0, one.clone(), 1).unwrap();
+        assert_eq!(c, 0);
+    }
+    let (_, end) = wire.log_bounds("bulk", 0).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut local = LogLocal {
+        log: Log::open(dir.path(), LogConfig::default()).unwrap(),
+        epoch: 0,
+    };
+    let mut fetcher = PartitionFetcher::new(
+        TopicPartition::new("bulk", 0),
+        uuid::Uuid::nil(),
+        FetcherConfig::default(),
+        0,
+    );
+    let mut events = Events::default();
+    let t0 = Instant::now();
+    mirror_until(&boot, &mut fetcher, &mut local, &mut events, end);
+    let secs = t0.elapsed().as_secs_f64();
+    let mb = (one.len() * total_batches) as f64 / 1e6;
+    eprintln!("mirrored {mb:.0} MB in {secs:.2} s: {:.0} MB/s", mb / secs);
+}
