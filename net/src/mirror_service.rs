@@ -405,6 +405,50 @@ impl MirrorService {
     }
 }
 
+/// A ready-made [`crate::broker::ExtensionApis`] over a [`MirrorService`] and the broker's
+/// [`MirrorHost`] + [`MirrorLiveStatus`] implementation: the lead only writes the host. Requests
+/// are handled one at a time under a mutex (admin traffic; each may fsync `__mirror_state`).
+pub struct MirrorExtension<H> {
+    inner: std::sync::Mutex<(MirrorService, H)>,
+}
+
+impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> MirrorExtension<H> {
+    pub fn new(service: MirrorService, host: H) -> Self {
+        MirrorExtension {
+            inner: std::sync::Mutex::new((service, host)),
+        }
+    }
+
+    /// Run `f` with the service and host (for the control loops: sync, fetch events).
+    pub fn with<R>(&self, f: impl FnOnce(&mut MirrorService, &mut H) -> R) -> R {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let (svc, host) = &mut *g;
+        f(svc, host)
+    }
+}
+
+impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> crate::broker::ExtensionApis
+    for MirrorExtension<H>
+{
+    fn versions(&self) -> Vec<(i16, i16, i16)> {
+        MirrorService::versions()
+    }
+
+    fn handles(&self, api_key: i16) -> bool {
+        api::is_mirror_api(api_key)
+    }
+
+    fn handle(
+        &self,
+        _api_key: i16,
+        frame: Bytes,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
+        let now = crate::mirror_fetcher::now_ms();
+        let out = self.with(|svc, host| svc.handle_frame(frame, host, now));
+        Box::pin(std::future::ready(out))
+    }
+}
+
 fn topics_response(
     mirror: &str,
     results: Vec<(String, Result<(), TopicOpError>)>,
@@ -702,6 +746,20 @@ mod tests {
         let mut w = BytesMut::new();
         write_request_header_v2(&mut w, 3, 12, 7, None);
         assert!(svc.handle_frame(w.freeze(), &mut h, 0).is_none());
+    }
+
+    #[test]
+    fn extension_adapter_serves_mirror_frames_for_the_broker() {
+        use crate::broker::ExtensionApis;
+        let dir = tempfile::tempdir().unwrap();
+        let ext = MirrorExtension::new(service(dir.path(), 1), Host::default());
+        assert!(ext.handles(api::CREATE_MIRROR) && !ext.handles(1));
+        let mut frame = codec::encode_mirror_request(&create("dr"), 9, "t");
+        let _len = bytes::Buf::get_i32(&mut frame);
+        let resp = futures_lite::future::block_on(ext.handle(api::CREATE_MIRROR, frame)).unwrap();
+        let r = codec::decode_mirror_response::<CreateMirrorRequest>(resp, 9).unwrap();
+        assert_eq!(r.error_code, 0);
+        assert_eq!(ext.with(|s, _| s.coordinator().mirrors().count()), 1);
     }
 
     #[test]
