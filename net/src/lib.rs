@@ -17,6 +17,7 @@ pub mod broker;
 pub mod client;
 pub mod cluster;
 pub mod errors;
+pub mod fetch_encode;
 pub mod frame;
 pub mod groups;
 pub mod handlers;

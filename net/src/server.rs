@@ -95,8 +95,11 @@ async fn connection(ctx: Rc<Ctx>, stream: TcpStream) -> Result<(), ConnError> {
             Some(Err(FrameError::Closed)) => return Ok(()),
             Some(r) => r?,
         };
-        if let Some(resp) = handle_frame(&ctx, frame).await? {
-            reader.get_mut().write_all(&resp).await?;
+        if let Some(chunks) = handle_frame(&ctx, frame).await? {
+            let w = reader.get_mut();
+            for c in &chunks {
+                w.write_all(c).await?;
+            }
         }
         if ctx.core.stop.is_stopped() {
             return Ok(());
@@ -106,7 +109,7 @@ async fn connection(ctx: Rc<Ctx>, stream: TcpStream) -> Result<(), ConnError> {
 
 /// Decodes, dispatches and encodes one request. `Ok(None)`: no response (acks=0).
 /// `Err`: the connection must be closed (malformed or unsupported request).
-async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Bytes>, ConnError> {
+async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<Bytes>>, ConnError> {
     let p = header_prefix(&frame);
     let Ok(api_key) = ApiKey::try_from(p.api_key) else {
         if let Some(ext) = ctx
@@ -120,7 +123,7 @@ async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Bytes>, ConnErro
                 let mut out = BytesMut::with_capacity(4 + r.len());
                 out.put_i32(r.len() as i32);
                 out.put_slice(&r);
-                out.freeze()
+                vec![out.freeze()]
             }));
         }
         return Err(ConnError::Protocol(format!(
@@ -146,7 +149,7 @@ async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Bytes>, ConnErro
                 p.correlation_id,
                 &ResponseKind::ApiVersions(resp),
             )
-            .map(Some);
+            .map(|b| Some(vec![b]));
         }
         return Err(ConnError::Protocol(format!(
             "{api_key:?} v{} unsupported (we serve {}..{})",
@@ -162,7 +165,15 @@ async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Bytes>, ConnErro
     let resp = dispatch(ctx, api_key, &header, req).await?;
     match resp {
         None => Ok(None),
-        Some(resp) => encode_response(api_key, p.api_version, p.correlation_id, &resp).map(Some),
+        // Fetch: record bytes are spliced in, not copied.
+        Some(ResponseKind::Fetch(f)) => {
+            crate::fetch_encode::encode_fetch_response(&f, p.api_version, p.correlation_id)
+                .map(Some)
+                .map_err(|e| ConnError::Protocol(format!("encode Fetch: {e}")))
+        }
+        Some(resp) => {
+            encode_response(api_key, p.api_version, p.correlation_id, &resp).map(|b| Some(vec![b]))
+        }
     }
 }
 
