@@ -476,3 +476,84 @@ pub fn acked_records_survive_sigkill(
         acked_at_kill
     );
 }
+
+/// The stock Java tools against a broker: TopicCommand creates, ProducerPerformance writes
+/// `records` 1 KiB records with acks=all, ConsoleConsumer and ConsumerPerformance read every
+/// one of them back.
+pub fn java_tools_round_trip(broker: &dyn BrokerUnderTest, records: u64) {
+    let boot = broker.bootstrap();
+    let topic = "perf";
+    let n = records.to_string();
+    Client::Java.create_topic(&boot, topic, 3);
+    let produced = java::run_tool(
+        tools::PRODUCER_PERFORMANCE,
+        &[
+            "--topic",
+            topic,
+            "--num-records",
+            &n,
+            "--record-size",
+            "1024",
+            "--throughput",
+            "-1",
+            "--producer-props",
+            &format!("bootstrap.servers={boot}"),
+            "acks=all",
+        ],
+        Duration::from_secs(180),
+    );
+    let summary = produced
+        .stdout
+        .lines()
+        .rev()
+        .find(|l| l.contains("records sent"))
+        .unwrap_or_else(|| panic!("no ProducerPerformance summary:\n{}", produced.stdout));
+    assert!(
+        summary.starts_with(&format!("{records} records sent")),
+        "ProducerPerformance: {summary}"
+    );
+    let console = java::run_tool(
+        tools::CONSOLE_CONSUMER,
+        &[
+            "--bootstrap-server",
+            &boot,
+            "--topic",
+            topic,
+            "--from-beginning",
+            "--max-messages",
+            &n,
+            "--timeout-ms",
+            "30000",
+        ],
+        Duration::from_secs(180),
+    );
+    let lines = console.stdout.lines().filter(|l| l.len() == 1024).count() as u64;
+    assert_eq!(lines, records, "ConsoleConsumer read {lines} 1 KiB records");
+    let perf = java::run_tool(
+        tools::CONSUMER_PERFORMANCE,
+        &[
+            "--bootstrap-server",
+            &boot,
+            "--topic",
+            topic,
+            "--messages",
+            &n,
+            "--timeout",
+            "30000",
+        ],
+        Duration::from_secs(180),
+    );
+    // CSV: start.time, end.time, data.consumed.in.MB, MB.sec, data.consumed.in.nMsg, ...
+    let row = perf
+        .stdout
+        .lines()
+        .rev()
+        .find(|l| l.split(',').count() >= 5 && !l.starts_with("start.time"))
+        .unwrap_or_else(|| panic!("no ConsumerPerformance row:\n{}", perf.stdout));
+    let consumed: u64 = row
+        .split(',')
+        .nth(4)
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0);
+    assert_eq!(consumed, records, "ConsumerPerformance: {row}");
+}

@@ -67,3 +67,17 @@ fn librdkafka_sigkill_scenario_holds_on_apache_kafka() {
     let mut kafka = KafkaCluster::single();
     clients::acked_records_survive_sigkill(Client::Librdkafka, &mut kafka, CRASH_RECORDS);
 }
+
+#[test]
+fn java_tools_write_and_read_back_50k_records_on_kmirror() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let node = KmirrorNode::start();
+    clients::java_tools_round_trip(&node, 50_000);
+}
+
+#[test]
+fn java_tools_scenario_holds_on_apache_kafka() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    clients::java_tools_round_trip(&kafka, 50_000);
+}
