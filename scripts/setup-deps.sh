@@ -35,13 +35,17 @@ cp_file=target/kafka-classpath.txt
 stale=1
 if [ -s "$cp_file" ] && [ "$cp_file" -nt tests/java/pom.xml ]; then
   stale=0
-  IFS=':' read -r -a jars < "$cp_file"
+  IFS=':' read -r -a jars < "$cp_file" || true  # no trailing newline: read returns 1
   for j in "${jars[@]}"; do [ -f "$j" ] || { stale=1; break; }; done
 fi
 if [ "$stale" = 1 ]; then
   echo "setup-deps: resolving Apache Kafka 4.1.1 jars with mvn" >&2
-  mvn -q -B -f tests/java/pom.xml dependency:build-classpath -Dstyle.color=never \
-    -Dmdep.outputFile="$PWD/$cp_file.tmp" >&2
+  if ! mvn_out=$(mvn -q -B -f tests/java/pom.xml dependency:build-classpath \
+      -Dmdep.outputFile="$PWD/$cp_file.tmp" 2>&1); then
+    echo "$mvn_out" >&2
+    echo "setup-deps: mvn could not resolve the Kafka jars" >&2
+    exit 1
+  fi
   mv "$cp_file.tmp" "$cp_file"
 fi
 grep -q 'kafka_2.13-4.1.1.jar' "$cp_file" || { echo "setup-deps: kafka_2.13 4.1.1 missing from $cp_file" >&2; exit 1; }
