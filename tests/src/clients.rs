@@ -252,7 +252,7 @@ pub fn exactly_once_across_rebalance_and_restart(
     let dir = tempfile::tempdir().expect("temp dir");
     let stop = dir.path().join("stop");
     let stop_s = stop.display().to_string();
-    let rate = (records / 8).max(1000) as u32; // ~8 s alone, so the join lands midway
+    let rate = (records / 12).max(1000) as u32; // ~12 s alone, so the join lands midway
     let first = LineChild::spawn(&mut client.consumer(&boot, group, topic, &stop_s, rate));
     let started = Instant::now();
     proc::wait_for(
