@@ -213,7 +213,7 @@ fn run(ops: Vec<Op>) {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 96, ..ProptestConfig::default() })]
     #[test]
     fn log_matches_in_memory_model(ops in proptest::collection::vec(op(), 1..40)) {
         run(ops);
