@@ -602,6 +602,12 @@ mod tests {
             },
         );
         assert_eq!(add.topics[0].error_code, 0, "{:?}", add.topics[0]);
+        // The metadata sync (same topic id on both sides) materializes the partitions.
+        for p in 0..2 {
+            svc.coordinator_mut()
+                .materialize_partition("dr", &TopicPartition::new("orders", p))
+                .unwrap();
+        }
         let list = call(&mut svc, &mut h, &ListMirrorsRequest::default());
         assert_eq!(list.mirrors[0].mirror_name, "dr");
         assert_eq!(list.mirrors[0].source_bootstrap, "127.0.0.1:9092");

@@ -118,6 +118,25 @@ fn spawn_server(dir: std::path::PathBuf) -> String {
                     svc.handle_frame(frame, &mut host, 0)
                         .expect("only mirror APIs are sent")
                 };
+                // Stand-in for the metadata sync loop: named topics whose local copy has the
+                // source's id (always, here) get their partitions materialized.
+                let wanted: Vec<(String, String)> = svc
+                    .coordinator()
+                    .mirrors()
+                    .flat_map(|m| m.topics.iter().map(|t| (m.name.clone(), t.clone())))
+                    .collect();
+                for (m, t) in wanted {
+                    for p in 0..host.local_partition_count(&t).unwrap_or(0) {
+                        let tp = TopicPartition::new(t.clone(), p);
+                        if svc.coordinator().store().state_of(&tp)
+                            == kmirror_control::mirror::PartitionState::Unknown
+                        {
+                            svc.coordinator_mut()
+                                .materialize_partition(&m, &tp)
+                                .unwrap();
+                        }
+                    }
+                }
                 write_frame(&mut s, &resp);
             }
         }

@@ -210,7 +210,9 @@ impl MirrorCoordinator {
             }
         }
         self.store.update_mirror(def)?;
-        // Local topics that exist already (stopped after a failover): start preparing now.
+        // Local topics stopped by an earlier failover start preparing now (failback / re-add).
+        // Never-mirrored local topics (UNKNOWN) wait for the metadata sync, which checks that
+        // the local topic id is the source's before mirroring into it.
         for (t, r) in results.iter_mut() {
             if r.is_err() {
                 continue;
@@ -218,6 +220,9 @@ impl MirrorCoordinator {
             if let Some(n) = host.local_partition_count(t) {
                 for p in 0..n {
                     let tp = TopicPartition::new(t.clone(), p);
+                    if self.store.state_of(&tp) != PartitionState::Stopped {
+                        continue;
+                    }
                     if let Err(e) = self.materialize_partition(mirror, &tp) {
                         *r = Err(e.into());
                         break;
@@ -713,7 +718,14 @@ mod tests {
             .add_topics("dr", &["orders".to_owned()], &[], &[], host)
             .unwrap();
         assert!(r[0].1.is_ok());
+        assert_eq!(
+            c.store().state_of(&tp(0)),
+            PartitionState::Unknown,
+            "an existing never-mirrored topic waits for the sync loop's id check"
+        );
         for p in 0..2 {
+            // What the metadata sync does once the ids match.
+            c.materialize_partition("dr", &tp(p)).unwrap();
             c.preparation_done(&tp(p), host).unwrap();
             host.epoch.insert(tp(p), 5);
             host.end.insert(tp(p), 100);
