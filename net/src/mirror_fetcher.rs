@@ -52,25 +52,28 @@ pub enum LocalError {
     Other(String),
 }
 
-/// The destination partition as the fetcher sees it.
+/// The destination partition as the fetcher sees it. Async so the broker can implement it
+/// with its engine's `Router::with_partition` (inline on the owning core): no borrow of the
+/// log may be held across an `.await` in an implementation.
+#[allow(async_fn_in_trait)]
 pub trait LocalPartition {
-    fn log_start_offset(&self) -> i64;
+    async fn log_start_offset(&self) -> i64;
     /// Next offset to be written (where fetching resumes after a restart).
-    fn log_end_offset(&self) -> i64;
+    async fn log_end_offset(&self) -> i64;
     /// The destination partition's leader epoch.
-    fn leader_epoch(&self) -> i32;
+    async fn leader_epoch(&self) -> i32;
     /// Raise the destination leader epoch to `epoch` (called only when it is higher).
-    fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError>;
-    /// Append whole batches verbatim at their own offsets (`kmirror_log::Log::append_mirror`).
-    /// Returns the last offset appended.
-    fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError>;
+    async fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError>;
+    /// Append whole batches verbatim at their own offsets (`kmirror_log::Log::append_mirror`;
+    /// on a single node the high watermark follows the log end). Returns the last offset.
+    async fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError>;
     /// Drop everything and make `offset` the new log start and end.
-    fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError>;
+    async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError>;
     /// Kafka OffsetsForLeaderEpoch on the local log: the largest epoch <= `epoch` and its end
     /// offset (`kmirror_log::Log::end_offset_for_epoch`); None if no such epoch.
-    fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)>;
+    async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)>;
     /// Drop every batch at or above `offset` (failback truncation).
-    fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError>;
+    async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError>;
 }
 
 /// The source partition leader as last seen in metadata.
@@ -448,7 +451,7 @@ impl PartitionFetcher {
         FetcherExit::Stopped
     }
 
-    fn learn_epoch<L: LocalPartition, O: FetchObserver>(
+    async fn learn_epoch<L: LocalPartition, O: FetchObserver>(
         &mut self,
         epoch: i32,
         local: &mut L,
@@ -458,17 +461,17 @@ impl PartitionFetcher {
             self.source_epoch = epoch;
             self.status.source_leader_epoch = epoch;
         }
-        self.ensure_local_epoch(epoch, local, observer)
+        self.ensure_local_epoch(epoch, local, observer).await
     }
 
-    fn ensure_local_epoch<L: LocalPartition, O: FetchObserver>(
+    async fn ensure_local_epoch<L: LocalPartition, O: FetchObserver>(
         &mut self,
         epoch: i32,
         local: &mut L,
         observer: &mut O,
     ) -> Result<(), LocalError> {
-        if epoch > local.leader_epoch() {
-            local.bump_leader_epoch_to(epoch)?;
+        if epoch > local.leader_epoch().await {
+            local.bump_leader_epoch_to(epoch).await?;
             observer.on_event(&self.tp, FetchEvent::EpochBumped { to: epoch });
         }
         Ok(())
@@ -531,7 +534,7 @@ impl PartitionFetcher {
                     if self.topic_id.is_nil() {
                         self.topic_id = l.topic_id;
                     }
-                    if let Err(e) = self.learn_epoch(l.leader_epoch, local, observer) {
+                    if let Err(e) = self.learn_epoch(l.leader_epoch, local, observer).await {
                         return self.fail(observer, e.to_string());
                     }
                     self.status.leader = Some((l.broker_id, l.addr.clone()));
@@ -550,7 +553,7 @@ impl PartitionFetcher {
             },
         };
 
-        let fetch_offset = local.log_end_offset();
+        let fetch_offset = local.log_end_offset().await;
         let part = build::FetchPart {
             topic: self.tp.topic.clone(),
             topic_id: self.topic_id,
@@ -570,12 +573,15 @@ impl PartitionFetcher {
         self.status.last_fetch_ms = source.now_ms();
 
         match out.error_code {
-            code::NONE => self.on_data(out, fetch_offset, local, observer, source.now_ms()),
+            code::NONE => {
+                self.on_data(out, fetch_offset, local, observer, source.now_ms())
+                    .await
+            }
             code::FENCED_LEADER_EPOCH => {
                 // Our epoch is older than the leader's: learn it and retry at once.
                 match out.current_leader {
                     Some((id, epoch)) if epoch > self.source_epoch && id == leader.broker_id => {
-                        if let Err(e) = self.learn_epoch(epoch, local, observer) {
+                        if let Err(e) = self.learn_epoch(epoch, local, observer).await {
                             return self.fail(observer, e.to_string());
                         }
                     }
@@ -618,7 +624,7 @@ impl PartitionFetcher {
         }
     }
 
-    fn on_data<L: LocalPartition, O: FetchObserver>(
+    async fn on_data<L: LocalPartition, O: FetchObserver>(
         &mut self,
         out: FetchOutcome,
         fetch_offset: i64,
@@ -643,8 +649,8 @@ impl PartitionFetcher {
                     // The source log start is inside this batch (DeleteRecords / retention
                     // moved it mid-batch). Like a Kafka follower, restart the local log at the
                     // batch's base offset so the batch is stored whole.
-                    if local.log_end_offset() == local.log_start_offset() {
-                        if let Err(e) = local.truncate_fully_and_start_at(first_base) {
+                    if local.log_end_offset().await == local.log_start_offset().await {
+                        if let Err(e) = local.truncate_fully_and_start_at(first_base).await {
                             return self.fail(observer, e.to_string());
                         }
                     } else {
@@ -656,13 +662,14 @@ impl PartitionFetcher {
                         );
                     }
                 }
-                if let Err(e) =
-                    self.ensure_local_epoch(max_epoch.max(self.source_epoch), local, observer)
+                if let Err(e) = self
+                    .ensure_local_epoch(max_epoch.max(self.source_epoch), local, observer)
+                    .await
                 {
                     return self.fail(observer, e.to_string());
                 }
                 let appended_bytes = batches.len();
-                match local.append_mirror(batches) {
+                match local.append_mirror(batches).await {
                     Ok(last_appended) => {
                         step = Step::Appended {
                             last_offset: last_appended,
@@ -679,7 +686,7 @@ impl PartitionFetcher {
             }
         }
         self.succeeded(observer);
-        self.status.destination_log_end_offset = local.log_end_offset();
+        self.status.destination_log_end_offset = local.log_end_offset().await;
         if self.status.lag() == 0 {
             self.status.last_caught_up_ms = now_ms;
         }
@@ -720,7 +727,7 @@ impl PartitionFetcher {
             // source log start and report the gap (never silent).
             tracing::warn!(tp = %self.tp, lost_from = fetch_offset, lost_to = start,
                 "source log start moved past the mirror's end; truncating fully");
-            if let Err(e) = local.truncate_fully_and_start_at(start) {
+            if let Err(e) = local.truncate_fully_and_start_at(start).await {
                 return self.fail(observer, e.to_string());
             }
             observer.on_event(
@@ -788,8 +795,8 @@ pub async fn plan_preparation<S: Source, L: LocalPartition>(
     tp: &TopicPartition,
     local_lme: Option<i32>,
 ) -> Result<PreparePlan, SourceError> {
-    let local_end = local.log_end_offset();
-    let start = local.log_start_offset();
+    let local_end = local.log_end_offset().await;
+    let start = local.log_start_offset().await;
     if local_end == start {
         return Ok(PreparePlan {
             local_end_offset: local_end,
@@ -828,7 +835,7 @@ pub async fn plan_preparation<S: Source, L: LocalPartition>(
         // The source has no data of any epoch <= LME: nothing local can be trusted.
         start
     } else {
-        let local_bound = match local.end_offset_for_epoch(source_epoch) {
+        let local_bound = match local.end_offset_for_epoch(source_epoch).await {
             Some((_, off)) => off,
             None => start,
         };
@@ -853,10 +860,10 @@ pub async fn prepare_partition<S: Source, L: LocalPartition>(
 ) -> Result<PreparePlan, SourceError> {
     let plan = plan_preparation(source, local, mirror, tp, local_lme).await?;
     if plan.truncate_to < plan.local_end_offset {
-        if plan.truncate_to == local.log_start_offset() {
-            local.truncate_fully_and_start_at(plan.truncate_to)
+        if plan.truncate_to == local.log_start_offset().await {
+            local.truncate_fully_and_start_at(plan.truncate_to).await
         } else {
-            local.truncate_to(plan.truncate_to)
+            local.truncate_to(plan.truncate_to).await
         }
         .map_err(|e| SourceError::Other(format!("local truncation: {e}")))?;
     }
@@ -1670,32 +1677,32 @@ struct RemotePartitionView<'a> {
 }
 
 impl LocalPartition for RemotePartitionView<'_> {
-    fn log_start_offset(&self) -> i64 {
+    async fn log_start_offset(&self) -> i64 {
         self.start
     }
-    fn log_end_offset(&self) -> i64 {
+    async fn log_end_offset(&self) -> i64 {
         self.end
     }
-    fn leader_epoch(&self) -> i32 {
+    async fn leader_epoch(&self) -> i32 {
         -1
     }
-    fn bump_leader_epoch_to(&mut self, _epoch: i32) -> Result<(), LocalError> {
+    async fn bump_leader_epoch_to(&mut self, _epoch: i32) -> Result<(), LocalError> {
         Err(LocalError::Other("read-only view".into()))
     }
-    fn append_mirror(&mut self, _batches: Bytes) -> Result<i64, LocalError> {
+    async fn append_mirror(&mut self, _batches: Bytes) -> Result<i64, LocalError> {
         Err(LocalError::Other("read-only view".into()))
     }
-    fn truncate_fully_and_start_at(&mut self, _offset: i64) -> Result<(), LocalError> {
+    async fn truncate_fully_and_start_at(&mut self, _offset: i64) -> Result<(), LocalError> {
         Err(LocalError::Other("read-only view".into()))
     }
-    fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+    async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
         let mut c = self.conn.borrow_mut();
         match epoch_end_over(&mut c, &self.topic, self.partition, -1, epoch) {
             Ok((code::NONE, e, o)) if e >= 0 && o >= 0 => Some((e, o)),
             _ => None,
         }
     }
-    fn truncate_to(&mut self, _offset: i64) -> Result<(), LocalError> {
+    async fn truncate_to(&mut self, _offset: i64) -> Result<(), LocalError> {
         Err(LocalError::Other("read-only view".into()))
     }
 }
@@ -1827,21 +1834,21 @@ mod tests {
     }
 
     impl LocalPartition for FakeLocal {
-        fn log_start_offset(&self) -> i64 {
+        async fn log_start_offset(&self) -> i64 {
             self.start
         }
-        fn log_end_offset(&self) -> i64 {
+        async fn log_end_offset(&self) -> i64 {
             self.end
         }
-        fn leader_epoch(&self) -> i32 {
+        async fn leader_epoch(&self) -> i32 {
             self.epoch
         }
-        fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
+        async fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
             assert!(epoch > self.epoch, "bump must only raise the epoch");
             self.epoch = epoch;
             Ok(())
         }
-        fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
+        async fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
             let mut pos = 0;
             let mut staged = Vec::new();
             let mut end = self.end;
@@ -1869,14 +1876,14 @@ mod tests {
             self.end = end;
             Ok(end - 1)
         }
-        fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
+        async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
             self.batches.clear();
             self.start = offset;
             self.end = offset;
             self.truncations.push(offset);
             Ok(())
         }
-        fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
             epoch_end(
                 self.batches.iter().map(|(base, b)| {
                     let e = i32::from_be_bytes(b[12..16].try_into().unwrap());
@@ -1887,7 +1894,7 @@ mod tests {
                 self.end,
             )
         }
-        fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
+        async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
             assert!(
                 offset == self.end || self.batches.iter().any(|(b, _)| *b == offset),
                 "truncation at {offset} is not a batch boundary"

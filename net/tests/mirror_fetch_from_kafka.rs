@@ -28,20 +28,20 @@ struct LogLocal {
 }
 
 impl LocalPartition for LogLocal {
-    fn log_start_offset(&self) -> i64 {
+    async fn log_start_offset(&self) -> i64 {
         self.log.log_start_offset().0
     }
-    fn log_end_offset(&self) -> i64 {
+    async fn log_end_offset(&self) -> i64 {
         self.log.log_end_offset().0
     }
-    fn leader_epoch(&self) -> i32 {
+    async fn leader_epoch(&self) -> i32 {
         self.epoch
     }
-    fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
+    async fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
         self.epoch = epoch;
         Ok(())
     }
-    fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
+    async fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
         let info = self.log.append_mirror(batches).map_err(|e| match e {
             LogError::Corrupt { .. } => LocalError::Corrupt(e.to_string()),
             other => LocalError::Other(other.to_string()),
@@ -50,17 +50,17 @@ impl LocalPartition for LogLocal {
         self.log.set_high_watermark(end);
         Ok(info.last_offset.0)
     }
-    fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
+    async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
         self.log
             .truncate_fully_and_start_at(Offset(offset))
             .map_err(|e| LocalError::Other(e.to_string()))
     }
-    fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+    async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
         self.log
             .end_offset_for_epoch(LeaderEpoch(epoch))
             .map(|(e, o)| (e.0, o.0))
     }
-    fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
+    async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
         self.log
             .truncate_to(Offset(offset))
             .map_err(|e| LocalError::Other(e.to_string()))
@@ -129,11 +129,11 @@ fn mirror_until(
                 Duration::from_secs(10),
             );
             let deadline = Instant::now() + Duration::from_secs(60);
-            while local.log_end_offset() < target_end {
+            while local.log.log_end_offset().0 < target_end {
                 assert!(
                     Instant::now() < deadline,
                     "mirroring stalled at {}: {:?}",
-                    local.log_end_offset(),
+                    local.log.log_end_offset().0,
                     events.0.last()
                 );
                 if let Step::Backoff(d) = fetcher.step(&mut source, local, events).await {
