@@ -76,6 +76,111 @@ pub trait LocalPartition {
     async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError>;
 }
 
+/// [`LocalPartition`] over the engine: every call runs on the partition's owning core via
+/// `Router::with_partition` (inline when the fetcher runs on that core, as it should).
+///
+/// The epoch bump is in memory (`Partition::leader_epoch`); the broker must make it durable
+/// (cluster metadata) or, at partition open, start from `max(spec epoch, log.latest_epoch())`
+/// so a restart never lowers it. The fetcher re-learns the source epoch on restart anyway.
+pub struct EngineLocalPartition {
+    router: kmirror_engine::Router,
+    tp: TopicPartition,
+}
+
+impl EngineLocalPartition {
+    pub fn new(router: kmirror_engine::Router, tp: TopicPartition) -> Self {
+        EngineLocalPartition { router, tp }
+    }
+
+    async fn with<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut kmirror_engine::Partition) -> Result<R, LocalError> + Send + 'static,
+    ) -> Result<R, LocalError> {
+        self.router
+            .with_partition(self.tp.clone(), f)
+            .await
+            .map_err(engine_to_local)?
+    }
+}
+
+fn engine_to_local(e: kmirror_engine::EngineError) -> LocalError {
+    match e {
+        kmirror_engine::EngineError::Log(l) => log_to_local(l),
+        other => LocalError::Other(other.to_string()),
+    }
+}
+
+fn log_to_local(e: kmirror_log::LogError) -> LocalError {
+    match e {
+        kmirror_log::LogError::Corrupt { .. } | kmirror_log::LogError::InvalidRecord(_) => {
+            LocalError::Corrupt(e.to_string())
+        }
+        kmirror_log::LogError::NonMonotonicMirrorOffset { .. } => {
+            LocalError::NonMonotonic(e.to_string())
+        }
+        other => LocalError::Other(other.to_string()),
+    }
+}
+
+impl LocalPartition for EngineLocalPartition {
+    async fn log_start_offset(&self) -> i64 {
+        self.with(|p| Ok(p.log.log_start_offset().0))
+            .await
+            .unwrap_or(-1)
+    }
+    async fn log_end_offset(&self) -> i64 {
+        self.with(|p| Ok(p.log.log_end_offset().0))
+            .await
+            .unwrap_or(-1)
+    }
+    async fn leader_epoch(&self) -> i32 {
+        self.with(|p| Ok(p.leader_epoch.0)).await.unwrap_or(-1)
+    }
+    async fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
+        self.with(move |p| {
+            if epoch > p.leader_epoch.0 {
+                p.leader_epoch = kmirror_types::LeaderEpoch(epoch);
+            }
+            Ok(())
+        })
+        .await
+    }
+    async fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
+        self.with(move |p| {
+            p.append_mirror(batches)
+                .map(|i| i.last_offset.0)
+                .map_err(engine_to_local)
+        })
+        .await
+    }
+    async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
+        self.with(move |p| {
+            p.log
+                .truncate_fully_and_start_at(kmirror_types::Offset(offset))
+                .map_err(log_to_local)
+        })
+        .await
+    }
+    async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        self.with(move |p| {
+            Ok(p.log
+                .end_offset_for_epoch(kmirror_types::LeaderEpoch(epoch))
+                .map(|(e, o)| (e.0, o.0)))
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+    async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
+        self.with(move |p| {
+            p.log
+                .truncate_to(kmirror_types::Offset(offset))
+                .map_err(log_to_local)
+        })
+        .await
+    }
+}
+
 /// The source partition leader as last seen in metadata.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SourceLeader {
