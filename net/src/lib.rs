@@ -2,7 +2,8 @@
 //!
 //! Owns: framing with the size check before allocation (`frame`), the served API table and
 //! ApiVersions with KIP-511 fallback (`versions`), the per-core listener and connection loop
-//! (`server`), the API handlers (`handlers`), the single internal-error → Kafka-code mapping
+//! (`server`), the API handlers (`handlers`), zero-copy Fetch response writing
+//! (`fetch_encode`), the single internal-error → Kafka-code mapping
 //! (`errors`), the broker's view of cluster metadata (`cluster`), and [`start`], which wires
 //! the metadata control thread, the group coordinator and the engine together.
 //!
