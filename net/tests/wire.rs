@@ -563,3 +563,58 @@ fn metadata_answers_by_topic_id_and_reports_unknown_ones() {
     assert_eq!(r.topics[0].error_code, 3);
     b.stop();
 }
+
+#[test]
+fn a_mirror_topic_refuses_client_writes_with_read_only_topic_and_appends_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = start(dir.path());
+    let mut s = connect(&b);
+    create_topic(&mut s, "mirrored", 1);
+    produce(&mut s, "mirrored", batch(2));
+    // What the mirror control plane does when a topic joins a mirror.
+    let cluster = b.broker().cluster.clone();
+    let t = cluster
+        .mutate_blocking(|m| m.update_topic("mirrored", |t| t.mirror = Some("m1".into())))
+        .unwrap()
+        .unwrap();
+    futures_lite::future::block_on(cluster.refresh_partitions(b.router(), &t)).unwrap();
+
+    let r = produce(&mut s, "mirrored", batch(1));
+    assert_eq!(r.error_code, kmirror_net::keys::error::READ_ONLY_TOPIC);
+    assert_eq!(latest_offset(&mut s, "mirrored"), 2);
+
+    let req = DeleteRecordsRequest::default().with_topics(vec![
+        delete_records_request::DeleteRecordsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("mirrored")))
+            .with_partitions(vec![
+                delete_records_request::DeleteRecordsPartition::default()
+                    .with_partition_index(0)
+                    .with_offset(1),
+            ]),
+    ]);
+    let r: DeleteRecordsResponse = call(&mut s, ApiKey::DeleteRecords, 2, &req);
+    assert_eq!(
+        r.topics[0].partitions[0].error_code,
+        kmirror_net::keys::error::READ_ONLY_TOPIC
+    );
+
+    let req = CreatePartitionsRequest::default().with_topics(vec![
+        create_partitions_request::CreatePartitionsTopic::default()
+            .with_name(TopicName(StrBytes::from_static_str("mirrored")))
+            .with_count(3),
+    ]);
+    let r: CreatePartitionsResponse = call(&mut s, ApiKey::CreatePartitions, 3, &req);
+    assert_eq!(
+        r.results[0].error_code,
+        kmirror_net::keys::error::READ_ONLY_TOPIC
+    );
+
+    // After failover (mirror cleared) the topic is writable again.
+    let t = cluster
+        .mutate_blocking(|m| m.update_topic("mirrored", |t| t.mirror = None))
+        .unwrap()
+        .unwrap();
+    futures_lite::future::block_on(cluster.refresh_partitions(b.router(), &t)).unwrap();
+    assert_eq!(produce(&mut s, "mirrored", batch(1)).base_offset, 2);
+    b.stop();
+}
