@@ -25,6 +25,7 @@ pub mod handlers;
 pub mod keys;
 pub mod mirror_api;
 pub mod mirror_fetcher;
+pub mod mirror_manager;
 pub mod mirror_service;
 pub mod server;
 pub mod versions;

@@ -209,3 +209,115 @@ fn fetchers_on_owning_cores_mirror_kafka_partitions_log_equal() {
     std::thread::sleep(Duration::from_millis(300));
     engine.stop();
 }
+
+#[test]
+fn fetcher_manager_starts_stops_and_resumes_partitions_and_reports_live_lag() {
+    use kmirror_net::mirror_manager::{FetchTask, FetcherManager};
+    use kmirror_net::mirror_service::MirrorLiveStatus;
+
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let boot = kafka.bootstrap();
+    kafka.create_topic("orders", 2, &[]);
+    let mut wire: Vec<WireClient> = (0..2)
+        .map(|p| WireClient::connect_leader(&boot, "orders", p).unwrap())
+        .collect();
+    let produce = |w: &mut WireClient, p: i32, n: usize| {
+        for i in 0..n {
+            let v = format!("p{p}-{i}").into_bytes();
+            let (c, _) = w
+                .produce_raw("orders", p, batch(&[v.as_slice()], 1_700_000_000_000), -1)
+                .unwrap();
+            assert_eq!(c, 0);
+        }
+        w.log_bounds("orders", p).unwrap().1
+    };
+    let ends: Vec<i64> = (0..2)
+        .map(|p| produce(&mut wire[p], p as i32, 20))
+        .collect();
+
+    let dir = tempfile::tempdir().unwrap();
+    let tps: Vec<TopicPartition> = (0..2).map(|p| TopicPartition::new("orders", p)).collect();
+    let engine = Engine::start(
+        EngineConfig {
+            cores: 2,
+            pin: false,
+            ..EngineConfig::default()
+        },
+        Arc::new(Fixed {
+            dir: dir.path().to_path_buf(),
+            partitions: tps.clone(),
+        }),
+        |ctx| async move { ctx.stop.stopped().await },
+    )
+    .unwrap();
+    let (tx, rx) = flume::unbounded();
+    let mgr = FetcherManager::new(
+        engine.router().clone(),
+        1,
+        FetcherConfig {
+            max_wait_ms: 50,
+            ..Default::default()
+        },
+        tx,
+    );
+    let task = |tp: &TopicPartition, skip_prepare| FetchTask {
+        mirror: "dr".into(),
+        source_bootstrap: boot.clone(),
+        tp: tp.clone(),
+        topic_id: uuid::Uuid::nil(),
+        local_lme: None,
+        skip_prepare,
+    };
+    for tp in &tps {
+        mgr.start(task(tp, false)).unwrap();
+        mgr.start(task(tp, false)).unwrap(); // idempotent
+    }
+    let wait_dest = |want: &[i64]| {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let done = tps.iter().all(|tp| {
+                mgr.live(tp, 0).is_some_and(|l| {
+                    l.destination_offset == want[tp.partition as usize] && l.lag == 0
+                })
+            });
+            if done {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not caught up: {:?}",
+                tps.iter().map(|t| mgr.status(t)).collect::<Vec<_>>()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_dest(&ends);
+    let prepared = rx
+        .try_iter()
+        .filter(|(_, e)| matches!(e, FetchEvent::Prepared(_)))
+        .count();
+    assert_eq!(prepared, 2, "one PREPARING per partition");
+
+    // Stop partition 0: it no longer follows the source, and its lag shows it.
+    assert!(mgr.stop_and_wait(&tps[0], Duration::from_secs(5)));
+    assert!(!mgr.is_running(&tps[0]));
+    let ends2: Vec<i64> = (0..2).map(|p| produce(&mut wire[p], p as i32, 5)).collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let l0 = mgr.live(&tps[0], 0).unwrap();
+    assert_eq!(
+        l0.destination_offset, ends[0],
+        "stopped partition did not move"
+    );
+    let l1 = mgr.live(&tps[1], 0).unwrap();
+    assert_eq!(
+        l1.destination_offset, ends2[1],
+        "the other partition kept mirroring"
+    );
+
+    // Resume after a restart-like stop: from the local log end, no preparation.
+    mgr.start(task(&tps[0], true)).unwrap();
+    wait_dest(&ends2);
+    mgr.stop_all(Duration::from_secs(5));
+    engine.stop();
+}

@@ -1,0 +1,222 @@
+//! The mirror fetcher manager: starts one [`mirror_partition`] task per mirrored partition on
+//! the partition's owning core, stops them, and keeps their live status for DescribeMirrors.
+//! It is what a broker's `MirrorHost::start_fetcher` / `stop_fetcher` call.
+//!
+//! Invariants: at most one task per partition; `stop_and_wait` returns only after the task has
+//! exited (so a failover may truncate the log right after); events reach the control plane
+//! through one channel, in order per partition.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kmirror_engine::Router;
+use kmirror_types::TopicPartition;
+use uuid::Uuid;
+
+use crate::mirror_fetcher::{
+    fetcher_client_id, mirror_partition, ByteRateLimiter, EngineLocalPartition, FetchEvent,
+    FetchObserver, FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
+};
+use crate::mirror_service::{LivePartition, MirrorLiveStatus};
+
+/// What to start for one partition.
+#[derive(Debug, Clone)]
+pub struct FetchTask {
+    pub mirror: String,
+    pub source_bootstrap: String,
+    pub tp: TopicPartition,
+    /// The mirror topic's id (== the source's); nil = learn from metadata.
+    pub topic_id: Uuid,
+    /// Our own LME for failback (from `__mirror_state`).
+    pub local_lme: Option<i32>,
+    /// Already MIRRORING (restart): skip the PREPARING truncation.
+    pub skip_prepare: bool,
+}
+
+struct Running {
+    stop: Arc<AtomicBool>,
+    exited: flume::Receiver<()>,
+}
+
+/// Starts and stops fetcher tasks on the engine's cores. Cheap to share (`Arc`).
+pub struct FetcherManager {
+    router: Router,
+    node_id: i32,
+    cfg: FetcherConfig,
+    /// Per-core byte-rate ceiling (bytes/s, 0 = unlimited), applied to tasks started after a
+    /// change.
+    rate_per_core: Arc<std::sync::atomic::AtomicU64>,
+    next_fetcher_id: AtomicU32,
+    running: Mutex<HashMap<TopicPartition, Running>>,
+    status: Arc<Mutex<HashMap<TopicPartition, FetcherStatus>>>,
+    events: flume::Sender<(TopicPartition, FetchEvent)>,
+}
+
+/// Forwards events to the manager's channel and keeps the status map fresh.
+struct Forward {
+    events: flume::Sender<(TopicPartition, FetchEvent)>,
+    status: Arc<Mutex<HashMap<TopicPartition, FetcherStatus>>>,
+}
+
+impl FetchObserver for Forward {
+    fn on_event(&mut self, tp: &TopicPartition, event: FetchEvent) {
+        if let FetchEvent::Progress(st) = &event {
+            self.status
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(tp.clone(), st.clone());
+            // Progress is frequent and only feeds the status map.
+            return;
+        }
+        let _ = self.events.send((tp.clone(), event));
+    }
+}
+
+impl FetcherManager {
+    /// `events` receives every non-progress event (Prepared, Failed, Recovered, ...) for the
+    /// control plane to apply to the coordinator.
+    pub fn new(
+        router: Router,
+        node_id: i32,
+        cfg: FetcherConfig,
+        events: flume::Sender<(TopicPartition, FetchEvent)>,
+    ) -> Arc<Self> {
+        Arc::new(FetcherManager {
+            router,
+            node_id,
+            cfg,
+            rate_per_core: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            next_fetcher_id: AtomicU32::new(0),
+            running: Mutex::new(HashMap::new()),
+            status: Arc::new(Mutex::new(HashMap::new())),
+            events,
+        })
+    }
+
+    /// Broker-level mirror byte-rate ceiling (bytes/s, 0 = unlimited), split across cores.
+    pub fn set_byte_rate(&self, bytes_per_sec: u64) {
+        let per_core = bytes_per_sec / self.router.cores().max(1) as u64;
+        self.rate_per_core.store(per_core, Ordering::Relaxed);
+    }
+
+    pub fn is_running(&self, tp: &TopicPartition) -> bool {
+        self.running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(tp)
+    }
+
+    /// Start mirroring `task.tp` on its owning core (no-op if already running). Call it from
+    /// a plain thread (the control thread), never from an engine core.
+    pub fn start(&self, task: FetchTask) -> Result<(), kmirror_engine::EngineError> {
+        let mut running = self.running.lock().unwrap_or_else(|p| p.into_inner());
+        if running.contains_key(&task.tp) {
+            return Ok(());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let (exit_tx, exit_rx) = flume::bounded(1);
+        let core = self.router.owner(&task.tp);
+        let fetcher_id = self.next_fetcher_id.fetch_add(1, Ordering::Relaxed);
+        let client_id = fetcher_client_id(self.node_id, fetcher_id, &task.mirror);
+        let (router, cfg, stop2) = (self.router.clone(), self.cfg.clone(), stop.clone());
+        let observer = Forward {
+            events: self.events.clone(),
+            status: self.status.clone(),
+        };
+        let rate = self.rate_per_core.load(Ordering::Relaxed);
+        let key = task.tp.clone();
+        self.router.spawn_on_blocking(core, move || async move {
+            let mut observer = observer;
+            let mut source =
+                KafkaSource::new(&task.source_bootstrap, client_id, Duration::from_secs(30));
+            let mut local = EngineLocalPartition::new(router, task.tp.clone());
+            let mut fetcher = PartitionFetcher::new(
+                task.tp.clone(),
+                task.topic_id,
+                cfg,
+                crate::mirror_fetcher::now_ms(),
+            );
+            if rate > 0 {
+                fetcher = fetcher
+                    .with_throttle(Rc::new(std::cell::RefCell::new(ByteRateLimiter::new(rate))));
+            }
+            let never = std::cell::Cell::new(false);
+            let work = mirror_partition(
+                &mut source,
+                &mut local,
+                &mut observer,
+                &never,
+                &task.mirror,
+                fetcher,
+                task.local_lme,
+                task.skip_prepare,
+            );
+            // Stop promptly even while the fetcher sleeps in a backoff: dropping the future at
+            // an await point is safe (appends are atomic on the owning core).
+            let watch = async {
+                while !stop2.load(Ordering::Relaxed) {
+                    glommio::timer::sleep(Duration::from_millis(50)).await;
+                }
+                crate::mirror_fetcher::FetcherExit::Stopped
+            };
+            let _ = futures_lite::future::or(work, watch).await;
+            let _ = exit_tx.send(());
+        })?;
+        running.insert(
+            key,
+            Running {
+                stop,
+                exited: exit_rx,
+            },
+        );
+        Ok(())
+    }
+
+    /// Ask the task of `tp` to stop and wait until it has exited (or `timeout`). Returns
+    /// whether it is gone. Keeps the last status (lag in ms keeps growing while stopped).
+    pub fn stop_and_wait(&self, tp: &TopicPartition, timeout: Duration) -> bool {
+        let r = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(tp);
+        match r {
+            None => true,
+            Some(r) => {
+                r.stop.store(true, Ordering::Relaxed);
+                r.exited.recv_timeout(timeout).is_ok()
+            }
+        }
+    }
+
+    /// Stop every task (shutdown).
+    pub fn stop_all(&self, timeout: Duration) {
+        let tps: Vec<TopicPartition> = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .keys()
+            .cloned()
+            .collect();
+        for tp in tps {
+            self.stop_and_wait(&tp, timeout);
+        }
+    }
+
+    pub fn status(&self, tp: &TopicPartition) -> Option<FetcherStatus> {
+        self.status
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tp)
+            .cloned()
+    }
+}
+
+impl MirrorLiveStatus for FetcherManager {
+    fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
+        self.status(tp).map(|s| s.live(now_ms))
+    }
+}
