@@ -125,6 +125,7 @@ fn start_metrics(addr: &str, broker: &RunningBroker) -> Result<(), Box<dyn std::
                 .filter(|t| t.mirror.is_some())
                 .map(|t| t.partition_count() as i64)
                 .sum();
+            let net = b.metrics.render();
             let body = format!(
                 "# HELP kmirror_up 1 while the broker runs.\n# TYPE kmirror_up gauge\nkmirror_up 1\n\
                  # HELP kmirror_cores Executor cores.\n# TYPE kmirror_cores gauge\nkmirror_cores {cores}\n\
@@ -132,7 +133,7 @@ fn start_metrics(addr: &str, broker: &RunningBroker) -> Result<(), Box<dyn std::
                  # HELP kmirror_partitions Partitions.\n# TYPE kmirror_partitions gauge\nkmirror_partitions {partitions}\n\
                  # HELP kmirror_mirrored_partitions Partitions of mirror topics.\n# TYPE kmirror_mirrored_partitions gauge\nkmirror_mirrored_partitions {mirrored}\n",
                 meta.topics.len()
-            );
+            ) + &net;
             let _ = write!(
                 s,
                 "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",

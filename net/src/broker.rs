@@ -57,6 +57,7 @@ pub struct Broker {
     pub cluster: Cluster,
     pub groups: Option<GroupsService>,
     pub extension: Option<Arc<dyn ExtensionApis>>,
+    pub metrics: crate::metrics::NetMetrics,
 }
 
 /// One core's view: the broker plus the engine context and a metadata cache.

@@ -23,6 +23,7 @@ pub mod frame;
 pub mod groups;
 pub mod handlers;
 pub mod keys;
+pub mod metrics;
 pub mod mirror_api;
 pub mod mirror_fetcher;
 pub mod mirror_manager;
@@ -163,6 +164,7 @@ pub fn start(
         cluster: cluster.clone(),
         groups: Some(groups),
         extension,
+        metrics: Default::default(),
     });
     let (bound_tx, bound_rx) = flume::unbounded::<Result<(), std::io::Error>>();
     let b = broker.clone();

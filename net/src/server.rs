@@ -8,6 +8,7 @@
 use std::cell::Cell;
 use std::net::SocketAddr;
 use std::rc::Rc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -53,10 +54,25 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
         let ctx = ctx.clone();
         let open2 = open.clone();
         open.set(open.get() + 1);
+        let m = &ctx.broker.metrics;
+        m.connections_accepted.fetch_add(1, Relaxed);
+        m.connections_active.fetch_add(1, Relaxed);
         glommio::spawn_local(async move {
             let peer = stream.peer_addr().ok();
-            if let Err(e) = connection(ctx, stream).await {
-                tracing::debug!(?peer, error = %e, "connection closed");
+            let r = connection(ctx.clone(), stream).await;
+            let m = &ctx.broker.metrics;
+            m.connections_active.fetch_sub(1, Relaxed);
+            match r {
+                Err(ConnError::Protocol(e)) => {
+                    m.protocol_errors.fetch_add(1, Relaxed);
+                    tracing::info!(?peer, error = %e, "closing connection: protocol violation");
+                }
+                Err(ConnError::Frame(e @ FrameError::BadLength { .. })) => {
+                    m.protocol_errors.fetch_add(1, Relaxed);
+                    tracing::info!(?peer, error = %e, "closing connection: bad frame");
+                }
+                Err(e) => tracing::debug!(?peer, error = %e, "connection closed"),
+                Ok(()) => {}
             }
             open2.set(open2.get() - 1);
         })
@@ -82,7 +98,8 @@ enum ConnError {
 async fn connection(ctx: Rc<Ctx>, stream: TcpStream) -> Result<(), ConnError> {
     let _ = stream.set_nodelay(true);
     let max = ctx.broker.config.max_request_bytes;
-    let mut reader = BufReader::with_capacity(64 << 10, stream);
+    // Small per-connection buffer: large frames are read straight into their own buffer.
+    let mut reader = BufReader::with_capacity(16 << 10, stream);
     loop {
         let frame =
             futures_lite::future::or(async { Some(read_frame(&mut reader, max).await) }, async {
@@ -95,10 +112,18 @@ async fn connection(ctx: Rc<Ctx>, stream: TcpStream) -> Result<(), ConnError> {
             Some(Err(FrameError::Closed)) => return Ok(()),
             Some(r) => r?,
         };
+        ctx.broker
+            .metrics
+            .bytes_in
+            .fetch_add(frame.len() as u64 + 4, Relaxed);
         if let Some(chunks) = handle_frame(&ctx, frame).await? {
             let w = reader.get_mut();
             for c in &chunks {
                 w.write_all(c).await?;
+                ctx.broker
+                    .metrics
+                    .bytes_out
+                    .fetch_add(c.len() as u64, Relaxed);
             }
         }
         if ctx.core.stop.is_stopped() {
@@ -156,6 +181,7 @@ async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<Bytes>>, Con
             p.api_version, range.min, range.max
         )));
     }
+    ctx.broker.metrics.count_request(api_key);
     let mut body = frame;
     let header = RequestHeader::decode(&mut body, api_key.request_header_version(p.api_version))
         .map_err(|e| ConnError::Protocol(format!("bad {api_key:?} header: {e}")))?;
