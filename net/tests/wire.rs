@@ -574,13 +574,35 @@ fn a_mirror_topic_refuses_client_writes_with_read_only_topic_and_appends_nothing
     // What the mirror control plane does when a topic joins a mirror.
     let cluster = b.broker().cluster.clone();
     let t = cluster
-        .mutate_blocking(|m| m.update_topic("mirrored", |t| t.mirror = Some("m1".into())))
+        .mutate_blocking(|m| {
+            m.update_topic("mirrored", |t| {
+                t.mirror = Some("m1".into());
+                t.configs.insert("mirror.name".into(), "m1".into());
+                t.configs.insert("source.only.key".into(), "x".into());
+            })
+        })
         .unwrap()
         .unwrap();
     futures_lite::future::block_on(cluster.refresh_partitions(b.router(), &t)).unwrap();
 
     let r = produce(&mut s, "mirrored", batch(1));
     assert_eq!(r.error_code, kmirror_net::keys::error::READ_ONLY_TOPIC);
+    let req = DescribeConfigsRequest::default().with_resources(vec![
+        describe_configs_request::DescribeConfigsResource::default()
+            .with_resource_type(2)
+            .with_resource_name(StrBytes::from_static_str("mirrored")),
+    ]);
+    let r: DescribeConfigsResponse = call(&mut s, ApiKey::DescribeConfigs, 4, &req);
+    let names: Vec<String> = r.results[0]
+        .configs
+        .iter()
+        .map(|c| c.name.to_string())
+        .collect();
+    assert!(names.iter().any(|n| n == "source.only.key"), "{names:?}");
+    assert!(
+        !names.iter().any(|n| n == "mirror.name"),
+        "mirror.name is hidden"
+    );
     assert_eq!(latest_offset(&mut s, "mirrored"), 2);
 
     let req = DeleteRecordsRequest::default().with_topics(vec![

@@ -68,10 +68,17 @@ pub fn describe_configs(
         match r.resource_type {
             TOPIC => match meta.topics.get(&name) {
                 Some(t) => {
+                    // Known keys, plus any other stored key (e.g. synced from a mirror
+                    // source); `mirror.name` is internal and never shown.
+                    let extra = t.configs.keys().filter(|k| {
+                        k.as_str() != "mirror.name" && topic_config::default_value(k).is_none()
+                    });
                     let configs = topic_config::KNOWN
                         .iter()
-                        .filter(|(k, ..)| wanted(k))
-                        .map(|(k, ..)| topic_entry(t, k, version, req.include_documentation))
+                        .map(|(k, ..)| *k)
+                        .chain(extra.map(String::as_str))
+                        .filter(|k| wanted(k))
+                        .map(|k| topic_entry(t, k, version, req.include_documentation))
                         .collect();
                     res = res.with_configs(configs);
                 }
