@@ -19,6 +19,7 @@ pub mod deps;
 pub mod java;
 pub mod kafka;
 pub mod kmirror;
+pub mod mirror;
 pub mod oracle;
 pub mod proc;
 pub mod python;
