@@ -1,6 +1,7 @@
-//! The kmirror binary: `serve` (the broker) and `mirror` (admin CLI).
+//! The kmirror binary: `serve` (the broker), `mirror` (admin CLI) and `demo`.
 
 mod config;
+mod demo;
 mod mirror_cli;
 mod serve;
 
@@ -29,6 +30,8 @@ enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+    /// Self-contained demo on loopback: two nodes, data mirrored live, then a failover.
+    Demo,
 }
 
 /// Flags of `kmirror serve`; each overrides the config file key of the same name.
@@ -72,6 +75,7 @@ fn main() -> ExitCode {
     let r = match cli.command {
         Command::Serve(args) => serve::run(args),
         Command::Mirror { args } => mirror_cli::run(args),
+        Command::Demo => demo::run(),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

@@ -74,6 +74,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         retention_check: Duration::from_secs(c.retention_check_secs.max(1)),
         ..EngineConfig::default()
     };
+    let mirror = kmirror_net::mirror_host::MirrorBroker::open(
+        &c.data_dir,
+        kmirror_net::mirror_host::MirrorSettings::default(),
+    )?;
     let broker = kmirror_net::start(
         ServerConfig {
             listen: c.listen.clone(),
@@ -84,7 +88,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             default_partitions: c.num_partitions,
             engine,
         },
-        None,
+        Some(mirror.clone()),
     )?;
     if !c.metrics.is_empty() {
         start_metrics(&c.metrics, &broker)?;
@@ -98,6 +102,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let sig = signals.forever().next();
     tracing::info!(?sig, "shutting down");
     let t = Instant::now();
+    // Fetchers first: they run on the engine's cores.
+    mirror.shutdown();
     broker.stop();
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,

@@ -26,6 +26,7 @@ pub mod keys;
 pub mod metrics;
 pub mod mirror_api;
 pub mod mirror_fetcher;
+pub mod mirror_host;
 pub mod mirror_manager;
 pub mod mirror_service;
 pub mod server;

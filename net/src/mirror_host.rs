@@ -1,0 +1,910 @@
+//! Mirroring wired into the running broker: the broker's [`MirrorHost`], the mirror control
+//! thread, and the [`ExtensionApis`] that serves the mirror wire APIs.
+//!
+//! One plain thread ("kmirror-mirror") owns the [`MirrorService`] (coordinator + store) and
+//! serializes everything that changes mirror state: wire requests, fetcher events and the
+//! per-mirror sync rounds. It may block (the host's failover steps wait for the owning core and
+//! fsync), which is why it is never an engine core. Engine cores only hand it frames and await
+//! the reply over a channel.
+//!
+//! After every message the thread reconciles: each topic with a read-only mirror partition
+//! carries `TopicMeta::mirror` (clients are refused with READ_ONLY_TOPIC), a topic whose
+//! partitions are all STOPPED is writable again, PREPARING/MIRRORING/FAILED partitions have a
+//! fetcher, others do not.
+//!
+//! Sync rounds (topics, partitions, configs, group offsets) talk to the source from an engine
+//! core (the source client is glommio-based) and send the snapshot back to the thread, which
+//! plans with `kmirror_control::mirror::sync` and applies. ACL sync is not wired: kmirror has
+//! no ACL store yet.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kafka_protocol::messages::{
+    ApiKey, ListGroupsRequest, OffsetCommitRequest, OffsetFetchRequest, RequestHeader, RequestKind,
+    ResponseKind,
+};
+use kafka_protocol::protocol::StrBytes;
+use kmirror_control::metadata::{topic_config, TopicMeta};
+use kmirror_control::mirror::{
+    plan_group_sync, plan_metadata_sync, LocalTopic, MirrorCoordinator, MirrorDefinition,
+    MirrorHost, MirrorStateStore, PartitionState, SourceTopic, SyncAction,
+};
+use kmirror_engine::Router;
+use kmirror_log::ControlKind;
+use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
+
+use crate::broker::{Broker, ExtensionApis};
+use crate::keys::api;
+use crate::mirror_fetcher::{FetchEvent, FetcherConfig, KafkaSource};
+use crate::mirror_manager::{FetchTask, FetcherManager};
+use crate::mirror_service::{LivePartition, MirrorLiveStatus, MirrorService};
+
+/// How long a failover waits for a fetcher to exit before truncating anyway is not an
+/// option: the step fails (and is retried) if the fetcher does not stop in time.
+const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Settings of the broker's mirroring.
+#[derive(Debug, Clone)]
+pub struct MirrorSettings {
+    /// `mirror.version` feature level (0 = mirror APIs answer UNSUPPORTED_VERSION).
+    pub feature_level: i16,
+    pub fetcher: FetcherConfig,
+    /// Broker-wide mirror byte-rate ceiling (bytes/s, 0 = unlimited).
+    pub byte_rate: u64,
+}
+
+impl Default for MirrorSettings {
+    fn default() -> Self {
+        MirrorSettings {
+            feature_level: 1,
+            fetcher: FetcherConfig::default(),
+            byte_rate: 0,
+        }
+    }
+}
+
+type Reply = flume::Sender<Option<Bytes>>;
+
+enum Msg {
+    Request(Bytes, Reply),
+    Synced(String, Result<SourceSnapshot, String>),
+}
+
+struct SourceSnapshot {
+    topics: Vec<SourceTopic>,
+    /// Present when the round also fetched group offsets.
+    groups: Option<BTreeMap<String, BTreeMap<TopicPartition, i64>>>,
+}
+
+/// The broker's mirroring: pass it to [`crate::start`] as the extension.
+pub struct MirrorBroker {
+    tx: flume::Sender<Msg>,
+    pending: Mutex<Option<(flume::Receiver<Msg>, MirrorService, MirrorSettings)>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+impl MirrorBroker {
+    /// Opens `<data_dir>/__mirror_state`. The control thread starts with the broker.
+    pub fn open(
+        data_dir: &std::path::Path,
+        settings: MirrorSettings,
+    ) -> Result<Arc<Self>, kmirror_control::mirror::MirrorError> {
+        let store = MirrorStateStore::open(data_dir)?;
+        let service = MirrorService::new(MirrorCoordinator::new(store), settings.feature_level);
+        let (tx, rx) = flume::unbounded();
+        Ok(Arc::new(MirrorBroker {
+            tx,
+            pending: Mutex::new(Some((rx, service, settings))),
+            stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            thread: Mutex::new(None),
+        }))
+    }
+
+    /// Stops the fetchers and the control thread (call before stopping the engine).
+    pub fn shutdown(&self) {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let h = self.thread.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+}
+
+impl ExtensionApis for MirrorBroker {
+    fn versions(&self) -> Vec<(i16, i16, i16)> {
+        MirrorService::versions()
+    }
+
+    fn handles(&self, api_key: i16) -> bool {
+        api::is_mirror_api(api_key)
+    }
+
+    fn handle(
+        &self,
+        _api_key: i16,
+        frame: Bytes,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
+        let (rtx, rrx) = flume::bounded(1);
+        let sent = self.tx.send(Msg::Request(frame, rtx)).is_ok();
+        Box::pin(async move {
+            if !sent {
+                return None;
+            }
+            rrx.recv_async().await.ok().flatten()
+        })
+    }
+
+    fn started(&self, broker: &Arc<Broker>, router: &Router) {
+        let Some((rx, service, settings)) = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        else {
+            return;
+        };
+        let (ev_tx, ev_rx) = flume::unbounded();
+        let manager = FetcherManager::new(
+            router.clone(),
+            broker.config.node_id,
+            settings.fetcher.clone(),
+            ev_tx,
+        );
+        manager.set_byte_rate(settings.byte_rate);
+        let host = BrokerHost {
+            broker: broker.clone(),
+            router: router.clone(),
+            manager,
+        };
+        let mut ctl = Control {
+            service,
+            host,
+            tx: self.tx.clone(),
+            next_sync: HashMap::new(),
+            next_group_sync: HashMap::new(),
+            in_flight: BTreeSet::new(),
+            next_core: 0,
+            conflicts: BTreeMap::new(),
+        };
+        let stop = self.stop.clone();
+        let h = std::thread::Builder::new()
+            .name("kmirror-mirror".into())
+            .spawn(move || ctl.run(rx, ev_rx, stop))
+            .expect("spawn mirror control thread");
+        *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    }
+}
+
+/// [`MirrorHost`] over the broker: metadata through the control thread, logs through the
+/// owning cores (blocking calls: this runs on the mirror control thread only).
+pub struct BrokerHost {
+    broker: Arc<Broker>,
+    router: Router,
+    manager: Arc<FetcherManager>,
+}
+
+impl BrokerHost {
+    fn on_partition<R: Send + 'static>(
+        &self,
+        tp: &TopicPartition,
+        f: impl FnOnce(&mut kmirror_engine::Partition) -> Result<R, String> + Send + 'static,
+    ) -> Result<R, String> {
+        let tp2 = tp.clone();
+        self.router
+            .run_on_blocking(self.router.owner(tp), move |s| match s.partition(&tp2) {
+                Ok(p) => f(p),
+                Err(e) => Err(e.to_string()),
+            })
+            .map_err(|e| e.to_string())?
+    }
+
+    fn topic(&self, name: &str) -> Option<TopicMeta> {
+        self.broker.cluster.snapshot().topics.get(name).cloned()
+    }
+
+    /// Pushes a topic's metadata (epoch, configs, mirror flag) to its open partitions.
+    fn refresh(&self, t: &TopicMeta) -> Result<(), String> {
+        futures_lite::future::block_on(self.broker.cluster.refresh_partitions(&self.router, t))
+            .map_err(|e| e.to_string())
+    }
+
+    fn mutate_topic(
+        &self,
+        name: &str,
+        f: impl FnOnce(&mut TopicMeta) + Send + 'static,
+    ) -> Result<TopicMeta, String> {
+        let n = name.to_owned();
+        let t = self
+            .broker
+            .cluster
+            .mutate_blocking(move |s| s.update_topic(&n, f))
+            .map_err(|e| e.to_string())?
+            .map_err(|e| e.to_string())?;
+        self.refresh(&t)?;
+        Ok(t)
+    }
+
+    /// Opens fresh logs for partitions `from..count` of `t` on their owning cores.
+    fn create_partitions_on_cores(&self, t: &TopicMeta, from: i32) -> Result<(), String> {
+        for p in from..t.partition_count() {
+            let tp = TopicPartition::new(t.name.clone(), p);
+            let tp2 = tp.clone();
+            self.router
+                .run_on_blocking(self.router.owner(&tp), move |s| {
+                    s.create_partition(&tp2).map(|_| ())
+                })
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("{tp}: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn fetch_task(
+        &self,
+        mirror: &MirrorDefinition,
+        tp: &TopicPartition,
+        local_lme: Option<i32>,
+        skip_prepare: bool,
+    ) -> FetchTask {
+        FetchTask {
+            mirror: mirror.name.clone(),
+            source_bootstrap: mirror.source_bootstrap().to_owned(),
+            tp: tp.clone(),
+            topic_id: self.topic(&tp.topic).map(|t| t.id).unwrap_or_default(),
+            local_lme,
+            skip_prepare,
+        }
+    }
+}
+
+impl MirrorHost for BrokerHost {
+    fn local_partition_count(&self, topic: &str) -> Option<i32> {
+        self.topic(topic).map(|t| t.partition_count())
+    }
+
+    fn start_fetcher(&mut self, mirror: &MirrorDefinition, tp: &TopicPartition) {
+        let task = self.fetch_task(mirror, tp, None, true);
+        if let Err(e) = self.manager.start(task) {
+            tracing::warn!(%tp, error = %e, "cannot start mirror fetcher");
+        }
+    }
+
+    fn stop_fetcher(&mut self, tp: &TopicPartition) {
+        if !self.manager.stop_and_wait(tp, STOP_TIMEOUT) {
+            tracing::error!(%tp, "mirror fetcher did not stop in time");
+        }
+    }
+
+    fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String> {
+        self.on_partition(tp, |p| Ok(p.leader_epoch.0))
+    }
+
+    fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<i32, String> {
+        // Above everything: the in-memory epoch, every epoch in the log, the durable one.
+        let local = self.on_partition(tp, |p| {
+            Ok(p.leader_epoch
+                .0
+                .max(p.log.latest_epoch().map_or(-1, |e| e.0)))
+        })?;
+        let idx = tp.partition as usize;
+        let durable = self
+            .topic(&tp.topic)
+            .and_then(|t| t.leader_epochs.get(idx).copied())
+            .ok_or_else(|| format!("{tp} does not exist"))?;
+        let new = local.max(durable) + 1;
+        self.mutate_topic(&tp.topic, move |t| {
+            if let Some(e) = t.leader_epochs.get_mut(idx) {
+                *e = (*e).max(new);
+            }
+        })?;
+        self.on_partition(tp, move |p| {
+            p.leader_epoch = p.leader_epoch.max(LeaderEpoch(new));
+            Ok(new)
+        })
+    }
+
+    fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<i64, String> {
+        self.on_partition(tp, |p| {
+            let lso = p.log.last_stable_offset();
+            p.log.truncate_to(lso).map_err(|e| e.to_string())?;
+            p.log.set_high_watermark(lso);
+            p.log.flush().map_err(|e| e.to_string())?;
+            Ok(lso.0)
+        })
+    }
+
+    fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String> {
+        self.on_partition(tp, |p| {
+            let end = p.log.log_end_offset().0;
+            if end <= p.log.log_start_offset().0 {
+                return Ok(false);
+            }
+            let r = p
+                .log
+                .read(
+                    kmirror_types::Offset(end - 1),
+                    1,
+                    kmirror_types::Offset(end),
+                )
+                .map_err(|e| e.to_string())?;
+            let mut b: &[u8] = &r.records;
+            // The slice starts at the batch holding end-1: find the last batch in it.
+            let mut last = None;
+            while let Ok(h) = kmirror_log::batch::BatchHeader::parse(b) {
+                let size = h.total_size();
+                last = Some((h.is_control(), b[..size.min(b.len())].to_vec()));
+                if size >= b.len() {
+                    break;
+                }
+                b = &b[size..];
+            }
+            Ok(match last {
+                Some((true, bytes)) => kmirror_log::batch::control_record(&bytes)
+                    .is_some_and(|(t, _)| t == kmirror_log::batch::CONTROL_TYPE_MIRROR_PID_RESET),
+                _ => false,
+            })
+        })
+    }
+
+    fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String> {
+        self.on_partition(tp, |p| {
+            p.append_control(
+                ControlKind::MirrorPidReset,
+                ProducerId(-1),
+                -1,
+                -1,
+                kmirror_engine::now_ms(),
+            )
+            .map_err(|e| e.to_string())?;
+            p.log.flush().map_err(|e| e.to_string())
+        })
+    }
+}
+
+impl MirrorLiveStatus for BrokerHost {
+    fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
+        self.manager.live(tp, now_ms)
+    }
+}
+
+struct Control {
+    service: MirrorService,
+    host: BrokerHost,
+    tx: flume::Sender<Msg>,
+    next_sync: HashMap<String, Instant>,
+    next_group_sync: HashMap<String, Instant>,
+    in_flight: BTreeSet<String>,
+    next_core: usize,
+    /// Last conflict reported per topic (logged once).
+    conflicts: BTreeMap<String, String>,
+}
+
+impl Control {
+    fn coordinator(&mut self) -> &mut MirrorCoordinator {
+        self.service.coordinator_mut()
+    }
+
+    fn run(
+        &mut self,
+        rx: flume::Receiver<Msg>,
+        events: flume::Receiver<(TopicPartition, FetchEvent)>,
+        stop: Arc<std::sync::atomic::AtomicBool>,
+    ) {
+        let recovered = {
+            let (svc, host) = (&mut self.service, &mut self.host);
+            svc.coordinator_mut().recover(host)
+        };
+        for (tp, action, r) in recovered {
+            match r {
+                Ok(()) => tracing::info!(%tp, ?action, "mirror partition recovered"),
+                Err(e) => tracing::warn!(%tp, ?action, error = %e, "mirror recovery step failed"),
+            }
+        }
+        self.reconcile();
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            enum Got {
+                Msg(Msg),
+                Event(TopicPartition, FetchEvent),
+                Idle,
+            }
+            let got = flume::Selector::new()
+                .recv(&rx, |m| m.map_or(Got::Idle, Got::Msg))
+                .recv(&events, |e| {
+                    e.map_or(Got::Idle, |(tp, e)| Got::Event(tp, e))
+                })
+                .wait_timeout(Duration::from_millis(200))
+                .unwrap_or(Got::Idle);
+            match got {
+                Got::Msg(Msg::Request(frame, reply)) => {
+                    let key = crate::frame::header_prefix(&frame).api_key;
+                    let now = crate::mirror_fetcher::now_ms();
+                    let out = {
+                        let (svc, host) = (&mut self.service, &mut self.host);
+                        svc.handle_frame(frame, host, now)
+                    };
+                    let _ = reply.send(out);
+                    if matches!(
+                        key,
+                        api::CREATE_MIRROR | api::ADD_TOPICS_TO_MIRROR | api::RESUME_MIRROR_TOPICS
+                    ) {
+                        // New topics should not wait a whole sync interval.
+                        self.next_sync.clear();
+                    }
+                }
+                Got::Msg(Msg::Synced(mirror, r)) => {
+                    self.in_flight.remove(&mirror);
+                    match r {
+                        Ok(snap) => self.apply_sync(&mirror, snap),
+                        Err(e) => tracing::warn!(%mirror, error = %e, "mirror sync round failed"),
+                    }
+                }
+                Got::Event(tp, ev) => self.on_event(tp, ev),
+                Got::Idle => {}
+            }
+            self.reconcile();
+            self.schedule_syncs();
+        }
+        self.host.manager.stop_all(STOP_TIMEOUT);
+    }
+
+    fn on_event(&mut self, tp: TopicPartition, ev: FetchEvent) {
+        let r = match ev {
+            FetchEvent::Prepared(plan) => {
+                if plan.truncated() > 0 {
+                    tracing::info!(%tp, truncated = plan.truncated(), to = plan.truncate_to, "failback truncation");
+                }
+                let (svc, host) = (&mut self.service, &mut self.host);
+                svc.coordinator_mut().preparation_done(&tp, host)
+            }
+            FetchEvent::Failed { reason } => {
+                tracing::warn!(%tp, %reason, "mirror partition failed");
+                self.coordinator().on_fetch_failed(&tp, reason)
+            }
+            FetchEvent::Recovered => self.coordinator().on_fetch_recovered(&tp),
+            FetchEvent::EpochBumped { to } => {
+                // Durable so a restart never lowers the epoch under mirrored batches.
+                let idx = tp.partition as usize;
+                if let Err(e) = self.host.mutate_topic(&tp.topic, move |t| {
+                    if let Some(x) = t.leader_epochs.get_mut(idx) {
+                        *x = (*x).max(to);
+                    }
+                }) {
+                    tracing::warn!(%tp, error = %e, "cannot persist leader epoch");
+                }
+                Ok(())
+            }
+            FetchEvent::SourceLogStartMoved { lost_from, lost_to } => {
+                tracing::warn!(%tp, lost_from, lost_to, "source retention deleted records before they were mirrored");
+                Ok(())
+            }
+            FetchEvent::Retrying { reason } => {
+                tracing::debug!(%tp, %reason, "mirror fetch retrying");
+                Ok(())
+            }
+            FetchEvent::LeaderChanged { .. } | FetchEvent::Progress(_) => Ok(()),
+        };
+        if let Err(e) = r {
+            tracing::warn!(%tp, error = %e, "mirror state update failed");
+        }
+    }
+
+    /// Read-only flags and fetchers follow the durable partition states.
+    fn reconcile(&mut self) {
+        let meta = self.host.broker.cluster.snapshot();
+        let store = self.service.coordinator().store();
+        let mut by_topic: BTreeMap<String, Vec<(TopicPartition, String, PartitionState)>> =
+            BTreeMap::new();
+        for (tp, e) in store.partitions() {
+            by_topic.entry(tp.topic.clone()).or_default().push((
+                tp.clone(),
+                e.mirror.clone(),
+                e.state,
+            ));
+        }
+        let mut starts = Vec::new();
+        let mut stops = Vec::new();
+        let mut flags = Vec::new();
+        for (topic, parts) in &by_topic {
+            let Some(t) = meta.topics.get(topic) else {
+                continue;
+            };
+            let owner = parts
+                .iter()
+                .find(|(_, _, s)| s.is_read_only())
+                .map(|(_, m, _)| m.clone());
+            if t.mirror != owner {
+                flags.push((topic.clone(), owner));
+            }
+            for (tp, mirror, st) in parts {
+                let running = self.host.manager.is_running(tp);
+                let wants = matches!(
+                    st,
+                    PartitionState::Preparing | PartitionState::Mirroring | PartitionState::Failed
+                );
+                if wants && !running {
+                    if let Some(def) = store.mirror(mirror) {
+                        let lme = store.last_mirrored_epoch(tp);
+                        let skip = *st != PartitionState::Preparing;
+                        starts.push(self.host.fetch_task(def, tp, lme, skip));
+                    }
+                } else if !wants && running && *st != PartitionState::Stopping {
+                    stops.push(tp.clone());
+                }
+            }
+        }
+        // Read-only before a fetcher starts; writable only once STOPPED everywhere.
+        for (topic, owner) in flags {
+            let o = owner.clone();
+            match self.host.mutate_topic(&topic, move |t| t.mirror = o) {
+                Ok(_) => tracing::info!(%topic, mirror = ?owner, "mirror read-only flag updated"),
+                Err(e) => tracing::warn!(%topic, error = %e, "cannot update read-only flag"),
+            }
+        }
+        for tp in stops {
+            self.host.manager.stop_and_wait(&tp, STOP_TIMEOUT);
+        }
+        for task in starts {
+            let tp = task.tp.clone();
+            if let Err(e) = self.host.manager.start(task) {
+                tracing::warn!(%tp, error = %e, "cannot start mirror fetcher");
+            }
+        }
+    }
+
+    fn schedule_syncs(&mut self) {
+        let now = Instant::now();
+        let defs: Vec<MirrorDefinition> = self.service.coordinator().mirrors().cloned().collect();
+        let names: BTreeSet<String> = defs.iter().map(|d| d.name.clone()).collect();
+        self.next_sync.retain(|k, _| names.contains(k));
+        for def in defs {
+            if self.in_flight.contains(&def.name) {
+                continue;
+            }
+            if self.next_sync.get(&def.name).is_some_and(|t| *t > now) {
+                continue;
+            }
+            let interval = Duration::from_millis(def.metadata_sync_interval_ms().max(100));
+            self.next_sync.insert(def.name.clone(), now + interval);
+            let group_interval = Duration::from_millis(
+                def.setting_u64(
+                    kmirror_control::mirror::definition::settings::GROUP_SYNC_INTERVAL_MS,
+                    def.metadata_sync_interval_ms(),
+                )
+                .max(100),
+            );
+            let groups_due = self
+                .next_group_sync
+                .get(&def.name)
+                .is_none_or(|t| *t <= now);
+            if groups_due {
+                self.next_group_sync
+                    .insert(def.name.clone(), now + group_interval);
+            }
+            let Ok(filter) = def.topic_filter() else {
+                continue;
+            };
+            let core = self.next_core % self.host.router.cores().max(1);
+            self.next_core += 1;
+            let tx = self.tx.clone();
+            let name = def.name.clone();
+            let bootstrap = def.source_bootstrap().to_owned();
+            let client_id = format!(
+                "kmirror-{}-sync-{}",
+                self.host.broker.config.node_id, def.name
+            );
+            // Managed topics are asked for too, so a deselected-but-mirrored topic is not
+            // mistaken for a deleted one.
+            let managed: BTreeSet<String> = self
+                .service
+                .coordinator()
+                .store()
+                .partitions_of(&def.name)
+                .map(|(tp, _)| tp.topic.clone())
+                .collect();
+            self.in_flight.insert(def.name.clone());
+            let r = self
+                .host
+                .router
+                .spawn_on_blocking(core, move || async move {
+                    let mut src = KafkaSource::new(&bootstrap, client_id, Duration::from_secs(30));
+                    let r = async {
+                        let (_, topics) = src
+                            .topics_snapshot(|t| filter.matches(t) || managed.contains(t))
+                            .await
+                            .map_err(|e| e.to_string())?;
+                        let groups = if groups_due {
+                            match src.group_offsets(|_| true).await {
+                                Ok(g) => Some(g),
+                                Err(e) => {
+                                    tracing::warn!(mirror = %name, error = %e, "group offsets");
+                                    None
+                                }
+                            }
+                        } else {
+                            None
+                        };
+                        Ok(SourceSnapshot { topics, groups })
+                    }
+                    .await;
+                    let _ = tx.send(Msg::Synced(name, r));
+                });
+            if let Err(e) = r {
+                self.in_flight.remove(&def.name);
+                tracing::warn!(mirror = %def.name, error = %e, "cannot schedule sync");
+            }
+        }
+    }
+
+    fn apply_sync(&mut self, mirror: &str, snap: SourceSnapshot) {
+        let Some(def) = self.service.coordinator().store().mirror(mirror).cloned() else {
+            return;
+        };
+        let meta = self.host.broker.cluster.snapshot();
+        let local: Vec<LocalTopic> = meta
+            .topics
+            .values()
+            .filter(|t| !t.internal)
+            .map(|t| LocalTopic {
+                name: t.name.clone(),
+                topic_id: t.id,
+                partitions: t.partition_count(),
+                configs: t.configs.clone(),
+            })
+            .collect();
+        // Configs kmirror cannot apply are left out so they are not re-planned every round.
+        let source: Vec<SourceTopic> = snap
+            .topics
+            .iter()
+            .map(|s| SourceTopic {
+                configs: s
+                    .configs
+                    .iter()
+                    .filter(|(k, v)| topic_config::validate(k, v).is_ok())
+                    .map(|(k, v)| (k.clone(), v.clone()))
+                    .collect(),
+                ..s.clone()
+            })
+            .collect();
+        let coord = self.service.coordinator();
+        let plan = plan_metadata_sync(
+            &def,
+            &source,
+            &local,
+            |tp| coord.store().state_of(tp),
+            |t| coord.owner_of(t).map(str::to_owned),
+        );
+        let actions = match plan {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(%mirror, error = %e, "metadata sync planning failed");
+                return;
+            }
+        };
+        for a in actions {
+            if let Err(e) = self.apply_action(mirror, a) {
+                tracing::warn!(%mirror, error = %e, "metadata sync step failed");
+            }
+        }
+        if let Some(groups) = snap.groups {
+            if let Err(e) = self.sync_groups(&def, &groups) {
+                tracing::warn!(%mirror, error = %e, "group offset sync failed");
+            }
+        }
+    }
+
+    fn apply_action(&mut self, mirror: &str, a: SyncAction) -> Result<(), String> {
+        match a {
+            SyncAction::CreateTopic {
+                name,
+                topic_id,
+                partitions,
+                mut configs,
+            } => {
+                // The owner is kept in TopicMeta::mirror (hidden from DescribeConfigs).
+                configs.remove(kmirror_control::mirror::MIRROR_NAME_CONFIG);
+                let (n, m) = (name.clone(), mirror.to_owned());
+                let t = self
+                    .host
+                    .broker
+                    .cluster
+                    .mutate_blocking(move |s| {
+                        s.create_topic(&n, partitions, configs, Some(topic_id), false)?;
+                        s.update_topic(&n, |t| t.mirror = Some(m))
+                    })
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+                self.host.create_partitions_on_cores(&t, 0)?;
+                tracing::info!(topic = %name, %topic_id, partitions, %mirror, "mirror topic created");
+                Ok(())
+            }
+            SyncAction::CreatePartitions { name, count } => {
+                let before = self
+                    .host
+                    .topic(&name)
+                    .map(|t| t.partition_count())
+                    .unwrap_or(0);
+                // Bypasses the client path (which refuses mirror topics).
+                let t = self.host.mutate_topic(&name, move |t| {
+                    if (t.leader_epochs.len() as i32) < count {
+                        t.leader_epochs.resize(count as usize, 0);
+                    }
+                })?;
+                self.host.create_partitions_on_cores(&t, before)?;
+                tracing::info!(topic = %name, from = before, to = count, "mirror topic expanded");
+                Ok(())
+            }
+            SyncAction::AlterConfigs { name, set, delete } => {
+                self.host.mutate_topic(&name, move |t| {
+                    for k in &delete {
+                        t.configs.remove(k);
+                    }
+                    t.configs.extend(set);
+                })?;
+                Ok(())
+            }
+            SyncAction::Materialize(tp) => {
+                self.coordinator()
+                    .materialize_partition(mirror, &tp)
+                    .map_err(|e| e.to_string())?;
+                // Read-only before the fetcher starts (reconcile does it too, idempotently).
+                let m = mirror.to_owned();
+                if self
+                    .host
+                    .topic(&tp.topic)
+                    .is_some_and(|t| t.mirror.is_none())
+                {
+                    self.host
+                        .mutate_topic(&tp.topic, move |t| t.mirror = Some(m))?;
+                }
+                Ok(())
+            }
+            SyncAction::SourceTopicDeleted { name } => {
+                tracing::warn!(topic = %name, %mirror, "source topic deleted: stopping its mirror partitions");
+                let (svc, host) = (&mut self.service, &mut self.host);
+                svc.coordinator_mut()
+                    .source_topic_deleted(mirror, &name, host)
+                    .map_err(|e| e.to_string())
+            }
+            SyncAction::Conflict { name, reason } => {
+                if self.conflicts.get(&name) != Some(&reason) {
+                    tracing::warn!(topic = %name, %mirror, %reason, "cannot mirror topic");
+                    self.conflicts.insert(name, reason);
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// Consumer-group offset sync through the local group coordinator: only groups with no
+    /// active members here, offsets clamped to the local log.
+    fn sync_groups(
+        &mut self,
+        def: &MirrorDefinition,
+        source: &BTreeMap<String, BTreeMap<TopicPartition, i64>>,
+    ) -> Result<(), String> {
+        let Some(groups) = self.host.broker.groups.clone() else {
+            return Ok(());
+        };
+        let call = |key: ApiKey, v: i16, req: RequestKind| -> ResponseKind {
+            let header = RequestHeader::default()
+                .with_request_api_key(key as i16)
+                .with_request_api_version(v);
+            futures_lite::future::block_on(groups.handle(key, v, &header, req))
+        };
+        let mut active = BTreeSet::new();
+        if let ResponseKind::ListGroups(r) = call(
+            ApiKey::ListGroups,
+            4,
+            RequestKind::ListGroups(ListGroupsRequest::default()),
+        ) {
+            for g in r.groups {
+                if !matches!(g.group_state.as_str(), "Empty" | "Dead" | "") {
+                    active.insert(g.group_id.0.to_string());
+                }
+            }
+        }
+        let mut committed: BTreeMap<(String, TopicPartition), i64> = BTreeMap::new();
+        for g in source.keys() {
+            let req = OffsetFetchRequest::default()
+                .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_string(
+                    g.clone(),
+                )))
+                .with_topics(None);
+            if let ResponseKind::OffsetFetch(r) =
+                call(ApiKey::OffsetFetch, 7, RequestKind::OffsetFetch(req))
+            {
+                for t in r.topics {
+                    for p in t.partitions {
+                        if p.committed_offset >= 0 {
+                            committed.insert(
+                                (
+                                    g.clone(),
+                                    TopicPartition::new(t.name.to_string(), p.partition_index),
+                                ),
+                                p.committed_offset,
+                            );
+                        }
+                    }
+                }
+            }
+        }
+        let store = self.service.coordinator().store();
+        let mirrored: BTreeSet<TopicPartition> = store
+            .partitions_of(&def.name)
+            .filter(|(_, e)| e.state != PartitionState::Stopped)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        let mut bounds = BTreeMap::new();
+        for tp in &mirrored {
+            if let Ok(b) = self.host.on_partition(tp, |p| {
+                Ok((p.log.log_start_offset().0, p.log.log_end_offset().0))
+            }) {
+                bounds.insert(tp.clone(), b);
+            }
+        }
+        let commits = plan_group_sync(
+            def,
+            source,
+            &active,
+            |g, tp| committed.get(&(g.to_owned(), tp.clone())).copied(),
+            |tp| bounds.get(tp).copied(),
+            |tp| mirrored.contains(tp),
+        )
+        .map_err(|e| e.to_string())?;
+        let mut by_group: BTreeMap<String, Vec<(TopicPartition, i64)>> = BTreeMap::new();
+        for c in commits {
+            by_group.entry(c.group).or_default().push((c.tp, c.offset));
+        }
+        for (g, offs) in by_group {
+            use kafka_protocol::messages::offset_commit_request::{
+                OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+            };
+            let mut topics: BTreeMap<String, Vec<OffsetCommitRequestPartition>> = BTreeMap::new();
+            for (tp, o) in &offs {
+                topics.entry(tp.topic.clone()).or_default().push(
+                    OffsetCommitRequestPartition::default()
+                        .with_partition_index(tp.partition)
+                        .with_committed_offset(*o),
+                );
+            }
+            let req = OffsetCommitRequest::default()
+                .with_group_id(kafka_protocol::messages::GroupId(StrBytes::from_string(
+                    g.clone(),
+                )))
+                .with_generation_id_or_member_epoch(-1)
+                .with_topics(
+                    topics
+                        .into_iter()
+                        .map(|(t, ps)| {
+                            OffsetCommitRequestTopic::default()
+                                .with_name(kafka_protocol::messages::TopicName(
+                                    StrBytes::from_string(t),
+                                ))
+                                .with_partitions(ps)
+                        })
+                        .collect(),
+                );
+            match call(ApiKey::OffsetCommit, 8, RequestKind::OffsetCommit(req)) {
+                ResponseKind::OffsetCommit(r) => {
+                    let bad: Vec<i16> = r
+                        .topics
+                        .iter()
+                        .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+                        .filter(|c| *c != 0)
+                        .collect();
+                    if bad.is_empty() {
+                        tracing::debug!(group = %g, partitions = offs.len(), "group offsets synced");
+                    } else {
+                        tracing::info!(group = %g, codes = ?bad, "group offset sync refused");
+                    }
+                }
+                _ => return Err("unexpected OffsetCommit response".into()),
+            }
+        }
+        Ok(())
+    }
+}
