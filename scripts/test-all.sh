@@ -9,4 +9,4 @@ scripts/setup-deps.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace --release
+cargo test --workspace --release --no-fail-fast

@@ -274,8 +274,8 @@ impl WireClient {
         })
     }
 
-    /// Creates a topic; `Ok` also when it already exists is NOT granted: the error code is
-    /// returned as is (0 = created).
+    /// Creates a topic and returns the error code as is (0 = created, in which case every
+    /// partition has a leader in Metadata when this returns).
     pub fn create_topic(
         &mut self,
         topic: &str,
@@ -300,7 +300,21 @@ impl WireClient {
                 )])
             .with_timeout_ms(30_000);
         let resp = self.send(req)?;
-        Ok(resp.topics.first().map(|t| t.error_code).unwrap_or(-1))
+        let code = resp.topics.first().map(|t| t.error_code).unwrap_or(-1);
+        if code == 0 {
+            // CreateTopics may answer before the new partitions show up in Metadata (Kafka
+            // propagates them asynchronously): wait, so callers can use the topic at once.
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while !(0..partitions).all(|p| self.partition_info(topic, p).is_ok()) {
+                if std::time::Instant::now() > deadline {
+                    return Err(WireError::Codec(format!(
+                        "topic {topic} created but not in Metadata after 30 s"
+                    )));
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+        Ok(code)
     }
 
     /// Produces one raw record-batch blob (one or more batches) to one partition.
