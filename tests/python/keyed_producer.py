@@ -2,7 +2,8 @@
 topics (many versions of few keys) and the mirroring tests.
 
 Usage: keyed_producer.py BOOTSTRAP TOPIC PARTITIONS ROUNDS PER_ROUND KEYS SLEEP_MS [key=value config...]
-Round r writes PER_ROUND records, key "key-<n % KEYS>", value "r<r>:n<n>:" padded to 80 bytes,
+Round r writes PER_ROUND records, key "key-<n % KEYS>" when n // PARTITIONS is even and a
+unique key "u<r>-<n>" otherwise (so cleaning leaves interior offset gaps in every partition), value "r<r>:n<n>:" padded to 80 bytes,
 headers [("dup", "1"), ("dup", "2")], to partition n % PARTITIONS; flushes and sleeps SLEEP_MS
 between rounds (so time-based segment rolls happen). Prints "ROUND <r>" per round, "DONE".
 """
@@ -30,7 +31,7 @@ def main():
         for n in range(per_round):
             producer.produce(
                 topic,
-                key=f"key-{n % keys}".encode(),
+                key=(f"key-{n % keys}" if (n // partitions) % 2 == 0 else f"u{r}-{n}").encode(),
                 value=f"r{r}:n{n}:".ljust(80, ".").encode(),
                 partition=n % partitions,
                 headers=[("dup", b"1"), ("dup", b"2")],

@@ -344,7 +344,13 @@ pub fn java_dump(boot: &str, topic: &str, read_committed: bool, records: bool) -
         "RecordDump did not finish:\n{}",
         ran.stderr
     );
-    Dump {
+    // Partitions are read concurrently: order records by (partition, offset) and digests by
+    // partition so two brokers' dumps compare line by line.
+    let key = |l: &String| -> (i64, i64) {
+        let mut c = l.split(' ').skip(1).map(|x| x.parse::<i64>().unwrap_or(-1));
+        (c.next().unwrap_or(-1), c.next().unwrap_or(-1))
+    };
+    let mut dump = Dump {
         records: ran
             .stdout
             .lines()
@@ -357,7 +363,10 @@ pub fn java_dump(boot: &str, topic: &str, read_committed: bool, records: bool) -
             .filter(|l| l.starts_with("D "))
             .map(str::to_string)
             .collect(),
-    }
+    };
+    dump.records.sort_by_key(key);
+    dump.digests.sort_by_key(|l| key(l).0);
+    dump
 }
 
 /// Offsets of every record of `topic`/`partition` read with Fetch (read_uncommitted), to

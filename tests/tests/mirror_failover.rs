@@ -1,0 +1,428 @@
+//! Issue 5 against a real Apache Kafka 4.1.1 source (and kmirror to kmirror for failback):
+//! failover with open and aborted transactions, consumer-group offset sync then failover,
+//! partition and config sync (with excluded configs), and failback A -> B -> A.
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use kmirror_tests::clients::Client;
+use kmirror_tests::java;
+use kmirror_tests::mirror;
+use kmirror_tests::oracle::read_batches;
+use kmirror_tests::proc::{self, LineChild};
+use kmirror_tests::records::layout;
+use kmirror_tests::wire::be_i32;
+use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
+
+fn fast(interval_ms: u32) -> Vec<(String, String)> {
+    vec![
+        (
+            "mirror.metadata.sync.interval.ms".into(),
+            interval_ms.to_string(),
+        ),
+        (
+            "mirror.group.sync.interval.ms".into(),
+            interval_ms.to_string(),
+        ),
+        ("mirror.retry.backoff.ms".into(), "100".into()),
+        ("mirror.retry.backoff.max.ms".into(), "1000".into()),
+    ]
+}
+
+fn create_mirror(dst: &str, name: &str, src: &str, interval_ms: u32) {
+    let sets = fast(interval_ms);
+    let sets: Vec<(&str, &str)> = sets.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    mirror::create(dst, name, src, &sets);
+}
+
+fn start_both() -> (KafkaCluster, KmirrorNode) {
+    std::thread::scope(|s| {
+        let k = s.spawn(KafkaCluster::single);
+        let m = s.spawn(KmirrorNode::start);
+        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    })
+}
+
+/// Fails over `topics` and waits until every partition is STOPPED.
+fn fail_over(dst: &str, name: &str, topics: &[&str]) {
+    let ran = mirror::remove_topics(dst, name, topics);
+    assert!(
+        ran.status.success(),
+        "failover of {topics:?} failed:\n{}{}",
+        ran.stdout,
+        ran.stderr
+    );
+    proc::wait_for(
+        Duration::from_secs(60),
+        "failed-over partitions STOPPED",
+        || {
+            let rows = mirror::describe(dst, Some(name));
+            let ours: Vec<_> = rows
+                .iter()
+                .filter(|r| topics.contains(&r.topic.as_str()))
+                .collect();
+            (!ours.is_empty() && ours.iter().all(|r| r.state == "STOPPED")).then_some(())
+        },
+    );
+}
+
+fn ends(boot: &str, topic: &str, parts: i32) -> Vec<i64> {
+    mirror::bounds(boot, topic, parts)
+        .unwrap_or_else(|e| panic!("bounds of {topic} on {boot}: {e}"))
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect()
+}
+
+fn seq_produce(boot: &str, topic: &str, parts: i32, records: u64) -> Vec<String> {
+    let ran = proc::run(
+        java::program("SeqProducer").args([boot, topic, &parts.to_string(), &records.to_string()]),
+        Duration::from_secs(120),
+    );
+    let acks = ran.stdout.lines().filter(|l| l.starts_with("ACK ")).count() as u64;
+    assert_eq!(
+        acks,
+        records,
+        "SeqProducer on {boot} {topic}: {} acks of {records}:\n{}\n{}",
+        acks,
+        proc::last_lines(&ran.stdout, 5),
+        proc::last_lines(&ran.stderr, 10)
+    );
+    ran.stdout.lines().map(str::to_string).collect()
+}
+
+/// Failover while the source holds one aborted and one still-open transaction: the mirror ends
+/// at the source LSO, read_committed sees neither aborted nor open-transaction records, and new
+/// idempotent and transactional producers write, at leader epochs above every mirrored batch.
+#[test]
+fn failover_with_open_and_aborted_transactions_ends_at_the_lso_and_accepts_new_producers() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = start_both();
+    let src = kafka.bootstrap();
+    let dst = node.addr();
+    let parts = 2;
+    kafka.create_topic("orders", parts, &[]);
+    // Transactions 0 and 2 committed, 1 and 3 aborted, then one left open.
+    let mut open = LineChild::spawn(java::program("TxnProducer").args([
+        src.as_str(),
+        "orders",
+        "2",
+        "4",
+        "50",
+        "2",
+        "true",
+    ]));
+    proc::wait_for(Duration::from_secs(90), "the open transaction", || {
+        (open.count("OPEN") == 1).then_some(())
+    });
+    assert!(
+        open.exited().is_none(),
+        "TxnProducer must keep its transaction open"
+    );
+    let hw = ends(&src, "orders", parts);
+    let lso: Vec<i64> = (0..parts).map(|p| mirror::lso(&src, "orders", p)).collect();
+    assert!(
+        lso.iter().zip(hw.iter()).all(|(l, h)| l < h),
+        "the open transaction must hold the LSO below the high watermark: lso {lso:?} hw {hw:?}"
+    );
+
+    create_mirror(&dst, "dr", &src, 1000);
+    mirror::add_topics(&dst, "dr", &["orders"]);
+    let matched =
+        mirror::wait_caught_up(&src, &dst, "orders", parts, true, Duration::from_secs(60));
+    assert_eq!(matched, lso);
+    // Give the fetcher time to (wrongly) read past the LSO before failing over.
+    std::thread::sleep(Duration::from_secs(2));
+    fail_over(&dst, "dr", &["orders"]);
+
+    assert_eq!(
+        ends(&dst, "orders", parts),
+        lso,
+        "end offsets after failover = source LSO at stop"
+    );
+    mirror::assert_log_equal(&src, &dst, "orders", &lso);
+    let committed = mirror::java_dump(&dst, "orders", true, true);
+    let bad: Vec<&String> = committed
+        .records
+        .iter()
+        .filter(|r| r.contains(" A:") || r.contains(" O:"))
+        .collect();
+    assert!(
+        bad.is_empty(),
+        "read_committed on kmirror after failover: {bad:?}"
+    );
+    assert_eq!(
+        committed.records.len(),
+        2 * 50,
+        "committed records after failover"
+    );
+
+    // The mirrored batches' highest leader epoch.
+    let max_mirrored: Vec<i32> = (0..parts)
+        .map(|p| {
+            let (_, batches) = read_batches(&dst, "orders", p, lso[p as usize]).expect("read");
+            batches
+                .iter()
+                .map(|b| be_i32(&b.bytes, layout::LEADER_EPOCH))
+                .max()
+                .unwrap_or(-1)
+        })
+        .collect();
+
+    // New idempotent and transactional producers write successfully.
+    seq_produce(&dst, "orders", parts, 200);
+    let ran = proc::run_ok(
+        java::program("TxnProducer").args([dst.as_str(), "orders", "2", "3", "20", "0", "false"]),
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        ran.stdout
+            .lines()
+            .filter(|l| l.starts_with("COMMITTED"))
+            .count(),
+        3,
+        "transactional producer on the failed-over topic:\n{}",
+        ran.stdout
+    );
+    for p in 0..parts {
+        let (_, batches) = read_batches(&dst, "orders", p, i64::MAX).expect("read");
+        let new: Vec<i32> = batches
+            .iter()
+            .filter(|b| b.base_offset >= lso[p as usize])
+            .map(|b| be_i32(&b.bytes, layout::LEADER_EPOCH))
+            .collect();
+        assert!(!new.is_empty(), "orders-{p}: no new batch after failover");
+        assert!(
+            new.iter().all(|e| *e > max_mirrored[p as usize]),
+            "orders-{p}: new batches at leader epochs {new:?}, mirrored batches up to {}",
+            max_mirrored[p as usize]
+        );
+    }
+    let after = mirror::java_dump(&dst, "orders", true, true);
+    assert_eq!(
+        after.records.len(),
+        100 + 200 + 3 * 20,
+        "read_committed after new writes"
+    );
+    drop(open);
+}
+
+fn committed(boot: &str, group: &str, topic: &str, parts: i32) -> BTreeMap<i32, i64> {
+    Client::Java.committed(boot, group, topic, parts)
+}
+
+/// A group consumes half a topic on the source and commits; the mirror syncs the offsets; after
+/// failover the same group on kmirror resumes exactly there: nothing lost, nothing repeated
+/// (the group was idle, so one sync interval's worth of duplicates is zero here).
+#[test]
+fn group_resumes_on_kmirror_at_the_synced_offset_after_failover() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = start_both();
+    let src = kafka.bootstrap();
+    let dst = node.addr();
+    let parts = 2;
+    kafka.create_topic("events", parts, &[]);
+    seq_produce(&src, "events", parts, 20_000);
+    let dir = tempfile::tempdir().expect("temp");
+    let stop = dir.path().join("stop");
+    let stop_s = stop.display().to_string();
+    let first = LineChild::spawn(java::program("GroupConsumer").args([
+        src.as_str(),
+        "readers",
+        "events",
+        &stop_s,
+        "4000",
+    ]));
+    proc::wait_for(Duration::from_secs(90), "half the topic consumed", || {
+        (first.count("R ") >= 10_000).then_some(())
+    });
+    std::fs::write(&stop, b"stop").expect("stop file");
+    let (status, lines) = first.wait(Duration::from_secs(60));
+    assert!(status.success());
+    let on_source = committed(&src, "readers", "events", parts);
+    let consumed = lines.iter().filter(|l| l.starts_with("R ")).count() as i64;
+    assert_eq!(
+        on_source.values().sum::<i64>(),
+        consumed,
+        "source commits = records consumed"
+    );
+    assert!(consumed < 20_000, "the group must stop midway");
+
+    create_mirror(&dst, "dr", &src, 1000);
+    mirror::add_topics(&dst, "dr", &["events"]);
+    let end = mirror::wait_caught_up(&src, &dst, "events", parts, false, Duration::from_secs(60));
+    let synced = proc::wait_for(
+        Duration::from_secs(60),
+        "group offsets synced to kmirror",
+        || {
+            let c = committed(&dst, "readers", "events", parts);
+            (c == on_source).then_some(c)
+        },
+    );
+    fail_over(&dst, "dr", &["events"]);
+    assert_eq!(
+        committed(&dst, "readers", "events", parts),
+        synced,
+        "offsets survive failover"
+    );
+
+    std::fs::remove_file(&stop).expect("rm stop");
+    let second = LineChild::spawn(java::program("GroupConsumer").args([
+        dst.as_str(),
+        "readers",
+        "events",
+        &stop_s,
+        "0",
+    ]));
+    let rest = 20_000 - consumed as usize;
+    proc::wait_for(
+        Duration::from_secs(90),
+        "the rest consumed on kmirror",
+        || (second.count("R ") >= rest).then_some(()),
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    std::fs::write(&stop, b"stop").expect("stop file");
+    let (status, lines) = second.wait(Duration::from_secs(60));
+    assert!(status.success());
+    let mut per: BTreeMap<i32, Vec<i64>> = BTreeMap::new();
+    for l in lines.iter().filter(|l| l.starts_with("R ")) {
+        let c: Vec<&str> = l.split_whitespace().collect();
+        per.entry(c[1].parse().expect("p"))
+            .or_default()
+            .push(c[2].parse().expect("offset"));
+    }
+    for p in 0..parts {
+        let got = per.remove(&p).unwrap_or_default();
+        let want: Vec<i64> = (synced[&p]..end[p as usize]).collect();
+        assert_eq!(
+            got.first(),
+            want.first(),
+            "events-{p}: the group resumed at a different offset than the synced {}",
+            synced[&p]
+        );
+        assert_eq!(
+            got, want,
+            "events-{p}: records lost or repeated after failover"
+        );
+    }
+}
+
+/// Partition expansion and a config change on the source reach kmirror within one sync
+/// interval; an excluded config (message.timestamp.type, seed 003's default list) does not.
+#[test]
+fn partition_expansion_and_config_changes_reach_kmirror_within_one_sync_interval_excluded_do_not() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = start_both();
+    let src = kafka.bootstrap();
+    let dst = node.addr();
+    kafka.create_topic("grow", 2, &[("retention.ms", "3600000")]);
+    seq_produce(&src, "grow", 2, 1000);
+    let interval_ms = 3000;
+    create_mirror(&dst, "dr", &src, interval_ms);
+    mirror::add_topics(&dst, "dr", &["grow"]);
+    mirror::wait_caught_up(&src, &dst, "grow", 2, false, Duration::from_secs(60));
+    assert_eq!(
+        mirror::topic_configs(&dst, "grow").get("retention.ms"),
+        Some(&Some("3600000".to_string()))
+    );
+
+    assert_eq!(mirror::create_partitions(&src, "grow", 4), 0);
+    assert_eq!(
+        mirror::set_topic_configs(
+            &src,
+            "grow",
+            &[
+                ("retention.ms", "7200000"),
+                ("message.timestamp.type", "LogAppendTime"),
+            ]
+        ),
+        0
+    );
+    let changed = Instant::now();
+    let budget = Duration::from_millis(u64::from(interval_ms) + 2000);
+    let took = proc::wait_for(budget, "partitions and retention.ms synced", || {
+        let cfg = mirror::topic_configs(&dst, "grow");
+        (mirror::partition_count(&dst, "grow") == 4
+            && cfg.get("retention.ms") == Some(&Some("7200000".to_string())))
+        .then(|| changed.elapsed())
+    });
+    eprintln!(
+        "partition expansion and config change synced {:.1} s after the change (interval {interval_ms} ms)",
+        took.as_secs_f64()
+    );
+    // A few more rounds: the excluded key must never arrive.
+    std::thread::sleep(Duration::from_millis(u64::from(interval_ms) * 2));
+    let cfg = mirror::topic_configs(&dst, "grow");
+    assert_ne!(
+        cfg.get("message.timestamp.type"),
+        Some(&Some("LogAppendTime".to_string())),
+        "an excluded config was synced"
+    );
+    // The new partitions mirror too.
+    seq_produce(&src, "grow", 4, 2000);
+    mirror::assert_mirrored(&src, &dst, "grow", 4, Duration::from_secs(60));
+}
+
+/// Failback between two kmirror nodes: A -> B mirroring, fail over to B, write on B while A
+/// gets records B never saw; then mirror B -> A: A truncates exactly its divergent tail and
+/// ends log-equal with B; finally fail over back to A, which accepts writes.
+#[test]
+fn failback_a_to_b_to_a_truncates_only_the_divergent_tail_and_ends_log_equal() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(KmirrorNode::start);
+        let b = s.spawn(KmirrorNode::start);
+        (a.join().expect("a"), b.join().expect("b"))
+    });
+    let (aa, ba) = (a.addr(), b.addr());
+    let parts = 2;
+    let mut c = WireClient::connect(&aa).expect("connect a");
+    assert_eq!(c.create_topic("fb", parts, 1, &[]).expect("create"), 0);
+    seq_produce(&aa, "fb", parts, 4000);
+
+    create_mirror(&ba, "from-a", &aa, 1000);
+    mirror::add_topics(&ba, "from-a", &["fb"]);
+    let common = mirror::wait_caught_up(&aa, &ba, "fb", parts, false, Duration::from_secs(60));
+    mirror::assert_log_equal(&aa, &ba, "fb", &common);
+
+    // Disaster: fail over to B, write there; A (still up) takes writes B never gets.
+    fail_over(&ba, "from-a", &["fb"]);
+    seq_produce(&ba, "fb", parts, 1000);
+    seq_produce(&aa, "fb", parts, 600);
+    let a_before = ends(&aa, "fb", parts);
+    assert!(a_before.iter().zip(common.iter()).all(|(x, y)| x > y));
+
+    // Dry run reports what would be truncated, then the real reverse.
+    create_mirror(&aa, "from-b", &ba, 1000);
+    let dry = mirror::cli(&aa, &["add", "from-b", "--topics", "fb", "--dry-run"]);
+    eprintln!("dry run:\n{}{}", dry.stdout, dry.stderr);
+    assert!(dry.status.success(), "dry run failed: {}", dry.stderr);
+    assert_eq!(
+        ends(&aa, "fb", parts),
+        a_before,
+        "a dry run changed A's log"
+    );
+    mirror::add_topics(&aa, "from-b", &["fb"]);
+    let b_ends = mirror::wait_caught_up(&ba, &aa, "fb", parts, false, Duration::from_secs(90));
+    let reports = mirror::assert_log_equal(&ba, &aa, "fb", &b_ends);
+    assert!(
+        reports.iter().all(|r| r.log_start == 0),
+        "failback re-copied from scratch? {reports:?}"
+    );
+    eprintln!(
+        "dry-run stdout mentions divergence points {common:?}: {}",
+        common.iter().all(|o| dry.stdout.contains(&o.to_string()))
+    );
+
+    // Back on A: fail over, write.
+    fail_over(&aa, "from-b", &["fb"]);
+    seq_produce(&aa, "fb", parts, 100);
+    let final_ends = ends(&aa, "fb", parts);
+    for p in 0..parts as usize {
+        assert_eq!(
+            final_ends[p],
+            b_ends[p] + 50,
+            "fb-{p} after writing on A again"
+        );
+    }
+}
