@@ -1,0 +1,241 @@
+//! Shared plumbing of the end-to-end benchmark binaries: an Apache Kafka 4.1.1 node started
+//! with the JVM flags of Kafka's own start scripts (G1, full JIT: the test harness's quick-start
+//! flags would handicap Kafka), Java tools with full JIT, and /proc process accounting.
+
+#![allow(dead_code)] // each binary uses a different subset
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use kmirror_tests::deps;
+use kmirror_tests::proc::{self, ChildGuard};
+use kmirror_tests::WireClient;
+
+/// `java` with Kafka's production-like flags (kafka-run-class.sh: G1, MaxGCPauseMillis=20),
+/// `-Xms` = `-Xmx` = `heap` as kafka-server-start.sh does.
+pub(crate) fn java(heap: &str, main_class: &str) -> Command {
+    java_heap(heap, heap, main_class)
+}
+
+/// [`java`] with a distinct initial heap (connect-mirror-maker.sh: -Xms256M -Xmx2G).
+pub(crate) fn java_heap(xms: &str, xmx: &str, main_class: &str) -> Command {
+    let mut c = Command::new(deps::java());
+    c.arg(format!("-Xmx{xmx}"))
+        .arg(format!("-Xms{xms}"))
+        .args([
+            "-XX:+UseG1GC",
+            "-XX:MaxGCPauseMillis=20",
+            "-XX:InitiatingHeapOccupancyPercent=35",
+            "-XX:+ExplicitGCInvokesConcurrent",
+            "-Djava.awt.headless=true",
+        ])
+        .arg(format!(
+            "-Dlog4j2.configurationFile={}",
+            deps::log4j_config().display()
+        ))
+        .arg("-cp")
+        .arg(deps::kafka_classpath())
+        .arg(main_class);
+    c
+}
+
+/// Runs a Kafka tool (512 MiB heap, full JIT) to completion; panics unless it exits 0.
+pub(crate) fn run_tool(main_class: &str, args: &[&str], timeout: Duration) -> proc::Ran {
+    proc::run_ok(java("512m", main_class).args(args), timeout)
+}
+
+/// One single-node KRaft Apache Kafka 4.1.1 broker+controller on loopback.
+pub(crate) struct Kafka {
+    dir: tempfile::TempDir,
+    port: u16,
+    child: Option<ChildGuard>,
+}
+
+impl Kafka {
+    /// Formats and starts a node with a `heap` JVM heap; returns once Metadata answers.
+    pub(crate) fn start(heap: &str, extra: &[(&str, &str)]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("kmirror-bench-kafka-")
+            .tempdir()
+            .expect("temp dir");
+        let port = proc::free_port();
+        let cport = proc::free_port();
+        let mut props: Vec<(String, String)> = [
+            ("process.roles", "broker,controller".to_string()),
+            ("node.id", "1".into()),
+            ("controller.quorum.voters", format!("1@127.0.0.1:{cport}")),
+            (
+                "listeners",
+                format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"),
+            ),
+            (
+                "advertised.listeners",
+                format!("PLAINTEXT://127.0.0.1:{port}"),
+            ),
+            ("controller.listener.names", "CONTROLLER".into()),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+            ),
+            ("inter.broker.listener.name", "PLAINTEXT".into()),
+            ("log.dirs", dir.path().join("data").display().to_string()),
+            ("num.partitions", "1".into()),
+            ("default.replication.factor", "1".into()),
+            ("offsets.topic.replication.factor", "1".into()),
+            ("offsets.topic.num.partitions", "8".into()),
+            ("transaction.state.log.replication.factor", "1".into()),
+            ("transaction.state.log.min.isr", "1".into()),
+            (
+                "share.coordinator.state.topic.replication.factor",
+                "1".into(),
+            ),
+            ("share.coordinator.state.topic.min.isr", "1".into()),
+            ("group.initial.rebalance.delay.ms", "0".into()),
+            ("auto.create.topics.enable", "false".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in extra {
+            props.retain(|(pk, _)| pk != k);
+            props.push((k.to_string(), v.to_string()));
+        }
+        let config = dir.path().join("server.properties");
+        let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+        std::fs::write(&config, text).expect("write server.properties");
+        let cid = "kmirrorBenchClusterIdA"; // 22 chars of URL-safe base64 = 16 bytes
+        proc::run_ok(
+            java("256m", "kafka.tools.StorageTool")
+                .args(["format", "--ignore-formatted", "-t", cid, "-c"])
+                .arg(&config),
+            Duration::from_secs(120),
+        );
+        let log = std::fs::File::create(dir.path().join("kafka.log")).expect("kafka log");
+        let child = java(heap, "kafka.Kafka")
+            .arg(&config)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn kafka.Kafka");
+        let mut k = Kafka {
+            dir,
+            port,
+            child: Some(ChildGuard(child)),
+        };
+        let addr = k.bootstrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        loop {
+            if let Ok(Some(s)) = k.child.as_mut().expect("running").0.try_wait() {
+                panic!("Kafka exited ({s}):\n{}", proc::tail(&k.log(), 40));
+            }
+            let ok = WireClient::connect(&addr)
+                .and_then(|mut c| c.metadata(None))
+                .map(|md| !md.brokers.is_empty())
+                .unwrap_or(false);
+            if ok {
+                return k;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "Kafka not ready:\n{}",
+                proc::tail(&k.log(), 40)
+            );
+            std::thread::sleep(Duration::from_millis(250));
+        }
+    }
+
+    /// `127.0.0.1:PORT`.
+    pub(crate) fn bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The broker's stdout/stderr log.
+    pub(crate) fn log(&self) -> PathBuf {
+        self.dir.path().join("kafka.log")
+    }
+
+    /// The JVM's PID.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.as_ref().expect("running").0.id()
+    }
+
+    /// SIGTERM and wait.
+    pub(crate) fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            proc::terminate(&mut c.0, Duration::from_secs(60));
+        }
+    }
+}
+
+/// Creates `topic` with `partitions` partitions (replication 1) over the wire and waits for
+/// leaders; works on Kafka and kmirror alike.
+pub(crate) fn create_topic(addr: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    let mut c = WireClient::connect(addr).expect("connect");
+    let code = c
+        .create_topic(topic, partitions, 1, configs)
+        .expect("CreateTopics");
+    assert_eq!(code, 0, "CreateTopics {topic} on {addr}: error {code}");
+    proc::wait_for(Duration::from_secs(30), "topic leaders", || {
+        (0..partitions)
+            .all(|p| c.partition_info(topic, p).is_ok())
+            .then_some(())
+    });
+}
+
+/// Sum of the end offsets of `topic`'s partitions (None while the topic is not there yet).
+pub(crate) fn total_end_offset(addr: &str, topic: &str, partitions: i32) -> Option<i64> {
+    let mut c = WireClient::connect(addr).ok()?;
+    let mut sum = 0;
+    for p in 0..partitions {
+        sum += c.log_bounds(topic, p).ok()?.1;
+    }
+    Some(sum)
+}
+
+/// Clock ticks per second for /proc/PID/stat times (`getconf CLK_TCK`, no `unsafe`).
+fn clk_tck() -> f64 {
+    let out = Command::new("getconf")
+        .arg("CLK_TCK")
+        .output()
+        .expect("getconf");
+    String::from_utf8_lossy(&out.stdout)
+        .trim()
+        .parse()
+        .unwrap_or(100.0)
+}
+
+/// User + system CPU seconds `pid` has used so far (its threads included).
+pub(crate) fn cpu_seconds(pid: u32) -> f64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("read /proc/PID/stat");
+    // Fields after the ")" that closes comm: state is field 3, utime 14, stime 15.
+    let rest = &stat[stat.rfind(')').expect("comm") + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let ticks: f64 = f[11].parse::<f64>().expect("utime") + f[12].parse::<f64>().expect("stime");
+    ticks / clk_tck()
+}
+
+/// Peak resident set (VmHWM) of `pid` in MiB.
+pub(crate) fn peak_rss_mib(pid: u32) -> f64 {
+    let status =
+        std::fs::read_to_string(format!("/proc/{pid}/status")).expect("read /proc/PID/status");
+    let kib: f64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM");
+    kib / 1024.0
+}
+
+/// The 1-minute load average, printed next to results: this machine is shared.
+pub(crate) fn load_avg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+/// The kmirror binary: `KMIRROR_BIN` or a fresh release build (the harness's rule).
+pub(crate) fn kmirror_bin() -> &'static Path {
+    deps::kmirror_bin()
+}
