@@ -1,0 +1,233 @@
+//! End to end through the real binaries: Apache Kafka 4.1.1 as the source, `kmirror serve` as
+//! the destination, driven only by the `kmirror mirror` CLI. The mirror topic must be
+//! log-equal with the source, refuse a Java producer, and after failover (remove) be writable
+//! at a higher leader epoch with its end right after the source's last stable offset.
+
+use std::time::{Duration, Instant};
+
+use kmirror_tests::deps;
+use kmirror_tests::java;
+use kmirror_tests::kafka::KafkaCluster;
+use kmirror_tests::kmirror::KmirrorNode;
+use kmirror_tests::oracle::log_equal;
+use kmirror_tests::proc::{self, Ran};
+use kmirror_tests::wire::WireClient;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 3;
+
+fn cli(dst: &str, args: &[&str]) -> Ran {
+    let ran = proc::run(
+        std::process::Command::new(deps::kmirror_bin())
+            .args(["mirror", "--bootstrap", dst])
+            .args(args),
+        Duration::from_secs(60),
+    );
+    assert!(
+        ran.status.success(),
+        "kmirror mirror {args:?} failed: {}{}",
+        ran.stdout,
+        ran.stderr
+    );
+    ran
+}
+
+/// `describe --json` rows: (partition, state, source_offset, destination_offset, lag).
+fn describe(dst: &str) -> Vec<(i64, String, i64, i64, i64)> {
+    let ran = cli(dst, &["describe", "dr", "--json"]);
+    let v: serde_json::Value = serde_json::from_str(ran.stdout.trim())
+        .or_else(|_| {
+            // One object per line is accepted too.
+            let rows: Vec<serde_json::Value> = ran
+                .stdout
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .map(serde_json::from_str)
+                .collect::<Result<_, _>>()?;
+            Ok::<_, serde_json::Error>(serde_json::Value::Array(rows))
+        })
+        .unwrap_or_else(|e| panic!("describe --json output is not JSON ({e}): {}", ran.stdout));
+    let rows = v.as_array().cloned().unwrap_or_default();
+    rows.iter()
+        .map(|r| {
+            (
+                r["partition"].as_i64().unwrap_or(-1),
+                r["state"].as_str().unwrap_or("").to_owned(),
+                r["source_offset"].as_i64().unwrap_or(-1),
+                r["destination_offset"].as_i64().unwrap_or(-1),
+                r["lag"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect()
+}
+
+fn end_offsets(boot: &str) -> Vec<i64> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let mut c = WireClient::connect_leader(boot, TOPIC, p).expect("connect to leader");
+            c.log_bounds(TOPIC, p).expect("log bounds").1
+        })
+        .collect()
+}
+
+fn leader_epochs(boot: &str) -> Vec<i32> {
+    let first = boot.split(',').next().expect("bootstrap");
+    let mut c = WireClient::connect(first).expect("connect");
+    (0..PARTITIONS)
+        .map(|p| {
+            c.partition_info(TOPIC, p)
+                .expect("partition info")
+                .leader_epoch
+        })
+        .collect()
+}
+
+/// Runs the Java SeqProducer; returns (acked, errors) from its DONE line.
+fn java_produce(boot: &str, records: u64, props: &[&str]) -> (u64, u64, String) {
+    let ran = proc::run(
+        java::program("SeqProducer")
+            .args([boot, TOPIC, &PARTITIONS.to_string(), &records.to_string()])
+            .args(props),
+        Duration::from_secs(120),
+    );
+    let done = ran
+        .stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("DONE "))
+        .unwrap_or_else(|| {
+            panic!(
+                "SeqProducer did not finish: {}",
+                proc::last_lines(&ran.stderr, 20)
+            )
+        })
+        .to_owned();
+    let mut it = done
+        .split_whitespace()
+        .map(|x| x.parse::<u64>().unwrap_or(0));
+    let acked = it.next().unwrap_or(0);
+    let errors = it.next().unwrap_or(0);
+    let first_err = ran
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("ERR "))
+        .unwrap_or("")
+        .to_owned();
+    (acked, errors, first_err)
+}
+
+#[test]
+fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
+    let kafka = KafkaCluster::single();
+    let src = kafka.bootstrap();
+    kafka.create_topic(TOPIC, PARTITIONS, &[]);
+    let (acked, errors, _) = java_produce(&src, 3_000, &[]);
+    assert_eq!((acked, errors), (3_000, 0), "producing to Kafka");
+
+    let node = KmirrorNode::start_with(&["--cores", "2"]);
+    let dst = node.addr();
+    cli(
+        &dst,
+        &[
+            "create",
+            "dr",
+            "--source",
+            &src,
+            "--set",
+            "mirror.metadata.sync.interval.ms=1000",
+        ],
+    );
+    cli(&dst, &["add", "dr", "--topics", TOPIC]);
+
+    // More data while mirroring runs.
+    let (acked, _, _) = java_produce(&src, 1_500, &[]);
+    assert_eq!(acked, 1_500);
+    let src_end = end_offsets(&src);
+
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let rows = describe(&dst);
+        let done = rows.len() == PARTITIONS as usize
+            && rows.iter().all(|(p, state, s, d, lag)| {
+                state == "MIRRORING" && *lag == 0 && *s == src_end[*p as usize] && s == d
+            });
+        if done {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "mirror did not catch up to {src_end:?}: {rows:?}\n{}",
+            proc::tail(&node.log_path(), 30)
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+    let dst_end = end_offsets(&dst);
+    assert_eq!(dst_end, src_end, "destination end offsets");
+    for p in 0..PARTITIONS {
+        log_equal(&src, &dst, TOPIC, p, src_end[p as usize])
+            .unwrap_or_else(|e| panic!("not log-equal: {e}"));
+    }
+    // Same topic id on both sides.
+    let id = |b: &str| {
+        WireClient::connect(b.split(',').next().unwrap())
+            .unwrap()
+            .partition_info(TOPIC, 0)
+            .unwrap()
+            .topic_id
+    };
+    assert_eq!(id(&src), id(&dst), "mirror topic id");
+
+    // A real Java producer is refused on the mirror topic and nothing is appended.
+    let (acked, errors, first_err) = java_produce(
+        &dst,
+        30,
+        &[
+            "delivery.timeout.ms=8000",
+            "request.timeout.ms=3000",
+            "linger.ms=0",
+        ],
+    );
+    assert_eq!(acked, 0, "a produce to a mirror topic was accepted");
+    assert_eq!(errors, 30);
+    assert!(!first_err.is_empty(), "no ERR line from the producer");
+    assert_eq!(end_offsets(&dst), src_end, "the mirror topic changed");
+
+    // Failover.
+    let epochs_before = leader_epochs(&src);
+    cli(&dst, &["remove", "dr", "--topics", TOPIC]);
+    let rows = describe(&dst);
+    assert!(
+        rows.iter().all(|r| r.1 == "STOPPED"),
+        "after remove: {rows:?}"
+    );
+    let lso: Vec<i64> = (0..PARTITIONS)
+        .map(|p| {
+            let mut c = WireClient::connect_leader(&src, TOPIC, p).unwrap();
+            // No open transaction on the source: LSO == high watermark == end.
+            c.log_bounds(TOPIC, p).unwrap().1
+        })
+        .collect();
+    let after = end_offsets(&dst);
+    for p in 0..PARTITIONS as usize {
+        // Truncated to the LSO, then one MIRROR_PID_RESET control record.
+        assert_eq!(after[p], lso[p] + 1, "partition {p} end after failover");
+        log_equal(&src, &dst, TOPIC, p as i32, lso[p]).unwrap_or_else(|e| panic!("{e}"));
+    }
+    let epochs_after = leader_epochs(&dst);
+    for p in 0..PARTITIONS as usize {
+        assert!(
+            epochs_after[p] > epochs_before[p],
+            "partition {p}: epoch {} not above the source's {}",
+            epochs_after[p],
+            epochs_before[p]
+        );
+    }
+    let (acked, errors, first_err) = java_produce(&dst, 300, &["enable.idempotence=true"]);
+    assert_eq!((acked, errors), (300, 0), "after failover: {first_err}");
+    let total: i64 = end_offsets(&dst)
+        .iter()
+        .zip(&after)
+        .map(|(a, b)| a - b)
+        .sum();
+    assert_eq!(total, 300, "records appended after failover");
+}
