@@ -14,7 +14,7 @@ use kmirror_log::batch::{build_batch, BatchIter, BatchSpec, KeyValue};
 use kmirror_log::{FlushPolicy, Log, LogConfig, Offset};
 
 /// Bytes moved per measured iteration.
-const RUN_BYTES: usize = 16 << 20;
+const RUN_BYTES: usize = 32 << 20;
 const RECORD_BYTES: usize = 1024;
 
 /// Batches of 1 KiB records, `batch_bytes` each (approximately), with consecutive offsets,
@@ -66,7 +66,9 @@ fn bench_append(c: &mut Criterion) {
     g.measurement_time(Duration::from_secs(10));
     for (label, batch_bytes) in [("16KiB", 16 << 10), ("1MiB", 1 << 20)] {
         let batches = make_batches(batch_bytes);
-        g.throughput(Throughput::Bytes(total_len(&batches)));
+        // The first batch is written before the clock starts on both sides: in the log it
+        // opens leader epoch 3, whose checkpoint is fsynced (rare in steady state).
+        g.throughput(Throughput::Bytes(total_len(&batches[1..])));
         g.bench_with_input(
             BenchmarkId::new("write2_loop", label),
             &batches,

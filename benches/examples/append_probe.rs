@@ -38,6 +38,36 @@ fn main() {
         flush: FlushPolicy::Os,
         ..LogConfig::default()
     };
+    // `append_probe <batch bytes> log|plain`: only that path, 20 rounds (for perf).
+    if let Some(mode) = std::env::args().nth(2) {
+        let mut spent = std::time::Duration::ZERO;
+        for _ in 0..20 {
+            let dir = tempfile::tempdir().unwrap();
+            if mode == "log" {
+                let mut log = Log::open(&dir.path().join("log"), cfg.clone()).unwrap();
+                log.append_mirror(batches[0].clone()).unwrap(); // epoch checkpoint, untimed
+                let t = Instant::now();
+                for b in &batches[1..] {
+                    log.append_mirror(b.clone()).unwrap();
+                }
+                spent += t.elapsed();
+            } else {
+                let mut f = OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(dir.path().join("a"))
+                    .unwrap();
+                f.write_all(&batches[0]).unwrap();
+                let t = Instant::now();
+                for b in &batches[1..] {
+                    f.write_all(b).unwrap();
+                }
+                spent += t.elapsed();
+            }
+        }
+        println!("{mode}: {:?} per 64 MiB", spent / 20);
+        return;
+    }
     for round in 0..5 {
         let dir = tempfile::tempdir().unwrap();
         let mut f = OpenOptions::new()
@@ -62,12 +92,28 @@ fn main() {
             g.write_all(b).unwrap();
         }
         let crc = t.elapsed();
-        let mut log = Log::open(&dir.path().join("log"), cfg.clone()).unwrap();
+        let mut g2 = OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.path().join("c"))
+            .unwrap();
         let t = Instant::now();
         for b in &batches {
+            for c in b.chunks(128 << 10) {
+                acc ^= crc32c::crc32c(c);
+                g2.write_all(c).unwrap();
+            }
+        }
+        let chunked = t.elapsed();
+        let mut log = Log::open(&dir.path().join("log"), cfg.clone()).unwrap();
+        log.append_mirror(batches[0].clone()).unwrap(); // epoch checkpoint, untimed
+        let t = Instant::now();
+        for b in &batches[1..] {
             log.append_mirror(b.clone()).unwrap();
         }
         let lg = t.elapsed();
-        println!("round {round}: plain {plain:?} crc+write {crc:?} log {lg:?} ({acc})");
+        println!(
+            "round {round}: plain {plain:?} crc+write {crc:?} chunked crc+write {chunked:?} log {lg:?} ({acc})"
+        );
     }
 }

@@ -496,39 +496,76 @@ impl Log {
 
     /// Appends batches from a source cluster unchanged at their own offsets. The first base
     /// offset must be >= the log end offset and offsets must increase; gaps are allowed.
-    /// Per batch only the frame, CRC and a few header fields are looked at.
+    /// Per batch only the frame, CRC and a few header fields are looked at. Frames, counts
+    /// and offsets are checked before any write; the CRC32C is checked in the same pass as
+    /// the write (chunk by chunk, so data is read from memory once) and a mismatch cuts the
+    /// file back: the append is all-or-nothing and no byte of it is ever readable.
     pub fn append_mirror(&mut self, batches: Bytes) -> Result<AppendInfo, LogError> {
         if batches.is_empty() {
             return Err(LogError::InvalidRecord("empty records".into()));
         }
+        // Pass 1, headers only: frame (length, magic), counts, offset order.
         let mut expected = self.leo;
-        let mut first = None;
-        let mut last = 0;
         let mut max_ts = -1i64;
         let mut messages = 0u64;
         let mut epoch_starts: Vec<(i32, i64)> = Vec::new();
         let mut tracked = Vec::new();
-        for r in BatchIter::validating(&batches) {
-            let (h, _, _) = r.map_err(|e| LogError::corrupt(Some(expected), e))?;
-            tracked.push(Tracked::of(&h));
+        let mut crcs = Vec::new();
+        for r in BatchIter::headers(&batches) {
+            let (h, s, e) = r.map_err(|e| LogError::corrupt(Some(expected), e))?;
+            let (lod, count) = (h.last_offset_delta(), h.records_count());
+            if lod < 0 || count < 0 || (count > 0 && lod < count - 1) {
+                return Err(LogError::corrupt(
+                    Some(h.base_offset()),
+                    batch::BatchError::BadCount {
+                        last_offset_delta: lod,
+                        records_count: count,
+                    },
+                ));
+            }
             if h.base_offset() < expected {
                 return Err(LogError::NonMonotonicMirrorOffset {
                     base: Offset(h.base_offset()),
                     log_end: Offset(self.leo),
                 });
             }
-            first.get_or_insert(h.base_offset());
-            last = h.last_offset();
             expected = h.next_offset();
             max_ts = max_ts.max(h.max_timestamp());
-            messages += h.records_count().max(0) as u64;
+            messages += count as u64;
             let ep = h.partition_leader_epoch();
             if ep >= 0 && epoch_starts.last().is_none_or(|&(e, _)| e != ep) {
                 epoch_starts.push((ep, h.base_offset()));
             }
+            tracked.push(Tracked::of(&h));
+            crcs.push((s, e, h.crc()));
         }
-        let first = first.expect("non-empty input has a batch");
-        self.write_batches(&[IoSlice::new(&batches)], &epoch_starts, &tracked)?;
+        let first = tracked[0].base;
+        let last = expected - 1;
+        // Pass 2: CRC32C verified while writing (see Segment::append_verifying); a mismatch
+        // cuts the write back so nothing is appended.
+        self.maybe_roll(batches.len(), first, last, max_ts)?;
+        // Epoch entries are checkpointed before the data (like Kafka); entries past the log
+        // end are dropped again on failure here and by recovery after a crash.
+        let mut changed = false;
+        for &(e, o) in &epoch_starts {
+            changed |= self.epochs.assign(e, o);
+        }
+        if changed {
+            self.epochs.write(&self.dir)?;
+        }
+        let interval = self.config.index_interval_bytes;
+        let active = self.active_mut();
+        if let Err(bad) = active.append_verifying(&batches, &crcs, &tracked, interval)? {
+            if self.epochs.truncate_from_end(self.leo) {
+                self.epochs.write(&self.dir)?;
+            }
+            let (s, e, _) = crcs[bad];
+            let err = batch::validate(&batches[s..e])
+                .err()
+                .map_or_else(|| "CRC mismatch".to_string(), |e| e.to_string());
+            return Err(LogError::corrupt(Some(tracked[bad].base), err));
+        }
+        self.leo = last + 1;
         for (h, s, e) in BatchIter::headers(&batches).map_while(Result::ok) {
             if h.has_producer_id() || h.is_control() {
                 let control = if h.is_control() {

@@ -200,6 +200,56 @@ impl Segment {
         Ok(())
     }
 
+    /// Appends `data` (whole batches whose frames were checked) while verifying each batch's
+    /// CRC32C in the same pass: CRC and write(2) go chunk by chunk, so every byte is read from
+    /// memory once while still in cache. `crcs[i]` = (start, end, stored CRC) of batch i.
+    /// If a CRC mismatches, the file is cut back to its previous size (nothing of this append
+    /// was tracked or handed out) and `Ok(Err(i))` names the bad batch.
+    pub(crate) fn append_verifying(
+        &mut self,
+        data: &[u8],
+        crcs: &[(usize, usize, u32)],
+        batches: &[Tracked],
+        interval: u32,
+    ) -> io::Result<Result<(), usize>> {
+        const CHUNK: usize = 128 << 10;
+        self.ensure_capacity(self.size + data.len())?;
+        self.dirty = true;
+        let mut written = 0;
+        let mut bi = 0;
+        let mut crc = 0u32;
+        while written < data.len() {
+            let end = (written + CHUNK).min(data.len());
+            let mut p = written;
+            while p < end {
+                let (start, bend, stored) = crcs[bi];
+                let stop = end.min(bend);
+                let from = p.max(start + crate::batch::ATTRIBUTES_POS);
+                if from < stop {
+                    crc = crc32c::crc32c_append(crc, &data[from..stop]);
+                }
+                if stop == bend {
+                    if crc != stored {
+                        self.file.set_len(self.size as u64)?;
+                        return Ok(Err(bi));
+                    }
+                    crc = 0;
+                    bi += 1;
+                }
+                p = stop;
+            }
+            if let Err(e) = self.file.write_all(&data[written..end]) {
+                let _ = self.file.set_len(self.size as u64);
+                return Err(e);
+            }
+            written = end;
+        }
+        for b in batches {
+            self.track(b, self.size, interval);
+        }
+        Ok(Ok(()))
+    }
+
     /// Writes `bufs` at the end of the file (all or nothing, best effort on failure).
     fn write(&mut self, bufs: &[IoSlice<'_>], total: usize) -> io::Result<()> {
         self.ensure_capacity(self.size + total)?;

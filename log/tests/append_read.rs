@@ -84,7 +84,7 @@ fn mirror_append_below_log_end_or_corrupt_appends_nothing() {
         matches!(err, LogError::NonMonotonicMirrorOffset { .. }),
         "{err}"
     );
-    let mut bad = plain(5, 1, 1, 20, 5, 1).to_vec();
+    let mut bad = plain(6, 1, 1, 20, 5, 1).to_vec();
     let n = bad.len();
     bad[n - 2] ^= 1;
     let good_then_bad = concat(&[plain(5, 1, 1, 20, 5, 1), Bytes::from(bad)]);
@@ -96,6 +96,19 @@ fn mirror_append_below_log_end_or_corrupt_appends_nothing() {
     assert!(matches!(err, LogError::Corrupt { .. }), "{err}");
     assert_eq!(log.log_end_offset(), Offset(5));
     assert_eq!(log.size_bytes() as usize, plain(0, 1, 5, 20, 5, 1).len());
+    let file = dir.path().join("00000000000000000000.log");
+    assert_eq!(
+        std::fs::metadata(&file).unwrap().len(),
+        log.size_bytes(),
+        "a rejected append leaves no bytes behind"
+    );
+    // the log still appends where it was
+    log.append_mirror(plain(5, 1, 1, 20, 5, 1)).unwrap();
+    log.set_high_watermark(Offset(6));
+    assert_eq!(
+        log.read(Offset(5), 100, Offset(6)).unwrap().first_offset,
+        Offset(5)
+    );
 }
 
 #[test]
