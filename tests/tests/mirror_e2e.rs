@@ -231,3 +231,104 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
         .sum();
     assert_eq!(total, 300, "records appended after failover");
 }
+
+fn wait_caught_up(dst: &str, mirror: &str, src: &str, topic: &str, node: &KmirrorNode) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let end = {
+            let mut c = WireClient::connect(src).expect("connect source");
+            c.log_bounds(topic, 0).expect("source bounds").1
+        };
+        let ran = cli(dst, &["describe", mirror, "--json"]);
+        let rows: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("json");
+        let ok = rows.as_array().is_some_and(|rs| {
+            !rs.is_empty()
+                && rs.iter().all(|r| {
+                    r["state"] == "MIRRORING"
+                        && r["lag"] == 0
+                        && r["destination_offset"].as_i64() == Some(end)
+                })
+        });
+        if ok {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{mirror} did not catch up to {end}: {rows}\n{}",
+            proc::tail(&node.log_path(), 30)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+fn produce_batches(boot: &str, topic: &str, n: usize, tag: &str) {
+    let mut c = WireClient::connect(boot).expect("connect");
+    for i in 0..n {
+        let v1 = format!("{tag}-{i}-a");
+        let v2 = format!("{tag}-{i}-b");
+        let b = kmirror_tests::records::batch(&[v1.as_bytes(), v2.as_bytes()], 1_700_000_000_000);
+        let (code, _) = c.produce_raw(topic, 0, b, -1).expect("produce");
+        assert_eq!(code, 0, "produce to {boot} {topic}");
+    }
+}
+
+#[test]
+fn kmirror_failback_truncates_exactly_the_divergent_tail() {
+    let a = KmirrorNode::start_with(&["--cores", "1"]);
+    let b = KmirrorNode::start_with(&["--cores", "2"]);
+    let (aa, ba) = (a.addr(), b.addr());
+    let t = "payments";
+    let code = WireClient::connect(&aa)
+        .unwrap()
+        .create_topic(t, 1, 1, &[])
+        .unwrap();
+    assert_eq!(code, 0);
+    produce_batches(&aa, t, 10, "a1");
+
+    // A -> B, then fail over to B.
+    cli(
+        &ba,
+        &[
+            "create",
+            "ab",
+            "--source",
+            &aa,
+            "--set",
+            "mirror.metadata.sync.interval.ms=500",
+        ],
+    );
+    cli(&ba, &["add", "ab", "--topics", t]);
+    wait_caught_up(&ba, "ab", &aa, t, &b);
+    cli(&ba, &["remove", "ab", "--topics", t]);
+    let bounds = |x: &str| WireClient::connect(x).unwrap().log_bounds(t, 0).unwrap();
+    let stopped_at = bounds(&ba).1;
+    assert_eq!(
+        stopped_at,
+        20 + 1,
+        "B: 20 mirrored records + the PID reset marker"
+    );
+
+    // Both sides write: A's tail (3 batches) never reached B.
+    produce_batches(&ba, t, 5, "b");
+    produce_batches(&aa, t, 3, "a2");
+    assert_eq!(bounds(&aa).1, 26);
+
+    // Reverse: A mirrors from B; A must drop exactly its divergent tail (offsets 20..26).
+    cli(
+        &aa,
+        &[
+            "create",
+            "ba",
+            "--source",
+            &ba,
+            "--set",
+            "mirror.metadata.sync.interval.ms=500",
+        ],
+    );
+    cli(&aa, &["add", "ba", "--topics", t]);
+    wait_caught_up(&aa, "ba", &ba, t, &a);
+    let end = bounds(&ba).1;
+    assert_eq!(end, 21 + 10);
+    assert_eq!(bounds(&aa).1, end);
+    log_equal(&ba, &aa, t, 0, end).unwrap_or_else(|e| panic!("after failback: {e}"));
+}
