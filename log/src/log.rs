@@ -876,6 +876,15 @@ impl Log {
         Ok(())
     }
 
+    /// Persists HW and log start (atomically) without fsyncing data — Kafka's periodic
+    /// high-watermark checkpoint. The recovery point is left as is.
+    pub fn write_checkpoints(&mut self) -> Result<(), LogError> {
+        self.write_checkpoint()?;
+        Ok(())
+    }
+
+    /// Flushes and checkpoints; dropping a Log without close is a crash as far as the files
+    /// are concerned (recovery runs on the next open).
     pub fn close(mut self) -> Result<(), LogError> {
         self.flush()
     }

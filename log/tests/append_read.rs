@@ -603,3 +603,19 @@ fn served_batches_always_validate() {
         }
     }
 }
+
+#[test]
+fn hw_checkpoint_survives_a_crash_without_flush() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
+    log.append_leader(plain(0, 0, 4, 10, 0, 1), LeaderEpoch(1), 0).unwrap();
+    log.set_high_watermark(Offset(3));
+    drop(log);
+    let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
+    assert_eq!(log.high_watermark(), Offset(0), "HW not checkpointed yet");
+    log.set_high_watermark(Offset(4));
+    log.write_checkpoints().unwrap();
+    drop(log);
+    let log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
+    assert_eq!(log.high_watermark(), Offset(4));
+}
