@@ -137,9 +137,22 @@ pub(crate) fn run() -> DemoResult<()> {
         "mirror while the source keeps receiving data (live DescribeMirrors)",
     );
     let mut dc = BlockingConnection::connect(&dst, "kmirror-demo", TIMEOUT)?;
-    let second = produce(&mut sc, TOPIC, first, 20_000)?;
+    let second = 20_000u64;
     let total = first + second;
-    println!("   produced {second} more records ({total} in all)");
+    let producer = {
+        let src = src.clone();
+        std::thread::spawn(move || -> Result<u64, String> {
+            let mut c = BlockingConnection::connect(&src, "kmirror-demo-producer", TIMEOUT)
+                .map_err(|e| e.to_string())?;
+            let mut sent = 0;
+            while sent < second {
+                sent += produce(&mut c, TOPIC, first + sent, 1_000).map_err(|e| e.to_string())?;
+                std::thread::sleep(Duration::from_millis(60));
+            }
+            Ok(sent)
+        })
+    };
+    println!("   producing {second} more records in the background ({total} in all)");
     let started = Instant::now();
     let mut last_print = Instant::now() - Duration::from_secs(1);
     loop {
@@ -148,16 +161,20 @@ pub(crate) fn run() -> DemoResult<()> {
             ..Default::default()
         })?);
         let mirrored: i64 = rows.iter().map(|r| r.destination_offset.max(0)).sum();
-        let done = rows.len() == PARTITIONS as usize
+        let lag: i64 = rows.iter().map(|r| r.lag.max(0)).sum();
+        let done = producer.is_finished()
+            && rows.len() == PARTITIONS as usize
             && rows
                 .iter()
                 .all(|r| r.state == "MIRRORING" && r.lag == 0 && r.source_offset >= 0)
             && mirrored >= total as i64;
-        if done || last_print.elapsed() >= Duration::from_millis(500) {
+        if done || last_print.elapsed() >= Duration::from_millis(250) {
             last_print = Instant::now();
+            let states: Vec<&str> = rows.iter().map(|r| r.state.as_str()).collect();
             println!(
-                "   [{:>5} ms] {mirrored}/{total} records mirrored",
-                started.elapsed().as_millis()
+                "   [{:>5} ms] mirrored {mirrored:>6} records, lag {lag:>6}  {}",
+                started.elapsed().as_millis(),
+                states.join(" ")
             );
         }
         if done {
@@ -168,7 +185,16 @@ pub(crate) fn run() -> DemoResult<()> {
             print_rows(&rows);
             return Err("mirroring did not catch up within 60 s".into());
         }
-        std::thread::sleep(Duration::from_millis(100));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    producer
+        .join()
+        .map_err(|_| "producer thread panicked")?
+        .map_err(|e| format!("producing: {e}"))?;
+    let (se, de) = (end_offsets(&mut sc, TOPIC)?, end_offsets(&mut dc, TOPIC)?);
+    println!("   end offsets: source {se:?}, destination {de:?}");
+    if se != de {
+        return Err("end offsets differ".into());
     }
 
     step(5, "the mirror topic is read-only on the destination");
@@ -268,7 +294,7 @@ fn create_topic(c: &mut BlockingConnection, topic: &str, partitions: i32) -> Dem
 fn produce(c: &mut BlockingConnection, topic: &str, first_seq: u64, count: u64) -> DemoResult<u64> {
     let mut sent = 0u64;
     let mut seq = first_seq;
-    let mut partition = 0;
+    let mut partition = ((first_seq / 500) % PARTITIONS as u64) as i32;
     while sent < count {
         let n = (count - sent).min(500);
         let values: Vec<Vec<u8>> = (seq..seq + n)
@@ -324,6 +350,27 @@ fn produce(c: &mut BlockingConnection, topic: &str, first_seq: u64, count: u64) 
         partition = (partition + 1) % PARTITIONS;
     }
     Ok(sent)
+}
+
+/// Log end offset of every partition of `topic`.
+fn end_offsets(c: &mut BlockingConnection, topic: &str) -> DemoResult<Vec<i64>> {
+    use kmirror_net::client::build;
+    let mut out = Vec::new();
+    for p in 0..PARTITIONS {
+        let req = build::list_offsets(topic, p, build::LATEST, -1, false);
+        let (_, r) = c.send_with(&req, 1, i16::MAX)?;
+        let x = r
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .next()
+            .ok_or("empty ListOffsets response")?;
+        if x.error_code != 0 {
+            return Err(format!("ListOffsets {topic}-{p}: error {}", x.error_code).into());
+        }
+        out.push(x.offset);
+    }
+    Ok(out)
 }
 
 /// Leader epoch of every partition of `topic`, by partition index.
