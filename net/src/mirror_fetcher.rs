@@ -74,6 +74,13 @@ pub trait LocalPartition {
     async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)>;
     /// Drop every batch at or above `offset` (failback truncation).
     async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError>;
+    /// Raise the log start to `offset` (at most the high watermark), as DeleteRecords does, so
+    /// the destination's log start follows the source's (a Kafka follower does the same).
+    /// Views that cannot do it leave the log start alone.
+    async fn advance_log_start_to(&mut self, offset: i64) -> Result<(), LocalError> {
+        let _ = offset;
+        Ok(())
+    }
 }
 
 /// [`LocalPartition`] over the engine: every call runs on the partition's owning core via
@@ -175,6 +182,16 @@ impl LocalPartition for EngineLocalPartition {
         self.with(move |p| {
             p.log
                 .truncate_to(kmirror_types::Offset(offset))
+                .map_err(log_to_local)
+        })
+        .await
+    }
+    async fn advance_log_start_to(&mut self, offset: i64) -> Result<(), LocalError> {
+        self.with(move |p| {
+            let to = offset.min(p.log.high_watermark().0);
+            p.log
+                .delete_records_before(kmirror_types::Offset(to))
+                .map(|_| ())
                 .map_err(log_to_local)
         })
         .await
@@ -787,6 +804,18 @@ impl PartitionFetcher {
                             format!("append at offset {first_base} failed: {e}"),
                         )
                     }
+                }
+            }
+        }
+        // Follow the source log start (DeleteRecords / retention on the source, including a
+        // start inside the batch just stored whole), so log start offsets stay equal.
+        if out.log_start_offset > 0 {
+            let local_start = local.log_start_offset().await;
+            if out.log_start_offset > local_start
+                && out.log_start_offset <= local.log_end_offset().await
+            {
+                if let Err(e) = local.advance_log_start_to(out.log_start_offset).await {
+                    return self.fail(observer, format!("advance log start: {e}"));
                 }
             }
         }

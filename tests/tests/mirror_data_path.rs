@@ -183,6 +183,10 @@ fn every_codec_transactions_and_compacted_gaps_mirror_log_equal_and_read_the_sam
     mirror::create(&dst, "dr", &src, FAST);
     mirror::add_topics(&dst, "dr", &["codecs", "txn", "compacted"]);
     for topic in ["codecs", "txn", "compacted"] {
+        // The sync loop creates the mirror topic shortly after AddTopicsToMirror.
+        proc::wait_for(Duration::from_secs(30), "mirror topic created", || {
+            (mirror::partition_count(&dst, topic) == parts as usize).then_some(())
+        });
         assert_eq!(
             mirror::topic_id(&dst, topic),
             mirror::topic_id(&src, topic),
