@@ -332,3 +332,52 @@ fn kmirror_failback_truncates_exactly_the_divergent_tail() {
     assert_eq!(bounds(&aa).1, end);
     log_equal(&ba, &aa, t, 0, end).unwrap_or_else(|e| panic!("after failback: {e}"));
 }
+
+#[test]
+fn mirroring_resumes_after_sigkill_of_the_destination_without_operator_action() {
+    let a = KmirrorNode::start_with(&["--cores", "1"]);
+    let mut b = KmirrorNode::start_with(&["--cores", "2"]);
+    let (aa, ba) = (a.addr(), b.addr());
+    let t = "events";
+    assert_eq!(
+        WireClient::connect(&aa)
+            .unwrap()
+            .create_topic(t, 1, 1, &[])
+            .unwrap(),
+        0
+    );
+    produce_batches(&aa, t, 200, "x");
+    cli(
+        &ba,
+        &[
+            "create",
+            "m",
+            "--source",
+            &aa,
+            "--set",
+            "mirror.metadata.sync.interval.ms=500",
+        ],
+    );
+    cli(&ba, &["add", "m", "--topics", t]);
+    for round in 0..3 {
+        // Kill while the source is being written to and the fetcher is busy.
+        produce_batches(&aa, t, 100, &format!("r{round}"));
+        b.kill_now();
+        produce_batches(&aa, t, 100, &format!("s{round}"));
+        b.start_again();
+        // Still read-only right after the restart.
+        let mut c = WireClient::connect(&ba).unwrap();
+        let (code, _) = c
+            .produce_raw(t, 0, kmirror_tests::records::batch(&[b"no"], 1), -1)
+            .unwrap();
+        assert_eq!(code, 134, "produce after restart must be READ_ONLY_TOPIC");
+    }
+    wait_caught_up(&ba, "m", &aa, t, &b);
+    let end = WireClient::connect(&aa)
+        .unwrap()
+        .log_bounds(t, 0)
+        .unwrap()
+        .1;
+    assert_eq!(end, 2 * (200 + 600));
+    log_equal(&aa, &ba, t, 0, end).unwrap_or_else(|e| panic!("after restarts: {e}"));
+}
