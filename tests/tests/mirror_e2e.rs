@@ -381,3 +381,86 @@ fn mirroring_resumes_after_sigkill_of_the_destination_without_operator_action() 
     assert_eq!(end, 2 * (200 + 600));
     log_equal(&aa, &ba, t, 0, end).unwrap_or_else(|e| panic!("after restarts: {e}"));
 }
+
+fn commit_offset(boot: &str, group: &str, topic: &str, offset: i64) {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)])]);
+    let r = WireClient::connect(boot)
+        .unwrap()
+        .send_at(req, 8)
+        .expect("OffsetCommit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 0, "OffsetCommit");
+}
+
+fn fetch_offset(boot: &str, group: &str, topic: &str) -> i64 {
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest};
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_topics(None);
+    let r = WireClient::connect(boot)
+        .unwrap()
+        .send_at(req, 7)
+        .expect("OffsetFetch");
+    r.topics
+        .iter()
+        .filter(|t| t.name.as_str() == topic)
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == 0)
+        .map_or(-1, |p| p.committed_offset)
+}
+
+#[test]
+fn group_offsets_are_synced_and_clamped_to_the_mirrored_log() {
+    let a = KmirrorNode::start_with(&["--cores", "1"]);
+    let b = KmirrorNode::start_with(&["--cores", "1"]);
+    let (aa, ba) = (a.addr(), b.addr());
+    let t = "clicks";
+    assert_eq!(
+        WireClient::connect(&aa)
+            .unwrap()
+            .create_topic(t, 1, 1, &[])
+            .unwrap(),
+        0
+    );
+    produce_batches(&aa, t, 10, "c");
+    commit_offset(&aa, "readers", t, 7);
+    // Beyond anything the destination can have: clamped to its end offset.
+    commit_offset(&aa, "ahead", t, 1_000);
+    cli(
+        &ba,
+        &[
+            "create",
+            "g",
+            "--source",
+            &aa,
+            "--set",
+            "mirror.metadata.sync.interval.ms=300",
+        ],
+    );
+    cli(&ba, &["add", "g", "--topics", t]);
+    wait_caught_up(&ba, "g", &aa, t, &b);
+    proc::wait_for(
+        Duration::from_secs(30),
+        "group offsets on the destination",
+        || {
+            (fetch_offset(&ba, "readers", t) == 7 && fetch_offset(&ba, "ahead", t) == 20)
+                .then_some(())
+        },
+    );
+    commit_offset(&aa, "readers", t, 12);
+    proc::wait_for(Duration::from_secs(30), "updated group offset", || {
+        (fetch_offset(&ba, "readers", t) == 12).then_some(())
+    });
+}
