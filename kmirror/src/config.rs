@@ -32,6 +32,10 @@ pub(crate) struct ServeConfig {
     pub retention_check_secs: u64,
     /// Log filter (RUST_LOG syntax) when RUST_LOG is unset.
     pub log_level: String,
+    /// `mirror.version` feature level: 0 turns the mirror APIs off (UNSUPPORTED_VERSION).
+    pub mirror_version: i16,
+    /// Ceiling on mirror fetch traffic for the whole broker, bytes/s (0 = unlimited).
+    pub mirror_byte_rate: u64,
 }
 
 impl Default for ServeConfig {
@@ -49,6 +53,8 @@ impl Default for ServeConfig {
             num_partitions: 1,
             retention_check_secs: 30,
             log_level: "info".into(),
+            mirror_version: 1,
+            mirror_byte_rate: 0,
         }
     }
 }
@@ -98,6 +104,12 @@ impl ServeConfig {
             return Err(ConfigError::Invalid(
                 "socket_request_max_bytes must be at least 1024".into(),
             ));
+        }
+        if !(0..=1).contains(&self.mirror_version) {
+            return Err(ConfigError::Invalid(format!(
+                "mirror_version must be 0 or 1, got {}",
+                self.mirror_version
+            )));
         }
         Ok(())
     }

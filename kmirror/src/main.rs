@@ -24,7 +24,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run a broker until SIGTERM/SIGINT.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// Manage mirrors on a running broker.
     Mirror {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
@@ -68,12 +68,18 @@ pub(crate) struct ServeArgs {
     pub retention_check_secs: Option<u64>,
     #[arg(long)]
     pub log_level: Option<String>,
+    /// `mirror.version` feature level (0 = mirror APIs off).
+    #[arg(long)]
+    pub mirror_version: Option<i16>,
+    /// Mirror fetch byte-rate ceiling for the broker, bytes/s (0 = unlimited).
+    #[arg(long)]
+    pub mirror_byte_rate: Option<u64>,
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.command {
-        Command::Serve(args) => serve::run(args),
+        Command::Serve(args) => serve::run(*args),
         Command::Mirror { args } => mirror_cli::run(args),
         Command::Demo => demo::run(),
     };

@@ -53,6 +53,12 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.log_level {
         c.log_level = v;
     }
+    if let Some(v) = args.mirror_version {
+        c.mirror_version = v;
+    }
+    if let Some(v) = args.mirror_byte_rate {
+        c.mirror_byte_rate = v;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -76,7 +82,11 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     };
     let mirror = kmirror_net::mirror_host::MirrorBroker::open(
         &c.data_dir,
-        kmirror_net::mirror_host::MirrorSettings::default(),
+        kmirror_net::mirror_host::MirrorSettings {
+            feature_level: c.mirror_version,
+            byte_rate: c.mirror_byte_rate,
+            ..Default::default()
+        },
     )?;
     let broker = kmirror_net::start(
         ServerConfig {
