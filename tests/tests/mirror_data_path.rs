@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror::{self, Dump};
+use kmirror_tests::oracle::read_batches;
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{python, KafkaCluster, KmirrorNode, WireClient};
 
@@ -179,6 +180,37 @@ fn every_codec_transactions_and_compacted_gaps_mirror_log_equal_and_read_the_sam
                 .then_some(())
         },
     );
+
+    // The cleaner makes several passes as segments become eligible; mirror only once the
+    // source has stopped changing (3 identical looks 1.5 s apart), since later cleaning of the
+    // source would (rightly) not reach data already mirrored.
+    let fingerprint = || -> Vec<(i64, usize, u64)> {
+        (0..parts)
+            .map(|p| {
+                let end = mirror::bounds(&src, "compacted", parts).expect("bounds")[p as usize].1;
+                let (start, batches) =
+                    read_batches(&src, "compacted", p, end).expect("read source");
+                (
+                    start,
+                    batches.len(),
+                    batches.iter().map(|b| b.bytes.len() as u64).sum(),
+                )
+            })
+            .collect()
+    };
+    let mut stable = 0;
+    let mut last = fingerprint();
+    let settle = Instant::now();
+    while stable < 3 {
+        assert!(
+            settle.elapsed() < Duration::from_secs(90),
+            "the source cleaner never settled"
+        );
+        std::thread::sleep(Duration::from_millis(1500));
+        let now = fingerprint();
+        stable = if now == last { stable + 1 } else { 0 };
+        last = now;
+    }
 
     mirror::create(&dst, "dr", &src, FAST);
     mirror::add_topics(&dst, "dr", &["codecs", "txn", "compacted"]);

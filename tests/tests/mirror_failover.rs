@@ -202,7 +202,8 @@ fn failover_with_open_and_aborted_transactions_ends_at_the_lso_and_accepts_new_p
         ran.stdout
     );
     for p in 0..parts {
-        let (_, batches) = read_batches(&dst, "orders", p, i64::MAX).expect("read");
+        let (_, batches) =
+            read_batches(&dst, "orders", p, ends(&dst, "orders", parts)[p as usize]).expect("read");
         let new: Vec<i32> = batches
             .iter()
             .filter(|b| b.base_offset >= lso[p as usize] && !is_control(&b.bytes))
