@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::mirror;
 use kmirror_tests::proc::{self, LineChild};
-use kmirror_tests::{KafkaCluster, KmirrorNode};
+use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
 use rand::Rng;
 
 const FAST: &[(&str, &str)] = &[
@@ -153,7 +153,12 @@ fn three_broker_source_leader_killed_mid_stream_mirroring_continues_log_equal() 
     let killed_at = Instant::now();
     let src_alive = kafka.bootstrap();
     proc::wait_for(Duration::from_secs(60), "a new leader for ha-0", || {
-        let l = kafka.leader_of("ha", 0);
+        // Metadata may still name the dead leader for a moment: retry, don't panic.
+        let first = src_alive.split(',').next()?.to_string();
+        let l = WireClient::connect(&first)
+            .and_then(|mut c| c.partition_info("ha", 0))
+            .ok()?
+            .leader_id;
         (l != victim && l > 0).then_some(())
     });
     // Mirroring continues while the producer keeps going.
