@@ -9,7 +9,7 @@ use std::os::unix::fs::FileExt;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use kmirror_log::batch::{build_batch, BatchIter, BatchSpec, KeyValue};
 use kmirror_log::{FlushPolicy, Log, LogConfig, Offset};
 
@@ -187,5 +187,48 @@ fn bench_read(c: &mut Criterion) {
     g.finish();
 }
 
+/// Paired A/B on a shared, noisy machine: alternate plain and log runs of the same bytes and
+/// report the median of the per-pair ratios (plain time / log time), which cancels most of
+/// the background load that shifts whole criterion groups.
+fn paired_append_ratios() {
+    for (label, batch_bytes) in [("16KiB", 16 << 10), ("1MiB", 1 << 20)] {
+        let batches = make_batches(batch_bytes);
+        let mut ratios = Vec::new();
+        for _ in 0..25 {
+            let dir = tempfile::tempdir().unwrap();
+            let mut f = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(dir.path().join("plain.log"))
+                .unwrap();
+            f.write_all(&batches[0]).unwrap();
+            let t = Instant::now();
+            for batch in &batches[1..] {
+                f.write_all(batch).unwrap();
+            }
+            let plain = t.elapsed();
+            let mut log = Log::open(&dir.path().join("log"), config()).unwrap();
+            log.append_mirror(batches[0].clone()).unwrap();
+            let t = Instant::now();
+            for batch in &batches[1..] {
+                log.append_mirror(batch.clone()).unwrap();
+            }
+            let logged = t.elapsed();
+            ratios.push(plain.as_secs_f64() / logged.as_secs_f64());
+        }
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "paired append ratio (write(2) time / log mirror append time), {label} batches: \
+             median {:.2} (quartiles {:.2} .. {:.2}, 25 pairs)",
+            ratios[12], ratios[6], ratios[18]
+        );
+    }
+}
+
 criterion_group!(benches, bench_append, bench_read);
-criterion_main!(benches);
+
+fn main() {
+    benches();
+    paired_append_ratios();
+    Criterion::default().configure_from_args().final_summary();
+}

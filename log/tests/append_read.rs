@@ -608,7 +608,8 @@ fn served_batches_always_validate() {
 fn hw_checkpoint_survives_a_crash_without_flush() {
     let dir = tempfile::tempdir().unwrap();
     let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
-    log.append_leader(plain(0, 0, 4, 10, 0, 1), LeaderEpoch(1), 0).unwrap();
+    log.append_leader(plain(0, 0, 4, 10, 0, 1), LeaderEpoch(1), 0)
+        .unwrap();
     log.set_high_watermark(Offset(3));
     drop(log);
     let mut log = Log::open(dir.path(), small_config(1 << 20)).unwrap();
