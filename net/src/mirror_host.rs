@@ -77,6 +77,9 @@ struct SourceSnapshot {
     topics: Vec<SourceTopic>,
     /// Present when the round also fetched group offsets.
     groups: Option<BTreeMap<String, BTreeMap<TopicPartition, i64>>>,
+    /// Source last stable offsets of partitions without a running fetcher (paused), so
+    /// their lag keeps growing in DescribeMirrors.
+    idle_ends: Vec<(TopicPartition, i64)>,
 }
 
 /// The broker's mirroring: pass it to [`crate::start`] as the extension.
@@ -159,6 +162,7 @@ impl ExtensionApis for MirrorBroker {
             broker: broker.clone(),
             router: router.clone(),
             manager,
+            idle_ends: HashMap::new(),
         };
         let mut ctl = Control {
             service,
@@ -185,6 +189,8 @@ pub struct BrokerHost {
     broker: Arc<Broker>,
     router: Router,
     manager: Arc<FetcherManager>,
+    /// Source LSO of partitions without a fetcher, from the sync rounds.
+    idle_ends: HashMap<TopicPartition, i64>,
 }
 
 impl BrokerHost {
@@ -367,7 +373,24 @@ impl MirrorHost for BrokerHost {
 
 impl MirrorLiveStatus for BrokerHost {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
-        self.manager.live(tp, now_ms)
+        let st = self.manager.status(tp)?;
+        let mut l = st.live(now_ms);
+        if self.manager.is_running(tp) {
+            return Some(l);
+        }
+        // No fetcher (paused, stopped): the last status is frozen; the source may have moved.
+        if let Some(&end) = self.idle_ends.get(tp) {
+            if end > l.source_offset && l.destination_offset >= 0 {
+                l.source_offset = end;
+                l.lag = (end - l.destination_offset).max(0);
+                l.lag_ms = if l.lag > 0 {
+                    (now_ms - st.last_caught_up_ms).max(0)
+                } else {
+                    0
+                };
+            }
+        }
+        Some(l)
     }
 }
 
@@ -598,6 +621,16 @@ impl Control {
             );
             // Managed topics are asked for too, so a deselected-but-mirrored topic is not
             // mistaken for a deleted one.
+            let idle: Vec<TopicPartition> = self
+                .service
+                .coordinator()
+                .store()
+                .partitions_of(&def.name)
+                .filter(|(tp, e)| {
+                    e.state == PartitionState::Paused && !self.host.manager.is_running(tp)
+                })
+                .map(|(tp, _)| tp.clone())
+                .collect();
             let managed: BTreeSet<String> = self
                 .service
                 .coordinator()
@@ -627,7 +660,30 @@ impl Control {
                         } else {
                             None
                         };
-                        Ok(SourceSnapshot { topics, groups })
+                        let mut idle_ends = Vec::new();
+                        for tp in idle {
+                            use crate::mirror_fetcher::Source;
+                            let Ok(leader) = src.leader(&tp.topic, tp.partition).await else {
+                                continue;
+                            };
+                            if let Ok((0, end)) = src
+                                .list_offset(
+                                    &leader,
+                                    &tp.topic,
+                                    tp.partition,
+                                    leader.leader_epoch,
+                                    -1,
+                                )
+                                .await
+                            {
+                                idle_ends.push((tp, end));
+                            }
+                        }
+                        Ok(SourceSnapshot {
+                            topics,
+                            groups,
+                            idle_ends,
+                        })
                     }
                     .await;
                     let _ = tx.send(Msg::Synced(name, r));
@@ -643,6 +699,7 @@ impl Control {
         let Some(def) = self.service.coordinator().store().mirror(mirror).cloned() else {
             return;
         };
+        self.host.idle_ends.extend(snap.idle_ends.iter().cloned());
         let meta = self.host.broker.cluster.snapshot();
         let local: Vec<LocalTopic> = meta
             .topics

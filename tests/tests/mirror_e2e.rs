@@ -464,3 +464,64 @@ fn group_offsets_are_synced_and_clamped_to_the_mirrored_log() {
         (fetch_offset(&ba, "readers", t) == 12).then_some(())
     });
 }
+
+fn describe_one(dst: &str, mirror: &str) -> serde_json::Value {
+    let ran = cli(dst, &["describe", mirror, "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("json");
+    rows.as_array()
+        .and_then(|r| r.first())
+        .cloned()
+        .expect("one row")
+}
+
+#[test]
+fn paused_partition_shows_source_progress_and_growing_lag_ms_then_resumes() {
+    let a = KmirrorNode::start_with(&["--cores", "1"]);
+    let b = KmirrorNode::start_with(&["--cores", "1"]);
+    let (aa, ba) = (a.addr(), b.addr());
+    let t = "audit";
+    assert_eq!(
+        WireClient::connect(&aa)
+            .unwrap()
+            .create_topic(t, 1, 1, &[])
+            .unwrap(),
+        0
+    );
+    produce_batches(&aa, t, 5, "p");
+    cli(
+        &ba,
+        &[
+            "create",
+            "p",
+            "--source",
+            &aa,
+            "--set",
+            "mirror.metadata.sync.interval.ms=200",
+        ],
+    );
+    cli(&ba, &["add", "p", "--topics", t]);
+    wait_caught_up(&ba, "p", &aa, t, &b);
+    cli(&ba, &["pause", "p", "--topics", t]);
+    produce_batches(&aa, t, 5, "q");
+    let first = proc::wait_for(Duration::from_secs(20), "paused lag", || {
+        let r = describe_one(&ba, "p");
+        (r["state"] == "PAUSED" && r["lag"] == 10).then_some(r)
+    });
+    assert_eq!(
+        first["destination_offset"], 10,
+        "nothing mirrored while paused"
+    );
+    std::thread::sleep(Duration::from_millis(1_000));
+    let later = describe_one(&ba, "p");
+    let (l1, l2) = (
+        first["lag_ms"].as_i64().unwrap(),
+        later["lag_ms"].as_i64().unwrap(),
+    );
+    assert!(
+        l1 > 0 && l2 >= l1 + 900,
+        "lag_ms must keep growing while paused: {l1} -> {l2}"
+    );
+    cli(&ba, &["resume", "p", "--topics", t]);
+    wait_caught_up(&ba, "p", &aa, t, &b);
+    log_equal(&aa, &ba, t, 0, 20).unwrap_or_else(|e| panic!("{e}"));
+}
