@@ -1,6 +1,6 @@
 //! kmirror control plane: state owned by the single control-plane thread.
 //!
-//! Owns the durable cluster metadata (`metadata`), the mirror definitions and partition state
+//! Owns the durable cluster metadata (`metadata`), the durable ACL store (`acl`), the mirror definitions and partition state
 //! machine (`mirror`), the classic consumer-group coordinator with its durable committed-offset store
 //! (`group`), the producer-id allocator and transaction coordinator (`txn`), and the small
 //! CRC-framed record file both persist into (`offsets_log`). Everything here is plain
@@ -9,6 +9,7 @@
 //! types). Invariant: a reply is handed out only after the state change it reports was made
 //! durable with the owner's `flush`.
 
+pub mod acl;
 pub mod group;
 pub mod metadata;
 pub mod mirror;
