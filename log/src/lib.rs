@@ -30,8 +30,11 @@
 //!   (truncation copies the kept prefix into a fresh file), so zero-copy slices stay valid.
 //! - Offsets strictly increase across batches and segments; gaps are allowed (mirror path,
 //!   compaction at the source).
-//! - Recovery re-validates from the recovery point and keeps exactly the valid prefix; a batch
-//!   failing its CRC is never served (a valid batch whose CRC value is 0 is just a batch).
+//! - Recovery re-validates (CRC included) from the recovery point and keeps exactly the valid
+//!   prefix; a batch failing its CRC is never served (a valid batch whose CRC value is 0 is just
+//!   a batch). Segments wholly below the recovery point were fsynced and get frame checks only.
+//! - Open does a header scan of every segment (producer state, txns, indexes); there is no
+//!   producer-state snapshot yet, so open time grows with the number of batches.
 //! - Producer state, open transactions and the aborted-transaction index are derived from the
 //!   log (rebuilt by a header scan on open and after truncation).
 //! - Control type [`batch::CONTROL_TYPE_MIRROR_PID_RESET`] (0x4B4D) is kmirror's
