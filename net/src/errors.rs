@@ -48,6 +48,16 @@ pub fn engine_error_code(e: &EngineError) -> i16 {
     }
 }
 
+pub fn acl_error_code(e: &kmirror_control::acl::AclError) -> i16 {
+    use kmirror_control::acl::AclError as A;
+    match e {
+        A::Invalid(_) => E::InvalidRequest.code(),
+        A::Io(_) | A::Corrupt { .. } => E::KafkaStorageError.code(),
+        #[allow(unreachable_patterns)]
+        _ => E::UnknownServerError.code(),
+    }
+}
+
 pub fn metadata_error_code(e: &MetadataError) -> i16 {
     match e {
         MetadataError::TopicExists(_) => E::TopicAlreadyExists.code(),

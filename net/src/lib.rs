@@ -1,6 +1,7 @@
 //! kmirror-net: the Kafka protocol server (and, in the mirror modules, the client side).
 //!
-//! Owns: framing with the size check before allocation (`frame`), the served API table and
+//! Owns: framing with the size check before allocation (`frame`), the ACL APIs over the
+//! durable store (`acl`), the served API table and
 //! ApiVersions with KIP-511 fallback (`versions`), the per-core listener and connection loop
 //! (`server`), the API handlers (`handlers`), zero-copy Fetch response writing
 //! (`fetch_encode`), the single internal-error → Kafka-code mapping
@@ -14,6 +15,7 @@
 //! connection (ApiVersions answers instead, per KIP-511); every error code a client sees
 //! comes from `errors`.
 
+pub mod acl;
 pub mod broker;
 pub mod client;
 pub mod cluster;

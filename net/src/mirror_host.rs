@@ -14,8 +14,9 @@
 //!
 //! Sync rounds (topics, partitions, configs, group offsets) talk to the source from an engine
 //! core (the source client is glommio-based) and send the snapshot back to the thread, which
-//! plans with `kmirror_control::mirror::sync` and applies. ACL sync is not wired: kmirror has
-//! no ACL store yet.
+//! plans with `kmirror_control::mirror::sync` and applies. ACL sync (create missing, delete
+//! extra, `mirror.acl.principals.exclude`) runs with the group offsets and writes the broker's
+//! ACL store (`crate::acl`); a source without an authorizer leaves the local ACLs alone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -80,6 +81,8 @@ struct SourceSnapshot {
     /// Source last stable offsets of partitions without a running fetcher (paused), so
     /// their lag keeps growing in DescribeMirrors.
     idle_ends: Vec<(TopicPartition, i64)>,
+    /// Source ACLs, when the round fetched them and the source has an authorizer.
+    acls: Option<Vec<kmirror_control::mirror::AclBinding>>,
 }
 
 /// The broker's mirroring: pass it to [`crate::start`] as the extension.
@@ -660,6 +663,17 @@ impl Control {
                         } else {
                             None
                         };
+                        let acls = if groups_due {
+                            match src.acls().await {
+                                Ok(a) => a,
+                                Err(e) => {
+                                    tracing::warn!(mirror = %name, error = %e, "source ACLs");
+                                    None
+                                }
+                            }
+                        } else {
+                            None
+                        };
                         let mut idle_ends = Vec::new();
                         for tp in idle {
                             use crate::mirror_fetcher::Source;
@@ -683,6 +697,7 @@ impl Control {
                             topics,
                             groups,
                             idle_ends,
+                            acls,
                         })
                     }
                     .await;
@@ -749,6 +764,11 @@ impl Control {
         if let Some(groups) = snap.groups {
             if let Err(e) = self.sync_groups(&def, &groups) {
                 tracing::warn!(%mirror, error = %e, "group offset sync failed");
+            }
+        }
+        if let Some(acls) = snap.acls {
+            if let Err(e) = self.sync_acls(&def, &acls) {
+                tracing::warn!(%mirror, error = %e, "ACL sync failed");
             }
         }
     }
@@ -838,6 +858,52 @@ impl Control {
 
     /// Consumer-group offset sync through the local group coordinator: only groups with no
     /// active members here, offsets clamped to the local log.
+    /// Makes the local ACLs (those the principal filter selects) equal to the source's.
+    fn sync_acls(
+        &mut self,
+        def: &MirrorDefinition,
+        source: &[kmirror_control::mirror::AclBinding],
+    ) -> Result<(), String> {
+        let store =
+            crate::acl::store_for(&self.host.broker.config.data_dir).map_err(|e| e.to_string())?;
+        let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+        let plan = kmirror_control::mirror::plan_acl_sync(def, source, &store.all())
+            .map_err(|e| e.to_string())?;
+        if !plan.create.is_empty() {
+            for r in store.create(&plan.create) {
+                r.map_err(|e| e.to_string())?;
+            }
+        }
+        if !plan.delete.is_empty() {
+            // One exact filter per binding to remove.
+            let filters: Vec<kmirror_control::acl::AclFilter> = plan
+                .delete
+                .iter()
+                .map(|b| kmirror_control::acl::AclFilter {
+                    resource_type: b.resource_type,
+                    resource_name: Some(b.resource_name.clone()),
+                    pattern_type: b.pattern_type,
+                    principal: Some(b.principal.clone()),
+                    host: Some(b.host.clone()),
+                    operation: b.operation,
+                    permission_type: b.permission_type,
+                })
+                .collect();
+            for r in store.delete(&filters) {
+                r.map_err(|e| e.to_string())?;
+            }
+        }
+        if !plan.create.is_empty() || !plan.delete.is_empty() {
+            tracing::info!(
+                mirror = %def.name,
+                created = plan.create.len(),
+                deleted = plan.delete.len(),
+                "ACLs synced from the source"
+            );
+        }
+        Ok(())
+    }
+
     fn sync_groups(
         &mut self,
         def: &MirrorDefinition,

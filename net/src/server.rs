@@ -276,6 +276,15 @@ async fn dispatch(
         RequestKind::AlterConfigs(r) => {
             ResponseKind::AlterConfigs(handlers::configs::alter_configs(ctx, v, r).await)
         }
+        RequestKind::CreateAcls(r) => {
+            ResponseKind::CreateAcls(crate::acl::create_acls(&ctx.broker.config.data_dir, r))
+        }
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(crate::acl::describe_acls(&ctx.broker.config.data_dir, r))
+        }
+        RequestKind::DeleteAcls(r) => {
+            ResponseKind::DeleteAcls(crate::acl::delete_acls(&ctx.broker.config.data_dir, r))
+        }
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             handlers::configs::incremental_alter_configs(ctx, v, r).await,
         ),

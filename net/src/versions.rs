@@ -44,6 +44,9 @@ served! {
     OffsetDelete => OffsetDeleteRequest,
     IncrementalAlterConfigs => IncrementalAlterConfigsRequest,
     DescribeCluster => DescribeClusterRequest,
+    CreateAcls => CreateAclsRequest,
+    DescribeAcls => DescribeAclsRequest,
+    DeleteAcls => DeleteAclsRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).
