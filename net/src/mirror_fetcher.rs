@@ -1240,7 +1240,12 @@ impl KafkaSource {
     ) -> Result<Option<Vec<kmirror_control::mirror::AclBinding>>, SourceError> {
         use kafka_protocol::messages::DescribeAclsRequest;
         // 1 = ANY for resource type, pattern type, operation and permission type.
+        // kafka-protocol defaults the nullable filters to "" (which matches nothing): null
+        // them so every binding is listed.
         let req = DescribeAclsRequest::default()
+            .with_resource_name_filter(None)
+            .with_principal_filter(None)
+            .with_host_filter(None)
             .with_resource_type_filter(1)
             .with_pattern_type_filter(1)
             .with_operation(1)

@@ -238,7 +238,14 @@ fn acls_on_the_kafka_source_are_synced_to_kmirror_and_removed_when_deleted_there
 
     // Within a few sync intervals (the tool itself takes a JVM start per poll).
     let got = wait_for_acls(&dst, &want, Duration::from_secs(30));
-    assert_eq!(got, want, "source ACLs reached kmirror");
+    if got != want {
+        let log = std::fs::read_to_string(node.log_path()).unwrap_or_default();
+        let tail: Vec<&str> = log.lines().filter(|l| !l.contains("DEBUG")).collect();
+        panic!(
+            "source ACLs did not reach kmirror: got {got:?}\nkmirror log:\n{}",
+            tail.join("\n")
+        );
+    }
 
     // Delete alice's ACLs on the source: they disappear on kmirror, the rest stays.
     acls_tool(
