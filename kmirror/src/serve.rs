@@ -71,6 +71,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .try_init();
+    kmirror_control::mirror::failpoint::init();
     // Register before starting so a signal during startup is not lost.
     let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT])?;
     let engine = EngineConfig {

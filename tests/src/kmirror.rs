@@ -17,6 +17,7 @@ pub struct KmirrorNode {
     dir: tempfile::TempDir,
     port: u16,
     extra: Vec<String>,
+    env: Vec<(String, String)>,
     child: Option<ChildGuard>,
     starts: u32,
 }
@@ -29,6 +30,12 @@ impl KmirrorNode {
 
     /// Starts a node with extra `serve` arguments (e.g. `["--cores", "1"]`).
     pub fn start_with(extra: &[&str]) -> Self {
+        Self::start_with_env(extra, &[])
+    }
+
+    /// Starts a node with extra `serve` arguments and environment variables (kept for
+    /// restarts until [`KmirrorNode::set_env`] changes them).
+    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("kmirror-node-")
             .tempdir()
@@ -37,11 +44,23 @@ impl KmirrorNode {
             dir,
             port: proc::free_port(),
             extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             child: None,
             starts: 0,
         };
         node.spawn();
         node
+    }
+
+    /// Replaces the extra environment variables of the next start.
+    pub fn set_env(&mut self, env: &[(&str, &str)]) {
+        self.env = env
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
     }
 
     /// `127.0.0.1:PORT`.
@@ -77,6 +96,7 @@ impl KmirrorNode {
             .arg(self.data_dir())
             .args(&self.extra)
             .env("RUST_BACKTRACE", "1")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(log.try_clone().expect("dup log"))

@@ -25,6 +25,7 @@ use std::collections::BTreeMap;
 use kmirror_types::TopicPartition;
 
 use super::definition::MirrorDefinition;
+use super::failpoint;
 use super::state::{FailoverStep, PartitionState, StateRefusal, UserOp};
 use super::store::{MirrorStateStore, PartitionEntry, RecoveryAction};
 use super::MirrorError;
@@ -457,6 +458,7 @@ impl MirrorCoordinator {
                 .apply_user_op(mirror, t, UserOp::Remove, host)
                 .and_then(|_| self.deselect_topic(mirror, t).map_err(Into::into))
                 .and_then(|_| {
+                    failpoint::hit("after_state_stopping");
                     for (tp, e) in self.partitions_of_topic(t) {
                         if e.state == PartitionState::Stopping {
                             self.run_failover(&tp, host)?;
@@ -518,28 +520,34 @@ impl MirrorCoordinator {
                     self.store.set_last_mirrored_epoch(tp, lme)?;
                     self.store
                         .record_failover_step(tp, FailoverStep::FetchersStopped)?;
+                    failpoint::hit("after_fetchers_stopped");
                 }
                 Some(FailoverStep::EpochBumped) => {
                     host.bump_leader_epoch(tp).map_err(host_err)?;
                     self.store
                         .record_failover_step(tp, FailoverStep::EpochBumped)?;
+                    failpoint::hit("after_epoch_bump");
                 }
                 Some(FailoverStep::TruncatedToLso) => {
                     host.truncate_to_lso(tp).map_err(host_err)?;
                     self.store
                         .record_failover_step(tp, FailoverStep::TruncatedToLso)?;
+                    failpoint::hit("after_truncate");
                 }
                 Some(FailoverStep::LmePersisted) => {
                     // Captured durably in step 1; mark the step.
                     self.store
                         .record_failover_step(tp, FailoverStep::LmePersisted)?;
+                    failpoint::hit("after_lme");
                 }
                 Some(FailoverStep::PidResetWritten) => {
                     if !host.ends_with_pid_reset(tp).map_err(host_err)? {
                         host.write_pid_reset(tp).map_err(host_err)?;
+                        failpoint::hit("after_pid_reset_append");
                     }
                     self.store
                         .record_failover_step(tp, FailoverStep::PidResetWritten)?;
+                    failpoint::hit("after_pid_reset");
                 }
                 None => {
                     self.store

@@ -11,6 +11,7 @@
 
 pub mod coordinator;
 pub mod definition;
+pub mod failpoint;
 pub mod state;
 pub mod store;
 pub mod sync;
