@@ -563,6 +563,10 @@ pub(crate) struct DescribeRow {
     pub lag_ms: i64,
     pub last_mirrored_epoch: i32,
     pub failure_reason: Option<String>,
+    /// Offsets the source deleted before they were mirrored, and the latest gap (-1: none).
+    pub lost_records: i64,
+    pub lost_from: i64,
+    pub lost_to: i64,
 }
 
 pub(crate) fn describe_rows(resp: &DescribeMirrorsResponse) -> Vec<DescribeRow> {
@@ -581,6 +585,9 @@ pub(crate) fn describe_rows(resp: &DescribeMirrorsResponse) -> Vec<DescribeRow> 
                     lag_ms: p.lag_ms,
                     last_mirrored_epoch: p.last_mirror_epoch,
                     failure_reason: p.failure_reason.clone(),
+                    lost_records: p.lost_records,
+                    lost_from: p.lost_from,
+                    lost_to: p.lost_to,
                 });
             }
         }
@@ -652,6 +659,7 @@ fn describe_once(
             "LAG",
             "LAG_MS",
             "LME",
+            "LOST",
             "REASON",
         ],
         &table,
@@ -695,6 +703,11 @@ fn table_row(r: &DescribeRow) -> Vec<String> {
         num_or_dash(r.lag),
         num_or_dash(r.lag_ms),
         num_or_dash(i64::from(r.last_mirrored_epoch)),
+        if r.lost_records > 0 {
+            format!("{} [{},{})", r.lost_records, r.lost_from, r.lost_to)
+        } else {
+            "0".to_owned()
+        },
         r.failure_reason.clone().unwrap_or_else(|| "-".to_owned()),
     ]
 }
@@ -853,6 +866,9 @@ mod tests {
                             partition_index: 0,
                             state: "FAILED".into(),
                             failure_reason: Some("CRC".into()),
+                            lost_records: 40,
+                            lost_from: 10,
+                            lost_to: 50,
                             ..Default::default()
                         },
                     ],
@@ -881,6 +897,12 @@ mod tests {
         assert_eq!(obj["lag"], 6);
         assert_eq!(obj["lag_ms"], 1500);
         assert_eq!(v[0]["failure_reason"], "CRC");
+        assert_eq!(
+            (&v[0]["lost_records"], &v[0]["lost_from"], &v[0]["lost_to"]),
+            (&40.into(), &10.into(), &50.into())
+        );
+        assert_eq!(v[1]["lost_records"], 0, "no gap by default");
+        assert_eq!(table_row(&rows[0])[9], "40 [10,50)");
     }
 
     #[test]

@@ -508,6 +508,12 @@ wire_struct! {
         lag_ms: i64 = -1 => KMIRROR_TAG_BASE,
         /// kmirror: why the partition is FAILED (or the last fetch error being retried).
         failure_reason: Option<String> = None => KMIRROR_TAG_BASE + 1,
+        /// kmirror: offsets the source deleted (retention, DeleteRecords) before they were
+        /// mirrored, summed over this node's life; the gap is reported, never silent.
+        lost_records: i64 = 0 => KMIRROR_TAG_BASE + 2,
+        /// kmirror: the latest such gap, `[lost_from, lost_to)`; -1 when none.
+        lost_from: i64 = -1 => KMIRROR_TAG_BASE + 3,
+        lost_to: i64 = -1 => KMIRROR_TAG_BASE + 4,
     }
 }
 

@@ -166,6 +166,7 @@ impl ExtensionApis for MirrorBroker {
             router: router.clone(),
             manager,
             idle_ends: HashMap::new(),
+            lost: HashMap::new(),
         };
         let mut ctl = Control {
             service,
@@ -194,6 +195,8 @@ pub struct BrokerHost {
     manager: Arc<FetcherManager>,
     /// Source LSO of partitions without a fetcher, from the sync rounds.
     idle_ends: HashMap<TopicPartition, i64>,
+    /// Source-deleted, never-mirrored offsets per partition: (sum, latest from, latest to).
+    lost: HashMap<TopicPartition, (i64, i64, i64)>,
 }
 
 impl BrokerHost {
@@ -378,6 +381,9 @@ impl MirrorLiveStatus for BrokerHost {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
         let st = self.manager.status(tp)?;
         let mut l = st.live(now_ms);
+        if let Some(&(n, from, to)) = self.lost.get(tp) {
+            (l.lost_records, l.lost_from, l.lost_to) = (n, from, to);
+        }
         if self.manager.is_running(tp) {
             return Some(l);
         }
@@ -505,6 +511,8 @@ impl Control {
             }
             FetchEvent::SourceLogStartMoved { lost_from, lost_to } => {
                 tracing::warn!(%tp, lost_from, lost_to, "source retention deleted records before they were mirrored");
+                let e = self.host.lost.entry(tp.clone()).or_insert((0, -1, -1));
+                *e = (e.0 + (lost_to - lost_from).max(0), lost_from, lost_to);
                 Ok(())
             }
             FetchEvent::Retrying { reason } => {

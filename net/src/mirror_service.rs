@@ -24,6 +24,11 @@ pub struct LivePartition {
     pub destination_offset: i64,
     pub lag: i64,
     pub lag_ms: i64,
+    /// Offsets the source deleted before they were mirrored (summed), and the latest such
+    /// gap `[lost_from, lost_to)` (-1 when none).
+    pub lost_records: i64,
+    pub lost_from: i64,
+    pub lost_to: i64,
 }
 
 impl crate::mirror_fetcher::FetcherStatus {
@@ -40,6 +45,9 @@ impl crate::mirror_fetcher::FetcherStatus {
             } else {
                 self.lag_ms(now_ms)
             },
+            lost_records: 0,
+            lost_from: -1,
+            lost_to: -1,
         }
     }
 }
@@ -326,6 +334,9 @@ impl MirrorService {
                         destination_offset: -1,
                         lag: -1,
                         lag_ms: -1,
+                        lost_records: 0,
+                        lost_from: -1,
+                        lost_to: -1,
                     });
                     let detail = PartitionDetail {
                         partition_index: p.partition,
@@ -336,6 +347,9 @@ impl MirrorService {
                         last_mirror_epoch: p.last_mirrored_epoch.unwrap_or(-1),
                         lag_ms: live.lag_ms,
                         failure_reason: p.reason.clone(),
+                        lost_records: live.lost_records,
+                        lost_from: live.lost_from,
+                        lost_to: live.lost_to,
                         ..Default::default()
                     };
                     match topics.iter_mut().find(|t| t.topic_name == p.topic) {
@@ -526,6 +540,9 @@ mod tests {
                 destination_offset: 7,
                 lag: 3,
                 lag_ms: now_ms - 100,
+                lost_records: 0,
+                lost_from: -1,
+                lost_to: -1,
             })
         }
     }

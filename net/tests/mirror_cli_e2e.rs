@@ -51,6 +51,9 @@ impl MirrorLiveStatus for Host {
             destination_offset: 90 + i64::from(tp.partition),
             lag: 10 - i64::from(tp.partition),
             lag_ms: 1234,
+            lost_records: 0,
+            lost_from: -1,
+            lost_to: -1,
         })
     }
 }

@@ -483,7 +483,7 @@ fn producers_writing_to_a_mirror_topic_are_refused_and_the_log_is_unchanged() {
 
 /// DeleteRecords on the source removes data the mirror never copied (partition paused): the
 /// destination's log start becomes the source's, the logs are equal from there, and the loss
-/// is reported (kmirror's log names the partition and the lost range), not silent.
+/// is reported in DescribeMirrors (lost_records / lost_from / lost_to, and the table), not silent.
 #[test]
 fn source_deleting_unmirrored_data_moves_the_destination_log_start_and_reports_the_gap() {
     let _heavy = kmirror_tests::heavy_test_lock();
@@ -538,21 +538,33 @@ fn source_deleting_unmirrored_data_moves_the_destination_log_start_and_reports_t
         "DeleteRecords below the mirrored end moves the destination log start too"
     );
 
-    // The gap [first[0], cut0) of partition 0 is reported.
-    let log = std::fs::read_to_string(node.log_path()).unwrap_or_default();
+    // The gap [first[0], cut0) of partition 0 is reported by DescribeMirrors (JSON and
+    // table); partition 1 lost nothing.
     let rows = mirror::describe(&dst, Some("dr"));
-    let in_describe = rows.iter().any(|r| {
-        r.partition == 0
-            && r.raw.to_string().contains(&cut0.to_string())
-            && r.raw.to_string().contains(&first[0].to_string())
-    });
-    let in_log = log.lines().any(|l| {
-        l.contains("trimmed") && l.contains(&first[0].to_string()) && l.contains(&cut0.to_string())
-    });
-    assert!(
-        in_describe || in_log,
-        "the lost range [{}, {cut0}) of trimmed-0 is reported neither in describe ({rows:?}) nor in kmirror's log",
+    let lost = |p: i32| {
+        let r = rows
+            .iter()
+            .find(|r| r.topic == "trimmed" && r.partition == p)
+            .unwrap_or_else(|| panic!("no describe row for trimmed-{p}: {rows:?}"));
+        let n = |k: &str| {
+            r.raw
+                .get(k)
+                .and_then(|v| v.as_i64())
+                .unwrap_or_else(|| panic!("describe row without {k}: {}", r.raw))
+        };
+        (n("lost_records"), n("lost_from"), n("lost_to"))
+    };
+    assert_eq!(
+        lost(0),
+        (cut0 - first[0], first[0], cut0),
+        "trimmed-0: the lost range [{}, {cut0}) in describe --json",
         first[0]
     );
-    eprintln!("gap reported in describe: {in_describe}, in kmirror's log: {in_log}");
+    assert_eq!(lost(1).0, 0, "trimmed-1 lost nothing");
+    let table = mirror::cli_ok(&dst, &["describe", "dr"]).stdout;
+    let gap = format!("{} [{},{cut0})", cut0 - first[0], first[0]);
+    assert!(
+        table.contains("LOST") && table.contains(&gap),
+        "describe table does not show the gap {gap}:\n{table}"
+    );
 }
