@@ -458,6 +458,9 @@ impl Control {
                         let (svc, host) = (&mut self.service, &mut self.host);
                         svc.handle_frame(frame, host, now)
                     };
+                    // Flags and fetchers follow the new states before the caller hears back:
+                    // a `remove` that returned must leave the topic writable.
+                    self.reconcile();
                     let _ = reply.send(out);
                     if matches!(
                         key,
