@@ -369,8 +369,12 @@ impl KafkaCluster {
 }
 
 fn format_storage(heap: &str, cluster_id: &str, config: &Path) {
+    // `--cluster-id=ID` in one argument: a random id may start with '-', which argparse
+    // would otherwise take for a flag.
     let out = java_cmd(heap, "kafka.tools.StorageTool")
-        .args(["format", "--ignore-formatted", "-t", cluster_id, "-c"])
+        .args(["format", "--ignore-formatted"])
+        .arg(format!("--cluster-id={cluster_id}"))
+        .arg("-c")
         .arg(config)
         .stdin(Stdio::null())
         .output()
