@@ -25,7 +25,8 @@ struct Cli {
 enum Command {
     /// Run a broker until SIGTERM/SIGINT.
     Serve(Box<ServeArgs>),
-    /// Manage mirrors on a running broker.
+    /// Manage mirrors on a running broker (`kmirror mirror --help` lists the commands).
+    #[command(disable_help_flag = true)]
     Mirror {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
