@@ -66,7 +66,9 @@ impl Partition {
         Ok(info)
     }
 
-    /// Appends a transaction marker at the log end.
+    /// Appends a control record at the log end. Transaction markers (COMMIT/ABORT) are client
+    /// writes and are refused while the partition is mirrored: a marker would take an offset
+    /// that belongs to the source. The mirror's own PID-reset record is written by failover.
     pub fn append_control(
         &mut self,
         kind: ControlKind,
@@ -75,6 +77,12 @@ impl Partition {
         coordinator_epoch: i32,
         now_ms: i64,
     ) -> Result<AppendInfo, EngineError> {
+        if let (Some(m), ControlKind::Commit | ControlKind::Abort) = (&self.mirror, kind) {
+            return Err(EngineError::ReadOnly {
+                tp: self.tp.clone(),
+                mirror: m.clone(),
+            });
+        }
         let info = self.log.append_control(
             kind,
             producer_id,

@@ -151,10 +151,10 @@ impl Ctx {
             .broker
             .cluster
             .mutate(move |s| {
-                if let Some(t) = s.topic(&n) {
-                    if t.mirror.is_some() {
-                        // Deleting a mirror topic is allowed in Kafka too; keep it simple.
-                    }
+                // A mirrored topic is deleted only after failover (remove) or once its source
+                // topic is gone: deleting it would silently drop the DR copy.
+                if s.topic(&n).is_some_and(|t| t.mirror.is_some()) {
+                    return Err(MetadataError::MirrorReadOnly(n.clone()));
                 }
                 s.delete_topic(&n)
             })
@@ -268,6 +268,12 @@ impl MarkerSink for EngineMarkerSink {
                     Ok(Ok(Ok(_))) => {}
                     // A deleted partition has nothing left to mark.
                     Ok(Err(EngineError::UnknownPartition(_))) => {}
+                    // A mirror partition never joins a transaction (AddPartitionsToTxn refuses
+                    // it); should a marker still target one, it must not write into the
+                    // mirror, and retrying would never succeed.
+                    Ok(Ok(Err(EngineError::ReadOnly { tp, mirror }))) => {
+                        tracing::warn!(%tp, %mirror, "transaction marker for a mirror partition dropped");
+                    }
                     Ok(Err(e)) | Ok(Ok(Err(e))) | Err(e) => {
                         first_err.get_or_insert(e.to_string());
                     }

@@ -46,6 +46,10 @@ use crate::mirror_service::{LivePartition, MirrorLiveStatus, MirrorService};
 /// How long a failover waits for a fetcher to exit before truncating anyway is not an
 /// option: the step fails (and is retried) if the fetcher does not stop in time.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a retried stop waits for a fetcher that already missed [`STOP_TIMEOUT`].
+const RETRY_STOP_WAIT: Duration = Duration::from_millis(200);
+/// How often an unfinished failover (a STOPPING partition) is retried.
+const FAILOVER_RETRY: Duration = Duration::from_secs(2);
 
 /// Settings of the broker's mirroring.
 #[derive(Debug, Clone)]
@@ -167,6 +171,7 @@ impl ExtensionApis for MirrorBroker {
             manager,
             idle_ends: HashMap::new(),
             lost: HashMap::new(),
+            stop_pending: BTreeSet::new(),
         };
         let mut ctl = Control {
             service,
@@ -177,6 +182,7 @@ impl ExtensionApis for MirrorBroker {
             in_flight: BTreeSet::new(),
             next_core: 0,
             conflicts: BTreeMap::new(),
+            failover_retry_at: Instant::now(),
         };
         let stop = self.stop.clone();
         let h = std::thread::Builder::new()
@@ -197,6 +203,8 @@ pub struct BrokerHost {
     idle_ends: HashMap<TopicPartition, i64>,
     /// Source-deleted, never-mirrored offsets per partition: (sum, latest from, latest to).
     lost: HashMap<TopicPartition, (i64, i64, i64)>,
+    /// Fetchers asked to stop that had not exited when last checked.
+    stop_pending: BTreeSet<TopicPartition>,
 }
 
 impl BrokerHost {
@@ -285,10 +293,24 @@ impl MirrorHost for BrokerHost {
         }
     }
 
-    fn stop_fetcher(&mut self, tp: &TopicPartition) {
-        if !self.manager.stop_and_wait(tp, STOP_TIMEOUT) {
-            tracing::error!(%tp, "mirror fetcher did not stop in time");
+    fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), String> {
+        // A fetcher already waited for once is only checked briefly on a retry: the control
+        // thread serves every mirror request and must not block 30 s per retry.
+        let wait = if self.stop_pending.contains(tp) {
+            RETRY_STOP_WAIT
+        } else {
+            STOP_TIMEOUT
+        };
+        if self.manager.stop_and_wait(tp, wait) {
+            self.stop_pending.remove(tp);
+            return Ok(());
         }
+        self.stop_pending.insert(tp.clone());
+        tracing::error!(%tp, "mirror fetcher did not stop in time");
+        Err(format!(
+            "mirror fetcher did not stop within {} s",
+            STOP_TIMEOUT.as_secs()
+        ))
     }
 
     fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String> {
@@ -413,6 +435,8 @@ struct Control {
     next_core: usize,
     /// Last conflict reported per topic (logged once).
     conflicts: BTreeMap<String, String>,
+    /// Next time unfinished failovers are retried.
+    failover_retry_at: Instant,
 }
 
 impl Control {
@@ -529,8 +553,33 @@ impl Control {
         }
     }
 
+    /// Failovers left unfinished (a fetcher that did not stop, a host error) are retried
+    /// until STOPPED; the partition stays read-only meanwhile.
+    fn retry_failovers(&mut self) {
+        if Instant::now() < self.failover_retry_at {
+            return;
+        }
+        self.failover_retry_at = Instant::now() + FAILOVER_RETRY;
+        let stopping: Vec<TopicPartition> = self
+            .service
+            .coordinator()
+            .store()
+            .partitions()
+            .filter(|(_, e)| e.state == PartitionState::Stopping)
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in stopping {
+            let (svc, host) = (&mut self.service, &mut self.host);
+            match svc.coordinator_mut().run_failover(&tp, host) {
+                Ok(()) => tracing::info!(%tp, "failover completed on retry"),
+                Err(e) => tracing::debug!(%tp, error = %e, "failover still waiting"),
+            }
+        }
+    }
+
     /// Read-only flags and fetchers follow the durable partition states.
     fn reconcile(&mut self) {
+        self.retry_failovers();
         let meta = self.host.broker.cluster.snapshot();
         let store = self.service.coordinator().store();
         let mut by_topic: BTreeMap<String, Vec<(TopicPartition, String, PartitionState)>> =

@@ -36,6 +36,9 @@ pub struct FetchTask {
     pub skip_prepare: bool,
 }
 
+/// How long the `slow_fetcher_stop` failpoint keeps a stopped fetcher running.
+const SLOW_STOP_FAILPOINT: Duration = Duration::from_secs(40);
+
 struct Running {
     stop: Arc<AtomicBool>,
     exited: flume::Receiver<()>,
@@ -160,6 +163,11 @@ impl FetcherManager {
                 while !stop2.load(Ordering::Relaxed) {
                     glommio::timer::sleep(Duration::from_millis(50)).await;
                 }
+                // Test hook: a fetcher that keeps running long after it was told to stop
+                // (a stuck core, a hung source call), to prove failover waits for it.
+                if kmirror_control::mirror::failpoint::is_armed("slow_fetcher_stop") {
+                    glommio::timer::sleep(SLOW_STOP_FAILPOINT).await;
+                }
                 crate::mirror_fetcher::FetcherExit::Stopped
             };
             let _ = futures_lite::future::or(work, watch).await;
@@ -187,7 +195,17 @@ impl FetcherManager {
             None => true,
             Some(r) => {
                 r.stop.store(true, Ordering::Relaxed);
-                r.exited.recv_timeout(timeout).is_ok()
+                if r.exited.recv_timeout(timeout).is_ok() {
+                    return true;
+                }
+                // Still running: keep tracking it, so a retry waits for it again instead of
+                // taking "not running" for "stopped" (and no second task starts beside it).
+                self.running
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .entry(tp.clone())
+                    .or_insert(r);
+                false
             }
         }
     }

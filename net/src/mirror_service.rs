@@ -512,8 +512,9 @@ mod tests {
         fn start_fetcher(&mut self, _m: &MirrorDefinition, tp: &TopicPartition) {
             self.fetchers.push(tp.clone());
         }
-        fn stop_fetcher(&mut self, tp: &TopicPartition) {
+        fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), String> {
             self.fetchers.retain(|x| x != tp);
+            Ok(())
         }
         fn leader_epoch(&self, _tp: &TopicPartition) -> Result<i32, String> {
             Ok(self.epoch)

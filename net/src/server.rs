@@ -288,23 +288,50 @@ async fn dispatch(
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             handlers::configs::incremental_alter_configs(ctx, v, r).await,
         ),
-        req if versions::is_group_api(api_key) => {
-            let Some(groups) = ctx.broker.groups.as_ref() else {
-                return Err(ConnError::Protocol(format!(
-                    "{api_key:?}: no group coordinator"
-                )));
+        RequestKind::AddPartitionsToTxn(r) => {
+            let (refused, rest) = handlers::txn::refuse_mirror_partitions(&ctx.meta(), v, r);
+            let forwarded = match rest {
+                Some(r) => Some(
+                    group_request(ctx, api_key, header, RequestKind::AddPartitionsToTxn(r)).await?,
+                ),
+                None => None,
             };
-            let resp = groups.handle(api_key, v, header, req).await;
-            if !response_matches(api_key, &resp) {
-                return Err(ConnError::Protocol(format!(
-                    "group coordinator answered {api_key:?} with another response type"
-                )));
+            match (refused, forwarded) {
+                (Some(mut a), Some(ResponseKind::AddPartitionsToTxn(b))) => {
+                    a.results_by_transaction.extend(b.results_by_transaction);
+                    a.error_code = b.error_code;
+                    ResponseKind::AddPartitionsToTxn(a)
+                }
+                (Some(a), _) => ResponseKind::AddPartitionsToTxn(a),
+                (None, Some(b)) => b,
+                (None, None) => unreachable!("the request is refused or forwarded"),
             }
-            resp
         }
+        req if versions::is_group_api(api_key) => group_request(ctx, api_key, header, req).await?,
         _ => return Err(ConnError::Protocol(format!("{api_key:?} is not handled"))),
     };
     Ok(Some(resp))
+}
+
+async fn group_request(
+    ctx: &Ctx,
+    api_key: ApiKey,
+    header: &RequestHeader,
+    req: RequestKind,
+) -> Result<ResponseKind, ConnError> {
+    let v = header.request_api_version;
+    let Some(groups) = ctx.broker.groups.as_ref() else {
+        return Err(ConnError::Protocol(format!(
+            "{api_key:?}: no group coordinator"
+        )));
+    };
+    let resp = groups.handle(api_key, v, header, req).await;
+    if !response_matches(api_key, &resp) {
+        return Err(ConnError::Protocol(format!(
+            "group coordinator answered {api_key:?} with another response type"
+        )));
+    }
+    Ok(resp)
 }
 
 fn response_matches(api_key: ApiKey, resp: &ResponseKind) -> bool {

@@ -37,8 +37,10 @@ pub trait MirrorHost {
     fn local_partition_count(&self, topic: &str) -> Option<i32>;
     /// Start mirroring `tp` from the local log end (MIRRORING).
     fn start_fetcher(&mut self, mirror: &MirrorDefinition, tp: &TopicPartition);
-    /// Stop the fetcher of `tp` if one runs (idempotent).
-    fn stop_fetcher(&mut self, tp: &TopicPartition);
+    /// Stop the fetcher of `tp` if one runs (idempotent). `Err` when it is still running
+    /// after the host's timeout: the caller must not act as if it had stopped (a failover
+    /// would otherwise leave two writers).
+    fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), String>;
     /// Current local leader epoch of `tp`.
     fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String>;
     /// Raise the local leader epoch above every epoch in the log; returns the new epoch.
@@ -395,7 +397,12 @@ impl MirrorCoordinator {
             // Persist first, then act.
             self.store.transition(&tp, mirror, to, None)?;
             match to {
-                PartitionState::Paused => host.stop_fetcher(&tp),
+                PartitionState::Paused => {
+                    // A fetcher slow to stop is stopped again by the host's reconcile.
+                    if let Err(e) = host.stop_fetcher(&tp) {
+                        tracing::warn!(%tp, error = %e, "pause: fetcher not stopped yet");
+                    }
+                }
                 PartitionState::Mirroring => host.start_fetcher(&def, &tp),
                 _ => {}
             }
@@ -515,7 +522,13 @@ impl MirrorCoordinator {
             };
             match next {
                 Some(FailoverStep::FetchersStopped) => {
-                    host.stop_fetcher(tp);
+                    // Not recorded until the fetcher is gone: the partition stays STOPPING
+                    // (read-only) with the reason, and the failover is retried.
+                    if let Err(reason) = host.stop_fetcher(tp) {
+                        let reason = format!("failover waiting: {reason}; retrying");
+                        self.store.set_reason(tp, Some(reason.clone()))?;
+                        return Err(host_err(reason));
+                    }
                     let lme = host.leader_epoch(tp).map_err(host_err)?;
                     self.store.set_last_mirrored_epoch(tp, lme)?;
                     self.store
@@ -655,6 +668,8 @@ mod tests {
         /// Fail the named step once (simulates a crash at that step).
         crash_at: Option<&'static str>,
         calls: Vec<String>,
+        /// Fetchers that do not stop when asked.
+        stuck_fetchers: BTreeSet<TopicPartition>,
     }
 
     impl FakeHost {
@@ -675,9 +690,13 @@ mod tests {
             self.fetchers.insert(tp.clone());
             self.calls.push(format!("start {tp}"));
         }
-        fn stop_fetcher(&mut self, tp: &TopicPartition) {
+        fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), String> {
+            if self.stuck_fetchers.contains(tp) {
+                return Err("mirror fetcher did not stop".into());
+            }
             self.fetchers.remove(tp);
             self.calls.push(format!("stop {tp}"));
+            Ok(())
         }
         fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String> {
             Ok(*self.epoch.get(tp).unwrap_or(&0))
@@ -744,6 +763,44 @@ mod tests {
 
     fn reopen(dir: &std::path::Path) -> MirrorCoordinator {
         MirrorCoordinator::new(MirrorStateStore::open(dir).unwrap())
+    }
+
+    #[test]
+    fn failover_is_not_recorded_while_the_fetcher_still_runs_and_completes_on_retry() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = mirroring(dir.path(), &mut h);
+        h.stuck_fetchers.insert(tp(0));
+        h.calls.clear();
+        let r = c.remove_topics("dr", &["orders".to_owned()], &mut h);
+        assert!(r[0].1.is_err(), "a failover with a running fetcher must fail");
+        let e = c.store().partition(&tp(0)).unwrap().clone();
+        assert_eq!(e.state, PartitionState::Stopping);
+        assert_eq!(e.failover_done, None, "no step recorded");
+        assert!(
+            e.reason.as_deref().unwrap_or("").contains("did not stop"),
+            "{:?}",
+            e.reason
+        );
+        assert!(c.is_read_only(&tp(0)), "still read-only");
+        assert!(c.topic_is_read_only("orders"));
+        assert!(
+            !h.calls.iter().any(|c| c.starts_with("bump orders-0")),
+            "no epoch bump while two writers could exist: {:?}",
+            h.calls
+        );
+        assert_eq!(h.end[&tp(0)], 100, "nothing truncated");
+        // The state survives a restart, still waiting.
+        drop(c);
+        let mut c = reopen(dir.path());
+        assert_eq!(c.store().state_of(&tp(0)), PartitionState::Stopping);
+        // The fetcher finally exits: the retry completes the failover once.
+        h.stuck_fetchers.clear();
+        c.run_failover(&tp(0), &mut h).unwrap();
+        assert_eq!(c.store().state_of(&tp(0)), PartitionState::Stopped);
+        assert_eq!(h.epoch[&tp(0)], 6);
+        assert_eq!(h.end[&tp(0)], 90);
+        assert_eq!(h.pid_resets[&tp(0)], 1);
     }
 
     #[test]

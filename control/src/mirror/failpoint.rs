@@ -33,6 +33,12 @@ pub fn init() {
     }
 }
 
+/// Whether `name` is the armed failpoint (for hooks that delay rather than abort, such as
+/// `slow_fetcher_stop`: a stopped mirror fetcher keeps running for 40 s more).
+pub fn is_armed(name: &str) -> bool {
+    armed() == Some(name)
+}
+
 /// Aborts the process if `step` is the armed failpoint.
 pub fn hit(step: &str) {
     if armed() == Some(step) {

@@ -393,6 +393,21 @@ impl MirrorStateStore {
         })
     }
 
+    /// Replace the reason shown with the partition's state (e.g. why a failover waits).
+    pub fn set_reason(
+        &mut self,
+        tp: &TopicPartition,
+        reason: Option<String>,
+    ) -> Result<(), MirrorError> {
+        if self.partitions.get(tp).is_some_and(|e| e.reason == reason) {
+            return Ok(());
+        }
+        self.update_entry(tp, |e| {
+            e.reason = reason;
+            Ok(())
+        })
+    }
+
     /// Record a completed failover step (STOPPING only; steps must advance in order).
     pub fn record_failover_step(
         &mut self,

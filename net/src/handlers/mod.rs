@@ -7,6 +7,7 @@ pub mod fetch;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+pub mod txn;
 
 use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
