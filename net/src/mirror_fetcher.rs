@@ -1233,6 +1233,55 @@ impl KafkaSource {
         Ok((cluster_id, topics))
     }
 
+    /// Looks one mirrored topic up directly, by name and then by id, to tell a deleted topic
+    /// from one the all-topics answer left out (hidden by an ACL, a partial answer).
+    pub async fn lookup_topic(
+        &mut self,
+        name: &str,
+        id: Uuid,
+    ) -> kmirror_control::mirror::SourceLookup {
+        use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+        use kafka_protocol::messages::MetadataRequest;
+        use kmirror_control::mirror::SourceLookup as L;
+        const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+        const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
+        const UNKNOWN_TOPIC_ID: i16 = 100;
+        let by_name = match self
+            .send_any(&build::metadata(Some(&[name.to_owned()])), 10)
+            .await
+        {
+            Ok(md) => md,
+            Err(e) => return L::Failed(e.to_string()),
+        };
+        match by_name.topics.first().map(|t| (t.error_code, t.topic_id)) {
+            Some((code::NONE, tid)) => return L::Present(tid),
+            Some((TOPIC_AUTHORIZATION_FAILED, _)) => {
+                return L::Unauthorized(format!("{name}: TOPIC_AUTHORIZATION_FAILED"))
+            }
+            Some((UNKNOWN_TOPIC_OR_PARTITION, _)) => {}
+            Some((c, _)) => return L::Failed(format!("metadata of {name}: {}", code::name(c))),
+            None => return L::Failed(format!("metadata of {name}: empty answer")),
+        }
+        // Topic ids in Metadata requests: v12+.
+        let req = MetadataRequest::default()
+            .with_topics(Some(vec![MetadataRequestTopic::default()
+                .with_topic_id(id)
+                .with_name(None)]))
+            .with_allow_auto_topic_creation(false);
+        match self.send_any(&req, 12).await {
+            Ok(md) => match md.topics.first().map(|t| t.error_code) {
+                Some(UNKNOWN_TOPIC_ID) => L::Gone,
+                Some(code::NONE) => L::Present(id),
+                Some(TOPIC_AUTHORIZATION_FAILED) => {
+                    L::Unauthorized(format!("topic id {id}: TOPIC_AUTHORIZATION_FAILED"))
+                }
+                Some(c) => L::Failed(format!("metadata of topic id {id}: {}", code::name(c))),
+                None => L::Failed(format!("metadata of topic id {id}: empty answer")),
+            },
+            Err(e) => L::Failed(e.to_string()),
+        }
+    }
+
     /// Every ACL binding on the source, or None when the source has no authorizer
     /// (SECURITY_DISABLED): then the ACL sync must leave the destination alone.
     pub async fn acls(

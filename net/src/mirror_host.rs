@@ -30,8 +30,9 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kmirror_control::metadata::{topic_config, TopicMeta};
 use kmirror_control::mirror::{
-    plan_group_sync, plan_metadata_sync, LocalTopic, MirrorCoordinator, MirrorDefinition,
-    MirrorHost, MirrorStateStore, PartitionState, SourceTopic, SyncAction,
+    id_changed_reason, plan_group_sync, plan_metadata_sync, DeletionConfirmations, LocalTopic,
+    MirrorCoordinator, MirrorDefinition, MirrorHost, MirrorStateStore, MissingVerdict,
+    PartitionState, SourceLookup, SourceTopic, SyncAction,
 };
 use kmirror_engine::Router;
 use kmirror_log::ControlKind;
@@ -87,6 +88,8 @@ struct SourceSnapshot {
     idle_ends: Vec<(TopicPartition, i64)>,
     /// Source ACLs, when the round fetched them and the source has an authorizer.
     acls: Option<Vec<kmirror_control::mirror::AclBinding>>,
+    /// Direct lookups of mirrored topics missing from the topic list.
+    lookups: BTreeMap<String, SourceLookup>,
 }
 
 /// The broker's mirroring: pass it to [`crate::start`] as the extension.
@@ -183,6 +186,8 @@ impl ExtensionApis for MirrorBroker {
             next_core: 0,
             conflicts: BTreeMap::new(),
             failover_retry_at: Instant::now(),
+            deletions: DeletionConfirmations::default(),
+            blocked: BTreeMap::new(),
         };
         let stop = self.stop.clone();
         let h = std::thread::Builder::new()
@@ -437,6 +442,11 @@ struct Control {
     conflicts: BTreeMap<String, String>,
     /// Next time unfinished failovers are retried.
     failover_retry_at: Instant,
+    /// Source topics missing from Metadata answers, until confirmed deleted.
+    deletions: DeletionConfirmations,
+    /// Mirror topics whose source cannot be mirrored (id changed, not authorized): topic ->
+    /// reason. Their partitions stay FAILED with no fetcher until a sync round clears it.
+    blocked: BTreeMap<String, String>,
 }
 
 impl Control {
@@ -610,7 +620,7 @@ impl Control {
                 let wants = matches!(
                     st,
                     PartitionState::Preparing | PartitionState::Mirroring | PartitionState::Failed
-                );
+                ) && !self.blocked.contains_key(topic);
                 if wants && !running {
                     if let Some(def) = store.mirror(mirror) {
                         let lme = store.last_mirrored_epoch(tp);
@@ -701,6 +711,11 @@ impl Control {
                 .partitions_of(&def.name)
                 .map(|(tp, _)| tp.topic.clone())
                 .collect();
+            let meta = self.host.broker.cluster.snapshot();
+            let managed_ids: BTreeMap<String, uuid::Uuid> = managed
+                .iter()
+                .filter_map(|t| meta.topics.get(t).map(|m| (t.clone(), m.id)))
+                .collect();
             self.in_flight.insert(def.name.clone());
             let r = self
                 .host
@@ -712,6 +727,14 @@ impl Control {
                             .topics_snapshot(|t| filter.matches(t) || managed.contains(t))
                             .await
                             .map_err(|e| e.to_string())?;
+                        // A mirrored topic absent from the list is looked up directly: absence
+                        // alone never stops a mirror (see DeletionConfirmations).
+                        let mut lookups = BTreeMap::new();
+                        for (name, id) in &managed_ids {
+                            if !topics.iter().any(|t| &t.name == name) {
+                                lookups.insert(name.clone(), src.lookup_topic(name, *id).await);
+                            }
+                        }
                         let groups = if groups_due {
                             match src.group_offsets(|_| true).await {
                                 Ok(g) => Some(g),
@@ -758,6 +781,7 @@ impl Control {
                             groups,
                             idle_ends,
                             acls,
+                            lookups,
                         })
                     }
                     .await;
@@ -816,11 +840,65 @@ impl Control {
                 return;
             }
         };
+        for s in &snap.topics {
+            self.deletions.seen(mirror, &s.name);
+        }
+        // Topics of this mirror blocked before the round stay blocked only if the round says
+        // so again.
+        let mut still_blocked = BTreeSet::new();
         for a in actions {
-            if let Err(e) = self.apply_action(mirror, a) {
+            let r = match a {
+                SyncAction::SourceTopicMissing { name, topic_id } => {
+                    let lookup = snap
+                        .lookups
+                        .get(&name)
+                        .cloned()
+                        .unwrap_or_else(|| SourceLookup::Failed("not looked up".into()));
+                    match self.deletions.missing(mirror, &name, topic_id, &lookup) {
+                        MissingVerdict::Deleted => self.apply_action(
+                            mirror,
+                            SyncAction::SourceTopicMissing { name, topic_id },
+                        ),
+                        MissingVerdict::Wait => {
+                            tracing::info!(topic = %name, %mirror, ?lookup, "source topic missing from metadata; not confirmed deleted");
+                            if self.blocked.contains_key(&name) {
+                                still_blocked.insert(name);
+                            }
+                            Ok(())
+                        }
+                        MissingVerdict::Present => Ok(()),
+                        MissingVerdict::Fail(reason) => {
+                            still_blocked.insert(name.clone());
+                            self.fail_topic(mirror, &name, reason)
+                        }
+                    }
+                }
+                SyncAction::SourceTopicIdChanged {
+                    name,
+                    mirrored_id,
+                    source_id,
+                } => {
+                    still_blocked.insert(name.clone());
+                    self.fail_topic(mirror, &name, id_changed_reason(mirrored_id, source_id))
+                }
+                a => self.apply_action(mirror, a),
+            };
+            if let Err(e) = r {
                 tracing::warn!(%mirror, error = %e, "metadata sync step failed");
             }
         }
+        let store = self.service.coordinator().store();
+        let mine: BTreeSet<String> = store
+            .partitions_of(mirror)
+            .map(|(tp, _)| tp.topic.clone())
+            .collect();
+        self.blocked.retain(|t, reason| {
+            let keep = !mine.contains(t) || still_blocked.contains(t);
+            if !keep {
+                tracing::info!(topic = %t, %mirror, %reason, "source topic visible again: mirroring resumes");
+            }
+            keep
+        });
         if let Some(groups) = snap.groups {
             if let Err(e) = self.sync_groups(&def, &groups) {
                 tracing::warn!(%mirror, error = %e, "group offset sync failed");
@@ -899,12 +977,16 @@ impl Control {
                 }
                 Ok(())
             }
-            SyncAction::SourceTopicDeleted { name } => {
-                tracing::warn!(topic = %name, %mirror, "source topic deleted: stopping its mirror partitions");
+            // Reached only once DeletionConfirmations confirmed it.
+            SyncAction::SourceTopicMissing { name, .. } => {
+                tracing::warn!(topic = %name, %mirror, "source topic deleted (confirmed by id in consecutive rounds): stopping its mirror partitions");
                 let (svc, host) = (&mut self.service, &mut self.host);
                 svc.coordinator_mut()
                     .source_topic_deleted(mirror, &name, host)
                     .map_err(|e| e.to_string())
+            }
+            SyncAction::SourceTopicIdChanged { name, .. } => {
+                Err(format!("{name}: source topic id changed (handled by apply_sync)"))
             }
             SyncAction::Conflict { name, reason } => {
                 if self.conflicts.get(&name) != Some(&reason) {
@@ -914,6 +996,37 @@ impl Control {
                 Ok(())
             }
         }
+    }
+
+    /// FAILED with `reason` for every partition of `topic` this mirror still mirrors, and no
+    /// fetcher until a sync round clears it. Never STOPPED: the topic stays read-only.
+    fn fail_topic(&mut self, mirror: &str, topic: &str, reason: String) -> Result<(), String> {
+        if self.blocked.get(topic) != Some(&reason) {
+            tracing::warn!(%topic, %mirror, %reason, "mirror topic FAILED");
+        }
+        self.blocked.insert(topic.to_owned(), reason.clone());
+        let tps: Vec<TopicPartition> = self
+            .service
+            .coordinator()
+            .store()
+            .partitions_of(mirror)
+            .filter(|(tp, e)| {
+                tp.topic == topic
+                    && matches!(
+                        e.state,
+                        PartitionState::Preparing
+                            | PartitionState::Mirroring
+                            | PartitionState::Failed
+                    )
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for tp in tps {
+            self.coordinator()
+                .on_fetch_failed(&tp, reason.clone())
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
     }
 
     /// Consumer-group offset sync through the local group coordinator: only groups with no

@@ -773,7 +773,10 @@ mod tests {
         h.stuck_fetchers.insert(tp(0));
         h.calls.clear();
         let r = c.remove_topics("dr", &["orders".to_owned()], &mut h);
-        assert!(r[0].1.is_err(), "a failover with a running fetcher must fail");
+        assert!(
+            r[0].1.is_err(),
+            "a failover with a running fetcher must fail"
+        );
         let e = c.store().partition(&tp(0)).unwrap().clone();
         assert_eq!(e.state, PartitionState::Stopping);
         assert_eq!(e.failover_done, None, "no step recorded");

@@ -8,6 +8,12 @@
 //! mirror partitions); a topic is created with the source's id and partition count, and never
 //! over a local topic with another id; STOPPED partitions are never restarted by the loop (only
 //! an explicit AddTopicsToMirror does that).
+//!
+//! Absence is not deletion: a topic missing from one Metadata answer (an ACL change on the
+//! source, a partial answer) only becomes [`SourceTopicMissing`](SyncAction::SourceTopicMissing);
+//! [`DeletionConfirmations`] stops it only after a direct lookup by name and by id says it is
+//! gone in two consecutive rounds. Not being allowed to see it is a failure, never a deletion,
+//! and a source topic with a new id under the same name is never mirrored into the old one.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -57,8 +63,16 @@ pub enum SyncAction {
     },
     /// UNKNOWN partition of a mirrored topic: move it to PREPARING.
     Materialize(TopicPartition),
-    /// The source topic is gone (or was re-created with another id): stop its partitions.
-    SourceTopicDeleted { name: String },
+    /// A mirrored topic is absent from the source's topic list: deleted, hidden by an ACL or
+    /// a partial answer. Needs a direct lookup and [`DeletionConfirmations`] before any action.
+    SourceTopicMissing { name: String, topic_id: Uuid },
+    /// The source topic under this name has another id than the one mirrored (deleted and
+    /// re-created): the mirror partitions fail, nothing from the new topic is mirrored.
+    SourceTopicIdChanged {
+        name: String,
+        mirrored_id: Uuid,
+        source_id: Uuid,
+    },
     /// Cannot mirror this topic; reported, nothing done.
     Conflict { name: String, reason: String },
 }
@@ -125,9 +139,12 @@ pub fn plan_metadata_sync(
                     st != PartitionState::Unknown && st != PartitionState::Stopped
                 });
                 if ours {
-                    // Re-created on the source: the old mirror partitions stop (never deleted).
-                    actions.push(SyncAction::SourceTopicDeleted {
+                    // Re-created on the source: the old mirror partitions fail (never deleted,
+                    // never fed from the new topic).
+                    actions.push(SyncAction::SourceTopicIdChanged {
                         name: l.name.clone(),
+                        mirrored_id: l.topic_id,
+                        source_id: s.topic_id,
                     });
                 }
                 actions.push(SyncAction::Conflict {
@@ -192,12 +209,100 @@ pub fn plan_metadata_sync(
             st != PartitionState::Unknown && st != PartitionState::Stopped
         }) && owner_of(&l.name).as_deref() == Some(def.name.as_str());
         if managed {
-            actions.push(SyncAction::SourceTopicDeleted {
+            actions.push(SyncAction::SourceTopicMissing {
                 name: l.name.clone(),
+                topic_id: l.topic_id,
             });
         }
     }
     Ok(actions)
+}
+
+/// What a direct Metadata lookup of one mirrored topic on the source found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SourceLookup {
+    /// By name UNKNOWN_TOPIC_OR_PARTITION and by id UNKNOWN_TOPIC_ID.
+    Gone,
+    /// The name resolves, to this id.
+    Present(Uuid),
+    /// TOPIC_AUTHORIZATION_FAILED (or another authorization error), with the source's words.
+    Unauthorized(String),
+    /// The lookup itself failed (unreachable, timeout, other error): no conclusion.
+    Failed(String),
+}
+
+/// What to do about a mirrored topic after a round's lookup.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MissingVerdict {
+    /// Not confirmed yet: do nothing this round.
+    Wait,
+    /// Gone in two consecutive rounds: stop its partitions (failover to STOPPED).
+    Deleted,
+    /// Visible again with the mirrored id: the earlier answer was partial.
+    Present,
+    /// FAILED with this reason (never STOPPED): id changed or not authorized.
+    Fail(String),
+}
+
+/// Consecutive-round confirmation of source topic deletions, per (mirror, topic).
+#[derive(Debug, Default)]
+pub struct DeletionConfirmations {
+    gone_rounds: BTreeMap<(String, String), u32>,
+}
+
+impl DeletionConfirmations {
+    /// Rounds in a row a topic must be looked up as gone before it is treated as deleted.
+    pub const ROUNDS: u32 = 2;
+
+    /// The topic was in this round's answer: any count starts over.
+    pub fn seen(&mut self, mirror: &str, topic: &str) {
+        self.gone_rounds
+            .remove(&(mirror.to_owned(), topic.to_owned()));
+    }
+
+    /// The topic was missing from this round's answer and a direct lookup found `lookup`.
+    pub fn missing(
+        &mut self,
+        mirror: &str,
+        topic: &str,
+        mirrored_id: Uuid,
+        lookup: &SourceLookup,
+    ) -> MissingVerdict {
+        let key = (mirror.to_owned(), topic.to_owned());
+        match lookup {
+            SourceLookup::Gone => {
+                let n = self.gone_rounds.entry(key.clone()).or_insert(0);
+                *n += 1;
+                if *n >= Self::ROUNDS {
+                    self.gone_rounds.remove(&key);
+                    MissingVerdict::Deleted
+                } else {
+                    MissingVerdict::Wait
+                }
+            }
+            SourceLookup::Present(id) if *id == mirrored_id => {
+                self.gone_rounds.remove(&key);
+                MissingVerdict::Present
+            }
+            SourceLookup::Present(id) => {
+                self.gone_rounds.remove(&key);
+                MissingVerdict::Fail(id_changed_reason(mirrored_id, *id))
+            }
+            SourceLookup::Unauthorized(why) => {
+                self.gone_rounds.remove(&key);
+                MissingVerdict::Fail(format!(
+                    "not authorized to describe the source topic: {why}"
+                ))
+            }
+            // No conclusion: neither count up nor start over.
+            SourceLookup::Failed(_) => MissingVerdict::Wait,
+        }
+    }
+}
+
+/// The FAILED reason of a mirror topic whose source was re-created under the same name.
+pub fn id_changed_reason(mirrored_id: Uuid, source_id: Uuid) -> String {
+    format!("source topic id changed (mirrored {mirrored_id}, source now {source_id})")
 }
 
 /// Offset a synced group gets on the destination:
@@ -434,7 +539,7 @@ mod tests {
     }
 
     #[test]
-    fn deleted_or_recreated_source_topics_stop_partitions_and_never_delete() {
+    fn missing_or_recreated_source_topics_are_reported_and_never_deleted() {
         let a = plan_metadata_sync(
             &def(&[]),
             &[src("orders-b", 9, 1, &[])],
@@ -443,11 +548,14 @@ mod tests {
             |_| Some("dr".into()),
         )
         .unwrap();
-        assert!(a.contains(&SyncAction::SourceTopicDeleted {
-            name: "orders-a".into()
+        assert!(a.contains(&SyncAction::SourceTopicMissing {
+            name: "orders-a".into(),
+            topic_id: id(1),
         }));
-        assert!(a.contains(&SyncAction::SourceTopicDeleted {
-            name: "orders-b".into()
+        assert!(a.contains(&SyncAction::SourceTopicIdChanged {
+            name: "orders-b".into(),
+            mirrored_id: id(2),
+            source_id: id(9),
         }));
         assert!(a
             .iter()
@@ -455,6 +563,53 @@ mod tests {
         assert!(!a
             .iter()
             .any(|x| matches!(x, SyncAction::CreateTopic { .. })));
+    }
+
+    #[test]
+    fn deletion_needs_two_consecutive_gone_lookups_and_auth_errors_never_stop() {
+        let mut c = DeletionConfirmations::default();
+        let (m, t) = ("dr", "orders");
+        // One partial answer, then the topic is back: nothing happens, the count restarts.
+        assert_eq!(
+            c.missing(m, t, id(1), &SourceLookup::Gone),
+            MissingVerdict::Wait
+        );
+        c.seen(m, t);
+        assert_eq!(
+            c.missing(m, t, id(1), &SourceLookup::Gone),
+            MissingVerdict::Wait
+        );
+        // A failed lookup neither confirms nor resets.
+        assert_eq!(
+            c.missing(m, t, id(1), &SourceLookup::Failed("timeout".into())),
+            MissingVerdict::Wait
+        );
+        assert_eq!(
+            c.missing(m, t, id(1), &SourceLookup::Gone),
+            MissingVerdict::Deleted
+        );
+        // Present by direct lookup with the same id: a partial answer, not a deletion.
+        assert_eq!(
+            c.missing(m, t, id(1), &SourceLookup::Present(id(1))),
+            MissingVerdict::Present
+        );
+        // Hidden by an ACL: FAILED with the reason, however many rounds.
+        for _ in 0..3 {
+            match c.missing(
+                m,
+                t,
+                id(1),
+                &SourceLookup::Unauthorized("TOPIC_AUTHORIZATION_FAILED".into()),
+            ) {
+                MissingVerdict::Fail(r) => assert!(r.contains("not authorized"), "{r}"),
+                v => panic!("unauthorized must fail, got {v:?}"),
+            }
+        }
+        // Re-created under the same name: FAILED, id changed.
+        match c.missing(m, t, id(1), &SourceLookup::Present(id(7))) {
+            MissingVerdict::Fail(r) => assert!(r.contains("source topic id changed"), "{r}"),
+            v => panic!("{v:?}"),
+        }
     }
 
     #[test]
