@@ -25,7 +25,9 @@ impl MirrorHost for Host {
         self.topics.get(topic).copied()
     }
     fn start_fetcher(&mut self, _m: &MirrorDefinition, _tp: &TopicPartition) {}
-    fn stop_fetcher(&mut self, _tp: &TopicPartition) {}
+    fn stop_fetcher(&mut self, _tp: &TopicPartition) -> Result<(), String> {
+        Ok(())
+    }
     fn leader_epoch(&self, _tp: &TopicPartition) -> Result<i32, String> {
         Ok(self.epoch)
     }
