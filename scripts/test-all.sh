@@ -1,7 +1,13 @@
 #!/usr/bin/env bash
 # Runs every kmirror test on a fresh machine: installs what the tests need
-# (Apache Kafka jars from Maven Central, librdkafka via PyPI confluent-kafka),
+# (Apache Kafka jars from Maven Central, librdkafka via PyPI confluent-kafka, Debian kcat),
 # checks formatting and lints, then runs the whole test suite.
+#
+# Tests build with the `ci` profile (release optimizations without LTO: the LTO link of every
+# test binary was most of CI's time). After one build, the suite runs as two groups in
+# parallel (each group's test binaries one after another; tests inside a binary that start
+# clusters serialize on a lock). Each group's output goes to target/test-logs/ and is printed
+# when the group ends; the script fails if any test failed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -9,4 +15,46 @@ scripts/setup-deps.sh
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
-cargo test --workspace --release --no-fail-fast
+
+cargo build --profile ci -p kmirror --bin kmirror
+cargo test --workspace --profile ci --no-run
+
+# Integration test files of the tests crate, split in two groups of similar length.
+mirror_tests=()
+other_tests=()
+for f in tests/tests/*.rs; do
+  name=$(basename "$f" .rs)
+  case "$name" in
+    mirror_*) mirror_tests+=(--test "$name") ;;
+    *) other_tests+=(--test "$name") ;;
+  esac
+done
+
+mkdir -p target/test-logs
+run_group() {
+  local name=$1; shift
+  local log="target/test-logs/$name.log"
+  local start=$SECONDS
+  if "$@" >"$log" 2>&1; then
+    echo "== group $name passed in $((SECONDS - start)) s"
+    return 0
+  fi
+  echo "== group $name FAILED after $((SECONDS - start)) s; its output:"
+  cat "$log"
+  return 1
+}
+
+status=0
+run_group units-and-clients sh -c "
+  cargo test --profile ci --workspace --exclude kmirror-tests --no-fail-fast; a=\$?
+  cargo test --profile ci -p kmirror-tests --lib ${other_tests[*]} --no-fail-fast; b=\$?
+  exit \$((a | b))
+" &
+a=$!
+run_group mirroring cargo test --profile ci -p kmirror-tests "${mirror_tests[@]}" --no-fail-fast &
+b=$!
+wait $a || status=1
+wait $b || status=1
+# Passing groups' summaries (one line per test binary) for the CI log.
+grep -h "^test result:\|Running " target/test-logs/*.log || true
+exit $status
