@@ -985,9 +985,9 @@ impl Control {
                     .source_topic_deleted(mirror, &name, host)
                     .map_err(|e| e.to_string())
             }
-            SyncAction::SourceTopicIdChanged { name, .. } => {
-                Err(format!("{name}: source topic id changed (handled by apply_sync)"))
-            }
+            SyncAction::SourceTopicIdChanged { name, .. } => Err(format!(
+                "{name}: source topic id changed (handled by apply_sync)"
+            )),
             SyncAction::Conflict { name, reason } => {
                 if self.conflicts.get(&name) != Some(&reason) {
                     tracing::warn!(topic = %name, %mirror, %reason, "cannot mirror topic");
