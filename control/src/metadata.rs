@@ -696,6 +696,33 @@ pub mod topic_config {
         }
     }
 
+    /// Validation of a config value copied from a mirror source. Like [`validate`], except
+    /// that `cleanup.policy=compact` is kept: a mirror topic must carry the source's policy
+    /// (its data is deleted only as the source deletes it), although kmirror does not compact
+    /// its own topics yet and refuses `compact` from clients.
+    pub fn validate_from_source(key: &str, value: &str) -> Result<(), MetadataError> {
+        if key == "cleanup.policy" {
+            let ok = value
+                .split(',')
+                .map(str::trim)
+                .all(|p| p.eq_ignore_ascii_case("delete") || p.eq_ignore_ascii_case("compact"));
+            if ok {
+                return Ok(());
+            }
+        }
+        validate(key, value)
+    }
+
+    /// Whether time and size retention may delete this topic's data: only when its
+    /// cleanup.policy includes `delete` (a compact-only topic keeps every segment, as Kafka's
+    /// retention never deletes from it).
+    pub fn retention_deletes(configs: &BTreeMap<String, String>) -> bool {
+        configs.get("cleanup.policy").is_none_or(|v| {
+            v.split(',')
+                .any(|p| p.trim().eq_ignore_ascii_case("delete"))
+        })
+    }
+
     fn long(configs: &BTreeMap<String, String>, key: &str) -> i64 {
         configs
             .get(key)
@@ -707,8 +734,17 @@ pub mod topic_config {
 
     /// Builds the log settings from a topic's dynamic configs plus defaults.
     pub fn log_config(configs: &BTreeMap<String, String>) -> LogConfig {
-        let rb = long(configs, "retention.bytes");
-        let rm = long(configs, "retention.ms");
+        let deletes = retention_deletes(configs);
+        let rb = if deletes {
+            long(configs, "retention.bytes")
+        } else {
+            -1
+        };
+        let rm = if deletes {
+            long(configs, "retention.ms")
+        } else {
+            -1
+        };
         let fm = long(configs, "flush.messages");
         let fms = long(configs, "flush.ms");
         let defaults = LogConfig::default();
@@ -743,6 +779,38 @@ pub mod topic_config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn compact_from_a_source_is_kept_and_never_deleted_by_retention() {
+        use topic_config::*;
+        assert!(
+            validate("cleanup.policy", "compact").is_err(),
+            "clients still refused"
+        );
+        assert!(validate_from_source("cleanup.policy", "compact").is_ok());
+        assert!(validate_from_source("cleanup.policy", "compact,delete").is_ok());
+        assert!(validate_from_source("cleanup.policy", "bogus").is_err());
+        let cfg = |kv: &[(&str, &str)]| -> BTreeMap<String, String> {
+            kv.iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
+        };
+        let compact = log_config(&cfg(&[
+            ("cleanup.policy", "compact"),
+            ("retention.ms", "1000"),
+        ]));
+        assert_eq!(
+            (compact.retention_ms, compact.retention_bytes),
+            (None, None)
+        );
+        let both = log_config(&cfg(&[
+            ("cleanup.policy", "compact,delete"),
+            ("retention.ms", "1000"),
+        ]));
+        assert_eq!(both.retention_ms, Some(1000));
+        let forever = log_config(&cfg(&[("retention.ms", "-1")]));
+        assert_eq!(forever.retention_ms, None);
+    }
 
     #[test]
     fn topics_ids_configs_and_epochs_survive_reopen() {

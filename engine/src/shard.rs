@@ -219,8 +219,11 @@ impl Shard {
         }
     }
 
+    /// Time and size retention of every partition except mirror partitions: their data is
+    /// deleted only when the source deletes it (the fetcher follows the source's log start),
+    /// so a destination default can never drop what the source still keeps.
     pub(crate) fn apply_retention(&mut self, now_ms: i64) {
-        for p in self.partitions.values_mut() {
+        for p in self.partitions.values_mut().filter(|p| p.mirror.is_none()) {
             if let Err(e) = p.log.apply_retention(now_ms) {
                 tracing::warn!(tp = %p.tp, error = %e, "retention failed");
             }

@@ -1226,8 +1226,15 @@ impl KafkaSource {
                     continue;
                 };
                 for c in &r.configs {
-                    // 1 = DYNAMIC_TOPIC_CONFIG: set on the topic, not a default.
-                    if c.config_source == 1 && !c.is_sensitive {
+                    // 1 = DYNAMIC_TOPIC_CONFIG: set on the topic, not a default. The keys that
+                    // decide what the source keeps are copied with their effective value even
+                    // when inherited from the source broker's defaults, so the mirror keeps
+                    // at least as much as the source.
+                    let decides_retention = matches!(
+                        &*c.name,
+                        "cleanup.policy" | "retention.ms" | "retention.bytes"
+                    );
+                    if (c.config_source == 1 || decides_retention) && !c.is_sensitive {
                         if let Some(v) = &c.value {
                             t.configs.insert(c.name.to_string(), v.to_string());
                         }

@@ -819,7 +819,7 @@ impl Control {
                 configs: s
                     .configs
                     .iter()
-                    .filter(|(k, v)| topic_config::validate(k, v).is_ok())
+                    .filter(|(k, v)| topic_config::validate_from_source(k, v).is_ok())
                     .map(|(k, v)| (k.clone(), v.clone()))
                     .collect(),
                 ..s.clone()
@@ -927,8 +927,16 @@ impl Control {
                     .broker
                     .cluster
                     .mutate_blocking(move |s| {
-                        s.create_topic(&n, partitions, configs, Some(topic_id), false)?;
-                        s.update_topic(&n, |t| t.mirror = Some(m))
+                        // Values only a source may set (cleanup.policy=compact) skip the
+                        // client validation of CreateTopics; they were checked by the sync.
+                        let (from_source, checked): (BTreeMap<_, _>, BTreeMap<_, _>) = configs
+                            .into_iter()
+                            .partition(|(k, v)| topic_config::validate(k, v).is_err());
+                        s.create_topic(&n, partitions, checked, Some(topic_id), false)?;
+                        s.update_topic(&n, |t| {
+                            t.configs.extend(from_source);
+                            t.mirror = Some(m)
+                        })
                     })
                     .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;

@@ -67,13 +67,26 @@ fn put_varint(buf: &mut BytesMut, v: i64) {
 /// An uncompressed, non-transactional, non-idempotent RecordBatch v2 with `values` as record
 /// values (null keys, no headers), base offset 0, all records at `timestamp_ms`.
 pub fn batch(values: &[&[u8]], timestamp_ms: i64) -> Bytes {
+    let records: Vec<(Option<&[u8]>, &[u8])> = values.iter().map(|v| (None, *v)).collect();
+    keyed_batch(&records, timestamp_ms)
+}
+
+/// [`batch`] with a key per record (None = null key), e.g. for compacted topics.
+pub fn keyed_batch(kvs: &[(Option<&[u8]>, &[u8])], timestamp_ms: i64) -> Bytes {
+    let values = kvs;
     let mut records = BytesMut::new();
-    for (i, v) in values.iter().enumerate() {
+    for (i, (k, v)) in values.iter().enumerate() {
         let mut r = BytesMut::new();
         r.put_i8(0); // attributes
         put_varint(&mut r, 0); // timestamp delta
         put_varint(&mut r, i as i64); // offset delta
-        put_varint(&mut r, -1); // null key
+        match k {
+            Some(k) => {
+                put_varint(&mut r, k.len() as i64);
+                r.put_slice(k);
+            }
+            None => put_varint(&mut r, -1),
+        }
         put_varint(&mut r, v.len() as i64);
         r.put_slice(v);
         put_varint(&mut r, 0); // no headers

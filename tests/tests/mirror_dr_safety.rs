@@ -581,3 +581,95 @@ fn failover_does_not_complete_while_the_fetcher_still_runs() {
     let lso = mirror::lso(&src, "slow", 0);
     mirror::assert_log_equal(&src, &dst, "slow", &[lso]);
 }
+
+/// Hole 4: a compacted topic and a topic inheriting the source broker's infinite retention,
+/// both holding records 30 days old, keep every record on the destination (whose default
+/// retention is 7 days, checked every second): the mirror topics carry the source's
+/// cleanup.policy and effective retention.ms, local retention never deletes mirror data, and
+/// after failover the topics keep what the source kept.
+#[test]
+fn compacted_and_forever_retention_topics_keep_old_data_on_the_destination() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let opts = KafkaOptions {
+        props: vec![("log.retention.ms".into(), "-1".into())],
+        ..KafkaOptions::default()
+    };
+    let env: &[(&str, &str)] = &[];
+    let (kafka, _unused) = start_both(opts, env);
+    drop(_unused);
+    let node = KmirrorNode::start_with(&["--retention-check-secs", "1"]);
+    let (src, dst) = (kafka.bootstrap(), node.addr());
+    kafka.create_topic("forever", 1, &[("segment.bytes", "1048576")]);
+    kafka.create_topic(
+        "schemas",
+        1,
+        &[("cleanup.policy", "compact"), ("segment.bytes", "1048576")],
+    );
+    let month_ago = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+        - 30 * 24 * 3600 * 1000;
+    let mut c = WireClient::connect_leader(&src, "forever", 0).expect("connect Kafka");
+    let value = [b'v'; 8000];
+    for b in 0..40 {
+        let keys: Vec<Vec<u8>> = (0..10)
+            .map(|i| format!("key-{b}-{i}").into_bytes())
+            .collect();
+        let kvs: Vec<(Option<&[u8]>, &[u8])> = keys
+            .iter()
+            .map(|k| (Some(k.as_slice()), &value[..]))
+            .collect();
+        let batch = kmirror_tests::records::keyed_batch(&kvs, month_ago + b);
+        for topic in ["forever", "schemas"] {
+            let (code, _) = c.produce_raw(topic, 0, batch.clone(), -1).expect("produce");
+            assert_eq!(code, 0, "produce old records into {topic}");
+        }
+    }
+    mirror::create(&dst, "dr", &src, FAST);
+    mirror::add_topics(&dst, "dr", &["forever", "schemas"]);
+    let mut ends_at = Vec::new();
+    for topic in ["forever", "schemas"] {
+        let e = mirror::wait_caught_up(&src, &dst, topic, 1, false, Duration::from_secs(60));
+        assert_eq!(e, vec![400], "{topic}: all 400 records mirrored");
+        ends_at.push(e);
+    }
+    let cfg = mirror::topic_configs(&dst, "schemas");
+    assert_eq!(
+        cfg.get("cleanup.policy").cloned().flatten().as_deref(),
+        Some("compact"),
+        "mirror topic keeps cleanup.policy"
+    );
+    let cfg = mirror::topic_configs(&dst, "forever");
+    assert_eq!(
+        cfg.get("retention.ms").cloned().flatten().as_deref(),
+        Some("-1"),
+        "mirror topic keeps the source's effective (broker default) retention.ms"
+    );
+    // Several destination retention passes: nothing deleted, log-equal from offset 0.
+    std::thread::sleep(Duration::from_secs(5));
+    for (topic, e) in ["forever", "schemas"].iter().zip(&ends_at) {
+        let (start, end) = mirror::bounds(&dst, topic, 1).expect("bounds")[0];
+        assert_eq!(
+            (start, end),
+            (0, 400),
+            "{topic}: destination deleted old data"
+        );
+        mirror::assert_log_equal(&src, &dst, topic, e);
+    }
+    // After failover the topics are the operator's and still keep everything.
+    for topic in ["forever", "schemas"] {
+        let ran = mirror::remove_topics(&dst, "dr", &[topic]);
+        assert!(
+            ran.status.success(),
+            "remove {topic}: {}{}",
+            ran.stdout,
+            ran.stderr
+        );
+    }
+    std::thread::sleep(Duration::from_secs(5));
+    for topic in ["forever", "schemas"] {
+        let (start, _) = mirror::bounds(&dst, topic, 1).expect("bounds")[0];
+        assert_eq!(start, 0, "{topic}: retention deleted data after failover");
+    }
+}
