@@ -106,7 +106,10 @@ pub fn python() -> &'static str {
 /// kmirror binary is built the same way: `cargo test --profile ci` never triggers an LTO build.
 pub fn build_profile() -> String {
     let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(|d| d.parent()).and_then(|d| d.file_name());
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .and_then(|d| d.file_name());
     match dir.and_then(|d| d.to_str()) {
         Some("debug") => "dev".to_string(),
         Some(p) if p != "deps" => p.to_string(),
@@ -127,12 +130,27 @@ pub fn kmirror_bin() -> &'static PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let profile = build_profile();
         let status = Command::new(cargo)
-            .args(["build", "--profile", &profile, "-p", "kmirror", "--bin", "kmirror"])
+            .args([
+                "build",
+                "--profile",
+                &profile,
+                "-p",
+                "kmirror",
+                "--bin",
+                "kmirror",
+            ])
             .current_dir(workspace_root())
             .status()
             .expect("run cargo build for the kmirror binary");
-        assert!(status.success(), "cargo build --profile {profile} -p kmirror failed");
-        let dir = if profile == "dev" { "debug" } else { profile.as_str() };
+        assert!(
+            status.success(),
+            "cargo build --profile {profile} -p kmirror failed"
+        );
+        let dir = if profile == "dev" {
+            "debug"
+        } else {
+            profile.as_str()
+        };
         let bin = target_dir().join(dir).join("kmirror");
         assert!(bin.is_file(), "{} missing after build", bin.display());
         bin
