@@ -390,13 +390,10 @@ impl MirrorLiveStatus for BrokerHost {
         // No fetcher (paused, stopped): the last status is frozen; the source may have moved.
         if let Some(&end) = self.idle_ends.get(tp) {
             if end > l.source_offset && l.destination_offset >= 0 {
+                let moved = st.with_source_end(end);
                 l.source_offset = end;
-                l.lag = (end - l.destination_offset).max(0);
-                l.lag_ms = if l.lag > 0 {
-                    (now_ms - st.last_caught_up_ms).max(0)
-                } else {
-                    0
-                };
+                l.lag = moved.lag();
+                l.lag_ms = moved.lag_ms(now_ms);
             }
         }
         Some(l)
