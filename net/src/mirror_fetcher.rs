@@ -347,6 +347,15 @@ impl FetcherStatus {
         }
     }
 
+    /// What the local log alone tells (no fetcher yet): its end and newest record timestamp.
+    pub fn from_local(destination_log_end_offset: i64, newest_mirrored_ts_ms: i64) -> Self {
+        FetcherStatus {
+            destination_log_end_offset,
+            newest_mirrored_ts_ms,
+            ..FetcherStatus::new()
+        }
+    }
+
     /// Lag in offsets against the source LSO (what read_committed can see), -1 if unknown.
     pub fn lag(&self) -> i64 {
         if self.source_last_stable_offset < 0 || self.destination_log_end_offset < 0 {

@@ -379,7 +379,22 @@ impl MirrorHost for BrokerHost {
 
 impl MirrorLiveStatus for BrokerHost {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
-        let st = self.manager.status(tp)?;
+        let st = match self.manager.status(tp) {
+            Some(st) => st,
+            // No fetcher ran since this node started (paused across a restart): the local log
+            // gives the destination end and the newest mirrored timestamp, the sync rounds the
+            // source end, so lag and lag_ms come from data here too.
+            None => {
+                self.idle_ends.get(tp)?;
+                let (end, newest) = self
+                    .on_partition(tp, |p| {
+                        let newest = p.log.max_timestamp_offset().map_or(-1, |(_, ts)| ts);
+                        Ok((p.log.log_end_offset().0, newest))
+                    })
+                    .ok()?;
+                crate::mirror_fetcher::FetcherStatus::from_local(end, newest)
+            }
+        };
         let mut l = st.live(now_ms);
         if let Some(&(n, from, to)) = self.lost.get(tp) {
             (l.lost_records, l.lost_from, l.lost_to) = (n, from, to);

@@ -2,8 +2,9 @@
 //! have yet, and it survives the fetcher being recreated. Against a real Apache Kafka 4.1.1
 //! source: records are written while the mirror cannot copy them (paused, then kmirror
 //! SIGKILLed), left to age, and the mirror is throttled so catching up takes seconds. The
-//! first lag_ms reported after resume / restart must be at least the age of the newest of
-//! those records (so at least the age of the oldest unmirrored one), not the fetcher's age.
+//! first lag_ms reported after resume / restart (and while paused across a restart, when no
+//! fetcher runs) must be at least the age of the newest of those records (so at least the age
+//! of the oldest unmirrored one), not the fetcher's age.
 
 use std::time::{Duration, Instant};
 
@@ -46,13 +47,13 @@ fn produce_backlog(src: &str, topic: &str) -> i64 {
 
 /// Polls describe until the partition reports a known lag > 0; returns (lag_ms, the wall
 /// time just before the describe that returned it).
-fn first_lag_while_behind(dst: &str, what: &str) -> (i64, i64) {
+fn first_lag_while_behind(dst: &str, state: &str, what: &str) -> (i64, i64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let asked_at = now_ms();
         let rows = mirror::describe(dst, Some("dr"));
         if let Some(r) = rows.iter().find(|r| r.lag > 0 && r.lag_ms >= 0) {
-            assert_eq!(r.state, "MIRRORING", "{what}: {r:?}");
+            assert_eq!(r.state, state, "{what}: {r:?}");
             return (r.lag_ms, asked_at);
         }
         assert!(
@@ -87,7 +88,7 @@ fn lag_ms_after_resume_and_after_a_restart_is_the_age_of_the_oldest_unmirrored_r
     let newest = produce_backlog(&src, t);
     std::thread::sleep(AGE);
     mirror::cli_ok(&dst, &["resume", "dr", "--topics", t]);
-    let (lag_ms, asked_at) = first_lag_while_behind(&dst, "after resume");
+    let (lag_ms, asked_at) = first_lag_while_behind(&dst, "MIRRORING", "after resume");
     let min_age = asked_at - newest;
     assert!(
         min_age >= AGE.as_millis() as i64 && lag_ms >= min_age,
@@ -100,14 +101,30 @@ fn lag_ms_after_resume_and_after_a_restart_is_the_age_of_the_oldest_unmirrored_r
     let newest = produce_backlog(&src, t);
     std::thread::sleep(AGE);
     node.start_again();
-    let (lag_ms, asked_at) = first_lag_while_behind(&dst, "after restart");
+    let (lag_ms, asked_at) = first_lag_while_behind(&dst, "MIRRORING", "after restart");
     let min_age = asked_at - newest;
     assert!(
         min_age >= AGE.as_millis() as i64 && lag_ms >= min_age,
         "after restart: lag_ms {lag_ms} < {min_age} ms, the age of the newest unmirrored record"
     );
+    let upto2 = mirror::wait_caught_up(&src, &dst, t, 1, false, Duration::from_secs(120));
+    assert!(upto2[0] > upto[0]);
+
+    // 3. Restart while paused: no fetcher runs at all, lag_ms still comes from the data.
+    mirror::cli_ok(&dst, &["pause", "dr", "--topics", t]);
+    let newest = produce_backlog(&src, t);
+    node.kill_now();
+    node.start_again();
+    std::thread::sleep(AGE);
+    let (lag_ms, asked_at) = first_lag_while_behind(&dst, "PAUSED", "paused across a restart");
+    let min_age = asked_at - newest;
+    assert!(
+        min_age >= AGE.as_millis() as i64 && lag_ms >= min_age,
+        "paused across a restart: lag_ms {lag_ms} < {min_age} ms"
+    );
+    mirror::cli_ok(&dst, &["resume", "dr", "--topics", t]);
     let end = mirror::wait_caught_up(&src, &dst, t, 1, false, Duration::from_secs(120));
-    assert!(end[0] > upto[0]);
+    assert!(end[0] > upto2[0]);
     mirror::assert_log_equal(&src, &dst, t, &end);
     let rows = mirror::describe(&dst, Some("dr"));
     assert!(
