@@ -184,6 +184,50 @@ impl AppendFile {
     }
 }
 
+/// A size-limited tmpfs mounted for a test (real ENOSPC), unmounted on drop.
+#[cfg(test)]
+pub(crate) struct Tmpfs(tempfile::TempDir);
+
+#[cfg(test)]
+impl Tmpfs {
+    /// `Err` when mounting is not permitted here (the caller skips and says so).
+    pub(crate) fn mount(size: &str) -> Result<Tmpfs, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let out = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(dir.path())
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(Tmpfs(dir))
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        self.0.path()
+    }
+
+    /// Fills the file system with `<dir>/filler` until ENOSPC; remove it to free the space.
+    pub(crate) fn fill(&self) -> PathBuf {
+        use std::io::Write;
+        let filler = self.path().join("filler");
+        let mut f = File::create(&filler).expect("create filler");
+        while f.write_all(&[7u8; 1024]).is_ok() {}
+        let _ = f.sync_all();
+        filler
+    }
+}
+
+#[cfg(test)]
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg(self.0.path())
+            .status();
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod faults {
     //! Fault injection for the write path: short writes followed by ENOSPC, failing fsyncs,

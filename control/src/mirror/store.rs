@@ -557,7 +557,7 @@ fn frame_at(buf: &[u8], pos: usize) -> Option<(Stored, usize)> {
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
-    use std::fs::{File, OpenOptions};
+    use std::fs::OpenOptions;
     use std::io::Write;
 
     fn def(name: &str) -> MirrorDefinition {
@@ -983,51 +983,20 @@ mod tests {
         assert!(st.mirror("dr").is_some());
     }
 
-    /// A size-limited tmpfs mounted for the test, unmounted on drop.
-    struct Tmpfs(tempfile::TempDir);
-
-    impl Tmpfs {
-        fn mount(size: &str) -> Result<Tmpfs, String> {
-            let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-            let out = std::process::Command::new("mount")
-                .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
-                .arg(dir.path())
-                .output()
-                .map_err(|e| e.to_string())?;
-            if !out.status.success() {
-                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-            }
-            Ok(Tmpfs(dir))
-        }
-    }
-
-    impl Drop for Tmpfs {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount")
-                .arg(self.0.path())
-                .status();
-        }
-    }
-
     #[test]
     fn given_real_enospc_on_a_full_tmpfs_when_space_returns_should_lose_no_acknowledged_record() {
-        let fs_dir = match Tmpfs::mount("256k") {
+        let fs_dir = match crate::append_file::Tmpfs::mount("256k") {
             Ok(t) => t,
             Err(e) => {
                 eprintln!("SKIPPED: mounting a tmpfs is not permitted here ({e})");
                 return;
             }
         };
-        let dir = fs_dir.0.path();
+        let dir = fs_dir.path();
         let mut st = seeded(dir, 2);
         // Fill the file system with another file, leaving the state file's last page partly
         // free, so an append writes some bytes and then hits ENOSPC.
-        let filler = dir.join("filler");
-        {
-            let mut f = File::create(&filler).unwrap();
-            while f.write_all(&[7u8; 1024]).is_ok() {}
-            let _ = f.sync_all();
-        }
+        let filler = fs_dir.fill();
         let mut expected = vec![None, None];
         let mut errors = 0;
         for i in 0..40 {
