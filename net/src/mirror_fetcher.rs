@@ -856,12 +856,13 @@ impl PartitionFetcher {
 
         let mut step = Step::Idle;
         let whole = complete_batches(&out.records);
-        // The header of the first batch not stored by this round, if the response holds it
-        // (a batch cut at the size limit): the exact time of the oldest unmirrored record.
+        // The response starts at the oldest unmirrored record; after the whole batches are
+        // stored, it is the first batch not stored, if the response holds its header (a
+        // batch cut at the size limit).
         let whole_len = whole.as_ref().map_or(0, |w| w.0.len());
         let next_ts = out.records.get(whole_len..).and_then(batch_first_ts);
         if !out.records.is_empty() {
-            self.status.next_unmirrored_ts_ms = next_ts.unwrap_or(-1);
+            self.status.next_unmirrored_ts_ms = batch_first_ts(&out.records).unwrap_or(-1);
         }
         if let Some((batches, first_base, last, max_epoch)) = whole {
             if last < fetch_offset {
@@ -897,6 +898,7 @@ impl PartitionFetcher {
                         if appended_ts >= 0 {
                             self.status.newest_mirrored_ts_ms = appended_ts;
                         }
+                        self.status.next_unmirrored_ts_ms = next_ts.unwrap_or(-1);
                         step = Step::Appended {
                             last_offset: last_appended,
                             bytes: appended_bytes,
