@@ -304,12 +304,16 @@ impl AclStore {
             .collect();
         let bytes = serde_json::to_vec_pretty(&rows).map_err(std::io::Error::other)?;
         let tmp = self.path.with_extension("json.tmp");
-        {
+        let written = (|| {
             let mut f = fs::File::create(&tmp)?;
             f.write_all(&bytes)?;
-            f.sync_all()?;
+            f.sync_all()
+        })();
+        if let Err(e) = written.and_then(|()| fs::rename(&tmp, &self.path)) {
+            // A partial temp file (disk full) would only hold on to the space that is short.
+            let _ = fs::remove_file(&tmp);
+            return Err(e.into());
         }
-        fs::rename(&tmp, &self.path)?;
         if let Some(dir) = self.path.parent() {
             // The rename is durable only once the directory entry is.
             fs::File::open(dir)?.sync_all()?;
@@ -423,5 +427,44 @@ mod tests {
             ..AclFilter::any()
         };
         assert!(s.describe(&f).is_err());
+    }
+
+    #[test]
+    fn given_disk_full_when_persisting_should_fail_cleanly_and_leave_no_partial_temp_file() {
+        let fs_dir = match crate::append_file::Tmpfs::mount("64k") {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("SKIPPED: mounting a tmpfs is not permitted here ({e})");
+                return;
+            }
+        };
+        let dir = fs_dir.path().join("acls");
+        let mut st = AclStore::open(&dir).unwrap();
+        let filler = fs_dir.fill();
+        let long = "t".repeat(200);
+        let mut failed = 0;
+        for i in 0..50 {
+            let r = st.create(&[b(
+                TOPIC,
+                &format!("{long}-{i}"),
+                codes::PATTERN_LITERAL,
+                "User:alice",
+                READ,
+            )]);
+            if r[0].is_err() {
+                failed += 1;
+            }
+        }
+        assert!(failed > 0, "the tmpfs never filled up");
+        assert!(
+            !dir.join("acls.json.tmp").exists(),
+            "partial temp file left"
+        );
+        assert_eq!(AclStore::open(&dir).unwrap().all(), st.all());
+        fs::remove_file(filler).unwrap();
+        st.create(&[b(TOPIC, "after", codes::PATTERN_LITERAL, "User:bob", READ)])[0]
+            .as_ref()
+            .unwrap();
+        assert_eq!(AclStore::open(&dir).unwrap().all(), st.all());
     }
 }

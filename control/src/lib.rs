@@ -3,13 +3,15 @@
 //! Owns the durable cluster metadata (`metadata`), the durable ACL store (`acl`), the mirror definitions and partition state
 //! machine (`mirror`), the classic consumer-group coordinator with its durable committed-offset store
 //! (`group`), the producer-id allocator and transaction coordinator (`txn`), and the small
-//! CRC-framed record file both persist into (`offsets_log`). Everything here is plain
+//! CRC-framed record file both persist into (`offsets_log`), written through `append_file`, which
+//! never leaves a torn record in front of a later one. Everything here is plain
 //! single-threaded state driven by explicit `now_ms` arguments and returning outcomes: no async
 //! runtime, no glommio, no wire-protocol crate (the `net` crate maps Kafka messages onto these
 //! types). Invariant: a reply is handed out only after the state change it reports was made
 //! durable with the owner's `flush`.
 
 pub mod acl;
+pub mod append_file;
 pub mod group;
 pub mod metadata;
 pub mod mirror;

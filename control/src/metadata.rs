@@ -363,12 +363,16 @@ impl MetadataStore {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
-        {
+        let written = (|| {
             let mut f = fs::File::create(&tmp)?;
             f.write_all(&text)?;
-            f.sync_all()?;
+            f.sync_all()
+        })();
+        if let Err(e) = written.and_then(|()| fs::rename(&tmp, &self.path)) {
+            // A partial temp file (disk full) would only hold on to the space that is short.
+            let _ = fs::remove_file(&tmp);
+            return Err(e.into());
         }
-        fs::rename(&tmp, &self.path)?;
         if let Some(dir) = self.path.parent() {
             // The rename is durable only once the directory entry is.
             fs::File::open(dir)?.sync_all()?;

@@ -3,13 +3,18 @@
 //!
 //! Layout: a sequence of frames `[u32 len BE][u32 crc32c(payload) BE][payload]`. A torn or
 //! corrupt tail (crash mid-write) ends replay and is truncated away on open; everything before
-//! it is intact because frames are only ever appended. `sync` makes all appended frames durable;
-//! callers answer a client only after `sync` returned. `rewrite` compacts the file atomically
-//! (write a temporary file, fsync, rename, fsync the directory).
+//! it is intact because frames are only ever written after whole frames: a failed write is cut
+//! back to the last whole frame ([`AppendFile`]), so no torn frame can hide later ones.
+//! `append` buffers; `sync` writes the buffer and fsyncs, and callers answer a client only after
+//! `sync` returned. A failed `sync` keeps the buffered frames and writes them again on the next
+//! `sync` (the coordinators already applied them in memory, so disk catches up with memory).
+//! `rewrite` compacts the file atomically (write a temporary file, fsync, rename, fsync the
+//! directory).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::{BufWriter, Read, Seek, SeekFrom, Write};
+use std::fs;
 use std::path::{Path, PathBuf};
+
+use crate::append_file::AppendFile;
 
 /// Errors of the coordinators' durable storage.
 #[derive(Debug, thiserror::Error)]
@@ -33,33 +38,23 @@ pub enum StoreError {
 const MAX_FRAME: u32 = 64 << 20;
 const HEADER: usize = 8;
 
-/// An open record file positioned at its end.
+/// An open record file and the frames appended since the last successful `sync`.
 #[derive(Debug)]
 pub struct RecordFile {
-    path: PathBuf,
-    writer: BufWriter<File>,
-    bytes: u64,
-    dirty: bool,
+    file: AppendFile,
+    pending: Vec<u8>,
 }
 
 impl RecordFile {
     /// Opens (creating `dir` and the file if needed) and returns every intact payload in order.
     pub fn open(dir: &Path, name: &str) -> Result<(RecordFile, Vec<Vec<u8>>), StoreError> {
+        let path = dir.join(name);
         let io = |source| StoreError::Io {
-            path: dir.join(name),
+            path: path.clone(),
             source,
         };
         fs::create_dir_all(dir).map_err(io)?;
-        let path = dir.join(name);
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)
-            .map_err(io)?;
-        let mut data = Vec::new();
-        file.read_to_end(&mut data).map_err(io)?;
+        let (mut file, data) = AppendFile::open(&path).map_err(io)?;
         let (payloads, valid) = parse_frames(&data);
         if valid < data.len() {
             tracing::warn!(
@@ -68,16 +63,12 @@ impl RecordFile {
                 dropped = data.len() - valid,
                 "truncating torn tail of coordinator record file"
             );
-            file.set_len(valid as u64).map_err(io)?;
-            file.sync_all().map_err(io)?;
         }
-        file.seek(SeekFrom::Start(valid as u64)).map_err(io)?;
+        file.set_valid_len(valid as u64).map_err(io)?;
         Ok((
             RecordFile {
-                path,
-                writer: BufWriter::new(file),
-                bytes: valid as u64,
-                dirty: false,
+                file,
+                pending: Vec::new(),
             },
             payloads,
         ))
@@ -85,67 +76,43 @@ impl RecordFile {
 
     /// Buffers one record; durable only after [`RecordFile::sync`].
     pub fn append(&mut self, payload: &[u8]) -> Result<(), StoreError> {
-        let frame = frame(payload);
-        self.writer.write_all(&frame).map_err(|e| self.io(e))?;
-        self.bytes += frame.len() as u64;
-        self.dirty = true;
+        self.pending.extend_from_slice(&frame(payload));
         Ok(())
     }
 
-    /// Writes buffered records and fsyncs; a no-op when nothing was appended since the last sync.
+    /// Writes buffered records and fsyncs; a no-op when nothing was appended since the last
+    /// successful sync. On error the file holds no part of them and they stay buffered.
     pub fn sync(&mut self) -> Result<(), StoreError> {
-        if !self.dirty {
+        if self.pending.is_empty() {
             return Ok(());
         }
-        self.writer.flush().map_err(|e| self.io(e))?;
-        self.writer.get_ref().sync_data().map_err(|e| self.io(e))?;
-        self.dirty = false;
+        self.file
+            .append_durable(&self.pending)
+            .map_err(|e| self.io(e))?;
+        self.pending.clear();
         Ok(())
     }
 
     /// Size of the file in bytes, including buffered records.
     pub fn len_bytes(&self) -> u64 {
-        self.bytes
+        self.file.valid_len() + self.pending.len() as u64
     }
 
     /// Replaces the whole file with `payloads` atomically (used to compact away superseded
     /// records). Pending appends are discarded: callers pass the complete live state.
     pub fn rewrite(&mut self, payloads: &[Vec<u8>]) -> Result<(), StoreError> {
-        let tmp = self.path.with_extension("rewrite");
         let mut out = Vec::new();
         for p in payloads {
             out.extend_from_slice(&frame(p));
         }
-        let io = |source| StoreError::Io {
-            path: tmp.clone(),
-            source,
-        };
-        {
-            let mut f = File::create(&tmp).map_err(io)?;
-            f.write_all(&out).map_err(io)?;
-            f.sync_all().map_err(io)?;
-        }
-        fs::rename(&tmp, &self.path).map_err(io)?;
-        if let Some(parent) = self.path.parent() {
-            // Make the rename itself durable.
-            if let Ok(d) = File::open(parent) {
-                let _ = d.sync_all();
-            }
-        }
-        let mut file = OpenOptions::new()
-            .append(true)
-            .open(&self.path)
-            .map_err(|e| self.io(e))?;
-        file.seek(SeekFrom::End(0)).map_err(|e| self.io(e))?;
-        self.writer = BufWriter::new(file);
-        self.bytes = out.len() as u64;
-        self.dirty = false;
+        self.file.replace(&out).map_err(|e| self.io(e))?;
+        self.pending.clear();
         Ok(())
     }
 
     fn io(&self, source: std::io::Error) -> StoreError {
         StoreError::Io {
-            path: self.path.clone(),
+            path: self.file.path().to_path_buf(),
             source,
         }
     }
@@ -236,6 +203,49 @@ mod tests {
         fs::write(&path, &raw).unwrap();
         let (_, got) = RecordFile::open(dir.path(), "r.log").unwrap();
         assert_eq!(got, vec![b"good".to_vec()]);
+    }
+
+    #[test]
+    fn given_short_write_enospc_and_failed_fsync_when_reopened_should_replay_every_synced_record_once(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut synced: Vec<Vec<u8>> = Vec::new();
+        {
+            let (mut f, _) = RecordFile::open(dir.path(), "r.log").unwrap();
+            let faults = f.file.faults();
+            f.append(b"first").unwrap();
+            f.sync().unwrap();
+            synced.push(b"first".to_vec());
+            // Disk full after 5 bytes of the next frame: a short write, then ENOSPC.
+            faults.disk_full_after(5);
+            f.append(b"second").unwrap();
+            assert!(f.sync().is_err());
+            assert!(f.sync().is_err());
+            // Space is back: the buffered frame goes out whole, after "first", then more.
+            faults.disk_freed();
+            f.append(b"third").unwrap();
+            f.sync().unwrap();
+            synced.push(b"second".to_vec());
+            synced.push(b"third".to_vec());
+            // A failed fsync is reported and retried too, never duplicated.
+            faults.fail_syncs(1);
+            f.append(b"fourth").unwrap();
+            assert!(f.sync().is_err());
+            f.sync().unwrap();
+            synced.push(b"fourth".to_vec());
+            // Crash with a frame still failing: it is simply not there on reopen.
+            faults.disk_full_after(3);
+            f.append(b"never-synced").unwrap();
+            assert!(f.sync().is_err());
+        }
+        let (mut f, got) = RecordFile::open(dir.path(), "r.log").unwrap();
+        assert_eq!(got, synced);
+        f.append(b"fifth").unwrap();
+        f.sync().unwrap();
+        synced.push(b"fifth".to_vec());
+        drop(f);
+        let (_, got) = RecordFile::open(dir.path(), "r.log").unwrap();
+        assert_eq!(got, synced);
     }
 
     #[test]

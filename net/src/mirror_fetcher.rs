@@ -30,13 +30,17 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kmirror_log::batch::{
-    LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD, PARTITION_LEADER_EPOCH_POS,
+    ATTRIBUTES_POS, BASE_TIMESTAMP_POS, LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD,
+    MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS,
 };
 use kmirror_types::TopicPartition;
 use uuid::Uuid;
 
 use crate::client::{build, AsyncConnection, ClientError};
 use crate::keys::error as code;
+
+/// Attributes bit of a LogAppendTime batch (Kafka's RecordBatch timestampType).
+const TIMESTAMP_TYPE_LOG_APPEND: i16 = 0x08;
 
 /// What went wrong on the local side.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -298,6 +302,11 @@ impl Default for FetcherConfig {
 }
 
 /// Live numbers for DescribeMirrors and metrics. Offsets are -1 while unknown.
+///
+/// Lag in ms is derived from the data, not from when this fetcher started, so it survives a
+/// fetcher being recreated (resume, leader move, node restart): it is the age of the oldest
+/// source record the destination does not have yet, taken from the source batches' own
+/// timestamps (see [`FetcherStatus::lag_ms`]).
 #[derive(Debug, Clone, PartialEq)]
 pub struct FetcherStatus {
     pub source_high_watermark: i64,
@@ -306,15 +315,22 @@ pub struct FetcherStatus {
     pub destination_log_end_offset: i64,
     pub source_leader_epoch: i32,
     pub leader: Option<(i32, String)>,
-    /// Last time the destination had everything the source had committed (lag 0).
+    /// Last time this fetcher saw the destination have everything the source had committed
+    /// (lag 0); -1 if it has not yet. Every unmirrored record was appended after it.
     pub last_caught_up_ms: i64,
+    /// Timestamp of the first source record not yet mirrored, when the last fetch showed its
+    /// batch header; -1 if not seen.
+    pub next_unmirrored_ts_ms: i64,
+    /// Largest timestamp of the batches this fetcher appended last (the newest mirrored
+    /// record): the next unmirrored record is no older; -1 if none yet.
+    pub newest_mirrored_ts_ms: i64,
     pub last_fetch_ms: i64,
     pub last_error: Option<String>,
     pub failed: bool,
 }
 
 impl FetcherStatus {
-    fn new(now_ms: i64) -> Self {
+    fn new() -> Self {
         FetcherStatus {
             source_high_watermark: -1,
             source_last_stable_offset: -1,
@@ -322,10 +338,21 @@ impl FetcherStatus {
             destination_log_end_offset: -1,
             source_leader_epoch: -1,
             leader: None,
-            last_caught_up_ms: now_ms,
+            last_caught_up_ms: -1,
+            next_unmirrored_ts_ms: -1,
+            newest_mirrored_ts_ms: -1,
             last_fetch_ms: -1,
             last_error: None,
             failed: false,
+        }
+    }
+
+    /// What the local log alone tells (no fetcher yet): its end and newest record timestamp.
+    pub fn from_local(destination_log_end_offset: i64, newest_mirrored_ts_ms: i64) -> Self {
+        FetcherStatus {
+            destination_log_end_offset,
+            newest_mirrored_ts_ms,
+            ..FetcherStatus::new()
         }
     }
 
@@ -337,15 +364,78 @@ impl FetcherStatus {
         (self.source_last_stable_offset - self.destination_log_end_offset).max(0)
     }
 
-    /// Lag in milliseconds: time since we were last caught up. It keeps growing while the
-    /// partition is paused or stalled because it is computed at read time.
+    /// Lag in milliseconds: 0 when caught up, else the age of the oldest unmirrored source
+    /// record. Its timestamp is exact when the last fetch showed its batch header, else the
+    /// newest mirrored record's timestamp stands in (a lower bound: records are mirrored in
+    /// order). It is never taken as earlier than the last time we saw lag 0, which also
+    /// bounds records whose timestamp is not their append time (producer-set CreateTime,
+    /// a transaction committed later). Computed at read time, so it keeps growing while
+    /// paused or stalled; -1 when unknown.
     pub fn lag_ms(&self, now_ms: i64) -> i64 {
-        if self.lag() == 0 {
-            0
-        } else {
-            (now_ms - self.last_caught_up_ms).max(0)
+        match self.lag() {
+            0 => 0,
+            l if l < 0 => -1,
+            _ => {
+                let oldest = if self.next_unmirrored_ts_ms >= 0 {
+                    self.next_unmirrored_ts_ms
+                } else {
+                    self.newest_mirrored_ts_ms
+                };
+                let since = oldest.max(self.last_caught_up_ms);
+                if since < 0 {
+                    -1
+                } else {
+                    (now_ms - since).max(0)
+                }
+            }
         }
     }
+
+    /// This status with the source's LSO moved to `end` (a paused partition whose source kept
+    /// writing, learned by the sync rounds).
+    pub fn with_source_end(&self, end: i64) -> FetcherStatus {
+        let mut st = self.clone();
+        if end > st.source_last_stable_offset {
+            if st.lag() == 0 {
+                // The records after `end`'s old value are unseen: only the bounds remain.
+                st.next_unmirrored_ts_ms = -1;
+            }
+            st.source_last_stable_offset = end;
+            st.source_high_watermark = st.source_high_watermark.max(end);
+        }
+        st
+    }
+}
+
+/// Append time of a batch's first record (LogAppendTime batches carry it as max timestamp),
+/// from its header; None if the header is incomplete.
+fn batch_first_ts(b: &[u8]) -> Option<i64> {
+    let base = b.get(BASE_TIMESTAMP_POS..BASE_TIMESTAMP_POS + 8)?;
+    let max = b.get(MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8)?;
+    let attrs = i16::from_be_bytes(b[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].try_into().ok()?);
+    let ts = if attrs & TIMESTAMP_TYPE_LOG_APPEND != 0 {
+        max
+    } else {
+        base
+    };
+    Some(i64::from_be_bytes(ts.try_into().ok()?))
+}
+
+/// Largest max timestamp over the whole batches in `batches` (-1 if none).
+fn batches_max_ts(batches: &[u8]) -> i64 {
+    let mut pos = 0usize;
+    let mut max = -1i64;
+    while let Some(b) = batches.get(pos..).filter(|b| b.len() >= LOG_OVERHEAD) {
+        let len = i32::from_be_bytes(b[LENGTH_POS..LENGTH_POS + 4].try_into().expect("4"));
+        if len <= 0 {
+            break;
+        }
+        if let Some(ts) = b.get(MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8) {
+            max = max.max(i64::from_be_bytes(ts.try_into().expect("8")));
+        }
+        pos += LOG_OVERHEAD + len as usize;
+    }
+    max
 }
 
 /// What the fetcher tells the broker / control plane.
@@ -516,7 +606,9 @@ pub struct PartitionFetcher {
 }
 
 impl PartitionFetcher {
-    pub fn new(tp: TopicPartition, topic_id: Uuid, cfg: FetcherConfig, now_ms: i64) -> Self {
+    /// `_now_ms` is unused: no status is derived from when the fetcher started (lag in ms
+    /// comes from the data, so a recreated fetcher continues it).
+    pub fn new(tp: TopicPartition, topic_id: Uuid, cfg: FetcherConfig, _now_ms: i64) -> Self {
         let backoff = Backoff {
             cur: cfg.backoff_initial_ms,
             initial: cfg.backoff_initial_ms,
@@ -530,7 +622,7 @@ impl PartitionFetcher {
             source_epoch: -1,
             backoff,
             consecutive_errors: 0,
-            status: FetcherStatus::new(now_ms),
+            status: FetcherStatus::new(),
             throttle: None,
             announce_first_success: true,
         }
@@ -768,7 +860,16 @@ impl PartitionFetcher {
         self.status.source_log_start_offset = out.log_start_offset;
 
         let mut step = Step::Idle;
-        if let Some((batches, first_base, last, max_epoch)) = complete_batches(&out.records) {
+        let whole = complete_batches(&out.records);
+        // The response starts at the oldest unmirrored record; after the whole batches are
+        // stored, it is the first batch not stored, if the response holds its header (a
+        // batch cut at the size limit).
+        let whole_len = whole.as_ref().map_or(0, |w| w.0.len());
+        let next_ts = out.records.get(whole_len..).and_then(batch_first_ts);
+        if !out.records.is_empty() {
+            self.status.next_unmirrored_ts_ms = batch_first_ts(&out.records).unwrap_or(-1);
+        }
+        if let Some((batches, first_base, last, max_epoch)) = whole {
             if last < fetch_offset {
                 // Entirely below what we have: nothing to do (should not happen).
             } else {
@@ -796,8 +897,13 @@ impl PartitionFetcher {
                     return self.fail(observer, e.to_string());
                 }
                 let appended_bytes = batches.len();
+                let appended_ts = batches_max_ts(&batches);
                 match local.append_mirror(batches).await {
                     Ok(last_appended) => {
+                        if appended_ts >= 0 {
+                            self.status.newest_mirrored_ts_ms = appended_ts;
+                        }
+                        self.status.next_unmirrored_ts_ms = next_ts.unwrap_or(-1);
                         step = Step::Appended {
                             last_offset: last_appended,
                             bytes: appended_bytes,
@@ -828,6 +934,7 @@ impl PartitionFetcher {
         self.status.destination_log_end_offset = local.log_end_offset().await;
         if self.status.lag() == 0 {
             self.status.last_caught_up_ms = now_ms;
+            self.status.next_unmirrored_ts_ms = -1;
         }
         self.status.last_error = None;
         observer.on_event(&self.tp, FetchEvent::Progress(self.status.clone()));
@@ -2510,14 +2617,109 @@ mod tests {
 
     #[test]
     fn lag_ms_grows_while_behind_and_is_zero_when_caught_up() {
-        let mut st = FetcherStatus::new(1_000);
+        let mut st = FetcherStatus::new();
         st.source_last_stable_offset = 10;
         st.destination_log_end_offset = 4;
         assert_eq!(st.lag(), 6);
-        assert_eq!(st.lag_ms(6_000), 5_000);
+        assert_eq!(st.lag_ms(6_000), -1, "no timestamp known yet");
+        st.newest_mirrored_ts_ms = 1_000;
+        assert_eq!(
+            st.lag_ms(6_000),
+            5_000,
+            "bounded by the newest mirrored record"
+        );
+        st.next_unmirrored_ts_ms = 2_500;
+        assert_eq!(
+            st.lag_ms(6_000),
+            3_500,
+            "exact when the next record was seen"
+        );
         assert!(st.lag_ms(9_000) > st.lag_ms(6_000));
+        st.last_caught_up_ms = 4_000;
+        assert_eq!(
+            st.lag_ms(6_000),
+            2_000,
+            "records unmirrored now arrived after we were last caught up"
+        );
         st.destination_log_end_offset = 10;
         assert_eq!(st.lag_ms(9_000), 0);
+        // Paused while caught up, then the source moved on: only the bounds are left.
+        let moved = st.with_source_end(15);
+        assert_eq!((moved.lag(), moved.lag_ms(9_000)), (5, 5_000));
+    }
+
+    /// Sets the base and max timestamps of every batch of the fake source.
+    fn stamp(s: &mut FakeSource, ts: impl Fn(i64) -> i64) {
+        for (base, _, b) in s.log.iter_mut() {
+            let mut m = BytesMut::from(&b[..]);
+            let t = ts(*base);
+            m[BASE_TIMESTAMP_POS..BASE_TIMESTAMP_POS + 8].copy_from_slice(&t.to_be_bytes());
+            m[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&t.to_be_bytes());
+            *b = m.freeze();
+        }
+    }
+
+    #[test]
+    fn recreated_fetcher_reports_the_age_of_the_oldest_unmirrored_record_not_its_own_age() {
+        // Three batches written at t=1000, 1100, 1200 that no fetcher has copied; a fetcher
+        // (re)created at t=6000 (resume, restart, leader move) gets one batch per fetch.
+        let mut s = FakeSource::new(&[(0, 2, 5), (2, 2, 5), (4, 2, 5)]);
+        stamp(&mut s, |base| 1_000 + base * 50);
+        s.now = 6_000;
+        s.cut_to = Some(61 + 50);
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let created_now = |s: &FakeSource| {
+            PartitionFetcher::new(
+                TopicPartition::new("orders", 0),
+                s.topic_id,
+                FetcherConfig::default(),
+                s.now,
+            )
+        };
+        let mut f = created_now(&s);
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(l.end, 2);
+        // The second batch's header was in the response: its age exactly.
+        assert_eq!(f.status().lag_ms(s.now), 6_000 - 1_100);
+
+        // Leader move: the next fetch is refused, metadata names another leader.
+        s.leader_id = 2;
+        s.now = 7_000;
+        drive(&mut f, &mut s, &mut l, &mut o, 2);
+        assert_eq!(l.end, 4, "one more batch after following the new leader");
+        assert_eq!(f.status().lag_ms(s.now), s.now - 1_200);
+
+        // A fresh fetcher (recreated after the move) continues from the data, not from 0.
+        let mut f2 = created_now(&s);
+        s.cut_to = Some(61);
+        s.log.push((6, 6, batch(6, 1, 5, 2)));
+        stamp(&mut s, |base| 1_000 + base * 50);
+        drive(&mut f2, &mut s, &mut l, &mut o, 1);
+        assert_eq!(l.end, 6);
+        assert_eq!(
+            f2.status().lag_ms(s.now),
+            s.now - 1_200,
+            "no header of the next batch: the newest mirrored record bounds it"
+        );
+        s.cut_to = None;
+        drive(&mut f2, &mut s, &mut l, &mut o, 1);
+        assert_eq!((f2.status().lag(), f2.status().lag_ms(s.now)), (0, 0));
+    }
+
+    #[test]
+    fn log_append_time_batches_use_the_append_time() {
+        let mut b = BytesMut::from(&batch(0, 1, 1, 2)[..]);
+        b[BASE_TIMESTAMP_POS..BASE_TIMESTAMP_POS + 8].copy_from_slice(&5i64.to_be_bytes());
+        b[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&9i64.to_be_bytes());
+        assert_eq!(batch_first_ts(&b), Some(5));
+        b[ATTRIBUTES_POS + 1] |= TIMESTAMP_TYPE_LOG_APPEND as u8;
+        assert_eq!(batch_first_ts(&b), Some(9));
+        assert_eq!(batch_first_ts(&b[..40]), None);
+        assert_eq!(
+            batches_max_ts(&concat(&[b.clone().freeze(), batch(1, 1, 1, 2)])),
+            9
+        );
     }
 
     #[test]

@@ -406,7 +406,22 @@ impl MirrorHost for BrokerHost {
 
 impl MirrorLiveStatus for BrokerHost {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
-        let st = self.manager.status(tp)?;
+        let st = match self.manager.status(tp) {
+            Some(st) => st,
+            // No fetcher ran since this node started (paused across a restart): the local log
+            // gives the destination end and the newest mirrored timestamp, the sync rounds the
+            // source end, so lag and lag_ms come from data here too.
+            None => {
+                self.idle_ends.get(tp)?;
+                let (end, newest) = self
+                    .on_partition(tp, |p| {
+                        let newest = p.log.max_timestamp_offset().map_or(-1, |(_, ts)| ts);
+                        Ok((p.log.log_end_offset().0, newest))
+                    })
+                    .ok()?;
+                crate::mirror_fetcher::FetcherStatus::from_local(end, newest)
+            }
+        };
         let mut l = st.live(now_ms);
         if let Some(&(n, from, to)) = self.lost.get(tp) {
             (l.lost_records, l.lost_from, l.lost_to) = (n, from, to);
@@ -417,13 +432,10 @@ impl MirrorLiveStatus for BrokerHost {
         // No fetcher (paused, stopped): the last status is frozen; the source may have moved.
         if let Some(&end) = self.idle_ends.get(tp) {
             if end > l.source_offset && l.destination_offset >= 0 {
+                let moved = st.with_source_end(end);
                 l.source_offset = end;
-                l.lag = (end - l.destination_offset).max(0);
-                l.lag_ms = if l.lag > 0 {
-                    (now_ms - st.last_caught_up_ms).max(0)
-                } else {
-                    0
-                };
+                l.lag = moved.lag();
+                l.lag_ms = moved.lag_ms(now_ms);
             }
         }
         Some(l)

@@ -3,22 +3,27 @@
 //! Layout: one append-only file `<dir>/__mirror_state/state.log` of records
 //! `[u32 BE payload length][u32 BE CRC32C(payload)][payload: JSON record]`. A record is keyed
 //! (a mirror name, or a topic-partition) and the latest record per key wins, like a compacted
-//! topic; a `None` value is a tombstone. When dead records outnumber live ones the file is
-//! rewritten (temp file, fsync, rename, fsync dir), so it stays small.
+//! topic; a `None` value is a tombstone. Each payload carries a sequence number `seq`, one more
+//! than the record before it (files written before `seq` existed have none: 0). When dead
+//! records outnumber live ones the file is rewritten (temp file, fsync, rename, fsync dir), so
+//! it stays small; the rewrite keeps numbering upwards.
 //!
 //! Invariants:
 //! - Every mutation is appended and fsynced *before* the in-memory view changes and before the
 //!   method returns, so a caller that performs the effect after the call can never have an
 //!   effect whose state was not recorded ("write before the transition takes effect").
-//! - Recovery reads records up to the first torn or corrupt one (a crash mid-append), truncates
-//!   the file there, and rebuilds the view; [`MirrorStateStore::recovery_plan`] then tells the
-//!   coordinator what to resume for each partition, with no operator action.
+//! - A failed append (write error, short write, ENOSPC, fsync error) is cut back to the last
+//!   whole record and returned as an error, with the view unchanged ([`AppendFile`]); nothing
+//!   is ever appended after partial bytes.
+//! - Recovery replays whole records, skips a torn region only when the record after it is
+//!   provably the next one (see [`MirrorStateStore::open`]), drops a torn tail, and rebuilds
+//!   the view; [`MirrorStateStore::recovery_plan`] then tells the coordinator what to resume for
+//!   each partition, with no operator action.
 //! - Illegal transitions are refused without writing anything.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::fs;
+use std::path::Path;
 
 use kmirror_types::TopicPartition;
 use serde::{Deserialize, Serialize};
@@ -26,6 +31,7 @@ use serde::{Deserialize, Serialize};
 use super::definition::MirrorDefinition;
 use super::state::{FailoverStep, PartitionState};
 use super::MirrorError;
+use crate::append_file::AppendFile;
 
 const FILE_NAME: &str = "state.log";
 const HEADER: usize = 8;
@@ -50,6 +56,22 @@ pub struct PartitionEntry {
     /// Why the partition is FAILED (or the reason given with the last transition).
     #[serde(default)]
     pub reason: Option<String>,
+}
+
+/// A stored payload: the record and its sequence number (0 in files older than `seq`).
+#[derive(Debug, Deserialize)]
+struct Stored {
+    #[serde(default)]
+    seq: u64,
+    #[serde(flatten)]
+    rec: Record,
+}
+
+#[derive(Serialize)]
+struct StoredRef<'a> {
+    seq: u64,
+    #[serde(flatten)]
+    rec: &'a Record,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -81,52 +103,71 @@ pub enum RecoveryAction {
 /// The mirror state store. Single-threaded (`&mut self`); owned by the control thread.
 #[derive(Debug)]
 pub struct MirrorStateStore {
-    path: PathBuf,
-    file: File,
+    file: AppendFile,
     mirrors: BTreeMap<String, MirrorDefinition>,
     partitions: BTreeMap<TopicPartition, PartitionEntry>,
     records_in_file: usize,
+    /// Sequence number of the next record appended.
+    next_seq: u64,
 }
 
 impl MirrorStateStore {
     /// Open (creating if needed) `<data_dir>/__mirror_state/` and recover its contents.
+    ///
+    /// Replay accepts a whole frame (length, CRC32C, decodable record) whose `seq` follows the
+    /// previous one. At a torn or corrupt region it looks for the frame with the *next* `seq`
+    /// further on and resumes there. That skip is sound because (1) a torn region never holds
+    /// a record whose append was reported durable (appends are cut back on failure, so a torn
+    /// region can only be a failed append, or bytes left by a version without the cut-back);
+    /// (2) a false match needs a CRC32C hit and a decodable record at an arbitrary offset
+    /// (a JSON payload never contains the 0x00 that starts every length field); and (3) the
+    /// `seq` check rejects stale whole frames (an older file version's blocks exposed by a
+    /// crash) since numbering only goes up. Files without `seq` (legacy, 0) are replayed up to
+    /// the first bad frame as before. If a region was skipped the file is rewritten without it.
     pub fn open(data_dir: &Path) -> Result<Self, MirrorError> {
         let dir = data_dir.join("__mirror_state");
         fs::create_dir_all(&dir)?;
-        let path = dir.join(FILE_NAME);
-        let mut file = OpenOptions::new()
-            .create(true)
-            .read(true)
-            .append(true)
-            .open(&path)?;
-        let mut buf = Vec::new();
-        file.read_to_end(&mut buf)?;
-
+        let (file, buf) = AppendFile::open(&dir.join(FILE_NAME))?;
         let mut store = MirrorStateStore {
-            path,
             file,
             mirrors: BTreeMap::new(),
             partitions: BTreeMap::new(),
             records_in_file: 0,
+            next_seq: 1,
         };
         let mut pos = 0usize;
-        while pos + HEADER <= buf.len() {
-            let len = u32::from_be_bytes(buf[pos..pos + 4].try_into().expect("4 bytes"));
-            let crc = u32::from_be_bytes(buf[pos + 4..pos + 8].try_into().expect("4 bytes"));
-            if len > MAX_RECORD || pos + HEADER + len as usize > buf.len() {
-                break;
-            }
-            let payload = &buf[pos + HEADER..pos + HEADER + len as usize];
-            if crc32c::crc32c(payload) != crc {
-                break;
-            }
-            let Ok(rec) = serde_json::from_slice::<Record>(payload) else {
-                break;
+        let mut last_seq: Option<u64> = None;
+        let mut skipped = 0usize;
+        loop {
+            let follows = |seq: u64| match last_seq {
+                None | Some(0) => true,
+                Some(last) => seq == last + 1,
             };
-            store.apply(rec);
-            store.records_in_file += 1;
-            pos += HEADER + len as usize;
+            if let Some((stored, next)) = frame_at(&buf, pos).filter(|(st, _)| follows(st.seq)) {
+                last_seq = Some(stored.seq);
+                store.apply(stored.rec);
+                store.records_in_file += 1;
+                pos = next;
+                continue;
+            }
+            // Resync only on numbered files: the record after a torn one carries last + 1.
+            let want = match last_seq {
+                Some(0) => break,
+                Some(last) => last + 1,
+                None => 1,
+            };
+            let found = (pos + 1..buf.len().saturating_sub(HEADER - 1))
+                .find(|&q| frame_at(&buf, q).is_some_and(|(st, _)| st.seq == want));
+            match found {
+                Some(q) => {
+                    tracing::warn!(from = pos, to = q, "__mirror_state: skipping a torn record");
+                    skipped += q - pos;
+                    pos = q;
+                }
+                None => break,
+            }
         }
+        store.next_seq = last_seq.map_or(1, |s| s + 1);
         if pos < buf.len() {
             // Torn tail from a crash mid-append: drop it so new records follow valid ones.
             tracing::warn!(
@@ -134,8 +175,13 @@ impl MirrorStateStore {
                 total = buf.len(),
                 "__mirror_state: dropping torn tail"
             );
-            store.file.set_len(pos as u64)?;
-            store.file.sync_all()?;
+        }
+        store.file.set_valid_len(pos as u64)?;
+        if skipped > 0 {
+            if let Err(e) = store.compact() {
+                // Still consistent: the next open skips the same region again.
+                tracing::warn!(error = %e, "__mirror_state: cannot rewrite without the torn record");
+            }
         }
         Ok(store)
     }
@@ -166,8 +212,9 @@ impl MirrorStateStore {
         }
     }
 
-    fn encode(rec: &Record) -> Result<Vec<u8>, MirrorError> {
-        let payload = serde_json::to_vec(rec).map_err(|e| MirrorError::Corrupt(e.to_string()))?;
+    fn encode(seq: u64, rec: &Record) -> Result<Vec<u8>, MirrorError> {
+        let payload = serde_json::to_vec(&StoredRef { seq, rec })
+            .map_err(|e| MirrorError::Corrupt(e.to_string()))?;
         let mut out = Vec::with_capacity(HEADER + payload.len());
         out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
         out.extend_from_slice(&crc32c::crc32c(&payload).to_be_bytes());
@@ -175,14 +222,18 @@ impl MirrorStateStore {
         Ok(out)
     }
 
-    /// Append + fsync, then apply to the in-memory view.
+    /// Append + fsync, then apply to the in-memory view. On error nothing changed (the file
+    /// was cut back to the last whole record) and the caller must not act on the transition.
     fn persist(&mut self, rec: Record) -> Result<(), MirrorError> {
-        let bytes = Self::encode(&rec)?;
-        self.file.write_all(&bytes)?;
-        self.file.sync_data()?;
+        let bytes = Self::encode(self.next_seq, &rec)?;
+        self.file.append_durable(&bytes)?;
+        self.next_seq += 1;
         self.records_in_file += 1;
         self.apply(rec);
-        self.maybe_compact()?;
+        if let Err(e) = self.maybe_compact() {
+            // The record is durable; a failed rewrite (disk full) leaves the old file in use.
+            tracing::warn!(error = %e, "__mirror_state: compaction failed");
+        }
         Ok(())
     }
 
@@ -197,36 +248,33 @@ impl MirrorStateStore {
         Ok(())
     }
 
-    /// Rewrite the file with only live records (atomic rename).
+    /// Rewrite the file with only live records (atomic rename), numbering on from `next_seq`.
     pub fn compact(&mut self) -> Result<(), MirrorError> {
-        let tmp = self.path.with_extension("log.tmp");
         let mut out = Vec::new();
+        let mut seq = self.next_seq;
         for (name, def) in &self.mirrors {
-            out.extend(Self::encode(&Record::Mirror {
-                name: name.clone(),
-                def: Some(def.clone()),
-            })?);
+            out.extend(Self::encode(
+                seq,
+                &Record::Mirror {
+                    name: name.clone(),
+                    def: Some(def.clone()),
+                },
+            )?);
+            seq += 1;
         }
         for (tp, e) in &self.partitions {
-            out.extend(Self::encode(&Record::Partition {
-                topic: tp.topic.clone(),
-                partition: tp.partition,
-                entry: Some(e.clone()),
-            })?);
+            out.extend(Self::encode(
+                seq,
+                &Record::Partition {
+                    topic: tp.topic.clone(),
+                    partition: tp.partition,
+                    entry: Some(e.clone()),
+                },
+            )?);
+            seq += 1;
         }
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(&out)?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, &self.path)?;
-        if let Some(dir) = self.path.parent() {
-            File::open(dir)?.sync_all()?;
-        }
-        self.file = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .open(&self.path)?;
+        self.file.replace(&out)?;
+        self.next_seq = seq;
         self.records_in_file = self.live_records();
         Ok(())
     }
@@ -503,10 +551,29 @@ impl MirrorStateStore {
     }
 }
 
+/// The whole, decodable frame at `pos` and the offset after it.
+fn frame_at(buf: &[u8], pos: usize) -> Option<(Stored, usize)> {
+    let header = buf.get(pos..pos.checked_add(HEADER)?)?;
+    let len = u32::from_be_bytes(header[..4].try_into().expect("4 bytes"));
+    let crc = u32::from_be_bytes(header[4..].try_into().expect("4 bytes"));
+    if len > MAX_RECORD {
+        return None;
+    }
+    let end = pos + HEADER + len as usize;
+    let payload = buf.get(pos + HEADER..end)?;
+    if crc32c::crc32c(payload) != crc {
+        return None;
+    }
+    let stored = serde_json::from_slice::<Stored>(payload).ok()?;
+    Some((stored, end))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::collections::BTreeMap;
+    use std::fs::OpenOptions;
+    use std::io::Write;
 
     fn def(name: &str) -> MirrorDefinition {
         let mut s = BTreeMap::new();
@@ -734,5 +801,243 @@ mod tests {
         let st = MirrorStateStore::open(dir.path()).unwrap();
         assert_eq!(st.state_of(&tp(0)), PartitionState::Mirroring);
         assert!(st.mirror("dr").is_some());
+    }
+
+    fn state_path(dir: &Path) -> std::path::PathBuf {
+        dir.join("__mirror_state").join(FILE_NAME)
+    }
+
+    /// Topic ids of partitions 0..n as the store sees them.
+    fn ids(st: &MirrorStateStore, n: i32) -> Vec<Option<String>> {
+        (0..n)
+            .map(|p| st.partition(&tp(p)).and_then(|e| e.topic_id.clone()))
+            .collect()
+    }
+
+    /// A store with mirror "dr" and partitions 0..n PREPARING.
+    fn seeded(dir: &Path, n: i32) -> MirrorStateStore {
+        let mut st = MirrorStateStore::open(dir).unwrap();
+        st.create_mirror(def("dr")).unwrap();
+        for p in 0..n {
+            st.transition(&tp(p), "dr", PartitionState::Preparing, None)
+                .unwrap();
+        }
+        st
+    }
+
+    #[test]
+    fn given_short_writes_enospc_and_failed_fsyncs_when_reopened_should_hold_exactly_the_acknowledged_records(
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = seeded(dir.path(), 4);
+        let mut expected: Vec<Option<String>> = vec![None; 4];
+        let (mut ok, mut failed) = (0, 0);
+        // Deterministic pseudo-random schedule of faults (xorshift).
+        let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+        for i in 0..300 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let p = (x % 4) as i32;
+            let faults = st.file.faults();
+            match (x >> 8) % 4 {
+                0 => faults.disk_full_after(((x >> 16) % 120) as usize),
+                1 => faults.fail_syncs(1),
+                _ => {}
+            }
+            let id = format!("id-{i}-{}", "x".repeat((x >> 24) as usize % 50));
+            match st.set_topic_id(&tp(p), &id) {
+                Ok(()) => {
+                    ok += 1;
+                    expected[p as usize] = Some(id);
+                }
+                Err(MirrorError::Io(_)) => failed += 1,
+                Err(e) => panic!("unexpected error {e}"),
+            }
+            faults.disk_freed();
+            faults.fail_syncs(0);
+            // The view never shows a failed change.
+            assert_eq!(ids(&st, 4), expected, "view after op {i}");
+            if i % 25 == 0 {
+                drop(st);
+                st = MirrorStateStore::open(dir.path()).unwrap();
+                assert_eq!(ids(&st, 4), expected, "reopened after op {i}");
+            }
+        }
+        assert!(ok > 100 && failed > 50, "ok {ok} failed {failed}");
+        let len = fs::metadata(state_path(dir.path())).unwrap().len();
+        drop(st);
+        let st = MirrorStateStore::open(dir.path()).unwrap();
+        assert_eq!(ids(&st, 4), expected);
+        // Nothing torn was left behind for recovery to drop.
+        assert_eq!(fs::metadata(state_path(dir.path())).unwrap().len(), len);
+        assert_eq!(st.state_of(&tp(3)), PartitionState::Preparing);
+    }
+
+    #[test]
+    fn given_torn_bytes_that_could_not_be_cut_when_appending_again_should_cut_them_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut st = seeded(dir.path(), 1);
+        let faults = st.file.faults();
+        faults.disk_full_after(20);
+        faults.fail_cuts(1);
+        assert!(st.set_topic_id(&tp(0), "lost").is_err());
+        faults.disk_freed();
+        st.transition(&tp(0), "dr", PartitionState::Mirroring, None)
+            .unwrap();
+        drop(st);
+        let st = MirrorStateStore::open(dir.path()).unwrap();
+        assert_eq!(st.state_of(&tp(0)), PartitionState::Mirroring);
+        assert_eq!(st.partition(&tp(0)).unwrap().topic_id, None);
+    }
+
+    #[test]
+    fn given_torn_record_followed_by_valid_ones_when_reopened_should_keep_the_later_records() {
+        // What a writer without the cut-back left behind: a torn append, then more appends.
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path());
+        let mut st = seeded(dir.path(), 2);
+        let before_tear = fs::metadata(&path).unwrap().len() as usize;
+        st.transition(&tp(0), "dr", PartitionState::Mirroring, None)
+            .unwrap();
+        st.set_topic_id(&tp(1), "later").unwrap();
+        drop(st);
+        let mut bytes = fs::read(&path).unwrap();
+        let torn = MirrorStateStore::encode(
+            99,
+            &Record::Mirror {
+                name: "torn".into(),
+                def: None,
+            },
+        )
+        .unwrap();
+        let cut = bytes.len().min(before_tear);
+        bytes.splice(cut..cut, torn[..torn.len() / 2].iter().copied());
+        fs::write(&path, &bytes).unwrap();
+
+        let mut st = MirrorStateStore::open(dir.path()).unwrap();
+        assert_eq!(st.state_of(&tp(0)), PartitionState::Mirroring);
+        assert_eq!(
+            st.partition(&tp(1)).unwrap().topic_id.as_deref(),
+            Some("later")
+        );
+        // The torn bytes were rewritten away; appends and reopens go on normally.
+        assert!(!fs::read(&path)
+            .unwrap()
+            .windows(torn.len() / 2)
+            .any(|w| w == &torn[..torn.len() / 2]));
+        st.transition(&tp(1), "dr", PartitionState::Mirroring, None)
+            .unwrap();
+        drop(st);
+        let st = MirrorStateStore::open(dir.path()).unwrap();
+        assert_eq!(st.state_of(&tp(1)), PartitionState::Mirroring);
+        assert_eq!(st.state_of(&tp(0)), PartitionState::Mirroring);
+    }
+
+    #[test]
+    fn given_stale_whole_record_after_a_torn_one_when_reopened_should_not_apply_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path());
+        drop(seeded(dir.path(), 1));
+        let mut bytes = fs::read(&path).unwrap();
+        // Garbage, then a whole record numbered out of sequence (e.g. an old file's block).
+        bytes.extend_from_slice(&[0, 0, 0, 40, 1, 2, 3]);
+        bytes.extend(
+            MirrorStateStore::encode(
+                1,
+                &Record::Mirror {
+                    name: "dr".into(),
+                    def: None,
+                },
+            )
+            .unwrap(),
+        );
+        fs::write(&path, &bytes).unwrap();
+        let st = MirrorStateStore::open(dir.path()).unwrap();
+        assert!(st.mirror("dr").is_some());
+        assert_eq!(st.state_of(&tp(0)), PartitionState::Preparing);
+    }
+
+    #[test]
+    fn given_file_without_sequence_numbers_when_reopened_should_recover_and_keep_appending() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = state_path(dir.path());
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        let legacy = |rec: &Record| {
+            let payload = serde_json::to_vec(rec).unwrap();
+            let mut out = (payload.len() as u32).to_be_bytes().to_vec();
+            out.extend_from_slice(&crc32c::crc32c(&payload).to_be_bytes());
+            out.extend(payload);
+            out
+        };
+        let mut bytes = legacy(&Record::Mirror {
+            name: "dr".into(),
+            def: Some(def("dr")),
+        });
+        bytes.extend(legacy(&Record::Partition {
+            topic: "orders".into(),
+            partition: 0,
+            entry: Some(PartitionEntry {
+                mirror: "dr".into(),
+                state: PartitionState::Mirroring,
+                topic_id: None,
+                last_mirrored_epoch: None,
+                failover_done: None,
+                reason: None,
+            }),
+        }));
+        fs::write(&path, &bytes).unwrap();
+        {
+            let mut st = MirrorStateStore::open(dir.path()).unwrap();
+            assert_eq!(st.state_of(&tp(0)), PartitionState::Mirroring);
+            st.transition(&tp(0), "dr", PartitionState::Paused, None)
+                .unwrap();
+        }
+        let st = MirrorStateStore::open(dir.path()).unwrap();
+        assert_eq!(st.state_of(&tp(0)), PartitionState::Paused);
+        assert!(st.mirror("dr").is_some());
+    }
+
+    #[test]
+    fn given_real_enospc_on_a_full_tmpfs_when_space_returns_should_lose_no_acknowledged_record() {
+        let fs_dir = match crate::append_file::Tmpfs::mount("256k") {
+            Ok(t) => t,
+            Err(e) => {
+                eprintln!("SKIPPED: mounting a tmpfs is not permitted here ({e})");
+                return;
+            }
+        };
+        let dir = fs_dir.path();
+        let mut st = seeded(dir, 2);
+        // Fill the file system with another file, leaving the state file's last page partly
+        // free, so an append writes some bytes and then hits ENOSPC.
+        let filler = fs_dir.fill();
+        let mut expected = vec![None, None];
+        let mut errors = 0;
+        for i in 0..40 {
+            let id = format!("{i}-{}", "y".repeat(700));
+            let p = i % 2;
+            match st.set_topic_id(&tp(p), &id) {
+                Ok(()) => expected[p as usize] = Some(id),
+                Err(MirrorError::Io(e)) => {
+                    assert_eq!(e.raw_os_error(), Some(28), "{e}");
+                    errors += 1;
+                }
+                Err(e) => panic!("{e}"),
+            }
+        }
+        assert!(errors > 0, "the tmpfs never filled up");
+        assert_eq!(ids(&st, 2), expected);
+        fs::remove_file(&filler).unwrap();
+        for i in 0..10 {
+            let id = format!("after-{i}");
+            st.set_topic_id(&tp(i % 2), &id).unwrap();
+            expected[(i % 2) as usize] = Some(id);
+        }
+        let len = fs::metadata(state_path(dir)).unwrap().len();
+        drop(st);
+        let st = MirrorStateStore::open(dir).unwrap();
+        assert_eq!(ids(&st, 2), expected);
+        assert_eq!(fs::metadata(state_path(dir)).unwrap().len(), len);
     }
 }
