@@ -81,7 +81,10 @@ fn produce(boot: &str, topic: &str, records: u64) {
 
 /// Every batch of every partition below its end, as raw bytes with offsets: "byte-unchanged"
 /// compares these.
-fn log_bytes(boot: &str, topic: &str, ends: &[i64]) -> Vec<(i64, Vec<(i64, Vec<u8>)>)> {
+/// Per partition: log start, then each batch's base offset and bytes.
+type LogBytes = Vec<(i64, Vec<(i64, Vec<u8>)>)>;
+
+fn log_bytes(boot: &str, topic: &str, ends: &[i64]) -> LogBytes {
     ends.iter()
         .enumerate()
         .map(|(p, &end)| {
