@@ -76,6 +76,17 @@ pub fn served_range(key: ApiKey) -> Option<VersionRange> {
     SERVED.iter().find(|(k, _)| *k == key).map(|(_, r)| *r)
 }
 
+/// Produce is advertised from v0 although v0-v2 are refused (the connection closes, as
+/// `served_range` says): librdkafka before 2.8 disables gzip, snappy and lz4 unless Produce
+/// v0-v2 are listed (librdkafka#4956), so Kafka 4 advertises them too (KAFKA-18659).
+fn advertised_min(key: ApiKey, min: i16) -> i16 {
+    if key == ApiKey::Produce {
+        0
+    } else {
+        min
+    }
+}
+
 /// Builds the ApiVersions response. `extra` are (key, min, max) of APIs served by
 /// extensions (the mirror APIs).
 pub fn api_versions_response(error_code: i16, extra: &[(i16, i16, i16)]) -> ApiVersionsResponse {
@@ -84,7 +95,7 @@ pub fn api_versions_response(error_code: i16, extra: &[(i16, i16, i16)]) -> ApiV
         .map(|(k, r)| {
             ApiVersion::default()
                 .with_api_key(*k as i16)
-                .with_min_version(r.min)
+                .with_min_version(advertised_min(*k, r.min))
                 .with_max_version(r.max)
         })
         .collect();
@@ -113,6 +124,12 @@ mod tests {
         let r = served_range(ApiKey::Produce).unwrap();
         assert_eq!(r, <ProduceRequest as Message>::VERSIONS);
         assert!(r.min <= 3 && r.max >= 9);
+        let produce = api_versions_response(0, &[])
+            .api_keys
+            .into_iter()
+            .find(|k| k.api_key == ApiKey::Produce as i16)
+            .unwrap();
+        assert_eq!((produce.min_version, produce.max_version), (0, r.max));
         assert!(served_range(ApiKey::Fetch).unwrap().max >= 12);
         let resp = api_versions_response(0, &[(94, 0, 0)]);
         assert!(resp.api_keys.iter().any(|k| k.api_key == 94));
