@@ -27,7 +27,7 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-const FIX: &str = "run scripts/setup-deps.sh (it installs Java 17, Maven, the Kafka 4.1.1 jars and confluent-kafka)";
+const FIX: &str = "run scripts/setup-deps.sh (it installs Java 17, Maven, the Kafka 4.1.1 jars, the Kafka 2.1.1 client, kcat and confluent-kafka)";
 
 /// The Kafka 4.1.1 classpath that scripts/setup-deps.sh resolved.
 pub fn kafka_classpath() -> &'static str {
@@ -106,7 +106,10 @@ pub fn python() -> &'static str {
 /// kmirror binary is built the same way: `cargo test --profile ci` never triggers an LTO build.
 pub fn build_profile() -> String {
     let exe = std::env::current_exe().expect("current_exe");
-    let dir = exe.parent().and_then(|d| d.parent()).and_then(|d| d.file_name());
+    let dir = exe
+        .parent()
+        .and_then(|d| d.parent())
+        .and_then(|d| d.file_name());
     match dir.and_then(|d| d.to_str()) {
         Some("debug") => "dev".to_string(),
         Some(p) if p != "deps" => p.to_string(),
@@ -127,14 +130,58 @@ pub fn kmirror_bin() -> &'static PathBuf {
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let profile = build_profile();
         let status = Command::new(cargo)
-            .args(["build", "--profile", &profile, "-p", "kmirror", "--bin", "kmirror"])
+            .args([
+                "build",
+                "--profile",
+                &profile,
+                "-p",
+                "kmirror",
+                "--bin",
+                "kmirror",
+            ])
             .current_dir(workspace_root())
             .status()
             .expect("run cargo build for the kmirror binary");
-        assert!(status.success(), "cargo build --profile {profile} -p kmirror failed");
-        let dir = if profile == "dev" { "debug" } else { profile.as_str() };
+        assert!(
+            status.success(),
+            "cargo build --profile {profile} -p kmirror failed"
+        );
+        let dir = if profile == "dev" {
+            "debug"
+        } else {
+            profile.as_str()
+        };
         let bin = target_dir().join(dir).join("kmirror");
         assert!(bin.is_file(), "{} missing after build", bin.display());
         bin
+    })
+}
+
+/// Debian's `kcat` (librdkafka 2.0.2 on bookworm), checked once.
+pub fn kcat() -> &'static str {
+    static K: OnceLock<String> = OnceLock::new();
+    K.get_or_init(|| require_tool("kcat", "-V"))
+}
+
+/// The classpath of Apache Kafka's Java client 2.1.1 that scripts/setup-deps.sh resolved
+/// (tests/java/old-client/pom.xml).
+pub fn old_client_classpath() -> &'static str {
+    static CP: OnceLock<String> = OnceLock::new();
+    CP.get_or_init(|| {
+        let file = target_dir().join("kafka-old-client-classpath.txt");
+        let cp = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+            panic!(
+                "old client classpath {} unreadable ({e}): {FIX}",
+                file.display()
+            )
+        });
+        let cp = cp.trim().to_string();
+        assert!(
+            cp.contains("kafka-clients-2.1.1.jar")
+                && cp.split(':').all(|j| std::path::Path::new(j).is_file()),
+            "{} lacks kafka-clients 2.1.1 or a jar is missing: {FIX}",
+            file.display()
+        );
+        cp
     })
 }
