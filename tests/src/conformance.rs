@@ -526,11 +526,17 @@ fn list_offsets(c: &mut Conn, v: i16) -> R<()> {
     if v >= 7 {
         specs.push((-3, 2, Some(TS0 + 2000)));
     }
-    for (ts, want_off, want_ts) in specs {
+    // read_committed (v2+): no transactions here, so the last stable offset is the end.
+    let committed = if v >= 2 { vec![0i8, 1] } else { vec![0] };
+    let specs: Vec<_> = committed
+        .iter()
+        .flat_map(|iso| specs.iter().map(move |s| (*iso, *s)))
+        .collect();
+    for (isolation, (ts, want_off, want_ts)) in specs {
         use kafka_protocol::messages::list_offsets_request::*;
         let req = ListOffsetsRequest::default()
             .with_replica_id(BrokerId(-1))
-            .with_isolation_level(0)
+            .with_isolation_level(isolation)
             .with_topics(vec![ListOffsetsTopic::default()
                 .with_name(tn(TOPIC))
                 .with_partitions(vec![ListOffsetsPartition::default()
