@@ -469,7 +469,29 @@ fn produce(c: &mut Conn, v: i16) -> R<()> {
     let second = produce_to(c, v, PRODUCE_TOPIC, b"b", TS0)?;
     check(second == first + 1, || {
         format!("base offsets {first} then {second}, not consecutive")
-    })
+    })?;
+    // A partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION (3), still encodable.
+    use kafka_protocol::messages::produce_request::*;
+    let td = TopicProduceData::default().with_partition_data(vec![PartitionProduceData::default()
+        .with_index(9)
+        .with_records(Some(records::batch(&[b"x"], TS0)))]);
+    let td = if v >= 13 {
+        td.with_topic_id(topic_id_of(c, PRODUCE_TOPIC)?)
+    } else {
+        td.with_name(tn(PRODUCE_TOPIC))
+    };
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![td]);
+    let resp = c.send(&req, v)?;
+    let e = resp
+        .responses
+        .first()
+        .and_then(|t| t.partition_responses.first())
+        .map(|p| p.error_code)
+        .unwrap_or(-100);
+    check(e == 3, || format!("partition 9 answered {e}, want 3"))
 }
 
 fn fetch(c: &mut Conn, v: i16) -> R<()> {
@@ -512,7 +534,18 @@ fn fetch(c: &mut Conn, v: i16) -> R<()> {
         .map(|(o, v)| (o, v.map(|b| b.to_vec()).unwrap_or_default()))
         .collect();
     let want: Vec<(i64, Vec<u8>)> = (0..3).map(|i| (i, format!("r{i}").into_bytes())).collect();
-    check(got == want, || format!("records {got:?} != {want:?}"))
+    check(got == want, || format!("records {got:?} != {want:?}"))?;
+    // Past the end: OFFSET_OUT_OF_RANGE (1), still encodable.
+    let mut req = req;
+    req.topics[0].partitions[0].fetch_offset = 100;
+    let resp = c.send(&req, v)?;
+    let e = resp
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map(|p| p.error_code)
+        .unwrap_or(-100);
+    check(e == 1, || format!("fetch at 100 answered {e}, want 1"))
 }
 
 fn list_offsets(c: &mut Conn, v: i16) -> R<()> {
@@ -564,7 +597,24 @@ fn list_offsets(c: &mut Conn, v: i16) -> R<()> {
             })?;
         }
     }
-    Ok(())
+    // A partition that does not exist: UNKNOWN_TOPIC_OR_PARTITION (3), still encodable.
+    use kafka_protocol::messages::list_offsets_request::*;
+    let req = ListOffsetsRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(tn(TOPIC))
+            .with_partitions(vec![ListOffsetsPartition::default()
+                .with_partition_index(9)
+                .with_current_leader_epoch(-1)
+                .with_timestamp(-1)])]);
+    let resp = c.send(&req, v)?;
+    let e = resp
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .map(|p| p.error_code)
+        .unwrap_or(-100);
+    check(e == 3, || format!("partition 9 answered {e}, want 3"))
 }
 
 fn metadata(c: &mut Conn, v: i16) -> R<()> {
@@ -601,6 +651,17 @@ fn metadata(c: &mut Conn, v: i16) -> R<()> {
     }
     if v >= 2 {
         check(md.cluster_id.is_some(), || "no cluster id".into())?;
+    }
+    if v >= 4 {
+        // An unknown topic, auto-creation off: UNKNOWN_TOPIC_OR_PARTITION (3).
+        let req = MetadataRequest::default()
+            .with_topics(Some(vec![metadata_request::MetadataRequestTopic::default(
+            )
+            .with_name(Some(tn("conf-missing")))]))
+            .with_allow_auto_topic_creation(false);
+        let md = c.send(&req, v)?;
+        let e = md.topics.first().map(|t| t.error_code).unwrap_or(-100);
+        check(e == 3, || format!("unknown topic answered {e}, want 3"))?;
     }
     Ok(())
 }
