@@ -1,9 +1,9 @@
 //! Issue 8, hole 8: clients on older protocol versions. Debian's `kcat` (librdkafka 2.0.2,
 //! seen with `-d protocol`: ListOffsets v2, Produce v7, Fetch v11, Metadata v4; and the
-//! librdkafka compression quirk that needs Produce v0-v2 advertised) and Apache Kafka's Java client 2.1.1 (the oldest Kafka 4 serves:
-//! Produce v7, Fetch v10, ListOffsets v4, OffsetCommit v6, ...) produce, consume, use groups
-//! and query offsets on kmirror, with records and offsets asserted exactly. Each scenario also
-//! runs on Apache Kafka 4.1.1 to validate it.
+//! librdkafka compression quirk that needs Produce v0-v2 advertised) and Apache Kafka's Java
+//! client 2.1.1 (the oldest Kafka 4 serves, so at most Produce v7, Fetch v10, ListOffsets v4,
+//! OffsetCommit v6) produce, consume, use groups and query offsets on kmirror, with records
+//! and offsets asserted exactly. Each scenario also runs on Apache Kafka 4.1.1 to validate it.
 
 use std::collections::BTreeMap;
 use std::process::Command;
