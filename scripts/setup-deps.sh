@@ -3,7 +3,10 @@
 #  - Apache Kafka 4.1.1 jars (broker, tools, MirrorMaker 2) from Maven Central via mvn,
 #    cached under ~/.m2 and resolved into one classpath file: target/kafka-classpath.txt
 #    (tests/java/pom.xml lists them; the log config is tests/java/log4j2-quiet.properties);
-#  - librdkafka through PyPI confluent-kafka (its wheels bundle librdkafka).
+#  - librdkafka through PyPI confluent-kafka (its wheels bundle librdkafka);
+#  - Debian's kcat (librdkafka 2.0) and Apache Kafka's Java client 2.1.1
+#    (tests/java/old-client/pom.xml -> target/kafka-old-client-classpath.txt), the old
+#    clients of tests/tests/old_clients.rs.
 # The tests fail loudly (they never skip) when something here is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -22,6 +25,7 @@ need java openjdk-17-jdk-headless
 need javac openjdk-17-jdk-headless
 need mvn maven
 need python3 python3
+need kcat kcat
 
 java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
 if [ "${java_major:-0}" -lt 17 ]; then
@@ -51,6 +55,26 @@ fi
 grep -q 'kafka_2.13-4.1.1.jar' "$cp_file" || { echo "setup-deps: kafka_2.13 4.1.1 missing from $cp_file" >&2; exit 1; }
 grep -q 'kafka-tools-4.1.1.jar' "$cp_file" || { echo "setup-deps: kafka-tools 4.1.1 missing from $cp_file" >&2; exit 1; }
 grep -q 'connect-mirror-4.1.1.jar' "$cp_file" || { echo "setup-deps: connect-mirror 4.1.1 missing from $cp_file" >&2; exit 1; }
+
+old_cp=target/kafka-old-client-classpath.txt
+old_pom=tests/java/old-client/pom.xml
+stale=1
+if [ -s "$old_cp" ] && [ "$old_cp" -nt "$old_pom" ]; then
+  stale=0
+  IFS=':' read -r -a jars < "$old_cp" || true
+  for j in "${jars[@]}"; do [ -f "$j" ] || { stale=1; break; }; done
+fi
+if [ "$stale" = 1 ]; then
+  echo "setup-deps: resolving the Kafka 2.1.1 Java client with mvn" >&2
+  if ! mvn_out=$(mvn -q -B -f "$old_pom" dependency:build-classpath \
+      -Dmdep.outputFile="$PWD/$old_cp.tmp" 2>&1); then
+    echo "$mvn_out" >&2
+    echo "setup-deps: mvn could not resolve kafka-clients 2.1.1" >&2
+    exit 1
+  fi
+  mv "$old_cp.tmp" "$old_cp"
+fi
+grep -q 'kafka-clients-2.1.1.jar' "$old_cp" || { echo "setup-deps: kafka-clients 2.1.1 missing from $old_cp" >&2; exit 1; }
 
 # Python librdkafka client (confluent-kafka wheels bundle librdkafka).
 if ! python3 -c 'import confluent_kafka' 2>/dev/null; then

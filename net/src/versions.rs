@@ -76,6 +76,17 @@ pub fn served_range(key: ApiKey) -> Option<VersionRange> {
     SERVED.iter().find(|(k, _)| *k == key).map(|(_, r)| *r)
 }
 
+/// Produce is advertised from v0 although v0-v2 are refused (the connection closes, as
+/// `served_range` says): librdkafka before 2.8 disables gzip, snappy and lz4 unless Produce
+/// v0-v2 are listed (librdkafka#4956), so Kafka 4 advertises them too (KAFKA-18659).
+fn advertised_min(key: ApiKey, min: i16) -> i16 {
+    if key == ApiKey::Produce {
+        0
+    } else {
+        min
+    }
+}
+
 /// Builds the ApiVersions response. `extra` are (key, min, max) of APIs served by
 /// extensions (the mirror APIs).
 pub fn api_versions_response(error_code: i16, extra: &[(i16, i16, i16)]) -> ApiVersionsResponse {
@@ -84,7 +95,7 @@ pub fn api_versions_response(error_code: i16, extra: &[(i16, i16, i16)]) -> ApiV
         .map(|(k, r)| {
             ApiVersion::default()
                 .with_api_key(*k as i16)
-                .with_min_version(r.min)
+                .with_min_version(advertised_min(*k, r.min))
                 .with_max_version(r.max)
         })
         .collect();
@@ -113,6 +124,12 @@ mod tests {
         let r = served_range(ApiKey::Produce).unwrap();
         assert_eq!(r, <ProduceRequest as Message>::VERSIONS);
         assert!(r.min <= 3 && r.max >= 9);
+        let produce = api_versions_response(0, &[])
+            .api_keys
+            .into_iter()
+            .find(|k| k.api_key == ApiKey::Produce as i16)
+            .unwrap();
+        assert_eq!((produce.min_version, produce.max_version), (0, r.max));
         assert!(served_range(ApiKey::Fetch).unwrap().max >= 12);
         let resp = api_versions_response(0, &[(94, 0, 0)]);
         assert!(resp.api_keys.iter().any(|k| k.api_key == 94));
@@ -120,5 +137,106 @@ mod tests {
             .api_keys
             .iter()
             .any(|k| k.api_key == ApiKey::ApiVersions as i16));
+    }
+
+    /// Every group/transaction API's error answer (sent when the coordinator is unavailable)
+    /// encodes at every served version: kafka-protocol refuses a response that sets a field
+    /// its version lacks, and the connection would be closed instead.
+    #[test]
+    fn coordinator_error_answers_encode_at_every_served_version() {
+        use kafka_protocol::messages::{self as m, GroupId, RequestKind, TopicName};
+        let name = || StrBytes::from_static_str("x");
+        let req = |key: ApiKey, v: i16| -> RequestKind {
+            match key {
+                ApiKey::FindCoordinator => RequestKind::FindCoordinator(
+                    FindCoordinatorRequest::default()
+                        .with_key(if v < 4 { name() } else { StrBytes::default() })
+                        .with_coordinator_keys(if v >= 4 { vec![name()] } else { vec![] }),
+                ),
+                ApiKey::DescribeGroups => RequestKind::DescribeGroups(
+                    DescribeGroupsRequest::default().with_groups(vec![GroupId(name())]),
+                ),
+                ApiKey::DeleteGroups => RequestKind::DeleteGroups(
+                    DeleteGroupsRequest::default().with_groups_names(vec![GroupId(name())]),
+                ),
+                ApiKey::OffsetCommit => {
+                    use m::offset_commit_request::*;
+                    RequestKind::OffsetCommit(OffsetCommitRequest::default().with_topics(vec![
+                        OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(name()))
+                            .with_partitions(vec![OffsetCommitRequestPartition::default()]),
+                    ]))
+                }
+                ApiKey::TxnOffsetCommit => {
+                    use m::txn_offset_commit_request::*;
+                    RequestKind::TxnOffsetCommit(TxnOffsetCommitRequest::default().with_topics(
+                        vec![TxnOffsetCommitRequestTopic::default()
+                            .with_name(TopicName(name()))
+                            .with_partitions(vec![TxnOffsetCommitRequestPartition::default()])],
+                    ))
+                }
+                ApiKey::OffsetFetch => {
+                    use m::offset_fetch_request::*;
+                    RequestKind::OffsetFetch(if v >= 8 {
+                        OffsetFetchRequest::default().with_groups(vec![
+                            OffsetFetchRequestGroup::default()
+                                .with_group_id(GroupId(name()))
+                                .with_topics(Some(vec![OffsetFetchRequestTopics::default()
+                                    .with_name(TopicName(name()))
+                                    .with_partition_indexes(vec![0])])),
+                        ])
+                    } else {
+                        OffsetFetchRequest::default().with_topics(Some(vec![
+                            OffsetFetchRequestTopic::default()
+                                .with_name(TopicName(name()))
+                                .with_partition_indexes(vec![0]),
+                        ]))
+                    })
+                }
+                ApiKey::AddPartitionsToTxn => {
+                    use m::add_partitions_to_txn_request::*;
+                    let topics = vec![AddPartitionsToTxnTopic::default()
+                        .with_name(TopicName(name()))
+                        .with_partitions(vec![0])];
+                    RequestKind::AddPartitionsToTxn(if v >= 4 {
+                        AddPartitionsToTxnRequest::default().with_transactions(vec![
+                            AddPartitionsToTxnTransaction::default().with_topics(topics),
+                        ])
+                    } else {
+                        AddPartitionsToTxnRequest::default().with_v3_and_below_topics(topics)
+                    })
+                }
+                ApiKey::OffsetDelete => {
+                    use m::offset_delete_request::*;
+                    RequestKind::OffsetDelete(OffsetDeleteRequest::default().with_topics(vec![
+                        OffsetDeleteRequestTopic::default()
+                            .with_name(TopicName(name()))
+                            .with_partitions(vec![OffsetDeleteRequestPartition::default()]),
+                    ]))
+                }
+                ApiKey::JoinGroup => RequestKind::JoinGroup(Default::default()),
+                ApiKey::Heartbeat => RequestKind::Heartbeat(Default::default()),
+                ApiKey::LeaveGroup => RequestKind::LeaveGroup(Default::default()),
+                ApiKey::SyncGroup => RequestKind::SyncGroup(Default::default()),
+                ApiKey::ListGroups => RequestKind::ListGroups(Default::default()),
+                ApiKey::InitProducerId => RequestKind::InitProducerId(Default::default()),
+                ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(Default::default()),
+                ApiKey::EndTxn => RequestKind::EndTxn(Default::default()),
+                other => panic!("{other:?} is not a group API"),
+            }
+        };
+        let mut cells = 0;
+        for (key, range) in SERVED.iter().filter(|(k, _)| is_group_api(*k)) {
+            for v in range.min..=range.max {
+                for code in [15, 16, 90] {
+                    let resp = crate::groups::error_response(&req(*key, v), v, code);
+                    let mut buf = bytes::BytesMut::new();
+                    resp.encode(&mut buf, v)
+                        .unwrap_or_else(|e| panic!("{key:?} v{v} error {code}: {e}"));
+                    cells += 1;
+                }
+            }
+        }
+        assert!(cells > 200, "{cells}");
     }
 }

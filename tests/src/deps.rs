@@ -27,7 +27,7 @@ pub fn target_dir() -> PathBuf {
     }
 }
 
-const FIX: &str = "run scripts/setup-deps.sh (it installs Java 17, Maven, the Kafka 4.1.1 jars and confluent-kafka)";
+const FIX: &str = "run scripts/setup-deps.sh (it installs Java 17, Maven, the Kafka 4.1.1 jars, the Kafka 2.1.1 client, kcat and confluent-kafka)";
 
 /// The Kafka 4.1.1 classpath that scripts/setup-deps.sh resolved.
 pub fn kafka_classpath() -> &'static str {
@@ -154,5 +154,34 @@ pub fn kmirror_bin() -> &'static PathBuf {
         let bin = target_dir().join(dir).join("kmirror");
         assert!(bin.is_file(), "{} missing after build", bin.display());
         bin
+    })
+}
+
+/// Debian's `kcat` (librdkafka 2.0.2 on bookworm), checked once.
+pub fn kcat() -> &'static str {
+    static K: OnceLock<String> = OnceLock::new();
+    K.get_or_init(|| require_tool("kcat", "-V"))
+}
+
+/// The classpath of Apache Kafka's Java client 2.1.1 that scripts/setup-deps.sh resolved
+/// (tests/java/old-client/pom.xml).
+pub fn old_client_classpath() -> &'static str {
+    static CP: OnceLock<String> = OnceLock::new();
+    CP.get_or_init(|| {
+        let file = target_dir().join("kafka-old-client-classpath.txt");
+        let cp = std::fs::read_to_string(&file).unwrap_or_else(|e| {
+            panic!(
+                "old client classpath {} unreadable ({e}): {FIX}",
+                file.display()
+            )
+        });
+        let cp = cp.trim().to_string();
+        assert!(
+            cp.contains("kafka-clients-2.1.1.jar")
+                && cp.split(':').all(|j| std::path::Path::new(j).is_file()),
+            "{} lacks kafka-clients 2.1.1 or a jar is missing: {FIX}",
+            file.display()
+        );
+        cp
     })
 }

@@ -15,6 +15,7 @@
 
 pub mod badinput;
 pub mod clients;
+pub mod conformance;
 pub mod deps;
 pub mod java;
 pub mod kafka;

@@ -46,11 +46,10 @@ async fn settle<T>(p: Submitted<T>) -> Result<T, i16> {
     }
 }
 
-pub async fn list_offsets(
-    ctx: &Ctx,
-    _version: i16,
-    req: ListOffsetsRequest,
-) -> ListOffsetsResponse {
+pub async fn list_offsets(ctx: &Ctx, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    // LeaderEpoch exists from v4 on; kafka-protocol refuses to encode a v1-v3 answer that
+    // carries one, so older clients (librdkafka 2.0 asks v1-v3) would lose the connection.
+    let epoch_in = |e: i32| if version >= 4 { e } else { -1 };
     let read_committed = req.isolation_level == 1;
     let mut pending = Vec::new();
     for t in &req.topics {
@@ -97,7 +96,7 @@ pub async fn list_offsets(
                     .with_partition_index(p.partition_index)
                     .with_timestamp(ts)
                     .with_offset(off)
-                    .with_leader_epoch(ep),
+                    .with_leader_epoch(epoch_in(ep)),
                 Err(code) => ListOffsetsPartitionResponse::default()
                     .with_partition_index(p.partition_index)
                     .with_error_code(code)
