@@ -429,6 +429,29 @@ fn deleted_topic_recreated_with_the_same_name_starts_empty_with_a_new_id() {
     b.stop();
 }
 
+#[test]
+fn create_partitions_with_an_assignment_list_of_the_wrong_length_is_invalid_replica_assignment() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = start(dir.path());
+    let mut s = connect(&b);
+    create_topic(&mut s, "grow", 1);
+    let grow = |assignments| {
+        CreatePartitionsRequest::default().with_topics(vec![
+            create_partitions_request::CreatePartitionsTopic::default()
+                .with_name(TopicName(StrBytes::from_static_str("grow")))
+                .with_count(3)
+                .with_assignments(assignments),
+        ])
+    };
+    // Kafka: 39 when the list does not name each new partition (here: an empty list).
+    let r: CreatePartitionsResponse =
+        call(&mut s, ApiKey::CreatePartitions, 3, &grow(Some(vec![])));
+    assert_eq!(r.results[0].error_code, 39);
+    let r: CreatePartitionsResponse = call(&mut s, ApiKey::CreatePartitions, 3, &grow(None));
+    assert_eq!(r.results[0].error_code, 0);
+    b.stop();
+}
+
 fn batch_at(n: usize, ts: i64) -> Vec<u8> {
     let spec = BatchSpec {
         base_offset: 0,

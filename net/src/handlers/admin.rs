@@ -171,6 +171,19 @@ pub async fn create_partitions(
                 .get(&name)
                 .map(|t| t.partition_count())
                 .unwrap_or(0);
+            // As Kafka: an explicit assignment names exactly the partitions being added.
+            if let Some(a) = &t.assignments {
+                if total > before && a.len() as i32 != total - before {
+                    return Err((
+                        E::InvalidReplicaAssignment.code(),
+                        format!(
+                            "{} assignments given for {} new partitions",
+                            a.len(),
+                            total - before
+                        ),
+                    ));
+                }
+            }
             let meta = ctx
                 .broker
                 .cluster
