@@ -10,6 +10,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+/// A request that claims billions of elements must not abort the broker: see
+/// [`kmirror_log::ReservingAllocator`].
+#[global_allocator]
+static ALLOCATOR: kmirror_log::ReservingAllocator = kmirror_log::ReservingAllocator;
+
 #[derive(Parser)]
 #[command(
     name = "kmirror",

@@ -47,6 +47,7 @@ mod epoch;
 mod error;
 mod log;
 mod mmap;
+pub use mmap::ReservingAllocator;
 mod producer;
 mod segment;
 

@@ -1,5 +1,7 @@
 //! The only module with `unsafe`: read-only shared mappings of segment files, exposed as
-//! `Bytes` so reads are zero-copy slices that keep the mapping alive.
+//! `Bytes` so reads are zero-copy slices that keep the mapping alive; and
+//! [`ReservingAllocator`], the process allocator, which serves very large requests with
+//! lazily backed anonymous mappings.
 #![allow(unsafe_code)]
 
 use std::fs::File;
@@ -35,4 +37,144 @@ pub(crate) fn map_file(file: &File, len: usize) -> io::Result<Bytes> {
     // Modification by other processes is outside the log's contract, as with any data file.
     let map = unsafe { MmapOptions::new().len(len).map(file)? };
     Ok(Bytes::from_owner(MapOwner(map)))
+}
+
+/// Requests at least this large are served by [`ReservingAllocator`] from anonymous mappings.
+pub(crate) const RESERVE_THRESHOLD: usize = 64 << 20;
+
+/// The process allocator: the system allocator, except that requests of
+/// [`RESERVE_THRESHOLD`] bytes or more are anonymous mappings made with `MAP_NORESERVE`.
+///
+/// Why: a decoder that sizes a buffer from a count read off the wire (kafka-protocol's array
+/// and bytes decoders do) turns an 8-byte request claiming 2^31 elements into a request for
+/// tens of gigabytes. The system allocator refuses it and Rust aborts the whole process. A
+/// `MAP_NORESERVE` mapping only reserves address space: pages exist once touched, and such a
+/// decoder fails on the first missing element, so the reservation is returned untouched. Our
+/// own decoders never size from wire counts (they cap by the bytes in hand); this guards the
+/// code we do not own. Allocation failure of memory really used still aborts, as it should.
+pub struct ReservingAllocator;
+
+fn reserved(size: usize, align: usize) -> bool {
+    // Mappings are page aligned; anything stricter goes to the system allocator.
+    size >= RESERVE_THRESHOLD && align <= 4096
+}
+
+fn map_anonymous(size: usize) -> *mut u8 {
+    // SAFETY: a fresh private anonymous mapping aliases nothing; the kernel picks the address.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+            -1,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        std::ptr::null_mut()
+    } else {
+        p.cast()
+    }
+}
+
+// SAFETY: every method keeps GlobalAlloc's contract: a pointer is freed by the same kind of
+// allocation that made it (decided by the layout's size and alignment, which the caller must
+// pass unchanged), mappings are page aligned (so any alignment up to 4096 holds) and
+// zero-filled (so they satisfy alloc_zeroed), and nothing here unwinds.
+unsafe impl std::alloc::GlobalAlloc for ReservingAllocator {
+    unsafe fn alloc(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if reserved(layout.size(), layout.align()) {
+            return map_anonymous(layout.size());
+        }
+        // SAFETY: forwarded with the caller's guarantees (non-zero size layout).
+        unsafe { std::alloc::System.alloc(layout) }
+    }
+
+    unsafe fn alloc_zeroed(&self, layout: std::alloc::Layout) -> *mut u8 {
+        if reserved(layout.size(), layout.align()) {
+            return map_anonymous(layout.size());
+        }
+        // SAFETY: forwarded with the caller's guarantees.
+        unsafe { std::alloc::System.alloc_zeroed(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: std::alloc::Layout) {
+        if reserved(layout.size(), layout.align()) {
+            // SAFETY: `ptr` came from `map_anonymous(layout.size())` (same size and align rule).
+            unsafe { libc::munmap(ptr.cast(), layout.size()) };
+            return;
+        }
+        // SAFETY: `ptr` came from the system allocator with this layout.
+        unsafe { std::alloc::System.dealloc(ptr, layout) }
+    }
+
+    unsafe fn realloc(&self, ptr: *mut u8, layout: std::alloc::Layout, new_size: usize) -> *mut u8 {
+        let (old_r, new_r) = (
+            reserved(layout.size(), layout.align()),
+            reserved(new_size, layout.align()),
+        );
+        if !old_r && !new_r {
+            // SAFETY: forwarded with the caller's guarantees.
+            return unsafe { std::alloc::System.realloc(ptr, layout, new_size) };
+        }
+        if old_r && new_r {
+            // SAFETY: `ptr` is a mapping of `layout.size()` bytes; mremap moves or resizes it
+            // without copying pages and keeps its contents.
+            let p =
+                unsafe { libc::mremap(ptr.cast(), layout.size(), new_size, libc::MREMAP_MAYMOVE) };
+            return if p == libc::MAP_FAILED {
+                std::ptr::null_mut()
+            } else {
+                p.cast()
+            };
+        }
+        // Crossing the threshold: new block, copy what both hold, free the old one.
+        // SAFETY: align is unchanged and valid; new_size is non-zero (GlobalAlloc contract).
+        let new_layout =
+            unsafe { std::alloc::Layout::from_size_align_unchecked(new_size, layout.align()) };
+        // SAFETY: a valid layout, as above.
+        let new = unsafe { self.alloc(new_layout) };
+        if !new.is_null() {
+            // SAFETY: both blocks are valid for min(old, new) bytes and do not overlap; the
+            // old block is freed with the layout that made it.
+            unsafe {
+                std::ptr::copy_nonoverlapping(ptr, new, layout.size().min(new_size));
+                self.dealloc(ptr, layout);
+            }
+        }
+        new
+    }
+}
+
+#[cfg(test)]
+mod reserving_tests {
+    use super::*;
+    use std::alloc::{GlobalAlloc, Layout};
+
+    #[test]
+    fn a_huge_unused_reservation_succeeds_and_small_ones_use_the_system_allocator() {
+        let a = ReservingAllocator;
+        // 64 GiB: more than this machine has; only address space is reserved.
+        let big = Layout::from_size_align(64 << 30, 8).unwrap();
+        // SAFETY (test): the layout is non-zero; the block is freed with the same layout.
+        unsafe {
+            let p = a.alloc(big);
+            assert!(!p.is_null(), "reservation refused");
+            *p = 7; // touching one page is fine
+            let q = a.realloc(p, big, 128 << 30);
+            assert!(!q.is_null());
+            assert_eq!(*q, 7, "mremap keeps contents");
+            a.dealloc(q, Layout::from_size_align(128 << 30, 8).unwrap());
+            let small = Layout::from_size_align(100, 8).unwrap();
+            let s = a.alloc_zeroed(small);
+            assert_eq!(*s.add(99), 0);
+            let grown = a.realloc(s, small, RESERVE_THRESHOLD + 4096);
+            assert_eq!(*grown.add(99), 0, "contents kept across the threshold");
+            a.dealloc(
+                grown,
+                Layout::from_size_align(RESERVE_THRESHOLD + 4096, 8).unwrap(),
+            );
+        }
+    }
 }
