@@ -918,7 +918,7 @@ impl PartitionFetcher {
                         return self.fail(
                             observer,
                             format!("append at offset {first_base} failed: {e}"),
-                        )
+                        );
                     }
                 }
             }
