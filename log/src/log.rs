@@ -140,8 +140,7 @@ impl Log {
             log.log_start = start;
             log.hw = start;
             log.recovery_point = start;
-            log.epochs.write(dir)?;
-            log.write_checkpoint()?;
+            log.write_open_metadata();
             return Ok(log);
         }
         // Without a checkpoint nothing is known to be durable: validate everything.
@@ -195,8 +194,13 @@ impl Log {
                 cut = true;
             }
             expected_min = seg.next_offset;
-            if seg.verify_indexes()? {
-                tracing::info!(dir = %dir.display(), base, "rebuilt segment indexes");
+            // The in-memory indexes are authoritative; a rewrite that fails (ENOSPC) must not
+            // keep the data from being served: the files are checked again on the next open.
+            match seg.verify_indexes() {
+                Ok(true) => tracing::info!(dir = %dir.display(), base, "rebuilt segment indexes"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(dir = %dir.display(), base, error = %e,
+                    "could not rewrite segment indexes"),
             }
             log.segments.insert(base, seg);
         }
@@ -221,7 +225,6 @@ impl Log {
             None => rebuilt_epochs,
         };
         log.epochs.truncate_from_start(log.log_start);
-        log.epochs.write(dir)?;
         log.rebuild_producers();
         let n = log.segments.len();
         let cap = log.active_cap();
@@ -236,8 +239,23 @@ impl Log {
             sync_dir(dir)?;
         }
         log.recovery_point = log.leo;
-        log.write_checkpoint()?;
+        log.write_open_metadata();
         Ok(log)
+    }
+
+    /// The epoch file, then the checkpoint, after open. Both are derived from the data, so a
+    /// failure (a full disk on restart) is logged and the log still opens and serves: the old
+    /// checkpoint stays, and as the epoch file is written first, a checkpoint never claims
+    /// more than the epoch file on disk covers (the next open replays epochs from it).
+    fn write_open_metadata(&self) {
+        if let Err(e) = self
+            .epochs
+            .write(&self.dir)
+            .and_then(|()| self.write_checkpoint())
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e,
+                "could not write the epoch file or checkpoint on open");
+        }
     }
 
     fn delete_segment_files(dir: &Path, base: i64) -> io::Result<()> {

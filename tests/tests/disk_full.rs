@@ -180,7 +180,13 @@ fn local_values(boot: &str, topic: &str) -> Vec<Vec<u8>> {
         let p = c
             .fetch_raw(topic, 0, next, 8 << 20, false)
             .expect("fetch local");
-        assert_eq!(p.error_code, 0, "fetch {topic} at {next}");
+        if p.error_code != 0 {
+            let start = c.list_offset(topic, 0, -2);
+            panic!(
+                "fetch {topic} at {next}: code {}; start {start:?} end {end}",
+                p.error_code
+            );
+        }
         let recs = p.records.unwrap_or_default();
         let vals = records::decode_values(&recs).expect("served batches decode whole");
         assert!(
@@ -195,6 +201,41 @@ fn local_values(boot: &str, topic: &str) -> Vec<Vec<u8>> {
         }
     }
     out
+}
+
+/// A standalone librdkafka commit of `offset` on partition 0: "OK", "ERR <name>", or
+/// "TIMEOUT" (no answer but retriable errors within 15 s).
+fn commit(boot: &str, group: &str, topic: &str, offset: i64) -> String {
+    let ran = proc::run(
+        python::script("commit_offset.py").args([
+            boot,
+            group,
+            topic,
+            "0",
+            &offset.to_string(),
+            "15",
+        ]),
+        Duration::from_secs(60),
+    );
+    ran.stdout
+        .lines()
+        .find(|l| *l == "OK" || *l == "TIMEOUT" || l.starts_with("ERR "))
+        .unwrap_or_else(|| panic!("commit_offset.py: {}{}", ran.stdout, ran.stderr))
+        .to_string()
+}
+
+/// The group's committed offset of partition 0 (negative = none), read with librdkafka.
+fn committed(boot: &str, group: &str, topic: &str) -> i64 {
+    let ran = proc::run_ok(
+        python::script("committed.py").args([boot, group, topic, "1"]),
+        Duration::from_secs(60),
+    );
+    ran.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("C 0 "))
+        .unwrap_or_else(|| panic!("committed.py: {}", ran.stdout))
+        .parse()
+        .expect("offset")
 }
 
 /// Values "tag-i" padded to `len` bytes, i in 0..n.
@@ -218,7 +259,12 @@ fn texts(vals: &[Vec<u8>]) -> Vec<String> {
 /// One batch of `vals`.
 fn batch_of(vals: &[Vec<u8>]) -> bytes::Bytes {
     let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
-    records::batch(&refs, 1_700_000_000_000)
+    // Now: an old timestamp would let time retention delete the records under the test.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    records::batch(&refs, now)
 }
 
 /// Local (non-mirror) topics: the default flush policy, and one that flushes (index and
@@ -255,22 +301,24 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
         expected.push(vals);
     }
 
-    // ~48 MiB on the source; leave ~16 MiB free on the destination.
+    // ~10 MiB mirrored while there is room; then the destination is left ~4 MiB and the
+    // source takes ~38 MiB more, so the disk fills mid-copy.
     let parts = 2;
-    let total: u64 = 240_000;
+    let (first, total): (u64, u64) = (50_000, 240_000);
     kafka.create_topic("big", parts, &[]);
-    fill_source(&src, "big", total);
+    fill_source(&src, "big", first);
+    mirror::create(&dst, "dr", &src, FAST);
+    mirror::add_topics(&dst, "dr", &["big"]);
+    mirror::assert_mirrored(&src, &dst, "big", parts, Duration::from_secs(120));
     let filler = disk.path().join("filler");
     let free = disk.available();
-    write_filler(&filler, free.saturating_sub(16 * MIB));
+    write_filler(&filler, free.saturating_sub(4 * MIB));
     eprintln!(
         "tmpfs: {} MiB free before filler, {} MiB after",
         free / MIB,
         disk.available() / MIB
     );
-
-    mirror::create(&dst, "dr", &src, FAST);
-    mirror::add_topics(&dst, "dr", &["big"]);
+    fill_source(&src, "big", total - first);
 
     // Every mirror partition goes FAILED with the OS's reason.
     let failed = proc::wait_for(
@@ -311,7 +359,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     let partial_ends: Vec<i64> = partial.iter().map(|(_, e)| *e).collect();
     let mirrored: i64 = partial_ends.iter().sum();
     assert!(
-        mirrored > 0 && mirrored < total as i64,
+        mirrored >= first as i64 && mirrored < total as i64,
         "the disk should have filled mid-copy: destination ends {partial_ends:?}"
     );
     // describe shows where each FAILED partition stands, not -1.
@@ -412,6 +460,47 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     }
     assert!(node.alive(), "kmirror died on produce to a full disk");
 
+    // Internal files on the full disk: a consumer-group commit (__consumer_offsets) and a
+    // topic creation (cluster metadata) may fail (the commit is answered with the retriable
+    // COORDINATOR_NOT_AVAILABLE until the write succeeds), but must not take the node down.
+    let full_commit = commit(&dst, "g-full", "local", 3);
+    if full_commit == "OK" {
+        assert_eq!(committed(&dst, "g-full", "local"), 3, "acknowledged commit");
+    }
+    let create_code = wc
+        .create_topic("born-full", 1, 1, &[])
+        .expect("CreateTopics");
+    eprintln!("on the full disk: commit {full_commit}, CreateTopics code {create_code}");
+    assert!(
+        node.alive(),
+        "kmirror died writing internal files to a full disk"
+    );
+
+    // A restart while the disk is still full: clean stop, and it comes back serving reads.
+    assert!(node.stop(), "kmirror did not stop cleanly on a full disk");
+    node.start_again();
+    mirror::assert_log_equal(&src, &dst, "big", &partial_ends);
+    for (t, (topic, _)) in LOCAL_TOPICS.iter().enumerate() {
+        assert_eq!(
+            texts(&local_values(&dst, topic)),
+            texts(&expected[t]),
+            "{topic} after a restart on a full disk"
+        );
+    }
+    proc::wait_for(
+        Duration::from_secs(60),
+        "mirror partitions FAILED with ENOSPC after the restart",
+        || {
+            let rows = mirror::describe(&dst, Some("dr"));
+            (rows.len() == parts as usize
+                && rows
+                    .iter()
+                    .all(|r| r.state == "FAILED" && reason(r).contains("No space left on device")))
+            .then_some(())
+        },
+    );
+    let mut wc = WireClient::connect(&dst).expect("reconnect kmirror");
+
     // Free the space: mirroring resumes by itself and ends log-equal.
     std::fs::remove_file(&filler).expect("remove filler");
     std::fs::remove_file(&filler2).expect("remove filler2");
@@ -443,6 +532,12 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
             "{topic} after space is back"
         );
     }
+    assert_eq!(
+        commit(&dst, "g-full", "local", 7),
+        "OK",
+        "commit once space is back"
+    );
+    assert_eq!(committed(&dst, "g-full", "local"), 7);
     assert!(node.alive());
     // Still consistent after a clean restart (recovery keeps exactly what was served).
     assert!(
@@ -453,9 +548,14 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     mirror::assert_log_equal(&src, &node.addr(), "big", &ends);
     for (t, (topic, _)) in LOCAL_TOPICS.iter().enumerate() {
         assert_eq!(
-            local_values(&node.addr(), topic),
-            expected[t],
+            texts(&local_values(&node.addr(), topic)),
+            texts(&expected[t]),
             "{topic} after restart"
         );
     }
+    assert_eq!(
+        committed(&dst, "g-full", "local"),
+        7,
+        "commit after restart"
+    );
 }
