@@ -360,12 +360,17 @@ impl Segment {
     /// the old inode) stay valid and unchanged.
     pub(crate) fn truncate_rewrite(&mut self, pos: usize, interval: u32) -> io::Result<()> {
         let tmp = self.path(".log.truncating");
-        {
-            let mut out = File::create(&tmp)?;
-            out.write_all(&self.map[..pos])?;
-            out.sync_all()?;
+        let copied = File::create(&tmp)
+            .and_then(|mut out| {
+                out.write_all(&self.map[..pos])
+                    .and_then(|()| out.sync_all())
+            })
+            .and_then(|()| fs::rename(&tmp, self.path(LOG_SUFFIX)));
+        if let Err(e) = copied {
+            // ENOSPC: the old file is untouched; don't keep a partial copy holding space.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
-        fs::rename(&tmp, self.path(LOG_SUFFIX))?;
         sync_dir(&self.dir)?;
         self.file = Self::open_file(&self.path(LOG_SUFFIX), false)?;
         let cap = self.map.len().max(pos);

@@ -56,6 +56,16 @@ impl Tmpfs {
         Tmpfs { dir }
     }
 
+    /// Grows (or shrinks) the mounted tmpfs in place, as an operator adding space would.
+    fn remount(&self, size_mib: u64) {
+        proc::run_ok(
+            Command::new("mount")
+                .args(["-o", &format!("remount,size={size_mib}m")])
+                .arg(self.path()),
+            Duration::from_secs(30),
+        );
+    }
+
     fn path(&self) -> &Path {
         self.dir.path()
     }
@@ -539,6 +549,47 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     );
     assert_eq!(committed(&dst, "g-full", "local"), 7);
     assert!(node.alive());
+
+    // Episode 2, no filler: the mirror itself fills what is left (the source takes ~20 MiB
+    // more), then the operator grows the tmpfs while kmirror runs.
+    let more: u64 = 100_000;
+    fill_source(&src, "big", more);
+    proc::wait_for(
+        Duration::from_secs(120),
+        "a mirror partition FAILED with ENOSPC again",
+        || {
+            let rows = mirror::describe(&dst, Some("dr"));
+            rows.iter()
+                .any(|r| r.state == "FAILED" && reason(r).contains("No space left on device"))
+                .then_some(())
+        },
+    );
+    assert!(node.alive(), "kmirror died when the mirror filled its disk");
+    let partial2: Vec<i64> = mirror::bounds(&dst, "big", parts)
+        .expect("destination bounds")
+        .iter()
+        .map(|(_, e)| *e)
+        .collect();
+    eprintln!("episode 2: destination ends {partial2:?} when full");
+    assert!(
+        partial2.iter().sum::<i64>() < (total + more) as i64,
+        "episode 2: the disk should have filled mid-copy: {partial2:?}"
+    );
+    mirror::assert_log_equal(&src, &dst, "big", &partial2);
+    disk.remount(128);
+    let ends = mirror::wait_caught_up(&src, &dst, "big", parts, false, Duration::from_secs(180));
+    assert_eq!(ends.iter().sum::<i64>(), (total + more) as i64);
+    mirror::assert_log_equal(&src, &dst, "big", &ends);
+    proc::wait_for(
+        Duration::from_secs(30),
+        "describe: MIRRORING at lag 0 after the remount",
+        || {
+            let rows = mirror::describe(&dst, Some("dr"));
+            (rows.len() == parts as usize
+                && rows.iter().all(|r| r.state == "MIRRORING" && r.lag == 0))
+            .then_some(())
+        },
+    );
     // Still consistent after a clean restart (recovery keeps exactly what was served).
     assert!(
         node.stop(),
