@@ -10,16 +10,18 @@ pub(crate) const CHECKPOINT_FILE: &str = "log.checkpoint";
 /// write a temp file, fsync it, rename over the target, fsync the directory.
 pub(crate) fn write_atomic(dir: &Path, name: &str, contents: &[u8]) -> io::Result<()> {
     let tmp = dir.join(format!("{name}.tmp"));
-    {
-        let mut f = OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&tmp)?;
-        f.write_all(contents)?;
-        f.sync_all()?;
+    let res = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .and_then(|mut f| f.write_all(contents).and_then(|()| f.sync_all()))
+        .and_then(|()| fs::rename(&tmp, dir.join(name)));
+    if let Err(e) = res {
+        // ENOSPC: don't leave a partial temp file holding space (the old file is intact).
+        let _ = fs::remove_file(&tmp);
+        return Err(e);
     }
-    fs::rename(&tmp, dir.join(name))?;
     sync_dir(dir)
 }
 

@@ -28,6 +28,10 @@
 //! - Every byte below a segment's logical size is a batch that passed validation (CRC32C
 //!   included) when it entered; bytes handed out by `read` are never rewritten in place
 //!   (truncation copies the kept prefix into a fresh file), so zero-copy slices stay valid.
+//! - An append that returns an error leaves the log as it was (bytes, log end, epochs): a
+//!   partial write is cut back, and so is a whole write whose fsync failed. Index, epoch and
+//!   checkpoint files are derived data: failing to rewrite them (ENOSPC) after the data is
+//!   written, or while opening, is logged and retried, never an append or open error.
 //! - Offsets strictly increase across batches and segments; gaps are allowed (mirror path,
 //!   compaction at the source).
 //! - Recovery re-validates (CRC included) from the recovery point and keeps exactly the valid

@@ -140,8 +140,7 @@ impl Log {
             log.log_start = start;
             log.hw = start;
             log.recovery_point = start;
-            log.epochs.write(dir)?;
-            log.write_checkpoint()?;
+            log.write_open_metadata();
             return Ok(log);
         }
         // Without a checkpoint nothing is known to be durable: validate everything.
@@ -195,8 +194,13 @@ impl Log {
                 cut = true;
             }
             expected_min = seg.next_offset;
-            if seg.verify_indexes()? {
-                tracing::info!(dir = %dir.display(), base, "rebuilt segment indexes");
+            // The in-memory indexes are authoritative; a rewrite that fails (ENOSPC) must not
+            // keep the data from being served: the files are checked again on the next open.
+            match seg.verify_indexes() {
+                Ok(true) => tracing::info!(dir = %dir.display(), base, "rebuilt segment indexes"),
+                Ok(false) => {}
+                Err(e) => tracing::warn!(dir = %dir.display(), base, error = %e,
+                    "could not rewrite segment indexes"),
             }
             log.segments.insert(base, seg);
         }
@@ -221,7 +225,6 @@ impl Log {
             None => rebuilt_epochs,
         };
         log.epochs.truncate_from_start(log.log_start);
-        log.epochs.write(dir)?;
         log.rebuild_producers();
         let n = log.segments.len();
         let cap = log.active_cap();
@@ -236,8 +239,23 @@ impl Log {
             sync_dir(dir)?;
         }
         log.recovery_point = log.leo;
-        log.write_checkpoint()?;
+        log.write_open_metadata();
         Ok(log)
+    }
+
+    /// The epoch file, then the checkpoint, after open. Both are derived from the data, so a
+    /// failure (a full disk on restart) is logged and the log still opens and serves: the old
+    /// checkpoint stays, and as the epoch file is written first, a checkpoint never claims
+    /// more than the epoch file on disk covers (the next open replays epochs from it).
+    fn write_open_metadata(&self) {
+        if let Err(e) = self
+            .epochs
+            .write(&self.dir)
+            .and_then(|()| self.write_checkpoint())
+        {
+            tracing::warn!(dir = %self.dir.display(), error = %e,
+                "could not write the epoch file or checkpoint on open");
+        }
     }
 
     fn delete_segment_files(dir: &Path, base: i64) -> io::Result<()> {
@@ -295,12 +313,14 @@ impl Log {
         if active.is_empty() {
             if active.base > first || last - active.base > MAX_RELATIVE_OFFSET {
                 // An empty segment named below/above this append: rename it by recreating.
+                // Create the new one first: if that fails (ENOSPC) the log keeps an active
+                // segment instead of panicking on the next append or read.
                 let base = active.base;
-                let seg = self.segments.remove(&base).expect("active");
-                seg.delete()?;
                 let cap = self.active_cap();
                 let seg = Segment::create(&self.dir, first, cap)?;
+                let old = self.segments.remove(&base).expect("active");
                 self.segments.insert(first, seg);
+                old.delete()?;
             }
             return Ok(());
         }
@@ -350,15 +370,49 @@ impl Log {
         for &(e, o) in epoch_starts {
             changed |= self.epochs.assign(e, o);
         }
-        if changed {
-            self.epochs.write(&self.dir)?;
-        }
         let interval = self.config.index_interval_bytes;
-        self.active_mut().append(bufs, total, tracked, interval)?;
+        let res = if changed {
+            self.epochs.write(&self.dir)
+        } else {
+            Ok(())
+        }
+        .and_then(|()| self.active_mut().append(bufs, total, tracked, interval));
+        if let Err(e) = res {
+            // ENOSPC and friends: the data write was cut back, so the epoch entries of this
+            // append would point past the log end; drop them (the file too, best effort).
+            self.drop_epochs_past_end();
+            return Err(e.into());
+        }
         self.leo = last + 1;
         Ok(())
     }
 
+    /// Forgets leader-epoch entries that start at or past the log end (after a failed write).
+    fn drop_epochs_past_end(&mut self) {
+        if self.epochs.truncate_from_end(self.leo) {
+            let _ = self.epochs.write(&self.dir);
+        }
+    }
+
+    /// Undoes the append whose `bytes` were just written at the end of the active segment and
+    /// tracked (the log end was `prev_leo` before). Safe to cut in place: the append has not
+    /// returned yet and reads run on the same thread, so no byte of it was handed out.
+    fn undo_append(&mut self, prev_leo: i64, bytes: usize) {
+        let interval = self.config.index_interval_bytes;
+        let active = self.active_mut();
+        let keep = active.size.saturating_sub(bytes);
+        if let Err(e) = active.cut_unserved_tail(keep, interval) {
+            tracing::warn!(dir = %self.dir.display(), error = %e, "cutting back a failed append");
+        }
+        self.leo = prev_leo;
+        self.drop_epochs_past_end();
+    }
+
+    /// The flush policy's work after an append's data is written. Only a failed fsync of the
+    /// data fails the append (the caller then cuts it back, so an error never leaves records
+    /// that are served later). Index and checkpoint files are rebuilt from the data on open:
+    /// failing to write them (ENOSPC on a full disk) is logged, not an append error, which
+    /// would report stored and served records as failed and make a retry duplicate them.
     fn after_append(&mut self, messages: u64, now_ms: i64) -> Result<(), LogError> {
         self.unflushed_messages += messages;
         match self.config.flush {
@@ -370,8 +424,12 @@ impl Log {
                 if (messages > 0 && self.unflushed_messages >= messages)
                     || (ms > 0 && now_ms.saturating_sub(self.last_flush_ms) >= ms as i64)
                 {
-                    self.flush()?;
+                    self.sync_data()?;
                     self.last_flush_ms = now_ms;
+                    if let Err(e) = self.write_flushed_metadata() {
+                        tracing::warn!(dir = %self.dir.display(), error = %e,
+                            "index/checkpoint write failed after flush; retried on the next");
+                    }
                 }
             }
             FlushPolicy::Os => {}
@@ -480,11 +538,15 @@ impl Log {
         let first = self.leo;
         let last = next - 1;
         self.write_batches(&bufs, &[(epoch.0, first)], &tracked)?;
+        if let Err(e) = self.after_append(messages, now_ms) {
+            // The client gets an error: the records must not stay in the log to be served.
+            self.undo_append(first, tracked.iter().map(|t| t.size).sum());
+            return Err(e);
+        }
         for p in &pending {
             let h = BatchHeader::parse(&batches[p.start..p.end]).expect("validated");
             self.producers.apply(&h, p.first, p.last, None);
         }
-        self.after_append(messages, now_ms)?;
         Ok(AppendInfo {
             first_offset: Offset(first),
             last_offset: Offset(last),
@@ -550,12 +612,25 @@ impl Log {
         for &(e, o) in &epoch_starts {
             changed |= self.epochs.assign(e, o);
         }
-        if changed {
-            self.epochs.write(&self.dir)?;
-        }
         let interval = self.config.index_interval_bytes;
-        let active = self.active_mut();
-        if let Err(bad) = active.append_verifying(&batches, &crcs, &tracked, interval)? {
+        let written = if changed {
+            self.epochs.write(&self.dir)
+        } else {
+            Ok(())
+        }
+        .and_then(|()| {
+            self.active_mut()
+                .append_verifying(&batches, &crcs, &tracked, interval)
+        });
+        let verified = match written {
+            Ok(v) => v,
+            Err(e) => {
+                // ENOSPC and friends: the data was cut back; so must the epoch entries be.
+                self.drop_epochs_past_end();
+                return Err(e.into());
+            }
+        };
+        if let Err(bad) = verified {
             if self.epochs.truncate_from_end(self.leo) {
                 self.epochs.write(&self.dir)?;
             }
@@ -565,7 +640,13 @@ impl Log {
                 .map_or_else(|| "CRC mismatch".to_string(), |e| e.to_string());
             return Err(LogError::corrupt(Some(tracked[bad].base), err));
         }
+        let prev_leo = self.leo;
         self.leo = last + 1;
+        if let Err(e) = self.after_append(messages, wall_ms()) {
+            // The fetcher retries from the log end: leave nothing it would not expect.
+            self.undo_append(prev_leo, batches.len());
+            return Err(e);
+        }
         for (h, s, e) in BatchIter::headers(&batches).map_while(Result::ok) {
             if h.has_producer_id() || h.is_control() {
                 let control = if h.is_control() {
@@ -577,7 +658,6 @@ impl Log {
                     .apply(&h, h.base_offset(), h.last_offset(), control);
             }
         }
-        self.after_append(messages, wall_ms())?;
         Ok(AppendInfo {
             first_offset: Offset(first),
             last_offset: Offset(last),
@@ -623,9 +703,13 @@ impl Log {
             &[(epoch.0, offset)],
             &[Tracked::of(&h)],
         )?;
+        if let Err(e) = self.after_append(1, now_ms) {
+            // A marker reported as failed must not be in the log (the coordinator retries).
+            self.undo_append(offset, bytes.len());
+            return Err(e);
+        }
         self.producers
             .apply(&h, offset, offset, Some((ctype, coordinator_epoch)));
-        self.after_append(1, now_ms)?;
         Ok(AppendInfo {
             first_offset: Offset(offset),
             last_offset: Offset(offset),
@@ -866,14 +950,25 @@ impl Log {
 
     /// fsyncs data and indexes, then checkpoints recovery point = log end, HW and log start.
     pub fn flush(&mut self) -> Result<(), LogError> {
+        self.sync_data()?;
+        self.write_flushed_metadata()?;
+        Ok(())
+    }
+
+    /// fsyncs every segment's data: everything below the log end is durable afterwards.
+    fn sync_data(&mut self) -> io::Result<()> {
         for seg in self.segments.values_mut() {
             seg.sync()?;
         }
-        self.active().write_indexes()?;
         self.recovery_point = self.leo;
         self.unflushed_messages = 0;
-        self.write_checkpoint()?;
         Ok(())
+    }
+
+    /// Index files of the active segment and the checkpoint, after [`Log::sync_data`].
+    fn write_flushed_metadata(&mut self) -> io::Result<()> {
+        self.active().write_indexes()?;
+        self.write_checkpoint()
     }
 
     /// Persists HW and log start (atomically) without fsyncing data — Kafka's periodic

@@ -31,7 +31,9 @@ pub(crate) fn map_file(file: &File, len: usize) -> io::Result<Bytes> {
     //     extend the file, and truncation while the log is open writes the kept prefix into a
     //     fresh inode and renames it over the old one (old mappings keep the old inode);
     // (2) ftruncate only cuts bytes that were never handed out: during open-time recovery
-    //     (before any read) or to undo a failed partial append past the logical size;
+    //     (before any read), to undo a failed partial append past the logical size, or to
+    //     undo an append whose flush failed before it returned (its bytes were tracked but
+    //     never sliced: appends and reads of a log run on its one owning thread);
     // (3) callers only slice below the logical size, so pages past end-of-file (which would
     //     raise SIGBUS) are never touched.
     // Modification by other processes is outside the log's contract, as with any data file.

@@ -332,10 +332,14 @@ impl Segment {
             (TIME_INDEX_SUFFIX, self.encode_time_index()),
         ] {
             let tmp = self.path(&format!("{suffix}.tmp"));
-            let mut f = File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_data()?;
-            fs::rename(&tmp, self.path(suffix))?;
+            let res = File::create(&tmp)
+                .and_then(|mut f| f.write_all(&bytes).and_then(|()| f.sync_data()))
+                .and_then(|()| fs::rename(&tmp, self.path(suffix)));
+            if let Err(e) = res {
+                // A partial temp file would hold on to space a full disk needs back.
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
         }
         Ok(())
     }
@@ -356,12 +360,17 @@ impl Segment {
     /// the old inode) stay valid and unchanged.
     pub(crate) fn truncate_rewrite(&mut self, pos: usize, interval: u32) -> io::Result<()> {
         let tmp = self.path(".log.truncating");
-        {
-            let mut out = File::create(&tmp)?;
-            out.write_all(&self.map[..pos])?;
-            out.sync_all()?;
+        let copied = File::create(&tmp)
+            .and_then(|mut out| {
+                out.write_all(&self.map[..pos])
+                    .and_then(|()| out.sync_all())
+            })
+            .and_then(|()| fs::rename(&tmp, self.path(LOG_SUFFIX)));
+        if let Err(e) = copied {
+            // ENOSPC: the old file is untouched; don't keep a partial copy holding space.
+            let _ = fs::remove_file(&tmp);
+            return Err(e);
         }
-        fs::rename(&tmp, self.path(LOG_SUFFIX))?;
         sync_dir(&self.dir)?;
         self.file = Self::open_file(&self.path(LOG_SUFFIX), false)?;
         let cap = self.map.len().max(pos);
@@ -386,6 +395,13 @@ impl Segment {
         for (h, s, _) in BatchIter::headers(&map[..size]).map_while(Result::ok) {
             self.track(&Tracked::of(&h), s, interval);
         }
+    }
+
+    /// Cuts the data back to `size` (a batch boundary) in place. Only for bytes of an append
+    /// that failed before returning: none of them was ever sliced (see `mmap::map_file`).
+    pub(crate) fn cut_unserved_tail(&mut self, size: usize, interval: u32) -> io::Result<()> {
+        self.rebuild(size, interval);
+        self.file.set_len(size as u64)
     }
 
     /// Cuts the file itself (open-time recovery only, before any slice exists).

@@ -287,6 +287,10 @@ struct CoordinatorThread {
 impl CoordinatorThread {
     fn run(mut self, rx: flume::Receiver<Msg>) {
         let mut shutdown: Option<flume::Sender<()>> = None;
+        // The flush is retried every tick while it fails (a full disk): log the first failure,
+        // then at most every 10 s, and the recovery, instead of 20 lines a second.
+        let mut flush_failing_since: Option<Instant> = None;
+        let mut flush_error_logged = Instant::now();
         while shutdown.is_none() {
             let mut batch = Vec::new();
             match rx.recv_timeout(TICK) {
@@ -344,7 +348,23 @@ impl CoordinatorThread {
                 .groups
                 .flush()
                 .and_then(|()| self.txns.flush())
-                .map_err(|e| tracing::error!(error = %e, "coordinator log flush failed"));
+                .map_err(|e| {
+                    if flush_failing_since.is_none()
+                        || flush_error_logged.elapsed() >= Duration::from_secs(10)
+                    {
+                        tracing::error!(error = %e, "coordinator log flush failed");
+                        flush_error_logged = Instant::now();
+                    }
+                    flush_failing_since.get_or_insert_with(Instant::now);
+                });
+            if flushed.is_ok() {
+                if let Some(since) = flush_failing_since.take() {
+                    tracing::info!(
+                        failed_for_ms = since.elapsed().as_millis() as u64,
+                        "coordinator log flush recovered"
+                    );
+                }
+            }
             for o in out {
                 let resp = match (&flushed, &o.req) {
                     (Err(()), Some((req, version))) => {

@@ -910,10 +910,15 @@ impl PartitionFetcher {
                         }
                     }
                     Err(e) => {
+                        // The log end did not move: publish it (and the source end just
+                        // learned) so describe shows real offsets and lag while FAILED, not
+                        // the -1 of a fetcher that never appended (a disk full at offset 0).
+                        self.status.destination_log_end_offset = local.log_end_offset().await;
+                        observer.on_event(&self.tp, FetchEvent::Progress(self.status.clone()));
                         return self.fail(
                             observer,
                             format!("append at offset {first_base} failed: {e}"),
-                        )
+                        );
                     }
                 }
             }

@@ -18,6 +18,8 @@ pub struct KmirrorNode {
     port: u16,
     extra: Vec<String>,
     env: Vec<(String, String)>,
+    /// A data dir chosen by the test (e.g. a size-limited tmpfs); None = `<temp dir>/data`.
+    data: Option<PathBuf>,
     child: Option<ChildGuard>,
     starts: u32,
 }
@@ -36,6 +38,17 @@ impl KmirrorNode {
     /// Starts a node with extra `serve` arguments and environment variables (kept for
     /// restarts until [`KmirrorNode::set_env`] changes them).
     pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::start_full(extra, env, None)
+    }
+
+    /// Starts a node whose `--data-dir` is `data` (created if missing; the caller owns it and
+    /// it is not deleted on drop). The log file stays in the node's own temp dir, so a data
+    /// dir that fills up does not silence the node's log.
+    pub fn start_with_data_dir(extra: &[&str], data: &Path) -> Self {
+        Self::start_full(extra, &[], Some(data.to_path_buf()))
+    }
+
+    fn start_full(extra: &[&str], env: &[(&str, &str)], data: Option<PathBuf>) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("kmirror-node-")
             .tempdir()
@@ -48,6 +61,7 @@ impl KmirrorNode {
                 .iter()
                 .map(|(k, v)| (k.to_string(), v.to_string()))
                 .collect(),
+            data,
             child: None,
             starts: 0,
         };
@@ -70,7 +84,9 @@ impl KmirrorNode {
 
     /// The data dir (kept across restarts).
     pub fn data_dir(&self) -> PathBuf {
-        self.dir.path().join("data")
+        self.data
+            .clone()
+            .unwrap_or_else(|| self.dir.path().join("data"))
     }
 
     /// The node's combined stdout/stderr log of the current and earlier runs.
