@@ -379,6 +379,12 @@ impl FetcherStatus {
     /// paused or stalled; -1 when unknown.
     pub fn lag_ms(&self, now_ms: i64) -> i64 {
         match self.lag() {
+            // Failing, the source's end is unknown: what it wrote since the last time we saw
+            // lag 0 may be missing, so the age of that moment is the honest bound (a lag of 0
+            // would claim an unreachable source is mirrored).
+            0 if self.failed && self.last_caught_up_ms >= 0 => {
+                (now_ms - self.last_caught_up_ms).max(0)
+            }
             0 => 0,
             l if l < 0 => -1,
             _ => {
@@ -708,6 +714,8 @@ impl PartitionFetcher {
         tracing::warn!(tp = %self.tp, %reason, "mirror partition failed");
         self.status.failed = true;
         self.status.last_error = Some(reason.clone());
+        // Publish it: DescribeMirrors' lag in ms reads the failed flag.
+        observer.on_event(&self.tp, FetchEvent::Progress(self.status.clone()));
         observer.on_event(&self.tp, FetchEvent::Failed { reason });
         Step::Backoff(self.backoff.next())
     }
@@ -2691,6 +2699,17 @@ mod tests {
         drive(&mut f, &mut s, &mut l, &mut o, 1);
         assert!(o.0.contains(&FetchEvent::Recovered));
         assert_eq!(l.end, 1);
+    }
+
+    #[test]
+    fn lag_ms_of_a_failed_partition_grows_from_when_it_was_last_caught_up() {
+        let mut st = FetcherStatus::new();
+        st.source_last_stable_offset = 10;
+        st.destination_log_end_offset = 10;
+        st.last_caught_up_ms = 5_000;
+        assert_eq!(st.lag_ms(65_000), 0, "reachable and caught up");
+        st.failed = true;
+        assert_eq!(st.lag_ms(65_000), 60_000, "unreachable for a minute");
     }
 
     #[test]

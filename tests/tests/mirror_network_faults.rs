@@ -318,23 +318,29 @@ fn source_unreachable_then_back_shows_failed_with_reason_then_resumes_log_equal(
         failed_after.as_secs_f64(),
         row.raw
     );
-    // Every partition shows it by the end of the outage.
+    // By the end of the outage every partition shows it, with a lag in ms that grew with the
+    // outage (not the lag 0 last seen before it).
     let last_round: Vec<_> = seen
         .iter()
         .filter(|(t, _)| *t + Duration::from_secs(3) >= w)
-        .map(|(_, r)| (r.partition, r.state.clone()))
+        .map(|(_, r)| (r.partition, r.state.clone(), r.lag_ms))
         .collect();
     assert!(
-        !last_round.is_empty() && last_round.iter().all(|(_, s)| s == "FAILED"),
-        "at the end of the outage: {last_round:?}"
+        !last_round.is_empty()
+            && last_round
+                .iter()
+                .all(|(_, s, ms)| s == "FAILED" && *ms >= (w / 2).as_millis() as i64),
+        "at the end of the outage (partition, state, lag_ms): {last_round:?}"
     );
     // At most the fetches in flight when it began landed afterwards.
     assert!(
         moved <= 3 * RATE as i64,
         "destination moved by {moved} while the source was unreachable"
     );
+    // (Blackholed connections are counted only if kmirror opened one during that half: its
+    // connections from before may simply wait for their timeout.)
     assert!(
-        stats.refused > 0 && stats.blackholed > 0,
+        stats.refused > 0,
         "kmirror did not try to reach the source through the proxy: {stats:?}"
     );
     proc::wait_for(
