@@ -285,6 +285,11 @@ pub struct FetcherConfig {
     pub backoff_max_ms: u64,
     /// Consecutive transient errors after which the partition is reported FAILED.
     pub errors_before_failed: u32,
+    /// A partition whose fetches have all failed for this long is reported FAILED even before
+    /// `errors_before_failed` errors: with backoff growing to its cap (and a blackholed source
+    /// costing a whole request timeout per error), 30 errors take minutes, and until then
+    /// DescribeMirrors would show MIRRORING at the last lag it saw.
+    pub fail_after_ms: u64,
 }
 
 impl Default for FetcherConfig {
@@ -297,6 +302,7 @@ impl Default for FetcherConfig {
             backoff_initial_ms: 100,
             backoff_max_ms: 10_000,
             errors_before_failed: 30,
+            fail_after_ms: 15_000,
         }
     }
 }
@@ -373,6 +379,12 @@ impl FetcherStatus {
     /// paused or stalled; -1 when unknown.
     pub fn lag_ms(&self, now_ms: i64) -> i64 {
         match self.lag() {
+            // Failing, the source's end is unknown: what it wrote since the last time we saw
+            // lag 0 may be missing, so the age of that moment is the honest bound (a lag of 0
+            // would claim an unreachable source is mirrored).
+            0 if self.failed && self.last_caught_up_ms >= 0 => {
+                (now_ms - self.last_caught_up_ms).max(0)
+            }
             0 => 0,
             l if l < 0 => -1,
             _ => {
@@ -598,6 +610,8 @@ pub struct PartitionFetcher {
     source_epoch: i32,
     backoff: Backoff,
     consecutive_errors: u32,
+    /// When a round last succeeded (or the first round began): how long errors have lasted.
+    last_ok_ms: Option<i64>,
     status: FetcherStatus,
     throttle: Option<Rc<RefCell<ByteRateLimiter>>>,
     /// A new fetcher may replace one that failed (restart, a cleared sync failure): its
@@ -622,6 +636,7 @@ impl PartitionFetcher {
             source_epoch: -1,
             backoff,
             consecutive_errors: 0,
+            last_ok_ms: None,
             status: FetcherStatus::new(),
             throttle: None,
             announce_first_success: true,
@@ -699,16 +714,31 @@ impl PartitionFetcher {
         tracing::warn!(tp = %self.tp, %reason, "mirror partition failed");
         self.status.failed = true;
         self.status.last_error = Some(reason.clone());
+        // Publish it: DescribeMirrors' lag in ms reads the failed flag.
+        observer.on_event(&self.tp, FetchEvent::Progress(self.status.clone()));
         observer.on_event(&self.tp, FetchEvent::Failed { reason });
         Step::Backoff(self.backoff.next())
     }
 
-    fn transient<O: FetchObserver>(&mut self, observer: &mut O, reason: String) -> Step {
+    fn transient<O: FetchObserver>(
+        &mut self,
+        observer: &mut O,
+        reason: String,
+        now_ms: i64,
+    ) -> Step {
         self.consecutive_errors += 1;
-        if self.consecutive_errors >= self.cfg.errors_before_failed && !self.status.failed {
+        let failing_ms = now_ms - self.last_ok_ms.unwrap_or(now_ms);
+        let too_long = failing_ms >= 0 && failing_ms as u64 >= self.cfg.fail_after_ms;
+        if (self.consecutive_errors >= self.cfg.errors_before_failed || too_long)
+            && !self.status.failed
+        {
             return self.fail(
                 observer,
-                format!("{reason} ({} consecutive errors)", self.consecutive_errors),
+                format!(
+                    "{reason} ({} consecutive errors, no successful fetch for {} s)",
+                    self.consecutive_errors,
+                    failing_ms.max(0) / 1000
+                ),
             );
         }
         self.status.last_error = Some(reason.clone());
@@ -716,9 +746,10 @@ impl PartitionFetcher {
         Step::Backoff(self.backoff.next())
     }
 
-    fn succeeded<O: FetchObserver>(&mut self, observer: &mut O) {
+    fn succeeded<O: FetchObserver>(&mut self, observer: &mut O, now_ms: i64) {
         self.backoff.reset();
         self.consecutive_errors = 0;
+        self.last_ok_ms = Some(now_ms);
         if self.status.failed || self.announce_first_success {
             self.status.failed = false;
             self.announce_first_success = false;
@@ -734,6 +765,7 @@ impl PartitionFetcher {
         local: &mut L,
         observer: &mut O,
     ) -> Step {
+        self.last_ok_ms.get_or_insert_with(|| source.now_ms());
         let leader = match &self.leader {
             Some(l) => l.clone(),
             None => match source.leader(&self.tp.topic, self.tp.partition).await {
@@ -768,7 +800,9 @@ impl PartitionFetcher {
                     self.leader = Some(l.clone());
                     l
                 }
-                Err(e) => return self.transient(observer, format!("metadata: {e}")),
+                Err(e) => {
+                    return self.transient(observer, format!("metadata: {e}"), source.now_ms())
+                }
             },
         };
 
@@ -786,7 +820,11 @@ impl PartitionFetcher {
             Err(e) => {
                 // Connection-level trouble: the leader may be gone; look it up again.
                 self.leader = None;
-                return self.transient(observer, format!("fetch from {}: {e}", leader.addr));
+                return self.transient(
+                    observer,
+                    format!("fetch from {}: {e}", leader.addr),
+                    source.now_ms(),
+                );
             }
         };
         self.status.last_fetch_ms = source.now_ms();
@@ -823,6 +861,7 @@ impl PartitionFetcher {
                         code::name(out.error_code),
                         leader.addr
                     ),
+                    source.now_ms(),
                 )
             }
             code::OFFSET_OUT_OF_RANGE => {
@@ -839,7 +878,11 @@ impl PartitionFetcher {
                 observer,
                 "INCONSISTENT_TOPIC_ID: the source topic was re-created".to_owned(),
             ),
-            other => self.transient(observer, format!("fetch error {}", code::name(other))),
+            other => self.transient(
+                observer,
+                format!("fetch error {}", code::name(other)),
+                source.now_ms(),
+            ),
         }
     }
 
@@ -935,7 +978,7 @@ impl PartitionFetcher {
                 }
             }
         }
-        self.succeeded(observer);
+        self.succeeded(observer, now_ms);
         self.status.destination_log_end_offset = local.log_end_offset().await;
         if self.status.lag() == 0 {
             self.status.last_caught_up_ms = now_ms;
@@ -965,11 +1008,15 @@ impl PartitionFetcher {
             (Ok((code::NONE, s)), Ok((code::NONE, e))) => (s, e),
             (Ok((c, _)), _) | (_, Ok((c, _))) if c != code::NONE => {
                 self.leader = None;
-                return self.transient(observer, format!("ListOffsets: {}", code::name(c)));
+                return self.transient(
+                    observer,
+                    format!("ListOffsets: {}", code::name(c)),
+                    source.now_ms(),
+                );
             }
             (Err(e), _) | (_, Err(e)) => {
                 self.leader = None;
-                return self.transient(observer, format!("ListOffsets: {e}"));
+                return self.transient(observer, format!("ListOffsets: {e}"), source.now_ms());
             }
             _ => unreachable!("all combinations covered"),
         };
@@ -988,7 +1035,7 @@ impl PartitionFetcher {
                     lost_to: start,
                 },
             );
-            self.succeeded(observer);
+            self.succeeded(observer, source.now_ms());
             Step::Idle
         } else if fetch_offset > end {
             self.fail(
@@ -1002,6 +1049,7 @@ impl PartitionFetcher {
             self.transient(
                 observer,
                 "OFFSET_OUT_OF_RANGE raced with the source".to_owned(),
+                source.now_ms(),
             )
         }
     }
@@ -2618,6 +2666,55 @@ mod tests {
         assert_eq!(o.failed(), 1, "third consecutive error marks FAILED once");
         assert!(o.0.contains(&FetchEvent::Recovered));
         assert_eq!(l.end, 1);
+    }
+
+    #[test]
+    fn errors_lasting_fail_after_ms_mark_failed_before_the_error_count() {
+        let mut s = FakeSource::new(&[(0, 1, 1)]);
+        // Backoff 0.1 s doubling to 10 s: 8 errors span 12.7 s of sleeps, the 9th comes at
+        // 22.7 s, past the 15 s limit, long before errors_before_failed (30).
+        for _ in 0..9 {
+            s.scripted.push_back(FetchOutcome {
+                error_code: code::REQUEST_TIMED_OUT,
+                ..Default::default()
+            });
+        }
+        let mut l = FakeLocal::default();
+        let mut o = Events::default();
+        let mut f = PartitionFetcher::new(
+            TopicPartition::new("orders", 0),
+            s.topic_id,
+            FetcherConfig::default(),
+            0,
+        );
+        drive(&mut f, &mut s, &mut l, &mut o, 8);
+        assert_eq!(o.failed(), 0, "12.7 s of errors is below fail_after_ms");
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert_eq!(o.failed(), 1);
+        let reason = o.0.iter().find_map(|e| match e {
+            FetchEvent::Failed { reason } => Some(reason.clone()),
+            _ => None,
+        });
+        assert!(
+            reason
+                .as_deref()
+                .is_some_and(|r| r.contains("no successful fetch for 22 s")),
+            "{reason:?}"
+        );
+        drive(&mut f, &mut s, &mut l, &mut o, 1);
+        assert!(o.0.contains(&FetchEvent::Recovered));
+        assert_eq!(l.end, 1);
+    }
+
+    #[test]
+    fn lag_ms_of_a_failed_partition_grows_from_when_it_was_last_caught_up() {
+        let mut st = FetcherStatus::new();
+        st.source_last_stable_offset = 10;
+        st.destination_log_end_offset = 10;
+        st.last_caught_up_ms = 5_000;
+        assert_eq!(st.lag_ms(65_000), 0, "reachable and caught up");
+        st.failed = true;
+        assert_eq!(st.lag_ms(65_000), 60_000, "unreachable for a minute");
     }
 
     #[test]

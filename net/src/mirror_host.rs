@@ -275,6 +275,15 @@ impl BrokerHost {
         local_lme: Option<i32>,
         skip_prepare: bool,
     ) -> FetchTask {
+        use kmirror_control::mirror::definition::settings::{
+            RETRY_BACKOFF_MAX_MS, RETRY_BACKOFF_MS,
+        };
+        let setting = |key: &str| {
+            mirror
+                .settings
+                .contains_key(key)
+                .then(|| mirror.setting_u64(key, 0))
+        };
         FetchTask {
             mirror: mirror.name.clone(),
             source_bootstrap: mirror.source_bootstrap().to_owned(),
@@ -282,6 +291,8 @@ impl BrokerHost {
             topic_id: self.topic(&tp.topic).map(|t| t.id).unwrap_or_default(),
             local_lme,
             skip_prepare,
+            retry_backoff_ms: setting(RETRY_BACKOFF_MS),
+            retry_backoff_max_ms: setting(RETRY_BACKOFF_MAX_MS),
         }
     }
 }

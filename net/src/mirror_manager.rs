@@ -34,6 +34,10 @@ pub struct FetchTask {
     pub local_lme: Option<i32>,
     /// Already MIRRORING (restart): skip the PREPARING truncation.
     pub skip_prepare: bool,
+    /// The mirror's `mirror.retry.backoff.ms` / `mirror.retry.backoff.max.ms`, when set;
+    /// otherwise the broker's fetcher defaults apply.
+    pub retry_backoff_ms: Option<u64>,
+    pub retry_backoff_max_ms: Option<u64>,
 }
 
 /// How long the `slow_fetcher_stop` failpoint keeps a stopped fetcher running.
@@ -124,7 +128,13 @@ impl FetcherManager {
         let core = self.router.owner(&task.tp);
         let fetcher_id = self.next_fetcher_id.fetch_add(1, Ordering::Relaxed);
         let client_id = fetcher_client_id(self.node_id, fetcher_id, &task.mirror);
-        let (router, cfg, stop2) = (self.router.clone(), self.cfg.clone(), stop.clone());
+        let (router, mut cfg, stop2) = (self.router.clone(), self.cfg.clone(), stop.clone());
+        if let Some(ms) = task.retry_backoff_ms {
+            cfg.backoff_initial_ms = ms.max(1);
+        }
+        if let Some(ms) = task.retry_backoff_max_ms {
+            cfg.backoff_max_ms = ms.max(cfg.backoff_initial_ms);
+        }
         let observer = Forward {
             events: self.events.clone(),
             status: self.status.clone(),

@@ -268,6 +268,8 @@ fn fetcher_manager_starts_stops_and_resumes_partitions_and_reports_live_lag() {
         topic_id: uuid::Uuid::nil(),
         local_lme: None,
         skip_prepare,
+        retry_backoff_ms: None,
+        retry_backoff_max_ms: None,
     };
     for tp in &tps {
         mgr.start(task(tp, false)).unwrap();

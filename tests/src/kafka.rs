@@ -15,6 +15,8 @@ use crate::wire::WireClient;
 struct Node {
     id: i32,
     port: u16,
+    /// The PROXIED listener's real port, when [`KafkaOptions::proxied_ports`] asked for one.
+    proxied: Option<(u16, u16)>,
     config: PathBuf,
     log: PathBuf,
     child: Option<ChildGuard>,
@@ -37,6 +39,14 @@ pub struct KafkaOptions {
     pub props: Vec<(String, String)>,
     /// JVM max heap.
     pub heap: String,
+    /// Per node (in node order), the port of a proxy in front of it (a
+    /// [`crate::faultproxy::FaultProxy`]). Each such node gets a second client listener,
+    /// PROXIED, that listens on a port of its own but advertises `127.0.0.1:<proxy port>`:
+    /// a client that bootstraps through the proxy learns only proxy addresses from Metadata,
+    /// so all its traffic (a mirror fetcher's too) crosses the proxy, while the PLAINTEXT
+    /// listener ([`KafkaCluster::bootstrap`]) stays direct for producers and the oracle.
+    /// Empty (the default): no such listener.
+    pub proxied_ports: Vec<u16>,
 }
 
 impl Default for KafkaOptions {
@@ -45,6 +55,7 @@ impl Default for KafkaOptions {
             nodes: 1,
             props: Vec::new(),
             heap: "512m".into(),
+            proxied_ports: Vec::new(),
         }
     }
 }
@@ -124,22 +135,36 @@ impl KafkaCluster {
             let id = i as i32 + 1;
             let ndir = dir.path().join(format!("node{id}"));
             std::fs::create_dir_all(&ndir).expect("node dir");
+            let proxied = opts
+                .proxied_ports
+                .get(i)
+                .map(|advertised| (proc::free_port(), *advertised));
+            let (extra_listener, extra_advertised, extra_map) = match proxied {
+                Some((real, adv)) => (
+                    format!(",PROXIED://127.0.0.1:{real}"),
+                    format!(",PROXIED://127.0.0.1:{adv}"),
+                    ",PROXIED:PLAINTEXT",
+                ),
+                None => (String::new(), String::new(), ""),
+            };
             let mut props = vec![
                 ("process.roles".to_string(), "broker,controller".to_string()),
                 ("node.id".into(), id.to_string()),
                 ("controller.quorum.voters".into(), voters.join(",")),
                 (
                     "listeners".into(),
-                    format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"),
+                    format!(
+                        "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}{extra_listener}"
+                    ),
                 ),
                 (
                     "advertised.listeners".into(),
-                    format!("PLAINTEXT://127.0.0.1:{port}"),
+                    format!("PLAINTEXT://127.0.0.1:{port}{extra_advertised}"),
                 ),
                 ("controller.listener.names".into(), "CONTROLLER".into()),
                 (
                     "listener.security.protocol.map".into(),
-                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+                    format!("PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{extra_map}"),
                 ),
                 ("inter.broker.listener.name".into(), "PLAINTEXT".into()),
                 ("log.dirs".into(), ndir.join("data").display().to_string()),
@@ -174,6 +199,7 @@ impl KafkaCluster {
             nodes.push(Node {
                 id,
                 port: *port,
+                proxied,
                 config,
                 log: ndir.join("kafka.log"),
                 child: None,
@@ -281,6 +307,26 @@ impl KafkaCluster {
     pub fn addr_of(&self, id: i32) -> String {
         let n = self.node(id);
         format!("127.0.0.1:{}", n.port)
+    }
+
+    /// The real address of node `id`'s PROXIED listener: where its proxy forwards to.
+    /// Panics if the cluster was started without [`KafkaOptions::proxied_ports`].
+    pub fn proxied_listener_of(&self, id: i32) -> String {
+        let (real, _) = self
+            .node(id)
+            .proxied
+            .unwrap_or_else(|| panic!("Kafka node {id} has no PROXIED listener"));
+        format!("127.0.0.1:{real}")
+    }
+
+    /// The proxy addresses the PROXIED listeners advertise, as a bootstrap list: a client
+    /// given this reaches every broker only through its proxy.
+    pub fn proxied_bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .filter_map(|n| n.proxied.map(|(_, adv)| format!("127.0.0.1:{adv}")))
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     fn node(&self, id: i32) -> &Node {

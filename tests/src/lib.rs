@@ -17,6 +17,7 @@ pub mod badinput;
 pub mod clients;
 pub mod conformance;
 pub mod deps;
+pub mod faultproxy;
 pub mod java;
 pub mod kafka;
 pub mod kmirror;
@@ -27,6 +28,7 @@ pub mod python;
 pub mod records;
 pub mod wire;
 
+pub use faultproxy::FaultProxy;
 pub use kafka::KafkaCluster;
 pub use kmirror::KmirrorNode;
 pub use oracle::log_equal;

@@ -1,6 +1,7 @@
 // Produces records whose values carry their partition and per-partition sequence number, so
 // tests can check exactly-once and per-partition order on the consuming side.
 // Usage: SeqProducer BOOTSTRAP TOPIC PARTITIONS RECORDS [key=value producer props...]
+// (seqproducer.rate=N is ours, not the producer's: send at most N records per second).
 // Prints "ACK <partition> <seq> <offset>" for every acknowledged record, "ERR <partition>
 // <seq> <error>" for every failed one, and "DONE <acked> <errors>" at the end.
 import java.io.BufferedWriter;
@@ -24,9 +25,16 @@ public class SeqProducer {
         props.put("linger.ms", "5");
         props.put("key.serializer", ByteArraySerializer.class.getName());
         props.put("value.serializer", ByteArraySerializer.class.getName());
+        double rate = 0;
         for (int i = 4; i < args.length; i++) {
             int eq = args[i].indexOf('=');
-            props.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+            String k = args[i].substring(0, eq);
+            String v = args[i].substring(eq + 1);
+            if (k.equals("seqproducer.rate")) {
+                rate = Double.parseDouble(v);
+            } else {
+                props.put(k, v);
+            }
         }
         BufferedWriter out = new BufferedWriter(new OutputStreamWriter(System.out, StandardCharsets.UTF_8), 1 << 16);
         AtomicLong acked = new AtomicLong();
@@ -48,7 +56,13 @@ public class SeqProducer {
         flusher.setDaemon(true);
         flusher.start();
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
+            long started = System.nanoTime();
             for (long i = 0; i < records; i++) {
+                if (rate > 0) {
+                    long due = started + (long) (i * 1e9 / rate);
+                    long wait = due - System.nanoTime();
+                    if (wait > 0) Thread.sleep(wait / 1_000_000, (int) (wait % 1_000_000));
+                }
                 int p = (int) (i % partitions);
                 long seq = i / partitions;
                 byte[] value = SeqFormat.value(p, seq);
