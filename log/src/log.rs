@@ -393,6 +393,7 @@ impl Log {
             return Err(LogError::InvalidRecord("empty records".into()));
         }
         let max = self.config.max_message_bytes;
+        let decompressed_limit = batch::decompressed_limit(max);
         let mut pending = Vec::new();
         let mut next = self.leo;
         let mut max_ts = -1i64;
@@ -408,6 +409,10 @@ impl Log {
                 });
             }
             batch::check_client_counts(&h).map_err(|e| LogError::InvalidRecord(e.to_string()))?;
+            // Kafka's LogValidator: every record is walked (decompressed under a cap) and must
+            // agree with the header, so no count or length a producer sent is trusted later.
+            batch::validate_client_records(&batches[start..end], decompressed_limit)
+                .map_err(|e| record_error(next, e))?;
             if h.is_control() {
                 return Err(LogError::InvalidRecord(
                     "producers may not write control batches".into(),
@@ -523,6 +528,9 @@ impl Log {
                     },
                 ));
             }
+            // Stored verbatim, never decoded: the header must at least fit its bytes.
+            batch::check_count_fits_bytes(&h)
+                .map_err(|e| LogError::corrupt(Some(h.base_offset()), e))?;
             if h.base_offset() < expected {
                 return Err(LogError::NonMonotonicMirrorOffset {
                     base: Offset(h.base_offset()),
@@ -968,6 +976,15 @@ impl Log {
     }
 }
 
+/// Maps a record-walk failure to the log error Kafka's LogValidator would produce:
+/// undecodable compressed data is CORRUPT_MESSAGE, everything else INVALID_RECORD.
+fn record_error(offset_hint: i64, e: batch::BatchError) -> LogError {
+    match e {
+        batch::BatchError::Undecodable(_) => LogError::corrupt(Some(offset_hint), e),
+        e => LogError::InvalidRecord(e.to_string()),
+    }
+}
+
 /// First record of an uncompressed CreateTime batch whose timestamp satisfies `pred`.
 fn record_with_ts(batch: &[u8], pred: impl Fn(i64) -> bool) -> Option<(i64, i64)> {
     let h = BatchHeader::parse(batch).ok()?;
@@ -978,16 +995,63 @@ fn record_with_ts(batch: &[u8], pred: impl Fn(i64) -> bool) -> Option<(i64, i64)
     if h.compression() != Compression::None {
         return None;
     }
-    let recs = batch::uncompressed_records(batch)?;
-    recs.iter().find_map(|(r, _)| {
-        let t = h.base_timestamp() + r.timestamp_delta;
-        pred(t).then_some((h.base_offset() + r.offset_delta, t))
-    })
+    // Walks the records in place: nothing is sized from the header's recordsCount.
+    batch::UncompressedRecords::new(batch)?
+        .map_while(|r| r)
+        .find_map(|(r, _)| {
+            let t = h.base_timestamp().wrapping_add(r.timestamp_delta);
+            pred(t).then_some((h.base_offset().wrapping_add(r.offset_delta), t))
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 8 hole 2: one record claiming 2^31-1 records (lastOffsetDelta agreeing) used to be
+    /// appended, and a ListOffsets by timestamp then sized a vector from the count and aborted
+    /// the process. Now the producer gets INVALID_RECORD and the log is unchanged.
+    #[test]
+    fn a_batch_claiming_i32_max_records_is_refused_and_the_log_is_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        let good = crate::batch::tests::raw_batch(0, 2, 1, &crate::batch::tests::records_of(2));
+        log.append_leader(Bytes::from(good), LeaderEpoch(0), 5)
+            .unwrap();
+        log.set_high_watermark(Offset(2));
+        let size = log.size_bytes();
+        let bad = Bytes::from(crate::batch::tests::one_record_claiming_i32_max());
+        let e = log
+            .append_leader(bad.clone(), LeaderEpoch(0), 6)
+            .unwrap_err();
+        assert!(matches!(e, LogError::InvalidRecord(_)), "{e}");
+        assert_eq!(log.log_end_offset(), Offset(2));
+        assert_eq!(log.size_bytes(), size);
+        // The mirror path refuses it as well (the count cannot fit the bytes).
+        let mut m = bad.to_vec();
+        m[..8].copy_from_slice(&2i64.to_be_bytes());
+        let e = log.append_mirror(Bytes::from(m)).unwrap_err();
+        assert!(matches!(e, LogError::Corrupt { .. }), "{e}");
+        assert_eq!(log.log_end_offset(), Offset(2));
+        assert_eq!(log.size_bytes(), size);
+        assert_eq!(log.offset_for_timestamp(0), Some((Offset(0), 1_000)));
+    }
+
+    /// A lying count already on disk (written before validation existed) is served and looked
+    /// up by timestamp without anything being sized from it.
+    #[test]
+    fn time_lookup_over_a_stored_lying_count_allocates_nothing_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Log::open(dir.path(), LogConfig::default()).unwrap());
+        let bad = crate::batch::tests::one_record_claiming_i32_max();
+        std::fs::write(dir.path().join(file_name(0, LOG_SUFFIX)), &bad).unwrap();
+        std::fs::remove_file(dir.path().join(crate::checkpoint::CHECKPOINT_FILE)).unwrap();
+        let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!(log.log_end_offset(), Offset(i32::MAX as i64));
+        assert_eq!(log.offset_for_timestamp(0), Some((Offset(0), 1_000)));
+        assert_eq!(log.offset_for_timestamp(1_000), Some((Offset(0), 1_000)));
+        assert_eq!(log.max_timestamp_offset(), Some((Offset(0), 1_000)));
+    }
 
     #[test]
     fn a_valid_batch_with_crc_zero_is_stored_recovered_and_served() {

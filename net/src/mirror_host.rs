@@ -46,6 +46,8 @@ use crate::mirror_service::{LivePartition, MirrorLiveStatus, MirrorService};
 /// How long a failover waits for a fetcher to exit before truncating anyway is not an
 /// option: the step fails (and is retried) if the fetcher does not stop in time.
 const STOP_TIMEOUT: Duration = Duration::from_secs(30);
+/// Most partitions a mirror topic may take from its source (the local topic limit).
+const MAX_MIRROR_PARTITIONS: i32 = 100_000;
 
 /// Settings of the broker's mirroring.
 #[derive(Debug, Clone)]
@@ -810,6 +812,13 @@ impl Control {
                 Ok(())
             }
             SyncAction::CreatePartitions { name, count } => {
+                // The source's count sizes a vector below: hold it to the limit local topics
+                // have (metadata's CreateTopics/CreatePartitions refuse more than 100,000).
+                if !(1..=MAX_MIRROR_PARTITIONS).contains(&count) {
+                    return Err(format!(
+                        "source topic {name} reports {count} partitions (limit {MAX_MIRROR_PARTITIONS})"
+                    ));
+                }
                 let before = self
                     .host
                     .topic(&name)
