@@ -331,6 +331,17 @@ pub fn validate(bytes: &[u8]) -> Result<(BatchHeader<'_>, usize), BatchError> {
     Ok((h, total))
 }
 
+/// Whether the batch's offsets are representable: baseOffset >= 0, lastOffsetDelta >= 0 and
+/// baseOffset + lastOffsetDelta + 1 (the next offset) does not overflow i64. Headers from a
+/// source cluster or a segment file are checked with this before offset arithmetic.
+pub fn offsets_in_range(h: &BatchHeader<'_>) -> bool {
+    h.base_offset() >= 0
+        && h.last_offset_delta() >= 0
+        && h.base_offset()
+            .checked_add(h.last_offset_delta() as i64 + 1)
+            .is_some()
+}
+
 /// Stricter check a producer's batch must pass (Kafka's LogValidator for client appends):
 /// at least one record and offsets 0..count-1 exactly.
 pub fn check_client_counts(h: &BatchHeader<'_>) -> Result<(), BatchError> {

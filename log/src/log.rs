@@ -172,7 +172,8 @@ impl Log {
                     batch::check_frame(rest)
                 };
                 let Ok((h, total)) = checked else { break };
-                if h.base_offset() < min_offset
+                if !batch::offsets_in_range(&h)
+                    || h.base_offset() < min_offset
                     || h.last_offset() - base > MAX_RELATIVE_OFFSET
                     || h.last_offset_delta() < 0
                 {
@@ -528,9 +529,20 @@ impl Log {
                     },
                 ));
             }
-            // Stored verbatim, never decoded: the header must at least fit its bytes.
+            // Stored verbatim, never decoded: the header must at least fit its bytes, and its
+            // offsets must be representable.
             batch::check_count_fits_bytes(&h)
                 .map_err(|e| LogError::corrupt(Some(h.base_offset()), e))?;
+            if !batch::offsets_in_range(&h) {
+                return Err(LogError::corrupt(
+                    Some(expected),
+                    format!(
+                        "batch offsets {} + {} out of range",
+                        h.base_offset(),
+                        h.last_offset_delta()
+                    ),
+                ));
+            }
             if h.base_offset() < expected {
                 return Err(LogError::NonMonotonicMirrorOffset {
                     base: Offset(h.base_offset()),
@@ -549,6 +561,9 @@ impl Log {
         }
         let first = tracked[0].base;
         let last = expected - 1;
+        if last - first > MAX_RELATIVE_OFFSET {
+            return self.append_mirror_split(batches, &crcs, &tracked);
+        }
         // Pass 2: CRC32C verified while writing (see Segment::append_verifying); a mismatch
         // cuts the write back so nothing is appended.
         self.maybe_roll(batches.len(), first, last, max_ts)?;
@@ -593,6 +608,41 @@ impl Log {
             log_append_time: -1,
             duplicate: false,
         })
+    }
+
+    /// A mirror append whose offsets span more than one segment can index (relative offsets
+    /// are i32; recovery cuts a segment where they overflow): every CRC is checked first, so
+    /// the append stays all-or-nothing, then each run of batches that fits one segment is
+    /// appended on its own (rolling a segment at the run's first offset).
+    fn append_mirror_split(
+        &mut self,
+        batches: Bytes,
+        ranges: &[(usize, usize, u32)],
+        tracked: &[Tracked],
+    ) -> Result<AppendInfo, LogError> {
+        for (&(s, e, _), t) in ranges.iter().zip(tracked) {
+            batch::validate(&batches[s..e]).map_err(|err| LogError::corrupt(Some(t.base), err))?;
+        }
+        let mut out: Option<AppendInfo> = None;
+        let mut i = 0;
+        while i < ranges.len() {
+            let run_first = tracked[i].base;
+            let mut j = i + 1;
+            while j < ranges.len() && tracked[j].next - 1 - run_first <= MAX_RELATIVE_OFFSET {
+                j += 1;
+            }
+            let part = self.append_mirror(batches.slice(ranges[i].0..ranges[j - 1].1))?;
+            out = Some(match out {
+                None => part,
+                Some(mut o) => {
+                    o.last_offset = part.last_offset;
+                    o.max_timestamp = o.max_timestamp.max(part.max_timestamp);
+                    o
+                }
+            });
+            i = j;
+        }
+        Ok(out.expect("at least one batch"))
     }
 
     /// Writes a control batch at the log end: a transaction marker (commit/abort) for
@@ -1051,6 +1101,34 @@ mod tests {
         assert_eq!(log.offset_for_timestamp(0), Some((Offset(0), 1_000)));
         assert_eq!(log.offset_for_timestamp(1_000), Some((Offset(0), 1_000)));
         assert_eq!(log.max_timestamp_offset(), Some((Offset(0), 1_000)));
+    }
+
+    /// Found by the mirror_append fuzz target: one mirror append whose batches span more than
+    /// 2^31 offsets went into one segment, and recovery (relative offsets are i32) cut it back.
+    #[test]
+    fn a_mirror_append_spanning_more_than_a_segment_index_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        let recs = crate::batch::tests::records_of(1);
+        let mut a = crate::batch::tests::raw_batch(0, 1, 0, &recs);
+        let mut b = a.clone();
+        let far = MAX_RELATIVE_OFFSET + 10;
+        b[..8].copy_from_slice(&far.to_be_bytes());
+        a.extend_from_slice(&b);
+        let info = log.append_mirror(Bytes::from(a)).unwrap();
+        assert_eq!(info.last_offset, Offset(far));
+        assert_eq!(log.segment_count(), 2);
+        log.close().unwrap();
+        let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!(log.log_end_offset(), Offset(far + 1));
+        // Offsets that overflow i64 are refused, not wrapped.
+        let mut log = log;
+        let mut c = crate::batch::tests::raw_batch(0, 1, 0, &recs);
+        c[..8].copy_from_slice(&i64::MAX.to_be_bytes());
+        assert!(matches!(
+            log.append_mirror(Bytes::from(c)),
+            Err(LogError::Corrupt { .. })
+        ));
     }
 
     #[test]
