@@ -438,6 +438,14 @@ impl Log {
                 };
                 let p = &mut staged[idx].1;
                 if let Some(dup) = p.check_client(pid, &h)? {
+                    // A retry is answered with its original offsets only when it is the whole
+                    // request: otherwise the other batches would be dropped while the client is
+                    // told it succeeded (found by fuzzing; Kafka allows one batch per request).
+                    if !pending.is_empty() || end < batches.len() {
+                        return Err(LogError::InvalidRecord(
+                            "a duplicate batch must be the only batch of its request".into(),
+                        ));
+                    }
                     return Ok(AppendInfo {
                         first_offset: Offset(dup.first_offset),
                         last_offset: Offset(dup.last_offset),
@@ -1101,6 +1109,42 @@ mod tests {
         assert_eq!(log.offset_for_timestamp(0), Some((Offset(0), 1_000)));
         assert_eq!(log.offset_for_timestamp(1_000), Some((Offset(0), 1_000)));
         assert_eq!(log.max_timestamp_offset(), Some((Offset(0), 1_000)));
+    }
+
+    /// Found by the produce_batch fuzz target: two batches of one producer with the same
+    /// sequence in one request were answered as a duplicate (success, offsets 0..0) and
+    /// nothing was written.
+    #[test]
+    fn a_duplicate_inside_a_multi_batch_request_is_refused_not_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        let one = crate::batch::build_batch(
+            &crate::batch::BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 0,
+                attributes: 0,
+                base_timestamp: 1,
+                producer_id: 42,
+                producer_epoch: 3,
+                base_sequence: 9,
+            },
+            &[(None, Some(&b"v"[..]))],
+        );
+        let two = [one.clone(), one.clone()].concat();
+        let e = log
+            .append_leader(Bytes::from(two), LeaderEpoch(0), 1)
+            .unwrap_err();
+        assert!(matches!(e, LogError::InvalidRecord(_)), "{e}");
+        assert_eq!((log.log_end_offset(), log.size_bytes()), (Offset(0), 0));
+        // The batch alone is appended, and its retry alone is the duplicate.
+        let first = log
+            .append_leader(Bytes::from(one.clone()), LeaderEpoch(0), 1)
+            .unwrap();
+        let retry = log
+            .append_leader(Bytes::from(one), LeaderEpoch(0), 1)
+            .unwrap();
+        assert!(retry.duplicate && retry.first_offset == first.first_offset);
+        assert_eq!(log.log_end_offset(), Offset(1));
     }
 
     /// Found by the mirror_append fuzz target: one mirror append whose batches span more than

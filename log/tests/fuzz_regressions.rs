@@ -109,6 +109,11 @@ fn produce_batch_crashers() {
         let mut log = Log::open(dir.path(), config()).unwrap();
         match log.append_leader(Bytes::from(b), LeaderEpoch(3), 1_000) {
             Ok(info) => {
+                assert!(
+                    !info.duplicate,
+                    "duplicate on a fresh log: {}",
+                    path.display()
+                );
                 assert_eq!(log.log_end_offset(), Offset(info.last_offset.0 + 1));
                 log.set_high_watermark(log.log_end_offset());
                 read_all(&log);
