@@ -28,6 +28,11 @@
 //! - Every byte below a segment's logical size is a batch that passed validation (CRC32C
 //!   included) when it entered; bytes handed out by `read` are never rewritten in place
 //!   (truncation copies the kept prefix into a fresh file), so zero-copy slices stay valid.
+//! - Leader-path batches passed Kafka's LogValidator record walk
+//!   ([`batch::validate_client_records`], compressed ones decompressed under a cap): their
+//!   recordsCount is the number of records present. Mirror-path batches are stored verbatim and
+//!   only their header is checked against their length ([`batch::check_count_fits_bytes`]).
+//!   Either way no reader sizes anything from a stored count or length.
 //! - Offsets strictly increase across batches and segments; gaps are allowed (mirror path,
 //!   compaction at the source).
 //! - Recovery re-validates (CRC included) from the recovery point and keeps exactly the valid
