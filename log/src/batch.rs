@@ -1,5 +1,8 @@
 //! Zero-copy view of Kafka RecordBatch v2 headers, validation, and the few batch builders the log
-//! needs (control markers). Nothing here allocates on the parse/validate path.
+//! needs (control markers). Nothing here allocates from a count or length read off the wire:
+//! header validation allocates nothing, record validation ([`validate_client_records`]) walks
+//! the records in place (or streams them out of a decompressor, whose output is capped) and
+//! holds at most a decoder's fixed buffers.
 //!
 //! Layout (big endian), offsets in bytes:
 //! `baseOffset i64 @0, batchLength i32 @8, partitionLeaderEpoch i32 @12, magic i8 @16,
@@ -9,6 +12,7 @@
 //! baseOffset and partitionLeaderEpoch without recomputing it.
 
 use std::fmt;
+use std::io::{self, BufRead, BufReader, Read};
 
 /// Size of baseOffset + batchLength (the part not counted by batchLength).
 pub const LOG_OVERHEAD: usize = 12;
@@ -64,6 +68,23 @@ pub enum BatchError {
         last_offset_delta: i32,
         records_count: i32,
     },
+    /// recordsCount cannot fit the bytes of the records section.
+    CountExceedsBytes {
+        records_count: i32,
+        records_bytes: usize,
+    },
+    /// The records disagree with the header or are malformed (Kafka: InvalidRecordException,
+    /// INVALID_RECORD). `index` is the record at fault.
+    InvalidRecords {
+        index: i64,
+        reason: String,
+    },
+    /// The records section does not decompress, or uses an unknown codec (CORRUPT_MESSAGE).
+    Undecodable(String),
+    /// The records decompress to more than the allowed number of bytes (INVALID_RECORD).
+    DecompressedTooLarge {
+        limit: usize,
+    },
 }
 
 impl fmt::Display for BatchError {
@@ -87,6 +108,20 @@ impl fmt::Display for BatchError {
                 f,
                 "lastOffsetDelta {last_offset_delta} inconsistent with recordsCount {records_count}"
             ),
+            BatchError::CountExceedsBytes {
+                records_count,
+                records_bytes,
+            } => write!(
+                f,
+                "recordsCount {records_count} cannot fit in {records_bytes} bytes of records"
+            ),
+            BatchError::InvalidRecords { index, reason } => {
+                write!(f, "invalid record {index}: {reason}")
+            }
+            BatchError::Undecodable(e) => write!(f, "records do not decompress: {e}"),
+            BatchError::DecompressedTooLarge { limit } => {
+                write!(f, "records decompress to more than {limit} bytes")
+            }
         }
     }
 }
@@ -296,6 +331,17 @@ pub fn validate(bytes: &[u8]) -> Result<(BatchHeader<'_>, usize), BatchError> {
     Ok((h, total))
 }
 
+/// Whether the batch's offsets are representable: baseOffset >= 0, lastOffsetDelta >= 0 and
+/// baseOffset + lastOffsetDelta + 1 (the next offset) does not overflow i64. Headers from a
+/// source cluster or a segment file are checked with this before offset arithmetic.
+pub fn offsets_in_range(h: &BatchHeader<'_>) -> bool {
+    h.base_offset() >= 0
+        && h.last_offset_delta() >= 0
+        && h.base_offset()
+            .checked_add(h.last_offset_delta() as i64 + 1)
+            .is_some()
+}
+
 /// Stricter check a producer's batch must pass (Kafka's LogValidator for client appends):
 /// at least one record and offsets 0..count-1 exactly.
 pub fn check_client_counts(h: &BatchHeader<'_>) -> Result<(), BatchError> {
@@ -413,6 +459,444 @@ pub fn write_varint(out: &mut Vec<u8>, v: i64) {
     }
 }
 
+/// Smallest encoded record: length varint, attributes, timestampDelta, offsetDelta, key length,
+/// value length and header count, one byte each.
+pub const MIN_RECORD_SIZE: usize = 7;
+
+/// Cap on the decompressed size of one produced batch's records when
+/// `max.message.bytes` is small: 64 MiB.
+pub const MIN_DECOMPRESSED_LIMIT: usize = 64 << 20;
+
+/// Most bytes a produced batch's records may decompress to: 4 × `max.message.bytes`, at
+/// least [`MIN_DECOMPRESSED_LIMIT`]. Kafka has no such cap; it bounds the CPU and memory a
+/// decompression bomb can take (validation streams, so memory stays at the decoder's buffers).
+pub fn decompressed_limit(max_message_bytes: u32) -> usize {
+    (max_message_bytes as usize)
+        .saturating_mul(4)
+        .max(MIN_DECOMPRESSED_LIMIT)
+}
+
+/// The records section of a batch whose frame was validated (bytes past batchLength ignored).
+fn records_section<'a>(h: &BatchHeader<'a>) -> &'a [u8] {
+    let raw = h.raw();
+    let end = h.total_size().min(raw.len()).max(HEADER_SIZE);
+    &raw[HEADER_SIZE..end]
+}
+
+/// Header-against-bytes check for batches stored verbatim (the mirror path), O(1): an
+/// uncompressed records section must hold at least [`MIN_RECORD_SIZE`] bytes per claimed
+/// record, and records bytes without any record (or records without bytes) are refused.
+/// Compressed sections are only checked for the latter (their records are never decoded here;
+/// nothing downstream allocates from their count).
+pub fn check_count_fits_bytes(h: &BatchHeader<'_>) -> Result<(), BatchError> {
+    let count = h.records_count();
+    let bytes = records_section(h).len();
+    let bad = || BatchError::CountExceedsBytes {
+        records_count: count,
+        records_bytes: bytes,
+    };
+    if count < 0 || (count == 0) != (bytes == 0) {
+        return Err(bad());
+    }
+    if h.compression() == Compression::None
+        && (count as usize).saturating_mul(MIN_RECORD_SIZE) > bytes
+    {
+        return Err(bad());
+    }
+    Ok(())
+}
+
+/// Kafka's LogValidator record walk for a producer's batch (after [`validate`] and
+/// [`check_client_counts`] passed): decompresses the records section (gzip, snappy, lz4, zstd;
+/// at most `max_decompressed` bytes) and checks every record: its length varint matches the
+/// bytes its fields take, offsetDelta is its index, key/value lengths are -1 or fit, header
+/// counts and header key lengths are not negative and fit, varints are well formed (5 bytes
+/// at most for 32-bit ones), and exactly recordsCount records fill the section with no byte
+/// left over. Nothing is allocated from any count or length.
+pub fn validate_client_records(batch: &[u8], max_decompressed: usize) -> Result<(), BatchError> {
+    let h = BatchHeader::parse(batch)?;
+    let section = records_section(&h);
+    let count = h.records_count();
+    let undecodable = |e: io::Error| BatchError::Undecodable(e.to_string());
+    match h.compression() {
+        Compression::None => walk_records(&mut Walker::new(section), count),
+        Compression::Gzip => {
+            let d = flate2::bufread::MultiGzDecoder::new(section);
+            walk_decompressed(d, count, max_decompressed)
+        }
+        Compression::Snappy => {
+            let d = SnappyReader::new(section, max_decompressed);
+            walk_decompressed(d, count, max_decompressed)
+        }
+        Compression::Lz4 => {
+            let d = lz4::Decoder::new(section).map_err(undecodable)?;
+            walk_decompressed(d, count, max_decompressed)
+        }
+        Compression::Zstd => {
+            let d = zstd::stream::read::Decoder::with_buffer(section).map_err(undecodable)?;
+            walk_decompressed(d, count, max_decompressed)
+        }
+        Compression::Unknown(n) => Err(BatchError::Undecodable(format!(
+            "unknown compression codec {n}"
+        ))),
+    }
+}
+
+/// Buffer between a decompressor and the record walker.
+const DECOMPRESS_BUF: usize = 16 << 10;
+
+fn walk_decompressed<R: Read>(r: R, count: i32, limit: usize) -> Result<(), BatchError> {
+    let capped = Capped {
+        inner: r,
+        left: limit,
+        exceeded: false,
+    };
+    let mut w = Walker::new(BufReader::with_capacity(DECOMPRESS_BUF, capped));
+    match walk_records(&mut w, count) {
+        Err(BatchError::DecompressedTooLarge { .. }) => {
+            Err(BatchError::DecompressedTooLarge { limit })
+        }
+        _ if w.r.get_ref().exceeded => Err(BatchError::DecompressedTooLarge { limit }),
+        r => r,
+    }
+}
+
+/// The error a capped decompression stops with.
+#[derive(Debug)]
+struct CapExceeded;
+
+impl fmt::Display for CapExceeded {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("decompressed size limit exceeded")
+    }
+}
+
+impl std::error::Error for CapExceeded {}
+
+/// A decompressor's error as a batch error (the cap's own error keeps its meaning).
+fn io_error(e: io::Error) -> BatchError {
+    if e.get_ref().is_some_and(|i| i.is::<CapExceeded>()) {
+        BatchError::DecompressedTooLarge { limit: 0 }
+    } else {
+        BatchError::Undecodable(e.to_string())
+    }
+}
+
+/// A reader that fails once more than `left` bytes were read through it.
+struct Capped<R> {
+    inner: R,
+    left: usize,
+    exceeded: bool,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        // Ask for one byte more than allowed so that exceeding the cap is seen.
+        let want = buf.len().min(self.left.saturating_add(1));
+        let n = self.inner.read(&mut buf[..want])?;
+        if n > self.left {
+            self.exceeded = true;
+            return Err(io::Error::other(CapExceeded));
+        }
+        self.left -= n;
+        Ok(n)
+    }
+}
+
+/// Kafka's snappy framing (snappy-java's SnappyOutputStream): the 8-byte magic
+/// `\x82SNAPPY\0`, two 4-byte versions, then blocks of (u32 length, raw snappy block). Input
+/// without the magic is one raw snappy block, as snappy-java reads it.
+struct SnappyReader<'a> {
+    input: &'a [u8],
+    framed: bool,
+    block: Vec<u8>,
+    pos: usize,
+    /// Decompressed bytes still allowed (a block claiming more is refused before allocating).
+    budget: usize,
+    started: bool,
+}
+
+const SNAPPY_MAGIC: &[u8] = b"\x82SNAPPY\0";
+const SNAPPY_HEADER: usize = 16;
+/// Largest expansion of raw snappy (a 3-byte copy op yields at most 64 bytes), rounded up.
+const SNAPPY_MAX_RATIO: usize = 24;
+
+impl<'a> SnappyReader<'a> {
+    fn new(input: &'a [u8], budget: usize) -> Self {
+        SnappyReader {
+            input,
+            framed: false,
+            block: Vec::new(),
+            pos: 0,
+            budget,
+            started: false,
+        }
+    }
+
+    fn bad(msg: String) -> io::Error {
+        io::Error::new(io::ErrorKind::InvalidData, msg)
+    }
+
+    /// Decodes the next block into `self.block`; false at the end of the input.
+    fn next_block(&mut self) -> io::Result<bool> {
+        if !self.started {
+            self.started = true;
+            if self.input.starts_with(SNAPPY_MAGIC) {
+                if self.input.len() < SNAPPY_HEADER {
+                    return Err(Self::bad("truncated snappy header".into()));
+                }
+                self.framed = true;
+                self.input = &self.input[SNAPPY_HEADER..];
+            }
+        }
+        if self.input.is_empty() {
+            return Ok(false);
+        }
+        let block = if self.framed {
+            if self.input.len() < 4 {
+                return Err(Self::bad("truncated snappy block length".into()));
+            }
+            let n = u32::from_be_bytes(self.input[..4].try_into().expect("4 bytes")) as usize;
+            let rest = &self.input[4..];
+            if n > rest.len() {
+                return Err(Self::bad(format!(
+                    "snappy block of {n} bytes, {} left",
+                    rest.len()
+                )));
+            }
+            self.input = &rest[n..];
+            &rest[..n]
+        } else {
+            std::mem::take(&mut self.input)
+        };
+        let len = snap::raw::decompress_len(block).map_err(|e| Self::bad(e.to_string()))?;
+        let most = block
+            .len()
+            .saturating_mul(SNAPPY_MAX_RATIO)
+            .saturating_add(64);
+        if len > most {
+            return Err(Self::bad(format!(
+                "snappy block of {} bytes claims {len} bytes decompressed",
+                block.len()
+            )));
+        }
+        if len > self.budget {
+            return Err(io::Error::other(CapExceeded));
+        }
+        self.block.clear();
+        self.block.resize(len, 0);
+        let n = snap::raw::Decoder::new()
+            .decompress(block, &mut self.block)
+            .map_err(|e| Self::bad(e.to_string()))?;
+        self.block.truncate(n);
+        self.budget = self.budget.saturating_sub(n);
+        self.pos = 0;
+        Ok(true)
+    }
+}
+
+impl Read for SnappyReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.pos >= self.block.len() {
+            if !self.next_block()? {
+                return Ok(0);
+            }
+        }
+        let n = buf.len().min(self.block.len() - self.pos);
+        buf[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// Why a record walk stopped.
+enum WalkError {
+    Io(io::Error),
+    /// Input ended (cleanly) where a byte was needed.
+    Eof,
+    Invalid(String),
+}
+
+impl From<io::Error> for WalkError {
+    fn from(e: io::Error) -> Self {
+        if e.kind() == io::ErrorKind::UnexpectedEof {
+            WalkError::Eof
+        } else {
+            WalkError::Io(e)
+        }
+    }
+}
+
+/// Byte-level reader over a record stream that counts what it consumed.
+struct Walker<R> {
+    r: R,
+    consumed: u64,
+}
+
+impl<R: BufRead> Walker<R> {
+    fn new(r: R) -> Self {
+        Walker { r, consumed: 0 }
+    }
+
+    /// Next byte, or None at a clean end of input.
+    fn byte_or_end(&mut self) -> Result<Option<u8>, WalkError> {
+        let b = match self.r.fill_buf()? {
+            [] => return Ok(None),
+            b => b[0],
+        };
+        self.r.consume(1);
+        self.consumed += 1;
+        Ok(Some(b))
+    }
+
+    fn byte(&mut self) -> Result<u8, WalkError> {
+        self.byte_or_end()?.ok_or(WalkError::Eof)
+    }
+
+    /// Zig-zag varint of at most `max_bytes` bytes whose unsigned form fits `bits`; `first`
+    /// is an already-read first byte.
+    fn varint_from(&mut self, first: u8, max_bytes: u32, bits: u32) -> Result<i64, WalkError> {
+        let mut raw: u64 = (first & 0x7f) as u64;
+        let mut b = first;
+        let mut i = 1;
+        while b & 0x80 != 0 {
+            if i == max_bytes {
+                return Err(WalkError::Invalid(format!(
+                    "varint longer than {max_bytes} bytes"
+                )));
+            }
+            b = self.byte()?;
+            raw |= ((b & 0x7f) as u64) << (7 * i);
+            i += 1;
+        }
+        if bits < 64 && raw >> bits != 0 {
+            return Err(WalkError::Invalid(format!("varint overflows {bits} bits")));
+        }
+        Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64))
+    }
+
+    fn varint32(&mut self) -> Result<i64, WalkError> {
+        let first = self.byte()?;
+        self.varint_from(first, 5, 32)
+    }
+
+    fn varint64(&mut self) -> Result<i64, WalkError> {
+        let first = self.byte()?;
+        self.varint_from(first, 10, 64)
+    }
+
+    fn skip(&mut self, mut n: usize) -> Result<(), WalkError> {
+        while n > 0 {
+            let have = self.r.fill_buf()?.len();
+            if have == 0 {
+                return Err(WalkError::Eof);
+            }
+            let k = have.min(n);
+            self.r.consume(k);
+            self.consumed += k as u64;
+            n -= k;
+        }
+        Ok(())
+    }
+}
+
+/// Walks exactly `count` records (see [`validate_client_records`]).
+fn walk_records<R: BufRead>(w: &mut Walker<R>, count: i32) -> Result<(), BatchError> {
+    let mut index: i64 = 0;
+    let invalid = |index: i64, reason: String| BatchError::InvalidRecords { index, reason };
+    loop {
+        let first = match w.byte_or_end() {
+            Ok(Some(b)) => b,
+            Ok(None) => break,
+            Err(WalkError::Io(e)) => return Err(io_error(e)),
+            Err(WalkError::Eof) => break,
+            Err(WalkError::Invalid(r)) => return Err(invalid(index, r)),
+        };
+        if index >= count as i64 {
+            return Err(invalid(
+                index,
+                format!("bytes remain after the {count} records the batch declares"),
+            ));
+        }
+        match walk_record(w, first, index) {
+            Ok(()) => {}
+            Err(WalkError::Io(e)) => return Err(io_error(e)),
+            Err(WalkError::Eof) => {
+                return Err(invalid(index, "record truncated (premature end)".into()))
+            }
+            Err(WalkError::Invalid(r)) => return Err(invalid(index, r)),
+        }
+        index += 1;
+    }
+    if index != count as i64 {
+        return Err(invalid(
+            index,
+            format!("batch declares {count} records but holds {index}"),
+        ));
+    }
+    Ok(())
+}
+
+/// One record, its length varint's first byte already read.
+fn walk_record<R: BufRead>(w: &mut Walker<R>, first: u8, index: i64) -> Result<(), WalkError> {
+    let len = w.varint_from(first, 5, 32)?;
+    if len < 0 {
+        return Err(WalkError::Invalid(format!("negative record length {len}")));
+    }
+    let len = len as u64;
+    let start = w.consumed;
+    // Bytes of this record not yet consumed; a field running past the end is refused.
+    let left = |w: &Walker<R>| -> Result<u64, WalkError> {
+        len.checked_sub(w.consumed - start)
+            .ok_or_else(|| WalkError::Invalid(format!("record fields run past its length {len}")))
+    };
+    let field = |w: &mut Walker<R>, what: &str, l: i64, nullable: bool| -> Result<(), WalkError> {
+        if l < 0 {
+            if nullable && l == -1 {
+                return Ok(());
+            }
+            return Err(WalkError::Invalid(format!("{what} length {l}")));
+        }
+        if l as u64 > left(w)? {
+            return Err(WalkError::Invalid(format!(
+                "{what} length {l} exceeds the record's {len} bytes"
+            )));
+        }
+        w.skip(l as usize)
+    };
+    let _attributes = w.byte()?;
+    let _timestamp_delta = w.varint64()?;
+    let offset_delta = w.varint32()?;
+    if offset_delta != index {
+        return Err(WalkError::Invalid(format!(
+            "offsetDelta {offset_delta}, expected {index}"
+        )));
+    }
+    left(w)?;
+    let key = w.varint32()?;
+    field(w, "key", key, true)?;
+    let value = w.varint32()?;
+    field(w, "value", value, true)?;
+    let headers = w.varint32()?;
+    if headers < 0 {
+        return Err(WalkError::Invalid(format!("header count {headers}")));
+    }
+    for _ in 0..headers {
+        left(w)?;
+        let k = w.varint32()?;
+        field(w, "header key", k, false)?;
+        let v = w.varint32()?;
+        field(w, "header value", v, true)?;
+    }
+    if left(w)? != 0 {
+        return Err(WalkError::Invalid(format!(
+            "record length {len} but its fields take {}",
+            w.consumed - start
+        )));
+    }
+    Ok(())
+}
+
 /// A record's optional key and optional value.
 pub type KeyValue<'a> = (Option<&'a [u8]>, Option<&'a [u8]>);
 /// A record's position data and optional key.
@@ -426,23 +910,43 @@ pub struct RecordPosition {
 }
 
 /// Walks the records of an uncompressed batch, yielding each record's timestamp and offset
-/// deltas plus its key. Returns None for compressed batches or malformed records.
+/// deltas plus its key. Returns None for compressed batches or malformed records. The vector
+/// grows with the records actually present, never from the header's recordsCount.
 pub fn uncompressed_records(batch: &[u8]) -> Option<Vec<RecordKey<'_>>> {
-    let h = BatchHeader::parse(batch).ok()?;
-    if h.compression() != Compression::None {
-        return None;
-    }
-    let total = h.total_size().min(batch.len());
-    let mut pos = HEADER_SIZE;
-    let mut out = Vec::with_capacity(h.records_count().max(0) as usize);
-    while pos < total {
-        let (len, n) = read_varint(&batch[pos..total])?;
-        pos += n;
-        let end = pos.checked_add(usize::try_from(len).ok()?)?;
-        if end > total {
+    UncompressedRecords::new(batch)?.collect()
+}
+
+/// Iterator form of [`uncompressed_records`]: yields `Some(record)` per record and a final
+/// `None` (then stops) at the first malformed one. Allocates nothing.
+pub struct UncompressedRecords<'a> {
+    batch: &'a [u8],
+    pos: usize,
+    end: usize,
+}
+
+impl<'a> UncompressedRecords<'a> {
+    /// None for a batch shorter than a header or a compressed one.
+    pub fn new(batch: &'a [u8]) -> Option<Self> {
+        let h = BatchHeader::parse(batch).ok()?;
+        if h.compression() != Compression::None {
             return None;
         }
-        let rec = &batch[pos..end];
+        Some(UncompressedRecords {
+            batch,
+            pos: HEADER_SIZE,
+            end: h.total_size().min(batch.len()),
+        })
+    }
+
+    fn read_one(&mut self) -> Option<RecordKey<'a>> {
+        let batch = self.batch;
+        let (len, n) = read_varint(batch.get(self.pos..self.end)?)?;
+        let start = self.pos + n;
+        let end = start.checked_add(usize::try_from(len).ok()?)?;
+        if end > self.end {
+            return None;
+        }
+        let rec = &batch[start..end];
         let mut p = 1; // attributes
         let (ts, n) = read_varint(rec.get(p..)?)?;
         p += n;
@@ -451,20 +955,34 @@ pub fn uncompressed_records(batch: &[u8]) -> Option<Vec<RecordKey<'_>>> {
         let (klen, n) = read_varint(rec.get(p..)?)?;
         p += n;
         let key = if klen >= 0 {
-            Some(rec.get(p..p + klen as usize)?)
+            Some(rec.get(p..p.checked_add(usize::try_from(klen).ok()?)?)?)
         } else {
             None
         };
-        out.push((
+        self.pos = end;
+        Some((
             RecordPosition {
                 timestamp_delta: ts,
                 offset_delta: od,
             },
             key,
-        ));
-        pos = end;
+        ))
     }
-    Some(out)
+}
+
+impl<'a> Iterator for UncompressedRecords<'a> {
+    type Item = Option<RecordKey<'a>>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.pos >= self.end {
+            return None;
+        }
+        let r = self.read_one();
+        if r.is_none() {
+            self.pos = self.end;
+        }
+        Some(r)
+    }
 }
 
 /// Key and value of the first record of an uncompressed batch.
@@ -476,7 +994,7 @@ fn first_record_key_value(batch: &[u8]) -> Option<KeyValue<'_>> {
     let total = h.total_size().min(batch.len());
     let b = batch.get(HEADER_SIZE..total)?;
     let (len, n) = read_varint(b)?;
-    let rec = b.get(n..n + usize::try_from(len).ok()?)?;
+    let rec = b.get(n..n.checked_add(usize::try_from(len).ok()?)?)?;
     let mut p = 1; // attributes
     for _ in 0..2 {
         // timestamp delta, offset delta
@@ -488,8 +1006,9 @@ fn first_record_key_value(batch: &[u8]) -> Option<KeyValue<'_>> {
         if l < 0 {
             return Some(None);
         }
-        let v = rec.get(*p..*p + l as usize)?;
-        *p += l as usize;
+        let end = p.checked_add(usize::try_from(l).ok()?)?;
+        let v = rec.get(*p..end)?;
+        *p = end;
         Some(Some(v))
     };
     let key = field(&mut p)?;
@@ -785,6 +1304,466 @@ pub(crate) mod tests {
         let (h, _) = validate(&b).unwrap();
         assert!(h.is_control() && h.is_transactional());
         assert_eq!(control_record(&b), Some((CONTROL_TYPE_ABORT, 17)));
+    }
+
+    /// A batch with the given header fields around `records` (already encoded, possibly
+    /// compressed), with a correct CRC.
+    pub(crate) fn raw_batch(attributes: i16, count: i32, lod: i32, records: &[u8]) -> Vec<u8> {
+        let mut b = build_batch(
+            &BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 0,
+                attributes,
+                base_timestamp: 1_000,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            },
+            &[],
+        );
+        b.truncate(HEADER_SIZE);
+        b.extend_from_slice(records);
+        let len = (b.len() - LOG_OVERHEAD) as i32;
+        b[LENGTH_POS..LENGTH_POS + 4].copy_from_slice(&len.to_be_bytes());
+        b[LAST_OFFSET_DELTA_POS..LAST_OFFSET_DELTA_POS + 4].copy_from_slice(&lod.to_be_bytes());
+        b[RECORDS_COUNT_POS..RECORDS_COUNT_POS + 4].copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&b[ATTRIBUTES_POS..]);
+        b[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+        b
+    }
+
+    /// The encoded records section of `n` sample records.
+    pub(crate) fn records_of(n: usize) -> Vec<u8> {
+        sample(n)[HEADER_SIZE..].to_vec()
+    }
+
+    /// The batch of issue 8 hole 2: one record, recordsCount 2^31-1, lastOffsetDelta 2^31-2.
+    pub(crate) fn one_record_claiming_i32_max() -> Vec<u8> {
+        raw_batch(0, i32::MAX, i32::MAX - 1, &records_of(1))
+    }
+
+    fn walk(b: &[u8]) -> Result<(), BatchError> {
+        validate_client_records(b, MIN_DECOMPRESSED_LIMIT)
+    }
+
+    #[test]
+    fn one_record_claiming_i32_max_records_is_refused() {
+        let b = one_record_claiming_i32_max();
+        // Frame, CRC and count/offset agreement all pass: only the record walk sees the lie.
+        let (h, _) = validate(&b).unwrap();
+        check_client_counts(&h).unwrap();
+        let e = walk(&b).unwrap_err();
+        assert!(
+            matches!(e, BatchError::InvalidRecords { index: 1, .. }),
+            "{e}"
+        );
+        // The mirror path's O(1) check refuses it too.
+        assert!(matches!(
+            check_count_fits_bytes(&h),
+            Err(BatchError::CountExceedsBytes { .. })
+        ));
+        // Walking its records allocates nothing from the count.
+        assert_eq!(uncompressed_records(&b).unwrap().len(), 1);
+    }
+
+    #[test]
+    fn well_formed_batches_pass_the_record_walk() {
+        for n in [1, 2, 50] {
+            let b = sample(n);
+            walk(&b).unwrap();
+            let (h, _) = validate(&b).unwrap();
+            check_count_fits_bytes(&h).unwrap();
+        }
+        walk(&zero_crc_batch()).unwrap();
+        // Null key and value, and headers.
+        let mut rec = vec![0u8];
+        for v in [0i64, 0, -1, -1, 2, 1] {
+            write_varint(&mut rec, v);
+        }
+        rec.push(b'h');
+        write_varint(&mut rec, -1);
+        write_varint(&mut rec, 2);
+        rec.extend_from_slice(b"k2");
+        write_varint(&mut rec, 1);
+        rec.push(b'v');
+        let mut section = Vec::new();
+        write_varint(&mut section, rec.len() as i64);
+        section.extend_from_slice(&rec);
+        walk(&raw_batch(0, 1, 0, &section)).unwrap();
+    }
+
+    /// One record whose body is `fields` (varints) followed by `tail`, length varint `len` or
+    /// the true length.
+    fn record(fields: &[i64], tail: &[u8], len: Option<i64>) -> Vec<u8> {
+        let mut rec = vec![0u8];
+        for &f in fields {
+            write_varint(&mut rec, f);
+        }
+        rec.extend_from_slice(tail);
+        let mut out = Vec::new();
+        write_varint(&mut out, len.unwrap_or(rec.len() as i64));
+        out.extend_from_slice(&rec);
+        out
+    }
+
+    #[test]
+    fn malformed_records_are_invalid_records() {
+        let good = {
+            let mut r = vec![0u8];
+            for f in [0i64, 0, 1] {
+                write_varint(&mut r, f);
+            }
+            r.push(b'k');
+            write_varint(&mut r, 1);
+            r.push(b'v');
+            write_varint(&mut r, 0);
+            let mut out = Vec::new();
+            write_varint(&mut out, r.len() as i64);
+            out.extend_from_slice(&r);
+            out
+        };
+        walk(&raw_batch(0, 1, 0, &good)).unwrap();
+        let cases: Vec<(&str, Vec<u8>, i32)> = vec![
+            ("trailing byte", [&good[..], &[0u8][..]].concat(), 1),
+            ("two records declared, one present", good.clone(), 2),
+            (
+                "length says one byte more",
+                {
+                    let mut g = good.clone();
+                    g[0] += 2; // zig-zag: +1
+                    g.push(0);
+                    g
+                },
+                1,
+            ),
+            (
+                "length says one byte less",
+                {
+                    let mut g = good.clone();
+                    g[0] -= 2;
+                    g
+                },
+                1,
+            ),
+            (
+                "negative record length",
+                record(&[0, 0, -1, -1, 0], b"", Some(-3)),
+                1,
+            ),
+            (
+                "offsetDelta 5 for record 0",
+                record(&[0, 5, -1, -1, 0], b"", None),
+                1,
+            ),
+            (
+                "key length past the record",
+                record(&[0, 0, 100], b"k", None),
+                1,
+            ),
+            ("key length -2", record(&[0, 0, -2, -1, 0], b"", None), 1),
+            (
+                "value length past the record",
+                record(&[0, 0, -1, 50], b"v", None),
+                1,
+            ),
+            (
+                "negative header count",
+                record(&[0, 0, -1, -1, -1], b"", None),
+                1,
+            ),
+            (
+                "huge header count",
+                record(&[0, 0, -1, -1, i32::MAX as i64], b"", None),
+                1,
+            ),
+            (
+                "negative header key length",
+                record(&[0, 0, -1, -1, 1, -1, -1], b"", None),
+                1,
+            ),
+            (
+                "offsetDelta varint of 6 bytes",
+                {
+                    let mut r = vec![0u8, 0];
+                    r.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x80, 0x00]);
+                    r.extend_from_slice(&[1, 1, 0]);
+                    let mut out = Vec::new();
+                    write_varint(&mut out, r.len() as i64);
+                    out.extend_from_slice(&r);
+                    out
+                },
+                1,
+            ),
+            (
+                "offsetDelta overflowing 32 bits",
+                {
+                    let mut r = vec![0u8, 0];
+                    r.extend_from_slice(&[0x80, 0x80, 0x80, 0x80, 0x7f]);
+                    r.extend_from_slice(&[1, 1, 0]);
+                    let mut out = Vec::new();
+                    write_varint(&mut out, r.len() as i64);
+                    out.extend_from_slice(&r);
+                    out
+                },
+                1,
+            ),
+            ("record truncated", good[..good.len() - 2].to_vec(), 1),
+        ];
+        for (name, section, count) in cases {
+            let b = raw_batch(0, count, count - 1, &section);
+            let e = walk(&b).expect_err(name);
+            assert!(
+                matches!(e, BatchError::InvalidRecords { .. }),
+                "{name}: {e}"
+            );
+        }
+    }
+
+    fn compress(codec: u8, data: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        match codec {
+            1 => {
+                let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                e.write_all(data).unwrap();
+                e.finish().unwrap()
+            }
+            2 => {
+                // snappy-java framing: magic, versions, (length, raw block) per 32 KiB.
+                let mut out = SNAPPY_MAGIC.to_vec();
+                out.extend_from_slice(&1i32.to_be_bytes());
+                out.extend_from_slice(&1i32.to_be_bytes());
+                for chunk in data.chunks(32 << 10) {
+                    let c = snap::raw::Encoder::new().compress_vec(chunk).unwrap();
+                    out.extend_from_slice(&(c.len() as u32).to_be_bytes());
+                    out.extend_from_slice(&c);
+                }
+                out
+            }
+            3 => {
+                let mut e = lz4::EncoderBuilder::new().build(Vec::new()).unwrap();
+                e.write_all(data).unwrap();
+                let (out, r) = e.finish();
+                r.unwrap();
+                out
+            }
+            4 => zstd::encode_all(data, 3).unwrap(),
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn compressed_batches_are_walked_after_decompression() {
+        for codec in 1..=4u8 {
+            let recs = records_of(20);
+            let z = compress(codec, &recs);
+            walk(&raw_batch(codec as i16, 20, 19, &z))
+                .unwrap_or_else(|e| panic!("codec {codec}: {e}"));
+            // Unframed snappy is one raw block, as snappy-java reads it.
+            if codec == 2 {
+                let raw = snap::raw::Encoder::new().compress_vec(&recs).unwrap();
+                walk(&raw_batch(2, 20, 19, &raw)).unwrap();
+            }
+            // A count the decompressed records do not match.
+            let e = walk(&raw_batch(codec as i16, i32::MAX, i32::MAX - 1, &z)).unwrap_err();
+            assert!(
+                matches!(e, BatchError::InvalidRecords { .. }),
+                "codec {codec}: {e}"
+            );
+            // Garbage that does not decompress.
+            let e = walk(&raw_batch(codec as i16, 1, 0, &[0x13; 40])).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    BatchError::Undecodable(_) | BatchError::InvalidRecords { .. }
+                ),
+                "codec {codec}: {e}"
+            );
+            // A stream cut short.
+            let e = walk(&raw_batch(codec as i16, 20, 19, &z[..z.len() / 2])).unwrap_err();
+            assert!(
+                matches!(
+                    e,
+                    BatchError::Undecodable(_) | BatchError::InvalidRecords { .. }
+                ),
+                "codec {codec}: {e}"
+            );
+        }
+        let e = walk(&raw_batch(5, 1, 0, &records_of(1))).unwrap_err();
+        assert!(matches!(e, BatchError::Undecodable(_)), "{e}");
+    }
+
+    #[test]
+    fn decompression_is_capped() {
+        // 300 records of 64 KiB zeros: 19 MiB decompressed from a few KiB.
+        let big = vec![0u8; 64 << 10];
+        let recs: Vec<KeyValue<'_>> = (0..300).map(|_| (None, Some(&big[..]))).collect();
+        let plain = build_batch(
+            &BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 0,
+                attributes: 0,
+                base_timestamp: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            },
+            &recs,
+        );
+        let section = &plain[HEADER_SIZE..];
+        for codec in 1..=4u8 {
+            let z = compress(codec, section);
+            let b = raw_batch(codec as i16, 300, 299, &z);
+            validate_client_records(&b, section.len()).unwrap();
+            let e = validate_client_records(&b, 1 << 20).unwrap_err();
+            assert_eq!(
+                e,
+                BatchError::DecompressedTooLarge { limit: 1 << 20 },
+                "codec {codec}"
+            );
+        }
+        // A raw snappy block claiming far more than its bytes can expand to.
+        let mut lie = Vec::new();
+        let mut n = 60u64 << 20;
+        while n >= 0x80 {
+            lie.push((n as u8) | 0x80);
+            n >>= 7;
+        }
+        lie.push(n as u8);
+        lie.extend_from_slice(&[0; 8]);
+        let e = walk(&raw_batch(2, 1, 0, &lie)).unwrap_err();
+        assert!(matches!(e, BatchError::Undecodable(_)), "{e}");
+        assert_eq!(decompressed_limit(1 << 20), MIN_DECOMPRESSED_LIMIT);
+        assert_eq!(decompressed_limit(100 << 20), 400 << 20);
+    }
+
+    #[test]
+    fn mirror_count_check_bounds_the_count_by_the_bytes() {
+        let b = sample(3);
+        let (h, _) = validate(&b).unwrap();
+        check_count_fits_bytes(&h).unwrap();
+        // Compaction may leave fewer records than offsets: still fine.
+        let b = raw_batch(0, 1, 9, &records_of(1));
+        check_count_fits_bytes(&validate(&b).unwrap().0).unwrap();
+        // An empty batch (all records compacted away) is fine, bytes without a record are not.
+        let empty = raw_batch(0, 0, 0, &[]);
+        check_count_fits_bytes(&validate(&empty).unwrap().0).unwrap();
+        let b = raw_batch(0, 0, 0, &records_of(1));
+        assert!(check_count_fits_bytes(&validate(&b).unwrap().0).is_err());
+        let b = raw_batch(0, 1000, 999, &records_of(3));
+        assert!(check_count_fits_bytes(&validate(&b).unwrap().0).is_err());
+    }
+
+    /// Writes the fuzz seed corpora of the log targets (fuzz/corpus/{produce_batch,
+    /// mirror_append,segment_recovery}) into `$KMIRROR_FUZZ_SEEDS`:
+    /// `KMIRROR_FUZZ_SEEDS=$PWD/fuzz/corpus cargo test -p kmirror-log --lib write_fuzz_seeds -- --ignored`
+    #[test]
+    #[ignore = "writes the fuzz seed corpora; run by hand"]
+    fn write_fuzz_seeds() {
+        let root = std::path::PathBuf::from(std::env::var("KMIRROR_FUZZ_SEEDS").unwrap());
+        let write = |target: &str, name: &str, mode: u8, bytes: &[u8]| {
+            let dir = root.join(target);
+            std::fs::create_dir_all(&dir).unwrap();
+            let mut b = vec![mode];
+            b.extend_from_slice(bytes);
+            std::fs::write(dir.join(name), b).unwrap();
+        };
+        let with_headers = {
+            let mut rec = vec![0u8];
+            for v in [0i64, 0, 1] {
+                write_varint(&mut rec, v);
+            }
+            rec.push(b'k');
+            write_varint(&mut rec, 1);
+            rec.push(b'v');
+            write_varint(&mut rec, 1);
+            write_varint(&mut rec, 1);
+            rec.push(b'h');
+            write_varint(&mut rec, -1);
+            let mut section = Vec::new();
+            write_varint(&mut section, rec.len() as i64);
+            section.extend_from_slice(&rec);
+            raw_batch(0, 1, 0, &section)
+        };
+        let idempotent = build_batch(
+            &BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 0,
+                attributes: 0,
+                base_timestamp: 10,
+                producer_id: 7,
+                producer_epoch: 0,
+                base_sequence: 0,
+            },
+            &[(Some(&b"a"[..]), Some(&b"b"[..])), (None, Some(&b"c"[..]))],
+        );
+        let txn = build_batch(
+            &BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 0,
+                attributes: TRANSACTIONAL_ATTRIBUTES,
+                base_timestamp: 10,
+                producer_id: 9,
+                producer_epoch: 1,
+                base_sequence: 0,
+            },
+            &[(None, Some(&b"t"[..]))],
+        );
+        let mut leader: Vec<(String, Vec<u8>)> = vec![
+            ("one".into(), sample(1)),
+            ("three".into(), sample(3)),
+            ("headers".into(), with_headers),
+            ("idempotent".into(), idempotent),
+            ("transactional".into(), txn),
+            ("zero-crc".into(), zero_crc_batch()),
+            ("claims-i32-max".into(), one_record_claiming_i32_max()),
+        ];
+        for codec in 1..=4u8 {
+            let z = compress(codec, &records_of(5));
+            leader.push((format!("codec-{codec}"), raw_batch(codec as i16, 5, 4, &z)));
+        }
+        for (name, b) in &leader {
+            write("produce_batch", name, 0, b);
+            write("produce_batch", &format!("{name}-fixed"), 3, b);
+        }
+        // Mirror path: the same batches at source offsets, concatenated runs, control batches.
+        let at = |b: &[u8], off: i64| {
+            let mut b = b.to_vec();
+            b[..8].copy_from_slice(&off.to_be_bytes());
+            b
+        };
+        let mut run = Vec::new();
+        let mut next = 0i64;
+        for (_, b) in leader.iter().filter(|(n, _)| n != "claims-i32-max") {
+            let (h, _) = validate(b).unwrap();
+            run.extend_from_slice(&at(b, next));
+            next += h.last_offset_delta() as i64 + 1 + 3; // gaps, as compaction leaves
+        }
+        let marker = build_control_batch(next, 2, 9, 1, CONTROL_TYPE_COMMIT, 4, 20);
+        run.extend_from_slice(&marker);
+        let reset = build_control_batch(next + 1, 3, -1, -1, CONTROL_TYPE_MIRROR_PID_RESET, -1, 21);
+        for (name, b) in &leader {
+            write("mirror_append", name, 0, &at(b, 42));
+        }
+        write("mirror_append", "run", 0, &run);
+        write("mirror_append", "run-fixed", 1, &run);
+        write(
+            "mirror_append",
+            "control-abort",
+            0,
+            &build_control_batch(1, 0, 9, 1, CONTROL_TYPE_ABORT, 0, 5),
+        );
+        write("mirror_append", "pid-reset", 0, &reset);
+        // Recovery: a clean segment, one cut mid-batch, one with a flipped bit in the middle.
+        let mut seg = run.clone();
+        seg.extend_from_slice(&reset);
+        write("segment_recovery", "clean", 0, &seg);
+        write("segment_recovery", "torn-tail", 0, &seg[..seg.len() - 7]);
+        let mut flipped = seg.clone();
+        let mid = flipped.len() / 2;
+        flipped[mid] ^= 0x40;
+        write("segment_recovery", "flipped-bit", 0, &flipped);
+        write("segment_recovery", "flipped-bit-fixed", 1, &flipped);
+        write("segment_recovery", "empty", 0, &[]);
     }
 
     #[test]

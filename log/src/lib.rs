@@ -32,6 +32,11 @@
 //!   partial write is cut back, and so is a whole write whose fsync failed. Index, epoch and
 //!   checkpoint files are derived data: failing to rewrite them (ENOSPC) after the data is
 //!   written, or while opening, is logged and retried, never an append or open error.
+//! - Leader-path batches passed Kafka's LogValidator record walk
+//!   ([`batch::validate_client_records`], compressed ones decompressed under a cap): their
+//!   recordsCount is the number of records present. Mirror-path batches are stored verbatim and
+//!   only their header is checked against their length ([`batch::check_count_fits_bytes`]).
+//!   Either way no reader sizes anything from a stored count or length.
 //! - Offsets strictly increase across batches and segments; gaps are allowed (mirror path,
 //!   compaction at the source).
 //! - Recovery re-validates (CRC included) from the recovery point and keeps exactly the valid

@@ -171,7 +171,8 @@ impl Log {
                     batch::check_frame(rest)
                 };
                 let Ok((h, total)) = checked else { break };
-                if h.base_offset() < min_offset
+                if !batch::offsets_in_range(&h)
+                    || h.base_offset() < min_offset
                     || h.last_offset() - base > MAX_RELATIVE_OFFSET
                     || h.last_offset_delta() < 0
                 {
@@ -451,6 +452,7 @@ impl Log {
             return Err(LogError::InvalidRecord("empty records".into()));
         }
         let max = self.config.max_message_bytes;
+        let decompressed_limit = batch::decompressed_limit(max);
         let mut pending = Vec::new();
         let mut next = self.leo;
         let mut max_ts = -1i64;
@@ -466,6 +468,10 @@ impl Log {
                 });
             }
             batch::check_client_counts(&h).map_err(|e| LogError::InvalidRecord(e.to_string()))?;
+            // Kafka's LogValidator: every record is walked (decompressed under a cap) and must
+            // agree with the header, so no count or length a producer sent is trusted later.
+            batch::validate_client_records(&batches[start..end], decompressed_limit)
+                .map_err(|e| record_error(next, e))?;
             if h.is_control() {
                 return Err(LogError::InvalidRecord(
                     "producers may not write control batches".into(),
@@ -490,6 +496,14 @@ impl Log {
                 };
                 let p = &mut staged[idx].1;
                 if let Some(dup) = p.check_client(pid, &h)? {
+                    // A retry is answered with its original offsets only when it is the whole
+                    // request: otherwise the other batches would be dropped while the client is
+                    // told it succeeded (found by fuzzing; Kafka allows one batch per request).
+                    if !pending.is_empty() || end < batches.len() {
+                        return Err(LogError::InvalidRecord(
+                            "a duplicate batch must be the only batch of its request".into(),
+                        ));
+                    }
                     return Ok(AppendInfo {
                         first_offset: Offset(dup.first_offset),
                         last_offset: Offset(dup.last_offset),
@@ -585,6 +599,20 @@ impl Log {
                     },
                 ));
             }
+            // Stored verbatim, never decoded: the header must at least fit its bytes, and its
+            // offsets must be representable.
+            batch::check_count_fits_bytes(&h)
+                .map_err(|e| LogError::corrupt(Some(h.base_offset()), e))?;
+            if !batch::offsets_in_range(&h) {
+                return Err(LogError::corrupt(
+                    Some(expected),
+                    format!(
+                        "batch offsets {} + {} out of range",
+                        h.base_offset(),
+                        h.last_offset_delta()
+                    ),
+                ));
+            }
             if h.base_offset() < expected {
                 return Err(LogError::NonMonotonicMirrorOffset {
                     base: Offset(h.base_offset()),
@@ -603,6 +631,9 @@ impl Log {
         }
         let first = tracked[0].base;
         let last = expected - 1;
+        if last - first > MAX_RELATIVE_OFFSET {
+            return self.append_mirror_split(batches, &crcs, &tracked);
+        }
         // Pass 2: CRC32C verified while writing (see Segment::append_verifying); a mismatch
         // cuts the write back so nothing is appended.
         self.maybe_roll(batches.len(), first, last, max_ts)?;
@@ -665,6 +696,41 @@ impl Log {
             log_append_time: -1,
             duplicate: false,
         })
+    }
+
+    /// A mirror append whose offsets span more than one segment can index (relative offsets
+    /// are i32; recovery cuts a segment where they overflow): every CRC is checked first, so
+    /// the append stays all-or-nothing, then each run of batches that fits one segment is
+    /// appended on its own (rolling a segment at the run's first offset).
+    fn append_mirror_split(
+        &mut self,
+        batches: Bytes,
+        ranges: &[(usize, usize, u32)],
+        tracked: &[Tracked],
+    ) -> Result<AppendInfo, LogError> {
+        for (&(s, e, _), t) in ranges.iter().zip(tracked) {
+            batch::validate(&batches[s..e]).map_err(|err| LogError::corrupt(Some(t.base), err))?;
+        }
+        let mut out: Option<AppendInfo> = None;
+        let mut i = 0;
+        while i < ranges.len() {
+            let run_first = tracked[i].base;
+            let mut j = i + 1;
+            while j < ranges.len() && tracked[j].next - 1 - run_first <= MAX_RELATIVE_OFFSET {
+                j += 1;
+            }
+            let part = self.append_mirror(batches.slice(ranges[i].0..ranges[j - 1].1))?;
+            out = Some(match out {
+                None => part,
+                Some(mut o) => {
+                    o.last_offset = part.last_offset;
+                    o.max_timestamp = o.max_timestamp.max(part.max_timestamp);
+                    o
+                }
+            });
+            i = j;
+        }
+        Ok(out.expect("at least one batch"))
     }
 
     /// Writes a control batch at the log end: a transaction marker (commit/abort) for
@@ -1063,6 +1129,15 @@ impl Log {
     }
 }
 
+/// Maps a record-walk failure to the log error Kafka's LogValidator would produce:
+/// undecodable compressed data is CORRUPT_MESSAGE, everything else INVALID_RECORD.
+fn record_error(offset_hint: i64, e: batch::BatchError) -> LogError {
+    match e {
+        batch::BatchError::Undecodable(_) => LogError::corrupt(Some(offset_hint), e),
+        e => LogError::InvalidRecord(e.to_string()),
+    }
+}
+
 /// First record of an uncompressed CreateTime batch whose timestamp satisfies `pred`.
 fn record_with_ts(batch: &[u8], pred: impl Fn(i64) -> bool) -> Option<(i64, i64)> {
     let h = BatchHeader::parse(batch).ok()?;
@@ -1073,16 +1148,127 @@ fn record_with_ts(batch: &[u8], pred: impl Fn(i64) -> bool) -> Option<(i64, i64)
     if h.compression() != Compression::None {
         return None;
     }
-    let recs = batch::uncompressed_records(batch)?;
-    recs.iter().find_map(|(r, _)| {
-        let t = h.base_timestamp() + r.timestamp_delta;
-        pred(t).then_some((h.base_offset() + r.offset_delta, t))
-    })
+    // Walks the records in place: nothing is sized from the header's recordsCount.
+    batch::UncompressedRecords::new(batch)?
+        .map_while(|r| r)
+        .find_map(|(r, _)| {
+            let t = h.base_timestamp().wrapping_add(r.timestamp_delta);
+            pred(t).then_some((h.base_offset().wrapping_add(r.offset_delta), t))
+        })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Issue 8 hole 2: one record claiming 2^31-1 records (lastOffsetDelta agreeing) used to be
+    /// appended, and a ListOffsets by timestamp then sized a vector from the count and aborted
+    /// the process. Now the producer gets INVALID_RECORD and the log is unchanged.
+    #[test]
+    fn a_batch_claiming_i32_max_records_is_refused_and_the_log_is_unchanged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        let good = crate::batch::tests::raw_batch(0, 2, 1, &crate::batch::tests::records_of(2));
+        log.append_leader(Bytes::from(good), LeaderEpoch(0), 5)
+            .unwrap();
+        log.set_high_watermark(Offset(2));
+        let size = log.size_bytes();
+        let bad = Bytes::from(crate::batch::tests::one_record_claiming_i32_max());
+        let e = log
+            .append_leader(bad.clone(), LeaderEpoch(0), 6)
+            .unwrap_err();
+        assert!(matches!(e, LogError::InvalidRecord(_)), "{e}");
+        assert_eq!(log.log_end_offset(), Offset(2));
+        assert_eq!(log.size_bytes(), size);
+        // The mirror path refuses it as well (the count cannot fit the bytes).
+        let mut m = bad.to_vec();
+        m[..8].copy_from_slice(&2i64.to_be_bytes());
+        let e = log.append_mirror(Bytes::from(m)).unwrap_err();
+        assert!(matches!(e, LogError::Corrupt { .. }), "{e}");
+        assert_eq!(log.log_end_offset(), Offset(2));
+        assert_eq!(log.size_bytes(), size);
+        assert_eq!(log.offset_for_timestamp(0), Some((Offset(0), 1_000)));
+    }
+
+    /// A lying count already on disk (written before validation existed) is served and looked
+    /// up by timestamp without anything being sized from it.
+    #[test]
+    fn time_lookup_over_a_stored_lying_count_allocates_nothing_from_it() {
+        let dir = tempfile::tempdir().unwrap();
+        drop(Log::open(dir.path(), LogConfig::default()).unwrap());
+        let bad = crate::batch::tests::one_record_claiming_i32_max();
+        std::fs::write(dir.path().join(file_name(0, LOG_SUFFIX)), &bad).unwrap();
+        std::fs::remove_file(dir.path().join(crate::checkpoint::CHECKPOINT_FILE)).unwrap();
+        let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!(log.log_end_offset(), Offset(i32::MAX as i64));
+        assert_eq!(log.offset_for_timestamp(0), Some((Offset(0), 1_000)));
+        assert_eq!(log.offset_for_timestamp(1_000), Some((Offset(0), 1_000)));
+        assert_eq!(log.max_timestamp_offset(), Some((Offset(0), 1_000)));
+    }
+
+    /// Found by the produce_batch fuzz target: two batches of one producer with the same
+    /// sequence in one request were answered as a duplicate (success, offsets 0..0) and
+    /// nothing was written.
+    #[test]
+    fn a_duplicate_inside_a_multi_batch_request_is_refused_not_acknowledged() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        let one = crate::batch::build_batch(
+            &crate::batch::BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 0,
+                attributes: 0,
+                base_timestamp: 1,
+                producer_id: 42,
+                producer_epoch: 3,
+                base_sequence: 9,
+            },
+            &[(None, Some(&b"v"[..]))],
+        );
+        let two = [one.clone(), one.clone()].concat();
+        let e = log
+            .append_leader(Bytes::from(two), LeaderEpoch(0), 1)
+            .unwrap_err();
+        assert!(matches!(e, LogError::InvalidRecord(_)), "{e}");
+        assert_eq!((log.log_end_offset(), log.size_bytes()), (Offset(0), 0));
+        // The batch alone is appended, and its retry alone is the duplicate.
+        let first = log
+            .append_leader(Bytes::from(one.clone()), LeaderEpoch(0), 1)
+            .unwrap();
+        let retry = log
+            .append_leader(Bytes::from(one), LeaderEpoch(0), 1)
+            .unwrap();
+        assert!(retry.duplicate && retry.first_offset == first.first_offset);
+        assert_eq!(log.log_end_offset(), Offset(1));
+    }
+
+    /// Found by the mirror_append fuzz target: one mirror append whose batches span more than
+    /// 2^31 offsets went into one segment, and recovery (relative offsets are i32) cut it back.
+    #[test]
+    fn a_mirror_append_spanning_more_than_a_segment_index_survives_reopen() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        let recs = crate::batch::tests::records_of(1);
+        let mut a = crate::batch::tests::raw_batch(0, 1, 0, &recs);
+        let mut b = a.clone();
+        let far = MAX_RELATIVE_OFFSET + 10;
+        b[..8].copy_from_slice(&far.to_be_bytes());
+        a.extend_from_slice(&b);
+        let info = log.append_mirror(Bytes::from(a)).unwrap();
+        assert_eq!(info.last_offset, Offset(far));
+        assert_eq!(log.segment_count(), 2);
+        log.close().unwrap();
+        let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!(log.log_end_offset(), Offset(far + 1));
+        // Offsets that overflow i64 are refused, not wrapped.
+        let mut log = log;
+        let mut c = crate::batch::tests::raw_batch(0, 1, 0, &recs);
+        c[..8].copy_from_slice(&i64::MAX.to_be_bytes());
+        assert!(matches!(
+            log.append_mirror(Bytes::from(c)),
+            Err(LogError::Corrupt { .. })
+        ));
+    }
 
     #[test]
     fn a_valid_batch_with_crc_zero_is_stored_recovered_and_served() {

@@ -200,6 +200,9 @@ pub mod codec {
         )
     }
 
+    /// Largest buffer reserved before a response's bytes arrive.
+    pub const INITIAL_READ: usize = 1 << 20;
+
     /// Parse the 4-byte frame length.
     pub fn frame_len(prefix: [u8; 4]) -> Result<usize, ClientError> {
         let n = i32::from_be_bytes(prefix);
@@ -307,8 +310,14 @@ impl BlockingConnection {
         let mut len = [0u8; 4];
         self.stream.read_exact(&mut len).map_err(map)?;
         let n = codec::frame_len(len)?;
-        let mut body = vec![0u8; n];
-        self.stream.read_exact(&mut body).map_err(map)?;
+        // Memory follows the bytes that arrive, not the announced length.
+        let mut body = Vec::with_capacity(n.min(codec::INITIAL_READ));
+        io::Read::take(&mut self.stream, n as u64)
+            .read_to_end(&mut body)
+            .map_err(map)?;
+        if body.len() != n {
+            return Err(map(io::ErrorKind::UnexpectedEof.into()));
+        }
         Ok(Bytes::from(body))
     }
 
@@ -469,8 +478,16 @@ impl AsyncConnection {
                     e.to_string(),
                 ))
             })?;
-            let mut body = vec![0u8; n];
-            stream.read_exact(&mut body).await.map_err(conv)?;
+            // Memory follows the bytes that arrive, not the announced length.
+            let mut body = Vec::with_capacity(n.min(codec::INITIAL_READ));
+            (&mut *stream)
+                .take(n as u64)
+                .read_to_end(&mut body)
+                .await
+                .map_err(conv)?;
+            if body.len() != n {
+                return Err(conv(io::ErrorKind::UnexpectedEof.into()));
+            }
             Ok(Bytes::from(body))
         };
         match glommio::timer::timeout(self.timeout + extra, fut).await {

@@ -51,6 +51,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const RETRY_STOP_WAIT: Duration = Duration::from_millis(200);
 /// How often an unfinished failover (a STOPPING partition) is retried.
 const FAILOVER_RETRY: Duration = Duration::from_secs(2);
+/// Most partitions a mirror topic may take from its source (the local topic limit).
+const MAX_MIRROR_PARTITIONS: i32 = 100_000;
 
 /// Settings of the broker's mirroring.
 #[derive(Debug, Clone)]
@@ -968,6 +970,13 @@ impl Control {
                 Ok(())
             }
             SyncAction::CreatePartitions { name, count } => {
+                // The source's count sizes a vector below: hold it to the limit local topics
+                // have (metadata's CreateTopics/CreatePartitions refuse more than 100,000).
+                if !(1..=MAX_MIRROR_PARTITIONS).contains(&count) {
+                    return Err(format!(
+                        "source topic {name} reports {count} partitions (limit {MAX_MIRROR_PARTITIONS})"
+                    ));
+                }
                 let before = self
                     .host
                     .topic(&name)

@@ -182,12 +182,8 @@ async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<Bytes>>, Con
         )));
     }
     ctx.broker.metrics.count_request(api_key);
-    let mut body = frame;
-    let header = RequestHeader::decode(&mut body, api_key.request_header_version(p.api_version))
-        .map_err(|e| ConnError::Protocol(format!("bad {api_key:?} header: {e}")))?;
-    let req = RequestKind::decode(api_key, &mut body, p.api_version).map_err(|e| {
-        ConnError::Protocol(format!("bad {api_key:?} v{} body: {e}", p.api_version))
-    })?;
+    let (header, req) =
+        decode_request(api_key, p.api_version, frame).map_err(ConnError::Protocol)?;
     let resp = dispatch(ctx, api_key, &header, req).await?;
     match resp {
         None => Ok(None),
@@ -201,6 +197,23 @@ async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<Bytes>>, Con
             encode_response(api_key, p.api_version, p.correlation_id, &resp).map(|b| Some(vec![b]))
         }
     }
+}
+
+/// Decodes the request header and body of a frame (without its length prefix) whose API key
+/// is `api_key` at `api_version`: the step between the served-version check and dispatch. It
+/// needs no broker, so the request-decoder fuzz target drives it directly. `Err` says why the
+/// connection must be closed.
+pub fn decode_request(
+    api_key: ApiKey,
+    api_version: i16,
+    frame: Bytes,
+) -> Result<(RequestHeader, RequestKind), String> {
+    let mut body = frame;
+    let header = RequestHeader::decode(&mut body, api_key.request_header_version(api_version))
+        .map_err(|e| format!("bad {api_key:?} header: {e:#}"))?;
+    let req = RequestKind::decode(api_key, &mut body, api_version)
+        .map_err(|e| format!("bad {api_key:?} v{api_version} body: {e:#}"))?;
+    Ok((header, req))
 }
 
 fn extension_versions(ctx: &Ctx) -> Vec<(i16, i16, i16)> {

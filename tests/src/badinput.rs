@@ -330,6 +330,71 @@ pub fn broken_crc(addr: &str, topic: &str) -> Result<(), String> {
     Ok(())
 }
 
+/// Kafka's INVALID_RECORD: LogValidator's answer to records that disagree with their header.
+pub const INVALID_RECORD: i16 = 87;
+
+/// Issue 8 hole 2: one record claiming 2^31-1 records (lastOffsetDelta agreeing, CRC valid).
+/// The broker must answer INVALID_RECORD (87) without appending, and a ListOffsets by
+/// timestamp on the partition must still answer (kmirror used to size a vector from the count
+/// there and abort).
+pub fn lying_record_count(addr: &str, topic: &str) -> Result<(), String> {
+    let mut c = WireClient::connect(addr).map_err(|e| e.to_string())?;
+    let before = c.log_bounds(topic, 0).map_err(|e| e.to_string())?;
+    let good = records::batch(&[b"claims-2^31-1-records"], now_ms());
+    let bad = records::with_claimed_count(&good, i32::MAX);
+    let (code, _) = c
+        .produce_raw(topic, 0, bad, -1)
+        .map_err(|e| e.to_string())?;
+    if code != INVALID_RECORD {
+        return Err(format!(
+            "one record claiming 2^31-1 answered error code {code}, not INVALID_RECORD (87)"
+        ));
+    }
+    let after = c.log_bounds(topic, 0).map_err(|e| e.to_string())?;
+    if after != before {
+        return Err(format!("log bounds moved from {before:?} to {after:?}"));
+    }
+    // ListOffsets by timestamp (the path that aborted) answers on a fresh connection too.
+    for ts in [0, now_ms() - 3_600_000] {
+        let off = c
+            .list_offset(topic, 0, ts)
+            .map_err(|e| format!("ListOffsets by timestamp {ts}: {e}"))?;
+        if off != before.0 {
+            return Err(format!(
+                "ListOffsets by timestamp {ts} answered {off}, expected {}",
+                before.0
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A Produce request (flexible version) whose topic array claims 2^32-2 entries in a 30-byte
+/// frame. kafka-protocol sized a Vec from that count before reading an element and aborted;
+/// the broker must refuse it (close or answer) and stay up.
+pub fn huge_array_count(addr: &str, produce_version: i16) -> Result<(), String> {
+    let mut s = raw(addr);
+    let mut body = vec![0u8]; // transactional_id: compact nullable string, null
+    body.extend_from_slice(&(-1i16).to_be_bytes()); // acks
+    body.extend_from_slice(&30_000i32.to_be_bytes()); // timeout_ms
+    body.extend_from_slice(&[0xff, 0xff, 0xff, 0xff, 0x0f]); // topic_data: 2^32-1 => 2^32-2
+    s.write_all(&frame(0, produce_version, 13, 2, &body))
+        .map_err(|e| format!("write: {e}"))?;
+    s.set_read_timeout(Some(Duration::from_secs(10))).ok();
+    let mut len = [0u8; 4];
+    match s.read_exact(&mut len) {
+        Err(_) => Ok(()), // closed: what Kafka does with an unparsable request
+        Ok(()) => {
+            let mut body = vec![0u8; i32::from_be_bytes(len).clamp(0, 1 << 20) as usize];
+            s.read_exact(&mut body).map_err(|e| format!("read: {e}"))?;
+            let corr = i32::from_be_bytes(body[..4].try_into().map_err(|_| "short")?);
+            (corr == 13)
+                .then_some(())
+                .ok_or(format!("answered with correlation id {corr}"))
+        }
+    }
+}
+
 /// One bad-input case: `Err` says what the broker did wrong.
 type Case<'a> = Box<dyn Fn() -> Result<(), String> + 'a>;
 
@@ -350,6 +415,12 @@ pub fn run_all(broker: &mut dyn BrokerUnderTest, check_rss: bool) {
         (by.ok() >= 5).then_some(())
     });
     let baseline = broker.rss_kib();
+    // A flexible (compact-array) Produce version both brokers serve.
+    let flexible_produce = admin
+        .version_range(0)
+        .map(|(_, max)| max.min(11))
+        .filter(|v| *v >= 9)
+        .expect("broker serves a flexible Produce version");
     let over = DEFAULT_MAX_REQUEST + 1;
     let cases: Vec<(&str, Case<'_>)> = vec![
         ("frame length -1", Box::new(|| bad_length(&addr, -1, 0))),
@@ -376,6 +447,14 @@ pub fn run_all(broker: &mut dyn BrokerUnderTest, check_rss: bool) {
         (
             "produce with broken CRC",
             Box::new(|| broken_crc(&addr, "crc")),
+        ),
+        (
+            "produce one record claiming 2^31-1 records",
+            Box::new(|| lying_record_count(&addr, "crc")),
+        ),
+        (
+            "produce whose topic array claims 2^32-2 entries",
+            Box::new(|| huge_array_count(&addr, flexible_produce)),
         ),
     ];
     let mut failures = Vec::new();

@@ -123,6 +123,18 @@ pub fn with_broken_crc(batch: &Bytes) -> Bytes {
     b.freeze()
 }
 
+/// The same batch claiming `count` records (lastOffsetDelta `count - 1`, so the two header
+/// fields agree), CRC recomputed: only walking the records shows the lie.
+pub fn with_claimed_count(batch: &Bytes, count: i32) -> Bytes {
+    let mut b = BytesMut::from(&batch[..]);
+    b[layout::LAST_OFFSET_DELTA..layout::LAST_OFFSET_DELTA + 4]
+        .copy_from_slice(&(count - 1).to_be_bytes());
+    b[layout::RECORDS_COUNT..layout::RECORDS_COUNT + 4].copy_from_slice(&count.to_be_bytes());
+    let crc = crc32c::crc32c(&b[layout::ATTRIBUTES..]);
+    b[layout::CRC..layout::CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    b.freeze()
+}
+
 /// One complete batch inside a fetch payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawBatch {

@@ -206,8 +206,14 @@ impl WireClient {
         if !(0..=512 << 20).contains(&len) {
             return Err(WireError::Codec(format!("response frame length {len}")));
         }
-        let mut buf = vec![0u8; len as usize];
-        self.stream.read_exact(&mut buf).map_err(io)?;
+        // Memory follows the bytes that arrive, not the announced length.
+        let mut buf = Vec::with_capacity((len as usize).min(1 << 20));
+        std::io::Read::take(&mut self.stream, len as u64)
+            .read_to_end(&mut buf)
+            .map_err(io)?;
+        if buf.len() != len as usize {
+            return Err(io(std::io::ErrorKind::UnexpectedEof.into()));
+        }
         Ok(Bytes::from(buf))
     }
 
