@@ -1334,23 +1334,7 @@ pub fn error_response(req: &RequestKind, version: i16, code: i16) -> ResponseKin
         ),
         RequestKind::AddPartitionsToTxn(r) => {
             let per_topic = |topics: &[AddPartitionsToTxnTopic]| {
-                topics
-                    .iter()
-                    .map(|t| {
-                        AddPartitionsToTxnTopicResult::default()
-                            .with_name(t.name.clone())
-                            .with_results_by_partition(
-                                t.partitions
-                                    .iter()
-                                    .map(|p| {
-                                        AddPartitionsToTxnPartitionResult::default()
-                                            .with_partition_index(*p)
-                                            .with_partition_error_code(code)
-                                    })
-                                    .collect(),
-                            )
-                    })
-                    .collect::<Vec<_>>()
+                crate::handlers::txn::topic_results(topics, |_| code)
             };
             let mut resp = AddPartitionsToTxnResponse::default();
             if version <= 3 {

@@ -91,6 +91,26 @@ pub struct PartitionRow {
     pub raw: serde_json::Value,
 }
 
+impl PartitionRow {
+    /// `failure_reason` of the row, "" when there is none.
+    pub fn reason(&self) -> String {
+        self.raw
+            .get("failure_reason")
+            .and_then(|v| v.as_str())
+            .unwrap_or("")
+            .to_string()
+    }
+}
+
+/// End offsets of every partition of `topic` on `boot`; panics naming the broker on failure.
+pub fn end_offsets(boot: &str, topic: &str, parts: i32) -> Vec<i64> {
+    bounds(boot, topic, parts)
+        .unwrap_or_else(|e| panic!("bounds of {topic} on {boot}: {e}"))
+        .into_iter()
+        .map(|(_, e)| e)
+        .collect()
+}
+
 /// `describe [NAME] --json`, parsed. Panics if the command fails or prints no JSON array.
 pub fn describe(dst: &str, name: Option<&str>) -> Vec<PartitionRow> {
     let mut args = vec!["describe"];

@@ -114,14 +114,6 @@ fn write_filler(path: &Path, bytes: u64) {
     }
 }
 
-fn reason(r: &PartitionRow) -> String {
-    r.raw
-        .get("failure_reason")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .to_string()
-}
-
 /// ProducerPerformance writing `records` records of 200 bytes as fast as it can (acks=all).
 fn fill_source(boot: &str, topic: &str, records: u64) {
     let (status, lines) = LineChild::spawn(java::tool(tools::PRODUCER_PERFORMANCE).args([
@@ -339,8 +331,8 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
             (rows.len() == parts as usize
                 && rows.iter().all(|r| {
                     r.state == "FAILED"
-                        && (reason(r).contains("No space left on device")
-                            || reason(r).contains("ENOSPC"))
+                        && (r.reason().contains("No space left on device")
+                            || r.reason().contains("ENOSPC"))
                 }))
             .then_some(rows)
         },
@@ -349,7 +341,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
         "FAILED: {:?}",
         failed
             .iter()
-            .map(|r| (r.partition, r.destination_offset, reason(r)))
+            .map(|r| (r.partition, r.destination_offset, r.reason()))
             .collect::<Vec<_>>()
     );
     assert!(node.alive(), "kmirror died when its disk filled up");
@@ -505,7 +497,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
             (rows.len() == parts as usize
                 && rows
                     .iter()
-                    .all(|r| r.state == "FAILED" && reason(r).contains("No space left on device")))
+                    .all(|r| r.state == "FAILED" && r.reason().contains("No space left on device")))
             .then_some(())
         },
     );
@@ -560,7 +552,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
         || {
             let rows = mirror::describe(&dst, Some("dr"));
             rows.iter()
-                .any(|r| r.state == "FAILED" && reason(r).contains("No space left on device"))
+                .any(|r| r.state == "FAILED" && r.reason().contains("No space left on device"))
                 .then_some(())
         },
     );

@@ -101,14 +101,6 @@ fn log_bytes(boot: &str, topic: &str, ends: &[i64]) -> LogBytes {
         .collect()
 }
 
-fn ends(boot: &str, topic: &str, parts: i32) -> Vec<i64> {
-    mirror::bounds(boot, topic, parts)
-        .unwrap_or_else(|e| panic!("bounds of {topic} on {boot}: {e}"))
-        .into_iter()
-        .map(|(_, e)| e)
-        .collect()
-}
-
 fn delete_topic_code(boot: &str, topic: &str) -> i16 {
     let mut c = WireClient::connect(boot.split(',').next().expect("addr")).expect("connect");
     let v = c
@@ -129,14 +121,6 @@ fn rows(dst: &str, topic: &str) -> Vec<PartitionRow> {
         .into_iter()
         .filter(|r| r.topic == topic)
         .collect()
-}
-
-fn reason(r: &PartitionRow) -> String {
-    r.raw
-        .get("failure_reason")
-        .and_then(|v| v.as_str())
-        .unwrap_or("")
-        .to_string()
 }
 
 /// Waits until every partition row of `topic` satisfies `pred`, asserting `never` holds for
@@ -316,7 +300,11 @@ fn transactions_and_admin_writes_into_a_mirror_topic_are_refused_and_the_log_is_
     );
 
     // Byte-unchanged, still equal to the source, still mirroring.
-    assert_eq!(ends(&dst, "ro", parts), before, "end offsets moved");
+    assert_eq!(
+        mirror::end_offsets(&dst, "ro", parts),
+        before,
+        "end offsets moved"
+    );
     assert!(
         log_bytes(&dst, "ro", &before) == bytes_before,
         "mirror log bytes changed by refused writes"
@@ -402,21 +390,21 @@ fn a_source_acl_hiding_a_mirrored_topic_fails_it_never_fails_it_over() {
         |r| r.state == "FAILED",
         |r| r.state == "STOPPED" || r.state == "STOPPING",
     );
-    eprintln!("reason while hidden: {}", reason(&failed[0]));
+    eprintln!("reason while hidden: {}", failed[0].reason());
     // Many more sync rounds (500 ms each): still FAILED, never stopped, still read-only.
     let until = Instant::now() + Duration::from_secs(8);
     while Instant::now() < until {
         for r in rows(&dst, "hidden") {
             assert_eq!(r.state, "FAILED", "{r:?}");
             assert!(
-                reason(&r).to_ascii_lowercase().contains("authoriz"),
+                r.reason().to_ascii_lowercase().contains("authoriz"),
                 "reason must name the authorization error: {r:?}"
             );
         }
         std::thread::sleep(Duration::from_millis(500));
     }
     assert_eq!(produce_code(&dst, "hidden"), READ_ONLY_TOPIC);
-    assert_eq!(ends(&dst, "hidden", 1), before);
+    assert_eq!(mirror::end_offsets(&dst, "hidden", 1), before);
 
     // The ACL goes: mirroring resumes and copies what is written after.
     acl("--remove");
@@ -478,17 +466,17 @@ fn a_source_topic_recreated_with_a_new_id_fails_and_a_deleted_one_stops_after_co
         "reborn",
         Duration::from_secs(60),
         "FAILED with source topic id changed",
-        |r| r.state == "FAILED" && reason(r).contains("source topic id changed"),
+        |r| r.state == "FAILED" && r.reason().contains("source topic id changed"),
         |r| r.state == "STOPPED" || r.state == "STOPPING",
     );
-    eprintln!("reason: {}", reason(&failed[0]));
+    eprintln!("reason: {}", failed[0].reason());
     // Several more rounds: still FAILED, nothing of the new topic arrives, bytes unchanged.
     std::thread::sleep(Duration::from_secs(8));
     for r in rows(&dst, "reborn") {
         assert_eq!(r.state, "FAILED", "{r:?}");
     }
     assert_eq!(
-        ends(&dst, "reborn", 1),
+        mirror::end_offsets(&dst, "reborn", 1),
         reborn_end,
         "new topic mirrored into the old one"
     );
@@ -553,7 +541,7 @@ fn failover_does_not_complete_while_the_fetcher_still_runs() {
         "failover recorded while the fetcher still runs: {r:?}"
     );
     assert!(
-        reason(&r[0]).contains("did not stop"),
+        r[0].reason().contains("did not stop"),
         "reason: {:?}",
         r[0].raw
     );

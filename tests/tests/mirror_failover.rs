@@ -66,14 +66,6 @@ fn fail_over(dst: &str, name: &str, topics: &[&str]) {
     );
 }
 
-fn ends(boot: &str, topic: &str, parts: i32) -> Vec<i64> {
-    mirror::bounds(boot, topic, parts)
-        .unwrap_or_else(|e| panic!("bounds of {topic} on {boot}: {e}"))
-        .into_iter()
-        .map(|(_, e)| e)
-        .collect()
-}
-
 fn seq_produce(boot: &str, topic: &str, parts: i32, records: u64) -> Vec<String> {
     let ran = proc::run(
         java::program("SeqProducer").args([boot, topic, &parts.to_string(), &records.to_string()]),
@@ -119,7 +111,7 @@ fn failover_with_open_and_aborted_transactions_ends_at_the_lso_and_accepts_new_p
         open.exited().is_none(),
         "TxnProducer must keep its transaction open"
     );
-    let hw = ends(&src, "orders", parts);
+    let hw = mirror::end_offsets(&src, "orders", parts);
     let lso: Vec<i64> = (0..parts).map(|p| mirror::lso(&src, "orders", p)).collect();
     assert!(
         lso.iter().zip(hw.iter()).all(|(l, h)| l < h),
@@ -138,7 +130,7 @@ fn failover_with_open_and_aborted_transactions_ends_at_the_lso_and_accepts_new_p
     // Truncated to the LSO: everything below it is log-equal, and at or above it there is at
     // most failover's own control record (MIRROR_PID_RESET), no data.
     mirror::assert_log_equal(&src, &dst, "orders", &lso);
-    let after_stop = ends(&dst, "orders", parts);
+    let after_stop = mirror::end_offsets(&dst, "orders", parts);
     for p in 0..parts as usize {
         let (_, batches) = read_batches(&dst, "orders", p as i32, after_stop[p]).expect("read");
         let tail: Vec<(i64, bool)> = batches
@@ -202,8 +194,13 @@ fn failover_with_open_and_aborted_transactions_ends_at_the_lso_and_accepts_new_p
         ran.stdout
     );
     for p in 0..parts {
-        let (_, batches) =
-            read_batches(&dst, "orders", p, ends(&dst, "orders", parts)[p as usize]).expect("read");
+        let (_, batches) = read_batches(
+            &dst,
+            "orders",
+            p,
+            mirror::end_offsets(&dst, "orders", parts)[p as usize],
+        )
+        .expect("read");
         let new: Vec<i32> = batches
             .iter()
             .filter(|b| b.base_offset >= lso[p as usize] && !is_control(&b.bytes))
@@ -413,7 +410,7 @@ fn failback_a_to_b_to_a_truncates_only_the_divergent_tail_and_ends_log_equal() {
     fail_over(&ba, "from-a", &["fb"]);
     seq_produce(&ba, "fb", parts, 1000);
     seq_produce(&aa, "fb", parts, 600);
-    let a_before = ends(&aa, "fb", parts);
+    let a_before = mirror::end_offsets(&aa, "fb", parts);
     assert!(a_before.iter().zip(common.iter()).all(|(x, y)| x > y));
 
     // Dry run reports what would be truncated, then the real reverse.
@@ -422,7 +419,7 @@ fn failback_a_to_b_to_a_truncates_only_the_divergent_tail_and_ends_log_equal() {
     eprintln!("dry run:\n{}{}", dry.stdout, dry.stderr);
     assert!(dry.status.success(), "dry run failed: {}", dry.stderr);
     assert_eq!(
-        ends(&aa, "fb", parts),
+        mirror::end_offsets(&aa, "fb", parts),
         a_before,
         "a dry run changed A's log"
     );
@@ -454,7 +451,7 @@ fn failback_a_to_b_to_a_truncates_only_the_divergent_tail_and_ends_log_equal() {
     // Back on A: fail over, write.
     fail_over(&aa, "from-b", &["fb"]);
     seq_produce(&aa, "fb", parts, 100);
-    let final_ends = ends(&aa, "fb", parts);
+    let final_ends = mirror::end_offsets(&aa, "fb", parts);
     for p in 0..parts as usize {
         // 50 new records, after at most failover's own control record.
         let grew = final_ends[p] - b_ends[p];

@@ -28,14 +28,6 @@ const STEPS: &[&str] = &[
 /// kmirror's MIRROR_PID_RESET control record type ("KM").
 const MIRROR_PID_RESET: i16 = 0x4B4D;
 
-fn ends(boot: &str, topic: &str, parts: i32) -> Vec<i64> {
-    mirror::bounds(boot, topic, parts)
-        .unwrap_or_else(|e| panic!("bounds of {topic} on {boot}: {e}"))
-        .into_iter()
-        .map(|(_, e)| e)
-        .collect()
-}
-
 fn is_control(batch: &[u8]) -> bool {
     let attrs = u16::from_be_bytes([batch[layout::ATTRIBUTES], batch[layout::ATTRIBUTES + 1]]);
     attrs & 0x20 != 0
@@ -172,7 +164,7 @@ fn sigkill_at_each_failover_step_then_restart_completes_the_failover_exactly_onc
         );
 
         mirror::assert_log_equal(&src, &dst, topic, &lso);
-        let end = ends(&dst, topic, parts);
+        let end = mirror::end_offsets(&dst, topic, parts);
         for p in 0..parts {
             let i = p as usize;
             assert_eq!(

@@ -14,28 +14,25 @@ use kmirror_control::metadata::ClusterMetadata;
 
 use crate::errors;
 
-fn touches_mirror(meta: &ClusterMetadata, topics: &[AddPartitionsToTxnTopic]) -> bool {
-    topics.iter().any(|t| {
-        meta.topics
-            .get(t.name.0.as_str())
-            .is_some_and(|m| m.mirror.is_some())
-    })
+fn is_mirror(meta: &ClusterMetadata, t: &AddPartitionsToTxnTopic) -> bool {
+    meta.topics
+        .get(t.name.0.as_str())
+        .is_some_and(|m| m.mirror.is_some())
 }
 
-fn refusal(
-    meta: &ClusterMetadata,
+fn touches_mirror(meta: &ClusterMetadata, topics: &[AddPartitionsToTxnTopic]) -> bool {
+    topics.iter().any(|t| is_mirror(meta, t))
+}
+
+/// One result per named partition, each topic's partitions with `code_of(topic)`.
+pub(crate) fn topic_results(
     topics: &[AddPartitionsToTxnTopic],
+    code_of: impl Fn(&AddPartitionsToTxnTopic) -> i16,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
-    let read_only = crate::keys::error::READ_ONLY_TOPIC;
-    let not_attempted = errors::code(E::OperationNotAttempted);
     topics
         .iter()
         .map(|t| {
-            let mirrored = meta
-                .topics
-                .get(t.name.0.as_str())
-                .is_some_and(|m| m.mirror.is_some());
-            let code = if mirrored { read_only } else { not_attempted };
+            let code = code_of(t);
             AddPartitionsToTxnTopicResult::default()
                 .with_name(t.name.clone())
                 .with_results_by_partition(
@@ -50,6 +47,21 @@ fn refusal(
                 )
         })
         .collect()
+}
+
+fn refusal(
+    meta: &ClusterMetadata,
+    topics: &[AddPartitionsToTxnTopic],
+) -> Vec<AddPartitionsToTxnTopicResult> {
+    let read_only = crate::keys::error::READ_ONLY_TOPIC;
+    let not_attempted = errors::code(E::OperationNotAttempted);
+    topic_results(topics, |t| {
+        if is_mirror(meta, t) {
+            read_only
+        } else {
+            not_attempted
+        }
+    })
 }
 
 /// Splits a request: the answer for transactions naming a mirror partition (refused whole),
