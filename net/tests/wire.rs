@@ -646,7 +646,8 @@ fn a_mirror_topic_refuses_client_writes_with_read_only_topic_and_appends_nothing
     let req = CreatePartitionsRequest::default().with_topics(vec![
         create_partitions_request::CreatePartitionsTopic::default()
             .with_name(TopicName(StrBytes::from_static_str("mirrored")))
-            .with_count(3),
+            .with_count(3)
+            .with_assignments(None),
     ]);
     let r: CreatePartitionsResponse = call(&mut s, ApiKey::CreatePartitions, 3, &req);
     assert_eq!(
