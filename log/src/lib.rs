@@ -3,7 +3,10 @@
 //!
 //! Owns: segment files and their indexes, append (leader and mirror paths), zero-copy reads,
 //! truncation, delete-records, retention, the leader-epoch cache, producer/transaction state,
-//! the aborted-transaction index and the LSO, checkpoints and crash recovery.
+//! the aborted-transaction index and the LSO, checkpoints and crash recovery. Also, because
+//! it is mmap code and `unsafe` lives here only: [`ReservingAllocator`], the process allocator
+//! the kmirror binary installs so a decoder sizing a vector from a hostile wire count (one in a
+//! dependency) reserves address space instead of aborting the broker.
 //! Must not depend on: any async runtime (glommio stays in engine/net), the network layer, or
 //! other kmirror crates except `kmirror-types`. `unsafe` lives only in the `mmap` module.
 //!
