@@ -45,7 +45,7 @@ pub(crate) fn map_file(file: &File, len: usize) -> io::Result<Bytes> {
 pub(crate) const RESERVE_THRESHOLD: usize = 64 << 20;
 
 /// The process allocator: the system allocator, except that requests of
-/// [`RESERVE_THRESHOLD`] bytes or more are anonymous mappings made with `MAP_NORESERVE`.
+/// `RESERVE_THRESHOLD` (64 MiB) bytes or more are anonymous mappings made with `MAP_NORESERVE`.
 ///
 /// Why: a decoder that sizes a buffer from a count read off the wire (kafka-protocol's array
 /// and bytes decoders do) turns an 8-byte request claiming 2^31 elements into a request for
