@@ -19,9 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::messages::add_partitions_to_txn_request::AddPartitionsToTxnTopic;
-use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnResult, AddPartitionsToTxnTopicResult,
-};
+use kafka_protocol::messages::add_partitions_to_txn_response::AddPartitionsToTxnResult;
 use kafka_protocol::messages::delete_groups_response::DeletableGroupResult;
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
@@ -1066,23 +1064,7 @@ impl CoordinatorThread {
     ) -> ResponseKind {
         let topic_results = |topics: &[AddPartitionsToTxnTopic], codes_: &[i16]| {
             let mut it = codes_.iter().copied();
-            topics
-                .iter()
-                .map(|t| {
-                    AddPartitionsToTxnTopicResult::default()
-                        .with_name(t.name.clone())
-                        .with_results_by_partition(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    AddPartitionsToTxnPartitionResult::default()
-                                        .with_partition_index(*p)
-                                        .with_partition_error_code(it.next().unwrap_or(codes::NONE))
-                                })
-                                .collect(),
-                        )
-                })
-                .collect::<Vec<_>>()
+            crate::handlers::txn::topic_results(topics, |_, _| it.next().unwrap_or(codes::NONE))
         };
         let flat = |topics: &[AddPartitionsToTxnTopic]| -> Vec<(String, i32)> {
             topics
@@ -1334,7 +1316,7 @@ pub fn error_response(req: &RequestKind, version: i16, code: i16) -> ResponseKin
         ),
         RequestKind::AddPartitionsToTxn(r) => {
             let per_topic = |topics: &[AddPartitionsToTxnTopic]| {
-                crate::handlers::txn::topic_results(topics, |_| code)
+                crate::handlers::txn::topic_results(topics, |_, _| code)
             };
             let mut resp = AddPartitionsToTxnResponse::default();
             if version <= 3 {

@@ -111,6 +111,20 @@ pub fn end_offsets(boot: &str, topic: &str, parts: i32) -> Vec<i64> {
         .collect()
 }
 
+/// Waits until `describe NAME` lists exactly `parts` partitions, all MIRRORING at lag 0.
+pub fn wait_mirroring_at_lag_zero(dst: &str, name: &str, parts: i32, timeout: Duration) {
+    crate::proc::wait_for(
+        timeout,
+        "describe: every partition MIRRORING at lag 0",
+        || {
+            let rows = describe(dst, Some(name));
+            (rows.len() == parts as usize
+                && rows.iter().all(|r| r.state == "MIRRORING" && r.lag == 0))
+            .then_some(())
+        },
+    );
+}
+
 /// `describe [NAME] --json`, parsed. Panics if the command fails or prints no JSON array.
 pub fn describe(dst: &str, name: Option<&str>) -> Vec<PartitionRow> {
     let mut args = vec!["describe"];

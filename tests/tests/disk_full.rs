@@ -509,16 +509,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     let ends = mirror::wait_caught_up(&src, &dst, "big", parts, false, Duration::from_secs(180));
     assert_eq!(ends.iter().sum::<i64>(), total as i64);
     mirror::assert_log_equal(&src, &dst, "big", &ends);
-    proc::wait_for(
-        Duration::from_secs(30),
-        "describe: MIRRORING at lag 0 after space was freed",
-        || {
-            let rows = mirror::describe(&dst, Some("dr"));
-            (rows.len() == parts as usize
-                && rows.iter().all(|r| r.state == "MIRRORING" && r.lag == 0))
-            .then_some(())
-        },
-    );
+    mirror::wait_mirroring_at_lag_zero(&dst, "dr", parts, Duration::from_secs(30));
     // Space is back: produce works, and what failed earlier never shows up (the high
     // watermark moves past anything a failed append might have left behind).
     for (t, (topic, _)) in LOCAL_TOPICS.iter().enumerate() {
@@ -572,16 +563,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     let ends = mirror::wait_caught_up(&src, &dst, "big", parts, false, Duration::from_secs(180));
     assert_eq!(ends.iter().sum::<i64>(), (total + more) as i64);
     mirror::assert_log_equal(&src, &dst, "big", &ends);
-    proc::wait_for(
-        Duration::from_secs(30),
-        "describe: MIRRORING at lag 0 after the remount",
-        || {
-            let rows = mirror::describe(&dst, Some("dr"));
-            (rows.len() == parts as usize
-                && rows.iter().all(|r| r.state == "MIRRORING" && r.lag == 0))
-            .then_some(())
-        },
-    );
+    mirror::wait_mirroring_at_lag_zero(&dst, "dr", parts, Duration::from_secs(30));
     // Still consistent after a clean restart (recovery keeps exactly what was served).
     assert!(
         node.stop(),

@@ -95,16 +95,7 @@ fn sigkill_kmirror_at_random_moments_while_mirroring_then_log_equal_without_gap_
     let reports = mirror::assert_log_equal(&src, &dst, "crashy", &ends);
     assert!(reports.iter().all(|r| r.log_start == 0));
     // Describe agrees after the crashes: every partition MIRRORING at lag 0.
-    proc::wait_for(
-        Duration::from_secs(30),
-        "describe: MIRRORING at lag 0",
-        || {
-            let rows = mirror::describe(&dst, Some("dr"));
-            (rows.len() == parts as usize
-                && rows.iter().all(|r| r.state == "MIRRORING" && r.lag == 0))
-            .then_some(())
-        },
-    );
+    mirror::wait_mirroring_at_lag_zero(&dst, "dr", parts, Duration::from_secs(30));
     let kills_mid_copy = progress
         .iter()
         .filter(|(_, _, d)| *d > 0 && *d < 300_000 + live as i64)

@@ -24,15 +24,14 @@ fn touches_mirror(meta: &ClusterMetadata, topics: &[AddPartitionsToTxnTopic]) ->
     topics.iter().any(|t| is_mirror(meta, t))
 }
 
-/// One result per named partition, each topic's partitions with `code_of(topic)`.
+/// One result per named partition, in request order, with `code_of(topic, partition)`.
 pub(crate) fn topic_results(
     topics: &[AddPartitionsToTxnTopic],
-    code_of: impl Fn(&AddPartitionsToTxnTopic) -> i16,
+    mut code_of: impl FnMut(&AddPartitionsToTxnTopic, i32) -> i16,
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     topics
         .iter()
         .map(|t| {
-            let code = code_of(t);
             AddPartitionsToTxnTopicResult::default()
                 .with_name(t.name.clone())
                 .with_results_by_partition(
@@ -41,7 +40,7 @@ pub(crate) fn topic_results(
                         .map(|p| {
                             AddPartitionsToTxnPartitionResult::default()
                                 .with_partition_index(*p)
-                                .with_partition_error_code(code)
+                                .with_partition_error_code(code_of(t, *p))
                         })
                         .collect(),
                 )
@@ -55,7 +54,7 @@ fn refusal(
 ) -> Vec<AddPartitionsToTxnTopicResult> {
     let read_only = crate::keys::error::READ_ONLY_TOPIC;
     let not_attempted = errors::code(E::OperationNotAttempted);
-    topic_results(topics, |t| {
+    topic_results(topics, |t, _| {
         if is_mirror(meta, t) {
             read_only
         } else {
