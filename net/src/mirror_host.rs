@@ -880,10 +880,7 @@ impl Control {
                         .cloned()
                         .unwrap_or_else(|| SourceLookup::Failed("not looked up".into()));
                     match self.deletions.missing(mirror, &name, topic_id, &lookup) {
-                        MissingVerdict::Deleted => self.apply_action(
-                            mirror,
-                            SyncAction::SourceTopicMissing { name, topic_id },
-                        ),
+                        MissingVerdict::Deleted => self.stop_deleted_topic(mirror, &name),
                         MissingVerdict::Wait => {
                             tracing::info!(topic = %name, %mirror, ?lookup, "source topic missing from metadata; not confirmed deleted");
                             if self.blocked.contains_key(&name) {
@@ -1017,16 +1014,10 @@ impl Control {
                 }
                 Ok(())
             }
-            // Reached only once DeletionConfirmations confirmed it.
-            SyncAction::SourceTopicMissing { name, .. } => {
-                tracing::warn!(topic = %name, %mirror, "source topic deleted (confirmed by id in consecutive rounds): stopping its mirror partitions");
-                let (svc, host) = (&mut self.service, &mut self.host);
-                svc.coordinator_mut()
-                    .source_topic_deleted(mirror, &name, host)
-                    .map_err(|e| e.to_string())
-            }
-            SyncAction::SourceTopicIdChanged { name, .. } => Err(format!(
-                "{name}: source topic id changed (handled by apply_sync)"
+            // Decided in apply_sync (they need the round's lookups and confirmations).
+            SyncAction::SourceTopicMissing { name, .. }
+            | SyncAction::SourceTopicIdChanged { name, .. } => Err(format!(
+                "{name}: source topic state is handled by apply_sync"
             )),
             SyncAction::Conflict { name, reason } => {
                 if self.conflicts.get(&name) != Some(&reason) {
@@ -1036,6 +1027,16 @@ impl Control {
                 Ok(())
             }
         }
+    }
+
+    /// The source topic is gone (confirmed by [`DeletionConfirmations`]): its mirror
+    /// partitions fail over to STOPPED and the topic becomes writable (never deleted here).
+    fn stop_deleted_topic(&mut self, mirror: &str, name: &str) -> Result<(), String> {
+        tracing::warn!(topic = %name, %mirror, "source topic deleted (gone by name and id in consecutive rounds): stopping its mirror partitions");
+        let (svc, host) = (&mut self.service, &mut self.host);
+        svc.coordinator_mut()
+            .source_topic_deleted(mirror, name, host)
+            .map_err(|e| e.to_string())
     }
 
     /// FAILED with `reason` for every partition of `topic` this mirror still mirrors, and no
