@@ -620,9 +620,9 @@ pub struct PartitionFetcher {
 }
 
 impl PartitionFetcher {
-    /// `_now_ms` is unused: no status is derived from when the fetcher started (lag in ms
-    /// comes from the data, so a recreated fetcher continues it).
-    pub fn new(tp: TopicPartition, topic_id: Uuid, cfg: FetcherConfig, _now_ms: i64) -> Self {
+    /// No status is derived from when the fetcher started: lag in ms comes from the data, so
+    /// a recreated fetcher continues it.
+    pub fn new(tp: TopicPartition, topic_id: Uuid, cfg: FetcherConfig) -> Self {
         let backoff = Backoff {
             cur: cfg.backoff_initial_ms,
             initial: cfg.backoff_initial_ms,
@@ -2468,7 +2468,6 @@ mod tests {
                 errors_before_failed: 3,
                 ..Default::default()
             },
-            0,
         )
     }
 
@@ -2685,7 +2684,6 @@ mod tests {
             TopicPartition::new("orders", 0),
             s.topic_id,
             FetcherConfig::default(),
-            0,
         );
         drive(&mut f, &mut s, &mut l, &mut o, 8);
         assert_eq!(o.failed(), 0, "12.7 s of errors is below fail_after_ms");
@@ -2776,7 +2774,6 @@ mod tests {
                 TopicPartition::new("orders", 0),
                 s.topic_id,
                 FetcherConfig::default(),
-                s.now,
             )
         };
         let mut f = created_now(&s);

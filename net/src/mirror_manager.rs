@@ -146,12 +146,7 @@ impl FetcherManager {
             let mut source =
                 KafkaSource::new(&task.source_bootstrap, client_id, Duration::from_secs(30));
             let mut local = EngineLocalPartition::new(router, task.tp.clone());
-            let mut fetcher = PartitionFetcher::new(
-                task.tp.clone(),
-                task.topic_id,
-                cfg,
-                crate::mirror_fetcher::now_ms(),
-            );
+            let mut fetcher = PartitionFetcher::new(task.tp.clone(), task.topic_id, cfg);
             if rate > 0 {
                 fetcher = fetcher
                     .with_throttle(Rc::new(std::cell::RefCell::new(ByteRateLimiter::new(rate))));

@@ -149,7 +149,6 @@ fn fetchers_on_owning_cores_mirror_kafka_partitions_log_equal() {
                         max_wait_ms: 50,
                         ..Default::default()
                     },
-                    0,
                 );
                 mirror_partition(
                     &mut source,

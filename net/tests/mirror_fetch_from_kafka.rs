@@ -194,7 +194,7 @@ fn fetcher_mirrors_kafka_batches_at_same_offsets_byte_identical_and_follows_log_
         epoch: 0,
     };
     let tp = TopicPartition::new("orders", 0);
-    let mut fetcher = PartitionFetcher::new(tp, uuid::Uuid::nil(), config(), 0);
+    let mut fetcher = PartitionFetcher::new(tp, uuid::Uuid::nil(), config());
     let mut events = Events::default();
     mirror_until(&boot, &mut fetcher, &mut local, &mut events, end);
 
@@ -355,7 +355,7 @@ fn re_added_stopped_topic_truncates_only_its_own_writes_then_mirrors_log_equal()
         epoch: 0,
     };
     let tp = TopicPartition::new("orders", 0);
-    let mut fetcher = PartitionFetcher::new(tp.clone(), uuid::Uuid::nil(), config(), 0);
+    let mut fetcher = PartitionFetcher::new(tp.clone(), uuid::Uuid::nil(), config());
     let mut events = Events::default();
     mirror_until(&boot, &mut fetcher, &mut local, &mut events, end);
 
@@ -387,7 +387,7 @@ fn re_added_stopped_topic_truncates_only_its_own_writes_then_mirrors_log_equal()
     assert_eq!((plan.local_end_offset, plan.truncate_to), (end + 5, end));
     assert_eq!(local.log.log_end_offset().0, end);
 
-    let mut fetcher = PartitionFetcher::new(tp, uuid::Uuid::nil(), config(), 0);
+    let mut fetcher = PartitionFetcher::new(tp, uuid::Uuid::nil(), config());
     mirror_until(&boot, &mut fetcher, &mut local, &mut events, end2);
     assert_eq!(
         local_batches(&local.log),
@@ -423,7 +423,6 @@ fn measure_single_partition_catch_up_throughput() {
         TopicPartition::new("bulk", 0),
         uuid::Uuid::nil(),
         FetcherConfig::default(),
-        0,
     );
     let mut events = Events::default();
     let t0 = Instant::now();
