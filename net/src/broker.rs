@@ -41,6 +41,7 @@ pub trait ExtensionApis: Send + Sync {
     fn handles(&self, api_key: i16) -> bool;
     fn handle(
         &self,
+        session: &crate::session::Session,
         api_key: i16,
         frame: Bytes,
     ) -> Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;

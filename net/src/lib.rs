@@ -32,6 +32,7 @@ pub mod mirror_host;
 pub mod mirror_manager;
 pub mod mirror_service;
 pub mod server;
+pub mod session;
 pub mod versions;
 
 use std::net::{SocketAddr, ToSocketAddrs};

@@ -140,6 +140,7 @@ impl ExtensionApis for MirrorBroker {
 
     fn handle(
         &self,
+        _session: &crate::session::Session,
         _api_key: i16,
         frame: Bytes,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {

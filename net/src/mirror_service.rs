@@ -454,6 +454,7 @@ impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> crate::broker::Extension
 
     fn handle(
         &self,
+        _session: &crate::session::Session,
         _api_key: i16,
         frame: Bytes,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
@@ -780,7 +781,12 @@ mod tests {
         assert!(ext.handles(api::CREATE_MIRROR) && !ext.handles(1));
         let mut frame = codec::encode_mirror_request(&create("dr"), 9, "t");
         let _len = bytes::Buf::get_i32(&mut frame);
-        let resp = futures_lite::future::block_on(ext.handle(api::CREATE_MIRROR, frame)).unwrap();
+        let resp = futures_lite::future::block_on(ext.handle(
+            &crate::session::Session::plaintext(None),
+            api::CREATE_MIRROR,
+            frame,
+        ))
+        .unwrap();
         let r = codec::decode_mirror_response::<CreateMirrorRequest>(resp, 9).unwrap();
         assert_eq!(r.error_code, 0);
         assert_eq!(ext.with(|s, _| s.coordinator().mirrors().count()), 1);

@@ -20,6 +20,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::broker::Ctx;
 use crate::frame::{header_prefix, read_frame, FrameError};
+use crate::session::Session;
 use crate::{handlers, versions};
 
 /// How long shutdown waits for connections to finish their in-flight request.
@@ -59,7 +60,8 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
         m.connections_active.fetch_add(1, Relaxed);
         glommio::spawn_local(async move {
             let peer = stream.peer_addr().ok();
-            let r = connection(ctx.clone(), stream).await;
+            let session = Session::plaintext(peer);
+            let r = connection(ctx.clone(), stream, session).await;
             let m = &ctx.broker.metrics;
             m.connections_active.fetch_sub(1, Relaxed);
             match r {
@@ -95,7 +97,7 @@ enum ConnError {
     Protocol(String),
 }
 
-async fn connection(ctx: Rc<Ctx>, stream: TcpStream) -> Result<(), ConnError> {
+async fn connection(ctx: Rc<Ctx>, stream: TcpStream, session: Session) -> Result<(), ConnError> {
     let _ = stream.set_nodelay(true);
     let max = ctx.broker.config.max_request_bytes;
     // Small per-connection buffer: large frames are read straight into their own buffer.
@@ -116,7 +118,7 @@ async fn connection(ctx: Rc<Ctx>, stream: TcpStream) -> Result<(), ConnError> {
             .metrics
             .bytes_in
             .fetch_add(frame.len() as u64 + 4, Relaxed);
-        if let Some(chunks) = handle_frame(&ctx, frame).await? {
+        if let Some(chunks) = handle_frame(&ctx, &session, frame).await? {
             let w = reader.get_mut();
             for c in &chunks {
                 w.write_all(c).await?;
@@ -134,7 +136,11 @@ async fn connection(ctx: Rc<Ctx>, stream: TcpStream) -> Result<(), ConnError> {
 
 /// Decodes, dispatches and encodes one request. `Ok(None)`: no response (acks=0).
 /// `Err`: the connection must be closed (malformed or unsupported request).
-async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<Bytes>>, ConnError> {
+async fn handle_frame(
+    ctx: &Ctx,
+    session: &Session,
+    frame: Bytes,
+) -> Result<Option<Vec<Bytes>>, ConnError> {
     let p = header_prefix(&frame);
     let Ok(api_key) = ApiKey::try_from(p.api_key) else {
         if let Some(ext) = ctx
@@ -143,7 +149,7 @@ async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<Bytes>>, Con
             .as_ref()
             .filter(|e| e.handles(p.api_key))
         {
-            let resp = ext.handle(p.api_key, frame).await;
+            let resp = ext.handle(session, p.api_key, frame).await;
             return Ok(resp.map(|r| {
                 let mut out = BytesMut::with_capacity(4 + r.len());
                 out.put_i32(r.len() as i32);
@@ -184,7 +190,7 @@ async fn handle_frame(ctx: &Ctx, frame: Bytes) -> Result<Option<Vec<Bytes>>, Con
     ctx.broker.metrics.count_request(api_key);
     let (header, req) =
         decode_request(api_key, p.api_version, frame).map_err(ConnError::Protocol)?;
-    let resp = dispatch(ctx, api_key, &header, req).await?;
+    let resp = dispatch(ctx, session, api_key, &header, req).await?;
     match resp {
         None => Ok(None),
         // Fetch: record bytes are spliced in, not copied.
@@ -245,11 +251,14 @@ fn encode_response(
 
 async fn dispatch(
     ctx: &Ctx,
+    session: &Session,
     api_key: ApiKey,
     header: &RequestHeader,
     req: RequestKind,
 ) -> Result<Option<ResponseKind>, ConnError> {
     let v = header.request_api_version;
+    // Authorization reads the principal; until it is enforced the session is only carried.
+    let _ = session;
     let resp = match req {
         RequestKind::ApiVersions(_) => {
             ResponseKind::ApiVersions(versions::api_versions_response(0, &extension_versions(ctx)))

@@ -23,6 +23,7 @@ pub mod kafka;
 pub mod kmirror;
 pub mod mirror;
 pub mod oracle;
+pub mod pki;
 pub mod proc;
 pub mod python;
 pub mod records;

@@ -1,0 +1,157 @@
+//! Who is on the other end of a connection, and through which listener they came.
+//!
+//! A [`Session`] is created per connection by the listener that accepted it and handed to
+//! every request handler; authorization decisions read its [`Principal`]. A PLAINTEXT
+//! listener's principal is `User:ANONYMOUS`, as in Kafka.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::str::FromStr;
+
+/// Kafka's `security.protocol` values, for listeners and for client connections.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SecurityProtocol {
+    Plaintext,
+    Ssl,
+    SaslPlaintext,
+    SaslSsl,
+}
+
+impl SecurityProtocol {
+    pub fn name(self) -> &'static str {
+        match self {
+            SecurityProtocol::Plaintext => "PLAINTEXT",
+            SecurityProtocol::Ssl => "SSL",
+            SecurityProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+            SecurityProtocol::SaslSsl => "SASL_SSL",
+        }
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
+        )
+    }
+}
+
+impl fmt::Display for SecurityProtocol {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for SecurityProtocol {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
+            "SSL" => Ok(SecurityProtocol::Ssl),
+            "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
+            "SASL_SSL" => Ok(SecurityProtocol::SaslSsl),
+            other => Err(format!(
+                "unknown security protocol \"{other}\" (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)"
+            )),
+        }
+    }
+}
+
+/// A Kafka principal, `Type:name` (`User:alice`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Principal {
+    pub kind: String,
+    pub name: String,
+}
+
+impl Principal {
+    pub fn user(name: impl Into<String>) -> Self {
+        Principal {
+            kind: "User".into(),
+            name: name.into(),
+        }
+    }
+
+    /// The principal of an unauthenticated (PLAINTEXT or plain SSL without a client cert)
+    /// connection.
+    pub fn anonymous() -> Self {
+        Principal::user("ANONYMOUS")
+    }
+}
+
+impl fmt::Display for Principal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}:{}", self.kind, self.name)
+    }
+}
+
+impl FromStr for Principal {
+    type Err = String;
+    /// Parses `Type:name`; the name may itself contain ':'.
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.split_once(':') {
+            Some((k, n)) if !k.is_empty() => Ok(Principal {
+                kind: k.to_string(),
+                name: n.to_string(),
+            }),
+            _ => Err(format!("principal \"{s}\" is not of the form Type:name")),
+        }
+    }
+}
+
+/// One connection's security context.
+#[derive(Debug, Clone)]
+pub struct Session {
+    /// The listener's name (for now its security protocol's name, as Kafka names default
+    /// listeners).
+    pub listener: String,
+    pub protocol: SecurityProtocol,
+    pub principal: Principal,
+    pub peer: Option<SocketAddr>,
+}
+
+impl Session {
+    /// A PLAINTEXT connection: `User:ANONYMOUS`.
+    pub fn plaintext(peer: Option<SocketAddr>) -> Self {
+        Session {
+            listener: SecurityProtocol::Plaintext.name().into(),
+            protocol: SecurityProtocol::Plaintext,
+            principal: Principal::anonymous(),
+            peer,
+        }
+    }
+
+    /// The peer's host as ACLs match it (`*` matches any).
+    pub fn host(&self) -> String {
+        self.peer
+            .map(|p| p.ip().to_string())
+            .unwrap_or_else(|| "*".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn protocols_and_principals_round_trip_through_their_names() {
+        for p in [
+            SecurityProtocol::Plaintext,
+            SecurityProtocol::Ssl,
+            SecurityProtocol::SaslPlaintext,
+            SecurityProtocol::SaslSsl,
+        ] {
+            assert_eq!(p.name().parse::<SecurityProtocol>().unwrap(), p);
+        }
+        assert!("TLS".parse::<SecurityProtocol>().is_err());
+        let p: Principal = "User:CN=a,O=b:c".parse().unwrap();
+        assert_eq!(p.kind, "User");
+        assert_eq!(p.name, "CN=a,O=b:c");
+        assert_eq!(p.to_string(), "User:CN=a,O=b:c");
+        assert!("alice".parse::<Principal>().is_err());
+        assert_eq!(Principal::anonymous().to_string(), "User:ANONYMOUS");
+    }
+}
