@@ -1,6 +1,7 @@
 // Reads every partition of a topic from the beginning to its end offset (the LSO under
 // read_committed) with a plain KafkaConsumer (assign + seekToBeginning, no group).
 // Usage: RecordDump BOOTSTRAP TOPIC read_committed|read_uncommitted records|digest
+//        [key=value consumer props...] (e.g. security.protocol=SSL)
 // "records" prints "R <partition> <offset> <key> <value> <header-keys>" per record; both modes
 // print "D <partition> <count> <first> <last> <hash>" per partition, where hash folds offset,
 // timestamp, key, value and headers of every record in order, and "END" at the end.
@@ -35,6 +36,10 @@ public class RecordDump {
         props.put("max.poll.records", "5000");
         props.put("key.deserializer", ByteArrayDeserializer.class.getName());
         props.put("value.deserializer", ByteArrayDeserializer.class.getName());
+        for (int i = 4; i < args.length; i++) {
+            int eq = args[i].indexOf('=');
+            props.put(args[i].substring(0, eq), args[i].substring(eq + 1));
+        }
         StringBuilder out = new StringBuilder();
         try (KafkaConsumer<byte[], byte[]> c = new KafkaConsumer<>(props)) {
             List<TopicPartition> tps = new ArrayList<>();
