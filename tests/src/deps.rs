@@ -129,7 +129,24 @@ pub fn kmirror_bin() -> &'static PathBuf {
         }
         let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
         let profile = build_profile();
-        let status = Command::new(cargo)
+        let mut build = Command::new(cargo);
+        // `cargo test` runs this process with the test crate's CARGO_MANIFEST_DIR,
+        // CARGO_PKG_* … set; build scripts that rerun when those change (ring's) would then
+        // rebuild, and relink the binary, on every test process.
+        for (k, _) in std::env::vars_os() {
+            let k = k.to_string_lossy();
+            if k.starts_with("CARGO_PKG_")
+                || k.starts_with("CARGO_MANIFEST_")
+                || k.starts_with("CARGO_CRATE_")
+                || k.starts_with("CARGO_BIN_")
+                || k == "CARGO_PRIMARY_PACKAGE"
+                || k == "CARGO_TARGET_TMPDIR"
+                || k == "OUT_DIR"
+            {
+                build.env_remove(k.as_ref());
+            }
+        }
+        let status = build
             .args([
                 "build",
                 "--profile",

@@ -4,7 +4,9 @@
 
 use std::path::{Path, PathBuf};
 
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use rcgen::{
+    BasicConstraints, CertificateParams, DistinguishedName, DnType, IsCa, KeyPair, KeyUsagePurpose,
+};
 
 /// PEM files of one identity.
 #[derive(Debug, Clone)]
@@ -67,8 +69,9 @@ impl TestPki {
         )
     }
 
-    /// A client certificate whose subject is `dn`, in order (e.g. `[("CN","alice"),
-    /// ("O","acme")]`). Kafka's default principal for it is `User:CN=alice,O=acme`.
+    /// A client certificate whose subject is `dn`, in encoding order, most general first as
+    /// CAs issue them (e.g. `[("O","acme"),("CN","alice")]`). Kafka's default principal
+    /// prints the RDNs the other way round (RFC 2253): `User:CN=alice,O=acme`.
     pub fn client(&self, file_stem: &str, dn: &[(&str, &str)]) -> Identity {
         self.issue(file_stem, dn, Vec::new())
     }
@@ -76,6 +79,8 @@ impl TestPki {
     fn issue(&self, stem: &str, dn: &[(&str, &str)], sans: Vec<String>) -> Identity {
         let key = KeyPair::generate().expect("key");
         let mut p = CertificateParams::new(sans).expect("params");
+        // rcgen starts with CN="rcgen self signed cert": an empty DN keeps `dn`'s order.
+        p.distinguished_name = DistinguishedName::new();
         for (k, v) in dn {
             let t = match *k {
                 "CN" => DnType::CommonName,
@@ -124,7 +129,17 @@ mod tests {
         assert!(key.contains("BEGIN PRIVATE KEY"));
         let ks = std::fs::read_to_string(&s.keystore).unwrap();
         assert!(ks.starts_with("-----BEGIN PRIVATE KEY"));
-        let c = pki.client("alice", &[("CN", "alice"), ("O", "acme")]);
+        let c = pki.client("alice", &[("O", "acme"), ("OU", "eng"), ("CN", "alice")]);
         assert!(c.cert.exists() && c.key.exists());
+        // The subject is encoded in the order given (openssl prints it RFC 2253 style,
+        // most specific first, as Kafka does).
+        if let Ok(out) = std::process::Command::new("openssl")
+            .args(["x509", "-noout", "-subject", "-nameopt", "RFC2253", "-in"])
+            .arg(&c.cert)
+            .output()
+        {
+            let subject = String::from_utf8_lossy(&out.stdout);
+            assert_eq!(subject.trim(), "subject=CN=alice,OU=eng,O=acme");
+        }
     }
 }
