@@ -4,6 +4,13 @@
 //!
 //! `cargo run --release -p kmirror-benches --bin e2e_broker -- [RECORDS] [PARTITIONS]`
 //! (scripts/bench-broker.sh builds kmirror first and passes KMIRROR_BIN).
+//!
+//! `… --bin e2e_broker -- --tls [RECORDS] [PARTITIONS] [ROUNDS]`: the same tools over SSL
+//! (server-authenticated TLS, PEM files from a throwaway CA) against both brokers, each with
+//! a PLAINTEXT and an SSL listener, alternating Kafka and kmirror for ROUNDS rounds (both
+//! running, one loaded at a time); each round also reads the topic over PLAINTEXT to price
+//! TLS on the fetch path. Prints per-round rows and the median kmirror/Kafka ratios with
+//! their spread.
 
 mod common;
 
@@ -39,23 +46,27 @@ fn before(summary: &str, marker: &str) -> f64 {
 }
 
 fn produce(boot: &str, topic: &str, records: u64) -> String {
-    let ran = common::run_tool(
-        tools::PRODUCER_PERFORMANCE,
-        &[
-            "--topic",
-            topic,
-            "--num-records",
-            &records.to_string(),
-            "--record-size",
-            "1024",
-            "--throughput",
-            "-1",
-            "--producer-props",
-            &format!("bootstrap.servers={boot}"),
-            "acks=all",
-        ],
-        Duration::from_secs(900),
-    );
+    produce_with(boot, topic, records, &[])
+}
+
+/// ProducerPerformance with extra producer properties (`key=value`).
+fn produce_with(boot: &str, topic: &str, records: u64, props: &[String]) -> String {
+    let (n, bs) = (records.to_string(), format!("bootstrap.servers={boot}"));
+    let mut args = vec![
+        "--topic",
+        topic,
+        "--num-records",
+        &n,
+        "--record-size",
+        "1024",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        &bs,
+        "acks=all",
+    ];
+    args.extend(props.iter().map(String::as_str));
+    let ran = common::run_tool(tools::PRODUCER_PERFORMANCE, &args, Duration::from_secs(900));
     ran.stdout
         .lines()
         .rev()
@@ -66,20 +77,32 @@ fn produce(boot: &str, topic: &str, records: u64) -> String {
 
 /// ConsumerPerformance CSV row: (MB.sec, fetch.MB.sec) after checking every record was read.
 fn consume(boot: &str, topic: &str, records: u64) -> (f64, f64) {
-    let ran = common::run_tool(
-        tools::CONSUMER_PERFORMANCE,
-        &[
-            "--bootstrap-server",
-            boot,
-            "--topic",
-            topic,
-            "--messages",
-            &records.to_string(),
-            "--timeout",
-            "60000",
-        ],
-        Duration::from_secs(900),
-    );
+    consume_with(boot, topic, records, None)
+}
+
+/// ConsumerPerformance with a consumer properties file.
+fn consume_with(
+    boot: &str,
+    topic: &str,
+    records: u64,
+    config: Option<&std::path::Path>,
+) -> (f64, f64) {
+    let n = records.to_string();
+    let cfg = config.map(|c| c.display().to_string());
+    let mut args = vec![
+        "--bootstrap-server",
+        boot,
+        "--topic",
+        topic,
+        "--messages",
+        &n,
+        "--timeout",
+        "60000",
+    ];
+    if let Some(c) = &cfg {
+        args.extend(["--consumer.config", c.as_str()]);
+    }
+    let ran = common::run_tool(tools::CONSUMER_PERFORMANCE, &args, Duration::from_secs(900));
     let row = ran
         .stdout
         .lines()
@@ -124,7 +147,230 @@ fn bench(broker: &'static str, boot: &str, pid: u32, records: u64, partitions: i
     }
 }
 
+/// One broker's numbers in one TLS round.
+struct TlsRow {
+    round: usize,
+    broker: &'static str,
+    produce_mb_s: f64,
+    p99_ms: f64,
+    fetch_tls_mb_s: f64,
+    fetch_plain_mb_s: f64,
+    /// Broker CPU seconds per GB fetched, over TLS and over PLAINTEXT.
+    cpu_s_gb_tls: f64,
+    cpu_s_gb_plain: f64,
+    load: String,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+fn spread(v: &[f64]) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!("{lo:.2}–{hi:.2}")
+}
+
+/// One TLS round on one broker: produce over SSL, read over SSL, read over PLAINTEXT.
+#[allow(clippy::too_many_arguments)]
+fn tls_round(
+    round: usize,
+    broker: &'static str,
+    plain: &str,
+    ssl: &str,
+    pid: u32,
+    producer_ssl: &[String],
+    consumer_ssl: &std::path::Path,
+    records: u64,
+    partitions: i32,
+) -> TlsRow {
+    let topic = format!("tls-{round}");
+    common::create_topic(plain, &topic, partitions, &[]);
+    let load = common::load_avg();
+    eprintln!("[{broker} round {round}] produce {records} over SSL (load {load})");
+    let summary = produce_with(ssl, &topic, records, producer_ssl);
+    let gb = records as f64 * 1024.0 / 1e9;
+    let cpu0 = common::cpu_seconds(pid);
+    let (_, fetch_tls) = consume_with(ssl, &topic, records, Some(consumer_ssl));
+    let cpu1 = common::cpu_seconds(pid);
+    let (_, fetch_plain) = consume(plain, &topic, records);
+    let cpu2 = common::cpu_seconds(pid);
+    eprintln!("[{broker} round {round}] {summary}; fetch TLS {fetch_tls} MB/s, PLAINTEXT {fetch_plain} MB/s");
+    TlsRow {
+        round,
+        broker,
+        produce_mb_s: before(&summary, "MB/sec"),
+        p99_ms: before(&summary, "ms 99th"),
+        fetch_tls_mb_s: fetch_tls,
+        fetch_plain_mb_s: fetch_plain,
+        cpu_s_gb_tls: (cpu1 - cpu0) / gb,
+        cpu_s_gb_plain: (cpu2 - cpu1) / gb,
+        load,
+    }
+}
+
+fn main_tls(records: u64, partitions: i32, rounds: usize) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let pki = kmirror_tests::pki::TestPki::new();
+    let server = pki.server("bench-broker");
+    let ca = pki.ca_pem.clone();
+    let producer_ssl = vec![
+        "security.protocol=SSL".to_string(),
+        "ssl.truststore.type=PEM".into(),
+        format!("ssl.truststore.location={}", ca.display()),
+    ];
+    let consumer_ssl = pki.dir().join("consumer-ssl.properties");
+    std::fs::write(&consumer_ssl, producer_ssl.join("\n") + "\n").expect("consumer config");
+    let bin = common::kmirror_bin();
+    eprintln!("kmirror binary: {}", bin.display());
+    let mut kafka = common::Kafka::start_ssl("1g", &[], Some((&server.keystore, &ca)));
+    let (cert, key) = (
+        server.cert.display().to_string(),
+        server.key.display().to_string(),
+    );
+    let mut node = KmirrorNode::start_listeners(
+        &["PLAINTEXT", "SSL"],
+        &["--tls-cert", &cert, "--tls-key", &key],
+    );
+    let (kp, ks) = (kafka.bootstrap(), kafka.ssl_bootstrap());
+    let (mp, ms) = (node.listener_addr("PLAINTEXT"), node.listener_addr("SSL"));
+    // Warm-up of both, untimed.
+    for (plain, ssl) in [(&kp, &ks), (&mp, &ms)] {
+        common::create_topic(plain, "warmup", partitions, &[]);
+        produce_with(ssl, "warmup", records / 5, &producer_ssl);
+        consume_with(ssl, "warmup", records / 5, Some(&consumer_ssl));
+    }
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        // Alternate which broker goes first.
+        let order: [bool; 2] = if round % 2 == 1 {
+            [true, false]
+        } else {
+            [false, true]
+        };
+        for is_kafka in order {
+            rows.push(if is_kafka {
+                tls_round(
+                    round,
+                    "Apache Kafka 4.1.1",
+                    &kp,
+                    &ks,
+                    kafka.pid(),
+                    &producer_ssl,
+                    &consumer_ssl,
+                    records,
+                    partitions,
+                )
+            } else {
+                tls_round(
+                    round,
+                    "kmirror",
+                    &mp,
+                    &ms,
+                    node.pid(),
+                    &producer_ssl,
+                    &consumer_ssl,
+                    records,
+                    partitions,
+                )
+            });
+        }
+    }
+    let rss = (
+        common::peak_rss_mib(kafka.pid()),
+        common::peak_rss_mib(node.pid()),
+    );
+    kafka.stop();
+    node.stop();
+
+    println!(
+        "\n{records} records x 1024 B, {partitions} partitions, acks=all, --throughput -1, \
+         SSL (TLS 1.3, server auth), {rounds} rounds, {cores} cores\n"
+    );
+    println!(
+        "| round | broker | produce MB/s (SSL) | p99 ms | fetch MB/s SSL | fetch MB/s PLAINTEXT | \
+         broker CPU s/GB fetched SSL | PLAINTEXT | load avg |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.1} | {:.0} | {:.1} | {:.1} | {:.2} | {:.2} | {} |",
+            r.round,
+            r.broker,
+            r.produce_mb_s,
+            r.p99_ms,
+            r.fetch_tls_mb_s,
+            r.fetch_plain_mb_s,
+            r.cpu_s_gb_tls,
+            r.cpu_s_gb_plain,
+            r.load
+        );
+    }
+    let pairs: Vec<(&TlsRow, &TlsRow)> = (1..=rounds)
+        .map(|round| {
+            let of = |b: &str| {
+                rows.iter()
+                    .find(|r| r.round == round && r.broker.starts_with(b))
+                    .expect("row")
+            };
+            (of("Apache"), of("kmirror"))
+        })
+        .collect();
+    let ratio =
+        |f: fn(&TlsRow) -> f64| -> Vec<f64> { pairs.iter().map(|(k, m)| f(m) / f(k)).collect() };
+    let produce = ratio(|r| r.produce_mb_s);
+    let fetch = ratio(|r| r.fetch_tls_mb_s);
+    let p99 = ratio(|r| r.p99_ms);
+    println!(
+        "\nkmirror / Kafka over SSL, median of {rounds} rounds (min–max): produce {:.2}x ({}), \
+         fetch {:.2}x ({}), p99 produce latency {:.2}x ({})",
+        median(produce.clone()),
+        spread(&produce),
+        median(fetch.clone()),
+        spread(&fetch),
+        median(p99.clone()),
+        spread(&p99)
+    );
+    for b in ["Apache", "kmirror"] {
+        let mine: Vec<&TlsRow> = rows.iter().filter(|r| r.broker.starts_with(b)).collect();
+        let cost: Vec<f64> = mine
+            .iter()
+            .map(|r| r.fetch_tls_mb_s / r.fetch_plain_mb_s)
+            .collect();
+        let cpu: Vec<f64> = mine
+            .iter()
+            .map(|r| r.cpu_s_gb_tls / r.cpu_s_gb_plain)
+            .collect();
+        println!(
+            "{}: fetch over SSL / PLAINTEXT {:.2}x ({}), broker CPU per GB fetched SSL / PLAINTEXT {:.2}x ({})",
+            mine[0].broker,
+            median(cost.clone()),
+            spread(&cost),
+            median(cpu.clone()),
+            spread(&cpu)
+        );
+    }
+    println!(
+        "peak RSS MiB: Apache Kafka {:.0}, kmirror {:.0}",
+        rss.0, rss.1
+    );
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--tls") {
+        let mut args = std::env::args().skip(2);
+        let records: u64 = args.next().map_or(100_000, |a| a.parse().expect("RECORDS"));
+        let partitions: i32 = args.next().map_or(6, |a| a.parse().expect("PARTITIONS"));
+        let rounds: usize = args.next().map_or(3, |a| a.parse().expect("ROUNDS"));
+        main_tls(records, partitions, rounds.max(1));
+        return;
+    }
     let mut args = std::env::args().skip(1);
     let records: u64 = args.next().map_or(500_000, |a| a.parse().expect("RECORDS"));
     let partitions: i32 = args.next().map_or(6, |a| a.parse().expect("PARTITIONS"));

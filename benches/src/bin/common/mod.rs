@@ -49,18 +49,30 @@ pub(crate) fn run_tool(main_class: &str, args: &[&str], timeout: Duration) -> pr
 pub(crate) struct Kafka {
     dir: tempfile::TempDir,
     port: u16,
+    ssl_port: Option<u16>,
     child: Option<ChildGuard>,
 }
 
 impl Kafka {
     /// Formats and starts a node with a `heap` JVM heap; returns once Metadata answers.
     pub(crate) fn start(heap: &str, extra: &[(&str, &str)]) -> Self {
+        Self::start_ssl(heap, extra, None)
+    }
+
+    /// [`Kafka::start`] plus, with `ssl` = (PEM keystore: key + chain, CA PEM), an SSL client
+    /// listener next to PLAINTEXT ([`Kafka::ssl_bootstrap`]).
+    pub(crate) fn start_ssl(
+        heap: &str,
+        extra: &[(&str, &str)],
+        ssl: Option<(&Path, &Path)>,
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("kmirror-bench-kafka-")
             .tempdir()
             .expect("temp dir");
         let port = proc::free_port();
         let cport = proc::free_port();
+        let sport = ssl.map(|_| proc::free_port());
         let mut props: Vec<(String, String)> = [
             ("process.roles", "broker,controller".to_string()),
             ("node.id", "1".into()),
@@ -97,9 +109,36 @@ impl Kafka {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
-        for (k, v) in extra {
+        let mut extra: Vec<(String, String)> = extra
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        if let (Some((keystore, ca)), Some(sport)) = (ssl, sport) {
+            let ssl_props = [
+                (
+                    "listeners",
+                    format!(
+                        "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport},SSL://127.0.0.1:{sport}"
+                    ),
+                ),
+                (
+                    "advertised.listeners",
+                    format!("PLAINTEXT://127.0.0.1:{port},SSL://127.0.0.1:{sport}"),
+                ),
+                (
+                    "listener.security.protocol.map",
+                    "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT,SSL:SSL".into(),
+                ),
+                ("ssl.keystore.type", "PEM".into()),
+                ("ssl.keystore.location", keystore.display().to_string()),
+                ("ssl.truststore.type", "PEM".into()),
+                ("ssl.truststore.location", ca.display().to_string()),
+            ];
+            extra.splice(0..0, ssl_props.map(|(k, v)| (k.to_string(), v)));
+        }
+        for (k, v) in &extra {
             props.retain(|(pk, _)| pk != k);
-            props.push((k.to_string(), v.to_string()));
+            props.push((k.clone(), v.clone()));
         }
         let config = dir.path().join("server.properties");
         let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
@@ -122,6 +161,7 @@ impl Kafka {
         let mut k = Kafka {
             dir,
             port,
+            ssl_port: sport,
             child: Some(ChildGuard(child)),
         };
         let addr = k.bootstrap();
@@ -149,6 +189,11 @@ impl Kafka {
     /// `127.0.0.1:PORT`.
     pub(crate) fn bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// `127.0.0.1:PORT` of the SSL listener ([`Kafka::start_ssl`]).
+    pub(crate) fn ssl_bootstrap(&self) -> String {
+        format!("127.0.0.1:{}", self.ssl_port.expect("started with SSL"))
     }
 
     /// The broker's stdout/stderr log.
