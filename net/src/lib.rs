@@ -2,9 +2,11 @@
 //!
 //! Owns: framing with the size check before allocation (`frame`), the ACL APIs over the
 //! durable store (`acl`), the served API table and
-//! ApiVersions with KIP-511 fallback (`versions`), the per-core listener and connection loop
-//! (`server`), the API handlers (`handlers`), zero-copy Fetch response writing
-//! (`fetch_encode`), the single internal-error → Kafka-code mapping
+//! ApiVersions with KIP-511 fallback (`versions`), the listener list (`listeners`: several
+//! `PROTOCOL://HOST:PORT`, each advertised to the clients that use it), TLS and certificate
+//! principals (`tls`), the per-core listeners and connection loop (`server`), the API
+//! handlers (`handlers`), zero-copy Fetch response writing (`fetch_encode`; under TLS the
+//! chunks are encrypted, so copied), the single internal-error → Kafka-code mapping
 //! (`errors`), the broker's view of cluster metadata (`cluster`), and [`start`], which wires
 //! the metadata control thread, the group coordinator and the engine together.
 //!
