@@ -77,13 +77,27 @@ fn tcp(addr: std::net::SocketAddr) -> TcpStream {
 type Tls = rustls::StreamOwned<rustls::ClientConnection, TcpStream>;
 
 fn tls(addr: std::net::SocketAddr, ca: &std::path::Path, id: Option<&Identity>) -> Tls {
+    tls_with(
+        addr,
+        ca,
+        id,
+        &[&rustls::version::TLS13, &rustls::version::TLS12],
+    )
+}
+
+fn tls_with(
+    addr: std::net::SocketAddr,
+    ca: &std::path::Path,
+    id: Option<&Identity>,
+    versions: &[&'static rustls::SupportedProtocolVersion],
+) -> Tls {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut roots = rustls::RootCertStore::empty();
     for c in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(c.unwrap()).unwrap();
     }
     let b = rustls::ClientConfig::builder_with_provider(provider)
-        .with_safe_default_protocol_versions()
+        .with_protocol_versions(versions)
         .unwrap()
         .with_root_certificates(roots);
     let cfg = match id {
@@ -167,6 +181,12 @@ fn each_listener_advertises_its_own_endpoint_and_tls_listeners_speak_tls() {
         advertised_port(&mut tls(l[1].addr, &pki.ca_pem, None)),
         vec![l[1].port; 4]
     );
+    // TLS 1.2 and TLS 1.3 both.
+    for v in [&rustls::version::TLS12, &rustls::version::TLS13] {
+        let mut s = tls_with(l[1].addr, &pki.ca_pem, None, &[v]);
+        assert_eq!(advertised_port(&mut s)[0], l[1].port);
+        assert_eq!(s.conn.protocol_version(), Some(v.version));
+    }
     // Plain Kafka bytes to the TLS port: the handshake fails, that connection closes, the
     // broker keeps serving both listeners.
     let mut s = tcp(l[1].addr);
