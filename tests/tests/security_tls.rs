@@ -265,7 +265,7 @@ fn given_plaintext_and_ssl_listeners_when_java_and_librdkafka_use_ssl_should_rou
     let _g = kmirror_tests::heavy_test_lock();
     let pki = TestPki::new();
     let server = pki.server("kmirror");
-    let (node, t) = kmirror_tls(&pki, &server, false);
+    let (mut node, t) = kmirror_tls(&pki, &server, false);
     assert_ne!(port_of(&t.plain), port_of(&t.ssl));
     // PLAINTEXT clients are told the PLAINTEXT port.
     assert_eq!(probe(&t.plain, &[]).unwrap(), vec![port_of(&t.plain)]);
@@ -275,6 +275,10 @@ fn given_plaintext_and_ssl_listeners_when_java_and_librdkafka_use_ssl_should_rou
     assert!(
         log.contains("User:ANONYMOUS"),
         "an SSL client without a certificate is User:ANONYMOUS"
+    );
+    assert!(
+        node.stop(),
+        "kmirror with an SSL listener did not stop cleanly"
     );
 }
 
