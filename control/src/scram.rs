@@ -150,6 +150,9 @@ impl ScramCredential {
     }
 }
 
+/// DescribeUserScramCredentials' answer for one user: its (mechanism, iterations) pairs.
+pub type UserDescription = (String, Result<Vec<(ScramMechanism, i32)>, ScramError>);
+
 /// Every credential, by user then mechanism. Immutable once published.
 pub type Credentials = BTreeMap<String, BTreeMap<ScramMechanism, ScramCredential>>;
 
@@ -384,10 +387,7 @@ impl ScramStore {
     /// DescribeUserScramCredentials: `None` = every user with a credential. Per requested user
     /// (in order) its (mechanism, iterations), RESOURCE_NOT_FOUND for users without any,
     /// DUPLICATE_RESOURCE for users named twice.
-    pub fn describe(
-        creds: &Credentials,
-        users: Option<&[String]>,
-    ) -> Vec<(String, Result<Vec<(ScramMechanism, i32)>, ScramError>)> {
+    pub fn describe(creds: &Credentials, users: Option<&[String]>) -> Vec<UserDescription> {
         let infos = |m: &BTreeMap<ScramMechanism, ScramCredential>| {
             m.iter().map(|(k, c)| (*k, c.iterations)).collect()
         };
@@ -481,10 +481,7 @@ impl ScramRegistry {
         r
     }
 
-    pub fn describe(
-        &self,
-        users: Option<&[String]>,
-    ) -> Vec<(String, Result<Vec<(ScramMechanism, i32)>, ScramError>)> {
+    pub fn describe(&self, users: Option<&[String]>) -> Vec<UserDescription> {
         ScramStore::describe(&self.snapshot(), users)
     }
 }

@@ -3,7 +3,7 @@
 //! Owns: framing with the size check before allocation (`frame`), the ACL APIs over the
 //! durable store (`acl`), the served API table and
 //! ApiVersions with KIP-511 fallback (`versions`), the per-core listener and connection loop
-//! (`server`), the API handlers (`handlers`), zero-copy Fetch response writing
+//! (`server`), the API handlers (`handlers`), SASL authentication and the SCRAM credential APIs (`sasl`), zero-copy Fetch response writing
 //! (`fetch_encode`), the single internal-error → Kafka-code mapping
 //! (`errors`), the broker's view of cluster metadata (`cluster`), and [`start`], which wires
 //! the metadata control thread, the group coordinator and the engine together.
@@ -31,6 +31,7 @@ pub mod mirror_fetcher;
 pub mod mirror_host;
 pub mod mirror_manager;
 pub mod mirror_service;
+pub mod sasl;
 pub mod server;
 pub mod session;
 pub mod versions;
@@ -62,6 +63,8 @@ pub enum NetError {
     Groups(#[from] groups::GroupsError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("SASL: {0}")]
+    Sasl(#[from] sasl::SaslError),
 }
 
 /// Everything needed to run a broker.
@@ -75,6 +78,8 @@ pub struct ServerConfig {
     pub auto_create_topics: bool,
     pub default_partitions: i32,
     pub engine: EngineConfig,
+    /// SASL mechanisms, OAUTHBEARER validation, re-authentication.
+    pub sasl: sasl::SaslConfig,
 }
 
 /// A running broker.
@@ -146,6 +151,7 @@ pub fn start(
 ) -> Result<RunningBroker, NetError> {
     let (host, addr) = resolve(&cfg.listen)?;
     std::fs::create_dir_all(&cfg.data_dir)?;
+    let sasl = Arc::new(sasl::Sasl::open(cfg.sasl.clone(), &cfg.data_dir)?);
     let cluster = Cluster::start(&cfg.data_dir)?;
     let router_cell = Arc::new(OnceLock::new());
     let groups = groups::GroupsService::start(
@@ -169,6 +175,7 @@ pub fn start(
         groups: Some(groups),
         extension,
         metrics: Default::default(),
+        sasl,
     });
     let (bound_tx, bound_rx) = flume::unbounded::<Result<(), std::io::Error>>();
     let b = broker.clone();

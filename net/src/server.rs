@@ -20,6 +20,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::broker::Ctx;
 use crate::frame::{header_prefix, read_frame, FrameError};
+use crate::sasl::{ConnAuth, Gate};
 use crate::session::Session;
 use crate::{handlers, versions};
 
@@ -88,20 +89,27 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
 }
 
 #[derive(Debug, thiserror::Error)]
-enum ConnError {
+pub(crate) enum ConnError {
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
     #[error("protocol violation: {0}")]
     Protocol(String),
+    #[error("authentication: {0}")]
+    Auth(String),
 }
 
-async fn connection(ctx: Rc<Ctx>, stream: TcpStream, session: Session) -> Result<(), ConnError> {
+async fn connection(
+    ctx: Rc<Ctx>,
+    stream: TcpStream,
+    mut session: Session,
+) -> Result<(), ConnError> {
     let _ = stream.set_nodelay(true);
     let max = ctx.broker.config.max_request_bytes;
     // Small per-connection buffer: large frames are read straight into their own buffer.
     let mut reader = BufReader::with_capacity(16 << 10, stream);
+    let mut auth = ConnAuth::new(&session);
     loop {
         let frame =
             futures_lite::future::or(async { Some(read_frame(&mut reader, max).await) }, async {
@@ -118,7 +126,14 @@ async fn connection(ctx: Rc<Ctx>, stream: TcpStream, session: Session) -> Result
             .metrics
             .bytes_in
             .fetch_add(frame.len() as u64 + 4, Relaxed);
-        if let Some(chunks) = handle_frame(&ctx, &session, frame).await? {
+        // SASL first: before authentication only the handshake is served.
+        let (chunks, close) = match auth.gate(&ctx, &mut session, &frame) {
+            Gate::Serve => (handle_frame(&ctx, &session, frame).await?, false),
+            Gate::Reply(b) => (Some(vec![b]), false),
+            Gate::ReplyThenClose(b) => (Some(vec![b]), true),
+            Gate::Close(reason) => return Err(ConnError::Auth(reason)),
+        };
+        if let Some(chunks) = chunks {
             let w = reader.get_mut();
             for c in &chunks {
                 w.write_all(c).await?;
@@ -127,6 +142,10 @@ async fn connection(ctx: Rc<Ctx>, stream: TcpStream, session: Session) -> Result
                     .bytes_out
                     .fetch_add(c.len() as u64, Relaxed);
             }
+        }
+        if close {
+            let _ = reader.get_mut().flush().await;
+            return Err(ConnError::Auth("SASL authentication failed".into()));
         }
         if ctx.core.stop.is_stopped() {
             return Ok(());
@@ -230,7 +249,7 @@ fn extension_versions(ctx: &Ctx) -> Vec<(i16, i16, i16)> {
         .unwrap_or_default()
 }
 
-fn encode_response(
+pub(crate) fn encode_response(
     api_key: ApiKey,
     version: i16,
     correlation_id: i32,
@@ -306,6 +325,12 @@ async fn dispatch(
         }
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(crate::acl::delete_acls(&ctx.broker.config.data_dir, r))
+        }
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(crate::sasl::credentials::describe(ctx, r))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(crate::sasl::credentials::alter(ctx, r).await)
         }
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             handlers::configs::incremental_alter_configs(ctx, v, r).await,

@@ -47,6 +47,10 @@ served! {
     CreateAcls => CreateAclsRequest,
     DescribeAcls => DescribeAclsRequest,
     DeleteAcls => DeleteAclsRequest,
+    SaslHandshake => SaslHandshakeRequest,
+    SaslAuthenticate => SaslAuthenticateRequest,
+    DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+    AlterUserScramCredentials => AlterUserScramCredentialsRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).
