@@ -50,7 +50,12 @@ pub fn salted_password(mech: &str, password: &str, salt: &[u8], iterations: u32)
 }
 
 /// An upsertion as `kafka-configs --add-config 'SCRAM-SHA-512=[password=…]'` builds it.
-pub fn upsertion(user: &str, mech: i8, password: &str, iterations: i32) -> ScramCredentialUpsertion {
+pub fn upsertion(
+    user: &str,
+    mech: i8,
+    password: &str,
+    iterations: i32,
+) -> ScramCredentialUpsertion {
     let name = if mech == SCRAM_SHA_256 {
         "SCRAM-SHA-256"
     } else {
@@ -132,7 +137,10 @@ pub fn scram(c: &mut WireClient, mech: &str, user: &str, password: &str) -> Resu
     let nonce: String = (0..24)
         .map(|_| (b'a' + rand::random::<u8>() % 26) as char)
         .collect();
-    let first_bare = format!("n={},r={nonce}", user.replace('=', "=3D").replace(',', "=2C"));
+    let first_bare = format!(
+        "n={},r={nonce}",
+        user.replace('=', "=3D").replace(',', "=2C")
+    );
     let r = authenticate(c, format!("n,,{first_bare}").into_bytes())?;
     if r.error_code != 0 {
         return Ok(refused(&r));
@@ -200,7 +208,10 @@ pub fn oauthbearer(c: &mut WireClient, token: &str) -> Result<AuthOutcome> {
     if let Some(o) = start(c, "OAUTHBEARER")? {
         return Ok(o);
     }
-    let r = authenticate(c, format!("n,,\x01auth=Bearer {token}\x01\x01").into_bytes())?;
+    let r = authenticate(
+        c,
+        format!("n,,\x01auth=Bearer {token}\x01\x01").into_bytes(),
+    )?;
     if r.error_code != 0 {
         return Ok(refused(&r));
     }
@@ -236,34 +247,12 @@ impl JwtKey {
 
     /// A compact JWS of `claims`, signed by this key.
     pub fn sign(&self, claims: &serde_json::Value) -> String {
-        use rcgen::SigningKey;
-        let header = serde_json::json!({"alg": "ES256", "typ": "JWT", "kid": self.kid});
-        let input = format!(
-            "{}.{}",
-            B64URL.encode(header.to_string()),
-            B64URL.encode(claims.to_string())
-        );
-        // ring signs ECDSA as ASN.1 DER; JWS wants the fixed-width r||s.
-        let der = self.key.sign(input.as_bytes()).expect("sign");
-        format!("{input}.{}", B64URL.encode(der_to_rs(&der)))
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some(self.kid.clone());
+        let key = jsonwebtoken::EncodingKey::from_ec_pem(self.key.serialize_pem().as_bytes())
+            .expect("PKCS#8 P-256 key");
+        jsonwebtoken::encode(&header, claims, &key).expect("sign JWT")
     }
-}
-
-fn der_to_rs(der: &[u8]) -> Vec<u8> {
-    // SEQUENCE { INTEGER r, INTEGER s }, short lengths (P-256).
-    assert_eq!(der[0], 0x30);
-    let mut i = 2;
-    let mut out = Vec::with_capacity(64);
-    for _ in 0..2 {
-        assert_eq!(der[i], 0x02);
-        let len = der[i + 1] as usize;
-        let int = &der[i + 2..i + 2 + len];
-        let int = &int[int.len().saturating_sub(32)..];
-        out.extend(std::iter::repeat_n(0u8, 32 - int.len()));
-        out.extend_from_slice(int);
-        i += 2 + len;
-    }
-    out
 }
 
 /// Seconds since the Unix epoch.

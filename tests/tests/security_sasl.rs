@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kmirror_tests::kafka::KafkaOptions;
+use kmirror_tests::kafka::{AdminAuth, KafkaOptions, KafkaSecurity, SaslUser, SecureProtocol};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::sasl::{self, AuthOutcome, JwtKey, SCRAM_SHA_256, SCRAM_SHA_512};
 use kmirror_tests::{deps, java, python, KafkaCluster, KmirrorNode, WireClient};
@@ -55,29 +55,39 @@ fn kmirror_sasl(extra: &[&str]) -> KmirrorNode {
     node
 }
 
-/// Apache Kafka with a SASL_PLAINTEXT listener (SCRAM-SHA-512/256) next to PLAINTEXT.
-/// Returns the cluster and the SASL listener's address.
+/// Apache Kafka with a SASL_PLAINTEXT listener (SCRAM-SHA-512/256, no authorizer) next to
+/// PLAINTEXT; `admin` is created at format time. Returns the cluster and the SASL address.
 fn kafka_sasl() -> (KafkaCluster, String) {
-    let port = proc::free_port();
-    // KafkaCluster puts its own PLAINTEXT/CONTROLLER listeners first; ours is appended by
-    // replacing the listener keys with the same values plus SASL_PLAINTEXT.
     let cluster = KafkaCluster::start_with(KafkaOptions {
-        props: vec![
-            ("sasl.enabled.mechanisms".into(), "SCRAM-SHA-512,SCRAM-SHA-256".into()),
-            (
-                "listener.name.sasl_plaintext.scram-sha-512.sasl.jaas.config".into(),
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;".into(),
-            ),
-            (
-                "listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config".into(),
-                "org.apache.kafka.common.security.scram.ScramLoginModule required;".into(),
-            ),
-            ("kmirror.test.sasl.port".into(), port.to_string()),
-        ],
+        security: Some(KafkaSecurity {
+            protocol: SecureProtocol::SaslPlaintext,
+            sasl_mechanisms: vec!["SCRAM-SHA-512".into(), "SCRAM-SHA-256".into()],
+            users: Vec::new(),
+            tls: None,
+            authorizer: false,
+            super_users: Vec::new(),
+            admin: AdminAuth::Sasl {
+                mechanism: "SCRAM-SHA-512".into(),
+                user: SaslUser::new("admin", ADMIN_PW),
+            },
+        }),
         ..KafkaOptions::default()
     });
-    let _ = cluster;
-    unreachable!()
+    let addr = cluster.secure_bootstrap();
+    (cluster, addr)
+}
+
+/// Kafka propagates credentials from the controller to the broker asynchronously: wait
+/// until alice can authenticate.
+fn wait_alice(sasl_addr: &str) {
+    proc::wait_for(Duration::from_secs(30), "alice's credential", || {
+        let mut c = WireClient::connect(sasl_addr).ok()?;
+        matches!(
+            sasl::scram(&mut c, "SCRAM-SHA-256", "alice", ALICE_PW).ok()?,
+            AuthOutcome::Ok { .. }
+        )
+        .then_some(())
+    });
 }
 
 /// One raw-wire scenario per line of the contract; returns what each observed so the same
@@ -87,7 +97,10 @@ fn raw_contract(sasl_addr: &str, plain_addr: &str) -> BTreeMap<&'static str, Str
     // ApiVersions is served before authentication; Metadata is not: the connection closes.
     let mut c = WireClient::connect(sasl_addr).expect("ApiVersions before authentication");
     let md = c.metadata(None);
-    seen.insert("metadata before auth", format!("{:?}", md.map(|_| "answered").map_err(|_| "closed")));
+    seen.insert(
+        "metadata before auth",
+        format!("{:?}", md.map(|_| "answered").map_err(|_| "closed")),
+    );
     // An unknown mechanism: 33 with the enabled list, then closed.
     let mut c = WireClient::connect(sasl_addr).unwrap();
     let h = sasl::handshake(&mut c, "GSSAPI").unwrap();
@@ -111,16 +124,28 @@ fn raw_contract(sasl_addr: &str, plain_addr: &str) -> BTreeMap<&'static str, Str
     // Unknown user: the same.
     let mut c = WireClient::connect(sasl_addr).unwrap();
     let o = sasl::scram(&mut c, "SCRAM-SHA-256", "nobody", "x").unwrap();
-    seen.insert("unknown user", format!("{o:?}").split(" {").next().unwrap().to_string() + &match o {
-        AuthOutcome::Authenticate { code, .. } => format!(" {code} then {}", closed(&mut c)),
-        _ => String::new(),
-    });
+    seen.insert(
+        "unknown user",
+        format!("{o:?}").split(" {").next().unwrap().to_string()
+            + &match o {
+                AuthOutcome::Authenticate { code, .. } => {
+                    format!(" {code} then {}", closed(&mut c))
+                }
+                _ => String::new(),
+            },
+    );
     // Right password (both mechanisms); then requests are served; SaslAuthenticate again is
     // answered ILLEGAL_SASL_STATE.
     for mech in ["SCRAM-SHA-512", "SCRAM-SHA-256"] {
         let mut c = WireClient::connect(sasl_addr).unwrap();
         let o = sasl::scram(&mut c, mech, "alice", ALICE_PW).unwrap();
-        assert_eq!(o, AuthOutcome::Ok { session_lifetime_ms: 0 }, "{mech}");
+        assert_eq!(
+            o,
+            AuthOutcome::Ok {
+                session_lifetime_ms: 0
+            },
+            "{mech}"
+        );
         c.metadata(None).expect("Metadata after authentication");
     }
     let mut c = WireClient::connect(sasl_addr).unwrap();
@@ -130,7 +155,15 @@ fn raw_contract(sasl_addr: &str, plain_addr: &str) -> BTreeMap<&'static str, Str
         .expect("an answer");
     seen.insert(
         "authenticate after success",
-        format!("{} then {}", r.error_code, if c.metadata(None).is_ok() { "served" } else { "closed" }),
+        format!(
+            "{} then {}",
+            r.error_code,
+            if c.metadata(None).is_ok() {
+                "served"
+            } else {
+                "closed"
+            }
+        ),
     );
     // SaslAuthenticate before SaslHandshake.
     let mut c = WireClient::connect(sasl_addr).unwrap();
@@ -148,7 +181,15 @@ fn raw_contract(sasl_addr: &str, plain_addr: &str) -> BTreeMap<&'static str, Str
     seen.insert(
         "handshake on PLAINTEXT",
         match h {
-            Ok(h) => format!("{} then {}", h.error_code, if c.metadata(None).is_ok() { "served" } else { "closed" }),
+            Ok(h) => format!(
+                "{} then {}",
+                h.error_code,
+                if c.metadata(None).is_ok() {
+                    "served"
+                } else {
+                    "closed"
+                }
+            ),
             Err(_) => "closed".into(),
         },
     );
@@ -167,7 +208,8 @@ fn closed(c: &mut WireClient) -> &'static str {
 }
 
 fn alter(c: &mut WireClient, req: AlterUserScramCredentialsRequest) -> Vec<(String, i16)> {
-    let r: AlterUserScramCredentialsResponse = c.send_at(req, 0).expect("AlterUserScramCredentials");
+    let r: AlterUserScramCredentialsResponse =
+        c.send_at(req, 0).expect("AlterUserScramCredentials");
     r.results
         .iter()
         .map(|x| (x.user.to_string(), x.error_code))
@@ -175,14 +217,15 @@ fn alter(c: &mut WireClient, req: AlterUserScramCredentialsRequest) -> Vec<(Stri
 }
 
 fn create_alice(c: &mut WireClient) {
-    let r = alter(
-        c,
-        AlterUserScramCredentialsRequest::default().with_upsertions(vec![
-            sasl::upsertion("alice", SCRAM_SHA_512, ALICE_PW, 4096),
-            sasl::upsertion("alice", SCRAM_SHA_256, ALICE_PW, 8192),
-        ]),
-    );
-    assert_eq!(r, vec![("alice".to_string(), 0)]);
+    // One mechanism per request: Kafka refuses a user named twice in one request.
+    for (mech, iterations) in [(SCRAM_SHA_512, 4096), (SCRAM_SHA_256, 8192)] {
+        let r = alter(
+            c,
+            AlterUserScramCredentialsRequest::default()
+                .with_upsertions(vec![sasl::upsertion("alice", mech, ALICE_PW, iterations)]),
+        );
+        assert_eq!(r, vec![("alice".to_string(), 0)]);
+    }
 }
 
 /// Edge cases of the credential APIs: what each user's result code is.
@@ -198,7 +241,7 @@ fn credential_edge_cases(c: &mut WireClient) -> Vec<(String, i16)> {
                 sasl::upsertion("few", SCRAM_SHA_256, "p", 4095),
                 sasl::upsertion("many", SCRAM_SHA_256, "p", 16385),
                 sasl::upsertion("dup", SCRAM_SHA_256, "p", 4096),
-                sasl::upsertion("dup", SCRAM_SHA_256, "q", 4096),
+                sasl::upsertion("dup", SCRAM_SHA_512, "q", 4096),
                 sasl::upsertion("edge", SCRAM_SHA_512, "p", 16384),
             ]),
     );
@@ -226,6 +269,8 @@ fn credential_edge_cases(c: &mut WireClient) -> Vec<(String, i16)> {
             .collect();
         out.push((format!("describe {} {:?}", r.user, infos), r.error_code));
     }
+    // Kafka does not answer in request order.
+    out.sort();
     out
 }
 
@@ -247,30 +292,51 @@ fn given_a_sasl_listener_when_clients_skip_or_fail_authentication_should_answer_
     let mut c = WireClient::connect(&sasl_addr).unwrap();
     assert_eq!(
         sasl::plain(&mut c, "alice", ALICE_PW).unwrap(),
-        AuthOutcome::Ok { session_lifetime_ms: 0 }
+        AuthOutcome::Ok {
+            session_lifetime_ms: 0
+        }
     );
     c.metadata(None).unwrap();
     let mut c = WireClient::connect(&sasl_addr).unwrap();
     assert!(matches!(
         sasl::plain(&mut c, "alice", "nope").unwrap(),
-        AuthOutcome::Authenticate { code: SASL_AUTHENTICATION_FAILED, .. }
+        AuthOutcome::Authenticate {
+            code: SASL_AUTHENTICATION_FAILED,
+            ..
+        }
     ));
     assert_eq!(closed(&mut c), "closed");
     // The failures were counted.
     let text = std::fs::read_to_string(node.log_path()).unwrap();
     assert!(text.contains("SASL authentication failed"), "a log line");
     let failures = text.matches("SASL authentication failed").count();
-    assert!(failures <= 2, "one line per peer per minute (per core), got {failures}");
+    assert!(
+        failures <= 2,
+        "one line per peer per minute (per core), got {failures}"
+    );
 
     let (kafka, kafka_sasl_addr) = kafka_sasl();
     let mut kadmin = WireClient::connect(&kafka.bootstrap()).unwrap();
     create_alice(&mut kadmin);
+    wait_alice(&kafka_sasl_addr);
     let theirs = raw_contract(&kafka_sasl_addr, &kafka.bootstrap());
     let theirs_creds = credential_edge_cases(&mut kadmin);
-    assert_eq!(ours, theirs, "raw SASL contract: kmirror (left) vs Kafka (right)");
-    assert_eq!(ours_creds, theirs_creds, "credential APIs: kmirror (left) vs Kafka (right)");
-    assert_eq!(ours["wrong password"], format!("{SASL_AUTHENTICATION_FAILED} then closed"));
-    assert_eq!(ours["unknown mechanism"], format!("{UNSUPPORTED_SASL_MECHANISM} then closed"));
+    assert_eq!(
+        ours, theirs,
+        "raw SASL contract: kmirror (left) vs Kafka (right)"
+    );
+    assert_eq!(
+        ours_creds, theirs_creds,
+        "credential APIs: kmirror (left) vs Kafka (right)"
+    );
+    assert_eq!(
+        ours["wrong password"],
+        format!("{SASL_AUTHENTICATION_FAILED} then closed")
+    );
+    assert_eq!(
+        ours["unknown mechanism"],
+        format!("{UNSUPPORTED_SASL_MECHANISM} then closed")
+    );
     assert_eq!(ours["metadata before auth"], "Err(\"closed\")");
     let codes: BTreeMap<String, i16> = ours_creds.into_iter().collect();
     assert_eq!(codes["ghost"], RESOURCE_NOT_FOUND);

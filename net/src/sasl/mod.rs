@@ -301,9 +301,8 @@ impl ConnAuth {
             ));
         }
         if !matches!(self.stage, Stage::Exchanging { .. }) {
-            return reply_close(illegal(
-                "Unexpected SaslAuthenticate request before SaslHandshake",
-            ));
+            // Kafka closes without an answer here.
+            return Gate::Close("SaslAuthenticate before SaslHandshake".into());
         }
         match self.step(ctx, session, &req.auth_bytes) {
             Ok(Stepped::Challenge(bytes)) => reply(answer(
