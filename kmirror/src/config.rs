@@ -3,14 +3,26 @@
 
 use std::path::{Path, PathBuf};
 
+use kmirror_net::listeners::parse_listeners;
+use kmirror_net::{ListenerSpec, TlsFiles};
 use serde::Deserialize;
 
 /// The `serve` configuration. Field names are the TOML keys.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct ServeConfig {
-    /// HOST:PORT to listen on; the host is advertised to clients.
+    /// HOST:PORT to listen on; the host is advertised to clients. Shorthand for one
+    /// PLAINTEXT listener, used when `listeners` is empty.
     pub listen: String,
+    /// Kafka's `listeners`: comma-separated `PROTOCOL://HOST:PORT` (PLAINTEXT, SSL,
+    /// SASL_PLAINTEXT, SASL_SSL); empty = `listen` as the one PLAINTEXT listener.
+    pub listeners: String,
+    /// PEM certificate chain of the SSL/SASL_SSL listeners.
+    pub tls_cert: String,
+    /// PEM (PKCS#8) private key of `tls_cert`.
+    pub tls_key: String,
+    /// PEM CA certificates of accepted client certificates; non-empty = mutual TLS required.
+    pub tls_client_ca: String,
     /// Where logs and metadata live.
     pub data_dir: PathBuf,
     pub node_id: i32,
@@ -54,6 +66,10 @@ impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             listen: "127.0.0.1:9092".into(),
+            listeners: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            tls_client_ca: String::new(),
             data_dir: PathBuf::from("./kmirror-data"),
             node_id: 1,
             cores: 0,
@@ -105,7 +121,39 @@ impl ServeConfig {
         })
     }
 
+    /// The listeners: `listeners` when set (it wins over `listen`), else `listen` as one
+    /// PLAINTEXT listener.
+    pub(crate) fn listener_specs(&self) -> Result<Vec<ListenerSpec>, ConfigError> {
+        if self.listeners.trim().is_empty() {
+            ListenerSpec::plaintext(&self.listen)
+                .map(|l| vec![l])
+                .map_err(|e| ConfigError::Invalid(format!("listen: {e}")))
+        } else {
+            parse_listeners(&self.listeners)
+                .map_err(|e| ConfigError::Invalid(format!("listeners: {e}")))
+        }
+    }
+
+    /// The TLS files (empty keys = not set).
+    pub(crate) fn tls_files(&self) -> TlsFiles {
+        let path = |s: &str| (!s.trim().is_empty()).then(|| PathBuf::from(s.trim()));
+        TlsFiles {
+            cert: path(&self.tls_cert),
+            key: path(&self.tls_key),
+            client_ca: path(&self.tls_client_ca),
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let listeners = self.listener_specs()?;
+        let tls = self.tls_files();
+        if let Some(l) = listeners.iter().find(|l| l.protocol.uses_tls()) {
+            if tls.cert.is_none() || tls.key.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "listener {l} uses TLS: set tls_cert and tls_key (--tls-cert, --tls-key)"
+                )));
+            }
+        }
         if kmirror_engine::Assignment::parse(&self.partition_assignment).is_none() {
             return Err(ConfigError::Invalid(format!(
                 "partition_assignment must be \"spread\" or \"hash\", got \"{}\"",
@@ -173,6 +221,37 @@ mod tests {
         assert_eq!(c.listen, d.listen);
         assert_eq!(c.socket_request_max_bytes, d.socket_request_max_bytes);
         assert_eq!(c.partition_assignment, d.partition_assignment);
+        assert_eq!(c.listeners, d.listeners);
+        assert_eq!(c.tls_files(), TlsFiles::default());
+        assert_eq!(
+            c.listener_specs().unwrap()[0].to_string(),
+            "PLAINTEXT://127.0.0.1:9092"
+        );
+    }
+
+    #[test]
+    fn listeners_win_over_listen_and_tls_listeners_need_cert_and_key() {
+        let c: ServeConfig = toml::from_str(
+            "listen = \"127.0.0.1:1\"\nlisteners = \"PLAINTEXT://127.0.0.1:2,SASL_PLAINTEXT://:3\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let l = c.listener_specs().unwrap();
+        assert_eq!(
+            l.iter().map(|l| l.to_string()).collect::<Vec<_>>(),
+            ["PLAINTEXT://127.0.0.1:2", "SASL_PLAINTEXT://:3"]
+        );
+        let c: ServeConfig = toml::from_str("listeners = \"SSL://127.0.0.1:0\"").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("tls_cert and tls_key"), "{e}");
+        let c: ServeConfig = toml::from_str(
+            "listeners = \"SSL://127.0.0.1:0\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert!(!c.tls_files().mutual());
+        let c: ServeConfig = toml::from_str("listeners = \"SSL:/x\"").unwrap();
+        assert!(c.validate().is_err());
     }
 
     #[test]

@@ -50,9 +50,22 @@ pub(crate) struct ServeArgs {
     /// TOML config file (see kmirror.toml for every key).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// HOST:PORT to listen on (also the advertised address).
+    /// HOST:PORT to listen on (also the advertised address): one PLAINTEXT listener.
     #[arg(long)]
     pub listen: Option<String>,
+    /// Listeners, comma-separated PROTOCOL://HOST:PORT (PLAINTEXT, SSL, SASL_PLAINTEXT,
+    /// SASL_SSL); overrides --listen.
+    #[arg(long)]
+    pub listeners: Option<String>,
+    /// PEM certificate chain for the SSL/SASL_SSL listeners.
+    #[arg(long)]
+    pub tls_cert: Option<String>,
+    /// PEM (PKCS#8) private key for --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<String>,
+    /// PEM CA certificates for client certificates: set = mutual TLS required.
+    #[arg(long)]
+    pub tls_client_ca: Option<String>,
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     #[arg(long)]

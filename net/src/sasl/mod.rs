@@ -389,6 +389,7 @@ impl ConnAuth {
                     .fetch_add(1, Relaxed);
                 tracing::debug!(peer = ?session.peer, user, mechanism = mechanism.name(), lifetime_ms, "authenticated");
                 session.principal = Principal::user(user.clone());
+                session.authenticated = true;
                 self.authenticated = Some((user, mechanism));
                 self.stage = Stage::Idle;
                 Ok(Stepped::Done {
