@@ -456,6 +456,9 @@ async fn dispatch(
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(crate::acl::delete_acls(&ctx.broker.config.data_dir, r))
         }
+        RequestKind::DescribeClientQuotas(r) => {
+            ResponseKind::DescribeClientQuotas(crate::sasl::credentials::describe_client_quotas(r))
+        }
         RequestKind::DescribeUserScramCredentials(r) => {
             ResponseKind::DescribeUserScramCredentials(crate::sasl::credentials::describe(ctx, r))
         }

@@ -51,6 +51,7 @@ served! {
     SaslAuthenticate => SaslAuthenticateRequest,
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
+    DescribeClientQuotas => DescribeClientQuotasRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).

@@ -25,8 +25,71 @@ const RESOURCE_NOT_FOUND: i16 = 91;
 const DUPLICATE_RESOURCE: i16 = 92;
 const UNACCEPTABLE_CREDENTIAL: i16 = 93;
 
-fn jaas_scram(user: &str, pw: &str) -> String {
-    format!("org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{user}\" password=\"{pw}\";")
+/// Java client properties for SCRAM on SASL_PLAINTEXT, as `key=value` arguments.
+fn java_scram(mech: &str, user: &str, pw: &str) -> Vec<String> {
+    vec![
+        "security.protocol=SASL_PLAINTEXT".into(),
+        format!("sasl.mechanism={mech}"),
+        format!(
+            "sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required username=\"{user}\" password=\"{pw}\";"
+        ),
+    ]
+}
+
+/// librdkafka settings for SASL_PLAINTEXT with a user and password.
+fn rdkafka_sasl(mech: &str, user: &str, pw: &str) -> Vec<String> {
+    vec![
+        "security.protocol=SASL_PLAINTEXT".into(),
+        format!("sasl.mechanisms={mech}"),
+        format!("sasl.username={user}"),
+        format!("sasl.password={pw}"),
+    ]
+}
+
+/// Runs tests/python/sasl_roundtrip.py; returns (exit code, ACKs, records read).
+fn roundtrip(
+    addr: &str,
+    topic: &str,
+    records: u32,
+    conf: &[String],
+) -> (i32, Vec<(i64, String)>, Vec<(i64, String)>, String) {
+    let ran = proc::run(
+        python::script("sasl_roundtrip.py")
+            .args([addr, topic, &records.to_string()])
+            .args(conf),
+        Duration::from_secs(120),
+    );
+    let pick = |tag: &str| -> Vec<(i64, String)> {
+        ran.stdout
+            .lines()
+            .filter_map(|l| l.strip_prefix(tag))
+            .map(|l| {
+                let (o, v) = l.split_once(' ').expect("offset value");
+                (o.parse().expect("offset"), v.to_string())
+            })
+            .collect()
+    };
+    (
+        ran.status.code().unwrap_or(-1),
+        pick("ACK "),
+        pick("R "),
+        format!("{}\n{}", ran.stdout, proc::last_lines(&ran.stderr, 20)),
+    )
+}
+
+/// The Prometheus counter `name` of a node's metrics endpoint.
+fn metric(addr: &str, name: &str) -> i64 {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).expect("metrics endpoint");
+    write!(s, "GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut body = String::new();
+    s.read_to_string(&mut body).unwrap();
+    body.lines()
+        .find_map(|l| l.strip_prefix(&format!("{name} ")))
+        .unwrap_or_else(|| panic!("{name} missing from metrics"))
+        .trim()
+        .parse()
+        .unwrap()
 }
 
 /// `kmirror scram add` into a stopped node's data dir (the offline bootstrap).
@@ -345,4 +408,311 @@ fn given_a_sasl_listener_when_clients_skip_or_fail_authentication_should_answer_
     assert_eq!(codes["carol"], UNSUPPORTED_SASL_MECHANISM);
     eprintln!("raw contract: {theirs:#?}\ntook {:?}", t.elapsed());
     let _ = ILLEGAL_SASL_STATE;
+}
+
+/// Java (SCRAM-SHA-512) and librdkafka (SCRAM-SHA-256, PLAIN) produce to and read from one
+/// partition through the SASL listener; every client reads the records at the offsets their
+/// producers were given. `kafka-configs --entity-type users` manages the users over SASL,
+/// as the offline-bootstrapped admin.
+#[test]
+fn given_scram_users_when_real_clients_produce_and_consume_should_read_identical_records() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let t = Instant::now();
+    let node = kmirror_sasl(&["--sasl-mechanisms", "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"]);
+    let addr = node.listener_addr("SASL_PLAINTEXT");
+    let dir = tempfile::tempdir().unwrap();
+    let admin_props = dir.path().join("admin.properties");
+    std::fs::write(
+        &admin_props,
+        java_scram("SCRAM-SHA-512", "admin", ADMIN_PW).join("\n"),
+    )
+    .unwrap();
+    let configs = |args: &[&str]| {
+        let mut a = vec![
+            "--bootstrap-server",
+            addr.as_str(),
+            "--command-config",
+            admin_props.to_str().unwrap(),
+            "--entity-type",
+            "users",
+        ];
+        a.extend_from_slice(args);
+        java::run_tool("kafka.admin.ConfigCommand", &a, Duration::from_secs(90))
+    };
+    for add in [
+        format!("SCRAM-SHA-256=[iterations=8192,password={ALICE_PW}]"),
+        format!("SCRAM-SHA-512=[password={ALICE_PW}]"),
+    ] {
+        configs(&["--entity-name", "alice", "--alter", "--add-config", &add]);
+    }
+    let described = configs(&["--entity-name", "alice", "--describe"]).stdout;
+    assert!(
+        described.contains("SCRAM-SHA-256=iterations=8192")
+            && described.contains("SCRAM-SHA-512=iterations=4096"),
+        "kafka-configs --describe: {described}"
+    );
+
+    let topic = "sasl-rt";
+    let mut plain = WireClient::connect(&node.listener_addr("PLAINTEXT")).unwrap();
+    assert_eq!(plain.create_topic(topic, 1, 1, &[]).unwrap(), 0);
+    let java = proc::run_ok(
+        java::program("SeqProducer")
+            .args([addr.as_str(), topic, "1", "200"])
+            .args(java_scram("SCRAM-SHA-512", "admin", ADMIN_PW)),
+        Duration::from_secs(120),
+    );
+    assert!(java.stdout.contains("DONE 200 0"), "{}", java.stdout);
+    let mut expected: BTreeMap<i64, String> = java
+        .stdout
+        .lines()
+        .filter_map(|l| l.strip_prefix("ACK 0 "))
+        .map(|l| {
+            let (seq, off) = l.split_once(' ').unwrap();
+            let v = format!("0:{seq}:");
+            (
+                off.parse().unwrap(),
+                format!("{v}{}", ".".repeat(100 - v.len())),
+            )
+        })
+        .collect();
+    assert_eq!(expected.len(), 200);
+    for (mech, n) in [("SCRAM-SHA-256", 50), ("PLAIN", 30)] {
+        let (code, acks, read, out) =
+            roundtrip(&addr, topic, n, &rdkafka_sasl(mech, "alice", ALICE_PW));
+        assert_eq!(code, 0, "librdkafka {mech}: {out}");
+        assert_eq!(acks.len(), n as usize, "{mech}: {out}");
+        expected.extend(acks);
+        let got: BTreeMap<i64, String> = read.into_iter().collect();
+        assert_eq!(got, expected, "librdkafka {mech} read back");
+    }
+    let offsets: Vec<i64> = expected.keys().copied().collect();
+    assert_eq!(offsets, (0..280).collect::<Vec<i64>>());
+    // A wrong password: librdkafka reports an authentication failure, nothing is produced.
+    let (code, acks, _, out) = roundtrip(
+        &addr,
+        topic,
+        5,
+        &rdkafka_sasl("SCRAM-SHA-256", "alice", "wrong"),
+    );
+    assert_eq!(code, 2, "expected AUTHFAIL: {out}");
+    assert!(out.contains("AUTHFAIL"), "{out}");
+    assert!(acks.is_empty());
+    assert_eq!(plain.log_bounds(topic, 0).unwrap().1, 280);
+    // Credentials can be deleted again.
+    configs(&[
+        "--entity-name",
+        "alice",
+        "--alter",
+        "--delete-config",
+        "SCRAM-SHA-256",
+    ]);
+    let (code, _, _, out) = roundtrip(
+        &addr,
+        topic,
+        1,
+        &rdkafka_sasl("SCRAM-SHA-256", "alice", ALICE_PW),
+    );
+    assert_eq!(code, 2, "SCRAM-SHA-256 credential deleted: {out}");
+    eprintln!("took {:?}", t.elapsed());
+}
+
+/// OAUTHBEARER: tokens signed by a key of the configured JWKS, unexpired, with the expected
+/// issuer and audience are accepted (raw wire and librdkafka); expired, forged (another key
+/// under the same kid), wrong-issuer and wrong-audience tokens are refused with 58.
+#[test]
+fn given_a_jwks_when_clients_present_bearer_tokens_should_accept_only_valid_ones() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let t = Instant::now();
+    let dir = tempfile::tempdir().unwrap();
+    let key = JwtKey::new("k1");
+    let jwks = dir.path().join("jwks.json");
+    std::fs::write(&jwks, key.jwks()).unwrap();
+    let node = KmirrorNode::start_listeners(
+        &["PLAINTEXT", "SASL_PLAINTEXT"],
+        &[
+            "--sasl-mechanisms",
+            "OAUTHBEARER",
+            "--sasl-oauthbearer-jwks-file",
+            jwks.to_str().unwrap(),
+            "--sasl-oauthbearer-expected-issuer",
+            "https://idp.test",
+            "--sasl-oauthbearer-expected-audience",
+            "kmirror",
+        ],
+    );
+    let addr = node.listener_addr("SASL_PLAINTEXT");
+    let now = sasl::unix_now();
+    let claims = |sub: &str, iss: &str, aud: &str, exp: i64| serde_json::json!({"sub": sub, "iss": iss, "aud": aud, "exp": exp, "iat": now});
+    let good = key.sign(&claims(
+        "svc-orders",
+        "https://idp.test",
+        "kmirror",
+        now + 600,
+    ));
+    let mut c = WireClient::connect(&addr).unwrap();
+    match sasl::oauthbearer(&mut c, &good).unwrap() {
+        AuthOutcome::Ok {
+            session_lifetime_ms,
+        } => assert!(
+            (590_000..=600_000).contains(&session_lifetime_ms),
+            "lifetime follows the token's exp: {session_lifetime_ms}"
+        ),
+        o => panic!("valid token refused: {o:?}"),
+    }
+    c.metadata(None).expect("served after OAUTHBEARER");
+    let forger = JwtKey::new("k1");
+    let bad = [
+        (
+            "expired",
+            key.sign(&claims("svc", "https://idp.test", "kmirror", now - 600)),
+        ),
+        (
+            "forged",
+            forger.sign(&claims("svc", "https://idp.test", "kmirror", now + 600)),
+        ),
+        (
+            "wrong issuer",
+            key.sign(&claims("svc", "https://evil.test", "kmirror", now + 600)),
+        ),
+        (
+            "wrong audience",
+            key.sign(&claims("svc", "https://idp.test", "other", now + 600)),
+        ),
+        ("not a JWT", "abc.def.ghi".to_string()),
+    ];
+    for (what, token) in &bad {
+        let mut c = WireClient::connect(&addr).unwrap();
+        let o = sasl::oauthbearer(&mut c, token).unwrap();
+        assert!(
+            matches!(
+                o,
+                AuthOutcome::Authenticate {
+                    code: SASL_AUTHENTICATION_FAILED,
+                    ..
+                }
+            ),
+            "{what}: {o:?}"
+        );
+        assert_eq!(closed(&mut c), "closed", "{what}");
+    }
+    // SCRAM is not enabled here: 33 with the enabled list.
+    let mut c = WireClient::connect(&addr).unwrap();
+    assert_eq!(
+        sasl::scram(&mut c, "SCRAM-SHA-512", "admin", ADMIN_PW).unwrap(),
+        AuthOutcome::Handshake {
+            code: UNSUPPORTED_SASL_MECHANISM,
+            mechanisms: vec!["OAUTHBEARER".into()]
+        }
+    );
+    // librdkafka with the token from an oauth_cb.
+    let token_file = dir.path().join("token");
+    let oauth = |token: &str| {
+        std::fs::write(&token_file, token).unwrap();
+        vec![
+            "security.protocol=SASL_PLAINTEXT".to_string(),
+            "sasl.mechanisms=OAUTHBEARER".into(),
+            format!("oauth.token.file={}", token_file.display()),
+        ]
+    };
+    let mut plain = WireClient::connect(&node.listener_addr("PLAINTEXT")).unwrap();
+    assert_eq!(plain.create_topic("oauth-rt", 1, 1, &[]).unwrap(), 0);
+    let (code, acks, read, out) = roundtrip(&addr, "oauth-rt", 20, &oauth(&good));
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(acks.len(), 20);
+    assert_eq!(acks, read, "records read back at their offsets");
+    let (code, _, _, out) = roundtrip(&addr, "oauth-rt", 1, &oauth(&bad[1].1));
+    assert_eq!(code, 2, "forged token: {out}");
+    eprintln!("took {:?}", t.elapsed());
+}
+
+/// KIP-368: with connections_max_reauth_ms=3000 a session lasts 3 s. A raw client that
+/// re-authenticates in time keeps being served, one that does not is cut off on its next
+/// request; Java clients (which re-authenticate when the broker gives a lifetime) keep
+/// producing and consuming for over 10 s without an error or a lost record.
+#[test]
+fn given_a_session_lifetime_when_clients_reauthenticate_should_keep_serving_them() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let t = Instant::now();
+    let metrics = format!("127.0.0.1:{}", proc::free_port());
+    let node = kmirror_sasl(&[
+        "--sasl-mechanisms",
+        "SCRAM-SHA-512",
+        "--connections-max-reauth-ms",
+        "3000",
+        "--metrics",
+        &metrics,
+    ]);
+    let addr = node.listener_addr("SASL_PLAINTEXT");
+    let mut c = WireClient::connect(&addr).unwrap();
+    assert_eq!(
+        sasl::scram(&mut c, "SCRAM-SHA-512", "admin", ADMIN_PW).unwrap(),
+        AuthOutcome::Ok {
+            session_lifetime_ms: 3000
+        }
+    );
+    c.metadata(None).unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    assert_eq!(
+        sasl::scram(&mut c, "SCRAM-SHA-512", "admin", ADMIN_PW).unwrap(),
+        AuthOutcome::Ok {
+            session_lifetime_ms: 3000
+        },
+        "re-authentication on the same connection"
+    );
+    std::thread::sleep(Duration::from_millis(2000));
+    c.metadata(None)
+        .expect("3.5 s after the first authentication, 2 s after the second");
+    std::thread::sleep(Duration::from_millis(3200));
+    assert!(c.metadata(None).is_err(), "an expired session is cut off");
+
+    let topic = "reauth";
+    let mut plain = WireClient::connect(&node.listener_addr("PLAINTEXT")).unwrap();
+    assert_eq!(plain.create_topic(topic, 1, 1, &[]).unwrap(), 0);
+    let before = metric(&metrics, "kmirror_sasl_authentications_total");
+    let dir = tempfile::tempdir().unwrap();
+    let stop = dir.path().join("stop");
+    let consumer = LineChild::spawn(
+        java::program("GroupConsumer")
+            .args([
+                addr.as_str(),
+                "reauth-group",
+                topic,
+                stop.to_str().unwrap(),
+                "0",
+            ])
+            .args(java_scram("SCRAM-SHA-512", "admin", ADMIN_PW)),
+    );
+    let producer = proc::run_ok(
+        java::program("SeqProducer")
+            .args([addr.as_str(), topic, "1", "300", "seqproducer.rate=25"])
+            .args(java_scram("SCRAM-SHA-512", "admin", ADMIN_PW)),
+        Duration::from_secs(120),
+    );
+    assert!(
+        producer.stdout.contains("DONE 300 0"),
+        "{}",
+        producer.stdout
+    );
+    proc::wait_for(
+        Duration::from_secs(60),
+        "the consumer to read 300 records",
+        || (consumer.count("R ") >= 300).then_some(()),
+    );
+    std::fs::write(&stop, "").unwrap();
+    let (_, lines) = consumer.wait(Duration::from_secs(60));
+    let read: Vec<String> = lines
+        .iter()
+        .filter(|l| l.starts_with("R "))
+        .cloned()
+        .collect();
+    let want: Vec<String> = (0..300).map(|i| format!("R 0 {i} 0:{i}")).collect();
+    assert_eq!(read, want, "every record once, in order, at its offset");
+    let reauths = metric(&metrics, "kmirror_sasl_authentications_total") - before;
+    // >= 12 s of traffic with a 3 s lifetime: each Java connection re-authenticated.
+    assert!(reauths >= 6, "authentications during the run: {reauths}");
+    assert_eq!(
+        metric(&metrics, "kmirror_sasl_authentication_failures_total"),
+        0
+    );
+    eprintln!("{reauths} authentications in {:?}", t.elapsed());
 }
