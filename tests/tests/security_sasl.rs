@@ -46,13 +46,16 @@ fn rdkafka_sasl(mech: &str, user: &str, pw: &str) -> Vec<String> {
     ]
 }
 
-/// Runs tests/python/sasl_roundtrip.py; returns (exit code, ACKs, records read).
+/// (offset, value) pairs.
+type Records = Vec<(i64, String)>;
+
+/// Runs tests/python/sasl_roundtrip.py; returns (exit code, ACKs, records read, output).
 fn roundtrip(
     addr: &str,
     topic: &str,
     records: u32,
     conf: &[String],
-) -> (i32, Vec<(i64, String)>, Vec<(i64, String)>, String) {
+) -> (i32, Records, Records, String) {
     let ran = proc::run(
         python::script("sasl_roundtrip.py")
             .args([addr, topic, &records.to_string()])
@@ -341,7 +344,13 @@ fn credential_edge_cases(c: &mut WireClient) -> Vec<(String, i16)> {
 fn given_a_sasl_listener_when_clients_skip_or_fail_authentication_should_answer_like_kafka() {
     let _g = kmirror_tests::heavy_test_lock();
     let t = Instant::now();
-    let node = kmirror_sasl(&["--sasl-mechanisms", "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN"]);
+    // Two cores: failures are logged at most once per peer per minute per core.
+    let node = kmirror_sasl(&[
+        "--sasl-mechanisms",
+        "SCRAM-SHA-512,SCRAM-SHA-256,PLAIN",
+        "--cores",
+        "2",
+    ]);
     let mut admin = WireClient::connect(&node.listener_addr("PLAINTEXT")).unwrap();
     create_alice(&mut admin);
     let ours = raw_contract(
@@ -369,6 +378,24 @@ fn given_a_sasl_listener_when_clients_skip_or_fail_authentication_should_answer_
         }
     ));
     assert_eq!(closed(&mut c), "closed");
+    // SaslHandshake v0: the exchange follows as raw size-prefixed tokens (no Kafka header),
+    // then Kafka requests.
+    let mut c = WireClient::connect(&sasl_addr).unwrap();
+    let h: SaslHandshakeResponse = c
+        .send_at(
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+            0,
+        )
+        .unwrap();
+    assert_eq!(h.error_code, 0);
+    c.write_frame(format!("\0alice\0{ALICE_PW}").as_bytes())
+        .unwrap();
+    assert_eq!(
+        c.read_frame().unwrap().len(),
+        0,
+        "PLAIN's empty final token"
+    );
+    c.metadata(None).expect("served after a legacy exchange");
     // The failures were counted.
     let text = std::fs::read_to_string(node.log_path()).unwrap();
     assert!(text.contains("SASL authentication failed"), "a log line");
@@ -715,4 +742,41 @@ fn given_a_session_lifetime_when_clients_reauthenticate_should_keep_serving_them
         0
     );
     eprintln!("{reauths} authentications in {:?}", t.elapsed());
+}
+
+/// SASL_SSL: SCRAM inside TLS, librdkafka producing and reading back.
+#[test]
+fn given_a_sasl_ssl_listener_when_librdkafka_authenticates_should_round_trip() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let t = Instant::now();
+    let pki = kmirror_tests::pki::TestPki::new();
+    let server = pki.server("kmirror");
+    let mut node = KmirrorNode::start_listeners(
+        &["PLAINTEXT", "SASL_SSL"],
+        &[
+            "--tls-cert",
+            server.cert.to_str().unwrap(),
+            "--tls-key",
+            server.key.to_str().unwrap(),
+        ],
+    );
+    assert!(node.stop(), "clean stop");
+    scram_add(&node.data_dir(), "alice", "SCRAM-SHA-256", ALICE_PW);
+    node.start_again();
+    let addr = node.listener_addr("SASL_SSL");
+    let mut plain = WireClient::connect(&node.listener_addr("PLAINTEXT")).unwrap();
+    assert_eq!(plain.create_topic("ssl-rt", 1, 1, &[]).unwrap(), 0);
+    let conf = |pw: &str| {
+        let mut c = rdkafka_sasl("SCRAM-SHA-256", "alice", pw);
+        c[0] = "security.protocol=SASL_SSL".into();
+        c.push(format!("ssl.ca.location={}", pki.ca_pem.display()));
+        c
+    };
+    let (code, acks, read, out) = roundtrip(&addr, "ssl-rt", 40, &conf(ALICE_PW));
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(acks.len(), 40);
+    assert_eq!(acks, read);
+    let (code, _, _, out) = roundtrip(&addr, "ssl-rt", 1, &conf("wrong"));
+    assert_eq!(code, 2, "wrong password over TLS: {out}");
+    eprintln!("took {:?}", t.elapsed());
 }
