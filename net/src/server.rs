@@ -254,7 +254,7 @@ async fn connection<S: Transport>(
             .bytes_in
             .fetch_add(frame.len() as u64 + 4, Relaxed);
         // SASL first: before authentication only the handshake is served.
-        let (chunks, close) = match auth.gate(&ctx, &mut session, &frame) {
+        let (chunks, close) = match auth.gate(&ctx, &mut session, &frame).await {
             Gate::Serve => (handle_frame(&ctx, &session, frame).await?, false),
             Gate::Reply(b) => (Some(vec![b]), false),
             Gate::ReplyThenClose(b) => (Some(vec![b]), true),

@@ -312,20 +312,33 @@ fn credential_edge_cases(c: &mut WireClient) -> Vec<(String, i16)> {
             ]),
     );
     out.sort();
-    let d: DescribeUserScramCredentialsResponse = c
-        .send_at(
-            DescribeUserScramCredentialsRequest::default().with_users(Some(
-                ["alice", "nobody", "edge"]
-                    .iter()
-                    .map(|u| {
-                        describe_user_scram_credentials_request::UserName::default()
-                            .with_name(StrBytes::from_string(u.to_string()))
-                    })
-                    .collect(),
-            )),
-            0,
-        )
-        .expect("DescribeUserScramCredentials");
+    // Kafka applies a committed change to the broker's cache asynchronously: describe until
+    // the upsert above is visible (kmirror's is at once).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let d = loop {
+        let d: DescribeUserScramCredentialsResponse = c
+            .send_at(
+                DescribeUserScramCredentialsRequest::default().with_users(Some(
+                    ["alice", "nobody", "edge"]
+                        .iter()
+                        .map(|u| {
+                            describe_user_scram_credentials_request::UserName::default()
+                                .with_name(StrBytes::from_string(u.to_string()))
+                        })
+                        .collect(),
+                )),
+                0,
+            )
+            .expect("DescribeUserScramCredentials");
+        let edge_seen = d
+            .results
+            .iter()
+            .any(|r| r.user.as_str() == "edge" && r.error_code == 0);
+        if edge_seen || Instant::now() > deadline {
+            break d;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
     assert_eq!(d.error_code, 0);
     for r in &d.results {
         let infos: Vec<String> = r

@@ -4,7 +4,8 @@
 //! success with the authenticated user, or a failure.
 //!
 //! Credentials come from the [`ScramRegistry`] snapshot (a lock-free load); nothing here
-//! blocks. PLAIN costs one PBKDF2 derivation per attempt (the store never holds the password).
+//! blocks. PLAIN costs one PBKDF2 derivation per attempt (the store never holds the password),
+//! so the connection runs it on the blocking thread pool.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -112,7 +113,7 @@ impl Exchange {
 
 /// PLAIN: `authzid NUL user NUL password`, checked against the SCRAM-SHA-512 credential, else
 /// the SCRAM-SHA-256 one.
-fn plain(input: &[u8], scram: &ScramRegistry) -> Result<Step, AuthFailure> {
+pub(crate) fn plain(input: &[u8], scram: &ScramRegistry) -> Result<Step, AuthFailure> {
     let fail = || AuthFailure(invalid_credentials(Mechanism::Plain));
     let text = std::str::from_utf8(input).map_err(|_| fail())?;
     let mut parts = text.split('\0');

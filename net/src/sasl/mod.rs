@@ -178,10 +178,10 @@ impl ConnAuth {
 
     /// Decides what happens to `frame` (without its length prefix); handles the SASL requests
     /// themselves and updates the session's principal on success.
-    pub fn gate(&mut self, ctx: &Ctx, session: &mut Session, frame: &Bytes) -> Gate {
+    pub async fn gate(&mut self, ctx: &Ctx, session: &mut Session, frame: &Bytes) -> Gate {
         let sasl = &ctx.broker.sasl;
         if let Stage::Exchanging { legacy: true, .. } = self.stage {
-            return self.legacy_token(ctx, session, frame);
+            return self.legacy_token(ctx, session, frame).await;
         }
         if frame.len() < 8 {
             // Too short for a header: the normal path closes it as malformed.
@@ -199,7 +199,7 @@ impl ConnAuth {
         }
         match key {
             Some(ApiKey::SaslHandshake) => self.handshake(ctx, sasl, frame),
-            Some(ApiKey::SaslAuthenticate) => self.authenticate(ctx, session, frame),
+            Some(ApiKey::SaslAuthenticate) => self.authenticate(ctx, session, frame).await,
             Some(ApiKey::ApiVersions) if !matches!(self.stage, Stage::Exchanging { .. }) => {
                 Gate::Serve
             }
@@ -271,7 +271,7 @@ impl ConnAuth {
         reply(answer(errors::NONE, sasl.enabled_names()))
     }
 
-    fn authenticate(&mut self, ctx: &Ctx, session: &mut Session, frame: &Bytes) -> Gate {
+    async fn authenticate(&mut self, ctx: &Ctx, session: &mut Session, frame: &Bytes) -> Gate {
         let Some((header, RequestKind::SaslAuthenticate(req))) =
             decode(ApiKey::SaslAuthenticate, frame)
         else {
@@ -304,7 +304,7 @@ impl ConnAuth {
             // Kafka closes without an answer here.
             return Gate::Close("SaslAuthenticate before SaslHandshake".into());
         }
-        match self.step(ctx, session, &req.auth_bytes) {
+        match self.step(ctx, session, &req.auth_bytes).await {
             Ok(Stepped::Challenge(bytes)) => reply(answer(
                 SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
             )),
@@ -327,8 +327,8 @@ impl ConnAuth {
     }
 
     /// After SaslHandshake v0 the exchange travels as raw size-prefixed tokens.
-    fn legacy_token(&mut self, ctx: &Ctx, session: &mut Session, frame: &Bytes) -> Gate {
-        match self.step(ctx, session, frame) {
+    async fn legacy_token(&mut self, ctx: &Ctx, session: &mut Session, frame: &Bytes) -> Gate {
+        match self.step(ctx, session, frame).await {
             Ok(Stepped::Challenge(b)) | Ok(Stepped::Done { response: b, .. }) => {
                 reply(raw_frame(&b))
             }
@@ -338,7 +338,12 @@ impl ConnAuth {
 
     /// Runs one exchange step; on success records the principal and the session expiry, on
     /// failure counts and (rate-limited) logs it. `Err`: the message for the client.
-    fn step(&mut self, ctx: &Ctx, session: &mut Session, input: &[u8]) -> Result<Stepped, String> {
+    async fn step(
+        &mut self,
+        ctx: &Ctx,
+        session: &mut Session,
+        input: &[u8],
+    ) -> Result<Stepped, String> {
         let Stage::Exchanging {
             mechanism,
             exchange,
@@ -350,7 +355,17 @@ impl ConnAuth {
         let mechanism = *mechanism;
         let sasl = &ctx.broker.sasl;
         let now_ms = unix_ms();
-        let out = exchange.step(input, &sasl.scram, sasl.oauth.as_ref(), now_ms);
+        let out = match exchange {
+            // PLAIN derives the password's keys (PBKDF2, up to 16384 rounds): off the core.
+            Exchange::Plain => {
+                let scram = sasl.scram.clone();
+                let input = input.to_vec();
+                glommio::executor()
+                    .spawn_blocking(move || mechanisms::plain(&input, &scram))
+                    .await
+            }
+            ex => ex.step(input, &sasl.scram, sasl.oauth.as_ref(), now_ms),
+        };
         let fail = |msg: String| {
             ctx.broker
                 .metrics
