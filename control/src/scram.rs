@@ -233,6 +233,7 @@ impl ScramStore {
         std::fs::create_dir_all(dir)?;
         let path = dir.join(FILE);
         let (file, data) = AppendFile::open(&path)?;
+        owner_only(&path)?;
         let corrupt = |reason: String| ScramError::Corrupt {
             path: path.clone(),
             reason,
@@ -436,8 +437,16 @@ impl ScramStore {
             .collect();
         let bytes = serde_json::to_vec_pretty(&rows).map_err(std::io::Error::other)?;
         self.file.replace(&bytes)?;
+        owner_only(self.file.path())?;
         Ok(())
     }
+}
+
+/// Keys derived from passwords are secrets too (a leaked ServerKey lets a host pose as the
+/// broker): the file is readable by its owner only.
+fn owner_only(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
 }
 
 /// The store shared by a broker: writers serialize on the mutex, readers load the snapshot.
@@ -536,6 +545,12 @@ mod tests {
         assert!(r[0].1.is_ok());
         let text = std::fs::read_to_string(dir.path().join(FILE)).unwrap();
         assert!(!text.contains("s3cret") && !text.contains("hunter2"));
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(dir.path().join(FILE))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
         drop(reg);
         let reg = ScramRegistry::open(dir.path()).unwrap();
         let c = reg.lookup("alice", ScramMechanism::Sha256).unwrap();

@@ -259,5 +259,18 @@ mod tests {
         assert!(toml::from_str::<ServeConfig>("lissen = \"x\"").is_err());
         let c: ServeConfig = toml::from_str("partition_assignment = \"random\"").unwrap();
         assert!(c.validate().is_err());
+        let c: ServeConfig = toml::from_str("sasl_mechanisms = \"SCRAM-SHA-1\"").unwrap();
+        assert!(c.validate().is_err());
+        let c: ServeConfig = toml::from_str("sasl_mechanisms = \"OAUTHBEARER\"").unwrap();
+        assert!(c.validate().is_err(), "OAUTHBEARER needs a JWKS file");
+        let c: ServeConfig = toml::from_str("sasl_mechanisms = \"PLAIN, scram-sha-256\"").unwrap();
+        let names: Vec<&str> = c
+            .sasl_config()
+            .unwrap()
+            .mechanisms
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        assert_eq!(names, ["PLAIN", "SCRAM-SHA-256"]);
     }
 }
