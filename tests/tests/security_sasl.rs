@@ -662,6 +662,40 @@ fn given_a_jwks_when_clients_present_bearer_tokens_should_accept_only_valid_ones
     assert_eq!(acks, read, "records read back at their offsets");
     let (code, _, _, out) = roundtrip(&addr, "oauth-rt", 1, &oauth(&bad[1].1));
     assert_eq!(code, 2, "forged token: {out}");
+    // The Java client, with a login handler handing it the signed token.
+    let java_oauth = |token: &str| {
+        std::fs::write(&token_file, token).unwrap();
+        vec![
+            "security.protocol=SASL_PLAINTEXT".to_string(),
+            "sasl.mechanism=OAUTHBEARER".into(),
+            "sasl.login.callback.handler.class=FileTokenLoginHandler".into(),
+            format!(
+                "sasl.jaas.config=org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required tokenFile=\"{}\";",
+                token_file.display()
+            ),
+            "max.block.ms=20000".into(),
+        ]
+    };
+    let ran = proc::run_ok(
+        java::program("SeqProducer")
+            .args([addr.as_str(), "oauth-rt", "1", "30"])
+            .args(java_oauth(&good)),
+        Duration::from_secs(120),
+    );
+    assert!(ran.stdout.contains("DONE 30 0"), "{}", ran.stdout);
+    let ran = proc::run(
+        java::program("SeqProducer")
+            .args([addr.as_str(), "oauth-rt", "1", "1"])
+            .args(java_oauth(&bad[1].1)),
+        Duration::from_secs(120),
+    );
+    assert!(
+        ran.stdout.contains("DONE 0 1") && ran.stdout.contains("SaslAuthenticationException"),
+        "forged token (only the broker can tell), Java: {}{}",
+        ran.stdout,
+        proc::last_lines(&ran.stderr, 10)
+    );
+    assert_eq!(plain.log_bounds("oauth-rt", 0).unwrap().1, 50);
     eprintln!("took {:?}", t.elapsed());
 }
 
