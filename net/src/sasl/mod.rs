@@ -194,6 +194,9 @@ impl ConnAuth {
             key,
             Some(ApiKey::SaslHandshake) | Some(ApiKey::SaslAuthenticate)
         );
+        if let (true, Some(k)) = (sasl_request, key) {
+            ctx.broker.metrics.count_request(k);
+        }
         if self.expires_at.is_some_and(|t| now >= t) && !sasl_request {
             return Gate::Close("the SASL session expired without re-authentication".into());
         }
