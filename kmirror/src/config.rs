@@ -48,6 +48,18 @@ pub(crate) struct ServeConfig {
     pub mirror_version: i16,
     /// Ceiling on mirror fetch traffic for the whole broker, bytes/s (0 = unlimited).
     pub mirror_byte_rate: u64,
+    /// SASL mechanisms offered on SASL_* listeners: any of SCRAM-SHA-512, SCRAM-SHA-256,
+    /// PLAIN, OAUTHBEARER, comma-separated.
+    pub sasl_mechanisms: String,
+    /// JWKS (JSON Web Key Set) file whose keys sign accepted OAUTHBEARER tokens.
+    pub sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    /// Required `iss` claim of OAUTHBEARER tokens (unset: not checked).
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// Required `aud` claim of OAUTHBEARER tokens (unset: not checked).
+    pub sasl_oauthbearer_expected_audience: Option<String>,
+    /// KIP-368: a SASL session lasts at most this long, then the client must re-authenticate
+    /// (0 = no limit but a token's own expiry).
+    pub connections_max_reauth_ms: i64,
 }
 
 impl Default for ServeConfig {
@@ -71,6 +83,11 @@ impl Default for ServeConfig {
             log_level: "info".into(),
             mirror_version: 1,
             mirror_byte_rate: 0,
+            sasl_mechanisms: "SCRAM-SHA-512,SCRAM-SHA-256".into(),
+            sasl_oauthbearer_jwks_file: None,
+            sasl_oauthbearer_expected_issuer: None,
+            sasl_oauthbearer_expected_audience: None,
+            connections_max_reauth_ms: 0,
         }
     }
 }
@@ -159,7 +176,35 @@ impl ServeConfig {
                 self.mirror_version
             )));
         }
+        if self.connections_max_reauth_ms < 0 {
+            return Err(ConfigError::Invalid(
+                "connections_max_reauth_ms must not be negative".into(),
+            ));
+        }
+        self.sasl_config()?;
         Ok(())
+    }
+
+    /// The SASL settings of the broker.
+    pub(crate) fn sasl_config(&self) -> Result<kmirror_net::sasl::SaslConfig, ConfigError> {
+        use kmirror_net::sasl::{Mechanism, OAuthSettings, SaslConfig};
+        let mechanisms =
+            SaslConfig::parse_mechanisms(&self.sasl_mechanisms).map_err(ConfigError::Invalid)?;
+        if mechanisms.contains(&Mechanism::OAuthBearer) && self.sasl_oauthbearer_jwks_file.is_none()
+        {
+            return Err(ConfigError::Invalid(
+                "OAUTHBEARER in sasl_mechanisms needs sasl_oauthbearer_jwks_file".into(),
+            ));
+        }
+        Ok(SaslConfig {
+            mechanisms,
+            oauth: OAuthSettings {
+                jwks_file: self.sasl_oauthbearer_jwks_file.clone(),
+                expected_issuer: self.sasl_oauthbearer_expected_issuer.clone(),
+                expected_audience: self.sasl_oauthbearer_expected_audience.clone(),
+            },
+            reauth_ms: self.connections_max_reauth_ms,
+        })
     }
 }
 
@@ -214,5 +259,18 @@ mod tests {
         assert!(toml::from_str::<ServeConfig>("lissen = \"x\"").is_err());
         let c: ServeConfig = toml::from_str("partition_assignment = \"random\"").unwrap();
         assert!(c.validate().is_err());
+        let c: ServeConfig = toml::from_str("sasl_mechanisms = \"SCRAM-SHA-1\"").unwrap();
+        assert!(c.validate().is_err());
+        let c: ServeConfig = toml::from_str("sasl_mechanisms = \"OAUTHBEARER\"").unwrap();
+        assert!(c.validate().is_err(), "OAUTHBEARER needs a JWKS file");
+        let c: ServeConfig = toml::from_str("sasl_mechanisms = \"PLAIN, scram-sha-256\"").unwrap();
+        let names: Vec<&str> = c
+            .sasl_config()
+            .unwrap()
+            .mechanisms
+            .iter()
+            .map(|m| m.name())
+            .collect();
+        assert_eq!(names, ["PLAIN", "SCRAM-SHA-256"]);
     }
 }

@@ -3,6 +3,7 @@
 mod config;
 mod demo;
 mod mirror_cli;
+mod scram_cli;
 mod serve;
 
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ enum Command {
     },
     /// Self-contained demo on loopback: two nodes, data mirrored live, then a failover.
     Demo,
+    /// Offline SCRAM credential bootstrap (like `kafka-storage format --add-scram`).
+    #[command(subcommand)]
+    Scram(scram_cli::ScramCommand),
 }
 
 /// Flags of `kmirror serve`; each overrides the config file key of the same name.
@@ -93,6 +97,19 @@ pub(crate) struct ServeArgs {
     /// Mirror fetch byte-rate ceiling for the broker, bytes/s (0 = unlimited).
     #[arg(long)]
     pub mirror_byte_rate: Option<u64>,
+    /// SASL mechanisms for SASL_* listeners (SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER).
+    #[arg(long)]
+    pub sasl_mechanisms: Option<String>,
+    /// JWKS file with the keys that sign OAUTHBEARER tokens.
+    #[arg(long)]
+    pub sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    #[arg(long)]
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    #[arg(long)]
+    pub sasl_oauthbearer_expected_audience: Option<String>,
+    /// KIP-368 session lifetime, ms (0 = no re-authentication required).
+    #[arg(long)]
+    pub connections_max_reauth_ms: Option<i64>,
 }
 
 fn main() -> ExitCode {
@@ -101,6 +118,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Mirror { args } => mirror_cli::run(args),
         Command::Demo => demo::run(),
+        Command::Scram(c) => scram_cli::run(c),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

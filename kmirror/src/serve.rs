@@ -72,6 +72,21 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.mirror_byte_rate {
         c.mirror_byte_rate = v;
     }
+    if let Some(v) = args.sasl_mechanisms {
+        c.sasl_mechanisms = v;
+    }
+    if let Some(v) = args.sasl_oauthbearer_jwks_file {
+        c.sasl_oauthbearer_jwks_file = Some(v);
+    }
+    if let Some(v) = args.sasl_oauthbearer_expected_issuer {
+        c.sasl_oauthbearer_expected_issuer = Some(v);
+    }
+    if let Some(v) = args.sasl_oauthbearer_expected_audience {
+        c.sasl_oauthbearer_expected_audience = Some(v);
+    }
+    if let Some(v) = args.connections_max_reauth_ms {
+        c.connections_max_reauth_ms = v;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -112,6 +127,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             auto_create_topics: c.auto_create_topics,
             default_partitions: c.num_partitions,
             engine,
+            sasl: c.sasl_config()?,
         },
         Some(mirror.clone()),
     )?;

@@ -73,6 +73,8 @@ pub struct Broker {
     pub groups: Option<GroupsService>,
     pub extension: Option<Arc<dyn ExtensionApis>>,
     pub metrics: crate::metrics::NetMetrics,
+    /// SASL settings and the SCRAM credential store.
+    pub sasl: Arc<crate::sasl::Sasl>,
 }
 
 /// One core's view: the broker plus the engine context and a metadata cache.

@@ -4,9 +4,10 @@
 //! durable store (`acl`), the served API table and
 //! ApiVersions with KIP-511 fallback (`versions`), the listener list (`listeners`: several
 //! `PROTOCOL://HOST:PORT`, each advertised to the clients that use it), TLS and certificate
-//! principals (`tls`), the per-core listeners and connection loop (`server`), the API
-//! handlers (`handlers`), zero-copy Fetch response writing (`fetch_encode`; under TLS the
-//! chunks are encrypted, so copied), the single internal-error → Kafka-code mapping
+//! principals (`tls`), SASL authentication and the SCRAM credential APIs (`sasl`), the
+//! per-core listeners and connection loop (`server`), the API handlers (`handlers`),
+//! zero-copy Fetch response writing (`fetch_encode`; under TLS the chunks are encrypted, so
+//! copied), the single internal-error → Kafka-code mapping
 //! (`errors`), the broker's view of cluster metadata (`cluster`), and [`start`], which wires
 //! the metadata control thread, the group coordinator and the engine together.
 //!
@@ -34,6 +35,7 @@ pub mod mirror_fetcher;
 pub mod mirror_host;
 pub mod mirror_manager;
 pub mod mirror_service;
+pub mod sasl;
 pub mod server;
 pub mod session;
 pub mod tls;
@@ -68,6 +70,8 @@ pub enum NetError {
     Groups(#[from] groups::GroupsError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("SASL: {0}")]
+    Sasl(#[from] sasl::SaslError),
     #[error("listener {listener}: {reason}")]
     Tls { listener: String, reason: String },
 }
@@ -86,6 +90,8 @@ pub struct ServerConfig {
     pub auto_create_topics: bool,
     pub default_partitions: i32,
     pub engine: EngineConfig,
+    /// SASL mechanisms, OAUTHBEARER validation, re-authentication.
+    pub sasl: sasl::SaslConfig,
 }
 
 impl ServerConfig {
@@ -179,6 +185,7 @@ pub fn start(
     let (endpoints, acceptor) = resolve(cfg.checked_listeners()?, &cfg.tls)?;
     let (host, port) = (endpoints[0].host.clone(), endpoints[0].port);
     std::fs::create_dir_all(&cfg.data_dir)?;
+    let sasl = Arc::new(sasl::Sasl::open(cfg.sasl.clone(), &cfg.data_dir)?);
     let cluster = Cluster::start(&cfg.data_dir)?;
     let router_cell = Arc::new(OnceLock::new());
     let groups = groups::GroupsService::start(
@@ -203,6 +210,7 @@ pub fn start(
         groups: Some(groups),
         extension,
         metrics: Default::default(),
+        sasl,
     });
     // Every core binds every listener (SO_REUSEPORT) and serves each with its protocol.
     let (bound_tx, bound_rx) = flume::unbounded::<Result<(), (SocketAddr, std::io::Error)>>();

@@ -23,6 +23,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::broker::Ctx;
 use crate::frame::{header_prefix, read_frame, FrameError};
+use crate::sasl::{ConnAuth, Gate};
 use crate::session::{Principal, SecurityProtocol, Session};
 use crate::{handlers, versions};
 
@@ -169,7 +170,7 @@ async fn tls_handshake(
 }
 
 #[derive(Debug, thiserror::Error)]
-enum ConnError {
+pub(crate) enum ConnError {
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("i/o: {0}")]
@@ -178,6 +179,8 @@ enum ConnError {
     Protocol(String),
     #[error("TLS: {0}")]
     Tls(String),
+    #[error("authentication: {0}")]
+    Auth(String),
 }
 
 /// A connection's byte stream: plain TCP or TLS over TCP.
@@ -228,11 +231,12 @@ async fn write_response<S: Transport>(w: &mut S, chunks: &[Bytes]) -> std::io::R
 async fn connection<S: Transport>(
     ctx: Rc<Ctx>,
     stream: S,
-    session: Session,
+    mut session: Session,
 ) -> Result<(), ConnError> {
     let max = ctx.broker.config.max_request_bytes;
     // Small per-connection buffer: large frames are read straight into their own buffer.
     let mut reader = BufReader::with_capacity(16 << 10, stream);
+    let mut auth = ConnAuth::new(&session);
     loop {
         let frame =
             futures_lite::future::or(async { Some(read_frame(&mut reader, max).await) }, async {
@@ -249,10 +253,21 @@ async fn connection<S: Transport>(
             .metrics
             .bytes_in
             .fetch_add(frame.len() as u64 + 4, Relaxed);
-        if let Some(chunks) = handle_frame(&ctx, &session, frame).await? {
+        // SASL first: before authentication only the handshake is served.
+        let (chunks, close) = match auth.gate(&ctx, &mut session, &frame).await {
+            Gate::Serve => (handle_frame(&ctx, &session, frame).await?, false),
+            Gate::Reply(b) => (Some(vec![b]), false),
+            Gate::ReplyThenClose(b) => (Some(vec![b]), true),
+            Gate::Close(reason) => return Err(ConnError::Auth(reason)),
+        };
+        if let Some(chunks) = chunks {
             write_response(reader.get_mut(), &chunks).await?;
             let n: usize = chunks.iter().map(|c| c.len()).sum();
             ctx.broker.metrics.bytes_out.fetch_add(n as u64, Relaxed);
+        }
+        if close {
+            let _ = reader.get_mut().flush().await;
+            return Err(ConnError::Auth("SASL authentication failed".into()));
         }
         if ctx.core.stop.is_stopped() {
             return Ok(());
@@ -364,7 +379,7 @@ fn extension_versions(ctx: &Ctx) -> Vec<(i16, i16, i16)> {
         .unwrap_or_default()
 }
 
-fn encode_response(
+pub(crate) fn encode_response(
     api_key: ApiKey,
     version: i16,
     correlation_id: i32,
@@ -440,6 +455,15 @@ async fn dispatch(
         }
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(crate::acl::delete_acls(&ctx.broker.config.data_dir, r))
+        }
+        RequestKind::DescribeClientQuotas(r) => {
+            ResponseKind::DescribeClientQuotas(crate::sasl::credentials::describe_client_quotas(r))
+        }
+        RequestKind::DescribeUserScramCredentials(r) => {
+            ResponseKind::DescribeUserScramCredentials(crate::sasl::credentials::describe(ctx, r))
+        }
+        RequestKind::AlterUserScramCredentials(r) => {
+            ResponseKind::AlterUserScramCredentials(crate::sasl::credentials::alter(ctx, r).await)
         }
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             handlers::configs::incremental_alter_configs(ctx, v, r).await,
