@@ -39,6 +39,7 @@ use kmirror_log::ControlKind;
 use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
 
 use crate::broker::{Broker, ExtensionApis};
+use crate::client_security::ClientSecurity;
 use crate::keys::api;
 use crate::mirror_fetcher::{FetchEvent, FetcherConfig, KafkaSource};
 use crate::mirror_manager::{FetchTask, FetcherManager};
@@ -296,6 +297,7 @@ impl BrokerHost {
             skip_prepare,
             retry_backoff_ms: setting(RETRY_BACKOFF_MS),
             retry_backoff_max_ms: setting(RETRY_BACKOFF_MAX_MS),
+            security: ClientSecurity::from_properties(&mirror.client_settings()),
         }
     }
 }
@@ -714,6 +716,7 @@ impl Control {
             let tx = self.tx.clone();
             let name = def.name.clone();
             let bootstrap = def.source_bootstrap().to_owned();
+            let security = ClientSecurity::from_properties(&def.client_settings());
             let client_id = format!(
                 "kmirror-{}-sync-{}",
                 self.host.broker.config.node_id, def.name
@@ -747,7 +750,8 @@ impl Control {
                 .host
                 .router
                 .spawn_on_blocking(core, move || async move {
-                    let mut src = KafkaSource::new(&bootstrap, client_id, Duration::from_secs(30));
+                    let mut src = KafkaSource::new(&bootstrap, client_id, Duration::from_secs(30))
+                        .with_security(security);
                     let r = async {
                         let (_, topics) = src
                             .topics_snapshot(|t| filter.matches(t) || managed.contains(t))

@@ -10,6 +10,8 @@
 //!   name, id, partition count) and calls `materialize_partition`. With `validate_only`
 //!   nothing is changed.
 
+use std::collections::BTreeMap;
+
 use bytes::{Bytes, BytesMut};
 use kmirror_control::mirror::{MirrorCoordinator, MirrorHost, TopicOpError};
 use kmirror_types::TopicPartition;
@@ -220,11 +222,20 @@ impl MirrorService {
     }
 
     fn create_mirror(&mut self, r: CreateMirrorRequest) -> SimpleMirrorResponse {
-        let settings = r
+        let settings: BTreeMap<String, String> = r
             .configs
             .into_iter()
             .filter_map(|c| c.value.map(|v| (c.name, v)))
             .collect();
+        // The source connection settings are checked here (files readable, credentials
+        // complete), not at the first fetch: a mistake is an error to the operator.
+        if let Err(e) = check_client_settings(&settings) {
+            return SimpleMirrorResponse {
+                error_code: code::INVALID_CONFIG,
+                error_message: Some(e),
+                ..Default::default()
+            };
+        }
         match self.coordinator.create_mirror(&r.mirror_name, settings) {
             Ok(()) => SimpleMirrorResponse::default(),
             Err(e) => SimpleMirrorResponse {
@@ -490,6 +501,18 @@ fn topics_response(
             .collect(),
         ..Default::default()
     }
+}
+
+/// The security part of a mirror's settings, checked as the source client will use it.
+fn check_client_settings(settings: &BTreeMap<String, String>) -> Result<(), String> {
+    let client: BTreeMap<String, String> = settings
+        .iter()
+        .filter(|(k, _)| !k.starts_with("mirror."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    crate::client_security::ClientSecurity::from_properties(&client)
+        .map(|_| ())
+        .map_err(|e| format!("invalid mirror setting {e}"))
 }
 
 #[cfg(test)]
