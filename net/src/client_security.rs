@@ -476,12 +476,14 @@ fn sasl_settings(props: &BTreeMap<String, String>) -> Result<SaslSettings, Secur
             "SCRAM-SHA-256" => SaslMechanism::ScramSha256,
             "SCRAM-SHA-512" => SaslMechanism::ScramSha512,
             "OAUTHBEARER" => SaslMechanism::OAuthBearer,
-            other => return Err(bad(
-                keys::SASL_MECHANISM,
-                format!(
+            other => {
+                return Err(bad(
+                    keys::SASL_MECHANISM,
+                    format!(
                     "'{other}' is not supported (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)"
                 ),
-            )),
+                ))
+            }
         },
     };
     let jaas = match get(keys::SASL_JAAS_CONFIG) {
@@ -549,6 +551,76 @@ fn read_token(path: &std::path::Path) -> Result<String, String> {
         return Err(format!("token file '{}' is empty", path.display()));
     }
     Ok(t.to_owned())
+}
+
+/// A Java properties file's entries (`key=value`, `key: value` or `key value`; `#`/`!`
+/// comments; a trailing backslash continues the line; `\\`, `\n`, `\t`, `\=`, `\:`
+/// escapes). Later keys win, as in `java.util.Properties`.
+pub fn parse_properties(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut lines = text.lines();
+    while let Some(first) = lines.next() {
+        let mut line = first.trim_start().to_owned();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        // A line ending in an odd number of backslashes continues on the next.
+        while line.chars().rev().take_while(|c| *c == '\\').count() % 2 == 1 {
+            line.pop();
+            match lines.next() {
+                Some(next) => line.push_str(next.trim_start()),
+                None => break,
+            }
+        }
+        let mut key = String::new();
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some(n) = chars.next() {
+                        key.push(unescape(n));
+                    }
+                }
+                '=' | ':' => break,
+                c if c.is_whitespace() => {
+                    // `key value`, or `key = value`.
+                    while chars.peek().is_some_and(|c| c.is_whitespace()) {
+                        chars.next();
+                    }
+                    if matches!(chars.peek(), Some('=') | Some(':')) {
+                        chars.next();
+                    }
+                    break;
+                }
+                c => key.push(c),
+            }
+        }
+        while chars.peek().is_some_and(|c| c.is_whitespace()) {
+            chars.next();
+        }
+        let mut value = String::new();
+        while let Some(c) = chars.next() {
+            if c == '\\' {
+                if let Some(n) = chars.next() {
+                    value.push(unescape(n));
+                }
+            } else {
+                value.push(c);
+            }
+        }
+        out.insert(key, value);
+    }
+    out
+}
+
+fn unescape(c: char) -> char {
+    match c {
+        'n' => '\n',
+        't' => '\t',
+        'r' => '\r',
+        'f' => '\u{c}',
+        other => other,
+    }
 }
 
 /// Options of a one-entry JAAS configuration:
@@ -878,6 +950,24 @@ mod tests {
         let first = ex.first().unwrap();
         let text = String::from_utf8(first.auth_bytes.to_vec()).unwrap();
         assert!(text.starts_with("n,,n=mirror,r="), "{text}");
+    }
+
+    #[test]
+    fn java_properties_are_parsed_like_java_does() {
+        let p = parse_properties(
+            "# comment\n! also\n\nsecurity.protocol=SASL_SSL\n  sasl.mechanism : SCRAM-SHA-512\n\
+             sasl.jaas.config=org.apache.kafka.common.security.scram.ScramLoginModule required \\\n    username=\"m\" password=\"a=b\";\n\
+             path C:\\\\dir\nempty=\n",
+        );
+        assert_eq!(p["security.protocol"], "SASL_SSL");
+        assert_eq!(p["sasl.mechanism"], "SCRAM-SHA-512");
+        assert_eq!(
+            p["sasl.jaas.config"],
+            "org.apache.kafka.common.security.scram.ScramLoginModule required username=\"m\" password=\"a=b\";"
+        );
+        assert_eq!(p["path"], "C:\\dir");
+        assert_eq!(p["empty"], "");
+        assert_eq!(p.len(), 5);
     }
 
     #[test]

@@ -192,6 +192,7 @@ impl ExtensionApis for MirrorBroker {
             failover_retry_at: Instant::now(),
             deletions: DeletionConfirmations::default(),
             blocked: BTreeMap::new(),
+            connection_settings: HashMap::new(),
         };
         let stop = self.stop.clone();
         let h = std::thread::Builder::new()
@@ -459,6 +460,10 @@ impl MirrorLiveStatus for BrokerHost {
 }
 
 struct Control {
+    /// Each mirror's source connection settings as its running fetchers use them: a change
+    /// (`mirror alter`) restarts them, so they reconnect with the new credentials and resume
+    /// from the local log end.
+    connection_settings: HashMap<String, BTreeMap<String, String>>,
     service: MirrorService,
     host: BrokerHost,
     tx: flume::Sender<Msg>,
@@ -615,9 +620,46 @@ impl Control {
         }
     }
 
+    /// Fetchers of a mirror whose connection settings changed stop here; the reconcile that
+    /// follows starts them again with the new settings.
+    fn restart_on_settings_change(&mut self) {
+        let store = self.service.coordinator().store();
+        let mut changed = BTreeSet::new();
+        let mut seen = HashMap::new();
+        for def in store.mirrors() {
+            let now = def.client_settings();
+            if self
+                .connection_settings
+                .get(&def.name)
+                .is_some_and(|before| *before != now)
+            {
+                changed.insert(def.name.clone());
+            }
+            seen.insert(def.name.clone(), now);
+        }
+        self.connection_settings = seen;
+        if changed.is_empty() {
+            return;
+        }
+        let restart: Vec<TopicPartition> = store
+            .partitions()
+            .filter(|(tp, e)| changed.contains(&e.mirror) && self.host.manager.is_running(tp))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for name in &changed {
+            tracing::info!(mirror = %name, "connection settings changed; reconnecting");
+            // The next sync round connects with the new settings too.
+            self.next_sync.remove(name);
+        }
+        for tp in restart {
+            self.host.manager.stop_and_wait(&tp, STOP_TIMEOUT);
+        }
+    }
+
     /// Read-only flags and fetchers follow the durable partition states.
     fn reconcile(&mut self) {
         self.retry_failovers();
+        self.restart_on_settings_change();
         let meta = self.host.broker.cluster.snapshot();
         let store = self.service.coordinator().store();
         let mut by_topic: BTreeMap<String, Vec<(TopicPartition, String, PartitionState)>> =

@@ -222,6 +222,9 @@ impl MirrorService {
     }
 
     fn create_mirror(&mut self, r: CreateMirrorRequest) -> SimpleMirrorResponse {
+        if r.alter {
+            return self.alter_mirror(r);
+        }
         let settings: BTreeMap<String, String> = r
             .configs
             .into_iter()
@@ -243,6 +246,37 @@ impl MirrorService {
                 error_message: Some(e.to_string()),
                 ..Default::default()
             },
+        }
+    }
+
+    /// CreateMirror with kmirror's `alter` tag: merge the configs into an existing mirror.
+    fn alter_mirror(&mut self, r: CreateMirrorRequest) -> SimpleMirrorResponse {
+        let changes: BTreeMap<String, Option<String>> =
+            r.configs.into_iter().map(|c| (c.name, c.value)).collect();
+        let fail = |code: i16, msg: String| SimpleMirrorResponse {
+            error_code: code,
+            error_message: Some(msg),
+            ..Default::default()
+        };
+        let Some(def) = self.coordinator.store().mirror(&r.mirror_name) else {
+            return fail(
+                code::UNKNOWN_MIRROR,
+                format!("mirror '{}' does not exist", r.mirror_name),
+            );
+        };
+        let mut merged = def.settings.clone();
+        for (k, v) in &changes {
+            match v {
+                Some(v) => merged.insert(k.clone(), v.clone()),
+                None => merged.remove(k),
+            };
+        }
+        if let Err(e) = check_client_settings(&merged) {
+            return fail(code::INVALID_CONFIG, e);
+        }
+        match self.coordinator.alter_mirror(&r.mirror_name, changes) {
+            Ok(()) => SimpleMirrorResponse::default(),
+            Err(e) => fail(keys::mirror_error_code(&e), e.to_string()),
         }
     }
 
@@ -377,6 +411,7 @@ impl MirrorService {
                     authorized_operations: i32::MIN,
                     topics,
                     source_bootstrap: Some(def.source_bootstrap().to_owned()),
+                    configs: redacted_settings(&def.settings),
                     ..Default::default()
                 }
             })
@@ -502,6 +537,25 @@ fn topics_response(
         ..Default::default()
     }
 }
+
+/// Mirror settings as DescribeMirrors shows them: secret values never leave the broker.
+fn redacted_settings(settings: &BTreeMap<String, String>) -> Vec<MirrorConfig> {
+    settings
+        .iter()
+        .map(|(k, v)| MirrorConfig {
+            name: k.clone(),
+            value: Some(if crate::client_security::is_secret_key(k) {
+                HIDDEN.to_owned()
+            } else {
+                v.clone()
+            }),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// What DescribeMirrors shows instead of a secret.
+pub const HIDDEN: &str = "[hidden]";
 
 /// The security part of a mirror's settings, checked as the source client will use it.
 fn check_client_settings(settings: &BTreeMap<String, String>) -> Result<(), String> {

@@ -214,3 +214,315 @@ fn given_sasl_ssl_scram_source_with_acls_when_read_is_revoked_should_fail_then_r
     mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
     mirror::wait_mirroring_at_lag_zero(&d, "dr", 3, CATCH_UP);
 }
+
+/// Writes `props` as a Java properties file (0600, as an operator would keep it).
+fn properties_file(dir: &std::path::Path, name: &str, props: &[(&str, &str)]) -> String {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
+    std::fs::write(&path, text).expect("write properties");
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+    path.display().to_string()
+}
+
+fn scram_jaas(user: &str, password: &str) -> String {
+    format!("{SCRAM_JAAS} required username=\"{user}\" password=\"{password}\";")
+}
+
+/// 5(d) and 5(f): the mirror's credentials come from `--mirror-config`; the source rotates
+/// the mirror user's SCRAM password and its sessions expire (connections.max.reauth.ms), so
+/// the mirror fails with the SASL reason; `mirror alter --mirror-config` with the new password
+/// reconnects it and it resumes from its log end: log-equal, nothing duplicated. `describe`
+/// shows the settings with secrets hidden, the stored state is 0600 and the broker's log never
+/// contains a password.
+#[test]
+fn given_rotated_scram_password_when_mirror_is_altered_should_resume_log_equal_and_hide_secrets() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let pki = TestPki::new();
+    let tls = KafkaTls {
+        server: pki.server("kafka"),
+        ca_pem: pki.ca_pem.clone(),
+        client_auth_required: false,
+    };
+    let src = KafkaCluster::start_with(KafkaOptions {
+        security: Some(KafkaSecurity::sasl_ssl_scram(
+            tls,
+            vec![SaslUser::new("mirror", "first-secret")],
+        )),
+        // Sessions end after 8 s: a mirror must re-authenticate (KIP-368) with what it has.
+        props: vec![("connections.max.reauth.ms".into(), "8000".into())],
+        ..KafkaOptions::default()
+    });
+    src.create_topic("orders", 2, &[]);
+    grant_mirror_acls(&src, "User:mirror", &["orders"]);
+    produce(&src, "orders", 2, 10, "a");
+
+    let dst = KmirrorNode::start();
+    let d = dst.addr();
+    let ca = pki.ca_pem.display().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let first = scram_jaas("mirror", "first-secret");
+    let cfg = properties_file(
+        dir.path(),
+        "mirror.properties",
+        &[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.jaas.config", &first),
+            ("ssl.truststore.location", &ca),
+        ],
+    );
+    mirror::cli_ok(
+        &d,
+        &[
+            "create",
+            "dr",
+            "--source",
+            &src.secure_bootstrap(),
+            "--mirror-config",
+            &cfg,
+            "--set",
+            "mirror.retry.backoff.max.ms=1000",
+        ],
+    );
+    mirror::add_topics(&d, "dr", &["orders"]);
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+
+    // 5(f): secrets never shown, never stored world-readable, never logged.
+    let table = mirror::cli_ok(&d, &["describe", "dr"]).stdout;
+    assert!(
+        table.contains("sasl.jaas.config=[hidden]") && table.contains("security.protocol=SASL_SSL"),
+        "describe should list the settings with the JAAS config hidden:\n{table}"
+    );
+    let json = mirror::cli_ok(&d, &["describe", "dr", "--json"]).stdout;
+    for out in [&table, &json] {
+        assert!(
+            !out.contains("first-secret"),
+            "a secret in describe:\n{out}"
+        );
+    }
+    let state_dir = dst.data_dir().join("__mirror_state");
+    let mut files = 0;
+    for e in std::fs::read_dir(&state_dir).expect("__mirror_state") {
+        use std::os::unix::fs::PermissionsExt;
+        let e = e.unwrap();
+        let mode = e.metadata().unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "{} is {mode:o}", e.path().display());
+        if std::fs::read(e.path())
+            .unwrap()
+            .windows(b"first-secret".len())
+            .any(|w| w == b"first-secret")
+        {
+            files += 1;
+        }
+    }
+    assert!(files >= 1, "the settings are persisted in __mirror_state");
+
+    // Rotation on the source: current sessions run out, re-authentication fails.
+    src.set_scram_password("SCRAM-SHA-512", "mirror", "second-secret");
+    produce(&src, "orders", 2, 10, "b");
+    let failed = wait_rows(&d, "dr", "orders", "FAILED with the SASL reason", |r| {
+        r.state == "FAILED" && r.reason().contains("SASL_AUTHENTICATION_FAILED")
+    });
+    assert!(failed.iter().all(|r| r.state == "FAILED"), "{failed:?}");
+
+    let second = scram_jaas("mirror", "second-secret");
+    let cfg2 = properties_file(
+        dir.path(),
+        "rotated.properties",
+        &[("sasl.jaas.config", &second)],
+    );
+    let ran = mirror::cli_ok(&d, &["alter", "dr", "--mirror-config", &cfg2]);
+    assert!(!ran.stdout.contains("second-secret"), "{}", ran.stdout);
+    produce(&src, "orders", 2, 10, "c");
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    mirror::wait_mirroring_at_lag_zero(&d, "dr", 2, CATCH_UP);
+    // Past another session lifetime: re-authentication now works with the new password.
+    std::thread::sleep(Duration::from_secs(10));
+    produce(&src, "orders", 2, 10, "d");
+    let ends = mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    assert_eq!(ends.len(), 2);
+    assert_eq!(
+        mirror::end_offsets(&d, "orders", 2),
+        vec![40, 40],
+        "40 records a partition, none duplicated"
+    );
+    let log = std::fs::read_to_string(dst.log_path()).unwrap_or_default();
+    for secret in ["first-secret", "second-secret"] {
+        assert!(!log.contains(secret), "the broker log contains a password");
+    }
+}
+
+/// 5(b): a source that requires client certificates (SSL, ssl.client.auth=required): the
+/// mirror presents its PEM keystore and is log-equal.
+#[test]
+fn given_mutual_tls_source_when_mirroring_should_be_log_equal() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let pki = TestPki::new();
+    let admin = pki.client("admin", &[("CN", "admin")]);
+    let mirror_id = pki.client("mirror", &[("CN", "mirror")]);
+    let src = KafkaCluster::start_with(KafkaOptions {
+        security: Some(KafkaSecurity {
+            protocol: kmirror_tests::kafka::SecureProtocol::Ssl,
+            sasl_mechanisms: Vec::new(),
+            users: Vec::new(),
+            tls: Some(KafkaTls {
+                server: pki.server("kafka"),
+                ca_pem: pki.ca_pem.clone(),
+                client_auth_required: true,
+            }),
+            authorizer: true,
+            super_users: Vec::new(),
+            admin: kmirror_tests::kafka::AdminAuth::Certificate {
+                identity: admin,
+                principal: "CN=admin".into(),
+            },
+        }),
+        ..KafkaOptions::default()
+    });
+    src.create_topic("orders", 2, &[]);
+    grant_mirror_acls(&src, "User:CN=mirror", &["orders"]);
+    produce(&src, "orders", 2, 25, "a");
+    let dst = KmirrorNode::start();
+    let d = dst.addr();
+    let ca = pki.ca_pem.display().to_string();
+    let ks = mirror_id.keystore.display().to_string();
+    mirror::create(
+        &d,
+        "dr",
+        &src.secure_bootstrap(),
+        &[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.location", &ca),
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", &ks),
+        ],
+    );
+    mirror::add_topics(&d, "dr", &["orders"]);
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    produce(&src, "orders", 2, 25, "b");
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    mirror::wait_mirroring_at_lag_zero(&d, "dr", 2, CATCH_UP);
+}
+
+/// 5(c): SASL_PLAINTEXT with PLAIN: log-equal. Also item 4: `--command-config` drives the
+/// CLI's own connection through SASL (here against the Kafka listener, which authenticates
+/// it and then has no mirror APIs to offer), and a wrong password is refused with the SASL
+/// error.
+#[test]
+fn given_sasl_plaintext_plain_source_when_mirroring_should_be_log_equal() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let src = KafkaCluster::start_with(KafkaOptions {
+        security: Some(KafkaSecurity {
+            protocol: kmirror_tests::kafka::SecureProtocol::SaslPlaintext,
+            sasl_mechanisms: vec!["PLAIN".into()],
+            users: vec![SaslUser::new("mirror", "plain-secret")],
+            tls: None,
+            authorizer: true,
+            super_users: Vec::new(),
+            admin: kmirror_tests::kafka::AdminAuth::Sasl {
+                mechanism: "PLAIN".into(),
+                user: SaslUser::new("admin", "admin-secret"),
+            },
+        }),
+        ..KafkaOptions::default()
+    });
+    src.create_topic("orders", 2, &[]);
+    grant_mirror_acls(&src, "User:mirror", &["orders"]);
+    produce(&src, "orders", 2, 25, "a");
+    let dst = KmirrorNode::start();
+    let d = dst.addr();
+    mirror::create(
+        &d,
+        "dr",
+        &src.secure_bootstrap(),
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "mirror"),
+            ("sasl.password", "plain-secret"),
+        ],
+    );
+    mirror::add_topics(&d, "dr", &["orders"]);
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    produce(&src, "orders", 2, 25, "b");
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    let table = mirror::cli_ok(&d, &["describe", "dr"]).stdout;
+    assert!(table.contains("sasl.password=[hidden]"), "{table}");
+    assert!(!table.contains("plain-secret"), "{table}");
+
+    // --command-config: the CLI authenticates (then finds no mirror APIs on Apache Kafka).
+    let ok = src.admin_config().display().to_string();
+    let ran = mirror::cli(&src.secure_bootstrap(), &["--command-config", &ok, "list"]);
+    assert!(!ran.status.success());
+    assert!(
+        ran.stderr.contains("does not offer the mirror APIs"),
+        "authenticated, then refused for lack of mirror APIs: {}",
+        ran.stderr
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let bad = properties_file(
+        dir.path(),
+        "bad.properties",
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "PLAIN"),
+            ("sasl.username", "admin"),
+            ("sasl.password", "wrong"),
+        ],
+    );
+    let ran = mirror::cli(&src.secure_bootstrap(), &["--command-config", &bad, "list"]);
+    assert!(!ran.status.success());
+    assert!(
+        ran.stderr.contains("SASL_AUTHENTICATION_FAILED"),
+        "a wrong password is a SASL failure: {}",
+        ran.stderr
+    );
+}
+
+/// Create-time checks: unknown protocol, missing password, unreadable PEM are refused with
+/// INVALID_CONFIG naming the key; nothing is created.
+#[test]
+fn given_bad_security_settings_when_creating_should_refuse_with_invalid_config() {
+    let dst = KmirrorNode::start();
+    let d = dst.addr();
+    for (sets, key) in [
+        (vec![("security.protocol", "TLS")], "security.protocol"),
+        (
+            vec![
+                ("security.protocol", "SASL_SSL"),
+                ("sasl.mechanism", "SCRAM-SHA-512"),
+                ("sasl.username", "m"),
+            ],
+            "sasl.password",
+        ),
+        (
+            vec![
+                ("security.protocol", "SSL"),
+                ("ssl.truststore.location", "/nonexistent/ca.pem"),
+            ],
+            "ssl.truststore.location",
+        ),
+    ] {
+        let mut args = vec![
+            "create".to_string(),
+            "dr".into(),
+            "--source".into(),
+            "127.0.0.1:1".into(),
+        ];
+        for (k, v) in &sets {
+            args.push("--set".into());
+            args.push(format!("{k}={v}"));
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        let ran = mirror::cli(&d, &args);
+        assert!(!ran.status.success(), "{sets:?} accepted");
+        assert!(
+            ran.stderr.contains("INVALID_CONFIG") && ran.stderr.contains(key),
+            "{sets:?}: {}",
+            ran.stderr
+        );
+    }
+    let list = mirror::cli_ok(&d, &["list", "--json"]).stdout;
+    assert!(!list.contains("\"dr\""), "nothing created: {list}");
+}
