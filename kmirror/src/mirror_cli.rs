@@ -785,6 +785,15 @@ fn describe_once(
         ],
         &table,
     )?;
+    for m in &resp.mirrors {
+        if let Some(e) = &m.sync_error {
+            writeln!(
+                out,
+                "Mirror '{}': metadata sync with the source is failing: {e}",
+                m.mirror_name
+            )?;
+        }
+    }
     if !watch {
         // Settings as the broker reports them: secrets arrive as `[hidden]`.
         for m in &resp.mirrors {

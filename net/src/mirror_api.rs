@@ -543,6 +543,9 @@ wire_struct! {
         /// kmirror: the mirror's settings, secrets (passwords, JAAS config, tokens, keys)
         /// replaced by `[hidden]` before they leave the broker.
         configs: Vec<MirrorConfig> = Vec::new() => KMIRROR_TAG_BASE + 1,
+        /// kmirror: why the mirror's metadata sync with the source is failing (e.g. SASL
+        /// authentication refused), while it is.
+        sync_error: Option<String> = None => KMIRROR_TAG_BASE + 2,
     }
 }
 

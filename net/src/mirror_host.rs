@@ -179,6 +179,7 @@ impl ExtensionApis for MirrorBroker {
             idle_ends: HashMap::new(),
             lost: HashMap::new(),
             stop_pending: BTreeSet::new(),
+            sync_errors: HashMap::new(),
         };
         let mut ctl = Control {
             service,
@@ -215,6 +216,8 @@ pub struct BrokerHost {
     lost: HashMap<TopicPartition, (i64, i64, i64)>,
     /// Fetchers asked to stop that had not exited when last checked.
     stop_pending: BTreeSet<TopicPartition>,
+    /// The last failed sync round's reason per mirror, until a round succeeds.
+    sync_errors: HashMap<String, String>,
 }
 
 impl BrokerHost {
@@ -422,6 +425,10 @@ impl MirrorHost for BrokerHost {
 }
 
 impl MirrorLiveStatus for BrokerHost {
+    fn sync_error(&self, mirror: &str) -> Option<String> {
+        self.sync_errors.get(mirror).cloned()
+    }
+
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
         let st = match self.manager.status(tp) {
             Some(st) => st,
@@ -540,8 +547,14 @@ impl Control {
                 Got::Msg(Msg::Synced(mirror, r)) => {
                     self.in_flight.remove(&mirror);
                     match r {
-                        Ok(snap) => self.apply_sync(&mirror, snap),
-                        Err(e) => tracing::warn!(%mirror, error = %e, "mirror sync round failed"),
+                        Ok(snap) => {
+                            self.host.sync_errors.remove(&mirror);
+                            self.apply_sync(&mirror, snap)
+                        }
+                        Err(e) => {
+                            tracing::warn!(%mirror, error = %e, "mirror sync round failed");
+                            self.host.sync_errors.insert(mirror.clone(), e);
+                        }
                     }
                 }
                 Got::Event(tp, ev) => self.on_event(tp, ev),

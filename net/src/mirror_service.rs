@@ -57,6 +57,12 @@ impl crate::mirror_fetcher::FetcherStatus {
 /// What DescribeMirrors needs beyond the coordinator's durable state.
 pub trait MirrorLiveStatus {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition>;
+    /// Why the mirror's last metadata sync round failed (source unreachable, authentication
+    /// refused), while it keeps failing; None once a round succeeds.
+    fn sync_error(&self, mirror: &str) -> Option<String> {
+        let _ = mirror;
+        None
+    }
 }
 
 /// Kafka code and message for a per-topic failure.
@@ -412,6 +418,7 @@ impl MirrorService {
                     topics,
                     source_bootstrap: Some(def.source_bootstrap().to_owned()),
                     configs: redacted_settings(&def.settings),
+                    sync_error: host.sync_error(&name),
                     ..Default::default()
                 }
             })

@@ -526,3 +526,66 @@ fn given_bad_security_settings_when_creating_should_refuse_with_invalid_config()
     let list = mirror::cli_ok(&d, &["list", "--json"]).stdout;
     assert!(!list.contains("\"dr\""), "nothing created: {list}");
 }
+
+/// 5(e): a wrong password from the start. The source refuses the mirror, `describe` says so
+/// (SASL_AUTHENTICATION_FAILED, from the metadata sync, since no partition could be learned),
+/// and nothing is written on the destination. Fixing it with `alter` starts mirroring.
+#[test]
+fn given_wrong_password_when_mirroring_should_report_sasl_failure_and_write_nothing() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let pki = TestPki::new();
+    let src = secured_source(&pki, |tls| {
+        KafkaSecurity::sasl_ssl_scram(tls, vec![SaslUser::new("mirror", "right-secret")])
+    });
+    src.create_topic("orders", 2, &[]);
+    grant_mirror_acls(&src, "User:mirror", &["orders"]);
+    produce(&src, "orders", 2, 10, "a");
+    let dst = KmirrorNode::start();
+    let d = dst.addr();
+    let ca = pki.ca_pem.display().to_string();
+    mirror::create(
+        &d,
+        "dr",
+        &src.secure_bootstrap(),
+        &[
+            ("security.protocol", "SASL_SSL"),
+            ("sasl.mechanism", "SCRAM-SHA-512"),
+            ("sasl.username", "mirror"),
+            ("sasl.password", "wrong-secret"),
+            ("ssl.truststore.location", &ca),
+            ("mirror.metadata.sync.interval.ms", "1000"),
+        ],
+    );
+    mirror::add_topics(&d, "dr", &["orders"]);
+    let table = kmirror_tests::proc::wait_for(
+        Duration::from_secs(60),
+        "describe reports the SASL failure",
+        || {
+            let t = mirror::cli_ok(&d, &["describe", "dr"]).stdout;
+            t.contains("SASL_AUTHENTICATION_FAILED").then_some(t)
+        },
+    );
+    assert!(!table.contains("wrong-secret"), "{table}");
+    std::thread::sleep(Duration::from_secs(3));
+    let rows = mirror::describe(&d, Some("dr"));
+    assert!(
+        rows.iter().all(|r| r.state != "MIRRORING"),
+        "nothing mirrors with a wrong password: {rows:?}"
+    );
+    let mut c = WireClient::connect(&d).expect("destination");
+    let md = c.metadata(Some(&["orders"])).expect("metadata");
+    let written: i64 = if md.topics.iter().any(|t| t.error_code == 0) {
+        mirror::end_offsets(&d, "orders", 2).iter().sum()
+    } else {
+        0
+    };
+    assert_eq!(written, 0, "nothing written on the destination");
+
+    mirror::cli_ok(&d, &["alter", "dr", "--set", "sasl.password=right-secret"]);
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    let table = mirror::cli_ok(&d, &["describe", "dr"]).stdout;
+    assert!(
+        !table.contains("metadata sync with the source is failing"),
+        "{table}"
+    );
+}
