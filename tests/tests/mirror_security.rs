@@ -589,3 +589,64 @@ fn given_wrong_password_when_mirroring_should_report_sasl_failure_and_write_noth
         "{table}"
     );
 }
+
+/// OAUTHBEARER: the mirror reads its token from a file (`sasl.oauthbearer.token.endpoint.url=
+/// file:///…`, re-read on every connect) and authenticates as the token's subject; Kafka's
+/// default (unsecured JWT) validator checks it. Log-equal; a token for a subject without ACLs
+/// fails the partitions with the authorization reason.
+#[test]
+fn given_oauthbearer_source_when_token_comes_from_a_file_should_be_log_equal() {
+    let _g = kmirror_tests::heavy_test_lock();
+    let src = KafkaCluster::start_with(KafkaOptions {
+        security: Some(KafkaSecurity {
+            protocol: kmirror_tests::kafka::SecureProtocol::SaslPlaintext,
+            sasl_mechanisms: vec!["OAUTHBEARER".into(), "PLAIN".into()],
+            users: Vec::new(),
+            tls: None,
+            authorizer: true,
+            super_users: Vec::new(),
+            admin: kmirror_tests::kafka::AdminAuth::Sasl {
+                mechanism: "PLAIN".into(),
+                user: SaslUser::new("admin", "admin-secret"),
+            },
+        }),
+        ..KafkaOptions::default()
+    });
+    src.create_topic("orders", 2, &[]);
+    grant_mirror_acls(&src, "User:mirror", &["orders"]);
+    produce(&src, "orders", 2, 25, "a");
+    let dir = tempfile::tempdir().unwrap();
+    let token = dir.path().join("token");
+    std::fs::write(&token, kmirror_tests::kafka::unsecured_jwt("mirror", 3600)).unwrap();
+    let url = format!("file://{}", token.display());
+    let dst = KmirrorNode::start();
+    let d = dst.addr();
+    mirror::create(
+        &d,
+        "dr",
+        &src.secure_bootstrap(),
+        &[
+            ("security.protocol", "SASL_PLAINTEXT"),
+            ("sasl.mechanism", "OAUTHBEARER"),
+            ("sasl.oauthbearer.token.endpoint.url", &url),
+            ("mirror.retry.backoff.max.ms", "1000"),
+        ],
+    );
+    mirror::add_topics(&d, "dr", &["orders"]);
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    mirror::wait_mirroring_at_lag_zero(&d, "dr", 2, CATCH_UP);
+
+    // A token for another subject (no ACLs): the next connection (each metadata sync round
+    // connects afresh and re-reads the file) is refused the topic, which fails it.
+    std::fs::write(&token, kmirror_tests::kafka::unsecured_jwt("nobody", 3600)).unwrap();
+    // Altering a non-connection setting keeps the fetchers (and their sessions) running.
+    mirror::cli_ok(&d, &["alter", "dr", "--set", "mirror.retry.backoff.ms=200"]);
+    produce(&src, "orders", 2, 5, "b");
+    wait_rows(&d, "dr", "orders", "FAILED (not authorized)", |r| {
+        r.state == "FAILED" && r.reason().contains("AUTHORIZATION_FAILED")
+    });
+    // The file holds the mirror's token again: it recovers on its next connect.
+    std::fs::write(&token, kmirror_tests::kafka::unsecured_jwt("mirror", 3600)).unwrap();
+    mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+    mirror::wait_mirroring_at_lag_zero(&d, "dr", 2, CATCH_UP);
+}
