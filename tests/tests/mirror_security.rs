@@ -400,9 +400,39 @@ fn given_mutual_tls_source_when_mirroring_should_be_log_equal() {
     );
     mirror::add_topics(&d, "dr", &["orders"]);
     mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
+
+    // A second mirror of the same source without a client certificate is refused by the
+    // source, and says so, while the first keeps mirroring (per-mirror connections).
+    src.create_topic("other", 1, &[]);
+    grant_mirror_acls(&src, "User:CN=mirror", &["other"]);
+    mirror::create(
+        &d,
+        "nocert",
+        &src.secure_bootstrap(),
+        &[
+            ("security.protocol", "SSL"),
+            ("ssl.truststore.location", &ca),
+            ("mirror.metadata.sync.interval.ms", "1000"),
+        ],
+    );
+    mirror::add_topics(&d, "nocert", &["other"]);
+    let table = kmirror_tests::proc::wait_for(
+        Duration::from_secs(60),
+        "describe nocert reports the refused handshake",
+        || {
+            let t = mirror::cli_ok(&d, &["describe", "nocert"]).stdout;
+            t.contains("metadata sync with the source is failing")
+                .then_some(t)
+        },
+    );
+    assert!(
+        table.to_lowercase().contains("certificate"),
+        "the reason names the missing certificate: {table}"
+    );
     produce(&src, "orders", 2, 25, "b");
     mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
     mirror::wait_mirroring_at_lag_zero(&d, "dr", 2, CATCH_UP);
+    assert!(mirror::describe(&d, Some("nocert")).is_empty());
 }
 
 /// 5(c): SASL_PLAINTEXT with PLAIN: log-equal. Also item 4: `--command-config` drives the
