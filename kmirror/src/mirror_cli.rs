@@ -99,6 +99,10 @@ enum Cmd {
         /// Print what each partition would truncate; change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Client properties for the dry run's own connection to the source (a secured
+        /// source; the mirror's stored secrets never leave the broker).
+        #[arg(long, value_name = "FILE", requires = "dry_run")]
+        source_config: Option<std::path::PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -232,17 +236,28 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
             topic_regex,
             exclude_regex,
             dry_run,
+            source_config,
             json,
-        } => add(
-            &mut conn,
-            out,
-            &name,
-            &topics,
-            topic_regex,
-            exclude_regex,
-            dry_run,
-            json,
-        ),
+        } => {
+            let dry_run = match (dry_run, &source_config) {
+                (false, _) => None,
+                (true, None) => Some(ClientSecurity::plaintext()),
+                (true, Some(f)) => Some(
+                    ClientSecurity::from_properties(&read_properties(f)?)
+                        .map_err(|e| format!("--source-config {}: {e}", f.display()))?,
+                ),
+            };
+            add(
+                &mut conn,
+                out,
+                &name,
+                &topics,
+                topic_regex,
+                exclude_regex,
+                dry_run,
+                json,
+            )
+        }
         Cmd::Remove {
             name,
             topics,
@@ -451,7 +466,7 @@ fn add(
     topics: &[String],
     topic_regex: Option<String>,
     exclude_regex: Option<String>,
-    dry_run: bool,
+    dry_run: Option<ClientSecurity>,
     json: bool,
 ) -> CliResult<()> {
     let resp = conn.send_mirror(&AddTopicsToMirrorRequest {
@@ -467,12 +482,12 @@ fn add(
         include_patterns: topic_regex.into_iter().collect(),
         exclude_patterns: exclude_regex.into_iter().collect(),
         state_validation_offset: -1,
-        validate_only: dry_run,
+        validate_only: dry_run.is_some(),
         ..Default::default()
     })?;
-    if !dry_run {
+    let Some(source_security) = dry_run else {
         return report_topics(out, "AddTopicsToMirror", "mirroring", &resp, json);
-    }
+    };
     check(
         "AddTopicsToMirror",
         resp.error_code,
@@ -496,6 +511,7 @@ fn add(
     let plan = kmirror_net::mirror_fetcher::dry_run_plan(
         conn,
         &source,
+        &source_security,
         name,
         topics,
         Duration::from_secs(30),

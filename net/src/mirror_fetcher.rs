@@ -2153,11 +2153,13 @@ pub struct DryRunRow {
 pub fn dry_run_plan(
     dest: &mut crate::client::BlockingConnection,
     source_bootstrap: &str,
+    source_security: &ClientSecurity,
     mirror: &str,
     topics: &[String],
     timeout: Duration,
 ) -> Result<Vec<DryRunRow>, SourceError> {
-    let mut source = BlockingSource::new(source_bootstrap, "kmirror-cli-dry-run".into(), timeout);
+    let mut source = BlockingSource::new(source_bootstrap, "kmirror-cli-dry-run".into(), timeout)
+        .with_security(source_security.clone());
     let (_, md) = dest.send_with(&build::metadata(Some(topics)), 10, i16::MAX)?;
     let mut rows = Vec::new();
     for t in topics {

@@ -213,6 +213,33 @@ fn given_sasl_ssl_scram_source_with_acls_when_read_is_revoked_should_fail_then_r
     mirror::assert_mirrored(&src.bootstrap(), &d, "payments", 1, CATCH_UP);
     mirror::assert_mirrored(&src.bootstrap(), &d, "orders", 2, CATCH_UP);
     mirror::wait_mirroring_at_lag_zero(&d, "dr", 3, CATCH_UP);
+
+    // After a failover of payments, a failback dry run reaches the secured source only with
+    // --source-config (the mirror's own secrets never leave the broker).
+    let ran = mirror::remove_topics(&d, "dr", &["payments"]);
+    assert!(ran.status.success(), "{}{}", ran.stdout, ran.stderr);
+    wait_rows(&d, "dr", "payments", "payments STOPPED", |r| {
+        r.state == "STOPPED"
+    });
+    let args = ["add", "dr", "--topics", "payments", "--dry-run", "--json"];
+    let ran = mirror::cli(&d, &args);
+    assert!(
+        !ran.status.success() && ran.stderr.contains("dry run"),
+        "no credentials, no dry run: {}{}",
+        ran.stdout,
+        ran.stderr
+    );
+    let admin = src.admin_config().display().to_string();
+    let mut with = args.to_vec();
+    with.extend(["--source-config", admin.as_str()]);
+    let ran = mirror::cli_ok(&d, &with);
+    // Failback keeps exactly what the source has (the local failover marker goes).
+    let src_end = mirror::end_offsets(&src.bootstrap(), "payments", 1)[0];
+    assert!(
+        ran.stdout.contains(&format!("\"truncate_to\":{src_end},")),
+        "truncate to the source end {src_end}: {}",
+        ran.stdout
+    );
 }
 
 /// Writes `props` as a Java properties file (0600, as an operator would keep it).
