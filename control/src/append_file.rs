@@ -13,13 +13,19 @@
 //! previous cut failed. So the bytes on disk are always whole records, plus at most one torn
 //! tail from a crash, which replay drops.
 //!
+//! Files are created owner-only (0600), and an existing file is narrowed to it on open: the
+//! mirror state holds each mirror's settings, source credentials included.
+//!
 //! Tests reach the write path through a small fault injector (`Faults`, test builds only) to
 //! force "write N bytes then ENOSPC" and failing fsyncs.
 
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+
+/// Mode of every record file: owner read/write only.
+const OWNER_ONLY: u32 = 0o600;
 
 /// The open file of a record store, positioned by `valid_len`.
 #[derive(Debug)]
@@ -39,7 +45,11 @@ impl AppendFile {
             .write(true)
             .create(true)
             .truncate(false)
+            .mode(OWNER_ONLY)
             .open(path)?;
+        if file.metadata()?.permissions().mode() & 0o777 != OWNER_ONLY {
+            file.set_permissions(fs::Permissions::from_mode(OWNER_ONLY))?;
+        }
         let len = file.metadata()?.len();
         let mut data = vec![0u8; len as usize];
         file.read_exact_at(&mut data, 0)?;
@@ -106,6 +116,7 @@ impl AppendFile {
                 .write(true)
                 .create(true)
                 .truncate(true)
+                .mode(OWNER_ONLY)
                 .open(&tmp)?;
             self.write_all_at(&f, bytes, 0)?;
             self.sync(&f)?;

@@ -3,6 +3,12 @@
 //! `remove` = `stop`). Output is a table by default; `--json` prints stable JSON (describe: one
 //! object per partition with mirror, topic, partition, state, source_offset,
 //! destination_offset, lag, lag_ms). Failures exit non-zero with a one-line error.
+//!
+//! Secrets stay out of shell history and output: `--mirror-config FILE` (a Java properties
+//! file) carries a mirror's source credentials (`--set` overrides single keys), `--command-config
+//! FILE` the CLI's own TLS/SASL settings for a secured destination (Kafka tools' convention),
+//! and the table form of `describe` lists a mirror's settings with secrets shown as `[hidden]`
+//! (the broker redacts them before they leave it).
 
 use std::collections::BTreeMap;
 use std::io::{IsTerminal, Write};
@@ -10,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
 use kmirror_net::client::BlockingConnection;
+use kmirror_net::client_security::{parse_properties, ClientSecurity};
 use kmirror_net::keys::error as code;
 use kmirror_net::mirror_api::{
     AddTopicsToMirrorRequest, CreateMirrorRequest, DeleteMirrorRequest, DescribeMirrorsRequest,
@@ -38,6 +45,10 @@ struct MirrorCli {
     /// Request timeout in milliseconds.
     #[arg(long, global = true, default_value_t = 30_000)]
     request_timeout_ms: u64,
+    /// Client properties for the destination connection (security.protocol, ssl.*, sasl.*),
+    /// as Kafka's tools take them.
+    #[arg(long, global = true, value_name = "FILE")]
+    command_config: Option<std::path::PathBuf>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -50,9 +61,27 @@ enum Cmd {
         /// Source cluster bootstrap servers HOST:PORT[,HOST:PORT...].
         #[arg(long)]
         source: String,
-        /// Extra mirror settings (security, sync intervals, filters), repeatable.
+        /// Mirror settings from a Java properties file (keeps secrets out of the command line).
+        #[arg(long, value_name = "FILE")]
+        mirror_config: Option<std::path::PathBuf>,
+        /// Extra mirror settings (security, sync intervals, filters), repeatable; override
+        /// --mirror-config.
         #[arg(long = "set", value_name = "KEY=VALUE")]
         set: Vec<String>,
+    },
+    /// Change a mirror's settings (e.g. rotated credentials); its connections to the source
+    /// are re-established with them and mirroring resumes where it was.
+    Alter {
+        name: String,
+        /// Settings to change, from a Java properties file.
+        #[arg(long, value_name = "FILE", required_unless_present_any = ["set", "unset"])]
+        mirror_config: Option<std::path::PathBuf>,
+        /// Settings to change, repeatable; override --mirror-config.
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        set: Vec<String>,
+        /// Settings to remove, repeatable.
+        #[arg(long = "unset", value_name = "KEY")]
+        unset: Vec<String>,
     },
     /// Add topics to a mirror (AddTopicsToMirror; upstream StartMirrorTopics).
     #[command(visible_aliases = ["start", "start-mirror-topics", "add-topics-to-mirror"])]
@@ -70,6 +99,10 @@ enum Cmd {
         /// Print what each partition would truncate; change nothing.
         #[arg(long)]
         dry_run: bool,
+        /// Client properties for the dry run's own connection to the source (a secured
+        /// source; the mirror's stored secrets never leave the broker).
+        #[arg(long, value_name = "FILE", requires = "dry_run")]
+        source_config: Option<std::path::PathBuf>,
         #[arg(long)]
         json: bool,
     },
@@ -156,27 +189,75 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
             }
         };
     let timeout = Duration::from_millis(cli.request_timeout_ms);
-    let mut conn = connect(&cli.bootstrap, timeout)?;
+    let security = match &cli.command_config {
+        None => ClientSecurity::plaintext(),
+        Some(f) => {
+            let props = read_properties(f)?;
+            ClientSecurity::from_properties(&props)
+                .map_err(|e| format!("--command-config {}: {e}", f.display()))?
+        }
+    };
+    let mut conn = connect(&cli.bootstrap, timeout, &security)?;
     let out = &mut std::io::stdout().lock();
     match cli.cmd {
-        Cmd::Create { name, source, set } => create(&mut conn, out, &name, &source, &set),
+        Cmd::Create {
+            name,
+            source,
+            mirror_config,
+            set,
+        } => {
+            let mut settings = match &mirror_config {
+                Some(f) => read_properties(f)?,
+                None => BTreeMap::new(),
+            };
+            settings.extend(parse_sets(&set)?);
+            create(&mut conn, out, &name, &source, settings)
+        }
+        Cmd::Alter {
+            name,
+            mirror_config,
+            set,
+            unset,
+        } => {
+            let mut changes: BTreeMap<String, Option<String>> = match &mirror_config {
+                Some(f) => read_properties(f)?
+                    .into_iter()
+                    .map(|(k, v)| (k, Some(v)))
+                    .collect(),
+                None => BTreeMap::new(),
+            };
+            changes.extend(parse_sets(&set)?.into_iter().map(|(k, v)| (k, Some(v))));
+            changes.extend(unset.into_iter().map(|k| (k, None)));
+            alter(&mut conn, out, &name, changes)
+        }
         Cmd::Add {
             name,
             topics,
             topic_regex,
             exclude_regex,
             dry_run,
+            source_config,
             json,
-        } => add(
-            &mut conn,
-            out,
-            &name,
-            &topics,
-            topic_regex,
-            exclude_regex,
-            dry_run,
-            json,
-        ),
+        } => {
+            let dry_run = match (dry_run, &source_config) {
+                (false, _) => None,
+                (true, None) => Some(ClientSecurity::plaintext()),
+                (true, Some(f)) => Some(
+                    ClientSecurity::from_properties(&read_properties(f)?)
+                        .map_err(|e| format!("--source-config {}: {e}", f.display()))?,
+                ),
+            };
+            add(
+                &mut conn,
+                out,
+                &name,
+                &topics,
+                topic_regex,
+                exclude_regex,
+                dry_run,
+                json,
+            )
+        }
         Cmd::Remove {
             name,
             topics,
@@ -257,9 +338,35 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     }
 }
 
-fn connect(bootstrap: &str, timeout: Duration) -> CliResult<BlockingConnection> {
-    let conn = BlockingConnection::connect(bootstrap, "kmirror-cli", timeout)
-        .map_err(|e| format!("cannot reach {bootstrap}: {e}"))?;
+/// A Java properties file (mirror settings or client properties).
+fn read_properties(path: &std::path::Path) -> CliResult<BTreeMap<String, String>> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    Ok(parse_properties(&text))
+}
+
+fn connect(
+    bootstrap: &str,
+    timeout: Duration,
+    security: &ClientSecurity,
+) -> CliResult<BlockingConnection> {
+    // The first reachable address of a bootstrap list.
+    let mut last = String::from("no address given");
+    let mut found = None;
+    for addr in bootstrap
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        match BlockingConnection::connect_secured(addr, "kmirror-cli", timeout, security) {
+            Ok(c) => {
+                found = Some(c);
+                break;
+            }
+            Err(e) => last = e.to_string(),
+        }
+    }
+    let conn = found.ok_or_else(|| format!("cannot reach {bootstrap}: {last}"))?;
     if !conn.versions().supports_mirroring() {
         return Err(format!(
             "{bootstrap} does not offer the mirror APIs (mirror.version=0, or not a kmirror broker)"
@@ -297,9 +404,8 @@ fn create(
     out: &mut impl Write,
     name: &str,
     source: &str,
-    set: &[String],
+    mut settings: BTreeMap<String, String>,
 ) -> CliResult<()> {
-    let mut settings = parse_sets(set)?;
     settings.insert("bootstrap.servers".to_owned(), source.to_owned());
     let resp = conn.send_mirror(&CreateMirrorRequest {
         mirror_name: name.to_owned(),
@@ -322,6 +428,36 @@ fn create(
     Ok(())
 }
 
+fn alter(
+    conn: &mut BlockingConnection,
+    out: &mut impl Write,
+    name: &str,
+    changes: BTreeMap<String, Option<String>>,
+) -> CliResult<()> {
+    let keys: Vec<String> = changes.keys().cloned().collect();
+    let resp = conn.send_mirror(&CreateMirrorRequest {
+        mirror_name: name.to_owned(),
+        configs: changes
+            .into_iter()
+            .map(|(k, v)| MirrorConfig {
+                name: k,
+                value: v,
+                ..Default::default()
+            })
+            .collect(),
+        alter: true,
+        ..Default::default()
+    })?;
+    check(
+        "AlterMirror",
+        resp.error_code,
+        resp.error_message.as_deref(),
+    )?;
+    // Names only: the values may be secrets.
+    writeln!(out, "Altered mirror '{name}': {}", keys.join(", "))?;
+    Ok(())
+}
+
 #[allow(clippy::too_many_arguments)]
 fn add(
     conn: &mut BlockingConnection,
@@ -330,7 +466,7 @@ fn add(
     topics: &[String],
     topic_regex: Option<String>,
     exclude_regex: Option<String>,
-    dry_run: bool,
+    dry_run: Option<ClientSecurity>,
     json: bool,
 ) -> CliResult<()> {
     let resp = conn.send_mirror(&AddTopicsToMirrorRequest {
@@ -346,12 +482,12 @@ fn add(
         include_patterns: topic_regex.into_iter().collect(),
         exclude_patterns: exclude_regex.into_iter().collect(),
         state_validation_offset: -1,
-        validate_only: dry_run,
+        validate_only: dry_run.is_some(),
         ..Default::default()
     })?;
-    if !dry_run {
+    let Some(source_security) = dry_run else {
         return report_topics(out, "AddTopicsToMirror", "mirroring", &resp, json);
-    }
+    };
     check(
         "AddTopicsToMirror",
         resp.error_code,
@@ -375,6 +511,7 @@ fn add(
     let plan = kmirror_net::mirror_fetcher::dry_run_plan(
         conn,
         &source,
+        &source_security,
         name,
         topics,
         Duration::from_secs(30),
@@ -664,6 +801,27 @@ fn describe_once(
         ],
         &table,
     )?;
+    for m in &resp.mirrors {
+        if let Some(e) = &m.sync_error {
+            writeln!(
+                out,
+                "Mirror '{}': metadata sync with the source is failing: {e}",
+                m.mirror_name
+            )?;
+        }
+    }
+    if !watch {
+        // Settings as the broker reports them: secrets arrive as `[hidden]`.
+        for m in &resp.mirrors {
+            if m.configs.is_empty() {
+                continue;
+            }
+            writeln!(out, "\nSettings of mirror '{}':", m.mirror_name)?;
+            for c in &m.configs {
+                writeln!(out, "  {}={}", c.name, c.value.as_deref().unwrap_or(""))?;
+            }
+        }
+    }
     if watch {
         let total_lag: i64 = rows.iter().map(|r| r.lag.max(0)).sum();
         let max_ms = rows.iter().map(|r| r.lag_ms).max().unwrap_or(0);

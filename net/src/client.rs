@@ -7,15 +7,26 @@
 //! per request, the highest version both sides support, optionally capped by the caller.
 //! Standard APIs use kafka-protocol's message types; the KIP-1279 mirror APIs use
 //! [`crate::mirror_api`].
+//!
+//! Security ([`crate::client_security::ClientSecurity`]): TLS (rustls; futures-rustls on the
+//! async side) wraps the TCP stream before ApiVersions; SASL runs after it (SaslHandshake v1,
+//! then SaslAuthenticate rounds from the shared sans-io exchange). A broker-set session
+//! lifetime (KIP-368) is remembered: [`AsyncConnection::session_expiring`] tells the owner to
+//! replace the connection before the broker would close it.
 
 use std::collections::BTreeMap;
 use std::io;
-use std::time::Duration;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request, StrBytes};
 
+use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+
+use crate::client_security::{reauth_after, ClientSecurity, SaslExchange};
 use crate::keys;
 use crate::mirror_api::{self, MirrorRequest, Wire};
 
@@ -52,6 +63,9 @@ pub enum ClientError {
         code: i16,
         message: Option<String>,
     },
+    /// The connection's security settings cannot be used (bad server name, token file gone).
+    #[error("security settings for {addr}: {reason}")]
+    Security { addr: String, reason: String },
 }
 
 impl ClientError {
@@ -65,6 +79,29 @@ impl ClientError {
                 | ClientError::FrameTooLarge(_)
                 | ClientError::Codec(_)
         )
+    }
+
+    /// Authentication (SASL) or authorization failures: retrying the same request with the
+    /// same credentials will not help; an operator must change something.
+    pub fn is_auth_failure(&self) -> bool {
+        use keys::error as e;
+        match self {
+            ClientError::Kafka { code, .. } => matches!(
+                *code,
+                e::SASL_AUTHENTICATION_FAILED
+                    | e::UNSUPPORTED_SASL_MECHANISM
+                    | e::ILLEGAL_SASL_STATE
+                    | e::TOPIC_AUTHORIZATION_FAILED
+                    | e::GROUP_AUTHORIZATION_FAILED
+                    | e::CLUSTER_AUTHORIZATION_FAILED
+            ),
+            ClientError::Security { .. } => true,
+            // A TLS handshake failure (untrusted certificate, client certificate refused).
+            ClientError::Io { source, .. } => source
+                .get_ref()
+                .is_some_and(|inner| inner.downcast_ref::<rustls::Error>().is_some()),
+            _ => false,
+        }
     }
 }
 
@@ -222,18 +259,103 @@ fn api_name<R>() -> &'static str {
     full.rsplit("::").next().unwrap_or(full)
 }
 
+/// The blocking transport: TCP, or TLS over it.
+enum BlockingStream {
+    Plain(std::net::TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>),
+}
+
+impl io::Read for BlockingStream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            BlockingStream::Plain(s) => s.read(buf),
+            BlockingStream::Tls(s) => s.read(buf),
+        }
+    }
+}
+
+impl io::Write for BlockingStream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            BlockingStream::Plain(s) => s.write(buf),
+            BlockingStream::Tls(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match self {
+            BlockingStream::Plain(s) => s.flush(),
+            BlockingStream::Tls(s) => s.flush(),
+        }
+    }
+}
+
+/// The async transport: glommio TCP, or TLS over it.
+enum AsyncStream {
+    Plain(glommio::net::TcpStream),
+    Tls(Box<futures_rustls::client::TlsStream<glommio::net::TcpStream>>),
+}
+
+impl futures_lite::AsyncRead for AsyncStream {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            AsyncStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl futures_lite::AsyncWrite for AsyncStream {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            AsyncStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            AsyncStream::Plain(s) => Pin::new(s).poll_flush(cx),
+            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            AsyncStream::Plain(s) => Pin::new(s).poll_close(cx),
+            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+        }
+    }
+}
+
 /// Blocking connection (std::net), for the admin CLI and tests.
 pub struct BlockingConnection {
     addr: String,
-    stream: std::net::TcpStream,
+    stream: BlockingStream,
     next_correlation: i32,
     client_id: String,
     versions: BrokerVersions,
+    reauth_at: Option<Instant>,
 }
 
 impl BlockingConnection {
-    /// Connect and negotiate versions.
+    /// Connect (PLAINTEXT) and negotiate versions.
     pub fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
+        Self::connect_secured(addr, client_id, timeout, &ClientSecurity::plaintext())
+    }
+
+    /// Connect with TLS and/or SASL as `security` says, then negotiate versions.
+    pub fn connect_secured(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<Self, ClientError> {
         use std::net::ToSocketAddrs;
         let io_err = |source| ClientError::Io {
             addr: addr.to_owned(),
@@ -253,12 +375,22 @@ impl BlockingConnection {
         stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
         stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
         stream.set_nodelay(true).map_err(io_err)?;
+        let stream = match security.tls_for(addr)? {
+            None => BlockingStream::Plain(stream),
+            Some((config, name)) => {
+                let tls = rustls::ClientConnection::new(config, name)
+                    .map_err(|e| io_err(io::Error::other(e)))?;
+                // The handshake runs on the first read/write (ApiVersions below).
+                BlockingStream::Tls(Box::new(rustls::StreamOwned::new(tls, stream)))
+            }
+        };
         let mut c = BlockingConnection {
             addr: addr.to_owned(),
             stream,
             next_correlation: 1,
             client_id: client_id.to_owned(),
             versions: BrokerVersions::default(),
+            reauth_at: None,
         };
         let (req, v) = codec::api_versions_request();
         let corr = c.take_correlation();
@@ -273,7 +405,33 @@ impl BlockingConnection {
             });
         }
         c.versions = BrokerVersions::from_response(&resp);
+        if let Some(mut ex) = security.sasl_exchange(addr)? {
+            c.authenticate(&mut ex)?;
+        }
         Ok(c)
+    }
+
+    fn authenticate(&mut self, ex: &mut SaslExchange) -> Result<(), ClientError> {
+        let (_, hs) = self.send_with(&ex.handshake_request(), 1, 1)?;
+        ex.check_handshake(&hs)?;
+        let mut req = ex.first()?;
+        loop {
+            let (_, resp) = self.send_with::<SaslAuthenticateRequest>(&req, 0, i16::MAX)?;
+            match ex.on_response(&resp)? {
+                Some(next) => req = next,
+                None => {
+                    self.reauth_at =
+                        reauth_after(resp.session_lifetime_ms).map(|d| Instant::now() + d);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Whether the broker's SASL session lifetime (KIP-368) is about to run out: the owner
+    /// should replace this connection before its next request.
+    pub fn session_expiring(&self) -> bool {
+        self.reauth_at.is_some_and(|t| Instant::now() >= t)
     }
 
     pub fn versions(&self) -> &BrokerVersions {
@@ -307,6 +465,7 @@ impl BlockingConnection {
             }
         };
         self.stream.write_all(frame).map_err(map)?;
+        self.stream.flush().map_err(map)?;
         let mut len = [0u8; 4];
         self.stream.read_exact(&mut len).map_err(map)?;
         let n = codec::frame_len(len)?;
@@ -386,19 +545,30 @@ impl BlockingConnection {
 /// executor (not `Send`).
 pub struct AsyncConnection {
     addr: String,
-    stream: glommio::net::TcpStream,
+    stream: AsyncStream,
     next_correlation: i32,
     client_id: String,
     versions: BrokerVersions,
     timeout: Duration,
+    reauth_at: Option<Instant>,
 }
 
 impl AsyncConnection {
-    /// Connect and negotiate versions.
+    /// Connect (PLAINTEXT) and negotiate versions.
     pub async fn connect(
         addr: &str,
         client_id: &str,
         timeout: Duration,
+    ) -> Result<Self, ClientError> {
+        Self::connect_secured(addr, client_id, timeout, &ClientSecurity::plaintext()).await
+    }
+
+    /// Connect with TLS and/or SASL as `security` says, then negotiate versions.
+    pub async fn connect_secured(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
     ) -> Result<Self, ClientError> {
         use std::net::ToSocketAddrs;
         let io_err = |source| ClientError::Io {
@@ -419,6 +589,25 @@ impl AsyncConnection {
             .await
             .map_err(|e| io_err(e.into()))?;
         stream.set_nodelay(true).map_err(|e| io_err(e.into()))?;
+        let stream = match security.tls_for(addr)? {
+            None => AsyncStream::Plain(stream),
+            Some((config, name)) => {
+                let connect = futures_rustls::TlsConnector::from(config).connect(name, stream);
+                match glommio::timer::timeout(timeout, async {
+                    connect.await.map_err(glommio::GlommioError::<()>::IoError)
+                })
+                .await
+                {
+                    Ok(s) => AsyncStream::Tls(Box::new(s)),
+                    Err(glommio::GlommioError::TimedOut(_)) => {
+                        return Err(ClientError::Timeout {
+                            addr: addr.to_owned(),
+                        })
+                    }
+                    Err(e) => return Err(io_err(e.into())),
+                }
+            }
+        };
         let mut c = AsyncConnection {
             addr: addr.to_owned(),
             stream,
@@ -426,6 +615,7 @@ impl AsyncConnection {
             client_id: client_id.to_owned(),
             versions: BrokerVersions::default(),
             timeout,
+            reauth_at: None,
         };
         let (req, v) = codec::api_versions_request();
         let corr = c.take_correlation();
@@ -440,7 +630,37 @@ impl AsyncConnection {
             });
         }
         c.versions = BrokerVersions::from_response(&resp);
+        if let Some(mut ex) = security.sasl_exchange(addr)? {
+            c.authenticate(&mut ex).await?;
+        }
         Ok(c)
+    }
+
+    async fn authenticate(&mut self, ex: &mut SaslExchange) -> Result<(), ClientError> {
+        let (_, hs) = self
+            .send_with::<SaslHandshakeRequest>(&ex.handshake_request(), 1, 1, Duration::ZERO)
+            .await?;
+        ex.check_handshake(&hs)?;
+        let mut req = ex.first()?;
+        loop {
+            let (_, resp) = self
+                .send_with::<SaslAuthenticateRequest>(&req, 0, i16::MAX, Duration::ZERO)
+                .await?;
+            match ex.on_response(&resp)? {
+                Some(next) => req = next,
+                None => {
+                    self.reauth_at =
+                        reauth_after(resp.session_lifetime_ms).map(|d| Instant::now() + d);
+                    return Ok(());
+                }
+            }
+        }
+    }
+
+    /// Whether the broker's SASL session lifetime (KIP-368) is about to run out: the owner
+    /// should replace this connection before its next request.
+    pub fn session_expiring(&self) -> bool {
+        self.reauth_at.is_some_and(|t| Instant::now() >= t)
     }
 
     pub fn versions(&self) -> &BrokerVersions {
@@ -470,6 +690,8 @@ impl AsyncConnection {
         let fut = async move {
             let conv = |e: io::Error| glommio::GlommioError::<()>::IoError(e);
             stream.write_all(&frame).await.map_err(conv)?;
+            // TLS buffers records until flushed.
+            stream.flush().await.map_err(conv)?;
             let mut len = [0u8; 4];
             stream.read_exact(&mut len).await.map_err(conv)?;
             let n = codec::frame_len(len).map_err(|e| {

@@ -111,13 +111,21 @@ pub mod error {
     /// The mirror coordinator is not active (ReadMirrorStates, WriteMirrorStates, LastMirroredEpochs).
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
+    pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
     /// The client may not run the mirror operation (coordinator RPCs).
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
     /// Cluster mirroring is disabled (`mirror.version=0`), answered on every mirror API.
+    /// SaslHandshake: the broker does not enable the mechanism (source client).
+    pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
+    pub const ILLEGAL_SASL_STATE: i16 = 34;
     pub const UNSUPPORTED_VERSION: i16 = 35;
     pub const TOPIC_ALREADY_EXISTS: i16 = 36;
+    /// CreateMirror / AlterMirror: unusable source connection settings (security).
+    pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUEST: i16 = 42;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
+    /// SaslAuthenticate: wrong credentials (source client).
+    pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
     /// Fetcher: our known source epoch is older than the source leader's -> learn it, retry.
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     /// Fetcher: our known source epoch is newer than the source leader's -> refresh, retry.
@@ -170,9 +178,14 @@ pub mod error {
             NETWORK_EXCEPTION => "NETWORK_EXCEPTION",
             COORDINATOR_NOT_AVAILABLE => "COORDINATOR_NOT_AVAILABLE",
             TOPIC_AUTHORIZATION_FAILED => "TOPIC_AUTHORIZATION_FAILED",
+            GROUP_AUTHORIZATION_FAILED => "GROUP_AUTHORIZATION_FAILED",
+            UNSUPPORTED_SASL_MECHANISM => "UNSUPPORTED_SASL_MECHANISM",
+            ILLEGAL_SASL_STATE => "ILLEGAL_SASL_STATE",
+            SASL_AUTHENTICATION_FAILED => "SASL_AUTHENTICATION_FAILED",
             CLUSTER_AUTHORIZATION_FAILED => "CLUSTER_AUTHORIZATION_FAILED",
             UNSUPPORTED_VERSION => "UNSUPPORTED_VERSION",
             TOPIC_ALREADY_EXISTS => "TOPIC_ALREADY_EXISTS",
+            INVALID_CONFIG => "INVALID_CONFIG",
             INVALID_REQUEST => "INVALID_REQUEST",
             KAFKA_STORAGE_ERROR => "KAFKA_STORAGE_ERROR",
             FENCED_LEADER_EPOCH => "FENCED_LEADER_EPOCH",

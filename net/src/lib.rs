@@ -21,6 +21,7 @@
 pub mod acl;
 pub mod broker;
 pub mod client;
+pub mod client_security;
 pub mod cluster;
 pub mod errors;
 pub mod fetch_encode;

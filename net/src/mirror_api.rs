@@ -280,6 +280,12 @@ wire_struct! {
         mirror_name: String,
         configs: Vec<MirrorConfig>,
     }
+    tagged {
+        /// kmirror: alter an existing mirror's settings instead (`kmirror mirror alter`): the
+        /// configs are merged into its settings, a null value removes a key. Its fetchers
+        /// and metadata sync reconnect with the new settings.
+        alter: bool = false => KMIRROR_TAG_BASE,
+    }
 }
 
 wire_struct! {
@@ -534,6 +540,12 @@ wire_struct! {
     tagged {
         /// kmirror: the mirror's source bootstrap servers.
         source_bootstrap: Option<String> = None => KMIRROR_TAG_BASE,
+        /// kmirror: the mirror's settings, secrets (passwords, JAAS config, tokens, keys)
+        /// replaced by `[hidden]` before they leave the broker.
+        configs: Vec<MirrorConfig> = Vec::new() => KMIRROR_TAG_BASE + 1,
+        /// kmirror: why the mirror's metadata sync with the source is failing (e.g. SASL
+        /// authentication refused), while it is.
+        sync_error: Option<String> = None => KMIRROR_TAG_BASE + 2,
     }
 }
 

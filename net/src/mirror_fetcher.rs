@@ -37,6 +37,7 @@ use kmirror_types::TopicPartition;
 use uuid::Uuid;
 
 use crate::client::{build, AsyncConnection, ClientError};
+use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::keys::error as code;
 
 /// Attributes bit of a LogAppendTime batch (Kafka's RecordBatch timestampType).
@@ -228,8 +229,23 @@ pub struct FetchOutcome {
 pub enum SourceError {
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// The source refused the mirror's principal (an ACL is missing).
+    #[error("{0}")]
+    Denied(String),
     #[error("{0}")]
     Other(String),
+}
+
+impl SourceError {
+    /// Authentication or authorization failures: the partition is FAILED at once with the
+    /// reason (an operator must fix credentials or ACLs); the fetcher keeps retrying.
+    pub fn is_auth_failure(&self) -> bool {
+        match self {
+            SourceError::Client(c) => c.is_auth_failure(),
+            SourceError::Denied(_) => true,
+            SourceError::Other(_) => false,
+        }
+    }
 }
 
 /// The source cluster as the fetcher sees it (plus time, so tests control it).
@@ -800,6 +816,9 @@ impl PartitionFetcher {
                     self.leader = Some(l.clone());
                     l
                 }
+                Err(e) if e.is_auth_failure() => {
+                    return self.fail(observer, format!("metadata: {e}"));
+                }
                 Err(e) => {
                     return self.transient(observer, format!("metadata: {e}"), source.now_ms())
                 }
@@ -817,6 +836,10 @@ impl PartitionFetcher {
         };
         let out = match source.fetch(&leader, &part, &self.cfg).await {
             Ok(o) => o,
+            Err(e) if e.is_auth_failure() => {
+                self.leader = None;
+                return self.fail(observer, format!("fetch from {}: {e}", leader.addr));
+            }
             Err(e) => {
                 // Connection-level trouble: the leader may be gone; look it up again.
                 self.leader = None;
@@ -877,6 +900,14 @@ impl PartitionFetcher {
             code::INCONSISTENT_TOPIC_ID => self.fail(
                 observer,
                 "INCONSISTENT_TOPIC_ID: the source topic was re-created".to_owned(),
+            ),
+            code::TOPIC_AUTHORIZATION_FAILED => self.fail(
+                observer,
+                format!(
+                    "TOPIC_AUTHORIZATION_FAILED from {}: the mirror's principal may not Read {} \
+                     on the source",
+                    leader.addr, self.tp.topic
+                ),
             ),
             other => self.transient(
                 observer,
@@ -1201,12 +1232,14 @@ pub async fn mirror_partition<S: Source, L: LocalPartition, O: FetchObserver>(
                     break;
                 }
                 Err(e) => {
-                    observer.on_event(
-                        &tp,
-                        FetchEvent::Retrying {
-                            reason: format!("preparing: {e}"),
-                        },
-                    );
+                    let reason = format!("preparing: {e}");
+                    // Credentials or ACLs will not fix themselves: say so in DescribeMirrors.
+                    let event = if e.is_auth_failure() {
+                        FetchEvent::Failed { reason }
+                    } else {
+                        FetchEvent::Retrying { reason }
+                    };
+                    observer.on_event(&tp, event);
                     source.sleep(backoff.next()).await;
                 }
             }
@@ -1222,6 +1255,7 @@ pub struct KafkaSource {
     client_id: String,
     timeout: Duration,
     conns: HashMap<String, AsyncConnection>,
+    security: Result<ClientSecurity, SecurityConfigError>,
 }
 
 impl KafkaSource {
@@ -1237,12 +1271,28 @@ impl KafkaSource {
             client_id,
             timeout,
             conns: HashMap::new(),
+            security: Ok(ClientSecurity::plaintext()),
         }
     }
 
+    /// TLS / SASL for every connection of this source (the mirror's own settings).
+    pub fn with_security(mut self, security: Result<ClientSecurity, SecurityConfigError>) -> Self {
+        self.security = security;
+        self
+    }
+
     async fn conn(&mut self, addr: &str) -> Result<&mut AsyncConnection, ClientError> {
+        // A SASL session near its broker-set lifetime is replaced (KIP-368 by reconnecting).
+        if self.conns.get(addr).is_some_and(|c| c.session_expiring()) {
+            self.conns.remove(addr);
+        }
         if !self.conns.contains_key(addr) {
-            let c = AsyncConnection::connect(addr, &self.client_id, self.timeout).await?;
+            let security = self.security.as_ref().map_err(|e| ClientError::Security {
+                addr: addr.to_owned(),
+                reason: e.to_string(),
+            })?;
+            let c = AsyncConnection::connect_secured(addr, &self.client_id, self.timeout, security)
+                .await?;
             self.conns.insert(addr.to_owned(), c);
         }
         Ok(self.conns.get_mut(addr).expect("inserted above"))
@@ -1621,6 +1671,12 @@ impl Source for KafkaSource {
                     "topic {topic} missing from metadata"
                 )));
             };
+            if t.error_code == code::TOPIC_AUTHORIZATION_FAILED {
+                return Err(SourceError::Denied(format!(
+                    "metadata for {topic}: TOPIC_AUTHORIZATION_FAILED (the mirror's principal \
+                     lacks Describe on the source topic)"
+                )));
+            }
             if t.error_code != code::NONE {
                 return Err(SourceError::Other(format!(
                     "metadata for {topic}: {}",
@@ -1840,6 +1896,7 @@ pub struct BlockingSource {
     client_id: String,
     timeout: Duration,
     conns: HashMap<String, crate::client::BlockingConnection>,
+    security: ClientSecurity,
 }
 
 impl BlockingSource {
@@ -1853,13 +1910,27 @@ impl BlockingSource {
             client_id,
             timeout,
             conns: HashMap::new(),
+            security: ClientSecurity::plaintext(),
         }
     }
 
+    /// TLS / SASL for every connection of this source.
+    pub fn with_security(mut self, security: ClientSecurity) -> Self {
+        self.security = security;
+        self
+    }
+
     fn conn(&mut self, addr: &str) -> Result<&mut crate::client::BlockingConnection, ClientError> {
+        if self.conns.get(addr).is_some_and(|c| c.session_expiring()) {
+            self.conns.remove(addr);
+        }
         if !self.conns.contains_key(addr) {
-            let c =
-                crate::client::BlockingConnection::connect(addr, &self.client_id, self.timeout)?;
+            let c = crate::client::BlockingConnection::connect_secured(
+                addr,
+                &self.client_id,
+                self.timeout,
+                &self.security,
+            )?;
             self.conns.insert(addr.to_owned(), c);
         }
         Ok(self.conns.get_mut(addr).expect("inserted above"))
@@ -2082,11 +2153,13 @@ pub struct DryRunRow {
 pub fn dry_run_plan(
     dest: &mut crate::client::BlockingConnection,
     source_bootstrap: &str,
+    source_security: &ClientSecurity,
     mirror: &str,
     topics: &[String],
     timeout: Duration,
 ) -> Result<Vec<DryRunRow>, SourceError> {
-    let mut source = BlockingSource::new(source_bootstrap, "kmirror-cli-dry-run".into(), timeout);
+    let mut source = BlockingSource::new(source_bootstrap, "kmirror-cli-dry-run".into(), timeout)
+        .with_security(source_security.clone());
     let (_, md) = dest.send_with(&build::metadata(Some(topics)), 10, i16::MAX)?;
     let mut rows = Vec::new();
     for t in topics {

@@ -39,6 +39,7 @@ use kmirror_log::ControlKind;
 use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
 
 use crate::broker::{Broker, ExtensionApis};
+use crate::client_security::ClientSecurity;
 use crate::keys::api;
 use crate::mirror_fetcher::{FetchEvent, FetcherConfig, KafkaSource};
 use crate::mirror_manager::{FetchTask, FetcherManager};
@@ -178,6 +179,7 @@ impl ExtensionApis for MirrorBroker {
             idle_ends: HashMap::new(),
             lost: HashMap::new(),
             stop_pending: BTreeSet::new(),
+            sync_errors: HashMap::new(),
         };
         let mut ctl = Control {
             service,
@@ -191,6 +193,7 @@ impl ExtensionApis for MirrorBroker {
             failover_retry_at: Instant::now(),
             deletions: DeletionConfirmations::default(),
             blocked: BTreeMap::new(),
+            connection_settings: HashMap::new(),
         };
         let stop = self.stop.clone();
         let h = std::thread::Builder::new()
@@ -213,6 +216,8 @@ pub struct BrokerHost {
     lost: HashMap<TopicPartition, (i64, i64, i64)>,
     /// Fetchers asked to stop that had not exited when last checked.
     stop_pending: BTreeSet<TopicPartition>,
+    /// The last failed sync round's reason per mirror, until a round succeeds.
+    sync_errors: HashMap<String, String>,
 }
 
 impl BrokerHost {
@@ -296,6 +301,7 @@ impl BrokerHost {
             skip_prepare,
             retry_backoff_ms: setting(RETRY_BACKOFF_MS),
             retry_backoff_max_ms: setting(RETRY_BACKOFF_MAX_MS),
+            security: ClientSecurity::from_properties(&mirror.client_settings()),
         }
     }
 }
@@ -419,6 +425,10 @@ impl MirrorHost for BrokerHost {
 }
 
 impl MirrorLiveStatus for BrokerHost {
+    fn sync_error(&self, mirror: &str) -> Option<String> {
+        self.sync_errors.get(mirror).cloned()
+    }
+
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
         let st = match self.manager.status(tp) {
             Some(st) => st,
@@ -457,6 +467,10 @@ impl MirrorLiveStatus for BrokerHost {
 }
 
 struct Control {
+    /// Each mirror's source connection settings as its running fetchers use them: a change
+    /// (`mirror alter`) restarts them, so they reconnect with the new credentials and resume
+    /// from the local log end.
+    connection_settings: HashMap<String, BTreeMap<String, String>>,
     service: MirrorService,
     host: BrokerHost,
     tx: flume::Sender<Msg>,
@@ -533,8 +547,14 @@ impl Control {
                 Got::Msg(Msg::Synced(mirror, r)) => {
                     self.in_flight.remove(&mirror);
                     match r {
-                        Ok(snap) => self.apply_sync(&mirror, snap),
-                        Err(e) => tracing::warn!(%mirror, error = %e, "mirror sync round failed"),
+                        Ok(snap) => {
+                            self.host.sync_errors.remove(&mirror);
+                            self.apply_sync(&mirror, snap)
+                        }
+                        Err(e) => {
+                            tracing::warn!(%mirror, error = %e, "mirror sync round failed");
+                            self.host.sync_errors.insert(mirror.clone(), e);
+                        }
                     }
                 }
                 Got::Event(tp, ev) => self.on_event(tp, ev),
@@ -613,9 +633,46 @@ impl Control {
         }
     }
 
+    /// Fetchers of a mirror whose connection settings changed stop here; the reconcile that
+    /// follows starts them again with the new settings.
+    fn restart_on_settings_change(&mut self) {
+        let store = self.service.coordinator().store();
+        let mut changed = BTreeSet::new();
+        let mut seen = HashMap::new();
+        for def in store.mirrors() {
+            let now = def.client_settings();
+            if self
+                .connection_settings
+                .get(&def.name)
+                .is_some_and(|before| *before != now)
+            {
+                changed.insert(def.name.clone());
+            }
+            seen.insert(def.name.clone(), now);
+        }
+        self.connection_settings = seen;
+        if changed.is_empty() {
+            return;
+        }
+        let restart: Vec<TopicPartition> = store
+            .partitions()
+            .filter(|(tp, e)| changed.contains(&e.mirror) && self.host.manager.is_running(tp))
+            .map(|(tp, _)| tp.clone())
+            .collect();
+        for name in &changed {
+            tracing::info!(mirror = %name, "connection settings changed; reconnecting");
+            // The next sync round connects with the new settings too.
+            self.next_sync.remove(name);
+        }
+        for tp in restart {
+            self.host.manager.stop_and_wait(&tp, STOP_TIMEOUT);
+        }
+    }
+
     /// Read-only flags and fetchers follow the durable partition states.
     fn reconcile(&mut self) {
         self.retry_failovers();
+        self.restart_on_settings_change();
         let meta = self.host.broker.cluster.snapshot();
         let store = self.service.coordinator().store();
         let mut by_topic: BTreeMap<String, Vec<(TopicPartition, String, PartitionState)>> =
@@ -714,6 +771,7 @@ impl Control {
             let tx = self.tx.clone();
             let name = def.name.clone();
             let bootstrap = def.source_bootstrap().to_owned();
+            let security = ClientSecurity::from_properties(&def.client_settings());
             let client_id = format!(
                 "kmirror-{}-sync-{}",
                 self.host.broker.config.node_id, def.name
@@ -747,7 +805,8 @@ impl Control {
                 .host
                 .router
                 .spawn_on_blocking(core, move || async move {
-                    let mut src = KafkaSource::new(&bootstrap, client_id, Duration::from_secs(30));
+                    let mut src = KafkaSource::new(&bootstrap, client_id, Duration::from_secs(30))
+                        .with_security(security);
                     let r = async {
                         let (_, topics) = src
                             .topics_snapshot(|t| filter.matches(t) || managed.contains(t))

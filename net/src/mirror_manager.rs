@@ -16,6 +16,7 @@ use kmirror_engine::Router;
 use kmirror_types::TopicPartition;
 use uuid::Uuid;
 
+use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::mirror_fetcher::{
     fetcher_client_id, mirror_partition, ByteRateLimiter, EngineLocalPartition, FetchEvent,
     FetchObserver, FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
@@ -38,6 +39,9 @@ pub struct FetchTask {
     /// otherwise the broker's fetcher defaults apply.
     pub retry_backoff_ms: Option<u64>,
     pub retry_backoff_max_ms: Option<u64>,
+    /// The mirror's own source connection security (its settings, checked at create; an
+    /// error here surfaces as the partition's failure reason).
+    pub security: Result<ClientSecurity, SecurityConfigError>,
 }
 
 /// How long the `slow_fetcher_stop` failpoint keeps a stopped fetcher running.
@@ -144,7 +148,8 @@ impl FetcherManager {
         self.router.spawn_on_blocking(core, move || async move {
             let mut observer = observer;
             let mut source =
-                KafkaSource::new(&task.source_bootstrap, client_id, Duration::from_secs(30));
+                KafkaSource::new(&task.source_bootstrap, client_id, Duration::from_secs(30))
+                    .with_security(task.security.clone());
             let mut local = EngineLocalPartition::new(router, task.tp.clone());
             let mut fetcher = PartitionFetcher::new(task.tp.clone(), task.topic_id, cfg);
             if rate > 0 {

@@ -10,6 +10,8 @@
 //!   name, id, partition count) and calls `materialize_partition`. With `validate_only`
 //!   nothing is changed.
 
+use std::collections::BTreeMap;
+
 use bytes::{Bytes, BytesMut};
 use kmirror_control::mirror::{MirrorCoordinator, MirrorHost, TopicOpError};
 use kmirror_types::TopicPartition;
@@ -55,6 +57,12 @@ impl crate::mirror_fetcher::FetcherStatus {
 /// What DescribeMirrors needs beyond the coordinator's durable state.
 pub trait MirrorLiveStatus {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition>;
+    /// Why the mirror's last metadata sync round failed (source unreachable, authentication
+    /// refused), while it keeps failing; None once a round succeeds.
+    fn sync_error(&self, mirror: &str) -> Option<String> {
+        let _ = mirror;
+        None
+    }
 }
 
 /// Kafka code and message for a per-topic failure.
@@ -220,11 +228,23 @@ impl MirrorService {
     }
 
     fn create_mirror(&mut self, r: CreateMirrorRequest) -> SimpleMirrorResponse {
-        let settings = r
+        if r.alter {
+            return self.alter_mirror(r);
+        }
+        let settings: BTreeMap<String, String> = r
             .configs
             .into_iter()
             .filter_map(|c| c.value.map(|v| (c.name, v)))
             .collect();
+        // The source connection settings are checked here (files readable, credentials
+        // complete), not at the first fetch: a mistake is an error to the operator.
+        if let Err(e) = check_client_settings(&settings) {
+            return SimpleMirrorResponse {
+                error_code: code::INVALID_CONFIG,
+                error_message: Some(e),
+                ..Default::default()
+            };
+        }
         match self.coordinator.create_mirror(&r.mirror_name, settings) {
             Ok(()) => SimpleMirrorResponse::default(),
             Err(e) => SimpleMirrorResponse {
@@ -232,6 +252,37 @@ impl MirrorService {
                 error_message: Some(e.to_string()),
                 ..Default::default()
             },
+        }
+    }
+
+    /// CreateMirror with kmirror's `alter` tag: merge the configs into an existing mirror.
+    fn alter_mirror(&mut self, r: CreateMirrorRequest) -> SimpleMirrorResponse {
+        let changes: BTreeMap<String, Option<String>> =
+            r.configs.into_iter().map(|c| (c.name, c.value)).collect();
+        let fail = |code: i16, msg: String| SimpleMirrorResponse {
+            error_code: code,
+            error_message: Some(msg),
+            ..Default::default()
+        };
+        let Some(def) = self.coordinator.store().mirror(&r.mirror_name) else {
+            return fail(
+                code::UNKNOWN_MIRROR,
+                format!("mirror '{}' does not exist", r.mirror_name),
+            );
+        };
+        let mut merged = def.settings.clone();
+        for (k, v) in &changes {
+            match v {
+                Some(v) => merged.insert(k.clone(), v.clone()),
+                None => merged.remove(k),
+            };
+        }
+        if let Err(e) = check_client_settings(&merged) {
+            return fail(code::INVALID_CONFIG, e);
+        }
+        match self.coordinator.alter_mirror(&r.mirror_name, changes) {
+            Ok(()) => SimpleMirrorResponse::default(),
+            Err(e) => fail(keys::mirror_error_code(&e), e.to_string()),
         }
     }
 
@@ -366,6 +417,8 @@ impl MirrorService {
                     authorized_operations: i32::MIN,
                     topics,
                     source_bootstrap: Some(def.source_bootstrap().to_owned()),
+                    configs: redacted_settings(&def.settings),
+                    sync_error: host.sync_error(&name),
                     ..Default::default()
                 }
             })
@@ -490,6 +543,37 @@ fn topics_response(
             .collect(),
         ..Default::default()
     }
+}
+
+/// Mirror settings as DescribeMirrors shows them: secret values never leave the broker.
+fn redacted_settings(settings: &BTreeMap<String, String>) -> Vec<MirrorConfig> {
+    settings
+        .iter()
+        .map(|(k, v)| MirrorConfig {
+            name: k.clone(),
+            value: Some(if crate::client_security::is_secret_key(k) {
+                HIDDEN.to_owned()
+            } else {
+                v.clone()
+            }),
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// What DescribeMirrors shows instead of a secret.
+pub const HIDDEN: &str = "[hidden]";
+
+/// The security part of a mirror's settings, checked as the source client will use it.
+fn check_client_settings(settings: &BTreeMap<String, String>) -> Result<(), String> {
+    let client: BTreeMap<String, String> = settings
+        .iter()
+        .filter(|(k, _)| !k.starts_with("mirror."))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    crate::client_security::ClientSecurity::from_properties(&client)
+        .map(|_| ())
+        .map_err(|e| format!("invalid mirror setting {e}"))
 }
 
 #[cfg(test)]

@@ -23,6 +23,7 @@ fn start(dir: &std::path::Path, listeners: &str, tls: TlsFiles) -> RunningBroker
         ServerConfig {
             listeners: parse_listeners(listeners).unwrap(),
             tls,
+            sasl: Default::default(),
             node_id: 1,
             data_dir: dir.to_path_buf(),
             max_request_bytes: 1 << 20,
@@ -259,6 +260,7 @@ fn a_tls_listener_without_certificate_or_key_is_a_startup_error() {
         ServerConfig {
             listeners: parse_listeners("SASL_SSL://127.0.0.1:0").unwrap(),
             tls: TlsFiles::default(),
+            sasl: Default::default(),
             node_id: 1,
             data_dir: dir.path().to_path_buf(),
             max_request_bytes: 1 << 20,

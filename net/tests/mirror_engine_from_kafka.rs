@@ -269,6 +269,7 @@ fn fetcher_manager_starts_stops_and_resumes_partitions_and_reports_live_lag() {
         skip_prepare,
         retry_backoff_ms: None,
         retry_backoff_max_ms: None,
+        security: Ok(Default::default()),
     };
     for tp in &tps {
         mgr.start(task(tp, false)).unwrap();

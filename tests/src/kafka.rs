@@ -163,7 +163,8 @@ impl AdminAuth {
 #[derive(Debug, Clone)]
 pub struct KafkaSecurity {
     pub protocol: SecureProtocol,
-    /// Enabled SASL mechanisms: `SCRAM-SHA-512`, `SCRAM-SHA-256`, `PLAIN`.
+    /// Enabled SASL mechanisms: `SCRAM-SHA-512`, `SCRAM-SHA-256`, `PLAIN`, `OAUTHBEARER`
+    /// (Kafka's unsecured-JWT validator: see [`unsecured_jwt`]).
     pub sasl_mechanisms: Vec<String>,
     /// Users known to SCRAM (format time) and PLAIN (listener JAAS); the admin user is added.
     pub users: Vec<SaslUser>,
@@ -252,6 +253,11 @@ impl KafkaSecurity {
                             "org.apache.kafka.common.security.plain.PlainLoginModule required{users};"
                         )
                     }
+                    // Kafka's default validator: unsecured (alg "none") JWTs, principal = sub.
+                    "OAUTHBEARER" => {
+                        "org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required;"
+                            .to_string()
+                    }
                     m if m.starts_with("SCRAM-") => {
                         "org.apache.kafka.common.security.scram.ScramLoginModule required;"
                             .to_string()
@@ -337,6 +343,42 @@ impl KafkaSecurity {
         }
         p
     }
+}
+
+/// An unsecured JWT (`alg: none`) for `sub`, valid `lifetime_s` from now: what Kafka's default
+/// OAUTHBEARER validator accepts (principal `User:<sub>`).
+pub fn unsecured_jwt(sub: &str, lifetime_s: u64) -> String {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_secs();
+    let header = r#"{"alg":"none"}"#;
+    let claims = format!(
+        r#"{{"sub":"{sub}","iat":{now},"exp":{}}}"#,
+        now + lifetime_s
+    );
+    format!(
+        "{}.{}.",
+        base64url(header.as_bytes()),
+        base64url(claims.as_bytes())
+    )
+}
+
+fn base64url(bytes: &[u8]) -> String {
+    const A: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..=chunk.len() {
+            out.push(A[((n >> (18 - 6 * i)) & 63) as usize] as char);
+        }
+    }
+    out
 }
 
 /// An ACL resource for [`KafkaCluster::add_acl`] / [`KafkaCluster::remove_acl`].

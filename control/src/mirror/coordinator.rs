@@ -130,6 +130,30 @@ impl MirrorCoordinator {
         self.store.create_mirror(def)
     }
 
+    /// Changes a mirror's settings: `changes` are merged in (None removes a key); the result
+    /// must pass the same checks as at creation. Topics and patterns stay.
+    pub fn alter_mirror(
+        &mut self,
+        name: &str,
+        changes: BTreeMap<String, Option<String>>,
+    ) -> Result<(), MirrorError> {
+        let mut def = self
+            .store
+            .mirror(name)
+            .cloned()
+            .ok_or_else(|| MirrorError::UnknownMirror(name.to_owned()))?;
+        let mut settings = def.settings.clone();
+        for (k, v) in changes {
+            match v {
+                Some(v) => settings.insert(k, v),
+                None => settings.remove(&k),
+            };
+        }
+        MirrorDefinition::new(name, settings.clone())?;
+        def.settings = settings;
+        self.store.update_mirror(def)
+    }
+
     pub fn delete_mirror(&mut self, name: &str) -> Result<(), MirrorError> {
         self.store.delete_mirror(name)
     }
