@@ -201,7 +201,9 @@ impl Authorizer {
             .filter(|b| pattern_matches(b, name))
         {
             resource_has_acls = true;
-            if !principal_matches(b, who) || !host_matches(b, who) || !operation_matches(b, operation)
+            if !principal_matches(b, who)
+                || !host_matches(b, who)
+                || !operation_matches(b, operation)
             {
                 continue;
             }
@@ -414,7 +416,13 @@ mod tests {
             assert!(!a.authorize(&s, &ALICE, T, "t", op::READ));
             assert_eq!(a.authorize(&s, &ALICE, T, "other", op::READ), allow_if_none);
             assert_eq!(
-                a.authorize(&AclSnapshot::default(), &ALICE, resource::CLUSTER, "kafka-cluster", op::ALTER),
+                a.authorize(
+                    &AclSnapshot::default(),
+                    &ALICE,
+                    resource::CLUSTER,
+                    "kafka-cluster",
+                    op::ALTER
+                ),
                 allow_if_none
             );
         }
@@ -447,6 +455,9 @@ mod tests {
             (1 << op::READ) | (1 << op::DESCRIBE)
         );
         let all = AclSnapshot::new([acl(T, "t", LIT, "User:alice", op::ALL, ALLOW)]);
-        assert_eq!(a.authorized_operations(&all, &ALICE, T, "t"), 0b1101_1111_1000);
+        assert_eq!(
+            a.authorized_operations(&all, &ALICE, T, "t"),
+            0b1101_1111_1000
+        );
     }
 }

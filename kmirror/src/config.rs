@@ -36,6 +36,12 @@ pub(crate) struct ServeConfig {
     pub mirror_version: i16,
     /// Ceiling on mirror fetch traffic for the whole broker, bytes/s (0 = unlimited).
     pub mirror_byte_rate: u64,
+    /// Enforce ACLs (Kafka's StandardAuthorizer semantics); false allows every request.
+    pub authorizer: bool,
+    /// Principals that bypass ACLs, semicolon-separated (`User:admin;User:ops`).
+    pub super_users: String,
+    /// Allow a request on a resource no ACL mentions (Kafka's allow.everyone.if.no.acl.found).
+    pub allow_everyone_if_no_acl_found: bool,
 }
 
 impl Default for ServeConfig {
@@ -55,6 +61,9 @@ impl Default for ServeConfig {
             log_level: "info".into(),
             mirror_version: 1,
             mirror_byte_rate: 0,
+            authorizer: false,
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
         }
     }
 }
@@ -111,7 +120,19 @@ impl ServeConfig {
                 self.mirror_version
             )));
         }
+        self.authz()?;
         Ok(())
+    }
+
+    /// The authorizer settings.
+    pub(crate) fn authz(&self) -> Result<kmirror_control::authz::AuthzConfig, ConfigError> {
+        use kmirror_control::authz::AuthzConfig;
+        Ok(AuthzConfig {
+            enabled: self.authorizer,
+            super_users: AuthzConfig::parse_super_users(&self.super_users)
+                .map_err(|e| ConfigError::Invalid(format!("super_users: {e}")))?,
+            allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
+        })
     }
 }
 
@@ -135,5 +156,10 @@ mod tests {
         assert!(toml::from_str::<ServeConfig>("lissen = \"x\"").is_err());
         let c: ServeConfig = toml::from_str("partition_assignment = \"random\"").unwrap();
         assert!(c.validate().is_err());
+        let c: ServeConfig = toml::from_str("authorizer = true\nsuper_users = \"admin\"").unwrap();
+        assert!(c.validate().is_err());
+        let c: ServeConfig =
+            toml::from_str("authorizer = true\nsuper_users = \"User:admin;User:ops\"").unwrap();
+        assert_eq!(c.authz().unwrap().super_users, ["User:admin", "User:ops"]);
     }
 }

@@ -52,6 +52,7 @@ impl Node {
                     pin: false,
                     ..EngineConfig::default()
                 },
+                authz: Default::default(),
             },
             Some(mirror.clone()),
         )?;

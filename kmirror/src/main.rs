@@ -80,6 +80,15 @@ pub(crate) struct ServeArgs {
     /// Mirror fetch byte-rate ceiling for the broker, bytes/s (0 = unlimited).
     #[arg(long)]
     pub mirror_byte_rate: Option<u64>,
+    /// Enforce ACLs (true|false).
+    #[arg(long)]
+    pub authorizer: Option<bool>,
+    /// Principals that bypass ACLs, semicolon-separated ('User:admin;User:ops').
+    #[arg(long)]
+    pub super_users: Option<String>,
+    /// Allow requests on resources no ACL mentions (true|false).
+    #[arg(long)]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
 }
 
 fn main() -> ExitCode {

@@ -59,6 +59,15 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.mirror_byte_rate {
         c.mirror_byte_rate = v;
     }
+    if let Some(v) = args.authorizer {
+        c.authorizer = v;
+    }
+    if let Some(v) = args.super_users {
+        c.super_users = v;
+    }
+    if let Some(v) = args.allow_everyone_if_no_acl_found {
+        c.allow_everyone_if_no_acl_found = v;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -98,6 +107,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             auto_create_topics: c.auto_create_topics,
             default_partitions: c.num_partitions,
             engine,
+            authz: c.authz()?,
         },
         Some(mirror.clone()),
     )?;

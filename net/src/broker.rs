@@ -59,6 +59,7 @@ pub struct Broker {
     pub groups: Option<GroupsService>,
     pub extension: Option<Arc<dyn ExtensionApis>>,
     pub metrics: crate::metrics::NetMetrics,
+    pub authz: crate::authz::Authz,
 }
 
 /// One core's view: the broker plus the engine context and a metadata cache.

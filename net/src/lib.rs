@@ -1,7 +1,7 @@
 //! kmirror-net: the Kafka protocol server (and, in the mirror modules, the client side).
 //!
 //! Owns: framing with the size check before allocation (`frame`), the ACL APIs over the
-//! durable store (`acl`), the served API table and
+//! durable store (`acl`), the per-API authorization table (`authz`), the served API table and
 //! ApiVersions with KIP-511 fallback (`versions`), the per-core listener and connection loop
 //! (`server`), the API handlers (`handlers`), zero-copy Fetch response writing
 //! (`fetch_encode`), the single internal-error → Kafka-code mapping
@@ -16,6 +16,7 @@
 //! comes from `errors`.
 
 pub mod acl;
+pub mod authz;
 pub mod broker;
 pub mod client;
 pub mod cluster;
@@ -62,6 +63,8 @@ pub enum NetError {
     Groups(#[from] groups::GroupsError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("ACL store: {0}")]
+    Acls(String),
 }
 
 /// Everything needed to run a broker.
@@ -75,6 +78,8 @@ pub struct ServerConfig {
     pub auto_create_topics: bool,
     pub default_partitions: i32,
     pub engine: EngineConfig,
+    /// `authorizer`, `super_users`, `allow_everyone_if_no_acl_found`.
+    pub authz: kmirror_control::authz::AuthzConfig,
 }
 
 /// A running broker.
@@ -169,6 +174,10 @@ pub fn start(
         groups: Some(groups),
         extension,
         metrics: Default::default(),
+        authz: authz::Authz::new(
+            cfg.authz.clone(),
+            acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?,
+        ),
     });
     let (bound_tx, bound_rx) = flume::unbounded::<Result<(), std::io::Error>>();
     let b = broker.clone();

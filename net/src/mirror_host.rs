@@ -1079,9 +1079,17 @@ impl Control {
         def: &MirrorDefinition,
         source: &[kmirror_control::mirror::AclBinding],
     ) -> Result<(), String> {
-        let store =
+        let registry =
             crate::acl::store_for(&self.host.broker.config.data_dir).map_err(|e| e.to_string())?;
-        let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+        // Every change publishes a new snapshot, so the authorizer sees synced ACLs at once.
+        registry.mutate(|store| Self::apply_acl_plan(def, source, store))
+    }
+
+    fn apply_acl_plan(
+        def: &MirrorDefinition,
+        source: &[kmirror_control::mirror::AclBinding],
+        store: &mut kmirror_control::acl::AclStore,
+    ) -> Result<(), String> {
         let plan = kmirror_control::mirror::plan_acl_sync(def, source, &store.all())
             .map_err(|e| e.to_string())?;
         if !plan.create.is_empty() {

@@ -26,6 +26,7 @@ fn start(dir: &std::path::Path) -> RunningBroker {
                 pin: false,
                 ..EngineConfig::default()
             },
+            authz: Default::default(),
         },
         None,
     )
