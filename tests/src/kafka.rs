@@ -1,5 +1,15 @@
 //! Apache Kafka 4.1.1 clusters in KRaft combined mode (every node broker + controller), run
 //! from the Maven Central jars on loopback ports with temp dirs.
+//!
+//! A cluster may also be *secured* ([`KafkaOptions::security`]): each node then gets a second
+//! client listener, SECURE (SSL, SASL_SSL or SASL_PLAINTEXT; PEM keystores from
+//! [`crate::pki`]), optionally the StandardAuthorizer, and SCRAM users written at format time.
+//! The PLAINTEXT listener stays for the harness's own producers and the oracle; with the
+//! authorizer on, its principal (User:ANONYMOUS, also the controllers' and the inter-broker
+//! principal) is a super user, so the harness sees everything while the SECURE listener
+//! enforces what a test grants. Runtime changes (SCRAM credentials, ACLs) go through the Java
+//! tools on the SECURE listener with an admin `--command-config`, which also proves a Java
+//! client authenticates there.
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
@@ -7,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::deps;
+use crate::pki::Identity;
 use crate::proc::{self, ChildGuard};
 use crate::wire::WireClient;
 
@@ -17,6 +28,8 @@ struct Node {
     port: u16,
     /// The PROXIED listener's real port, when [`KafkaOptions::proxied_ports`] asked for one.
     proxied: Option<(u16, u16)>,
+    /// The SECURE listener's port, when [`KafkaOptions::security`] asked for one.
+    secure: Option<u16>,
     config: PathBuf,
     log: PathBuf,
     child: Option<ChildGuard>,
@@ -28,6 +41,9 @@ pub struct KafkaCluster {
     dir: tempfile::TempDir,
     nodes: Vec<Node>,
     heap: String,
+    security: Option<KafkaSecurity>,
+    /// Java client properties of the admin identity on the SECURE listener.
+    admin_config: Option<PathBuf>,
 }
 
 /// Settings for [`KafkaCluster::start_with`].
@@ -47,6 +63,8 @@ pub struct KafkaOptions {
     /// listener ([`KafkaCluster::bootstrap`]) stays direct for producers and the oracle.
     /// Empty (the default): no such listener.
     pub proxied_ports: Vec<u16>,
+    /// A secured client listener (SECURE) on every node, the authorizer, SCRAM users.
+    pub security: Option<KafkaSecurity>,
 }
 
 impl Default for KafkaOptions {
@@ -56,6 +74,285 @@ impl Default for KafkaOptions {
             props: Vec::new(),
             heap: "512m".into(),
             proxied_ports: Vec::new(),
+            security: None,
+        }
+    }
+}
+
+/// Security protocol of the SECURE listener (Kafka's names).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SecureProtocol {
+    Ssl,
+    SaslSsl,
+    SaslPlaintext,
+}
+
+impl SecureProtocol {
+    /// Kafka's `security.protocol` value.
+    pub fn name(self) -> &'static str {
+        match self {
+            SecureProtocol::Ssl => "SSL",
+            SecureProtocol::SaslSsl => "SASL_SSL",
+            SecureProtocol::SaslPlaintext => "SASL_PLAINTEXT",
+        }
+    }
+
+    pub fn uses_tls(self) -> bool {
+        matches!(self, SecureProtocol::Ssl | SecureProtocol::SaslSsl)
+    }
+
+    pub fn uses_sasl(self) -> bool {
+        matches!(
+            self,
+            SecureProtocol::SaslSsl | SecureProtocol::SaslPlaintext
+        )
+    }
+}
+
+/// A SASL user: SCRAM credentials for every enabled SCRAM mechanism (written at format
+/// time), and a PLAIN user in the listener's JAAS when PLAIN is enabled.
+#[derive(Debug, Clone)]
+pub struct SaslUser {
+    pub name: String,
+    pub password: String,
+}
+
+impl SaslUser {
+    pub fn new(name: &str, password: &str) -> Self {
+        SaslUser {
+            name: name.into(),
+            password: password.into(),
+        }
+    }
+}
+
+/// The broker side of TLS on the SECURE listener.
+#[derive(Debug, Clone)]
+pub struct KafkaTls {
+    /// The broker's identity (PEM keystore: key + chain).
+    pub server: Identity,
+    /// The CA every peer trusts (`ssl.truststore.location`, PEM).
+    pub ca_pem: PathBuf,
+    /// `ssl.client.auth=required` (mutual TLS) instead of `none`.
+    pub client_auth_required: bool,
+}
+
+/// How the harness's admin tools authenticate on the SECURE listener; the identity must be a
+/// super user when the authorizer is on ([`KafkaSecurity::super_users`] gets it added).
+#[derive(Debug, Clone)]
+pub enum AdminAuth {
+    /// SASL with this mechanism (`SCRAM-SHA-512`, `PLAIN`…) and user.
+    Sasl { mechanism: String, user: SaslUser },
+    /// A client certificate (SSL with mutual TLS), principal `User:<principal>`.
+    Certificate {
+        identity: Identity,
+        principal: String,
+    },
+}
+
+impl AdminAuth {
+    fn principal(&self) -> String {
+        match self {
+            AdminAuth::Sasl { user, .. } => format!("User:{}", user.name),
+            AdminAuth::Certificate { principal, .. } => format!("User:{principal}"),
+        }
+    }
+}
+
+/// Settings of a secured cluster.
+#[derive(Debug, Clone)]
+pub struct KafkaSecurity {
+    pub protocol: SecureProtocol,
+    /// Enabled SASL mechanisms: `SCRAM-SHA-512`, `SCRAM-SHA-256`, `PLAIN`.
+    pub sasl_mechanisms: Vec<String>,
+    /// Users known to SCRAM (format time) and PLAIN (listener JAAS); the admin user is added.
+    pub users: Vec<SaslUser>,
+    /// Required for SSL and SASL_SSL.
+    pub tls: Option<KafkaTls>,
+    /// The StandardAuthorizer (`allow.everyone.if.no.acl.found=false`).
+    pub authorizer: bool,
+    /// Extra super users (`User:x`); the admin and User:ANONYMOUS are always super users.
+    pub super_users: Vec<String>,
+    pub admin: AdminAuth,
+}
+
+impl KafkaSecurity {
+    /// SASL_SSL with SCRAM-SHA-512, the authorizer on, an admin super user `admin`.
+    pub fn sasl_ssl_scram(tls: KafkaTls, users: Vec<SaslUser>) -> Self {
+        KafkaSecurity {
+            protocol: SecureProtocol::SaslSsl,
+            sasl_mechanisms: vec!["SCRAM-SHA-512".into()],
+            users,
+            tls: Some(tls),
+            authorizer: true,
+            super_users: Vec::new(),
+            admin: AdminAuth::Sasl {
+                mechanism: "SCRAM-SHA-512".into(),
+                user: SaslUser::new("admin", "admin-secret"),
+            },
+        }
+    }
+
+    fn all_users(&self) -> Vec<SaslUser> {
+        let mut users = self.users.clone();
+        if let AdminAuth::Sasl { user, .. } = &self.admin {
+            if !users.iter().any(|u| u.name == user.name) {
+                users.push(user.clone());
+            }
+        }
+        users
+    }
+
+    /// `server.properties` lines for the SECURE listener (prefix `listener.name.secure.`).
+    fn server_props(&self) -> Vec<(String, String)> {
+        let pre = "listener.name.secure.";
+        let mut out = Vec::new();
+        if let Some(tls) = &self.tls {
+            out.push((format!("{pre}ssl.keystore.type"), "PEM".into()));
+            out.push((
+                format!("{pre}ssl.keystore.location"),
+                tls.server.keystore.display().to_string(),
+            ));
+            out.push((format!("{pre}ssl.truststore.type"), "PEM".into()));
+            out.push((
+                format!("{pre}ssl.truststore.location"),
+                tls.ca_pem.display().to_string(),
+            ));
+            out.push((
+                format!("{pre}ssl.client.auth"),
+                if tls.client_auth_required {
+                    "required"
+                } else {
+                    "none"
+                }
+                .into(),
+            ));
+        } else {
+            assert!(
+                !self.protocol.uses_tls(),
+                "{} needs KafkaSecurity::tls",
+                self.protocol.name()
+            );
+        }
+        if self.protocol.uses_sasl() {
+            assert!(!self.sasl_mechanisms.is_empty(), "SASL without mechanisms");
+            out.push((
+                format!("{pre}sasl.enabled.mechanisms"),
+                self.sasl_mechanisms.join(","),
+            ));
+            for m in &self.sasl_mechanisms {
+                let jaas = match m.as_str() {
+                    "PLAIN" => {
+                        let users: String = self
+                            .all_users()
+                            .iter()
+                            .map(|u| format!(" user_{}=\"{}\"", u.name, u.password))
+                            .collect();
+                        format!(
+                            "org.apache.kafka.common.security.plain.PlainLoginModule required{users};"
+                        )
+                    }
+                    m if m.starts_with("SCRAM-") => {
+                        "org.apache.kafka.common.security.scram.ScramLoginModule required;"
+                            .to_string()
+                    }
+                    other => panic!("unsupported SASL mechanism {other} in the harness"),
+                };
+                out.push((format!("{pre}{}.sasl.jaas.config", m.to_lowercase()), jaas));
+            }
+        }
+        if self.authorizer {
+            out.push((
+                "authorizer.class.name".into(),
+                "org.apache.kafka.metadata.authorizer.StandardAuthorizer".into(),
+            ));
+            out.push(("allow.everyone.if.no.acl.found".into(), "false".into()));
+            let mut supers = vec!["User:ANONYMOUS".to_string(), self.admin.principal()];
+            supers.extend(self.super_users.iter().cloned());
+            out.push(("super.users".into(), supers.join(";")));
+        }
+        out
+    }
+
+    /// `kafka-storage format` arguments creating every user's SCRAM credentials.
+    fn format_args(&self) -> Vec<String> {
+        let mut args = Vec::new();
+        if !self.protocol.uses_sasl() {
+            return args;
+        }
+        for m in self
+            .sasl_mechanisms
+            .iter()
+            .filter(|m| m.starts_with("SCRAM-"))
+        {
+            for u in self.all_users() {
+                args.push("--add-scram".into());
+                args.push(format!("{m}=[name={},password={}]", u.name, u.password));
+            }
+        }
+        args
+    }
+
+    /// Java client properties for the admin identity.
+    fn admin_properties(&self) -> String {
+        match &self.admin {
+            AdminAuth::Sasl { mechanism, user } => {
+                self.client_properties(Some((mechanism, user)), None)
+            }
+            AdminAuth::Certificate { identity, .. } => self.client_properties(None, Some(identity)),
+        }
+    }
+
+    /// Java client properties (`security.protocol`, SASL JAAS, PEM trust/key stores) for a
+    /// SASL user and/or a client certificate on the SECURE listener. The same keys are the
+    /// ones a kmirror mirror understands.
+    pub fn client_properties(
+        &self,
+        sasl: Option<(&str, &SaslUser)>,
+        cert: Option<&Identity>,
+    ) -> String {
+        let mut p = format!("security.protocol={}\n", self.protocol.name());
+        if let Some((mechanism, user)) = sasl {
+            let module = if mechanism == "PLAIN" {
+                "org.apache.kafka.common.security.plain.PlainLoginModule"
+            } else {
+                "org.apache.kafka.common.security.scram.ScramLoginModule"
+            };
+            p.push_str(&format!(
+                "sasl.mechanism={mechanism}\nsasl.jaas.config={module} required username=\"{}\" password=\"{}\";\n",
+                user.name, user.password
+            ));
+        }
+        if let Some(tls) = &self.tls {
+            p.push_str(&format!(
+                "ssl.truststore.type=PEM\nssl.truststore.location={}\n",
+                tls.ca_pem.display()
+            ));
+        }
+        if let Some(id) = cert {
+            p.push_str(&format!(
+                "ssl.keystore.type=PEM\nssl.keystore.location={}\n",
+                id.keystore.display()
+            ));
+        }
+        p
+    }
+}
+
+/// An ACL resource for [`KafkaCluster::add_acl`] / [`KafkaCluster::remove_acl`].
+#[derive(Debug, Clone)]
+pub enum AclResource {
+    Topic(String),
+    Group(String),
+    Cluster,
+}
+
+impl AclResource {
+    fn args(&self) -> Vec<String> {
+        match self {
+            AclResource::Topic(t) => vec!["--topic".into(), t.clone()],
+            AclResource::Group(g) => vec!["--group".into(), g.clone()],
+            AclResource::Cluster => vec!["--cluster".into()],
         }
     }
 }
@@ -139,14 +436,20 @@ impl KafkaCluster {
                 .proxied_ports
                 .get(i)
                 .map(|advertised| (proc::free_port(), *advertised));
-            let (extra_listener, extra_advertised, extra_map) = match proxied {
+            let (mut extra_listener, mut extra_advertised, mut extra_map) = match proxied {
                 Some((real, adv)) => (
                     format!(",PROXIED://127.0.0.1:{real}"),
                     format!(",PROXIED://127.0.0.1:{adv}"),
-                    ",PROXIED:PLAINTEXT",
+                    ",PROXIED:PLAINTEXT".to_string(),
                 ),
-                None => (String::new(), String::new(), ""),
+                None => (String::new(), String::new(), String::new()),
             };
+            let secure = opts.security.as_ref().map(|_| proc::free_port());
+            if let (Some(sp), Some(sec)) = (secure, &opts.security) {
+                extra_listener.push_str(&format!(",SECURE://127.0.0.1:{sp}"));
+                extra_advertised.push_str(&format!(",SECURE://127.0.0.1:{sp}"));
+                extra_map.push_str(&format!(",SECURE:{}", sec.protocol.name()));
+            }
             let mut props = vec![
                 ("process.roles".to_string(), "broker,controller".to_string()),
                 ("node.id".into(), id.to_string()),
@@ -189,6 +492,9 @@ impl KafkaCluster {
                 ("num.network.threads".into(), "2".into()),
                 ("num.io.threads".into(), "4".into()),
             ];
+            if let Some(sec) = &opts.security {
+                props.extend(sec.server_props());
+            }
             for (k, v) in &opts.props {
                 props.retain(|(pk, _)| pk != k);
                 props.push((k.clone(), v.clone()));
@@ -200,23 +506,37 @@ impl KafkaCluster {
                 id,
                 port: *port,
                 proxied,
+                secure,
                 config,
                 log: ndir.join("kafka.log"),
                 child: None,
             });
         }
+        let format_args = opts
+            .security
+            .as_ref()
+            .map(|s| s.format_args())
+            .unwrap_or_default();
         // Format every node's storage in parallel: each is a JVM start.
         std::thread::scope(|s| {
             for node in &nodes {
                 let cid = cid.clone();
                 let heap = opts.heap.clone();
-                s.spawn(move || format_storage(&heap, &cid, &node.config));
+                let format_args = &format_args;
+                s.spawn(move || format_storage(&heap, &cid, &node.config, format_args));
             }
+        });
+        let admin_config = opts.security.as_ref().map(|sec| {
+            let path = dir.path().join("admin.properties");
+            std::fs::write(&path, sec.admin_properties()).expect("write admin.properties");
+            path
         });
         let mut cluster = KafkaCluster {
             dir,
             nodes,
             heap: opts.heap.clone(),
+            security: opts.security.clone(),
+            admin_config,
         };
         for i in 0..n {
             cluster.spawn_node(i);
@@ -414,7 +734,119 @@ impl KafkaCluster {
     }
 }
 
-fn format_storage(heap: &str, cluster_id: &str, config: &Path) {
+/// Security: the SECURE listener and runtime changes of credentials and ACLs.
+impl KafkaCluster {
+    fn security(&self) -> &KafkaSecurity {
+        self.security
+            .as_ref()
+            .expect("the cluster was started without KafkaOptions::security")
+    }
+
+    /// `127.0.0.1:p1,…` of the running nodes' SECURE listeners.
+    pub fn secure_bootstrap(&self) -> String {
+        self.security();
+        self.nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .filter_map(|n| n.secure.map(|p| format!("127.0.0.1:{p}")))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The security settings the cluster was started with.
+    pub fn security_settings(&self) -> &KafkaSecurity {
+        self.security()
+    }
+
+    /// The admin identity's Java client properties file (`--command-config`).
+    pub fn admin_config(&self) -> &Path {
+        self.security();
+        self.admin_config.as_deref().expect("admin.properties")
+    }
+
+    /// Runs a Kafka admin tool against the SECURE listener as the admin identity.
+    pub fn admin_tool(&self, main_class: &str, args: &[&str]) -> proc::Ran {
+        let boot = self.secure_bootstrap();
+        let first = boot.split(',').next().expect("a running node").to_string();
+        let mut cmd = java_cmd("256m", main_class);
+        cmd.arg("--bootstrap-server")
+            .arg(first)
+            .arg("--command-config")
+            .arg(self.admin_config())
+            .args(args);
+        proc::run_ok(&mut cmd, Duration::from_secs(120))
+    }
+
+    /// Creates or replaces `user`'s SCRAM credential for `mechanism` (kafka-configs).
+    pub fn set_scram_password(&self, mechanism: &str, user: &str, password: &str) {
+        self.admin_tool(
+            "kafka.admin.ConfigCommand",
+            &[
+                "--alter",
+                "--add-config",
+                &format!("{mechanism}=[iterations=8192,password={password}]"),
+                "--entity-type",
+                "users",
+                "--entity-name",
+                user,
+            ],
+        );
+    }
+
+    /// Deletes `user`'s SCRAM credential for `mechanism`.
+    pub fn delete_scram(&self, mechanism: &str, user: &str) {
+        self.admin_tool(
+            "kafka.admin.ConfigCommand",
+            &[
+                "--alter",
+                "--delete-config",
+                mechanism,
+                "--entity-type",
+                "users",
+                "--entity-name",
+                user,
+            ],
+        );
+    }
+
+    /// Grants `principal` (e.g. `User:mirror`) `operation` (Read, Describe, DescribeConfigs…)
+    /// on `resource` (kafka-acls --add, literal pattern, any host).
+    pub fn add_acl(&self, principal: &str, operation: &str, resource: &AclResource) {
+        self.acl("--add", principal, operation, resource);
+    }
+
+    /// Removes exactly that grant (kafka-acls --remove --force).
+    pub fn remove_acl(&self, principal: &str, operation: &str, resource: &AclResource) {
+        self.acl("--remove", principal, operation, resource);
+    }
+
+    fn acl(&self, verb: &str, principal: &str, operation: &str, resource: &AclResource) {
+        let mut args: Vec<String> = vec![
+            verb.into(),
+            "--allow-principal".into(),
+            principal.into(),
+            "--operation".into(),
+            operation.into(),
+        ];
+        args.extend(resource.args());
+        if verb == "--remove" {
+            args.push("--force".into());
+        }
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        self.admin_tool("org.apache.kafka.tools.AclCommand", &args);
+    }
+
+    /// Lists the ACLs of `principal` as kafka-acls prints them.
+    pub fn list_acls(&self, principal: &str) -> String {
+        self.admin_tool(
+            "org.apache.kafka.tools.AclCommand",
+            &["--list", "--principal", principal],
+        )
+        .stdout
+    }
+}
+
+fn format_storage(heap: &str, cluster_id: &str, config: &Path, extra: &[String]) {
     // `--cluster-id=ID` in one argument: a random id may start with '-', which argparse
     // would otherwise take for a flag.
     let out = java_cmd(heap, "kafka.tools.StorageTool")
@@ -422,6 +854,7 @@ fn format_storage(heap: &str, cluster_id: &str, config: &Path) {
         .arg(format!("--cluster-id={cluster_id}"))
         .arg("-c")
         .arg(config)
+        .args(extra)
         .stdin(Stdio::null())
         .output()
         .expect("spawn StorageTool");
