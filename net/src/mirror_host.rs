@@ -97,6 +97,8 @@ struct SourceSnapshot {
 /// The broker's mirroring: pass it to [`crate::start`] as the extension.
 pub struct MirrorBroker {
     tx: flume::Sender<Msg>,
+    /// Set when the broker starts: the authorizer the mirror APIs are checked against.
+    broker: std::sync::OnceLock<Arc<Broker>>,
     pending: Mutex<Option<(flume::Receiver<Msg>, MirrorService, MirrorSettings)>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -113,6 +115,7 @@ impl MirrorBroker {
         let (tx, rx) = flume::unbounded();
         Ok(Arc::new(MirrorBroker {
             tx,
+            broker: std::sync::OnceLock::new(),
             pending: Mutex::new(Some((rx, service, settings))),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             thread: Mutex::new(None),
@@ -140,10 +143,15 @@ impl ExtensionApis for MirrorBroker {
 
     fn handle(
         &self,
-        _session: &crate::session::Session,
-        _api_key: i16,
+        session: &crate::session::Session,
+        api_key: i16,
         frame: Bytes,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
+        if let Some(refused) = self.broker.get().and_then(|b| {
+            crate::authz::refuse_mirror_api(&b.authz.access(session), api_key, &frame)
+        }) {
+            return Box::pin(async move { Some(refused) });
+        }
         let (rtx, rrx) = flume::bounded(1);
         let sent = self.tx.send(Msg::Request(frame, rtx)).is_ok();
         Box::pin(async move {
@@ -155,6 +163,7 @@ impl ExtensionApis for MirrorBroker {
     }
 
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
+        let _ = self.broker.set(broker.clone());
         let Some((rx, service, settings)) = self
             .pending
             .lock()
