@@ -1115,6 +1115,7 @@ fn prepare(t: &mut Target) {
             .admin
             .send(
                 InitProducerIdRequest::default()
+                    .with_transactional_id(None)
                     .with_transaction_timeout_ms(60_000)
                     .with_producer_id(ProducerId(-1))
                     .with_producer_epoch(-1),
