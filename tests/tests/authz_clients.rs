@@ -116,3 +116,58 @@ fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_au
     assert_eq!(probe(&[&boot, "produce", "secret"]), "OK");
     assert_eq!(probe(&[&boot, "consume", "secret", "allowed-again"]), "OK");
 }
+
+/// The mirror APIs (seed 000's tables): without ALTER on the cluster the admin APIs answer
+/// MIRROR_AUTHORIZATION_FAILED, without DESCRIBE ListMirrors answers
+/// CLUSTER_AUTHORIZATION_FAILED; the `kmirror mirror` CLI reports them in one line.
+#[test]
+fn given_cluster_alter_denied_when_the_mirror_cli_creates_a_mirror_should_fail_with_mirror_authorization_failed(
+) {
+    use kmirror_tests::mirror;
+    let _g = kmirror_tests::heavy_test_lock();
+    let node = KmirrorNode::start_with(&[
+        "--cores",
+        "1",
+        "--authorizer",
+        "true",
+        "--allow-everyone-if-no-acl-found",
+        "true",
+    ]);
+    let boot = node.addr();
+    mirror::cli_ok(&boot, &["list"]);
+    acls(
+        &boot,
+        &[
+            "--add",
+            "--deny-principal",
+            "User:ANONYMOUS",
+            "--operation",
+            "Alter",
+            "--operation",
+            "Describe",
+            "--cluster",
+        ],
+    );
+    let ran = mirror::cli(&boot, &["create", "m1", "--source", "127.0.0.1:1"]);
+    assert!(
+        !ran.status.success(),
+        "create must be refused: {}",
+        ran.stdout
+    );
+    assert!(
+        ran.stderr.contains("MIRROR_AUTHORIZATION_FAILED"),
+        "{}",
+        ran.stderr
+    );
+    let ran = mirror::cli(&boot, &["list"]);
+    assert!(
+        !ran.status.success(),
+        "list must be refused: {}",
+        ran.stdout
+    );
+    assert!(
+        ran.stderr.contains("CLUSTER_AUTHORIZATION_FAILED"),
+        "{}",
+        ran.stderr
+    );
+}
