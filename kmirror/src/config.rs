@@ -3,14 +3,26 @@
 
 use std::path::{Path, PathBuf};
 
+use kmirror_net::listeners::parse_listeners;
+use kmirror_net::{ListenerSpec, TlsFiles};
 use serde::Deserialize;
 
 /// The `serve` configuration. Field names are the TOML keys.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub(crate) struct ServeConfig {
-    /// HOST:PORT to listen on; the host is advertised to clients.
+    /// HOST:PORT to listen on; the host is advertised to clients. Shorthand for one
+    /// PLAINTEXT listener, used when `listeners` is empty.
     pub listen: String,
+    /// Kafka's `listeners`: comma-separated `PROTOCOL://HOST:PORT` (PLAINTEXT, SSL,
+    /// SASL_PLAINTEXT, SASL_SSL); empty = `listen` as the one PLAINTEXT listener.
+    pub listeners: String,
+    /// PEM certificate chain of the SSL/SASL_SSL listeners.
+    pub tls_cert: String,
+    /// PEM (PKCS#8) private key of `tls_cert`.
+    pub tls_key: String,
+    /// PEM CA certificates of accepted client certificates; non-empty = mutual TLS required.
+    pub tls_client_ca: String,
     /// Where logs and metadata live.
     pub data_dir: PathBuf,
     pub node_id: i32,
@@ -42,12 +54,28 @@ pub(crate) struct ServeConfig {
     pub super_users: String,
     /// Allow a request on a resource no ACL mentions (Kafka's allow.everyone.if.no.acl.found).
     pub allow_everyone_if_no_acl_found: bool,
+    /// SASL mechanisms offered on SASL_* listeners: any of SCRAM-SHA-512, SCRAM-SHA-256,
+    /// PLAIN, OAUTHBEARER, comma-separated.
+    pub sasl_mechanisms: String,
+    /// JWKS (JSON Web Key Set) file whose keys sign accepted OAUTHBEARER tokens.
+    pub sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    /// Required `iss` claim of OAUTHBEARER tokens (unset: not checked).
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    /// Required `aud` claim of OAUTHBEARER tokens (unset: not checked).
+    pub sasl_oauthbearer_expected_audience: Option<String>,
+    /// KIP-368: a SASL session lasts at most this long, then the client must re-authenticate
+    /// (0 = no limit but a token's own expiry).
+    pub connections_max_reauth_ms: i64,
 }
 
 impl Default for ServeConfig {
     fn default() -> Self {
         ServeConfig {
             listen: "127.0.0.1:9092".into(),
+            listeners: String::new(),
+            tls_cert: String::new(),
+            tls_key: String::new(),
+            tls_client_ca: String::new(),
             data_dir: PathBuf::from("./kmirror-data"),
             node_id: 1,
             cores: 0,
@@ -64,6 +92,11 @@ impl Default for ServeConfig {
             authorizer: false,
             super_users: String::new(),
             allow_everyone_if_no_acl_found: false,
+            sasl_mechanisms: "SCRAM-SHA-512,SCRAM-SHA-256".into(),
+            sasl_oauthbearer_jwks_file: None,
+            sasl_oauthbearer_expected_issuer: None,
+            sasl_oauthbearer_expected_audience: None,
+            connections_max_reauth_ms: 0,
         }
     }
 }
@@ -97,7 +130,39 @@ impl ServeConfig {
         })
     }
 
+    /// The listeners: `listeners` when set (it wins over `listen`), else `listen` as one
+    /// PLAINTEXT listener.
+    pub(crate) fn listener_specs(&self) -> Result<Vec<ListenerSpec>, ConfigError> {
+        if self.listeners.trim().is_empty() {
+            ListenerSpec::plaintext(&self.listen)
+                .map(|l| vec![l])
+                .map_err(|e| ConfigError::Invalid(format!("listen: {e}")))
+        } else {
+            parse_listeners(&self.listeners)
+                .map_err(|e| ConfigError::Invalid(format!("listeners: {e}")))
+        }
+    }
+
+    /// The TLS files (empty keys = not set).
+    pub(crate) fn tls_files(&self) -> TlsFiles {
+        let path = |s: &str| (!s.trim().is_empty()).then(|| PathBuf::from(s.trim()));
+        TlsFiles {
+            cert: path(&self.tls_cert),
+            key: path(&self.tls_key),
+            client_ca: path(&self.tls_client_ca),
+        }
+    }
+
     pub(crate) fn validate(&self) -> Result<(), ConfigError> {
+        let listeners = self.listener_specs()?;
+        let tls = self.tls_files();
+        if let Some(l) = listeners.iter().find(|l| l.protocol.uses_tls()) {
+            if tls.cert.is_none() || tls.key.is_none() {
+                return Err(ConfigError::Invalid(format!(
+                    "listener {l} uses TLS: set tls_cert and tls_key (--tls-cert, --tls-key)"
+                )));
+            }
+        }
         if kmirror_engine::Assignment::parse(&self.partition_assignment).is_none() {
             return Err(ConfigError::Invalid(format!(
                 "partition_assignment must be \"spread\" or \"hash\", got \"{}\"",
@@ -120,6 +185,12 @@ impl ServeConfig {
                 self.mirror_version
             )));
         }
+        if self.connections_max_reauth_ms < 0 {
+            return Err(ConfigError::Invalid(
+                "connections_max_reauth_ms must not be negative".into(),
+            ));
+        }
+        self.sasl_config()?;
         self.authz()?;
         Ok(())
     }
@@ -132,6 +203,28 @@ impl ServeConfig {
             super_users: AuthzConfig::parse_super_users(&self.super_users)
                 .map_err(|e| ConfigError::Invalid(format!("super_users: {e}")))?,
             allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
+        })
+    }
+
+    /// The SASL settings of the broker.
+    pub(crate) fn sasl_config(&self) -> Result<kmirror_net::sasl::SaslConfig, ConfigError> {
+        use kmirror_net::sasl::{Mechanism, OAuthSettings, SaslConfig};
+        let mechanisms =
+            SaslConfig::parse_mechanisms(&self.sasl_mechanisms).map_err(ConfigError::Invalid)?;
+        if mechanisms.contains(&Mechanism::OAuthBearer) && self.sasl_oauthbearer_jwks_file.is_none()
+        {
+            return Err(ConfigError::Invalid(
+                "OAUTHBEARER in sasl_mechanisms needs sasl_oauthbearer_jwks_file".into(),
+            ));
+        }
+        Ok(SaslConfig {
+            mechanisms,
+            oauth: OAuthSettings {
+                jwks_file: self.sasl_oauthbearer_jwks_file.clone(),
+                expected_issuer: self.sasl_oauthbearer_expected_issuer.clone(),
+                expected_audience: self.sasl_oauthbearer_expected_audience.clone(),
+            },
+            reauth_ms: self.connections_max_reauth_ms,
         })
     }
 }
@@ -149,6 +242,37 @@ mod tests {
         assert_eq!(c.listen, d.listen);
         assert_eq!(c.socket_request_max_bytes, d.socket_request_max_bytes);
         assert_eq!(c.partition_assignment, d.partition_assignment);
+        assert_eq!(c.listeners, d.listeners);
+        assert_eq!(c.tls_files(), TlsFiles::default());
+        assert_eq!(
+            c.listener_specs().unwrap()[0].to_string(),
+            "PLAINTEXT://127.0.0.1:9092"
+        );
+    }
+
+    #[test]
+    fn listeners_win_over_listen_and_tls_listeners_need_cert_and_key() {
+        let c: ServeConfig = toml::from_str(
+            "listen = \"127.0.0.1:1\"\nlisteners = \"PLAINTEXT://127.0.0.1:2,SASL_PLAINTEXT://:3\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        let l = c.listener_specs().unwrap();
+        assert_eq!(
+            l.iter().map(|l| l.to_string()).collect::<Vec<_>>(),
+            ["PLAINTEXT://127.0.0.1:2", "SASL_PLAINTEXT://:3"]
+        );
+        let c: ServeConfig = toml::from_str("listeners = \"SSL://127.0.0.1:0\"").unwrap();
+        let e = c.validate().unwrap_err().to_string();
+        assert!(e.contains("tls_cert and tls_key"), "{e}");
+        let c: ServeConfig = toml::from_str(
+            "listeners = \"SSL://127.0.0.1:0\"\ntls_cert = \"c.pem\"\ntls_key = \"k.pem\"",
+        )
+        .unwrap();
+        c.validate().unwrap();
+        assert!(!c.tls_files().mutual());
+        let c: ServeConfig = toml::from_str("listeners = \"SSL:/x\"").unwrap();
+        assert!(c.validate().is_err());
     }
 
     #[test]

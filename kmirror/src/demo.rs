@@ -41,7 +41,10 @@ impl Node {
         let mirror = MirrorBroker::open(dir, MirrorSettings::default())?;
         let broker = kmirror_net::start(
             ServerConfig {
-                listen: "127.0.0.1:0".into(),
+                listeners: vec![
+                    kmirror_net::ListenerSpec::plaintext("127.0.0.1:0").expect("listener")
+                ],
+                tls: Default::default(),
                 node_id,
                 data_dir: dir.to_path_buf(),
                 max_request_bytes: 100 << 20,
@@ -53,6 +56,7 @@ impl Node {
                     ..EngineConfig::default()
                 },
                 authz: Default::default(),
+                sasl: Default::default(),
             },
             Some(mirror.clone()),
         )?;

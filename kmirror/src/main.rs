@@ -3,6 +3,7 @@
 mod config;
 mod demo;
 mod mirror_cli;
+mod scram_cli;
 mod serve;
 
 use std::path::PathBuf;
@@ -38,6 +39,9 @@ enum Command {
     },
     /// Self-contained demo on loopback: two nodes, data mirrored live, then a failover.
     Demo,
+    /// Offline SCRAM credential bootstrap (like `kafka-storage format --add-scram`).
+    #[command(subcommand)]
+    Scram(scram_cli::ScramCommand),
 }
 
 /// Flags of `kmirror serve`; each overrides the config file key of the same name.
@@ -46,9 +50,22 @@ pub(crate) struct ServeArgs {
     /// TOML config file (see kmirror.toml for every key).
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// HOST:PORT to listen on (also the advertised address).
+    /// HOST:PORT to listen on (also the advertised address): one PLAINTEXT listener.
     #[arg(long)]
     pub listen: Option<String>,
+    /// Listeners, comma-separated PROTOCOL://HOST:PORT (PLAINTEXT, SSL, SASL_PLAINTEXT,
+    /// SASL_SSL); overrides --listen.
+    #[arg(long)]
+    pub listeners: Option<String>,
+    /// PEM certificate chain for the SSL/SASL_SSL listeners.
+    #[arg(long)]
+    pub tls_cert: Option<String>,
+    /// PEM (PKCS#8) private key for --tls-cert.
+    #[arg(long)]
+    pub tls_key: Option<String>,
+    /// PEM CA certificates for client certificates: set = mutual TLS required.
+    #[arg(long)]
+    pub tls_client_ca: Option<String>,
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
     #[arg(long)]
@@ -89,6 +106,19 @@ pub(crate) struct ServeArgs {
     /// Allow requests on resources no ACL mentions (true|false).
     #[arg(long)]
     pub allow_everyone_if_no_acl_found: Option<bool>,
+    /// SASL mechanisms for SASL_* listeners (SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER).
+    #[arg(long)]
+    pub sasl_mechanisms: Option<String>,
+    /// JWKS file with the keys that sign OAUTHBEARER tokens.
+    #[arg(long)]
+    pub sasl_oauthbearer_jwks_file: Option<PathBuf>,
+    #[arg(long)]
+    pub sasl_oauthbearer_expected_issuer: Option<String>,
+    #[arg(long)]
+    pub sasl_oauthbearer_expected_audience: Option<String>,
+    /// KIP-368 session lifetime, ms (0 = no re-authentication required).
+    #[arg(long)]
+    pub connections_max_reauth_ms: Option<i64>,
 }
 
 fn main() -> ExitCode {
@@ -97,6 +127,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => serve::run(*args),
         Command::Mirror { args } => mirror_cli::run(args),
         Command::Demo => demo::run(),
+        Command::Scram(c) => scram_cli::run(c),
     };
     match r {
         Ok(()) => ExitCode::SUCCESS,

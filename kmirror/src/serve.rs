@@ -1,5 +1,6 @@
-//! `kmirror serve`: load settings, start the broker, print the listen address, wait for
-//! SIGTERM/SIGINT, shut down cleanly.
+//! `kmirror serve`: load settings, start the broker, print the listen addresses (`kmirror
+//! listening on ADDR` for the first listener, then `kmirror listener NAME on ADDR` for each),
+//! wait for SIGTERM/SIGINT, shut down cleanly.
 
 use std::io::{Read, Write};
 use std::sync::Arc;
@@ -19,6 +20,18 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     };
     if let Some(v) = args.listen {
         c.listen = v;
+    }
+    if let Some(v) = args.listeners {
+        c.listeners = v;
+    }
+    if let Some(v) = args.tls_cert {
+        c.tls_cert = v;
+    }
+    if let Some(v) = args.tls_key {
+        c.tls_key = v;
+    }
+    if let Some(v) = args.tls_client_ca {
+        c.tls_client_ca = v;
     }
     if let Some(v) = args.data_dir {
         c.data_dir = v;
@@ -68,6 +81,21 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.allow_everyone_if_no_acl_found {
         c.allow_everyone_if_no_acl_found = v;
     }
+    if let Some(v) = args.sasl_mechanisms {
+        c.sasl_mechanisms = v;
+    }
+    if let Some(v) = args.sasl_oauthbearer_jwks_file {
+        c.sasl_oauthbearer_jwks_file = Some(v);
+    }
+    if let Some(v) = args.sasl_oauthbearer_expected_issuer {
+        c.sasl_oauthbearer_expected_issuer = Some(v);
+    }
+    if let Some(v) = args.sasl_oauthbearer_expected_audience {
+        c.sasl_oauthbearer_expected_audience = Some(v);
+    }
+    if let Some(v) = args.connections_max_reauth_ms {
+        c.connections_max_reauth_ms = v;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -100,7 +128,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     )?;
     let broker = kmirror_net::start(
         ServerConfig {
-            listen: c.listen.clone(),
+            listeners: c.listener_specs()?,
+            tls: c.tls_files(),
             node_id: c.node_id,
             data_dir: c.data_dir.clone(),
             max_request_bytes: c.socket_request_max_bytes,
@@ -108,6 +137,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             default_partitions: c.num_partitions,
             engine,
             authz: c.authz()?,
+            sasl: c.sasl_config()?,
         },
         Some(mirror.clone()),
     )?;
@@ -117,7 +147,13 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     {
         let mut out = std::io::stdout().lock();
         writeln!(out, "kmirror listening on {}", broker.addr())?;
+        for l in broker.listeners() {
+            writeln!(out, "kmirror listener {} on {}", l.name, l.addr)?;
+        }
         out.flush()?;
+    }
+    for l in broker.listeners() {
+        tracing::info!(listener = %l.name, addr = %l.addr, advertised = %format!("{}:{}", l.host, l.port), "listening");
     }
     tracing::info!(addr = %broker.addr(), cores = broker.router().cores(), "serving");
     let sig = signals.forever().next();

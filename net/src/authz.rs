@@ -62,6 +62,7 @@ pub mod table {
     pub const DESCRIBE_ACLS: Need = need(CLUSTER, DESCRIBE);
     pub const ALTER_SCRAM: Need = need(CLUSTER, ALTER);
     pub const DESCRIBE_SCRAM: Need = need(CLUSTER, DESCRIBE);
+    pub const DESCRIBE_CLIENT_QUOTAS: Need = need(CLUSTER, DESCRIBE_CONFIGS);
     /// ListGroups lists every group with this; without it, the groups it may describe.
     pub const DESCRIBE_CLUSTER: Need = need(CLUSTER, DESCRIBE);
     // Groups.
@@ -603,4 +604,46 @@ pub fn refuse_mirror_api(
     write_response_header_v1(&mut out, header.correlation_id);
     out.extend_from_slice(&resp);
     Some(out.freeze())
+}
+
+/// DescribeClientQuotas refused (no DESCRIBE_CONFIGS on the cluster).
+pub fn describe_client_quotas_refused(
+    code: i16,
+) -> kafka_protocol::messages::DescribeClientQuotasResponse {
+    kafka_protocol::messages::DescribeClientQuotasResponse::default()
+        .with_error_code(code)
+        .with_entries(None)
+}
+
+/// DescribeUserScramCredentials refused (no DESCRIBE on the cluster).
+pub fn describe_scram_refused(
+    code: i16,
+) -> kafka_protocol::messages::DescribeUserScramCredentialsResponse {
+    kafka_protocol::messages::DescribeUserScramCredentialsResponse::default().with_error_code(code)
+}
+
+/// AlterUserScramCredentials refused (no ALTER on the cluster): each named user once.
+pub fn alter_scram_refused(
+    req: &kafka_protocol::messages::AlterUserScramCredentialsRequest,
+    code: i16,
+) -> kafka_protocol::messages::AlterUserScramCredentialsResponse {
+    use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
+    let mut users: Vec<&kafka_protocol::protocol::StrBytes> = req
+        .deletions
+        .iter()
+        .map(|d| &d.name)
+        .chain(req.upsertions.iter().map(|u| &u.name))
+        .collect();
+    users.sort();
+    users.dedup();
+    kafka_protocol::messages::AlterUserScramCredentialsResponse::default().with_results(
+        users
+            .into_iter()
+            .map(|u| {
+                AlterUserScramCredentialsResult::default()
+                    .with_user(u.clone())
+                    .with_error_code(code)
+            })
+            .collect(),
+    )
 }

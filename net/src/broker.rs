@@ -21,15 +21,29 @@ use crate::groups::{GroupsService, MarkerSink, TxnMarker};
 #[derive(Debug, Clone)]
 pub struct BrokerConfig {
     pub node_id: i32,
-    /// Advertised host and port (the listen address).
+    /// Advertised host and port of the first listener (the coordinator's own address).
     pub host: String,
     pub port: i32,
+    /// Every listener, in configuration order; a client is told the endpoint of the
+    /// listener it came in through.
+    pub listeners: Vec<crate::listeners::Endpoint>,
     pub data_dir: PathBuf,
     /// `socket.request.max.bytes`: larger frames close the connection unread.
     pub max_request_bytes: usize,
     pub auto_create_topics: bool,
     /// `num.partitions` for auto-created topics and CreateTopics with -1.
     pub default_partitions: i32,
+}
+
+impl BrokerConfig {
+    /// The host and port advertised to a client connected through `listener`.
+    pub fn advertised(&self, listener: &str) -> (&str, i32) {
+        self.listeners
+            .iter()
+            .find(|l| l.name == listener)
+            .map(|l| (l.host.as_str(), l.port))
+            .unwrap_or((self.host.as_str(), self.port))
+    }
 }
 
 /// APIs served outside kafka-protocol's key set (the mirror APIs). The extension gets the
@@ -60,6 +74,8 @@ pub struct Broker {
     pub extension: Option<Arc<dyn ExtensionApis>>,
     pub metrics: crate::metrics::NetMetrics,
     pub authz: crate::authz::Authz,
+    /// SASL settings and the SCRAM credential store.
+    pub sasl: Arc<crate::sasl::Sasl>,
 }
 
 /// One core's view: the broker plus the engine context and a metadata cache.

@@ -70,6 +70,19 @@ pub fn authorization_failed(resource_type: i8) -> i16 {
     }
 }
 
+pub fn scram_error_code(e: &kmirror_control::scram::ScramError) -> i16 {
+    use kmirror_control::scram::ScramError as S;
+    match e {
+        S::UnknownMechanism(_) => E::UnsupportedSaslMechanism.code(),
+        S::Unacceptable(_) => E::UnacceptableCredential.code(),
+        S::NotFound(_) => E::ResourceNotFound.code(),
+        S::Duplicate(_) => E::DuplicateResource.code(),
+        S::Io(_) | S::Corrupt { .. } => E::KafkaStorageError.code(),
+        #[allow(unreachable_patterns)]
+        _ => E::UnknownServerError.code(),
+    }
+}
+
 pub fn metadata_error_code(e: &MetadataError) -> i16 {
     match e {
         MetadataError::TopicExists(_) => E::TopicAlreadyExists.code(),

@@ -3,7 +3,7 @@
 //! Owns: framing with the size check before allocation (`frame`), the ACL APIs over the
 //! durable store (`acl`), the per-API authorization table (`authz`), the served API table and
 //! ApiVersions with KIP-511 fallback (`versions`), the per-core listener and connection loop
-//! (`server`), the API handlers (`handlers`), zero-copy Fetch response writing
+//! (`server`), the API handlers (`handlers`), SASL authentication and the SCRAM credential APIs (`sasl`), zero-copy Fetch response writing
 //! (`fetch_encode`), the single internal-error → Kafka-code mapping
 //! (`errors`), the broker's view of cluster metadata (`cluster`), and [`start`], which wires
 //! the metadata control thread, the group coordinator and the engine together.
@@ -26,17 +26,20 @@ pub mod frame;
 pub mod groups;
 pub mod handlers;
 pub mod keys;
+pub mod listeners;
 pub mod metrics;
 pub mod mirror_api;
 pub mod mirror_fetcher;
 pub mod mirror_host;
 pub mod mirror_manager;
 pub mod mirror_service;
+pub mod sasl;
 pub mod server;
 pub mod session;
+pub mod tls;
 pub mod versions;
 
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::rc::Rc;
 use std::sync::{Arc, OnceLock};
@@ -45,6 +48,8 @@ use std::time::Duration;
 pub use broker::{Broker, BrokerConfig, Ctx, EngineMarkerSink, ExtensionApis};
 pub use cluster::Cluster;
 use kmirror_engine::{Engine, EngineConfig, Router};
+pub use listeners::{Endpoint, ListenerSpec};
+pub use tls::TlsFiles;
 
 /// Errors starting the broker.
 #[non_exhaustive]
@@ -65,13 +70,20 @@ pub enum NetError {
     Io(#[from] std::io::Error),
     #[error("ACL store: {0}")]
     Acls(String),
+    #[error("SASL: {0}")]
+    Sasl(#[from] sasl::SaslError),
+    #[error("listener {listener}: {reason}")]
+    Tls { listener: String, reason: String },
 }
 
 /// Everything needed to run a broker.
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// HOST:PORT to listen on; the host is also the advertised host. Port 0 picks a free port.
-    pub listen: String,
+    /// The listeners (at least one); each one's host is also the host advertised to the
+    /// clients that came in through it. Port 0 picks a free port.
+    pub listeners: Vec<ListenerSpec>,
+    /// PEM files for the SSL and SASL_SSL listeners.
+    pub tls: TlsFiles,
     pub node_id: i32,
     pub data_dir: PathBuf,
     pub max_request_bytes: usize,
@@ -80,19 +92,38 @@ pub struct ServerConfig {
     pub engine: EngineConfig,
     /// `authorizer`, `super_users`, `allow_everyone_if_no_acl_found`.
     pub authz: kmirror_control::authz::AuthzConfig,
+    /// SASL mechanisms, OAUTHBEARER validation, re-authentication.
+    pub sasl: sasl::SaslConfig,
+}
+
+impl ServerConfig {
+    /// The listener specs, or an error if there are none.
+    fn checked_listeners(&self) -> Result<&[ListenerSpec], NetError> {
+        if self.listeners.is_empty() {
+            return Err(NetError::Bind {
+                addr: String::new(),
+                source: std::io::Error::new(std::io::ErrorKind::InvalidInput, "no listener"),
+            });
+        }
+        Ok(&self.listeners)
+    }
 }
 
 /// A running broker.
 pub struct RunningBroker {
     engine: Engine,
-    addr: SocketAddr,
     broker: Arc<Broker>,
 }
 
 impl RunningBroker {
-    /// The address every core listens on.
+    /// The address every core listens on for the first listener.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.broker.config.listeners[0].addr
+    }
+
+    /// Every listener, bound, in configuration order.
+    pub fn listeners(&self) -> &[Endpoint] {
+        &self.broker.config.listeners
     }
 
     /// Routes work to partition owners (for the mirror fetchers and other embedders).
@@ -115,32 +146,36 @@ impl RunningBroker {
     }
 }
 
-fn resolve(listen: &str) -> Result<(String, SocketAddr), NetError> {
-    let bind_err = |e: std::io::Error| NetError::Bind {
-        addr: listen.to_string(),
-        source: e,
-    };
-    let mut addr = listen
-        .to_socket_addrs()
-        .map_err(bind_err)?
-        .next()
-        .ok_or_else(|| bind_err(std::io::ErrorKind::AddrNotAvailable.into()))?;
-    let host = listen.rsplit_once(':').map(|(h, _)| h).unwrap_or(listen);
-    let host = host
-        .trim_start_matches('[')
-        .trim_end_matches(']')
-        .to_string();
-    if addr.port() == 0 {
-        // Every core must bind the same port: pick one now.
-        let probe = std::net::TcpListener::bind(addr).map_err(bind_err)?;
-        addr.set_port(probe.local_addr().map_err(bind_err)?.port());
+/// Resolves every listener (picking the port of those with port 0) and builds the TLS
+/// acceptor if a listener needs one. A TLS listener without a usable certificate and key is
+/// an error here, before anything starts.
+fn resolve(
+    specs: &[ListenerSpec],
+    tls: &TlsFiles,
+) -> Result<(Vec<Endpoint>, Option<futures_rustls::TlsAcceptor>), NetError> {
+    let mut endpoints = Vec::new();
+    let mut acceptor = None;
+    for spec in specs {
+        if spec.protocol.uses_tls() && acceptor.is_none() {
+            let cfg = tls::server_config(tls).map_err(|reason| NetError::Tls {
+                listener: spec.to_string(),
+                reason,
+            })?;
+            acceptor = Some(futures_rustls::TlsAcceptor::from(cfg));
+        }
+        let addr = spec.resolve().map_err(|e| NetError::Bind {
+            addr: spec.to_string(),
+            source: e,
+        })?;
+        endpoints.push(Endpoint {
+            name: spec.name.clone(),
+            protocol: spec.protocol,
+            host: spec.advertised_host(),
+            port: addr.port() as i32,
+            addr,
+        });
     }
-    let host = if host.is_empty() || host == "0.0.0.0" || host == "::" {
-        "localhost".to_string()
-    } else {
-        host
-    };
-    Ok((host, addr))
+    Ok((endpoints, acceptor))
 }
 
 /// Starts the broker: metadata control thread, group coordinator, per-core listeners.
@@ -149,22 +184,25 @@ pub fn start(
     cfg: ServerConfig,
     extension: Option<Arc<dyn ExtensionApis>>,
 ) -> Result<RunningBroker, NetError> {
-    let (host, addr) = resolve(&cfg.listen)?;
+    let (endpoints, acceptor) = resolve(cfg.checked_listeners()?, &cfg.tls)?;
+    let (host, port) = (endpoints[0].host.clone(), endpoints[0].port);
     std::fs::create_dir_all(&cfg.data_dir)?;
+    let sasl = Arc::new(sasl::Sasl::open(cfg.sasl.clone(), &cfg.data_dir)?);
     let cluster = Cluster::start(&cfg.data_dir)?;
     let router_cell = Arc::new(OnceLock::new());
     let groups = groups::GroupsService::start(
         &cfg.data_dir,
         cfg.node_id,
         host.clone(),
-        addr.port() as i32,
+        port,
         Arc::new(EngineMarkerSink::new(router_cell.clone())),
     )?;
     let broker = Arc::new(Broker {
         config: BrokerConfig {
             node_id: cfg.node_id,
             host,
-            port: addr.port() as i32,
+            port,
+            listeners: endpoints.clone(),
             data_dir: cfg.data_dir.clone(),
             max_request_bytes: cfg.max_request_bytes,
             auto_create_topics: cfg.auto_create_topics,
@@ -178,21 +216,49 @@ pub fn start(
             cfg.authz.clone(),
             acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?,
         ),
+        sasl,
     });
-    let (bound_tx, bound_rx) = flume::unbounded::<Result<(), std::io::Error>>();
+    // Every core binds every listener (SO_REUSEPORT) and serves each with its protocol.
+    let (bound_tx, bound_rx) = flume::unbounded::<Result<(), (SocketAddr, std::io::Error)>>();
     let b = broker.clone();
+    let lctxs: Vec<(SocketAddr, server::ListenerCtx)> = endpoints
+        .iter()
+        .map(|e| {
+            (
+                e.addr,
+                server::ListenerCtx {
+                    name: e.name.clone(),
+                    protocol: e.protocol,
+                    tls: e.protocol.uses_tls().then(|| acceptor.clone()).flatten(),
+                },
+            )
+        })
+        .collect();
     let engine = Engine::start(cfg.engine.clone(), cluster.catalog(), move |core| {
         let broker = b.clone();
         let bound_tx = bound_tx.clone();
+        let lctxs = lctxs.clone();
         async move {
-            match server::bind(addr) {
-                Ok((listener, _)) => {
-                    let _ = bound_tx.send(Ok(()));
-                    server::serve(Rc::new(Ctx::new(broker, core)), listener).await;
+            let mut bound = Vec::new();
+            for (addr, lctx) in lctxs {
+                match server::bind(addr) {
+                    Ok((listener, _)) => bound.push((listener, lctx)),
+                    Err(e) => {
+                        let _ = bound_tx.send(Err((addr, e)));
+                        return;
+                    }
                 }
-                Err(e) => {
-                    let _ = bound_tx.send(Err(e));
-                }
+            }
+            let _ = bound_tx.send(Ok(()));
+            let ctx = Rc::new(Ctx::new(broker, core));
+            let tasks: Vec<_> = bound
+                .into_iter()
+                .map(|(listener, lctx)| {
+                    glommio::spawn_local(server::serve(ctx.clone(), listener, lctx))
+                })
+                .collect();
+            for t in tasks {
+                t.await;
             }
         }
     })?;
@@ -200,8 +266,8 @@ pub fn start(
     for _ in 0..engine.router().cores() {
         let r = bound_rx
             .recv_timeout(Duration::from_secs(60))
-            .unwrap_or_else(|_| Err(std::io::ErrorKind::TimedOut.into()));
-        if let Err(e) = r {
+            .unwrap_or_else(|_| Err((endpoints[0].addr, std::io::ErrorKind::TimedOut.into())));
+        if let Err((addr, e)) = r {
             engine.stop();
             return Err(NetError::Bind {
                 addr: addr.to_string(),
@@ -212,9 +278,5 @@ pub fn start(
     if let Some(ext) = &broker.extension {
         ext.started(&broker, engine.router());
     }
-    Ok(RunningBroker {
-        engine,
-        addr,
-        broker,
-    })
+    Ok(RunningBroker { engine, broker })
 }

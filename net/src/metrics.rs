@@ -17,6 +17,10 @@ pub struct NetMetrics {
     pub connections_active: AtomicI64,
     /// Connections closed because of a malformed frame, unknown key or unsupported version.
     pub protocol_errors: AtomicU64,
+    /// SASL exchanges that failed (wrong credentials, unsupported mechanism, bad token).
+    pub sasl_authentication_failures: AtomicU64,
+    /// SASL exchanges that succeeded (first authentications and re-authentications).
+    pub sasl_authentications: AtomicU64,
 }
 
 impl Default for NetMetrics {
@@ -28,6 +32,8 @@ impl Default for NetMetrics {
             connections_accepted: AtomicU64::new(0),
             connections_active: AtomicI64::new(0),
             protocol_errors: AtomicU64::new(0),
+            sasl_authentication_failures: AtomicU64::new(0),
+            sasl_authentications: AtomicU64::new(0),
         }
     }
 }
@@ -86,6 +92,18 @@ impl NetMetrics {
             "counter",
             "Connections closed for malformed or unsupported requests.",
             self.protocol_errors.load(Relaxed) as i64,
+        );
+        one(
+            "kmirror_sasl_authentication_failures_total",
+            "counter",
+            "Failed SASL authentications.",
+            self.sasl_authentication_failures.load(Relaxed) as i64,
+        );
+        one(
+            "kmirror_sasl_authentications_total",
+            "counter",
+            "Successful SASL authentications and re-authentications.",
+            self.sasl_authentications.load(Relaxed) as i64,
         );
         s
     }

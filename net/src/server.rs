@@ -1,7 +1,8 @@
 //! The per-core Kafka listener and connection loop.
 //!
-//! Every core binds the same address with SO_REUSEPORT (glommio sets it), so the kernel
-//! spreads connections over cores. A connection is served one request at a time, in order,
+//! Every core binds every listener's address with SO_REUSEPORT (glommio sets it), so the
+//! kernel spreads connections over cores. The connection loop is one generic function over
+//! the stream: plain TCP or rustls over TCP (SSL and SASL_SSL listeners). A connection is served one request at a time, in order,
 //! like Kafka does (it mutes a channel until the response is sent); requests needing
 //! partitions owned by other cores hop there through the engine's router.
 
@@ -13,14 +14,17 @@ use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
 use futures_lite::io::BufReader;
-use futures_lite::AsyncWriteExt;
+use futures_lite::{AsyncRead, AsyncWrite, AsyncWriteExt};
+use futures_rustls::server::TlsStream;
+use futures_rustls::TlsAcceptor;
 use glommio::net::{TcpListener, TcpStream};
 use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::broker::Ctx;
 use crate::frame::{header_prefix, read_frame, FrameError};
-use crate::session::Session;
+use crate::sasl::{ConnAuth, Gate};
+use crate::session::{Principal, SecurityProtocol, Session};
 use crate::{authz, handlers, versions};
 
 /// How long shutdown waits for connections to finish their in-flight request.
@@ -33,10 +37,35 @@ pub fn bind(addr: SocketAddr) -> std::io::Result<(TcpListener, SocketAddr)> {
     Ok((l, a))
 }
 
+/// What a core's listener needs to serve a connection: its name, protocol and, for SSL and
+/// SASL_SSL, the TLS acceptor.
+#[derive(Clone)]
+pub struct ListenerCtx {
+    pub name: String,
+    pub protocol: SecurityProtocol,
+    pub tls: Option<TlsAcceptor>,
+}
+
+impl ListenerCtx {
+    /// A PLAINTEXT listener.
+    pub fn plaintext() -> ListenerCtx {
+        ListenerCtx {
+            name: SecurityProtocol::Plaintext.name().into(),
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+        }
+    }
+}
+
+/// How long a client may take to complete the TLS handshake.
+const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// Accepts connections until the stop token fires, then waits (bounded) for in-flight
-/// requests to complete.
-pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
+/// requests to complete. Each connection gets a [`Session`] of the listener's protocol; on
+/// a TLS listener the handshake comes first.
+pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
     let open = Rc::new(Cell::new(0usize));
+    let lctx = Rc::new(lctx);
     loop {
         let accepted = futures_lite::future::or(async { Some(listener.accept().await) }, async {
             ctx.core.stop.stopped().await;
@@ -53,6 +82,7 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
             }
         };
         let ctx = ctx.clone();
+        let lctx = lctx.clone();
         let open2 = open.clone();
         open.set(open.get() + 1);
         let m = &ctx.broker.metrics;
@@ -60,8 +90,22 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
         m.connections_active.fetch_add(1, Relaxed);
         glommio::spawn_local(async move {
             let peer = stream.peer_addr().ok();
-            let session = Session::plaintext(peer);
-            let r = connection(ctx.clone(), stream, session).await;
+            let _ = stream.set_nodelay(true);
+            let r = match &lctx.tls {
+                None => {
+                    let session =
+                        Session::new(&lctx.name, lctx.protocol, Principal::anonymous(), peer);
+                    connection(ctx.clone(), stream, session).await
+                }
+                Some(acceptor) => match tls_handshake(&ctx, acceptor, stream).await {
+                    Ok((tls, principal)) => {
+                        let session = Session::new(&lctx.name, lctx.protocol, principal, peer);
+                        tracing::debug!(?peer, listener = %lctx.name, principal = %session.principal, "TLS connection");
+                        connection(ctx.clone(), tls, session).await
+                    }
+                    Err(e) => Err(e),
+                },
+            };
             let m = &ctx.broker.metrics;
             m.connections_active.fetch_sub(1, Relaxed);
             match r {
@@ -72,6 +116,9 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
                 Err(ConnError::Frame(e @ FrameError::BadLength { .. })) => {
                     m.protocol_errors.fetch_add(1, Relaxed);
                     tracing::info!(?peer, error = %e, "closing connection: bad frame");
+                }
+                Err(ConnError::Tls(e)) => {
+                    tracing::info!(?peer, listener = %lctx.name, error = %e, "closing connection: TLS handshake failed");
                 }
                 Err(e) => tracing::debug!(?peer, error = %e, "connection closed"),
                 Ok(()) => {}
@@ -87,21 +134,109 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener) {
     }
 }
 
+/// The server side of the TLS handshake (bounded in time), then the client's principal:
+/// `User:<subject DN>` for a verified client certificate, `User:ANONYMOUS` without one.
+async fn tls_handshake(
+    ctx: &Ctx,
+    acceptor: &TlsAcceptor,
+    stream: TcpStream,
+) -> Result<(TlsStream<TcpStream>, Principal), ConnError> {
+    let done = futures_lite::future::or(
+        async { Some(acceptor.accept(stream).await) },
+        futures_lite::future::or(
+            async {
+                ctx.core.stop.stopped().await;
+                None
+            },
+            async {
+                glommio::timer::sleep(TLS_HANDSHAKE_TIMEOUT).await;
+                Some(Err(std::io::ErrorKind::TimedOut.into()))
+            },
+        ),
+    )
+    .await;
+    let tls = match done {
+        None => return Err(ConnError::Io(std::io::ErrorKind::ConnectionAborted.into())),
+        Some(Ok(tls)) => tls,
+        Some(Err(e)) => return Err(ConnError::Tls(e.to_string())),
+    };
+    let principal = match tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
+        None => Principal::anonymous(),
+        Some(cert) => {
+            Principal::user(crate::tls::principal_name(cert.as_ref()).map_err(ConnError::Tls)?)
+        }
+    };
+    Ok((tls, principal))
+}
+
 #[derive(Debug, thiserror::Error)]
-enum ConnError {
+pub(crate) enum ConnError {
     #[error(transparent)]
     Frame(#[from] FrameError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
     #[error("protocol violation: {0}")]
     Protocol(String),
+    #[error("TLS: {0}")]
+    Tls(String),
+    #[error("authentication: {0}")]
+    Auth(String),
 }
 
-async fn connection(ctx: Rc<Ctx>, stream: TcpStream, session: Session) -> Result<(), ConnError> {
-    let _ = stream.set_nodelay(true);
+/// A connection's byte stream: plain TCP or TLS over TCP.
+trait Transport: AsyncRead + AsyncWrite + Unpin {
+    /// Whether small response chunks are gathered before writing. Under TLS each write
+    /// becomes at least one record and a syscall, and every byte is copied (encrypted)
+    /// anyway; on plain TCP large chunks (Fetch's record data) go to the socket as they are.
+    const GATHER: bool;
+}
+
+impl Transport for TcpStream {
+    const GATHER: bool = false;
+}
+
+impl Transport for TlsStream<TcpStream> {
+    const GATHER: bool = true;
+}
+
+/// Under TLS, chunks are gathered into writes of about this size (the largest TLS record).
+const TLS_GATHER_BYTES: usize = 16 << 10;
+
+async fn write_response<S: Transport>(w: &mut S, chunks: &[Bytes]) -> std::io::Result<()> {
+    if !S::GATHER {
+        for c in chunks {
+            w.write_all(c).await?;
+        }
+        return Ok(());
+    }
+    let mut buf: Vec<u8> = Vec::new();
+    for c in chunks {
+        if !buf.is_empty() && buf.len() + c.len() > TLS_GATHER_BYTES {
+            w.write_all(&buf).await?;
+            buf.clear();
+        }
+        if c.len() >= TLS_GATHER_BYTES {
+            w.write_all(c).await?;
+        } else {
+            buf.extend_from_slice(c);
+        }
+    }
+    if !buf.is_empty() {
+        w.write_all(&buf).await?;
+    }
+    // What the TLS session still holds goes out now.
+    w.flush().await
+}
+
+async fn connection<S: Transport>(
+    ctx: Rc<Ctx>,
+    stream: S,
+    mut session: Session,
+) -> Result<(), ConnError> {
     let max = ctx.broker.config.max_request_bytes;
     // Small per-connection buffer: large frames are read straight into their own buffer.
     let mut reader = BufReader::with_capacity(16 << 10, stream);
+    let mut auth = ConnAuth::new(&session);
     loop {
         let frame =
             futures_lite::future::or(async { Some(read_frame(&mut reader, max).await) }, async {
@@ -118,15 +253,21 @@ async fn connection(ctx: Rc<Ctx>, stream: TcpStream, session: Session) -> Result
             .metrics
             .bytes_in
             .fetch_add(frame.len() as u64 + 4, Relaxed);
-        if let Some(chunks) = handle_frame(&ctx, &session, frame).await? {
-            let w = reader.get_mut();
-            for c in &chunks {
-                w.write_all(c).await?;
-                ctx.broker
-                    .metrics
-                    .bytes_out
-                    .fetch_add(c.len() as u64, Relaxed);
-            }
+        // SASL first: before authentication only the handshake is served.
+        let (chunks, close) = match auth.gate(&ctx, &mut session, &frame) {
+            Gate::Serve => (handle_frame(&ctx, &session, frame).await?, false),
+            Gate::Reply(b) => (Some(vec![b]), false),
+            Gate::ReplyThenClose(b) => (Some(vec![b]), true),
+            Gate::Close(reason) => return Err(ConnError::Auth(reason)),
+        };
+        if let Some(chunks) = chunks {
+            write_response(reader.get_mut(), &chunks).await?;
+            let n: usize = chunks.iter().map(|c| c.len()).sum();
+            ctx.broker.metrics.bytes_out.fetch_add(n as u64, Relaxed);
+        }
+        if close {
+            let _ = reader.get_mut().flush().await;
+            return Err(ConnError::Auth("SASL authentication failed".into()));
         }
         if ctx.core.stop.is_stopped() {
             return Ok(());
@@ -142,6 +283,14 @@ async fn handle_frame(
     frame: Bytes,
 ) -> Result<Option<Vec<Bytes>>, ConnError> {
     let p = header_prefix(&frame);
+    if !session.may_serve(p.api_key) {
+        // A SASL listener before authentication: only the SASL exchange (Kafka closes the
+        // connection too).
+        return Err(ConnError::Protocol(format!(
+            "api key {} on listener {} before SASL authentication",
+            p.api_key, session.listener
+        )));
+    }
     let Ok(api_key) = ApiKey::try_from(p.api_key) else {
         if let Some(ext) = ctx
             .broker
@@ -230,7 +379,7 @@ fn extension_versions(ctx: &Ctx) -> Vec<(i16, i16, i16)> {
         .unwrap_or_default()
 }
 
-fn encode_response(
+pub(crate) fn encode_response(
     api_key: ApiKey,
     version: i16,
     correlation_id: i32,
@@ -264,7 +413,7 @@ async fn dispatch(
             ResponseKind::ApiVersions(versions::api_versions_response(0, &extension_versions(ctx)))
         }
         RequestKind::Metadata(r) => {
-            ResponseKind::Metadata(handlers::metadata::metadata(ctx, access, v, r).await)
+            ResponseKind::Metadata(handlers::metadata::metadata(ctx, session, access, v, r).await)
         }
         RequestKind::Produce(r) => match handlers::produce::produce(ctx, access, v, r).await {
             Some(r) => ResponseKind::Produce(r),
@@ -291,9 +440,9 @@ async fn dispatch(
         RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(
             handlers::admin::create_partitions(ctx, access, v, r).await,
         ),
-        RequestKind::DescribeCluster(r) => {
-            ResponseKind::DescribeCluster(handlers::admin::describe_cluster(ctx, access, v, r))
-        }
+        RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(
+            handlers::admin::describe_cluster(ctx, session, access, v, r),
+        ),
         RequestKind::DescribeConfigs(r) => {
             ResponseKind::DescribeConfigs(handlers::configs::describe_configs(ctx, access, v, r))
         }
@@ -318,6 +467,24 @@ async fn dispatch(
                 Err(code) => crate::acl::delete_acls_refused(&r, code),
             })
         }
+        RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
+            match access.check_cluster(authz::table::DESCRIBE_CLIENT_QUOTAS) {
+                Ok(()) => crate::sasl::credentials::describe_client_quotas(r),
+                Err(code) => authz::describe_client_quotas_refused(code),
+            },
+        ),
+        RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
+            match access.check_cluster(authz::table::DESCRIBE_SCRAM) {
+                Ok(()) => crate::sasl::credentials::describe(ctx, r),
+                Err(code) => authz::describe_scram_refused(code),
+            },
+        ),
+        RequestKind::AlterUserScramCredentials(r) => ResponseKind::AlterUserScramCredentials(
+            match access.check_cluster(authz::table::ALTER_SCRAM) {
+                Ok(()) => crate::sasl::credentials::alter(ctx, r).await,
+                Err(code) => authz::alter_scram_refused(&r, code),
+            },
+        ),
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
             handlers::configs::incremental_alter_configs(ctx, access, v, r).await,
         ),
@@ -345,15 +512,42 @@ async fn dispatch(
         }
         req if versions::is_group_api(api_key) => match authz::before_group_api(access, v, req) {
             Err(refused) => refused,
-            Ok((req, patch)) => authz::after_group_api(
-                access,
-                patch,
-                group_request(ctx, api_key, header, req).await?,
-            ),
+            Ok((req, patch)) => {
+                let resp = group_request(ctx, api_key, header, req).await?;
+                authz::after_group_api(access, patch, advertise_coordinator(ctx, session, resp))
+            }
         },
         _ => return Err(ConnError::Protocol(format!("{api_key:?} is not handled"))),
     };
     Ok(Some(resp))
+}
+
+/// The coordinator (this broker) is advertised at the endpoint of the listener the client
+/// came in through: FindCoordinator's answer is in the coordinator's own (first listener's)
+/// terms.
+fn advertise_coordinator(ctx: &Ctx, session: &Session, resp: ResponseKind) -> ResponseKind {
+    let cfg = &ctx.broker.config;
+    let (host, port) = cfg.advertised(&session.listener);
+    if (host, port) == (cfg.host.as_str(), cfg.port) {
+        return resp;
+    }
+    match resp {
+        ResponseKind::FindCoordinator(mut f) => {
+            let ours = |node: i32, code: i16| code == 0 && node == cfg.node_id;
+            if f.coordinators.is_empty() && ours(f.node_id.0, f.error_code) {
+                f.host = handlers::s(host);
+                f.port = port;
+            }
+            for c in f.coordinators.iter_mut() {
+                if ours(c.node_id.0, c.error_code) {
+                    c.host = handlers::s(host);
+                    c.port = port;
+                }
+            }
+            ResponseKind::FindCoordinator(f)
+        }
+        other => other,
+    }
 }
 
 async fn group_request(

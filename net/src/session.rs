@@ -105,23 +105,59 @@ impl FromStr for Principal {
 /// One connection's security context.
 #[derive(Debug, Clone)]
 pub struct Session {
-    /// The listener's name (for now its security protocol's name, as Kafka names default
-    /// listeners).
+    /// The listener's name (its security protocol's name, as Kafka names default listeners).
     pub listener: String,
     pub protocol: SecurityProtocol,
     pub principal: Principal,
     pub peer: Option<SocketAddr>,
+    /// False on a SASL listener until the SASL exchange succeeds; see
+    /// [`Session::authenticated`].
+    pub authenticated: bool,
 }
 
 impl Session {
     /// A PLAINTEXT connection: `User:ANONYMOUS`.
     pub fn plaintext(peer: Option<SocketAddr>) -> Self {
-        Session {
-            listener: SecurityProtocol::Plaintext.name().into(),
-            protocol: SecurityProtocol::Plaintext,
-            principal: Principal::anonymous(),
+        Session::new(
+            SecurityProtocol::Plaintext.name(),
+            SecurityProtocol::Plaintext,
+            Principal::anonymous(),
             peer,
+        )
+    }
+
+    /// A connection accepted by listener `listener` of protocol `protocol`, whose transport
+    /// (TLS, if any) has identified `principal` (`User:ANONYMOUS` when nothing did). A SASL
+    /// listener's session starts unauthenticated.
+    pub fn new(
+        listener: &str,
+        protocol: SecurityProtocol,
+        principal: Principal,
+        peer: Option<SocketAddr>,
+    ) -> Self {
+        Session {
+            listener: listener.to_string(),
+            protocol,
+            principal,
+            peer,
+            authenticated: !protocol.uses_sasl(),
         }
+    }
+
+    /// Whether requests beyond the SASL exchange may be served. Always true on PLAINTEXT and
+    /// SSL listeners; on SASL listeners false until the SASL handshake authenticates the
+    /// client (which sets [`Session::authenticated`] and the principal). While it is false
+    /// the connection loop serves only ApiVersions, SaslHandshake and SaslAuthenticate and
+    /// closes the connection on anything else, as Kafka does.
+    pub fn authenticated(&self) -> bool {
+        self.authenticated
+    }
+
+    /// Whether a request with `api_key` may be served on this connection now (the
+    /// pre-authentication gate of SASL listeners).
+    pub fn may_serve(&self, api_key: i16) -> bool {
+        // ApiVersions (18), SaslHandshake (17) and SaslAuthenticate (36).
+        self.authenticated || matches!(api_key, 17 | 18 | 36)
     }
 
     /// The peer's host as ACLs match it (`*` matches any).
@@ -153,5 +189,19 @@ mod tests {
         assert_eq!(p.to_string(), "User:CN=a,O=b:c");
         assert!("alice".parse::<Principal>().is_err());
         assert_eq!(Principal::anonymous().to_string(), "User:ANONYMOUS");
+    }
+
+    #[test]
+    fn sasl_sessions_serve_only_the_sasl_exchange_until_authenticated() {
+        let ssl = Session::new("SSL", SecurityProtocol::Ssl, Principal::anonymous(), None);
+        assert!(ssl.authenticated() && ssl.may_serve(0));
+        for p in [SecurityProtocol::SaslPlaintext, SecurityProtocol::SaslSsl] {
+            let mut s = Session::new(p.name(), p, Principal::anonymous(), None);
+            assert!(!s.authenticated());
+            assert!(s.may_serve(18) && s.may_serve(17) && s.may_serve(36));
+            assert!(!s.may_serve(0) && !s.may_serve(3));
+            s.authenticated = true;
+            assert!(s.may_serve(0));
+        }
     }
 }

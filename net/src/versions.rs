@@ -47,6 +47,11 @@ served! {
     CreateAcls => CreateAclsRequest,
     DescribeAcls => DescribeAclsRequest,
     DeleteAcls => DeleteAclsRequest,
+    SaslHandshake => SaslHandshakeRequest,
+    SaslAuthenticate => SaslAuthenticateRequest,
+    DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
+    AlterUserScramCredentials => AlterUserScramCredentialsRequest,
+    DescribeClientQuotas => DescribeClientQuotasRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).

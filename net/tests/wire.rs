@@ -15,7 +15,8 @@ use kmirror_net::{RunningBroker, ServerConfig};
 fn start(dir: &std::path::Path) -> RunningBroker {
     kmirror_net::start(
         ServerConfig {
-            listen: "127.0.0.1:0".into(),
+            listeners: vec![kmirror_net::ListenerSpec::plaintext("127.0.0.1:0").expect("listener")],
+            tls: Default::default(),
             node_id: 1,
             data_dir: dir.to_path_buf(),
             max_request_bytes: 1 << 20,
@@ -27,6 +28,7 @@ fn start(dir: &std::path::Path) -> RunningBroker {
                 ..EngineConfig::default()
             },
             authz: Default::default(),
+            sasl: Default::default(),
         },
         None,
     )

@@ -1,5 +1,6 @@
-//! A kmirror node: `kmirror serve --listen 127.0.0.1:PORT --data-dir DIR`, started from the
-//! freshly built release binary, ready once it prints its listening line.
+//! A kmirror node: `kmirror serve --listen 127.0.0.1:PORT --data-dir DIR` (or `--listeners
+//! PLAINTEXT://127.0.0.1:P1,SSL://127.0.0.1:P2,…` for a node with several listeners), started
+//! from the freshly built release binary, ready once it prints its listening lines.
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -16,6 +17,9 @@ use crate::proc::{self, ChildGuard};
 pub struct KmirrorNode {
     dir: tempfile::TempDir,
     port: u16,
+    /// (listener name, port) when started with [`KmirrorNode::start_listeners`]; the first
+    /// one's port is `port`. Empty: one PLAINTEXT listener via `--listen`.
+    listeners: Vec<(String, u16)>,
     extra: Vec<String>,
     env: Vec<(String, String)>,
     /// A data dir chosen by the test (e.g. a size-limited tmpfs); None = `<temp dir>/data`.
@@ -48,14 +52,40 @@ impl KmirrorNode {
         Self::start_full(extra, &[], Some(data.to_path_buf()))
     }
 
+    /// Starts a node with one listener per protocol name in `protocols` (e.g. `["PLAINTEXT",
+    /// "SSL"]`), each on a loopback port of its own that restarts keep, plus extra `serve`
+    /// arguments (e.g. `--tls-cert`, `--tls-key`). [`KmirrorNode::addr`] is the first
+    /// listener's address, [`KmirrorNode::listener_addr`] any one's.
+    pub fn start_listeners(protocols: &[&str], extra: &[&str]) -> Self {
+        assert!(!protocols.is_empty(), "at least one listener");
+        let listeners: Vec<(String, u16)> = protocols
+            .iter()
+            .map(|p| (p.to_string(), proc::free_port()))
+            .collect();
+        Self::start_inner(listeners, extra, &[], None)
+    }
+
     fn start_full(extra: &[&str], env: &[(&str, &str)], data: Option<PathBuf>) -> Self {
+        Self::start_inner(Vec::new(), extra, env, data)
+    }
+
+    fn start_inner(
+        listeners: Vec<(String, u16)>,
+        extra: &[&str],
+        env: &[(&str, &str)],
+        data: Option<PathBuf>,
+    ) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("kmirror-node-")
             .tempdir()
             .expect("temp dir for kmirror");
         let mut node = KmirrorNode {
             dir,
-            port: proc::free_port(),
+            port: listeners
+                .first()
+                .map(|(_, p)| *p)
+                .unwrap_or_else(proc::free_port),
+            listeners,
             extra: extra.iter().map(|s| s.to_string()).collect(),
             env: env
                 .iter()
@@ -87,6 +117,20 @@ impl KmirrorNode {
         format!("127.0.0.1:{}", self.port)
     }
 
+    /// `127.0.0.1:PORT` of the listener named `name` ("PLAINTEXT", "SSL", …); panics if the
+    /// node has no such listener.
+    pub fn listener_addr(&self, name: &str) -> String {
+        if self.listeners.is_empty() && name == "PLAINTEXT" {
+            return self.addr();
+        }
+        let (_, port) = self
+            .listeners
+            .iter()
+            .find(|(n, _)| n == name)
+            .unwrap_or_else(|| panic!("kmirror node has no {name} listener"));
+        format!("127.0.0.1:{port}")
+    }
+
     /// The data dir (kept across restarts).
     pub fn data_dir(&self) -> PathBuf {
         self.data
@@ -110,9 +154,25 @@ impl KmirrorNode {
             .open(self.log_path())
             .expect("open kmirror log");
         writeln!(log, "==== start #{} ====", self.starts).ok();
+        let listen_args: Vec<String> = if self.listeners.is_empty() {
+            vec!["--listen".into(), addr.clone()]
+        } else {
+            let list: Vec<String> = self
+                .listeners
+                .iter()
+                .map(|(n, p)| format!("{n}://127.0.0.1:{p}"))
+                .collect();
+            vec!["--listeners".into(), list.join(",")]
+        };
+        // `kmirror listening on ADDR` comes first, then `kmirror listener NAME on ADDR` per
+        // listener: ready at the last listener's line (or the first line without listeners).
+        let ready_marker = self
+            .listeners
+            .last()
+            .map(|(n, _)| format!("kmirror listener {n} on"));
         let mut child = Command::new(bin)
             .arg("serve")
-            .args(["--listen", &addr])
+            .args(&listen_args)
             .arg("--data-dir")
             .arg(self.data_dir())
             .args(&self.extra)
@@ -132,7 +192,11 @@ impl KmirrorNode {
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
                 writeln!(log, "{line}").ok();
-                if line.to_ascii_lowercase().contains("listening") || line.contains(&port) {
+                let ready = match &ready_marker {
+                    Some(m) => line.contains(m.as_str()),
+                    None => line.to_ascii_lowercase().contains("listening") || line.contains(&port),
+                };
+                if ready {
                     if let Some(tx) = tx.take() {
                         tx.send(()).ok();
                     }
@@ -164,6 +228,13 @@ impl KmirrorNode {
             proc::port_open(&addr),
             "kmirror said it listens but {addr} refuses connections"
         );
+        for (name, _) in &self.listeners {
+            let a = self.listener_addr(name);
+            assert!(
+                proc::port_open(&a),
+                "kmirror said its {name} listener is on {a} but it refuses connections"
+            );
+        }
     }
 
     fn is_running(&mut self) -> bool {

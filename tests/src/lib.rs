@@ -27,6 +27,7 @@ pub mod pki;
 pub mod proc;
 pub mod python;
 pub mod records;
+pub mod sasl;
 pub mod wire;
 
 pub use faultproxy::FaultProxy;

@@ -241,13 +241,16 @@ pub async fn create_partitions(
     CreatePartitionsResponse::default().with_results(results)
 }
 
+/// The broker is described at the endpoint of the listener `session` came in through.
 pub fn describe_cluster(
     ctx: &Ctx,
+    session: &crate::session::Session,
     access: &Access<'_>,
     _version: i16,
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
     let cfg = &ctx.broker.config;
+    let (host, port) = cfg.advertised(&session.listener);
     let meta = ctx.meta();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_id(s(&meta.cluster_id))
@@ -255,8 +258,8 @@ pub fn describe_cluster(
         .with_endpoint_type(req.endpoint_type)
         .with_brokers(vec![DescribeClusterBroker::default()
             .with_broker_id(broker(cfg.node_id))
-            .with_host(s(&cfg.host))
-            .with_port(cfg.port)])
+            .with_host(s(host))
+            .with_port(port)])
         .with_cluster_authorized_operations(cluster_operations(
             access,
             req.include_cluster_authorized_operations,

@@ -9,14 +9,18 @@ use uuid::Uuid;
 use super::{broker, s, topic_name, NO_AUTHORIZED_OPS};
 use crate::authz::{table, Access};
 use crate::broker::Ctx;
+use crate::session::Session;
 
+/// Brokers are advertised at the endpoint of the listener `session` came in through.
 pub async fn metadata(
     ctx: &Ctx,
+    session: &Session,
     access: &Access<'_>,
     version: i16,
     req: MetadataRequest,
 ) -> MetadataResponse {
     let cfg = &ctx.broker.config;
+    let (host, port) = cfg.advertised(&session.listener);
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let wanted = match req.topics {
         None => None,
@@ -101,8 +105,8 @@ pub async fn metadata(
     MetadataResponse::default()
         .with_brokers(vec![MetadataResponseBroker::default()
             .with_node_id(broker(cfg.node_id))
-            .with_host(s(&cfg.host))
-            .with_port(cfg.port)])
+            .with_host(s(host))
+            .with_port(port)])
         .with_cluster_id(Some(s(&meta.cluster_id)))
         .with_controller_id(broker(cfg.node_id))
         .with_topics(topics)
