@@ -3,20 +3,16 @@
 //! and on kmirror (`--authorizer true`). Every row's outcome (error codes, visibility,
 //! authorized-operation bits) on kmirror must equal Kafka's: the expectation is Kafka's own.
 //!
-//! Principals: on Kafka, `User:alice` (tested) and the super user `User:admin`, both over
-//! SASL/PLAIN on the SECURE listener. On kmirror the tested principal is told apart by host:
-//! it connects from 127.0.0.2 and its ACLs name that host, while the admin connects from
-//! 127.0.0.1 and holds ALLOW ALL on every resource type for that host only (created while
-//! `User:ANONYMOUS` was a super user, before a restart that drops it).
+//! Principals, the same on both brokers: `User:alice` (tested) and the super user
+//! `User:admin`, each over SASL/PLAIN on a SASL_PLAINTEXT listener.
 
-use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::kafka::{AdminAuth, KafkaOptions, KafkaSecurity, SaslUser, SecureProtocol};
-use kmirror_tests::{records, KafkaCluster, KmirrorNode, WireClient};
+use kmirror_tests::{deps, proc, records, KafkaCluster, KmirrorNode, WireClient};
 
 // Kafka's enum codes.
 const TOPIC: i8 = 2;
@@ -1198,50 +1194,55 @@ fn kafka_target() -> (KafkaCluster, Target) {
     (kafka, target)
 }
 
+/// `kmirror scram add` into a stopped node's data dir: SASL/PLAIN checks passwords against
+/// the SCRAM credentials.
+fn scram_add(data_dir: &std::path::Path, user: &str, password: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let pw_file = dir.path().join("pw");
+    std::fs::write(&pw_file, format!("{password}\n")).unwrap();
+    proc::run_ok(
+        std::process::Command::new(deps::kmirror_bin())
+            .args(["scram", "add", "--data-dir"])
+            .arg(data_dir)
+            .args([
+                "--user",
+                user,
+                "--mechanism",
+                "SCRAM-SHA-512",
+                "--password-file",
+            ])
+            .arg(&pw_file),
+        Duration::from_secs(30),
+    );
+}
+
 fn kmirror_target() -> (KmirrorNode, Target) {
-    let admin_ip: IpAddr = "127.0.0.1".parse().unwrap();
-    let client_ip: IpAddr = "127.0.0.2".parse().unwrap();
-    let base = [
-        "--cores",
-        "1",
-        "--auto-create-topics",
-        "false",
-        "--authorizer",
-        "true",
-    ];
-    let mut args = base.to_vec();
-    args.extend(["--super-users", "User:ANONYMOUS"]);
-    let mut node = KmirrorNode::start_with(&args);
-    {
-        let mut boot = WireClient::connect(&node.addr()).expect("connect kmirror");
-        let creations = [TOPIC, GROUP, TXN, CLUSTER]
-            .iter()
-            .map(|rt| {
-                create_acls_request::AclCreation::default()
-                    .with_resource_type(*rt)
-                    .with_resource_name(s(&resource_name(*rt, "*")))
-                    .with_resource_pattern_type(LITERAL)
-                    .with_principal(s("User:ANONYMOUS"))
-                    .with_host(s("127.0.0.1"))
-                    .with_operation(ALL)
-                    .with_permission_type(ALLOW)
-            })
-            .collect();
-        let r = boot
-            .send(CreateAclsRequest::default().with_creations(creations))
-            .expect("CreateAcls");
-        assert!(r.results.iter().all(|x| x.error_code == 0), "{r:?}");
-    }
+    let mut node = KmirrorNode::start_listeners(
+        &["SASL_PLAINTEXT"],
+        &[
+            "--cores",
+            "1",
+            "--auto-create-topics",
+            "false",
+            "--authorizer",
+            "true",
+            "--super-users",
+            "User:admin",
+            "--sasl-mechanisms",
+            "PLAIN",
+        ],
+    );
     assert!(node.stop(), "kmirror stops cleanly");
-    node.set_extra(&base);
+    scram_add(&node.data_dir(), "admin", "admin-secret");
+    scram_add(&node.data_dir(), "alice", "alice-secret");
     node.start_again();
-    let addr = node.addr();
+    let addr = node.listener_addr("SASL_PLAINTEXT");
     let target = Target {
         label: "kmirror",
-        admin: WireClient::connect_from(&addr, admin_ip).expect("admin"),
-        client: WireClient::connect_from(&addr, client_ip).expect("client"),
-        principal: "User:ANONYMOUS".into(),
-        host: "127.0.0.2".into(),
+        admin: WireClient::connect_sasl_plain(&addr, "admin", "admin-secret").expect("admin"),
+        client: WireClient::connect_sasl_plain(&addr, "alice", "alice-secret").expect("alice"),
+        principal: "User:alice".into(),
+        host: "*".into(),
         node_id: 1,
         log: node.log_path(),
     };
