@@ -798,6 +798,68 @@ fn txn_offset_commit(t: &mut Target) -> String {
     format!("code={}", r.topics[0].partitions[0].error_code)
 }
 
+fn metadata_auto_create(t: &mut Target, topic: &str) -> String {
+    let r = t
+        .client
+        .send(
+            MetadataRequest::default()
+                .with_topics(Some(vec![metadata_request::MetadataRequestTopic::default(
+                )
+                .with_name(Some(tn(topic)))]))
+                .with_allow_auto_topic_creation(true),
+        )
+        .expect("Metadata");
+    let code = r.topics[0].error_code;
+    if code == 29 {
+        return format!("code={code}");
+    }
+    // Kafka creates the topic asynchronously (answering LEADER_NOT_AVAILABLE or
+    // UNKNOWN_TOPIC_OR_PARTITION meanwhile); kmirror before answering. What counts is
+    // whether the topic comes to exist.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if t.admin.partition_info(topic, 0).is_ok() {
+            return "created".into();
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    format!("code={code}, not created")
+}
+
+fn metadata_auto_create_1(t: &mut Target) -> String {
+    metadata_auto_create(t, "auto1")
+}
+
+fn metadata_auto_create_2(t: &mut Target) -> String {
+    metadata_auto_create(t, "auto2")
+}
+
+fn metadata_auto_create_3(t: &mut Target) -> String {
+    metadata_auto_create(t, "auto3")
+}
+
+fn alter_scram(t: &mut Target) -> String {
+    let r = t
+        .client
+        .send(
+            AlterUserScramCredentialsRequest::default().with_deletions(vec![
+                alter_user_scram_credentials_request::ScramCredentialDeletion::default()
+                    .with_name(s("nobody"))
+                    .with_mechanism(2),
+            ]),
+        )
+        .expect("AlterUserScramCredentials");
+    format!("code={}", r.results[0].error_code)
+}
+
+fn describe_client_quotas(t: &mut Target) -> String {
+    let r = t
+        .client
+        .send(DescribeClientQuotasRequest::default())
+        .expect("DescribeClientQuotas");
+    format!("code={}", r.error_code)
+}
+
 const ROWS: &[Row] = &[
     Row {
         name: "Metadata named (Describe topic)",
@@ -1054,8 +1116,32 @@ const ROWS: &[Row] = &[
         grants: &[(TXN, "x2", WRITE), (GROUP, "g", READ), (TOPIC, "t", READ)],
         run: txn_offset_commit,
     },
+    Row {
+        name: "Metadata auto-create, Describe only",
+        grants: &[(TOPIC, "auto1", DESCRIBE)],
+        run: metadata_auto_create_1,
+    },
+    Row {
+        name: "Metadata auto-create (Describe + Create topic)",
+        grants: &[(TOPIC, "auto2", DESCRIBE), (TOPIC, "auto2", CREATE)],
+        run: metadata_auto_create_2,
+    },
+    Row {
+        name: "Metadata auto-create (Create cluster)",
+        grants: &[(TOPIC, "auto3", DESCRIBE), (CLUSTER, "", CREATE)],
+        run: metadata_auto_create_3,
+    },
+    Row {
+        name: "AlterUserScramCredentials (Alter cluster)",
+        grants: &[(CLUSTER, "", ALTER)],
+        run: alter_scram,
+    },
+    Row {
+        name: "DescribeClientQuotas (DescribeConfigs cluster)",
+        grants: &[(CLUSTER, "", DESCRIBE_CONFIGS)],
+        run: describe_client_quotas,
+    },
 ];
-
 /// Topics t (with a record), t2, del; groups g, g3, g4 with a committed offset.
 fn prepare(t: &mut Target) {
     for (name, n) in [("t", 1), ("t2", 1), ("del", 1)] {
@@ -1178,6 +1264,7 @@ fn kafka_target() -> (KafkaCluster, Target) {
                 user: SaslUser::new("admin", "admin-secret"),
             },
         }),
+        props: vec![("auto.create.topics.enable".into(), "true".into())],
         ..KafkaOptions::default()
     });
     let boot = kafka.secure_bootstrap();
@@ -1222,8 +1309,6 @@ fn kmirror_target() -> (KmirrorNode, Target) {
         &[
             "--cores",
             "1",
-            "--auto-create-topics",
-            "false",
             "--authorizer",
             "true",
             "--super-users",
