@@ -208,6 +208,20 @@ fn metadata_named(t: &mut Target) -> String {
     )
 }
 
+/// Metadata v8-v10 carry the cluster's authorized operations.
+fn metadata_cluster_ops(t: &mut Target) -> String {
+    let r = t
+        .client
+        .send_at(
+            MetadataRequest::default()
+                .with_topics(Some(Vec::new()))
+                .with_include_cluster_authorized_operations(true),
+            10,
+        )
+        .expect("Metadata v10");
+    format!("ops={}", r.cluster_authorized_operations)
+}
+
 fn metadata_all(t: &mut Target) -> String {
     let r = t
         .client
@@ -1140,6 +1154,16 @@ const ROWS: &[Row] = &[
         name: "DescribeClientQuotas (DescribeConfigs cluster)",
         grants: &[(CLUSTER, "", DESCRIBE_CONFIGS)],
         run: describe_client_quotas,
+    },
+    Row {
+        name: "Metadata v10 cluster ops (Describe cluster)",
+        grants: &[(CLUSTER, "", DESCRIBE)],
+        run: metadata_cluster_ops,
+    },
+    Row {
+        name: "Metadata v10 cluster ops (Alter cluster)",
+        grants: &[(CLUSTER, "", ALTER)],
+        run: metadata_cluster_ops,
     },
 ];
 /// Topics t (with a record), t2, del; groups g, g3, g4 with a committed offset.
