@@ -48,6 +48,12 @@ pub(crate) struct ServeConfig {
     pub mirror_version: i16,
     /// Ceiling on mirror fetch traffic for the whole broker, bytes/s (0 = unlimited).
     pub mirror_byte_rate: u64,
+    /// Enforce ACLs (Kafka's StandardAuthorizer semantics); false allows every request.
+    pub authorizer: bool,
+    /// Principals that bypass ACLs, semicolon-separated (`User:admin;User:ops`).
+    pub super_users: String,
+    /// Allow a request on a resource no ACL mentions (Kafka's allow.everyone.if.no.acl.found).
+    pub allow_everyone_if_no_acl_found: bool,
     /// SASL mechanisms offered on SASL_* listeners: any of SCRAM-SHA-512, SCRAM-SHA-256,
     /// PLAIN, OAUTHBEARER, comma-separated.
     pub sasl_mechanisms: String,
@@ -83,6 +89,9 @@ impl Default for ServeConfig {
             log_level: "info".into(),
             mirror_version: 1,
             mirror_byte_rate: 0,
+            authorizer: false,
+            super_users: String::new(),
+            allow_everyone_if_no_acl_found: false,
             sasl_mechanisms: "SCRAM-SHA-512,SCRAM-SHA-256".into(),
             sasl_oauthbearer_jwks_file: None,
             sasl_oauthbearer_expected_issuer: None,
@@ -182,7 +191,19 @@ impl ServeConfig {
             ));
         }
         self.sasl_config()?;
+        self.authz()?;
         Ok(())
+    }
+
+    /// The authorizer settings.
+    pub(crate) fn authz(&self) -> Result<kmirror_control::authz::AuthzConfig, ConfigError> {
+        use kmirror_control::authz::AuthzConfig;
+        Ok(AuthzConfig {
+            enabled: self.authorizer,
+            super_users: AuthzConfig::parse_super_users(&self.super_users)
+                .map_err(|e| ConfigError::Invalid(format!("super_users: {e}")))?,
+            allow_everyone_if_no_acl_found: self.allow_everyone_if_no_acl_found,
+        })
     }
 
     /// The SASL settings of the broker.
@@ -272,5 +293,10 @@ mod tests {
             .map(|m| m.name())
             .collect();
         assert_eq!(names, ["PLAIN", "SCRAM-SHA-256"]);
+        let c: ServeConfig = toml::from_str("authorizer = true\nsuper_users = \"admin\"").unwrap();
+        assert!(c.validate().is_err());
+        let c: ServeConfig =
+            toml::from_str("authorizer = true\nsuper_users = \"User:admin;User:ops\"").unwrap();
+        assert_eq!(c.authz().unwrap().super_users, ["User:admin", "User:ops"]);
     }
 }

@@ -55,6 +55,7 @@ impl Node {
                     pin: false,
                     ..EngineConfig::default()
                 },
+                authz: Default::default(),
                 sasl: Default::default(),
             },
             Some(mirror.clone()),

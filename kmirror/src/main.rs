@@ -97,6 +97,15 @@ pub(crate) struct ServeArgs {
     /// Mirror fetch byte-rate ceiling for the broker, bytes/s (0 = unlimited).
     #[arg(long)]
     pub mirror_byte_rate: Option<u64>,
+    /// Enforce ACLs (true|false).
+    #[arg(long)]
+    pub authorizer: Option<bool>,
+    /// Principals that bypass ACLs, semicolon-separated ('User:admin;User:ops').
+    #[arg(long)]
+    pub super_users: Option<String>,
+    /// Allow requests on resources no ACL mentions (true|false).
+    #[arg(long)]
+    pub allow_everyone_if_no_acl_found: Option<bool>,
     /// SASL mechanisms for SASL_* listeners (SCRAM-SHA-512,SCRAM-SHA-256,PLAIN,OAUTHBEARER).
     #[arg(long)]
     pub sasl_mechanisms: Option<String>,

@@ -72,6 +72,15 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.mirror_byte_rate {
         c.mirror_byte_rate = v;
     }
+    if let Some(v) = args.authorizer {
+        c.authorizer = v;
+    }
+    if let Some(v) = args.super_users {
+        c.super_users = v;
+    }
+    if let Some(v) = args.allow_everyone_if_no_acl_found {
+        c.allow_everyone_if_no_acl_found = v;
+    }
     if let Some(v) = args.sasl_mechanisms {
         c.sasl_mechanisms = v;
     }
@@ -127,6 +136,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             auto_create_topics: c.auto_create_topics,
             default_partitions: c.num_partitions,
             engine,
+            authz: c.authz()?,
             sasl: c.sasl_config()?,
         },
         Some(mirror.clone()),

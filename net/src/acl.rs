@@ -1,12 +1,15 @@
 //! CreateAcls / DescribeAcls / DeleteAcls over the broker's durable [`AclStore`].
 //!
-//! One store per data directory, shared by every core and the mirror control thread (the
-//! ACL sync), behind a mutex: ACL changes are rare admin operations, so serializing them
-//! (including their fsync) is simpler than routing them through a control thread.
+//! One [`AclRegistry`] per data directory, shared by every core and the mirror control thread
+//! (the ACL sync). Changes are serialized behind a mutex (they are rare admin operations) and
+//! run on a blocking thread, never on an engine core: the store fsyncs. Every change publishes
+//! an immutable [`AclSnapshot`] that DescribeAcls and the authorizer read without a lock.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
 
 use kafka_protocol::messages::create_acls_response::AclCreationResult;
 use kafka_protocol::messages::delete_acls_response::{
@@ -19,10 +22,52 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kmirror_control::acl::{AclBinding, AclError, AclFilter, AclStore};
+use kmirror_control::authz::AclSnapshot;
 
 use crate::errors;
 
-pub type SharedAcls = Arc<Mutex<AclStore>>;
+/// The durable store plus its published snapshot.
+#[derive(Debug)]
+pub struct AclRegistry {
+    store: Mutex<AclStore>,
+    snapshot: ArcSwap<AclSnapshot>,
+    all: ArcSwap<Vec<AclBinding>>,
+}
+
+impl AclRegistry {
+    fn new(store: AclStore) -> AclRegistry {
+        let all = store.all();
+        AclRegistry {
+            snapshot: ArcSwap::from_pointee(AclSnapshot::new(all.iter().cloned())),
+            all: ArcSwap::from_pointee(all),
+            store: Mutex::new(store),
+        }
+    }
+
+    /// The ACLs as of the last completed change (lock-free).
+    pub fn snapshot(&self) -> Arc<AclSnapshot> {
+        self.snapshot.load_full()
+    }
+
+    /// Every binding as of the last completed change (lock-free).
+    pub fn all(&self) -> Arc<Vec<AclBinding>> {
+        self.all.load_full()
+    }
+
+    /// Runs `f` on the store under its lock (it may persist: call from a blocking context),
+    /// then publishes the new snapshot.
+    pub fn mutate<R>(&self, f: impl FnOnce(&mut AclStore) -> R) -> R {
+        let mut st = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        let r = f(&mut st);
+        let all = st.all();
+        self.snapshot
+            .store(Arc::new(AclSnapshot::new(all.iter().cloned())));
+        self.all.store(Arc::new(all));
+        r
+    }
+}
+
+pub type SharedAcls = Arc<AclRegistry>;
 
 /// The ACL store of the broker whose data directory is `dir` (opened on first use).
 pub fn store_for(dir: &Path) -> Result<SharedAcls, AclError> {
@@ -34,7 +79,7 @@ pub fn store_for(dir: &Path) -> Result<SharedAcls, AclError> {
     if let Some(s) = map.get(dir) {
         return Ok(s.clone());
     }
-    let s = Arc::new(Mutex::new(AclStore::open(dir)?));
+    let s = Arc::new(AclRegistry::new(AclStore::open(dir)?));
     map.insert(dir.to_path_buf(), s.clone());
     Ok(s)
 }
@@ -47,7 +92,8 @@ fn err_parts(e: &AclError) -> (i16, Option<StrBytes>) {
     (errors::acl_error_code(e), Some(s(&e.to_string())))
 }
 
-pub fn create_acls(dir: &Path, req: CreateAclsRequest) -> CreateAclsResponse {
+/// CreateAcls; the store's fsync runs on a blocking thread, off the engine core.
+pub async fn create_acls(dir: &Path, req: CreateAclsRequest) -> CreateAclsResponse {
     let bindings: Vec<AclBinding> = req
         .creations
         .iter()
@@ -62,10 +108,12 @@ pub fn create_acls(dir: &Path, req: CreateAclsRequest) -> CreateAclsResponse {
         })
         .collect();
     let results: Vec<Result<(), AclError>> = match store_for(dir) {
-        Ok(st) => st
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .create(&bindings),
+        Ok(st) => {
+            let b = bindings.clone();
+            glommio::executor()
+                .spawn_blocking(move || st.mutate(|s| s.create(&b)))
+                .await
+        }
         Err(e) => {
             let m = e.to_string();
             bindings
@@ -119,8 +167,15 @@ pub fn describe_acls(dir: &Path, req: DescribeAclsRequest) -> DescribeAclsRespon
         req.operation,
         req.permission_type,
     );
-    let found =
-        store_for(dir).and_then(|st| st.lock().unwrap_or_else(|p| p.into_inner()).describe(&f));
+    let found = f.validate().and_then(|()| {
+        store_for(dir).map(|st| {
+            st.all()
+                .iter()
+                .filter(|b| f.matches(b))
+                .cloned()
+                .collect::<Vec<_>>()
+        })
+    });
     match found {
         Err(e) => {
             let (c, m) = err_parts(&e);
@@ -157,7 +212,8 @@ pub fn describe_acls(dir: &Path, req: DescribeAclsRequest) -> DescribeAclsRespon
     }
 }
 
-pub fn delete_acls(dir: &Path, req: DeleteAclsRequest) -> DeleteAclsResponse {
+/// DeleteAcls; the store's fsync runs on a blocking thread, off the engine core.
+pub async fn delete_acls(dir: &Path, req: DeleteAclsRequest) -> DeleteAclsResponse {
     let filters: Vec<AclFilter> = req
         .filters
         .iter()
@@ -174,10 +230,12 @@ pub fn delete_acls(dir: &Path, req: DeleteAclsRequest) -> DeleteAclsResponse {
         })
         .collect();
     let results = match store_for(dir) {
-        Ok(st) => st
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .delete(&filters),
+        Ok(st) => {
+            let f = filters.clone();
+            glommio::executor()
+                .spawn_blocking(move || st.mutate(|s| s.delete(&f)))
+                .await
+        }
         Err(e) => {
             let m = e.to_string();
             filters
@@ -212,4 +270,29 @@ pub fn delete_acls(dir: &Path, req: DeleteAclsRequest) -> DeleteAclsResponse {
         })
         .collect();
     DeleteAclsResponse::default().with_filter_results(filter_results)
+}
+
+/// CreateAcls refused as a whole (the principal may not alter the cluster).
+pub fn create_acls_refused(req: &CreateAclsRequest, code: i16) -> CreateAclsResponse {
+    CreateAclsResponse::default().with_results(
+        req.creations
+            .iter()
+            .map(|_| AclCreationResult::default().with_error_code(code))
+            .collect(),
+    )
+}
+
+/// DescribeAcls refused (the principal may not describe the cluster).
+pub fn describe_acls_refused(code: i16) -> DescribeAclsResponse {
+    DescribeAclsResponse::default().with_error_code(code)
+}
+
+/// DeleteAcls refused as a whole (the principal may not alter the cluster).
+pub fn delete_acls_refused(req: &DeleteAclsRequest, code: i16) -> DeleteAclsResponse {
+    DeleteAclsResponse::default().with_filter_results(
+        req.filters
+            .iter()
+            .map(|_| DeleteAclsFilterResult::default().with_error_code(code))
+            .collect(),
+    )
 }

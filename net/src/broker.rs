@@ -73,6 +73,7 @@ pub struct Broker {
     pub groups: Option<GroupsService>,
     pub extension: Option<Arc<dyn ExtensionApis>>,
     pub metrics: crate::metrics::NetMetrics,
+    pub authz: crate::authz::Authz,
     /// SASL settings and the SCRAM credential store.
     pub sasl: Arc<crate::sasl::Sasl>,
 }

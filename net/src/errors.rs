@@ -58,6 +58,18 @@ pub fn acl_error_code(e: &kmirror_control::acl::AclError) -> i16 {
     }
 }
 
+/// The authorization-failed code of a resource type (Kafka's `AclEntry.authorizationError`).
+pub fn authorization_failed(resource_type: i8) -> i16 {
+    use kmirror_control::authz::resource as R;
+    match resource_type {
+        R::TOPIC => E::TopicAuthorizationFailed.code(),
+        R::GROUP => E::GroupAuthorizationFailed.code(),
+        R::TRANSACTIONAL_ID => E::TransactionalIdAuthorizationFailed.code(),
+        R::DELEGATION_TOKEN => E::DelegationTokenAuthorizationFailed.code(),
+        _ => E::ClusterAuthorizationFailed.code(),
+    }
+}
+
 pub fn scram_error_code(e: &kmirror_control::scram::ScramError) -> i16 {
     use kmirror_control::scram::ScramError as S;
     match e {

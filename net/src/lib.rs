@@ -1,7 +1,7 @@
 //! kmirror-net: the Kafka protocol server (and, in the mirror modules, the client side).
 //!
 //! Owns: framing with the size check before allocation (`frame`), the ACL APIs over the
-//! durable store (`acl`), the served API table and
+//! durable store (`acl`), the per-API authorization table (`authz`), the served API table and
 //! ApiVersions with KIP-511 fallback (`versions`), the listener list (`listeners`: several
 //! `PROTOCOL://HOST:PORT`, each advertised to the clients that use it), TLS and certificate
 //! principals (`tls`), SASL authentication and the SCRAM credential APIs (`sasl`), the
@@ -19,6 +19,7 @@
 //! comes from `errors`.
 
 pub mod acl;
+pub mod authz;
 pub mod broker;
 pub mod client;
 pub mod client_security;
@@ -71,6 +72,8 @@ pub enum NetError {
     Groups(#[from] groups::GroupsError),
     #[error("i/o: {0}")]
     Io(#[from] std::io::Error),
+    #[error("ACL store: {0}")]
+    Acls(String),
     #[error("SASL: {0}")]
     Sasl(#[from] sasl::SaslError),
     #[error("listener {listener}: {reason}")]
@@ -91,6 +94,8 @@ pub struct ServerConfig {
     pub auto_create_topics: bool,
     pub default_partitions: i32,
     pub engine: EngineConfig,
+    /// `authorizer`, `super_users`, `allow_everyone_if_no_acl_found`.
+    pub authz: kmirror_control::authz::AuthzConfig,
     /// SASL mechanisms, OAUTHBEARER validation, re-authentication.
     pub sasl: sasl::SaslConfig,
 }
@@ -211,6 +216,10 @@ pub fn start(
         groups: Some(groups),
         extension,
         metrics: Default::default(),
+        authz: authz::Authz::new(
+            cfg.authz.clone(),
+            acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?,
+        ),
         sasl,
     });
     // Every core binds every listener (SO_REUSEPORT) and serves each with its protocol.

@@ -98,6 +98,8 @@ struct SourceSnapshot {
 /// The broker's mirroring: pass it to [`crate::start`] as the extension.
 pub struct MirrorBroker {
     tx: flume::Sender<Msg>,
+    /// Set when the broker starts: the authorizer the mirror APIs are checked against.
+    broker: std::sync::OnceLock<Arc<Broker>>,
     pending: Mutex<Option<(flume::Receiver<Msg>, MirrorService, MirrorSettings)>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -114,6 +116,7 @@ impl MirrorBroker {
         let (tx, rx) = flume::unbounded();
         Ok(Arc::new(MirrorBroker {
             tx,
+            broker: std::sync::OnceLock::new(),
             pending: Mutex::new(Some((rx, service, settings))),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             thread: Mutex::new(None),
@@ -141,10 +144,15 @@ impl ExtensionApis for MirrorBroker {
 
     fn handle(
         &self,
-        _session: &crate::session::Session,
-        _api_key: i16,
+        session: &crate::session::Session,
+        api_key: i16,
         frame: Bytes,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
+        if let Some(refused) = self.broker.get().and_then(|b| {
+            crate::authz::refuse_mirror_api(&b.authz.access(session), api_key, &frame)
+        }) {
+            return Box::pin(async move { Some(refused) });
+        }
         let (rtx, rrx) = flume::bounded(1);
         let sent = self.tx.send(Msg::Request(frame, rtx)).is_ok();
         Box::pin(async move {
@@ -156,6 +164,7 @@ impl ExtensionApis for MirrorBroker {
     }
 
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
+        let _ = self.broker.set(broker.clone());
         let Some((rx, service, settings)) = self
             .pending
             .lock()
@@ -1138,9 +1147,17 @@ impl Control {
         def: &MirrorDefinition,
         source: &[kmirror_control::mirror::AclBinding],
     ) -> Result<(), String> {
-        let store =
+        let registry =
             crate::acl::store_for(&self.host.broker.config.data_dir).map_err(|e| e.to_string())?;
-        let mut store = store.lock().unwrap_or_else(|p| p.into_inner());
+        // Every change publishes a new snapshot, so the authorizer sees synced ACLs at once.
+        registry.mutate(|store| Self::apply_acl_plan(def, source, store))
+    }
+
+    fn apply_acl_plan(
+        def: &MirrorDefinition,
+        source: &[kmirror_control::mirror::AclBinding],
+        store: &mut kmirror_control::acl::AclStore,
+    ) -> Result<(), String> {
         let plan = kmirror_control::mirror::plan_acl_sync(def, source, &store.all())
             .map_err(|e| e.to_string())?;
         if !plan.create.is_empty() {

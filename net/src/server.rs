@@ -25,7 +25,7 @@ use crate::broker::Ctx;
 use crate::frame::{header_prefix, read_frame, FrameError};
 use crate::sasl::{ConnAuth, Gate};
 use crate::session::{Principal, SecurityProtocol, Session};
-use crate::{handlers, versions};
+use crate::{authz, handlers, versions};
 
 /// How long shutdown waits for connections to finish their in-flight request.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
@@ -406,69 +406,92 @@ async fn dispatch(
     req: RequestKind,
 ) -> Result<Option<ResponseKind>, ConnError> {
     let v = header.request_api_version;
-    // Authorization reads the principal; until it is enforced the session is only carried.
-    let _ = session;
+    let access = ctx.broker.authz.access(session);
+    let access = &access;
     let resp = match req {
         RequestKind::ApiVersions(_) => {
             ResponseKind::ApiVersions(versions::api_versions_response(0, &extension_versions(ctx)))
         }
         RequestKind::Metadata(r) => {
-            ResponseKind::Metadata(handlers::metadata::metadata(ctx, session, v, r).await)
+            ResponseKind::Metadata(handlers::metadata::metadata(ctx, session, access, v, r).await)
         }
-        RequestKind::Produce(r) => match handlers::produce::produce(ctx, v, r).await {
+        RequestKind::Produce(r) => match handlers::produce::produce(ctx, access, v, r).await {
             Some(r) => ResponseKind::Produce(r),
             None => return Ok(None),
         },
-        RequestKind::Fetch(r) => ResponseKind::Fetch(handlers::fetch::fetch(ctx, v, r).await),
+        RequestKind::Fetch(r) => {
+            ResponseKind::Fetch(handlers::fetch::fetch(ctx, access, v, r).await)
+        }
         RequestKind::ListOffsets(r) => {
-            ResponseKind::ListOffsets(handlers::offsets::list_offsets(ctx, v, r).await)
+            ResponseKind::ListOffsets(handlers::offsets::list_offsets(ctx, access, v, r).await)
         }
         RequestKind::OffsetForLeaderEpoch(r) => ResponseKind::OffsetForLeaderEpoch(
-            handlers::offsets::offset_for_leader_epoch(ctx, v, r).await,
+            handlers::offsets::offset_for_leader_epoch(ctx, access, v, r).await,
         ),
         RequestKind::DeleteRecords(r) => {
-            ResponseKind::DeleteRecords(handlers::offsets::delete_records(ctx, v, r).await)
+            ResponseKind::DeleteRecords(handlers::offsets::delete_records(ctx, access, v, r).await)
         }
         RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(handlers::admin::create_topics(ctx, v, r).await)
+            ResponseKind::CreateTopics(handlers::admin::create_topics(ctx, access, v, r).await)
         }
         RequestKind::DeleteTopics(r) => {
-            ResponseKind::DeleteTopics(handlers::admin::delete_topics(ctx, v, r).await)
+            ResponseKind::DeleteTopics(handlers::admin::delete_topics(ctx, access, v, r).await)
         }
-        RequestKind::CreatePartitions(r) => {
-            ResponseKind::CreatePartitions(handlers::admin::create_partitions(ctx, v, r).await)
-        }
-        RequestKind::DescribeCluster(r) => {
-            ResponseKind::DescribeCluster(handlers::admin::describe_cluster(ctx, session, v, r))
-        }
+        RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(
+            handlers::admin::create_partitions(ctx, access, v, r).await,
+        ),
+        RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(
+            handlers::admin::describe_cluster(ctx, session, access, v, r),
+        ),
         RequestKind::DescribeConfigs(r) => {
-            ResponseKind::DescribeConfigs(handlers::configs::describe_configs(ctx, v, r))
+            ResponseKind::DescribeConfigs(handlers::configs::describe_configs(ctx, access, v, r))
         }
         RequestKind::AlterConfigs(r) => {
-            ResponseKind::AlterConfigs(handlers::configs::alter_configs(ctx, v, r).await)
+            ResponseKind::AlterConfigs(handlers::configs::alter_configs(ctx, access, v, r).await)
         }
         RequestKind::CreateAcls(r) => {
-            ResponseKind::CreateAcls(crate::acl::create_acls(&ctx.broker.config.data_dir, r))
+            ResponseKind::CreateAcls(match access.check_cluster(authz::table::CREATE_ACLS) {
+                Ok(()) => crate::acl::create_acls(&ctx.broker.config.data_dir, r).await,
+                Err(code) => crate::acl::create_acls_refused(&r, code),
+            })
         }
         RequestKind::DescribeAcls(r) => {
-            ResponseKind::DescribeAcls(crate::acl::describe_acls(&ctx.broker.config.data_dir, r))
+            ResponseKind::DescribeAcls(match access.check_cluster(authz::table::DESCRIBE_ACLS) {
+                Ok(()) => crate::acl::describe_acls(&ctx.broker.config.data_dir, r),
+                Err(code) => crate::acl::describe_acls_refused(code),
+            })
         }
         RequestKind::DeleteAcls(r) => {
-            ResponseKind::DeleteAcls(crate::acl::delete_acls(&ctx.broker.config.data_dir, r))
+            ResponseKind::DeleteAcls(match access.check_cluster(authz::table::DELETE_ACLS) {
+                Ok(()) => crate::acl::delete_acls(&ctx.broker.config.data_dir, r).await,
+                Err(code) => crate::acl::delete_acls_refused(&r, code),
+            })
         }
-        RequestKind::DescribeClientQuotas(r) => {
-            ResponseKind::DescribeClientQuotas(crate::sasl::credentials::describe_client_quotas(r))
-        }
-        RequestKind::DescribeUserScramCredentials(r) => {
-            ResponseKind::DescribeUserScramCredentials(crate::sasl::credentials::describe(ctx, r))
-        }
-        RequestKind::AlterUserScramCredentials(r) => {
-            ResponseKind::AlterUserScramCredentials(crate::sasl::credentials::alter(ctx, r).await)
-        }
+        RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
+            match access.check_cluster(authz::table::DESCRIBE_CLIENT_QUOTAS) {
+                Ok(()) => crate::sasl::credentials::describe_client_quotas(r),
+                Err(code) => authz::describe_client_quotas_refused(code),
+            },
+        ),
+        RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(
+            match access.check_cluster(authz::table::DESCRIBE_SCRAM) {
+                Ok(()) => crate::sasl::credentials::describe(ctx, r),
+                Err(code) => authz::describe_scram_refused(code),
+            },
+        ),
+        RequestKind::AlterUserScramCredentials(r) => ResponseKind::AlterUserScramCredentials(
+            match access.check_cluster(authz::table::ALTER_SCRAM) {
+                Ok(()) => crate::sasl::credentials::alter(ctx, r).await,
+                Err(code) => authz::alter_scram_refused(&r, code),
+            },
+        ),
         RequestKind::IncrementalAlterConfigs(r) => ResponseKind::IncrementalAlterConfigs(
-            handlers::configs::incremental_alter_configs(ctx, v, r).await,
+            handlers::configs::incremental_alter_configs(ctx, access, v, r).await,
         ),
         RequestKind::AddPartitionsToTxn(r) => {
+            if let Some(resp) = handlers::txn::refuse_unauthorized(access, v, &r) {
+                return Ok(Some(resp));
+            }
             let (refused, rest) = handlers::txn::refuse_mirror_partitions(&ctx.meta(), v, r);
             let forwarded = match rest {
                 Some(r) => Some(
@@ -487,10 +510,13 @@ async fn dispatch(
                 (None, None) => unreachable!("the request is refused or forwarded"),
             }
         }
-        req if versions::is_group_api(api_key) => {
-            let resp = group_request(ctx, api_key, header, req).await?;
-            advertise_coordinator(ctx, session, resp)
-        }
+        req if versions::is_group_api(api_key) => match authz::before_group_api(access, v, req) {
+            Err(refused) => refused,
+            Ok((req, patch)) => {
+                let resp = group_request(ctx, api_key, header, req).await?;
+                authz::after_group_api(access, patch, advertise_coordinator(ctx, session, resp))
+            }
+        },
         _ => return Err(ConnError::Protocol(format!("{api_key:?} is not handled"))),
     };
     Ok(Some(resp))

@@ -27,6 +27,7 @@ fn start(dir: &std::path::Path) -> RunningBroker {
                 pin: false,
                 ..EngineConfig::default()
             },
+            authz: Default::default(),
             sasl: Default::default(),
         },
         None,

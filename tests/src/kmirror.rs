@@ -107,6 +107,11 @@ impl KmirrorNode {
             .collect();
     }
 
+    /// Replaces the extra `serve` arguments of the next start.
+    pub fn set_extra(&mut self, extra: &[&str]) {
+        self.extra = extra.iter().map(|s| s.to_string()).collect();
+    }
+
     /// `127.0.0.1:PORT`.
     pub fn addr(&self) -> String {
         format!("127.0.0.1:{}", self.port)

@@ -78,6 +78,61 @@ impl WireClient {
             addr: addr.into(),
             source,
         })?;
+        Self::over(addr, stream)
+    }
+
+    /// Connects from the local address `local_ip` (any 127.x.y.z on loopback), so a broker
+    /// sees a distinct peer host: ACLs can then tell two plaintext clients apart.
+    pub fn connect_from(addr: &str, local_ip: std::net::IpAddr) -> Result<Self> {
+        let io = |source| WireError::Io {
+            addr: addr.into(),
+            source,
+        };
+        let target: std::net::SocketAddr = addr
+            .parse()
+            .map_err(|e| WireError::Codec(format!("address {addr}: {e}")))?;
+        let sock = socket2::Socket::new(
+            socket2::Domain::for_address(target),
+            socket2::Type::STREAM,
+            None,
+        )
+        .map_err(io)?;
+        sock.bind(&std::net::SocketAddr::new(local_ip, 0).into())
+            .map_err(io)?;
+        sock.connect(&target.into()).map_err(io)?;
+        Self::over(addr, sock.into())
+    }
+
+    /// Connects, negotiates versions, then authenticates with SASL/PLAIN (SaslHandshake v1,
+    /// SaslAuthenticate): the principal is `User:<user>`.
+    pub fn connect_sasl_plain(addr: &str, user: &str, password: &str) -> Result<Self> {
+        let mut c = Self::connect(addr)?;
+        let hs = c.send_at(
+            SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+            1,
+        )?;
+        if hs.error_code != 0 {
+            return Err(WireError::Broker {
+                what: "SaslHandshake PLAIN".into(),
+                code: hs.error_code,
+            });
+        }
+        let token = format!("\0{user}\0{password}");
+        let v = c.version_of::<SaslAuthenticateRequest>()?;
+        let auth = c.send_at(
+            SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from(token.into_bytes())),
+            v,
+        )?;
+        if auth.error_code != 0 {
+            return Err(WireError::Broker {
+                what: format!("SaslAuthenticate PLAIN as {user}"),
+                code: auth.error_code,
+            });
+        }
+        Ok(c)
+    }
+
+    fn over(addr: &str, stream: TcpStream) -> Result<Self> {
         stream.set_nodelay(true).ok();
         stream.set_read_timeout(Some(Duration::from_secs(30))).ok();
         let mut c = WireClient {

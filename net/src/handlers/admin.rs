@@ -16,19 +16,28 @@ use kmirror_control::metadata::topic_config;
 use uuid::Uuid;
 
 use super::{broker, s, topic_name, NO_AUTHORIZED_OPS};
+use crate::authz::{table, Access, CLUSTER_NAME};
 use crate::broker::{Ctx, ItemError};
 use crate::errors;
 
 pub async fn create_topics(
     ctx: &Ctx,
+    access: &Access<'_>,
     _version: i16,
     req: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
     let node = ctx.node_id();
+    // CREATE on the cluster covers every topic; otherwise CREATE on each topic.
+    let cluster_create = access.allows_cluster(table::CREATE_CLUSTER);
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.to_string();
         let r: Result<_, ItemError> = async {
+            if !cluster_create {
+                access
+                    .check(table::CREATE_TOPIC, &name)
+                    .map_err(|c| (c, "Authorization failed.".to_string()))?;
+            }
             if t.replication_factor != -1 && t.replication_factor != 1 {
                 return Err((
                     E::InvalidReplicationFactor.code(),
@@ -71,6 +80,17 @@ pub async fn create_topics(
         }
         .await;
         results.push(match r {
+            // Configs are returned only to a principal that may describe them.
+            Ok(meta) if !access.allows(table::DESCRIBE_CONFIGS_TOPIC, &name) => {
+                CreatableTopicResult::default()
+                    .with_name(topic_name(&name))
+                    .with_topic_id(meta.id)
+                    .with_num_partitions(meta.partition_count())
+                    .with_replication_factor(1)
+                    .with_topic_config_error_code(errors::authorization_failed(
+                        kmirror_control::authz::resource::TOPIC,
+                    ))
+            }
             Ok(meta) => {
                 let configs = topic_config::KNOWN
                     .iter()
@@ -101,6 +121,7 @@ pub async fn create_topics(
 
 pub async fn delete_topics(
     ctx: &Ctx,
+    access: &Access<'_>,
     version: i16,
     req: DeleteTopicsRequest,
 ) -> DeleteTopicsResponse {
@@ -130,6 +151,16 @@ pub async fn delete_topics(
             );
             continue;
         };
+        if let Err(code) = access.check(table::DELETE_TOPICS, &n) {
+            results.push(
+                DeletableTopicResult::default()
+                    .with_name(name.map(|n| topic_name(&n)))
+                    .with_topic_id(id)
+                    .with_error_code(code)
+                    .with_error_message(Some(s("Authorization failed."))),
+            );
+            continue;
+        }
         results.push(match ctx.delete_topic(n.clone()).await {
             Ok(t) => DeletableTopicResult::default()
                 .with_name(Some(topic_name(&n)))
@@ -146,6 +177,7 @@ pub async fn delete_topics(
 
 pub async fn create_partitions(
     ctx: &Ctx,
+    access: &Access<'_>,
     _version: i16,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
@@ -154,6 +186,9 @@ pub async fn create_partitions(
     for t in req.topics {
         let name = t.name.to_string();
         let r: Result<(), ItemError> = async {
+            access
+                .check(table::CREATE_PARTITIONS, &name)
+                .map_err(|c| (c, "Authorization failed.".to_string()))?;
             if let Some(a) = &t.assignments {
                 if a.iter()
                     .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node)
@@ -210,6 +245,7 @@ pub async fn create_partitions(
 pub fn describe_cluster(
     ctx: &Ctx,
     session: &crate::session::Session,
+    access: &Access<'_>,
     _version: i16,
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
@@ -224,7 +260,10 @@ pub fn describe_cluster(
             .with_broker_id(broker(cfg.node_id))
             .with_host(s(host))
             .with_port(port)])
-        .with_cluster_authorized_operations(NO_AUTHORIZED_OPS);
+        .with_cluster_authorized_operations(cluster_operations(
+            access,
+            req.include_cluster_authorized_operations,
+        ));
     // Endpoint type 2 asks for controllers; we are our own controller.
     if req.endpoint_type != 1 && req.endpoint_type != 2 {
         resp = resp
@@ -232,4 +271,16 @@ pub fn describe_cluster(
             .with_error_message(Some(s("unknown endpoint type")));
     }
     resp
+}
+
+/// The cluster's authorized operations, as Kafka reports them in DescribeCluster and
+/// Metadata: the sentinel when not asked, 0 without DESCRIBE on the cluster.
+pub(crate) fn cluster_operations(access: &Access<'_>, asked: bool) -> i32 {
+    if !asked {
+        NO_AUTHORIZED_OPS
+    } else if access.allows_cluster(table::DESCRIBE_CLUSTER) {
+        access.authorized_operations(kmirror_control::authz::resource::CLUSTER, CLUSTER_NAME)
+    } else {
+        0
+    }
 }

@@ -15,12 +15,14 @@ use kafka_protocol::ResponseError as E;
 use kmirror_control::metadata::{topic_config, ConfigOp, TopicMeta};
 
 use super::s;
+use crate::authz::{table, Access, CLUSTER_NAME};
 use crate::broker::{Ctx, ItemError};
 use crate::errors;
 
 const TOPIC: i8 = 2;
 const BROKER: i8 = 4;
 const BROKER_LOGGER: i8 = 8;
+const GROUP: i8 = 32;
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
@@ -47,8 +49,23 @@ fn broker_configs(ctx: &Ctx) -> Vec<(&'static str, String)> {
     ]
 }
 
+/// The authorization a config resource needs (config resource types are not ACL resource
+/// types): topics on the topic, groups on the group, the rest on the cluster.
+fn config_denied(access: &Access<'_>, resource_type: i8, name: &str, alter: bool) -> Option<i16> {
+    let (need, name) = match (resource_type, alter) {
+        (TOPIC, false) => (table::DESCRIBE_CONFIGS_TOPIC, name),
+        (TOPIC, true) => (table::ALTER_CONFIGS_TOPIC, name),
+        (GROUP, false) => (table::DESCRIBE_CONFIGS_GROUP, name),
+        (GROUP, true) => (table::ALTER_CONFIGS_GROUP, name),
+        (_, false) => (table::DESCRIBE_CONFIGS_CLUSTER, CLUSTER_NAME),
+        (_, true) => (table::ALTER_CONFIGS_CLUSTER, CLUSTER_NAME),
+    };
+    access.check(need, name).err()
+}
+
 pub fn describe_configs(
     ctx: &Ctx,
+    access: &Access<'_>,
     version: i16,
     req: DescribeConfigsRequest,
 ) -> DescribeConfigsResponse {
@@ -56,6 +73,16 @@ pub fn describe_configs(
     let mut results = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         let name = r.resource_name.to_string();
+        if let Some(code) = config_denied(access, r.resource_type, &name, false) {
+            results.push(
+                DescribeConfigsResult::default()
+                    .with_resource_type(r.resource_type)
+                    .with_resource_name(r.resource_name)
+                    .with_error_code(code)
+                    .with_error_message(Some(s("Authorization failed."))),
+            );
+            continue;
+        }
         // Null (or, leniently, an empty list) means every config.
         let keys: Option<Vec<String>> = r
             .configuration_keys
@@ -196,13 +223,19 @@ fn static_broker_error() -> ItemError {
 
 pub async fn alter_configs(
     ctx: &Ctx,
+    access: &Access<'_>,
     _version: i16,
     req: AlterConfigsRequest,
 ) -> AlterConfigsResponse {
     let mut out = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         let name = r.resource_name.to_string();
+        let denied = config_denied(access, r.resource_type, &name, true);
         let res = match r.resource_type {
+            _ if denied.is_some() => Err((
+                denied.unwrap_or_default(),
+                "Authorization failed.".to_string(),
+            )),
             TOPIC => {
                 let map = r
                     .configs
@@ -230,13 +263,19 @@ pub async fn alter_configs(
 
 pub async fn incremental_alter_configs(
     ctx: &Ctx,
+    access: &Access<'_>,
     _version: i16,
     req: IncrementalAlterConfigsRequest,
 ) -> IncrementalAlterConfigsResponse {
     let mut out = Vec::with_capacity(req.resources.len());
     for r in req.resources {
         let name = r.resource_name.to_string();
+        let denied = config_denied(access, r.resource_type, &name, true);
         let res = match r.resource_type {
+            _ if denied.is_some() => Err((
+                denied.unwrap_or_default(),
+                "Authorization failed.".to_string(),
+            )),
             TOPIC => {
                 let mut ops = Vec::new();
                 let mut bad = None;

@@ -13,6 +13,7 @@ use kmirror_types::{Offset, TopicPartition};
 use uuid::Uuid;
 
 use super::{broker, topic_name};
+use crate::authz::{table, Access};
 use crate::broker::Ctx;
 use crate::errors;
 
@@ -20,6 +21,7 @@ use crate::errors;
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
 
 struct Want {
+    denied: Option<i16>,
     topic: String,
     partition: i32,
     fetch_offset: i64,
@@ -122,7 +124,7 @@ async fn read_all(
     let mut pending: Vec<Result<Pending<Result<Got, EngineError>>, EngineError>> =
         Vec::with_capacity(wants.len());
     for w in wants {
-        if w.topic.is_empty() {
+        if w.topic.is_empty() || w.denied.is_some() {
             pending.push(Err(EngineError::ShuttingDown)); // placeholder, replaced below
             continue;
         }
@@ -139,6 +141,10 @@ async fn read_all(
     }
     let mut out = Vec::with_capacity(wants.len());
     for (w, p) in wants.iter().zip(pending) {
+        if let Some(code) = w.denied {
+            out.push(Got::error(code));
+            continue;
+        }
         if w.topic.is_empty() {
             out.push(Got::error(E::UnknownTopicId.code()));
             continue;
@@ -155,7 +161,12 @@ async fn read_all(
     out
 }
 
-pub async fn fetch(ctx: &Ctx, version: i16, req: FetchRequest) -> FetchResponse {
+pub async fn fetch(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    version: i16,
+    req: FetchRequest,
+) -> FetchResponse {
     let meta = ctx.meta();
     let read_committed = req.isolation_level == 1;
     // Resolve names (topic IDs from v13) and keep the request's topic grouping.
@@ -170,8 +181,15 @@ pub async fn fetch(ctx: &Ctx, version: i16, req: FetchRequest) -> FetchResponse 
                 .map(|m| m.name.clone())
                 .or_else(|| Some(t.topic.to_string()))
         };
+        // Unauthorized topics are answered TOPIC_AUTHORIZATION_FAILED without a read.
+        let denied = match &name {
+            Some(n) if version >= 13 => access.check(table::FETCH, n).err(),
+            _ if version >= 13 => None,
+            _ => access.check(table::FETCH, t.topic.as_str()).err(),
+        };
         for p in &t.partitions {
             wants.push(Want {
+                denied,
                 topic: name.clone().unwrap_or_default(),
                 partition: p.partition,
                 fetch_offset: p.fetch_offset,
@@ -193,7 +211,11 @@ pub async fn fetch(ctx: &Ctx, version: i16, req: FetchRequest) -> FetchResponse 
     let mut got = loop {
         let got = read_all(ctx, &wants, read_committed, waiting_allowed.then_some(&wtx)).await;
         let bytes: usize = got.iter().map(|g| g.records.len()).sum();
-        let any_error = got.iter().any(|g| g.error != 0);
+        // A refused partition does not end the wait for the others (it never changes).
+        let any_error = got
+            .iter()
+            .zip(&wants)
+            .any(|(g, w)| g.error != 0 && w.denied.is_none());
         let now = Instant::now();
         if !waiting_allowed
             || bytes >= min_bytes

@@ -7,6 +7,7 @@ use kmirror_control::metadata::TopicMeta;
 use uuid::Uuid;
 
 use super::{broker, s, topic_name, NO_AUTHORIZED_OPS};
+use crate::authz::{table, Access};
 use crate::broker::Ctx;
 use crate::session::Session;
 
@@ -14,6 +15,7 @@ use crate::session::Session;
 pub async fn metadata(
     ctx: &Ctx,
     session: &Session,
+    access: &Access<'_>,
     version: i16,
     req: MetadataRequest,
 ) -> MetadataResponse {
@@ -30,8 +32,18 @@ pub async fn metadata(
     match wanted {
         None => {
             let meta = ctx.meta();
-            for t in meta.topics.values() {
-                topics.push(topic_entry(ctx, t, req.include_topic_authorized_operations));
+            // Topics the principal may not describe are left out of the listing.
+            for t in meta
+                .topics
+                .values()
+                .filter(|t| access.allows(table::METADATA, &t.name))
+            {
+                topics.push(topic_entry(
+                    ctx,
+                    access,
+                    t,
+                    req.include_topic_authorized_operations,
+                ));
             }
         }
         Some(list) => {
@@ -41,24 +53,39 @@ pub async fn metadata(
                     .name
                     .filter(|n| !n.is_empty() || want.topic_id.is_nil());
                 match name {
-                    Some(name) => match ctx.topic_or_create(name.as_str(), allow_create).await {
-                        Ok(t) => topics.push(topic_entry(
-                            ctx,
-                            &t,
-                            req.include_topic_authorized_operations,
-                        )),
-                        Err((code, _)) => topics.push(
+                    Some(name) => match authorized(ctx, access, name.as_str(), allow_create) {
+                        Err(code) => topics.push(
                             MetadataResponseTopic::default()
                                 .with_error_code(code)
                                 .with_name(Some(name))
                                 .with_topic_authorized_operations(NO_AUTHORIZED_OPS),
                         ),
+                        Ok(allow_create) => {
+                            match ctx.topic_or_create(name.as_str(), allow_create).await {
+                                Ok(t) => topics.push(topic_entry(
+                                    ctx,
+                                    access,
+                                    &t,
+                                    req.include_topic_authorized_operations,
+                                )),
+                                Err((code, _)) => topics.push(
+                                    MetadataResponseTopic::default()
+                                        .with_error_code(code)
+                                        .with_name(Some(name))
+                                        .with_topic_authorized_operations(NO_AUTHORIZED_OPS),
+                                ),
+                            }
+                        }
                     },
                     None => {
                         let meta = ctx.meta();
-                        match meta.topic_by_id(want.topic_id) {
+                        match meta
+                            .topic_by_id(want.topic_id)
+                            .filter(|t| access.allows(table::METADATA, &t.name))
+                        {
                             Some(t) => topics.push(topic_entry(
                                 ctx,
+                                access,
                                 t,
                                 req.include_topic_authorized_operations,
                             )),
@@ -83,10 +110,32 @@ pub async fn metadata(
         .with_cluster_id(Some(s(&meta.cluster_id)))
         .with_controller_id(broker(cfg.node_id))
         .with_topics(topics)
-        .with_cluster_authorized_operations(NO_AUTHORIZED_OPS)
+        .with_cluster_authorized_operations(super::admin::cluster_operations(
+            access,
+            req.include_cluster_authorized_operations,
+        ))
 }
 
-fn topic_entry(ctx: &Ctx, t: &TopicMeta, with_ops: bool) -> MetadataResponseTopic {
+/// Whether a named topic may be described, and (when it does not exist) auto-created:
+/// CREATE on the cluster or on the topic. `Ok(allow_create)`, or the refusal's code.
+fn authorized(ctx: &Ctx, access: &Access<'_>, name: &str, allow_create: bool) -> Result<bool, i16> {
+    access.check(table::METADATA, name)?;
+    let exists = ctx.meta().topics.contains_key(name);
+    if exists || !allow_create || !ctx.broker.config.auto_create_topics {
+        return Ok(allow_create);
+    }
+    if access.allows_cluster(table::CREATE_CLUSTER) {
+        return Ok(true);
+    }
+    access.check(table::CREATE_TOPIC, name).map(|()| true)
+}
+
+fn topic_entry(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    t: &TopicMeta,
+    with_ops: bool,
+) -> MetadataResponseTopic {
     let node = broker(ctx.node_id());
     let partitions = t
         .leader_epochs
@@ -101,9 +150,8 @@ fn topic_entry(ctx: &Ctx, t: &TopicMeta, with_ops: bool) -> MetadataResponseTopi
                 .with_isr_nodes(vec![node])
         })
         .collect();
-    // All operations allowed (no ACLs yet): READ..DESCRIBE_CONFIGS bits as Kafka encodes them.
     let ops = if with_ops {
-        0b1_1111_1111_1000
+        access.authorized_operations(kmirror_control::authz::resource::TOPIC, &t.name)
     } else {
         NO_AUTHORIZED_OPS
     };

@@ -10,6 +10,7 @@ use kafka_protocol::ResponseError as E;
 use kmirror_engine::{EngineError, Partition, Pending};
 use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
 
+use crate::authz::{table, Access};
 use crate::broker::Ctx;
 use crate::errors;
 
@@ -46,13 +47,29 @@ async fn settle<T>(p: Submitted<T>) -> Result<T, i16> {
     }
 }
 
-pub async fn list_offsets(ctx: &Ctx, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
+pub async fn list_offsets(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    version: i16,
+    req: ListOffsetsRequest,
+) -> ListOffsetsResponse {
+    let denied: Vec<Option<i16>> = req
+        .topics
+        .iter()
+        .map(|t| access.check(table::LIST_OFFSETS, &t.name).err())
+        .collect();
     // LeaderEpoch exists from v4 on; kafka-protocol refuses to encode a v1-v3 answer that
     // carries one, so older clients (librdkafka 2.0 asks v1-v3) would lose the connection.
     let epoch_in = |e: i32| if version >= 4 { e } else { -1 };
     let read_committed = req.isolation_level == 1;
     let mut pending = Vec::new();
-    for t in &req.topics {
+    for t in req
+        .topics
+        .iter()
+        .zip(&denied)
+        .filter(|(_, d)| d.is_none())
+        .map(|(t, _)| t)
+    {
         for p in &t.partitions {
             let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
             let (ts, cle) = (p.timestamp, p.current_leader_epoch);
@@ -87,10 +104,13 @@ pub async fn list_offsets(ctx: &Ctx, version: i16, req: ListOffsetsRequest) -> L
     }
     let mut pending = pending.into_iter();
     let mut topics = Vec::with_capacity(req.topics.len());
-    for t in req.topics {
+    for (t, denied) in req.topics.into_iter().zip(denied) {
         let mut parts = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
-            let r = settle(pending.next().expect("one per partition")).await;
+            let r = match denied {
+                Some(code) => Err(code),
+                None => settle(pending.next().expect("one per partition")).await,
+            };
             parts.push(match r {
                 Ok((ts, off, ep)) => ListOffsetsPartitionResponse::default()
                     .with_partition_index(p.partition_index)
@@ -116,11 +136,23 @@ pub async fn list_offsets(ctx: &Ctx, version: i16, req: ListOffsetsRequest) -> L
 
 pub async fn offset_for_leader_epoch(
     ctx: &Ctx,
+    access: &Access<'_>,
     _version: i16,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
+    let denied: Vec<Option<i16>> = req
+        .topics
+        .iter()
+        .map(|t| access.check(table::OFFSET_FOR_LEADER_EPOCH, &t.topic).err())
+        .collect();
     let mut pending = Vec::new();
-    for t in &req.topics {
+    for t in req
+        .topics
+        .iter()
+        .zip(&denied)
+        .filter(|(_, d)| d.is_none())
+        .map(|(t, _)| t)
+    {
         for p in &t.partitions {
             let tp = TopicPartition::new(t.topic.to_string(), p.partition);
             let (cle, want) = (p.current_leader_epoch, p.leader_epoch);
@@ -144,10 +176,13 @@ pub async fn offset_for_leader_epoch(
     }
     let mut pending = pending.into_iter();
     let mut topics = Vec::with_capacity(req.topics.len());
-    for t in req.topics {
+    for (t, denied) in req.topics.into_iter().zip(denied) {
         let mut parts = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
-            let r = settle(pending.next().expect("one per partition")).await;
+            let r = match denied {
+                Some(code) => Err(code),
+                None => settle(pending.next().expect("one per partition")).await,
+            };
             parts.push(match r {
                 Ok((e, o)) => EpochEndOffset::default()
                     .with_partition(p.partition)
@@ -171,11 +206,23 @@ pub async fn offset_for_leader_epoch(
 
 pub async fn delete_records(
     ctx: &Ctx,
+    access: &Access<'_>,
     _version: i16,
     req: DeleteRecordsRequest,
 ) -> DeleteRecordsResponse {
+    let denied: Vec<Option<i16>> = req
+        .topics
+        .iter()
+        .map(|t| access.check(table::DELETE_RECORDS, &t.name).err())
+        .collect();
     let mut pending = Vec::new();
-    for t in &req.topics {
+    for t in req
+        .topics
+        .iter()
+        .zip(&denied)
+        .filter(|(_, d)| d.is_none())
+        .map(|(t, _)| t)
+    {
         for p in &t.partitions {
             let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
             let offset = p.offset;
@@ -201,10 +248,13 @@ pub async fn delete_records(
     }
     let mut pending = pending.into_iter();
     let mut topics = Vec::with_capacity(req.topics.len());
-    for t in req.topics {
+    for (t, denied) in req.topics.into_iter().zip(denied) {
         let mut parts = Vec::with_capacity(t.partitions.len());
         for p in t.partitions {
-            let r = settle(pending.next().expect("one per partition")).await;
+            let r = match denied {
+                Some(code) => Err(code),
+                None => settle(pending.next().expect("one per partition")).await,
+            };
             parts.push(match r {
                 Ok(low) => DeleteRecordsPartitionResult::default()
                     .with_partition_index(p.partition_index)

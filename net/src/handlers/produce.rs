@@ -9,6 +9,7 @@ use kmirror_log::AppendInfo;
 use kmirror_types::TopicPartition;
 
 use super::{s, topic_name};
+use crate::authz::{table, Access};
 use crate::broker::Ctx;
 use crate::errors;
 
@@ -30,9 +31,20 @@ fn failed(index: i32, code: i16, msg: Option<String>) -> PartitionProduceRespons
 }
 
 /// Returns None for acks=0 (the client expects no response).
-pub async fn produce(ctx: &Ctx, version: i16, req: ProduceRequest) -> Option<ProduceResponse> {
+pub async fn produce(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    version: i16,
+    req: ProduceRequest,
+) -> Option<ProduceResponse> {
     let acks = req.acks;
     let meta = ctx.meta();
+    // A transactional producer needs WRITE on its transactional id, else every partition is
+    // refused (Kafka's error response).
+    let txn_denied = req
+        .transactional_id
+        .as_ref()
+        .and_then(|t| access.check(table::TXN_WRITE, t).err());
     let mut topics = Vec::with_capacity(req.topic_data.len());
     for td in req.topic_data {
         let topic = if version >= 13 {
@@ -41,7 +53,17 @@ pub async fn produce(ctx: &Ctx, version: i16, req: ProduceRequest) -> Option<Pro
             meta.topics.get(td.name.as_str())
         };
         let mut slots = Vec::with_capacity(td.partition_data.len());
+        // Authorized before existence, so a refused principal learns nothing of the topic.
+        let denied = txn_denied.or_else(|| match (version >= 13, topic) {
+            (true, None) => None,
+            (true, Some(t)) => access.check(table::PRODUCE, &t.name).err(),
+            (false, _) => access.check(table::PRODUCE, td.name.as_str()).err(),
+        });
         for pd in td.partition_data {
+            if let Some(code) = denied {
+                slots.push(Slot::Done(failed(pd.index, code, None)));
+                continue;
+            }
             if !matches!(acks, -1..=1) {
                 slots.push(Slot::Done(failed(
                     pd.index,

@@ -103,3 +103,43 @@ pub fn refuse_mirror_partitions(
     req.transactions = kept;
     (Some(resp), Some(req))
 }
+
+/// AddPartitionsToTxn the principal may not make: WRITE on the transactional id (else
+/// TRANSACTIONAL_ID_AUTHORIZATION_FAILED everywhere), WRITE on every topic (else
+/// TOPIC_AUTHORIZATION_FAILED on those, OPERATION_NOT_ATTEMPTED on the rest); v4+ (broker to
+/// broker) needs CLUSTER_ACTION on the cluster. None: authorized, go on.
+pub fn refuse_unauthorized(
+    access: &crate::authz::Access<'_>,
+    version: i16,
+    req: &AddPartitionsToTxnRequest,
+) -> Option<kafka_protocol::messages::ResponseKind> {
+    use crate::authz::table;
+    use kafka_protocol::messages::ResponseKind;
+    if version >= 4 {
+        let code = access.check_cluster(table::TXN_CLUSTER_ACTION).err()?;
+        return Some(ResponseKind::AddPartitionsToTxn(
+            AddPartitionsToTxnResponse::default().with_error_code(code),
+        ));
+    }
+    let topics = &req.v3_and_below_topics;
+    let resp = |results| {
+        Some(ResponseKind::AddPartitionsToTxn(
+            AddPartitionsToTxnResponse::default().with_results_by_topic_v3_and_below(results),
+        ))
+    };
+    if let Err(code) = access.check(table::TXN_WRITE, &req.v3_and_below_transactional_id) {
+        return resp(topic_results(topics, |_, _| code));
+    }
+    let denied = |t: &AddPartitionsToTxnTopic| {
+        access
+            .check(table::ADD_PARTITIONS_TO_TXN_TOPIC, &t.name)
+            .err()
+    };
+    if !topics.iter().any(|t| denied(t).is_some()) {
+        return None;
+    }
+    let not_attempted = errors::code(E::OperationNotAttempted);
+    resp(topic_results(topics, |t, _| {
+        denied(t).unwrap_or(not_attempted)
+    }))
+}
