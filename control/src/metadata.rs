@@ -156,6 +156,51 @@ impl MetadataStore {
         id: Option<Uuid>,
         validate_only: bool,
     ) -> Result<TopicMeta, MetadataError> {
+        let meta = self.new_topic(name, partitions, configs, id)?;
+        if !validate_only {
+            self.insert_topic(meta.clone())?;
+        }
+        Ok(meta)
+    }
+
+    /// Creates a topic owned by `mirror`, with the source's `id`. `configs` are validated as
+    /// CreateTopics validates them; `source_configs` (values only a source may set, checked
+    /// by the mirror's sync) are added as given. The topic reaches disk in one write together
+    /// with its owner, so no crash can leave a mirror topic writable.
+    pub fn create_mirror_topic(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        source_configs: BTreeMap<String, String>,
+        id: Uuid,
+        mirror: &str,
+    ) -> Result<TopicMeta, MetadataError> {
+        let mut meta = self.new_topic(name, partitions, configs, Some(id))?;
+        meta.configs.extend(source_configs);
+        meta.mirror = Some(mirror.to_string());
+        self.insert_topic(meta.clone())?;
+        Ok(meta)
+    }
+
+    fn insert_topic(&mut self, meta: TopicMeta) -> Result<(), MetadataError> {
+        let name = meta.name.clone();
+        self.state.topics.insert(name.clone(), meta);
+        if let Err(e) = self.commit() {
+            self.state.topics.remove(&name);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// A validated, not yet inserted topic.
+    fn new_topic(
+        &self,
+        name: &str,
+        partitions: i32,
+        configs: BTreeMap<String, String>,
+        id: Option<Uuid>,
+    ) -> Result<TopicMeta, MetadataError> {
         validate_topic_name(name)?;
         if self.state.topics.contains_key(name) {
             return Err(MetadataError::TopicExists(name.to_string()));
@@ -187,10 +232,6 @@ impl MetadataStore {
             mirror: None,
             internal: name.starts_with("__"),
         };
-        if !validate_only {
-            self.state.topics.insert(name.to_string(), meta.clone());
-            self.commit()?;
-        }
         Ok(meta)
     }
 
@@ -839,6 +880,26 @@ mod tests {
         assert_eq!(t.leader_epochs[4], 7);
         assert_eq!(t.config_value("retention.ms").unwrap(), "1000");
         assert_eq!(t.log_config().retention_ms, Some(1000));
+    }
+
+    #[test]
+    fn a_mirror_topic_reaches_disk_in_one_write_with_its_owner() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = Uuid::new_v4();
+        {
+            let mut s = MetadataStore::open(dir.path()).unwrap();
+            let before = s.state().version;
+            let source: BTreeMap<String, String> =
+                [("cleanup.policy".to_string(), "compact".to_string())].into();
+            s.create_mirror_topic("orders", 2, BTreeMap::new(), source, id, "dr")
+                .unwrap();
+            // One commit: a crash can find the topic only together with its owner.
+            assert_eq!(s.state().version, before + 1);
+        }
+        let s = MetadataStore::open(dir.path()).unwrap();
+        let t = s.topic("orders").unwrap();
+        assert_eq!((t.id, t.mirror.as_deref()), (id, Some("dr")));
+        assert_eq!(t.config_value("cleanup.policy").unwrap(), "compact");
     }
 
     #[test]

@@ -1023,11 +1023,7 @@ impl Control {
                         let (from_source, checked): (BTreeMap<_, _>, BTreeMap<_, _>) = configs
                             .into_iter()
                             .partition(|(k, v)| topic_config::validate(k, v).is_err());
-                        s.create_topic(&n, partitions, checked, Some(topic_id), false)?;
-                        s.update_topic(&n, |t| {
-                            t.configs.extend(from_source);
-                            t.mirror = Some(m)
-                        })
+                        s.create_mirror_topic(&n, partitions, checked, from_source, topic_id, &m)
                     })
                     .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;

@@ -359,6 +359,19 @@ fn mirroring_resumes_after_sigkill_of_the_destination_without_operator_action() 
         ],
     );
     cli(&ba, &["add", "m", "--topics", t]);
+    // `add` returns before the mirror's sync creates the topic; the kills below are meant to
+    // land while its fetcher copies, so wait until the mirror topic exists.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while WireClient::connect(&ba)
+        .and_then(|mut c| c.partition_info(t, 0))
+        .is_err()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "mirror never created {t}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     for round in 0..3 {
         // Kill while the source is being written to and the fetcher is busy.
         produce_batches(&aa, t, 100, &format!("r{round}"));
