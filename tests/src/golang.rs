@@ -58,7 +58,7 @@ pub struct FranzOut {
     pub raw: String,
 }
 
-/// Runs a franz command (60 s budget) and parses its lines.
+/// Runs a franz command (90 s budget) and parses its lines.
 pub fn run(cmd: &mut Command) -> FranzOut {
     let ran = proc::run(cmd, Duration::from_secs(90));
     let mut out = FranzOut {
