@@ -4,6 +4,7 @@
 #    cached under ~/.m2 and resolved into one classpath file: target/kafka-classpath.txt
 #    (tests/java/pom.xml lists them; the log config is tests/java/log4j2-quiet.properties);
 #  - librdkafka through PyPI confluent-kafka (its wheels bundle librdkafka);
+#  - franz-go's modules (tests/go/go.mod) into the Go module cache, for tests/src/golang.rs;
 #  - Debian's kcat (librdkafka 2.0) and Apache Kafka's Java client 2.1.1
 #    (tests/java/old-client/pom.xml -> target/kafka-old-client-classpath.txt), the old
 #    clients of tests/tests/old_clients.rs.
@@ -26,6 +27,7 @@ need javac openjdk-17-jdk-headless
 need mvn maven
 need python3 python3
 need kcat kcat
+need go golang-go
 
 java_major=$(java -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1)
 if [ "${java_major:-0}" -lt 17 ]; then
@@ -83,4 +85,7 @@ if ! python3 -c 'import confluent_kafka' 2>/dev/null; then
     python3 -m pip install --quiet --break-system-packages 'confluent-kafka>=2.6'
 fi
 python3 -c 'import confluent_kafka; print("setup-deps: librdkafka", confluent_kafka.libversion()[0])' >&2
+# franz-go (tests/go): the tests build the program offline from the module cache.
+echo "setup-deps: downloading the Go modules of tests/go" >&2
+(cd tests/go && go mod download) || { echo "setup-deps: go mod download failed in tests/go" >&2; exit 1; }
 echo "setup-deps: ok (classpath in $cp_file)" >&2

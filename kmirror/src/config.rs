@@ -21,7 +21,8 @@ pub(crate) struct ServeConfig {
     pub tls_cert: String,
     /// PEM (PKCS#8) private key of `tls_cert`.
     pub tls_key: String,
-    /// PEM CA certificates of accepted client certificates; non-empty = mutual TLS required.
+    /// PEM CA certificates of accepted client certificates; non-empty = mutual TLS required on SSL
+    /// listeners (not SASL_SSL, as in Kafka).
     pub tls_client_ca: String,
     /// Where logs and metadata live.
     pub data_dir: PathBuf,

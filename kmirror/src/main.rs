@@ -63,7 +63,8 @@ pub(crate) struct ServeArgs {
     /// PEM (PKCS#8) private key for --tls-cert.
     #[arg(long)]
     pub tls_key: Option<String>,
-    /// PEM CA certificates for client certificates: set = mutual TLS required.
+    /// PEM CA certificates for client certificates: set = mutual TLS required on SSL listeners
+    /// (SASL_SSL clients authenticate with SASL and need no certificate, as in Kafka).
     #[arg(long)]
     pub tls_client_ca: Option<String>,
     #[arg(long)]

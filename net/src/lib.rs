@@ -53,6 +53,7 @@ pub use broker::{Broker, BrokerConfig, Ctx, EngineMarkerSink, ExtensionApis};
 pub use cluster::Cluster;
 use kmirror_engine::{Engine, EngineConfig, Router};
 pub use listeners::{Endpoint, ListenerSpec};
+use session::SecurityProtocol;
 pub use tls::TlsFiles;
 
 /// Errors starting the broker.
@@ -151,21 +152,33 @@ impl RunningBroker {
 }
 
 /// Resolves every listener (picking the port of those with port 0) and builds the TLS
-/// acceptor if a listener needs one. A TLS listener without a usable certificate and key is
-/// an error here, before anything starts.
-fn resolve(
-    specs: &[ListenerSpec],
-    tls: &TlsFiles,
-) -> Result<(Vec<Endpoint>, Option<futures_rustls::TlsAcceptor>), NetError> {
+/// acceptors the listeners need: SSL's requires a client certificate when `tls_client_ca` is
+/// set; SASL_SSL's never does, as in Kafka, where a broker-wide `ssl.client.auth` does not
+/// apply to SASL_SSL listeners (the client authenticates with SASL there). A TLS listener
+/// without a usable certificate and key is an error here, before anything starts.
+fn resolve(specs: &[ListenerSpec], tls: &TlsFiles) -> Result<(Vec<Endpoint>, Acceptors), NetError> {
     let mut endpoints = Vec::new();
-    let mut acceptor = None;
+    let mut acceptors = Acceptors::default();
     for spec in specs {
-        if spec.protocol.uses_tls() && acceptor.is_none() {
-            let cfg = tls::server_config(tls).map_err(|reason| NetError::Tls {
-                listener: spec.to_string(),
-                reason,
-            })?;
-            acceptor = Some(futures_rustls::TlsAcceptor::from(cfg));
+        let slot = match spec.protocol {
+            SecurityProtocol::Ssl => Some((&mut acceptors.ssl, tls.clone())),
+            SecurityProtocol::SaslSsl => Some((
+                &mut acceptors.sasl_ssl,
+                TlsFiles {
+                    client_ca: None,
+                    ..tls.clone()
+                },
+            )),
+            _ => None,
+        };
+        if let Some((slot, files)) = slot {
+            if slot.is_none() {
+                let cfg = tls::server_config(&files).map_err(|reason| NetError::Tls {
+                    listener: spec.to_string(),
+                    reason,
+                })?;
+                *slot = Some(futures_rustls::TlsAcceptor::from(cfg));
+            }
         }
         let addr = spec.resolve().map_err(|e| NetError::Bind {
             addr: spec.to_string(),
@@ -179,7 +192,24 @@ fn resolve(
             addr,
         });
     }
-    Ok((endpoints, acceptor))
+    Ok((endpoints, acceptors))
+}
+
+/// The TLS acceptor of each TLS protocol (None: no such listener).
+#[derive(Default)]
+struct Acceptors {
+    ssl: Option<futures_rustls::TlsAcceptor>,
+    sasl_ssl: Option<futures_rustls::TlsAcceptor>,
+}
+
+impl Acceptors {
+    fn for_protocol(&self, p: SecurityProtocol) -> Option<futures_rustls::TlsAcceptor> {
+        match p {
+            SecurityProtocol::Ssl => self.ssl.clone(),
+            SecurityProtocol::SaslSsl => self.sasl_ssl.clone(),
+            _ => None,
+        }
+    }
 }
 
 /// Starts the broker: metadata control thread, group coordinator, per-core listeners.
@@ -188,7 +218,7 @@ pub fn start(
     cfg: ServerConfig,
     extension: Option<Arc<dyn ExtensionApis>>,
 ) -> Result<RunningBroker, NetError> {
-    let (endpoints, acceptor) = resolve(cfg.checked_listeners()?, &cfg.tls)?;
+    let (endpoints, acceptors) = resolve(cfg.checked_listeners()?, &cfg.tls)?;
     let (host, port) = (endpoints[0].host.clone(), endpoints[0].port);
     std::fs::create_dir_all(&cfg.data_dir)?;
     let sasl = Arc::new(sasl::Sasl::open(cfg.sasl.clone(), &cfg.data_dir)?);
@@ -233,7 +263,7 @@ pub fn start(
                 server::ListenerCtx {
                     name: e.name.clone(),
                     protocol: e.protocol,
-                    tls: e.protocol.uses_tls().then(|| acceptor.clone()).flatten(),
+                    tls: acceptors.for_protocol(e.protocol),
                 },
             )
         })

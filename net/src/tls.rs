@@ -27,7 +27,8 @@ pub struct TlsFiles {
     pub cert: Option<PathBuf>,
     /// The server's private key (PKCS#8; PKCS#1 and SEC1 are accepted too).
     pub key: Option<PathBuf>,
-    /// CA certificates that sign accepted client certificates: set = mutual TLS required.
+    /// CA certificates that sign accepted client certificates: set = mutual TLS required on SSL
+    /// listeners (SASL_SSL listeners never ask for a certificate).
     pub client_ca: Option<PathBuf>,
 }
 

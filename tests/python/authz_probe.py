@@ -1,7 +1,7 @@
 """What a librdkafka client sees on a topic or group it may or may not use.
 
-Usage: authz_probe.py BOOTSTRAP produce TOPIC
-       authz_probe.py BOOTSTRAP consume TOPIC GROUP
+Usage: authz_probe.py BOOTSTRAP produce TOPIC [key=value config...]
+       authz_probe.py BOOTSTRAP consume TOPIC GROUP [key=value config...]
 Prints "OK" (a message was delivered / consumed) or "ERR <error name>" (the first error the
 client reported), or "TIMEOUT" after 20 seconds.
 """
@@ -12,7 +12,7 @@ import time
 from confluent_kafka import Consumer, Producer
 
 
-def produce(bootstrap, topic):
+def produce(bootstrap, topic, extra):
     result = []
 
     def delivered(err, _msg):
@@ -25,6 +25,7 @@ def produce(bootstrap, topic):
         "bootstrap.servers": bootstrap,
         "message.timeout.ms": 15000,
         "error_cb": on_error,
+        **extra,
     })
     p.produce(topic, b"value", on_delivery=delivered)
     deadline = time.time() + 20
@@ -33,13 +34,14 @@ def produce(bootstrap, topic):
     return result[0] if result else "TIMEOUT"
 
 
-def consume(bootstrap, topic, group):
+def consume(bootstrap, topic, group, extra):
     errors = []
     c = Consumer({
         "bootstrap.servers": bootstrap,
         "group.id": group,
         "auto.offset.reset": "earliest",
         "error_cb": lambda err: errors.append(err.name()),
+        **extra,
     })
     c.subscribe([topic])
     deadline = time.time() + 20
@@ -56,11 +58,13 @@ def consume(bootstrap, topic, group):
 
 
 def main():
-    bootstrap, what = sys.argv[1], sys.argv[2]
+    args = [a for a in sys.argv[1:] if "=" not in a]
+    extra = dict(a.split("=", 1) for a in sys.argv[1:] if "=" in a)
+    bootstrap, what = args[0], args[1]
     if what == "produce":
-        out = produce(bootstrap, sys.argv[3])
+        out = produce(bootstrap, args[2], extra)
     else:
-        out = consume(bootstrap, sys.argv[3], sys.argv[4])
+        out = consume(bootstrap, args[2], args[3], extra)
     print(out, flush=True)
     # Don't wait for retries or a group leave on close.
     os._exit(0)

@@ -18,6 +18,7 @@ pub mod clients;
 pub mod conformance;
 pub mod deps;
 pub mod faultproxy;
+pub mod golang;
 pub mod java;
 pub mod kafka;
 pub mod kmirror;
