@@ -94,6 +94,11 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::CreateAcls,
     ApiKey::DescribeAcls,
     ApiKey::DeleteAcls,
+    ApiKey::SaslHandshake,
+    ApiKey::SaslAuthenticate,
+    ApiKey::DescribeClientQuotas,
+    ApiKey::DescribeUserScramCredentials,
+    ApiKey::AlterUserScramCredentials,
 ];
 
 /// The fixed topic every read cell looks at: three one-record batches at `TS0`, `TS0+1000`,
@@ -331,6 +336,11 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
         ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
         ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
+        ApiKey::SaslHandshake => SaslHandshakeRequest::VERSIONS,
+        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
+        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
+        ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
+        ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
         other => panic!("no builder for {other:?}"),
     };
     (r.min, r.max)
@@ -414,6 +424,11 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::CreateAcls => create_acls(c, v),
         ApiKey::DescribeAcls => describe_acls(c, v),
         ApiKey::DeleteAcls => delete_acls(c, v),
+        ApiKey::SaslHandshake => sasl_handshake(c, v),
+        ApiKey::SaslAuthenticate => sasl_authenticate(c, v),
+        ApiKey::DescribeClientQuotas => describe_client_quotas(c, v),
+        ApiKey::DescribeUserScramCredentials => describe_scram(c, v),
+        ApiKey::AlterUserScramCredentials => alter_scram(c, v),
         other => Err(format!("no builder for {other:?}")),
     }
 }
@@ -1587,4 +1602,88 @@ fn old_produce_refused(addr: &str, v: i16) -> R<()> {
     let mut c = Conn::connect(addr);
     let r = c.send(&ApiVersionsRequest::default(), 0)?;
     code("ApiVersions after the refused Produce", r.error_code)
+}
+
+// ---- SASL and credentials (the matrix runs on a PLAINTEXT listener) ----
+
+/// ILLEGAL_SASL_STATE: the SASL APIs on a connection that is not in a SASL exchange.
+const ILLEGAL_SASL_STATE: i16 = 34;
+
+fn sasl_handshake(c: &mut Conn, v: i16) -> R<()> {
+    let r = c.send(
+        &SaslHandshakeRequest::default().with_mechanism(s("SCRAM-SHA-512")),
+        v,
+    )?;
+    check(r.error_code == ILLEGAL_SASL_STATE, || {
+        format!("SaslHandshake on PLAINTEXT answered {}", r.error_code)
+    })
+}
+
+fn sasl_authenticate(c: &mut Conn, v: i16) -> R<()> {
+    let r = c.send(
+        &SaslAuthenticateRequest::default().with_auth_bytes(Bytes::from_static(b"n,,n=u,r=x")),
+        v,
+    )?;
+    check(r.error_code == ILLEGAL_SASL_STATE, || {
+        format!("SaslAuthenticate on PLAINTEXT answered {}", r.error_code)
+    })
+}
+
+fn describe_client_quotas(c: &mut Conn, v: i16) -> R<()> {
+    let r = c.send(&DescribeClientQuotasRequest::default(), v)?;
+    code("DescribeClientQuotas", r.error_code)?;
+    let n = r.entries.as_ref().map(|e| e.len()).unwrap_or(0);
+    check(n == 0, || {
+        format!("{n} quota entries on a broker without quotas")
+    })
+}
+
+fn scram_user(v: i16) -> String {
+    format!("conf-user-{v}")
+}
+
+fn alter_scram(c: &mut Conn, v: i16) -> R<()> {
+    use kafka_protocol::messages::alter_user_scram_credentials_request::ScramCredentialUpsertion;
+    let req = AlterUserScramCredentialsRequest::default().with_upsertions(vec![
+        ScramCredentialUpsertion::default()
+            .with_name(s(&scram_user(v)))
+            .with_mechanism(1) // SCRAM-SHA-256
+            .with_iterations(4096)
+            .with_salt(Bytes::from_static(b"conformance-salt"))
+            .with_salted_password(Bytes::from(vec![7u8; 32])),
+    ]);
+    let r = c.send(&req, v)?;
+    let res = r.results.first().ok_or("no result")?;
+    code("AlterUserScramCredentials", res.error_code)?;
+    // Kafka applies credentials through its metadata log: wait until the user is described.
+    let user = scram_user(v);
+    let v50 = c.top::<DescribeUserScramCredentialsRequest>();
+    for _ in 0..100 {
+        let d = c.send(&describe_scram_request(Some(&user)), v50)?;
+        if d.results.first().is_some_and(|u| {
+            u.error_code == 0 && u.credential_infos.iter().any(|i| i.mechanism == 1)
+        }) {
+            return Ok(());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Err(format!(
+        "{user} not described after AlterUserScramCredentials"
+    ))
+}
+
+fn describe_scram_request(user: Option<&str>) -> DescribeUserScramCredentialsRequest {
+    use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
+    DescribeUserScramCredentialsRequest::default()
+        .with_users(user.map(|u| vec![UserName::default().with_name(s(u))]))
+}
+
+fn describe_scram(c: &mut Conn, v: i16) -> R<()> {
+    // RESOURCE_NOT_FOUND (91) for a user without credentials, as Kafka answers.
+    let r = c.send(&describe_scram_request(Some("conf-nobody")), v)?;
+    code("DescribeUserScramCredentials", r.error_code)?;
+    let u = r.results.first().ok_or("no result")?;
+    check(u.error_code == 91, || {
+        format!("unknown user answered {}", u.error_code)
+    })
 }
