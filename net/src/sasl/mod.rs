@@ -36,7 +36,7 @@ use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError as E;
 use kmirror_control::scram::{ScramError, ScramMechanism, ScramRegistry};
 
-use mechanisms::{Exchange, OAuthValidator, Step};
+use mechanisms::{Exchange, OAuthValidator, Server, Step};
 pub use mechanisms::{Mechanism, OAuthSettings};
 
 use crate::broker::Ctx;
@@ -99,7 +99,8 @@ impl SaslConfig {
 pub struct Sasl {
     pub config: SaslConfig,
     pub scram: Arc<ScramRegistry>,
-    oauth: Option<OAuthValidator>,
+    /// rsasl's server configuration (its callback reads `scram` and the token validator).
+    server: Server,
 }
 
 impl Sasl {
@@ -116,10 +117,11 @@ impl Sasl {
         } else {
             None
         };
+        let server = Server::new(scram.clone(), oauth).map_err(SaslError::Config)?;
         Ok(Sasl {
             config,
             scram,
-            oauth,
+            server,
         })
     }
 
@@ -268,7 +270,7 @@ impl ConnAuth {
         }
         self.stage = Stage::Exchanging {
             mechanism: m,
-            exchange: Exchange::start(m),
+            exchange: Exchange::start(&sasl.server, m),
             legacy: v == 0,
         };
         reply(answer(errors::NONE, sasl.enabled_names()))
@@ -357,18 +359,18 @@ impl ConnAuth {
         };
         let mechanism = *mechanism;
         let sasl = &ctx.broker.sasl;
-        let now_ms = unix_ms();
         let out = match exchange {
             // PLAIN derives the password's keys (PBKDF2, up to 16384 rounds): off the core.
-            Exchange::Plain => {
-                let scram = sasl.scram.clone();
+            Exchange::Plain(server) => {
+                let server = server.clone();
                 let input = input.to_vec();
                 glommio::executor()
-                    .spawn_blocking(move || mechanisms::plain(&input, &scram))
+                    .spawn_blocking(move || server.plain(&input))
                     .await
             }
-            ex => ex.step(input, &sasl.scram, sasl.oauth.as_ref(), now_ms),
+            ex => ex.step(input),
         };
+        let now_ms = unix_ms();
         let fail = |msg: String| {
             ctx.broker
                 .metrics
