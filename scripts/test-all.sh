@@ -20,14 +20,14 @@ cargo build --profile ci -p kmirror --bin kmirror
 cargo test --workspace --profile ci --no-run
 
 # Integration test files of the tests crate, split in two groups of similar length (about
-# 10 minutes each on 2 cores): the mirroring files, and the rest plus the network-fault file.
+# 10+ minutes each on 2 cores): the mirroring and security files, and the rest plus the network-fault file.
 mirror_tests=()
 other_tests=()
 for f in tests/tests/*.rs; do
   name=$(basename "$f" .rs)
   case "$name" in
     mirror_network_faults) other_tests+=(--test "$name") ;;
-    mirror_*) mirror_tests+=(--test "$name") ;;
+    mirror_* | security_*) mirror_tests+=(--test "$name") ;;
     *) other_tests+=(--test "$name") ;;
   esac
 done
@@ -53,7 +53,7 @@ run_group units-and-clients sh -c "
   exit \$((a | b))
 " &
 a=$!
-run_group mirroring cargo test --profile ci -p kmirror-tests "${mirror_tests[@]}" --no-fail-fast &
+run_group mirroring-and-security cargo test --profile ci -p kmirror-tests "${mirror_tests[@]}" --no-fail-fast &
 b=$!
 wait $a || status=1
 wait $b || status=1
