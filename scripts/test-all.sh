@@ -41,7 +41,10 @@ run_group() {
     echo "== group $name passed in $((SECONDS - start)) s"
     return 0
   fi
-  echo "== group $name FAILED after $((SECONDS - start)) s; its output:"
+  # CI keeps only part of what is printed: the failures' own output first, whole log after.
+  echo "== group $name FAILED after $((SECONDS - start)) s; its failures:"
+  awk '/^     Running /{bin=$0} /^failures:$/{on=1; print bin} on{print} /^test result:/{on=0}' "$log"
+  echo "== group $name: its whole output:"
   cat "$log"
   return 1
 }

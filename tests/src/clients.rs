@@ -385,15 +385,19 @@ pub fn acked_records_survive_sigkill(
     );
     drop(admin);
     let props: &[&str] = match client {
+        // The delivery timeout outlasts any restart: a batch that expires after being sent
+        // makes the idempotent producer bump its epoch and resend what may already be
+        // written, which Kafka itself then stores twice (seen when a loaded machine took
+        // Kafka over 30 s to restart).
         Client::Java => &[
-            "delivery.timeout.ms=30000",
+            "delivery.timeout.ms=120000",
             "request.timeout.ms=5000",
-            "max.block.ms=30000",
+            "max.block.ms=120000",
             "retry.backoff.ms=100",
             "reconnect.backoff.max.ms=500",
         ],
         Client::Librdkafka => &[
-            "message.timeout.ms=30000",
+            "message.timeout.ms=120000",
             "request.timeout.ms=5000",
             "retry.backoff.ms=100",
             "reconnect.backoff.max.ms=500",
@@ -466,9 +470,12 @@ pub fn acked_records_survive_sigkill(
     );
     assert!(
         duplicated.is_empty(),
-        "{} records written more than once by an idempotent producer, e.g. {:?}",
+        "{} records written more than once by an idempotent producer, e.g. {:?}; {} acked, {} errors, {} acked before the kill",
         duplicated.len(),
-        duplicated.first()
+        duplicated.first(),
+        acks.len(),
+        errors,
+        acked_at_kill
     );
     eprintln!(
         "{client:?}: {} acknowledged ({} before SIGKILL), {errors} failed, all present after restart",
