@@ -1,11 +1,11 @@
-//! Target 5: the mirror API codecs in net/src/mirror_api.rs (requests and responses of all
+//! Target 5: the mirror API codecs in mirror/src/api.rs (requests and responses of all
 //! eleven mirror APIs, request header v2, response header v1). The first byte picks the
 //! decoder. Invariants: nothing panics or aborts; whatever decodes re-encodes and decodes to
 //! an equal value.
 #![no_main]
 
 use bytes::Bytes;
-use kmirror_net::mirror_api::{self as m, MirrorRequest, Wire};
+use kmirror_mirror::api::{self as m, MirrorRequest, Wire};
 use libfuzzer_sys::fuzz_target;
 
 fn round_trip<T: Wire + PartialEq + std::fmt::Debug>(data: &[u8]) {

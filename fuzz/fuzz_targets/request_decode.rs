@@ -52,7 +52,7 @@ fuzz_target!(|data: &[u8]| {
         let Ok(key) = ApiKey::try_from(p.api_key) else {
             // Extension (mirror) keys parse their own header v2.
             let mut b = frame.clone();
-            let _ = kmirror_net::mirror_api::read_request_header_v2(&mut b);
+            let _ = kmirror_mirror::api::read_request_header_v2(&mut b);
             return;
         };
         let range = key.valid_versions();

@@ -17,9 +17,9 @@ use kafka_protocol::messages::{CreateTopicsRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kmirror_engine::EngineConfig;
 use kmirror_log::batch::{build_batch, BatchSpec};
-use kmirror_net::client::BlockingConnection;
-use kmirror_net::mirror_api::DescribeMirrorsRequest;
-use kmirror_net::mirror_host::{MirrorBroker, MirrorSettings};
+use kmirror_mirror::api::DescribeMirrorsRequest;
+use kmirror_mirror::client::BlockingConnection;
+use kmirror_mirror::host::{MirrorBroker, MirrorSettings};
 use kmirror_net::{RunningBroker, ServerConfig};
 
 use crate::mirror_cli::{describe_rows, format_table};
@@ -359,7 +359,7 @@ fn produce(c: &mut BlockingConnection, topic: &str, first_seq: u64, count: u64) 
 
 /// Log end offset of every partition of `topic`.
 fn end_offsets(c: &mut BlockingConnection, topic: &str) -> DemoResult<Vec<i64>> {
-    use kmirror_net::client::build;
+    use kmirror_mirror::client::build;
     let mut out = Vec::new();
     for p in 0..PARTITIONS {
         let req = build::list_offsets(topic, p, build::LATEST, -1, false);
@@ -381,7 +381,7 @@ fn end_offsets(c: &mut BlockingConnection, topic: &str) -> DemoResult<Vec<i64>> 
 /// Leader epoch of every partition of `topic`, by partition index.
 fn leader_epochs(c: &mut BlockingConnection, topic: &str) -> DemoResult<Vec<i32>> {
     let (_, md) = c.send_with(
-        &kmirror_net::client::build::metadata(Some(&[topic.to_owned()])),
+        &kmirror_mirror::client::build::metadata(Some(&[topic.to_owned()])),
         7,
         12,
     )?;

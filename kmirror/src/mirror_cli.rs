@@ -15,15 +15,15 @@ use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, Subcommand};
-use kmirror_net::client::BlockingConnection;
-use kmirror_net::client_security::{parse_properties, ClientSecurity};
-use kmirror_net::keys::error as code;
-use kmirror_net::mirror_api::{
+use kmirror_mirror::api::{
     AddTopicsToMirrorRequest, CreateMirrorRequest, DeleteMirrorRequest, DescribeMirrorsRequest,
     DescribeMirrorsResponse, ListMirrorsRequest, MirrorConfig, MirrorTopicsResponse,
     PauseMirrorTopicsRequest, PauseResumeTopics, RemoveTopicsFromMirrorRequest,
     ResumeMirrorTopicsRequest, StartTopic, TopicName, TopicRef,
 };
+use kmirror_mirror::client::BlockingConnection;
+use kmirror_mirror::client_security::{parse_properties, ClientSecurity};
+use kmirror_net::keys::error as code;
 use serde::Serialize;
 
 type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
@@ -508,7 +508,7 @@ fn add(
         .find(|m| m.mirror_name == name)
         .map(|m| m.source_bootstrap.clone())
         .ok_or_else(|| format!("mirror '{name}' does not exist"))?;
-    let plan = kmirror_net::mirror_fetcher::dry_run_plan(
+    let plan = kmirror_mirror::fetcher::dry_run_plan(
         conn,
         &source,
         &source_security,
@@ -952,7 +952,7 @@ fn wait_for_zero_lag(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kmirror_net::mirror_api::{DescribedMirror, DescribedTopic, PartitionDetail};
+    use kmirror_mirror::api::{DescribedMirror, DescribedTopic, PartitionDetail};
 
     #[test]
     fn seed_and_upstream_command_names_both_parse() {

@@ -118,9 +118,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         retention_check: Duration::from_secs(c.retention_check_secs.max(1)),
         ..EngineConfig::default()
     };
-    let mirror = kmirror_net::mirror_host::MirrorBroker::open(
+    let mirror = kmirror_mirror::host::MirrorBroker::open(
         &c.data_dir,
-        kmirror_net::mirror_host::MirrorSettings {
+        kmirror_mirror::host::MirrorSettings {
             feature_level: c.mirror_version,
             byte_rate: c.mirror_byte_rate,
             ..Default::default()

@@ -1,4 +1,6 @@
-//! kmirror-net: the Kafka protocol server (and, in the mirror modules, the client side).
+//! kmirror-net: the Kafka protocol server. Mirroring lives in `kmirror-mirror`, which plugs in
+//! through one seam, [`ExtensionApis`] (extra API keys, their versions, and a hook once the
+//! broker has started); this crate does not depend on it.
 //!
 //! Owns: framing with the size check before allocation (`frame`), the ACL APIs over the
 //! durable store (`acl`), the per-API authorization table (`authz`), the served API table and
@@ -11,8 +13,9 @@
 //! (`errors`), the broker's view of cluster metadata (`cluster`), and [`start`], which wires
 //! the metadata control thread, the group coordinator and the engine together.
 //!
-//! Must not: touch a partition's log except through the engine's router (the owning core);
-//! re-encode record batches (they pass through as `Bytes`).
+//! Must not: depend on the mirror crate or talk to other clusters (no Kafka client here);
+//! touch a partition's log except through the engine's router (the owning core); re-encode
+//! record batches (they pass through as `Bytes`).
 //!
 //! Invariants: a malformed frame, unknown key or unsupported version closes only that
 //! connection (ApiVersions answers instead, per KIP-511); every error code a client sees
@@ -21,8 +24,6 @@
 pub mod acl;
 pub mod authz;
 pub mod broker;
-pub mod client;
-pub mod client_security;
 pub mod cluster;
 pub mod errors;
 pub mod fetch_encode;
@@ -32,11 +33,6 @@ pub mod handlers;
 pub mod keys;
 pub mod listeners;
 pub mod metrics;
-pub mod mirror_api;
-pub mod mirror_fetcher;
-pub mod mirror_host;
-pub mod mirror_manager;
-pub mod mirror_service;
 pub mod sasl;
 pub mod server;
 pub mod session;

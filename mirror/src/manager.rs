@@ -17,11 +17,11 @@ use kmirror_types::TopicPartition;
 use uuid::Uuid;
 
 use crate::client_security::{ClientSecurity, SecurityConfigError};
-use crate::mirror_fetcher::{
+use crate::fetcher::{
     fetcher_client_id, mirror_partition, ByteRateLimiter, EngineLocalPartition, FetchEvent,
     FetchObserver, FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
 };
-use crate::mirror_service::{LivePartition, MirrorLiveStatus};
+use crate::service::{LivePartition, MirrorLiveStatus};
 
 /// What to start for one partition.
 #[derive(Debug, Clone)]
@@ -178,7 +178,7 @@ impl FetcherManager {
                 if kmirror_control::mirror::failpoint::is_armed("slow_fetcher_stop") {
                     glommio::timer::sleep(SLOW_STOP_FAILPOINT).await;
                 }
-                crate::mirror_fetcher::FetcherExit::Stopped
+                crate::fetcher::FetcherExit::Stopped
             };
             let _ = futures_lite::future::or(work, watch).await;
             let _ = exit_tx.send(());

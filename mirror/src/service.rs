@@ -16,8 +16,8 @@ use bytes::{Bytes, BytesMut};
 use kmirror_control::mirror::{MirrorCoordinator, MirrorHost, TopicOpError};
 use kmirror_types::TopicPartition;
 
+use crate::api::*;
 use crate::keys::{self, api, error as code};
-use crate::mirror_api::*;
 
 /// Live per-partition numbers for DescribeMirrors (from the fetchers; -1 when unknown).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -33,7 +33,7 @@ pub struct LivePartition {
     pub lost_to: i64,
 }
 
-impl crate::mirror_fetcher::FetcherStatus {
+impl crate::fetcher::FetcherStatus {
     /// DescribeMirrors numbers from a fetcher's status. The source offset is the source's last
     /// stable offset (what read_committed mirroring can reach; equal to the high watermark
     /// unless a transaction is open), so `lag = source_offset - destination_offset` holds.
@@ -472,7 +472,7 @@ impl MirrorService {
     }
 }
 
-/// A ready-made [`crate::broker::ExtensionApis`] over a [`MirrorService`] and the broker's
+/// A ready-made [`kmirror_net::broker::ExtensionApis`] over a [`MirrorService`] and the broker's
 /// [`MirrorHost`] + [`MirrorLiveStatus`] implementation: the lead only writes the host. Requests
 /// are handled one at a time under a mutex (admin traffic; each may fsync `__mirror_state`).
 pub struct MirrorExtension<H> {
@@ -494,7 +494,7 @@ impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> MirrorExtension<H> {
     }
 }
 
-impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> crate::broker::ExtensionApis
+impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> kmirror_net::broker::ExtensionApis
     for MirrorExtension<H>
 {
     fn versions(&self) -> Vec<(i16, i16, i16)> {
@@ -507,11 +507,11 @@ impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> crate::broker::Extension
 
     fn handle(
         &self,
-        _session: &crate::session::Session,
+        _session: &kmirror_net::session::Session,
         _api_key: i16,
         frame: Bytes,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
-        let now = crate::mirror_fetcher::now_ms();
+        let now = crate::fetcher::now_ms();
         let out = self.with(|svc, host| svc.handle_frame(frame, host, now));
         Box::pin(std::future::ready(out))
     }
@@ -859,14 +859,14 @@ mod tests {
 
     #[test]
     fn extension_adapter_serves_mirror_frames_for_the_broker() {
-        use crate::broker::ExtensionApis;
+        use kmirror_net::broker::ExtensionApis;
         let dir = tempfile::tempdir().unwrap();
         let ext = MirrorExtension::new(service(dir.path(), 1), Host::default());
         assert!(ext.handles(api::CREATE_MIRROR) && !ext.handles(1));
         let mut frame = codec::encode_mirror_request(&create("dr"), 9, "t");
         let _len = bytes::Buf::get_i32(&mut frame);
         let resp = futures_lite::future::block_on(ext.handle(
-            &crate::session::Session::plaintext(None),
+            &kmirror_net::session::Session::plaintext(None),
             api::CREATE_MIRROR,
             frame,
         ))

@@ -11,7 +11,9 @@
 //! an upstream client ignores them and upstream's future tags (which count up from 0) cannot
 //! collide with them.
 //!
-//! Requests implement [`MirrorRequest`] (key, name, response type). The request header is
+//! Every message also implements kafka-protocol's `Encodable`/`Decodable` (the same bytes),
+//! requests its `Request` and responses its `Message`/`HeaderVersion`, so generic code encodes
+//! them like any other API. Requests implement [`MirrorRequest`] (key, name, response type). The request header is
 //! read and written by hand ([`read_request_header_v2`]) because kafka-protocol's `ApiKey`
 //! rejects keys >= 94. Invariant: only version 0 exists for every mirror API.
 
@@ -198,6 +200,53 @@ fn read_tagged(r: &mut Bytes) -> Result<BTreeMap<i32, Bytes>, CodecError> {
     Ok(out)
 }
 
+/// kafka-protocol's `Encodable`/`Decodable` for a [`Wire`] type, so a mirror message is
+/// encoded through the same traits as every other API (e.g. by a generic client). The bytes
+/// are exactly those of [`Wire`]; only version 0 exists.
+macro_rules! kafka_codec {
+    ($name:ty) => {
+        impl kafka_protocol::protocol::Encodable for $name {
+            fn encode<B: kafka_protocol::protocol::buf::ByteBufMut>(
+                &self,
+                buf: &mut B,
+                version: i16,
+            ) -> anyhow::Result<()> {
+                check_version(stringify!($name), version)?;
+                buf.put_slice(&encode_body(self));
+                Ok(())
+            }
+
+            fn compute_size(&self, version: i16) -> anyhow::Result<usize> {
+                check_version(stringify!($name), version)?;
+                Ok(encode_body(self).len())
+            }
+        }
+
+        impl kafka_protocol::protocol::Decodable for $name {
+            fn decode<B: kafka_protocol::protocol::buf::ByteBuf>(
+                buf: &mut B,
+                version: i16,
+            ) -> anyhow::Result<Self> {
+                check_version(stringify!($name), version)?;
+                // Decode from a cheap view, then consume exactly what the message used.
+                let all = buf.peek_bytes(0..buf.remaining());
+                let mut r = all.clone();
+                let msg = <Self as Wire>::read(&mut r)?;
+                buf.advance(all.len() - r.remaining());
+                Ok(msg)
+            }
+        }
+    };
+}
+
+fn check_version(api: &'static str, version: i16) -> Result<(), CodecError> {
+    if version == 0 {
+        Ok(())
+    } else {
+        Err(CodecError::UnsupportedVersion { api, version })
+    }
+}
+
 /// Declares a flexible struct: regular fields in wire order, then optional tagged fields
 /// `name: Type = default => tag` (written only when different from their default).
 macro_rules! wire_struct {
@@ -260,6 +309,8 @@ macro_rules! wire_struct {
                 })
             }
         }
+
+        kafka_codec!($name);
     };
 }
 
@@ -675,6 +726,8 @@ macro_rules! request_newtype {
                 Ok(Self(<$inner>::read(r)?))
             }
         }
+
+        kafka_codec!($name);
     };
 }
 request_newtype!(
@@ -693,8 +746,57 @@ macro_rules! mirror_request {
             const NAME: &'static str = $name;
             type Response = $resp;
         }
+
+        impl kafka_protocol::protocol::Message for $req {
+            const VERSIONS: kafka_protocol::protocol::VersionRange = ONLY_V0;
+            const DEPRECATED_VERSIONS: Option<kafka_protocol::protocol::VersionRange> = None;
+        }
+
+        /// Request header v2 (flexible), as for every flexible request version.
+        impl kafka_protocol::protocol::HeaderVersion for $req {
+            fn header_version(_version: i16) -> i16 {
+                2
+            }
+        }
+
+        impl kafka_protocol::protocol::Request for $req {
+            const KEY: i16 = $key;
+            type Response = $resp;
+        }
     };
 }
+
+/// The versions of every mirror API.
+const ONLY_V0: kafka_protocol::protocol::VersionRange =
+    kafka_protocol::protocol::VersionRange { min: 0, max: 0 };
+
+/// Message and header version (response header v1, flexible) of the response bodies; a macro
+/// of their own because several requests share one response schema.
+macro_rules! mirror_response {
+    ($($resp:ty),* $(,)?) => {
+        $(
+            impl kafka_protocol::protocol::Message for $resp {
+                const VERSIONS: kafka_protocol::protocol::VersionRange = ONLY_V0;
+                const DEPRECATED_VERSIONS: Option<kafka_protocol::protocol::VersionRange> = None;
+            }
+
+            impl kafka_protocol::protocol::HeaderVersion for $resp {
+                fn header_version(_version: i16) -> i16 {
+                    1
+                }
+            }
+        )*
+    };
+}
+mirror_response!(
+    SimpleMirrorResponse,
+    MirrorTopicsResponse,
+    LastMirroredEpochsResponse,
+    ListMirrorsResponse,
+    DescribeMirrorsResponse,
+    ReadMirrorStatesResponse,
+    BumpLeaderEpochsResponse,
+);
 mirror_request!(
     CreateMirrorRequest,
     CreateMirrorResponse,
@@ -902,8 +1004,12 @@ pub fn error_response_body(key: i16, error_code: i16, message: Option<&str>) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request};
 
-    fn roundtrip<T: Wire + PartialEq + std::fmt::Debug>(msg: &T) -> T {
+    fn roundtrip<T>(msg: &T) -> T
+    where
+        T: Wire + Encodable + Decodable + PartialEq + std::fmt::Debug,
+    {
         let enc = encode_body(msg).freeze();
         let mut r = enc.clone();
         let dec = T::read(&mut r).expect("decodes");
@@ -911,6 +1017,15 @@ mod tests {
         assert_eq!(&dec, msg);
         // Re-encoding is byte-identical.
         assert_eq!(encode_body(&dec).freeze(), enc);
+        // kafka-protocol's traits write the same bytes and read the same message.
+        let mut via = BytesMut::new();
+        Encodable::encode(msg, &mut via, 0).expect("encodes");
+        assert_eq!(via.freeze(), enc);
+        assert_eq!(Encodable::compute_size(msg, 0).expect("sizes"), enc.len());
+        let mut r = enc.clone();
+        let via = <T as Decodable>::decode(&mut r, 0).expect("decodes");
+        assert_eq!(r.remaining(), 0, "Decodable must consume the whole body");
+        assert_eq!(&via, msg);
         dec
     }
 
@@ -1123,6 +1238,51 @@ mod tests {
             ..Default::default()
         };
         assert_eq!(&encode_body(&msg)[..], expected);
+    }
+
+    #[test]
+    fn kafka_protocol_traits_encode_exactly_the_wire_bytes() {
+        // The same hand-built bytes, plus kmirror's `alter` tag (10000 = uvarint 0x90 0x4e,
+        // one byte long, true) in the trailing tag section.
+        let expected: &[u8] = &[3, b'd', b'r', 2, 2, b'k', 0, 0, 1, 0x90, 0x4e, 1, 1];
+        let msg = CreateMirrorRequest {
+            mirror_name: "dr".into(),
+            configs: vec![MirrorConfig {
+                name: "k".into(),
+                value: None,
+                ..Default::default()
+            }],
+            alter: true,
+            ..Default::default()
+        };
+        assert_eq!(&encode_body(&msg)[..], expected);
+        let mut out = BytesMut::new();
+        msg.encode(&mut out, 0).unwrap();
+        assert_eq!(&out[..], expected);
+        // Decoding stops at the message's end and leaves what follows.
+        let mut buf = Bytes::from([expected, &[0xAB][..]].concat());
+        assert_eq!(CreateMirrorRequest::decode(&mut buf, 0).unwrap(), msg);
+        assert_eq!(&buf[..], &[0xAB]);
+    }
+
+    #[test]
+    fn kafka_protocol_traits_know_only_version_0_and_the_flexible_headers() {
+        let msg = CreateMirrorRequest::default();
+        assert!(msg.encode(&mut BytesMut::new(), 1).is_err());
+        assert!(msg.compute_size(1).is_err());
+        let mut b = encode_body(&msg).freeze();
+        assert!(CreateMirrorRequest::decode(&mut b, 1).is_err());
+        assert_eq!(<CreateMirrorRequest as Message>::VERSIONS.max, 0);
+        assert_eq!(<CreateMirrorRequest as Request>::KEY, api::CREATE_MIRROR);
+        assert_eq!(
+            <PauseMirrorTopicsRequest as Request>::KEY,
+            api::PAUSE_MIRROR_TOPICS
+        );
+        assert_eq!(CreateMirrorRequest::header_version(0), 2);
+        assert_eq!(SimpleMirrorResponse::header_version(0), 1);
+        // Truncated input is an error through the traits too.
+        let mut short = Bytes::from_static(&[3, b'd']);
+        assert!(CreateMirrorRequest::decode(&mut short, 0).is_err());
     }
 
     #[test]

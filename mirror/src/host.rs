@@ -16,7 +16,7 @@
 //! core (the source client is glommio-based) and send the snapshot back to the thread, which
 //! plans with `kmirror_control::mirror::sync` and applies. ACL sync (create missing, delete
 //! extra, `mirror.acl.principals.exclude`) runs with the group offsets and writes the broker's
-//! ACL store (`crate::acl`); a source without an authorizer leaves the local ACLs alone.
+//! ACL store (`kmirror_net::acl`); a source without an authorizer leaves the local ACLs alone.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
@@ -38,12 +38,12 @@ use kmirror_engine::Router;
 use kmirror_log::ControlKind;
 use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
 
-use crate::broker::{Broker, ExtensionApis};
 use crate::client_security::ClientSecurity;
+use crate::fetcher::{FetchEvent, FetcherConfig, KafkaSource};
 use crate::keys::api;
-use crate::mirror_fetcher::{FetchEvent, FetcherConfig, KafkaSource};
-use crate::mirror_manager::{FetchTask, FetcherManager};
-use crate::mirror_service::{LivePartition, MirrorLiveStatus, MirrorService};
+use crate::manager::{FetchTask, FetcherManager};
+use crate::service::{LivePartition, MirrorLiveStatus, MirrorService};
+use kmirror_net::broker::{Broker, ExtensionApis};
 
 /// How long a failover waits for a fetcher to exit before truncating anyway is not an
 /// option: the step fails (and is retried) if the fetcher does not stop in time.
@@ -95,7 +95,7 @@ struct SourceSnapshot {
     lookups: BTreeMap<String, SourceLookup>,
 }
 
-/// The broker's mirroring: pass it to [`crate::start`] as the extension.
+/// The broker's mirroring: pass it to [`kmirror_net::start`] as the extension.
 pub struct MirrorBroker {
     tx: flume::Sender<Msg>,
     /// Set when the broker starts: the authorizer the mirror APIs are checked against.
@@ -144,7 +144,7 @@ impl ExtensionApis for MirrorBroker {
 
     fn handle(
         &self,
-        session: &crate::session::Session,
+        session: &kmirror_net::session::Session,
         api_key: i16,
         frame: Bytes,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
@@ -452,7 +452,7 @@ impl MirrorLiveStatus for BrokerHost {
                         Ok((p.log.log_end_offset().0, newest))
                     })
                     .ok()?;
-                crate::mirror_fetcher::FetcherStatus::from_local(end, newest)
+                crate::fetcher::FetcherStatus::from_local(end, newest)
             }
         };
         let mut l = st.live(now_ms);
@@ -535,8 +535,8 @@ impl Control {
                 .unwrap_or(Got::Idle);
             match got {
                 Got::Msg(Msg::Request(frame, reply)) => {
-                    let key = crate::frame::header_prefix(&frame).api_key;
-                    let now = crate::mirror_fetcher::now_ms();
+                    let key = kmirror_net::frame::header_prefix(&frame).api_key;
+                    let now = crate::fetcher::now_ms();
                     let out = {
                         let (svc, host) = (&mut self.service, &mut self.host);
                         svc.handle_frame(frame, host, now)
@@ -853,7 +853,7 @@ impl Control {
                         };
                         let mut idle_ends = Vec::new();
                         for tp in idle {
-                            use crate::mirror_fetcher::Source;
+                            use crate::fetcher::Source;
                             let Ok(leader) = src.leader(&tp.topic, tp.partition).await else {
                                 continue;
                             };
@@ -1143,8 +1143,8 @@ impl Control {
         def: &MirrorDefinition,
         source: &[kmirror_control::mirror::AclBinding],
     ) -> Result<(), String> {
-        let registry =
-            crate::acl::store_for(&self.host.broker.config.data_dir).map_err(|e| e.to_string())?;
+        let registry = kmirror_net::acl::store_for(&self.host.broker.config.data_dir)
+            .map_err(|e| e.to_string())?;
         // Every change publishes a new snapshot, so the authorizer sees synced ACLs at once.
         registry.mutate(|store| Self::apply_acl_plan(def, source, store))
     }

@@ -6,7 +6,7 @@
 //! correlation id without a pending map. On connect the client runs ApiVersions and then picks,
 //! per request, the highest version both sides support, optionally capped by the caller.
 //! Standard APIs use kafka-protocol's message types; the KIP-1279 mirror APIs use
-//! [`crate::mirror_api`].
+//! [`crate::api`].
 //!
 //! Security ([`crate::client_security::ClientSecurity`]): TLS (rustls; futures-rustls on the
 //! async side) wraps the TCP stream before ApiVersions; SASL runs after it (SaslHandshake v1,
@@ -26,9 +26,9 @@ use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Req
 
 use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 
+use crate::api::{self as mirror_api, MirrorRequest, Wire};
 use crate::client_security::{reauth_after, ClientSecurity, SaslExchange};
 use crate::keys;
-use crate::mirror_api::{self, MirrorRequest, Wire};
 
 /// Largest response frame accepted (a Fetch response is bounded by fetch.max.bytes).
 pub const MAX_FRAME: usize = 256 * 1024 * 1024;

@@ -1799,7 +1799,7 @@ impl Source for KafkaSource {
         topic: &str,
         partition: i32,
     ) -> Result<Option<i32>, SourceError> {
-        use crate::mirror_api::{LastMirroredEpochsRequest, PartitionIndex, TopicPartitionsQuery};
+        use crate::api::{LastMirroredEpochsRequest, PartitionIndex, TopicPartitionsQuery};
         let req = LastMirroredEpochsRequest {
             mirror_name: mirror.to_owned(),
             topics: vec![TopicPartitionsQuery {
@@ -2047,7 +2047,7 @@ fn lme_over(
     topic: &str,
     partition: i32,
 ) -> Result<Option<i32>, SourceError> {
-    use crate::mirror_api::{LastMirroredEpochsRequest, PartitionIndex, TopicPartitionsQuery};
+    use crate::api::{LastMirroredEpochsRequest, PartitionIndex, TopicPartitionsQuery};
     if !c.versions().supports_mirroring() {
         return Ok(None);
     }

@@ -12,7 +12,7 @@ use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiVersionsResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
 use kmirror_control::mirror::{MirrorCoordinator, MirrorDefinition, MirrorHost, MirrorStateStore};
-use kmirror_net::mirror_service::{LivePartition, MirrorLiveStatus, MirrorService};
+use kmirror_mirror::service::{LivePartition, MirrorLiveStatus, MirrorService};
 use kmirror_types::TopicPartition;
 
 struct Host {

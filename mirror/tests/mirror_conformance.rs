@@ -9,9 +9,9 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use bytes::{Buf, Bytes};
-use kmirror_net::client::codec;
+use kmirror_mirror::api::*;
+use kmirror_mirror::client::codec;
 use kmirror_net::keys::api;
-use kmirror_net::mirror_api::*;
 use kmirror_tests::KmirrorNode;
 
 struct Conn {

@@ -1,14 +1,14 @@
 //! Writes the seed corpora of the request_decode and mirror_api fuzz targets into
 //! `$KMIRROR_FUZZ_SEEDS` (normally fuzz/corpus):
-//! `KMIRROR_FUZZ_SEEDS=$PWD/fuzz/corpus cargo test -p kmirror-net --test fuzz_seeds -- --ignored`
+//! `KMIRROR_FUZZ_SEEDS=$PWD/fuzz/corpus cargo test -p kmirror-mirror --test fuzz_seeds -- --ignored`
 
 use std::path::PathBuf;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Encodable, Message, Request, StrBytes};
-use kmirror_net::client::codec::encode_request;
-use kmirror_net::mirror_api::{self as m, MirrorRequest};
+use kmirror_mirror::api::{self as m, MirrorRequest};
+use kmirror_mirror::client::codec::encode_request;
 
 fn root() -> PathBuf {
     PathBuf::from(std::env::var("KMIRROR_FUZZ_SEEDS").expect("KMIRROR_FUZZ_SEEDS"))
