@@ -293,7 +293,7 @@ impl BrokerHost {
         skip_prepare: bool,
     ) -> FetchTask {
         use kmirror_control::mirror::definition::settings::{
-            RETRY_BACKOFF_MAX_MS, RETRY_BACKOFF_MS,
+            RETRY_BACKOFF_MAX_MS, RETRY_BACKOFF_MS, THROTTLED_RATE,
         };
         let setting = |key: &str| {
             mirror
@@ -310,6 +310,8 @@ impl BrokerHost {
             skip_prepare,
             retry_backoff_ms: setting(RETRY_BACKOFF_MS),
             retry_backoff_max_ms: setting(RETRY_BACKOFF_MAX_MS),
+            throttled_rate: mirror.setting_u64(THROTTLED_RATE, 0),
+            priority: mirror.is_priority_topic(&tp.topic),
             security: ClientSecurity::from_properties(&mirror.client_settings()),
         }
     }

@@ -269,6 +269,8 @@ fn fetcher_manager_starts_stops_and_resumes_partitions_and_reports_live_lag() {
         skip_prepare,
         retry_backoff_ms: None,
         retry_backoff_max_ms: None,
+        throttled_rate: 0,
+        priority: false,
         security: Ok(Default::default()),
     };
     for tp in &tps {
