@@ -64,6 +64,22 @@ pub trait ExtensionApis: Send + Sync {
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
         let _ = (broker, router);
     }
+    /// The extension's dynamic broker configs for DescribeConfigs: (name, value, whether the
+    /// value was set dynamically rather than by the static config).
+    fn broker_configs(&self) -> Vec<(&'static str, String, bool)> {
+        Vec::new()
+    }
+    /// Set (`Some`) or delete (`None`) one of the extension's dynamic broker configs; `None`
+    /// when `key` is not the extension's. The future runs on the calling core.
+    fn alter_broker_config(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        validate_only: bool,
+    ) -> Option<Pin<Box<dyn Future<Output = Result<(), String>>>>> {
+        let _ = (key, value, validate_only);
+        None
+    }
 }
 
 /// Shared by all cores.

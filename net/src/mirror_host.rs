@@ -44,6 +44,7 @@ use crate::keys::api;
 use crate::mirror_fetcher::{FetchEvent, FetcherConfig, KafkaSource};
 use crate::mirror_manager::{FetchTask, FetcherManager};
 use crate::mirror_service::{LivePartition, MirrorLiveStatus, MirrorService};
+use crate::mirror_throttle::{BrokerRate, BROKER_THROTTLED_RATE};
 
 /// How long a failover waits for a fetcher to exit before truncating anyway is not an
 /// option: the step fails (and is retried) if the fetcher does not stop in time.
@@ -103,6 +104,8 @@ pub struct MirrorBroker {
     pending: Mutex<Option<(flume::Receiver<Msg>, MirrorService, MirrorSettings)>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The broker-wide byte-rate ceiling as a dynamic broker config (set when started).
+    broker_rate: std::sync::OnceLock<Arc<BrokerRate>>,
 }
 
 impl MirrorBroker {
@@ -120,6 +123,7 @@ impl MirrorBroker {
             pending: Mutex::new(Some((rx, service, settings))),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             thread: Mutex::new(None),
+            broker_rate: std::sync::OnceLock::new(),
         }))
     }
 
@@ -180,7 +184,11 @@ impl ExtensionApis for MirrorBroker {
             settings.fetcher.clone(),
             ev_tx,
         );
-        manager.set_byte_rate(settings.byte_rate);
+        let _ = self.broker_rate.set(Arc::new(BrokerRate::open(
+            &broker.config.data_dir,
+            settings.byte_rate,
+            manager.broker_ceiling(),
+        )));
         let host = BrokerHost {
             broker: broker.clone(),
             router: router.clone(),
@@ -210,6 +218,40 @@ impl ExtensionApis for MirrorBroker {
             .spawn(move || ctl.run(rx, ev_rx, stop))
             .expect("spawn mirror control thread");
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    }
+
+    fn broker_configs(&self) -> Vec<(&'static str, String, bool)> {
+        self.broker_rate
+            .get()
+            .map(|r| {
+                let (rate, dynamic) = r.describe();
+                vec![(BROKER_THROTTLED_RATE, rate.to_string(), dynamic)]
+            })
+            .unwrap_or_default()
+    }
+
+    fn alter_broker_config(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        validate_only: bool,
+    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>>>>> {
+        if key != BROKER_THROTTLED_RATE {
+            return None;
+        }
+        let parsed = BrokerRate::parse(value);
+        let rate = self.broker_rate.get().cloned();
+        Some(Box::pin(async move {
+            let value = parsed?;
+            let rate = rate.ok_or_else(|| "mirroring has not started".to_string())?;
+            if validate_only {
+                return Ok(());
+            }
+            // The value is persisted with an fsync: off the engine core.
+            glommio::executor()
+                .spawn_blocking(move || rate.set_blocking(value))
+                .await
+        }))
     }
 }
 

@@ -119,6 +119,11 @@ impl FetcherManager {
         self.broker_ceiling.set_rate(bytes_per_sec);
     }
 
+    /// The broker-level ceiling every fetcher charges.
+    pub fn broker_ceiling(&self) -> Arc<RateCeiling> {
+        self.broker_ceiling.clone()
+    }
+
     /// The broker-level ceiling in force (bytes/s, 0 = unlimited).
     pub fn byte_rate(&self) -> u64 {
         self.broker_ceiling.rate()

@@ -95,6 +95,92 @@ impl MirrorThrottle {
     }
 }
 
+/// The broker-wide ceiling as a dynamic broker config: `kafka-configs --entity-type brokers
+/// --alter --add-config mirror.replication.throttled.rate=N` changes it at runtime, and the
+/// value is kept in `<data_dir>/mirror-dynamic.properties` so it outlives a restart (as
+/// Kafka's dynamic broker configs do). Deleting it returns to the static `mirror_byte_rate`.
+pub const BROKER_THROTTLED_RATE: &str = "mirror.replication.throttled.rate";
+
+const DYNAMIC_FILE: &str = "mirror-dynamic.properties";
+
+/// The broker-wide ceiling and where its dynamic value lives.
+#[derive(Debug)]
+pub struct BrokerRate {
+    ceiling: Arc<RateCeiling>,
+    static_rate: u64,
+    dynamic: std::sync::atomic::AtomicBool,
+    path: std::path::PathBuf,
+}
+
+impl BrokerRate {
+    /// Applies the persisted dynamic value if there is one, else `static_rate`.
+    pub fn open(data_dir: &std::path::Path, static_rate: u64, ceiling: Arc<RateCeiling>) -> Self {
+        let path = data_dir.join(DYNAMIC_FILE);
+        let dynamic = std::fs::read_to_string(&path).ok().and_then(|text| {
+            text.lines().find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == BROKER_THROTTLED_RATE)
+                    .then(|| v.trim().parse::<u64>().ok())
+                    .flatten()
+            })
+        });
+        if let Some(v) = dynamic {
+            tracing::info!(bytes_per_sec = v, "mirror byte-rate ceiling from its dynamic config");
+        }
+        ceiling.set_rate(dynamic.unwrap_or(static_rate));
+        BrokerRate {
+            ceiling,
+            static_rate,
+            dynamic: std::sync::atomic::AtomicBool::new(dynamic.is_some()),
+            path,
+        }
+    }
+
+    /// (rate in force, whether it is the dynamic value).
+    pub fn describe(&self) -> (u64, bool) {
+        (self.ceiling.rate(), self.dynamic.load(Ordering::Relaxed))
+    }
+
+    /// A config value as given to AlterConfigs (`None` = delete).
+    pub fn parse(value: Option<&str>) -> Result<Option<u64>, String> {
+        value
+            .map(|v| {
+                v.trim().parse::<u64>().map_err(|_| {
+                    format!("{BROKER_THROTTLED_RATE} must be a non-negative integer (bytes/s), got '{v}'")
+                })
+            })
+            .transpose()
+    }
+
+    /// Persists (write, fsync, rename) then applies `value`; `None` removes the dynamic value.
+    /// Blocking: call it off the engine cores.
+    pub fn set_blocking(&self, value: Option<u64>) -> Result<(), String> {
+        let io = |e: std::io::Error| format!("{}: {e}", self.path.display());
+        match value {
+            Some(v) => {
+                use std::io::Write;
+                let tmp = self.path.with_extension("tmp");
+                let mut f = std::fs::File::create(&tmp).map_err(io)?;
+                writeln!(f, "{BROKER_THROTTLED_RATE}={v}").map_err(io)?;
+                f.sync_all().map_err(io)?;
+                std::fs::rename(&tmp, &self.path).map_err(io)?;
+            }
+            None => match std::fs::remove_file(&self.path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+                _ => {}
+            },
+        }
+        self.ceiling.set_rate(value.unwrap_or(self.static_rate));
+        self.dynamic.store(value.is_some(), Ordering::Relaxed);
+        tracing::info!(
+            bytes_per_sec = self.ceiling.rate(),
+            dynamic = value.is_some(),
+            "mirror byte-rate ceiling changed"
+        );
+        Ok(())
+    }
+}
+
 /// Microseconds on a monotonic clock shared by every core.
 pub fn now_us() -> i64 {
     use std::sync::OnceLock;
@@ -178,6 +264,24 @@ mod tests {
             t.charge(4000, 5_000_000),
             Duration::from_micros(4_000_000 - BURST_US as u64)
         );
+    }
+
+    #[test]
+    fn a_dynamic_broker_rate_outlives_a_restart_and_deleting_it_restores_the_static_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Arc::new(RateCeiling::new(0));
+        let r = BrokerRate::open(dir.path(), 500, c.clone());
+        assert_eq!(r.describe(), (500, false));
+        r.set_blocking(Some(7000)).unwrap();
+        assert_eq!((c.rate(), r.describe()), (7000, (7000, true)));
+        let c2 = Arc::new(RateCeiling::new(0));
+        let r2 = BrokerRate::open(dir.path(), 500, c2.clone());
+        assert_eq!((c2.rate(), r2.describe()), (7000, (7000, true)));
+        r2.set_blocking(None).unwrap();
+        assert_eq!(r2.describe(), (500, false));
+        assert_eq!(BrokerRate::open(dir.path(), 500, c2).describe(), (500, false));
+        assert!(BrokerRate::parse(Some("-1")).is_err());
+        assert_eq!(BrokerRate::parse(Some(" 42 ")), Ok(Some(42)));
     }
 
     #[test]
