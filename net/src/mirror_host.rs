@@ -335,7 +335,8 @@ impl BrokerHost {
         skip_prepare: bool,
     ) -> FetchTask {
         use kmirror_control::mirror::definition::settings::{
-            RETRY_BACKOFF_MAX_MS, RETRY_BACKOFF_MS, THROTTLED_RATE,
+            FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS, FETCH_PARTITION_MAX_BYTES, RETRY_BACKOFF_MAX_MS,
+            RETRY_BACKOFF_MS, THROTTLED_RATE,
         };
         let setting = |key: &str| {
             mirror
@@ -354,6 +355,9 @@ impl BrokerHost {
             retry_backoff_max_ms: setting(RETRY_BACKOFF_MAX_MS),
             throttled_rate: mirror.setting_u64(THROTTLED_RATE, 0),
             priority: mirror.is_priority_topic(&tp.topic),
+            fetch_max_bytes: setting(FETCH_MAX_BYTES),
+            fetch_partition_max_bytes: setting(FETCH_PARTITION_MAX_BYTES),
+            fetch_max_wait_ms: setting(FETCH_MAX_WAIT_MS),
             security: ClientSecurity::from_properties(&mirror.client_settings()),
         }
     }

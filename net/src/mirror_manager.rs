@@ -43,6 +43,11 @@ pub struct FetchTask {
     /// its `mirror.priority.topics`.
     pub throttled_rate: u64,
     pub priority: bool,
+    /// The mirror's `mirror.fetch.max.bytes` / `mirror.fetch.partition.max.bytes` /
+    /// `mirror.fetch.max.wait.ms`, when set.
+    pub fetch_max_bytes: Option<u64>,
+    pub fetch_partition_max_bytes: Option<u64>,
+    pub fetch_max_wait_ms: Option<u64>,
     /// The mirror's own source connection security (its settings, checked at create; an
     /// error here surfaces as the partition's failure reason).
     pub security: Result<ClientSecurity, SecurityConfigError>,
@@ -169,6 +174,16 @@ impl FetcherManager {
         let (router, mut cfg, stop2) = (self.router.clone(), self.cfg.clone(), stop.clone());
         if let Some(ms) = task.retry_backoff_ms {
             cfg.backoff_initial_ms = ms.max(1);
+        }
+        let clamp = |v: u64| v.clamp(1, i32::MAX as u64) as i32;
+        if let Some(b) = task.fetch_max_bytes {
+            cfg.max_bytes = clamp(b);
+        }
+        if let Some(b) = task.fetch_partition_max_bytes {
+            cfg.partition_max_bytes = clamp(b);
+        }
+        if let Some(ms) = task.fetch_max_wait_ms {
+            cfg.max_wait_ms = clamp(ms);
         }
         if let Some(ms) = task.retry_backoff_max_ms {
             cfg.backoff_max_ms = ms.max(cfg.backoff_initial_ms);

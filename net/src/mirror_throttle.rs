@@ -125,7 +125,10 @@ impl BrokerRate {
             })
         });
         if let Some(v) = dynamic {
-            tracing::info!(bytes_per_sec = v, "mirror byte-rate ceiling from its dynamic config");
+            tracing::info!(
+                bytes_per_sec = v,
+                "mirror byte-rate ceiling from its dynamic config"
+            );
         }
         ceiling.set_rate(dynamic.unwrap_or(static_rate));
         BrokerRate {
@@ -279,7 +282,10 @@ mod tests {
         assert_eq!((c2.rate(), r2.describe()), (7000, (7000, true)));
         r2.set_blocking(None).unwrap();
         assert_eq!(r2.describe(), (500, false));
-        assert_eq!(BrokerRate::open(dir.path(), 500, c2).describe(), (500, false));
+        assert_eq!(
+            BrokerRate::open(dir.path(), 500, c2).describe(),
+            (500, false)
+        );
         assert!(BrokerRate::parse(Some("-1")).is_err());
         assert_eq!(BrokerRate::parse(Some(" 42 ")), Ok(Some(42)));
     }
