@@ -46,6 +46,9 @@ impl BrokerConfig {
     }
 }
 
+/// A broker config change being applied on the calling core: Err is the reason to report.
+pub type ConfigChange = Pin<Box<dyn Future<Output = Result<(), String>>>>;
+
 /// APIs served outside kafka-protocol's key set (the mirror APIs). The extension gets the
 /// whole request frame (header included) and returns the whole response (header included,
 /// no length prefix), or None to send nothing.
@@ -76,7 +79,7 @@ pub trait ExtensionApis: Send + Sync {
         key: &str,
         value: Option<&str>,
         validate_only: bool,
-    ) -> Option<Pin<Box<dyn Future<Output = Result<(), String>>>>> {
+    ) -> Option<ConfigChange> {
         let _ = (key, value, validate_only);
         None
     }

@@ -235,7 +235,7 @@ impl ExtensionApis for MirrorBroker {
         key: &str,
         value: Option<&str>,
         validate_only: bool,
-    ) -> Option<std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>>>>> {
+    ) -> Option<crate::broker::ConfigChange> {
         if key != BROKER_THROTTLED_RATE {
             return None;
         }
@@ -690,14 +690,22 @@ impl Control {
         }
     }
 
-    /// Fetchers of a mirror whose connection settings changed stop here; the reconcile that
-    /// follows starts them again with the new settings.
+    /// Fetchers of a mirror whose connection or fetch settings changed stop here; the
+    /// reconcile that follows starts them again with the new settings. Its byte-rate ceiling
+    /// changes in place.
     fn restart_on_settings_change(&mut self) {
         let store = self.service.coordinator().store();
         let mut changed = BTreeSet::new();
         let mut seen = HashMap::new();
         for def in store.mirrors() {
-            let now = def.client_settings();
+            self.host.manager.set_mirror_rate(
+                &def.name,
+                def.setting_u64(
+                    kmirror_control::mirror::definition::settings::THROTTLED_RATE,
+                    0,
+                ),
+            );
+            let now = def.fetcher_settings();
             if self
                 .connection_settings
                 .get(&def.name)
@@ -717,7 +725,7 @@ impl Control {
             .map(|(tp, _)| tp.clone())
             .collect();
         for name in &changed {
-            tracing::info!(mirror = %name, "connection settings changed; reconnecting");
+            tracing::info!(mirror = %name, "fetcher settings changed; reconnecting");
             // The next sync round connects with the new settings too.
             self.next_sync.remove(name);
         }

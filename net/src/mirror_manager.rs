@@ -134,6 +134,20 @@ impl FetcherManager {
         self.broker_ceiling.rate()
     }
 
+    /// A mirror's own ceiling (`mirror.throttled.rate`), for its running fetchers too.
+    pub fn set_mirror_rate(&self, mirror: &str, bytes_per_sec: u64) {
+        let mut ceilings = self
+            .mirror_ceilings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match ceilings.get(mirror) {
+            Some(c) => c.set_rate(bytes_per_sec),
+            None => {
+                ceilings.insert(mirror.to_owned(), Arc::new(RateCeiling::new(bytes_per_sec)));
+            }
+        }
+    }
+
     /// What a fetcher of `task` charges: the broker's ceiling and its mirror's (whose rate
     /// follows the task's setting).
     fn throttle_for(&self, task: &FetchTask) -> MirrorThrottle {

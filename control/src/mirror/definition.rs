@@ -309,6 +309,24 @@ impl MirrorDefinition {
     }
 
     /// Settings to pass to the source connection: everything not `mirror.`-prefixed.
+    /// What a running fetcher was started with: the source connection settings plus the
+    /// fetch, retry and priority settings. A change restarts the mirror's fetchers (they
+    /// resume at the local log end); `mirror.throttled.rate` applies without one.
+    pub fn fetcher_settings(&self) -> BTreeMap<String, String> {
+        let mut out = self.client_settings();
+        out.extend(
+            self.settings
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("mirror.fetch.")
+                        || k.starts_with("mirror.retry.")
+                        || *k == settings::PRIORITY_TOPICS
+                })
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        out
+    }
+
     pub fn client_settings(&self) -> BTreeMap<String, String> {
         self.settings
             .iter()
