@@ -16,11 +16,13 @@ const BULK_PARTITIONS: i32 = 4;
 /// turn behind the bulk ones would fall a second or more behind.
 const RECORDS_PER_BATCH: usize = 10;
 const VALUE: usize = 2048;
-/// Batches per bulk partition: 4 × 550 × 20 KiB ≈ 45 MB of backlog, more than the two
+/// Batches per bulk partition: 4 × 800 × 20 KiB ≈ 65 MB of backlog, more than the three
 /// measured windows copy.
-const BATCHES: usize = 550;
+const BATCHES: usize = 800;
 const FIRST_RATE: u64 = 1_000_000;
 const SECOND_RATE: u64 = 2_000_000;
+/// The mirror's own ceiling, set last with `mirror alter`: below the broker's, so it binds.
+const MIRROR_RATE: u64 = 1_500_000;
 const WARMUP: Duration = Duration::from_secs(2);
 const WINDOW: Duration = Duration::from_secs(6);
 
@@ -170,6 +172,17 @@ fn the_ceiling_holds_as_a_total_changes_at_runtime_and_priority_topics_keep_up()
             alter.stderr
         );
         let second = measure(&dst, bytes_per_record, &mut hot_lag);
+        // The mirror's own ceiling, changed on the running mirror.
+        mirror::cli_ok(
+            &dst,
+            &[
+                "alter",
+                "dr",
+                "--set",
+                &format!("mirror.throttled.rate={MIRROR_RATE}"),
+            ],
+        );
+        let third = measure(&dst, bytes_per_record, &mut hot_lag);
         let described = java::run_tool(
             "kafka.admin.ConfigCommand",
             &[
@@ -189,14 +202,18 @@ fn the_ceiling_holds_as_a_total_changes_at_runtime_and_priority_topics_keep_up()
 
         eprintln!(
             "ceiling {FIRST_RATE} B/s: measured {first:.0}; raised to {SECOND_RATE}: measured \
-             {second:.0}; hot topic's worst lag {worst_hot_lag} records over {hot_samples} \
+             {second:.0}; mirror ceiling {MIRROR_RATE}: measured {third:.0}; hot topic's worst lag {worst_hot_lag} records over {hot_samples} \
              samples; {left} bulk records still to copy"
         );
         assert!(
             left > 0,
             "the backlog ran out before the second window ended"
         );
-        for (want, got) in [(FIRST_RATE, first), (SECOND_RATE, second)] {
+        for (want, got) in [
+            (FIRST_RATE, first),
+            (SECOND_RATE, second),
+            (MIRROR_RATE, third),
+        ] {
             let err = (got - want as f64) / want as f64;
             assert!(
                 err.abs() <= 0.10,
