@@ -25,7 +25,6 @@
 
 use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, HashMap};
-use std::rc::Rc;
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -530,55 +529,6 @@ impl Backoff {
     }
 }
 
-/// A token bucket for mirror traffic: the broker-level byte-rate ceiling (seed 003,
-/// "destination cluster throttling"), shared by the fetchers of one core (give each core
-/// `ceiling / cores`). Adjustable at runtime with [`ByteRateLimiter::set_rate`]; 0 = unlimited.
-#[derive(Debug, Clone)]
-pub struct ByteRateLimiter {
-    rate: u64,
-    allowance: f64,
-    last_ms: Option<i64>,
-}
-
-impl ByteRateLimiter {
-    pub fn new(bytes_per_sec: u64) -> Self {
-        ByteRateLimiter {
-            rate: bytes_per_sec,
-            allowance: bytes_per_sec as f64,
-            last_ms: None,
-        }
-    }
-
-    pub fn set_rate(&mut self, bytes_per_sec: u64) {
-        self.rate = bytes_per_sec;
-        self.allowance = self.allowance.min(bytes_per_sec as f64);
-    }
-
-    pub fn rate(&self) -> u64 {
-        self.rate
-    }
-
-    /// Account `bytes` just appended at `now_ms`; returns how long to wait before the next
-    /// fetch so the average stays under the rate (burst up to one second's worth).
-    pub fn charge(&mut self, bytes: usize, now_ms: i64) -> Duration {
-        if self.rate == 0 {
-            return Duration::ZERO;
-        }
-        let rate = self.rate as f64;
-        if let Some(last) = self.last_ms {
-            let elapsed = (now_ms - last).max(0) as f64 / 1000.0;
-            self.allowance = (self.allowance + elapsed * rate).min(rate);
-        }
-        self.last_ms = Some(now_ms);
-        self.allowance -= bytes as f64;
-        if self.allowance >= 0.0 {
-            Duration::ZERO
-        } else {
-            Duration::from_secs_f64(-self.allowance / rate)
-        }
-    }
-}
-
 /// Splits fetched bytes into the prefix of whole batches, returning (prefix, first base offset,
 /// last offset, max partition leader epoch). Incomplete trailing data (Kafka may cut the last
 /// batch at the size limit) is left out.
@@ -629,7 +579,7 @@ pub struct PartitionFetcher {
     /// When a round last succeeded (or the first round began): how long errors have lasted.
     last_ok_ms: Option<i64>,
     status: FetcherStatus,
-    throttle: Option<Rc<RefCell<ByteRateLimiter>>>,
+    throttle: Option<crate::throttle::MirrorThrottle>,
     /// A new fetcher may replace one that failed (restart, a cleared sync failure): its
     /// first success is announced so a FAILED partition returns to MIRRORING.
     announce_first_success: bool,
@@ -660,7 +610,7 @@ impl PartitionFetcher {
     }
 
     /// Share a byte-rate ceiling with the other fetchers of this core.
-    pub fn with_throttle(mut self, throttle: Rc<RefCell<ByteRateLimiter>>) -> Self {
+    pub fn with_throttle(mut self, throttle: crate::throttle::MirrorThrottle) -> Self {
         self.throttle = Some(throttle);
         self
     }
@@ -689,7 +639,7 @@ impl PartitionFetcher {
                     let delay = self
                         .throttle
                         .as_ref()
-                        .map(|t| t.borrow_mut().charge(bytes, source.now_ms()));
+                        .map(|t| t.charge(bytes, crate::throttle::now_us()));
                     if let Some(d) = delay.filter(|d| !d.is_zero()) {
                         source.sleep(d).await;
                     }
@@ -2970,26 +2920,17 @@ mod tests {
     }
 
     #[test]
-    fn byte_rate_limiter_holds_the_average_under_the_ceiling() {
-        let mut t = ByteRateLimiter::new(1000);
-        // One second of burst is free, then each 500 bytes costs half a second.
-        assert_eq!(t.charge(1000, 0), Duration::ZERO);
-        assert_eq!(t.charge(500, 0), Duration::from_millis(500));
-        // After waiting it out, the next charge sees the refill.
-        assert_eq!(t.charge(500, 500), Duration::from_millis(500));
-        assert_eq!(t.charge(100, 2_000), Duration::ZERO, "idle time refills");
-        t.set_rate(0);
-        assert_eq!(t.charge(1 << 30, 2_000), Duration::ZERO, "0 = unlimited");
-    }
-
-    #[test]
     fn throttled_run_sleeps_between_appends() {
         let mut s = FakeSource::new(&[(0, 1, 1)]);
         let mut l = FakeLocal::default();
         let mut o = Events::default();
         let stop = Cell::new(false);
-        let t = Rc::new(RefCell::new(ByteRateLimiter::new(10)));
-        let f = fetcher(s.topic_id).with_throttle(t);
+        let ceiling = std::sync::Arc::new(crate::throttle::RateCeiling::new(10));
+        let f = fetcher(s.topic_id).with_throttle(crate::throttle::MirrorThrottle {
+            broker: ceiling.clone(),
+            mirror: ceiling,
+            priority: false,
+        });
         // Stop after the first sleep: the throttle must have asked for one.
         struct StopOnSleep<'a>(&'a mut FakeSource, &'a Cell<bool>);
         impl Source for StopOnSleep<'_> {

@@ -43,6 +43,7 @@ use crate::fetcher::{FetchEvent, FetcherConfig, KafkaSource};
 use crate::keys::api;
 use crate::manager::{FetchTask, FetcherManager};
 use crate::service::{LivePartition, MirrorLiveStatus, MirrorService};
+use crate::throttle::{BrokerRate, BROKER_THROTTLED_RATE};
 use kmirror_net::broker::{Broker, ExtensionApis};
 
 /// How long a failover waits for a fetcher to exit before truncating anyway is not an
@@ -103,6 +104,8 @@ pub struct MirrorBroker {
     pending: Mutex<Option<(flume::Receiver<Msg>, MirrorService, MirrorSettings)>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The broker-wide byte-rate ceiling as a dynamic broker config (set when started).
+    broker_rate: std::sync::OnceLock<Arc<BrokerRate>>,
 }
 
 impl MirrorBroker {
@@ -120,6 +123,7 @@ impl MirrorBroker {
             pending: Mutex::new(Some((rx, service, settings))),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             thread: Mutex::new(None),
+            broker_rate: std::sync::OnceLock::new(),
         }))
     }
 
@@ -180,7 +184,11 @@ impl ExtensionApis for MirrorBroker {
             settings.fetcher.clone(),
             ev_tx,
         );
-        manager.set_byte_rate(settings.byte_rate);
+        let _ = self.broker_rate.set(Arc::new(BrokerRate::open(
+            &broker.config.data_dir,
+            settings.byte_rate,
+            manager.broker_ceiling(),
+        )));
         let host = BrokerHost {
             broker: broker.clone(),
             router: router.clone(),
@@ -210,6 +218,40 @@ impl ExtensionApis for MirrorBroker {
             .spawn(move || ctl.run(rx, ev_rx, stop))
             .expect("spawn mirror control thread");
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    }
+
+    fn broker_configs(&self) -> Vec<(&'static str, String, bool)> {
+        self.broker_rate
+            .get()
+            .map(|r| {
+                let (rate, dynamic) = r.describe();
+                vec![(BROKER_THROTTLED_RATE, rate.to_string(), dynamic)]
+            })
+            .unwrap_or_default()
+    }
+
+    fn alter_broker_config(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        validate_only: bool,
+    ) -> Option<kmirror_net::broker::ConfigChange> {
+        if key != BROKER_THROTTLED_RATE {
+            return None;
+        }
+        let parsed = BrokerRate::parse(value);
+        let rate = self.broker_rate.get().cloned();
+        Some(Box::pin(async move {
+            let value = parsed?;
+            let rate = rate.ok_or_else(|| "mirroring has not started".to_string())?;
+            if validate_only {
+                return Ok(());
+            }
+            // The value is persisted with an fsync: off the engine core.
+            glommio::executor()
+                .spawn_blocking(move || rate.set_blocking(value))
+                .await
+        }))
     }
 }
 
@@ -293,7 +335,8 @@ impl BrokerHost {
         skip_prepare: bool,
     ) -> FetchTask {
         use kmirror_control::mirror::definition::settings::{
-            RETRY_BACKOFF_MAX_MS, RETRY_BACKOFF_MS,
+            FETCH_MAX_BYTES, FETCH_MAX_WAIT_MS, FETCH_PARTITION_MAX_BYTES, RETRY_BACKOFF_MAX_MS,
+            RETRY_BACKOFF_MS, THROTTLED_RATE,
         };
         let setting = |key: &str| {
             mirror
@@ -310,6 +353,11 @@ impl BrokerHost {
             skip_prepare,
             retry_backoff_ms: setting(RETRY_BACKOFF_MS),
             retry_backoff_max_ms: setting(RETRY_BACKOFF_MAX_MS),
+            throttled_rate: mirror.setting_u64(THROTTLED_RATE, 0),
+            priority: mirror.is_priority_topic(&tp.topic),
+            fetch_max_bytes: setting(FETCH_MAX_BYTES),
+            fetch_partition_max_bytes: setting(FETCH_PARTITION_MAX_BYTES),
+            fetch_max_wait_ms: setting(FETCH_MAX_WAIT_MS),
             security: ClientSecurity::from_properties(&mirror.client_settings()),
         }
     }
@@ -642,14 +690,22 @@ impl Control {
         }
     }
 
-    /// Fetchers of a mirror whose connection settings changed stop here; the reconcile that
-    /// follows starts them again with the new settings.
+    /// Fetchers of a mirror whose connection or fetch settings changed stop here; the
+    /// reconcile that follows starts them again with the new settings. Its byte-rate ceiling
+    /// changes in place.
     fn restart_on_settings_change(&mut self) {
         let store = self.service.coordinator().store();
         let mut changed = BTreeSet::new();
         let mut seen = HashMap::new();
         for def in store.mirrors() {
-            let now = def.client_settings();
+            self.host.manager.set_mirror_rate(
+                &def.name,
+                def.setting_u64(
+                    kmirror_control::mirror::definition::settings::THROTTLED_RATE,
+                    0,
+                ),
+            );
+            let now = def.fetcher_settings();
             if self
                 .connection_settings
                 .get(&def.name)
@@ -669,7 +725,7 @@ impl Control {
             .map(|(tp, _)| tp.clone())
             .collect();
         for name in &changed {
-            tracing::info!(mirror = %name, "connection settings changed; reconnecting");
+            tracing::info!(mirror = %name, "fetcher settings changed; reconnecting");
             // The next sync round connects with the new settings too.
             self.next_sync.remove(name);
         }

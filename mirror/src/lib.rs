@@ -3,7 +3,8 @@
 //! Owns: the mirror wire APIs and their codec (`api`) and their authorization answers
 //! (`authz`); the Kafka client that talks to the source cluster, with its TLS and SASL
 //! (`client`, `client_security`); the per-partition fetchers that copy source batches at their
-//! source offsets, with throttling and failback (`fetcher`); the manager that runs one fetcher
+//! source offsets, with failback (`fetcher`); the byte-rate ceilings they share across cores
+//! (`throttle`); the manager that runs one fetcher
 //! task per mirrored partition on its owning core (`manager`); the mirror service that applies
 //! mirror requests to the coordinator (`service`); and the host that plugs all of it into a
 //! running broker and drives the control plane from the "kmirror-mirror" thread (`host`).
@@ -25,6 +26,7 @@ pub mod fetcher;
 pub mod host;
 pub mod manager;
 pub mod service;
+pub mod throttle;
 
 /// The broker's API keys, error codes and config names: one table for both crates.
 pub use kmirror_net::keys;

@@ -7,7 +7,6 @@
 //! through one channel, in order per partition.
 
 use std::collections::HashMap;
-use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -18,10 +17,11 @@ use uuid::Uuid;
 
 use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::fetcher::{
-    fetcher_client_id, mirror_partition, ByteRateLimiter, EngineLocalPartition, FetchEvent,
-    FetchObserver, FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
+    fetcher_client_id, mirror_partition, EngineLocalPartition, FetchEvent, FetchObserver,
+    FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
 };
 use crate::service::{LivePartition, MirrorLiveStatus};
+use crate::throttle::{MirrorThrottle, RateCeiling};
 
 /// What to start for one partition.
 #[derive(Debug, Clone)]
@@ -39,6 +39,15 @@ pub struct FetchTask {
     /// otherwise the broker's fetcher defaults apply.
     pub retry_backoff_ms: Option<u64>,
     pub retry_backoff_max_ms: Option<u64>,
+    /// The mirror's `mirror.throttled.rate` (bytes/s, 0 = none) and whether this topic is in
+    /// its `mirror.priority.topics`.
+    pub throttled_rate: u64,
+    pub priority: bool,
+    /// The mirror's `mirror.fetch.max.bytes` / `mirror.fetch.partition.max.bytes` /
+    /// `mirror.fetch.max.wait.ms`, when set.
+    pub fetch_max_bytes: Option<u64>,
+    pub fetch_partition_max_bytes: Option<u64>,
+    pub fetch_max_wait_ms: Option<u64>,
     /// The mirror's own source connection security (its settings, checked at create; an
     /// error here surfaces as the partition's failure reason).
     pub security: Result<ClientSecurity, SecurityConfigError>,
@@ -57,9 +66,10 @@ pub struct FetcherManager {
     router: Router,
     node_id: i32,
     cfg: FetcherConfig,
-    /// Per-core byte-rate ceiling (bytes/s, 0 = unlimited), applied to tasks started after a
-    /// change.
-    rate_per_core: Arc<std::sync::atomic::AtomicU64>,
+    /// The broker-wide mirror byte-rate ceiling, shared by every fetcher on every core.
+    broker_ceiling: Arc<RateCeiling>,
+    /// Each mirror's own ceiling (`mirror.throttled.rate`); touched at start only.
+    mirror_ceilings: Mutex<HashMap<String, Arc<RateCeiling>>>,
     next_fetcher_id: AtomicU32,
     running: Mutex<HashMap<TopicPartition, Running>>,
     status: Arc<Mutex<HashMap<TopicPartition, FetcherStatus>>>,
@@ -99,7 +109,8 @@ impl FetcherManager {
             router,
             node_id,
             cfg,
-            rate_per_core: Arc::new(std::sync::atomic::AtomicU64::new(0)),
+            broker_ceiling: Arc::new(RateCeiling::new(0)),
+            mirror_ceilings: Mutex::new(HashMap::new()),
             next_fetcher_id: AtomicU32::new(0),
             running: Mutex::new(HashMap::new()),
             status: Arc::new(Mutex::new(HashMap::new())),
@@ -107,10 +118,52 @@ impl FetcherManager {
         })
     }
 
-    /// Broker-level mirror byte-rate ceiling (bytes/s, 0 = unlimited), split across cores.
+    /// Broker-level mirror byte-rate ceiling (bytes/s, 0 = unlimited): the total of every
+    /// mirror's traffic on this node. Takes effect at once, also for running fetchers.
     pub fn set_byte_rate(&self, bytes_per_sec: u64) {
-        let per_core = bytes_per_sec / self.router.cores().max(1) as u64;
-        self.rate_per_core.store(per_core, Ordering::Relaxed);
+        self.broker_ceiling.set_rate(bytes_per_sec);
+    }
+
+    /// The broker-level ceiling every fetcher charges.
+    pub fn broker_ceiling(&self) -> Arc<RateCeiling> {
+        self.broker_ceiling.clone()
+    }
+
+    /// The broker-level ceiling in force (bytes/s, 0 = unlimited).
+    pub fn byte_rate(&self) -> u64 {
+        self.broker_ceiling.rate()
+    }
+
+    /// A mirror's own ceiling (`mirror.throttled.rate`), for its running fetchers too.
+    pub fn set_mirror_rate(&self, mirror: &str, bytes_per_sec: u64) {
+        let mut ceilings = self
+            .mirror_ceilings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        match ceilings.get(mirror) {
+            Some(c) => c.set_rate(bytes_per_sec),
+            None => {
+                ceilings.insert(mirror.to_owned(), Arc::new(RateCeiling::new(bytes_per_sec)));
+            }
+        }
+    }
+
+    /// What a fetcher of `task` charges: the broker's ceiling and its mirror's (whose rate
+    /// follows the task's setting).
+    fn throttle_for(&self, task: &FetchTask) -> MirrorThrottle {
+        let mirror = self
+            .mirror_ceilings
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(task.mirror.clone())
+            .or_default()
+            .clone();
+        mirror.set_rate(task.throttled_rate);
+        MirrorThrottle {
+            broker: self.broker_ceiling.clone(),
+            mirror,
+            priority: task.priority,
+        }
     }
 
     pub fn is_running(&self, tp: &TopicPartition) -> bool {
@@ -136,6 +189,16 @@ impl FetcherManager {
         if let Some(ms) = task.retry_backoff_ms {
             cfg.backoff_initial_ms = ms.max(1);
         }
+        let clamp = |v: u64| v.clamp(1, i32::MAX as u64) as i32;
+        if let Some(b) = task.fetch_max_bytes {
+            cfg.max_bytes = clamp(b);
+        }
+        if let Some(b) = task.fetch_partition_max_bytes {
+            cfg.partition_max_bytes = clamp(b);
+        }
+        if let Some(ms) = task.fetch_max_wait_ms {
+            cfg.max_wait_ms = clamp(ms);
+        }
         if let Some(ms) = task.retry_backoff_max_ms {
             cfg.backoff_max_ms = ms.max(cfg.backoff_initial_ms);
         }
@@ -143,7 +206,7 @@ impl FetcherManager {
             events: self.events.clone(),
             status: self.status.clone(),
         };
-        let rate = self.rate_per_core.load(Ordering::Relaxed);
+        let throttle = self.throttle_for(&task);
         let key = task.tp.clone();
         self.router.spawn_on_blocking(core, move || async move {
             let mut observer = observer;
@@ -151,11 +214,8 @@ impl FetcherManager {
                 KafkaSource::new(&task.source_bootstrap, client_id, Duration::from_secs(30))
                     .with_security(task.security.clone());
             let mut local = EngineLocalPartition::new(router, task.tp.clone());
-            let mut fetcher = PartitionFetcher::new(task.tp.clone(), task.topic_id, cfg);
-            if rate > 0 {
-                fetcher = fetcher
-                    .with_throttle(Rc::new(std::cell::RefCell::new(ByteRateLimiter::new(rate))));
-            }
+            let fetcher =
+                PartitionFetcher::new(task.tp.clone(), task.topic_id, cfg).with_throttle(throttle);
             let never = std::cell::Cell::new(false);
             let work = mirror_partition(
                 &mut source,

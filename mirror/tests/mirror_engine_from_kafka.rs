@@ -269,6 +269,11 @@ fn fetcher_manager_starts_stops_and_resumes_partitions_and_reports_live_lag() {
         skip_prepare,
         retry_backoff_ms: None,
         retry_backoff_max_ms: None,
+        throttled_rate: 0,
+        priority: false,
+        fetch_max_bytes: None,
+        fetch_partition_max_bytes: None,
+        fetch_max_wait_ms: None,
         security: Ok(Default::default()),
     };
     for tp in &tps {

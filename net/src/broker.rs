@@ -46,6 +46,9 @@ impl BrokerConfig {
     }
 }
 
+/// A broker config change being applied on the calling core: Err is the reason to report.
+pub type ConfigChange = Pin<Box<dyn Future<Output = Result<(), String>>>>;
+
 /// APIs served outside kafka-protocol's key set (the mirror APIs). The extension gets the
 /// whole request frame (header included) and returns the whole response (header included,
 /// no length prefix), or None to send nothing.
@@ -63,6 +66,22 @@ pub trait ExtensionApis: Send + Sync {
     /// extension the broker (metadata, coordinator) and the router (partition owners).
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
         let _ = (broker, router);
+    }
+    /// The extension's dynamic broker configs for DescribeConfigs: (name, value, whether the
+    /// value was set dynamically rather than by the static config).
+    fn broker_configs(&self) -> Vec<(&'static str, String, bool)> {
+        Vec::new()
+    }
+    /// Set (`Some`) or delete (`None`) one of the extension's dynamic broker configs; `None`
+    /// when `key` is not the extension's. The future runs on the calling core.
+    fn alter_broker_config(
+        &self,
+        key: &str,
+        value: Option<&str>,
+        validate_only: bool,
+    ) -> Option<ConfigChange> {
+        let _ = (key, value, validate_only);
+        None
     }
 }
 

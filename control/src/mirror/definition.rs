@@ -35,6 +35,12 @@ pub mod settings {
     /// Backoff bounds after a fetch error or a FAILED partition.
     pub const RETRY_BACKOFF_MS: &str = "mirror.retry.backoff.ms";
     pub const RETRY_BACKOFF_MAX_MS: &str = "mirror.retry.backoff.max.ms";
+    /// This mirror's byte-rate ceiling (bytes/s over all its partitions on this node; 0 or
+    /// unset = none). Applies under the broker-wide `mirror_byte_rate` ceiling.
+    pub const THROTTLED_RATE: &str = "mirror.throttled.rate";
+    /// Topic regexes (comma separated, full match) whose partitions are high priority: their
+    /// bytes count against the ceilings, but they never wait for them.
+    pub const PRIORITY_TOPICS: &str = "mirror.priority.topics";
 }
 
 /// Seed 003's default `mirror.topic.properties.exclude` list (regexes, full match).
@@ -230,6 +236,7 @@ impl MirrorDefinition {
         };
         def.topic_filter()?;
         def.config_exclude()?;
+        def.priority_topics()?;
         for key in [
             settings::METADATA_SYNC_INTERVAL_MS,
             settings::GROUP_SYNC_INTERVAL_MS,
@@ -238,10 +245,29 @@ impl MirrorDefinition {
             settings::FETCH_MAX_WAIT_MS,
             settings::RETRY_BACKOFF_MS,
             settings::RETRY_BACKOFF_MAX_MS,
+            settings::THROTTLED_RATE,
         ] {
             def.get_u64(key, 0)?;
         }
         Ok(def)
+    }
+
+    /// `mirror.priority.topics` compiled (full-match regexes); empty when unset.
+    pub fn priority_topics(&self) -> Result<Vec<Regex>, MirrorError> {
+        compile_full(
+            &self
+                .settings
+                .get(settings::PRIORITY_TOPICS)
+                .map(|s| split_list(s))
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Whether `topic`'s partitions are high priority for the throttle.
+    pub fn is_priority_topic(&self, topic: &str) -> bool {
+        self.priority_topics()
+            .map(|p| p.iter().any(|r| r.is_match(topic)))
+            .unwrap_or(false)
     }
 
     pub fn source_bootstrap(&self) -> &str {
@@ -283,6 +309,24 @@ impl MirrorDefinition {
     }
 
     /// Settings to pass to the source connection: everything not `mirror.`-prefixed.
+    /// What a running fetcher was started with: the source connection settings plus the
+    /// fetch, retry and priority settings. A change restarts the mirror's fetchers (they
+    /// resume at the local log end); `mirror.throttled.rate` applies without one.
+    pub fn fetcher_settings(&self) -> BTreeMap<String, String> {
+        let mut out = self.client_settings();
+        out.extend(
+            self.settings
+                .iter()
+                .filter(|(k, _)| {
+                    k.starts_with("mirror.fetch.")
+                        || k.starts_with("mirror.retry.")
+                        || *k == settings::PRIORITY_TOPICS
+                })
+                .map(|(k, v)| (k.clone(), v.clone())),
+        );
+        out
+    }
+
     pub fn client_settings(&self) -> BTreeMap<String, String> {
         self.settings
             .iter()

@@ -24,6 +24,7 @@ const BROKER: i8 = 4;
 const BROKER_LOGGER: i8 = 8;
 const GROUP: i8 = 32;
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
+const SOURCE_DYNAMIC_BROKER: i8 = 2;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
@@ -121,6 +122,12 @@ pub fn describe_configs(
                         .with_error_code(E::InvalidRequest.code())
                         .with_error_message(Some(s(&format!("unknown broker '{name}'"))));
                 } else {
+                    let dynamic = ctx
+                        .broker
+                        .extension
+                        .as_ref()
+                        .map(|x| x.broker_configs())
+                        .unwrap_or_default();
                     res = res.with_configs(
                         broker_configs(ctx)
                             .into_iter()
@@ -133,6 +140,20 @@ pub fn describe_configs(
                                     .with_config_source(SOURCE_STATIC_BROKER)
                                     .with_config_type(2)
                             })
+                            .chain(dynamic.into_iter().filter(|(k, ..)| wanted(k)).map(
+                                |(k, v, is_dynamic)| {
+                                    DescribeConfigsResourceResult::default()
+                                        .with_name(s(k))
+                                        .with_value(Some(s(&v)))
+                                        .with_read_only(false)
+                                        .with_config_source(if is_dynamic {
+                                            SOURCE_DYNAMIC_BROKER
+                                        } else {
+                                            SOURCE_STATIC_BROKER
+                                        })
+                                        .with_config_type(5)
+                                },
+                            ))
                             .collect(),
                     );
                 }
@@ -221,6 +242,39 @@ fn static_broker_error() -> ItemError {
     )
 }
 
+/// A broker resource's changes: only the extension's dynamic configs may change (all are
+/// validated before any is applied); the rest are static, as the error says.
+async fn alter_broker(
+    ctx: &Ctx,
+    name: &str,
+    changes: Vec<(String, Option<String>)>,
+    validate_only: bool,
+) -> Result<(), ItemError> {
+    if !name.is_empty() && name != ctx.node_id().to_string() {
+        return Err((E::InvalidRequest.code(), format!("unknown broker '{name}'")));
+    }
+    let ext = ctx.broker.extension.as_ref();
+    let invalid = |m: String| (E::InvalidConfig.code(), m);
+    for (k, v) in &changes {
+        match ext.and_then(|x| x.alter_broker_config(k, v.as_deref(), true)) {
+            Some(check) => check.await.map_err(invalid)?,
+            None => {
+                let (code, msg) = static_broker_error();
+                return Err((code, format!("{k}: {msg}")));
+            }
+        }
+    }
+    if validate_only {
+        return Ok(());
+    }
+    for (k, v) in &changes {
+        if let Some(apply) = ext.and_then(|x| x.alter_broker_config(k, v.as_deref(), false)) {
+            apply.await.map_err(invalid)?;
+        }
+    }
+    Ok(())
+}
+
 pub async fn alter_configs(
     ctx: &Ctx,
     access: &Access<'_>,
@@ -247,6 +301,14 @@ pub async fn alter_configs(
                     })
                     .collect();
                 alter_topic(ctx, name, TopicChange::Replace(map), req.validate_only).await
+            }
+            BROKER => {
+                let changes = r
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                    .collect();
+                alter_broker(ctx, &name, changes, req.validate_only).await
             }
             _ => Err(static_broker_error()),
         };
@@ -302,6 +364,28 @@ pub async fn incremental_alter_configs(
                         alter_topic(ctx, name, TopicChange::Incremental(ops), req.validate_only)
                             .await
                     }
+                }
+            }
+            BROKER => {
+                let mut changes = Vec::new();
+                let mut bad = None;
+                for c in &r.configs {
+                    let v = c.value.as_ref().map(|v| v.to_string());
+                    match c.config_operation {
+                        0 => changes.push((c.name.to_string(), v)),
+                        1 => changes.push((c.name.to_string(), None)),
+                        op => {
+                            bad = Some((
+                                E::InvalidRequest.code(),
+                                format!("operation {op} does not apply to {}", c.name.as_str()),
+                            ));
+                            break;
+                        }
+                    }
+                }
+                match bad {
+                    Some(e) => Err(e),
+                    None => alter_broker(ctx, &name, changes, req.validate_only).await,
                 }
             }
             _ => Err(static_broker_error()),

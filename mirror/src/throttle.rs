@@ -1,0 +1,300 @@
+//! Mirror byte-rate ceilings enforced as totals: one [`RateCeiling`] for the whole broker and
+//! one per mirror, shared by every fetcher on every core, so the setting bounds the sum of
+//! their traffic rather than each fetcher's.
+//!
+//! A ceiling is a lock-free GCRA (virtual scheduling) over two atomics: each fetched response
+//! is debited after it arrives (its size is only known then), pushing the ceiling's theoretical
+//! arrival time forward by `bytes / rate`; the fetcher then waits until that time is within
+//! the burst allowance before it fetches that partition again. High-priority partitions
+//! ([`MirrorThrottle::priority`]) are debited too but never wait, so the bulk ones absorb the
+//! whole delay and the total still holds while priority traffic stays under the ceiling.
+//!
+//! Invariants: no lock and no allocation per charge (one CAS loop per ceiling); a rate of 0
+//! is unlimited; changing a rate takes effect at the next charge and forgives earlier debt.
+
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How much traffic may arrive at once above the steady rate, as time at that rate.
+const BURST_US: i64 = 100_000;
+
+/// A shared byte-rate ceiling (bytes/s; 0 = unlimited).
+#[derive(Debug, Default)]
+pub struct RateCeiling {
+    rate: AtomicU64,
+    /// Theoretical arrival time of the next byte, in µs of [`now_us`]'s clock.
+    tat_us: AtomicI64,
+}
+
+impl RateCeiling {
+    pub fn new(bytes_per_sec: u64) -> Self {
+        RateCeiling {
+            rate: AtomicU64::new(bytes_per_sec),
+            tat_us: AtomicI64::new(0),
+        }
+    }
+
+    pub fn rate(&self) -> u64 {
+        self.rate.load(Ordering::Relaxed)
+    }
+
+    /// A new rate for every fetcher sharing this ceiling; debt owed at the old rate is dropped
+    /// so a raised ceiling is felt at once.
+    pub fn set_rate(&self, bytes_per_sec: u64) {
+        if self.rate.swap(bytes_per_sec, Ordering::Relaxed) != bytes_per_sec {
+            self.tat_us.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Debit `bytes` that arrived at `now_us`; returns how long the caller should wait before
+    /// fetching again so the total stays under the rate.
+    pub fn charge(&self, bytes: usize, now_us: i64) -> Duration {
+        let rate = self.rate();
+        if rate == 0 || bytes == 0 {
+            return Duration::ZERO;
+        }
+        let cost = (bytes as u128 * 1_000_000 / rate as u128).min(i64::MAX as u128) as i64;
+        let mut old = self.tat_us.load(Ordering::Relaxed);
+        loop {
+            let new = old.max(now_us).saturating_add(cost);
+            match self
+                .tat_us
+                .compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) => {
+                    let wait = new - now_us - BURST_US;
+                    return Duration::from_micros(wait.max(0) as u64);
+                }
+                Err(seen) => old = seen,
+            }
+        }
+    }
+}
+
+/// What one partition's fetcher charges: the broker-wide ceiling and its mirror's.
+#[derive(Debug, Clone)]
+pub struct MirrorThrottle {
+    pub broker: Arc<RateCeiling>,
+    pub mirror: Arc<RateCeiling>,
+    /// High priority: debited, never delayed.
+    pub priority: bool,
+}
+
+impl MirrorThrottle {
+    /// Debit `bytes` on both ceilings; the wait before this partition's next fetch (zero for
+    /// a priority partition).
+    pub fn charge(&self, bytes: usize, now_us: i64) -> Duration {
+        let a = self.broker.charge(bytes, now_us);
+        let b = self.mirror.charge(bytes, now_us);
+        if self.priority {
+            Duration::ZERO
+        } else {
+            a.max(b)
+        }
+    }
+}
+
+/// The broker-wide ceiling as a dynamic broker config: `kafka-configs --entity-type brokers
+/// --alter --add-config mirror.replication.throttled.rate=N` changes it at runtime, and the
+/// value is kept in `<data_dir>/mirror-dynamic.properties` so it outlives a restart (as
+/// Kafka's dynamic broker configs do). Deleting it returns to the static `mirror_byte_rate`.
+pub const BROKER_THROTTLED_RATE: &str = "mirror.replication.throttled.rate";
+
+const DYNAMIC_FILE: &str = "mirror-dynamic.properties";
+
+/// The broker-wide ceiling and where its dynamic value lives.
+#[derive(Debug)]
+pub struct BrokerRate {
+    ceiling: Arc<RateCeiling>,
+    static_rate: u64,
+    dynamic: std::sync::atomic::AtomicBool,
+    path: std::path::PathBuf,
+}
+
+impl BrokerRate {
+    /// Applies the persisted dynamic value if there is one, else `static_rate`.
+    pub fn open(data_dir: &std::path::Path, static_rate: u64, ceiling: Arc<RateCeiling>) -> Self {
+        let path = data_dir.join(DYNAMIC_FILE);
+        let dynamic = std::fs::read_to_string(&path).ok().and_then(|text| {
+            text.lines().find_map(|l| {
+                let (k, v) = l.split_once('=')?;
+                (k.trim() == BROKER_THROTTLED_RATE)
+                    .then(|| v.trim().parse::<u64>().ok())
+                    .flatten()
+            })
+        });
+        if let Some(v) = dynamic {
+            tracing::info!(
+                bytes_per_sec = v,
+                "mirror byte-rate ceiling from its dynamic config"
+            );
+        }
+        ceiling.set_rate(dynamic.unwrap_or(static_rate));
+        BrokerRate {
+            ceiling,
+            static_rate,
+            dynamic: std::sync::atomic::AtomicBool::new(dynamic.is_some()),
+            path,
+        }
+    }
+
+    /// (rate in force, whether it is the dynamic value).
+    pub fn describe(&self) -> (u64, bool) {
+        (self.ceiling.rate(), self.dynamic.load(Ordering::Relaxed))
+    }
+
+    /// A config value as given to AlterConfigs (`None` = delete).
+    pub fn parse(value: Option<&str>) -> Result<Option<u64>, String> {
+        value
+            .map(|v| {
+                v.trim().parse::<u64>().map_err(|_| {
+                    format!("{BROKER_THROTTLED_RATE} must be a non-negative integer (bytes/s), got '{v}'")
+                })
+            })
+            .transpose()
+    }
+
+    /// Persists (write, fsync, rename) then applies `value`; `None` removes the dynamic value.
+    /// Blocking: call it off the engine cores.
+    pub fn set_blocking(&self, value: Option<u64>) -> Result<(), String> {
+        let io = |e: std::io::Error| format!("{}: {e}", self.path.display());
+        match value {
+            Some(v) => {
+                use std::io::Write;
+                let tmp = self.path.with_extension("tmp");
+                let mut f = std::fs::File::create(&tmp).map_err(io)?;
+                writeln!(f, "{BROKER_THROTTLED_RATE}={v}").map_err(io)?;
+                f.sync_all().map_err(io)?;
+                std::fs::rename(&tmp, &self.path).map_err(io)?;
+            }
+            None => match std::fs::remove_file(&self.path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+                _ => {}
+            },
+        }
+        self.ceiling.set_rate(value.unwrap_or(self.static_rate));
+        self.dynamic.store(value.is_some(), Ordering::Relaxed);
+        tracing::info!(
+            bytes_per_sec = self.ceiling.rate(),
+            dynamic = value.is_some(),
+            "mirror byte-rate ceiling changed"
+        );
+        Ok(())
+    }
+}
+
+/// Microseconds on a monotonic clock shared by every core.
+pub fn now_us() -> i64 {
+    use std::sync::OnceLock;
+    use std::time::Instant;
+    static START: OnceLock<Instant> = OnceLock::new();
+    // Offset by one second so the first charges never see a negative arrival time.
+    START.get_or_init(Instant::now).elapsed().as_micros() as i64 + 1_000_000
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Fetchers on several threads each take 64 KiB chunks as fast as the ceiling lets them
+    /// (virtual time: each waits exactly what it is told): the total over the run is the rate.
+    #[test]
+    fn concurrent_fetchers_share_one_total() {
+        let ceiling = Arc::new(RateCeiling::new(1_000_000));
+        let chunk = 64 * 1024;
+        // Simulated fetchers: each keeps its own virtual clock and charges at it.
+        let mut clocks = [1_000_000i64; 8];
+        let mut bytes = 0usize;
+        let end = 1_000_000 + 10_000_000; // 10 s
+        loop {
+            let (i, now) = clocks
+                .iter()
+                .copied()
+                .enumerate()
+                .min_by_key(|(_, t)| *t)
+                .unwrap();
+            if now >= end {
+                break;
+            }
+            bytes += chunk;
+            let wait = ceiling.charge(chunk, now);
+            clocks[i] = now + wait.as_micros() as i64 + 1;
+        }
+        let rate = bytes as f64 / 10.0;
+        // One burst allowance plus one in-flight chunk per fetcher above the steady rate.
+        assert!(
+            (1_000_000.0..1_000_000.0 * 1.1).contains(&rate),
+            "8 fetchers together took {rate} B/s under a 1 MB/s ceiling"
+        );
+    }
+
+    #[test]
+    fn priority_partitions_are_debited_but_never_wait() {
+        let broker = Arc::new(RateCeiling::new(1000));
+        let mirror = Arc::new(RateCeiling::new(0));
+        let hi = MirrorThrottle {
+            broker: broker.clone(),
+            mirror: mirror.clone(),
+            priority: true,
+        };
+        let bulk = MirrorThrottle {
+            priority: false,
+            ..hi.clone()
+        };
+        let t = 10_000_000;
+        assert_eq!(hi.charge(5000, t), Duration::ZERO);
+        // The bulk partition pays for what the priority one took: 5 s + its own 1 s.
+        assert_eq!(
+            bulk.charge(1000, t),
+            Duration::from_micros(6_000_000 - BURST_US as u64)
+        );
+    }
+
+    #[test]
+    fn the_stricter_of_broker_and_mirror_ceilings_wins_and_zero_is_unlimited() {
+        let t = MirrorThrottle {
+            broker: Arc::new(RateCeiling::new(0)),
+            mirror: Arc::new(RateCeiling::new(2000)),
+            priority: false,
+        };
+        assert_eq!(
+            t.charge(4000, 5_000_000),
+            Duration::from_micros(2_000_000 - BURST_US as u64)
+        );
+        t.broker.set_rate(1000);
+        assert_eq!(
+            t.charge(4000, 5_000_000),
+            Duration::from_micros(4_000_000 - BURST_US as u64)
+        );
+    }
+
+    #[test]
+    fn a_dynamic_broker_rate_outlives_a_restart_and_deleting_it_restores_the_static_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = Arc::new(RateCeiling::new(0));
+        let r = BrokerRate::open(dir.path(), 500, c.clone());
+        assert_eq!(r.describe(), (500, false));
+        r.set_blocking(Some(7000)).unwrap();
+        assert_eq!((c.rate(), r.describe()), (7000, (7000, true)));
+        let c2 = Arc::new(RateCeiling::new(0));
+        let r2 = BrokerRate::open(dir.path(), 500, c2.clone());
+        assert_eq!((c2.rate(), r2.describe()), (7000, (7000, true)));
+        r2.set_blocking(None).unwrap();
+        assert_eq!(r2.describe(), (500, false));
+        assert_eq!(
+            BrokerRate::open(dir.path(), 500, c2).describe(),
+            (500, false)
+        );
+        assert!(BrokerRate::parse(Some("-1")).is_err());
+        assert_eq!(BrokerRate::parse(Some(" 42 ")), Ok(Some(42)));
+    }
+
+    #[test]
+    fn raising_the_rate_forgives_old_debt() {
+        let c = RateCeiling::new(100);
+        assert!(c.charge(1_000_000, 1_000_000) > Duration::from_secs(1000));
+        c.set_rate(1_000_000_000);
+        assert_eq!(c.charge(1000, 1_000_000), Duration::ZERO);
+    }
+}
