@@ -36,6 +36,7 @@ pub mod mirror_api;
 pub mod mirror_fetcher;
 pub mod mirror_host;
 pub mod mirror_manager;
+pub mod mirror_metrics;
 pub mod mirror_service;
 pub mod sasl;
 pub mod server;

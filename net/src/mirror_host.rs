@@ -43,6 +43,7 @@ use crate::client_security::ClientSecurity;
 use crate::keys::api;
 use crate::mirror_fetcher::{FetchEvent, FetcherConfig, KafkaSource};
 use crate::mirror_manager::{FetchTask, FetcherManager};
+use crate::mirror_metrics::{MirrorMetrics, SyncErrorKind};
 use crate::mirror_service::{LivePartition, MirrorLiveStatus, MirrorService};
 
 /// How long a failover waits for a fetcher to exit before truncating anyway is not an
@@ -91,6 +92,10 @@ struct SourceSnapshot {
     idle_ends: Vec<(TopicPartition, i64)>,
     /// Source ACLs, when the round fetched them and the source has an authorizer.
     acls: Option<Vec<kmirror_control::mirror::AclBinding>>,
+    /// The round tried to read group offsets / ACLs from the source and failed (counted as
+    /// sync errors).
+    groups_failed: bool,
+    acls_failed: bool,
     /// Direct lookups of mirrored topics missing from the topic list.
     lookups: BTreeMap<String, SourceLookup>,
 }
@@ -103,6 +108,8 @@ pub struct MirrorBroker {
     pending: Mutex<Option<(flume::Receiver<Msg>, MirrorService, MirrorSettings)>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// Mirror progress and counters, for the metrics endpoint.
+    metrics: Arc<MirrorMetrics>,
 }
 
 impl MirrorBroker {
@@ -120,7 +127,13 @@ impl MirrorBroker {
             pending: Mutex::new(Some((rx, service, settings))),
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             thread: Mutex::new(None),
+            metrics: Arc::new(MirrorMetrics::default()),
         }))
+    }
+
+    /// Mirror progress, states and counters (read by the metrics endpoint).
+    pub fn metrics(&self) -> &Arc<MirrorMetrics> {
+        &self.metrics
     }
 
     /// Stops the fetchers and the control thread (call before stopping the engine).
@@ -174,11 +187,12 @@ impl ExtensionApis for MirrorBroker {
             return;
         };
         let (ev_tx, ev_rx) = flume::unbounded();
-        let manager = FetcherManager::new(
+        let manager = FetcherManager::with_metrics(
             router.clone(),
             broker.config.node_id,
             settings.fetcher.clone(),
             ev_tx,
+            self.metrics.clone(),
         );
         manager.set_byte_rate(settings.byte_rate);
         let host = BrokerHost {
@@ -562,6 +576,7 @@ impl Control {
                         }
                         Err(e) => {
                             tracing::warn!(%mirror, error = %e, "mirror sync round failed");
+                            self.count_sync_error(&mirror, SyncErrorKind::TopicMetadata);
                             self.host.sync_errors.insert(mirror.clone(), e);
                         }
                     }
@@ -741,6 +756,16 @@ impl Control {
                 tracing::warn!(%tp, error = %e, "cannot start mirror fetcher");
             }
         }
+        let states = by_topic
+            .into_values()
+            .flatten()
+            .map(|(tp, mirror, st)| (mirror, tp, st))
+            .collect();
+        self.host.manager.metrics().publish_states(states);
+    }
+
+    fn count_sync_error(&self, mirror: &str, kind: SyncErrorKind) {
+        self.host.manager.metrics().count_sync_error(mirror, kind);
     }
 
     fn schedule_syncs(&mut self) {
@@ -829,11 +854,13 @@ impl Control {
                                 lookups.insert(name.clone(), src.lookup_topic(name, *id).await);
                             }
                         }
+                        let (mut groups_failed, mut acls_failed) = (false, false);
                         let groups = if groups_due {
                             match src.group_offsets(|_| true).await {
                                 Ok(g) => Some(g),
                                 Err(e) => {
                                     tracing::warn!(mirror = %name, error = %e, "group offsets");
+                                    groups_failed = true;
                                     None
                                 }
                             }
@@ -845,6 +872,7 @@ impl Control {
                                 Ok(a) => a,
                                 Err(e) => {
                                     tracing::warn!(mirror = %name, error = %e, "source ACLs");
+                                    acls_failed = true;
                                     None
                                 }
                             }
@@ -876,6 +904,8 @@ impl Control {
                             idle_ends,
                             acls,
                             lookups,
+                            groups_failed,
+                            acls_failed,
                         })
                     }
                     .await;
@@ -893,6 +923,17 @@ impl Control {
             return;
         };
         self.host.idle_ends.extend(snap.idle_ends.iter().cloned());
+        for (tp, end) in &snap.idle_ends {
+            if let Some(p) = self.host.manager.metrics().progress(tp) {
+                p.set_idle_source_end(*end);
+            }
+        }
+        if snap.groups_failed {
+            self.count_sync_error(mirror, SyncErrorKind::GroupOffsets);
+        }
+        if snap.acls_failed {
+            self.count_sync_error(mirror, SyncErrorKind::Acls);
+        }
         let meta = self.host.broker.cluster.snapshot();
         let local: Vec<LocalTopic> = meta
             .topics
@@ -931,6 +972,7 @@ impl Control {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(%mirror, error = %e, "metadata sync planning failed");
+                self.count_sync_error(mirror, SyncErrorKind::TopicMetadata);
                 return;
             }
         };
@@ -941,6 +983,10 @@ impl Control {
         // so again.
         let mut still_blocked = BTreeSet::new();
         for a in actions {
+            let kind = match a {
+                SyncAction::AlterConfigs { .. } => SyncErrorKind::Config,
+                _ => SyncErrorKind::TopicMetadata,
+            };
             let r = match a {
                 SyncAction::SourceTopicMissing { name, topic_id } => {
                     let lookup = snap
@@ -976,6 +1022,7 @@ impl Control {
             };
             if let Err(e) = r {
                 tracing::warn!(%mirror, error = %e, "metadata sync step failed");
+                self.count_sync_error(mirror, kind);
             }
         }
         let store = self.service.coordinator().store();
@@ -993,11 +1040,13 @@ impl Control {
         if let Some(groups) = snap.groups {
             if let Err(e) = self.sync_groups(&def, &groups) {
                 tracing::warn!(%mirror, error = %e, "group offset sync failed");
+                self.count_sync_error(mirror, SyncErrorKind::GroupOffsets);
             }
         }
         if let Some(acls) = snap.acls {
             if let Err(e) = self.sync_acls(&def, &acls) {
                 tracing::warn!(%mirror, error = %e, "ACL sync failed");
+                self.count_sync_error(mirror, SyncErrorKind::Acls);
             }
         }
     }
