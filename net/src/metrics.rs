@@ -17,6 +17,7 @@ use crate::broker::Broker;
 use crate::versions::SERVED;
 
 /// Counters shared by all cores.
+#[derive(Debug)]
 pub struct NetMetrics {
     requests: Vec<AtomicU64>,
     pub bytes_in: AtomicU64,

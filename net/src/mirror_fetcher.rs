@@ -2363,7 +2363,8 @@ mod tests {
         b.put_u32(0); // crc (the fake local checks magic instead)
         b.put_i16(0);
         b.put_i32(count - 1);
-        b.put_bytes(0, 61 - b.len());
+        b.put_bytes(0, RECORDS_COUNT_POS - b.len());
+        b.put_i32(count);
         b.freeze()
     }
 
@@ -2856,6 +2857,44 @@ mod tests {
         assert_eq!(o.failed(), 1, "third consecutive error marks FAILED once");
         assert!(o.0.contains(&FetchEvent::Recovered));
         assert_eq!(l.end, 1);
+    }
+
+    #[test]
+    fn observer_counts_appended_records_bytes_and_errors_by_kind() {
+        #[derive(Default)]
+        struct Counting {
+            records: u64,
+            bytes: u64,
+            errors: Vec<FetchErrorKind>,
+        }
+        impl FetchObserver for Counting {
+            fn on_event(&mut self, _tp: &TopicPartition, _e: FetchEvent) {}
+            fn on_appended(&mut self, _tp: &TopicPartition, records: u64, bytes: u64) {
+                self.records += records;
+                self.bytes += bytes;
+            }
+            fn on_fetch_error(&mut self, _tp: &TopicPartition, kind: FetchErrorKind) {
+                self.errors.push(kind);
+            }
+        }
+        let mut s = FakeSource::new(&[(0, 3, 1), (3, 4, 1)]);
+        s.scripted.push_back(FetchOutcome {
+            error_code: code::NOT_LEADER_OR_FOLLOWER,
+            ..Default::default()
+        });
+        let mut l = FakeLocal::default();
+        let mut o = Counting::default();
+        let mut f = fetcher(s.topic_id);
+        block_on(async {
+            for _ in 0..6 {
+                if let Step::Backoff(d) = f.step(&mut s, &mut l, &mut o).await {
+                    s.sleep(d).await;
+                }
+            }
+        });
+        assert_eq!(l.end, 7);
+        assert_eq!((o.records, o.bytes), (7, 2 * 61));
+        assert_eq!(o.errors, vec![FetchErrorKind::Leader]);
     }
 
     #[test]

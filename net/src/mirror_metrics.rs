@@ -106,35 +106,40 @@ impl PartitionProgress {
     /// publish.
     pub fn status(&self) -> Option<FetcherStatus> {
         use Ordering::Relaxed;
-        // A publish is a handful of stores: a reader that keeps colliding (a preempted writer)
-        // takes the best effort after a bounded number of tries instead of spinning.
-        for attempt in 0.. {
+        // The writer never waits for readers; a reader retries until it read between two
+        // publishes (readers are off the data path: a scrape, DescribeMirrors).
+        let mut attempt = 0u32;
+        loop {
             let s1 = self.seq.load(Ordering::Acquire);
-            if s1 % 2 == 1 && attempt < 1000 {
-                std::hint::spin_loop();
-                continue;
+            if s1 % 2 == 0 {
+                let st = FetcherStatus {
+                    source_high_watermark: self.source_high_watermark.load(Relaxed),
+                    source_last_stable_offset: self.source_last_stable_offset.load(Relaxed),
+                    source_log_start_offset: self.source_log_start_offset.load(Relaxed),
+                    destination_log_end_offset: self.destination_log_end_offset.load(Relaxed),
+                    source_leader_epoch: self.source_leader_epoch.load(Relaxed) as i32,
+                    leader: None,
+                    last_caught_up_ms: self.last_caught_up_ms.load(Relaxed),
+                    next_unmirrored_ts_ms: self.next_unmirrored_ts_ms.load(Relaxed),
+                    newest_mirrored_ts_ms: self.newest_mirrored_ts_ms.load(Relaxed),
+                    last_fetch_ms: self.last_fetch_ms.load(Relaxed),
+                    last_error: None,
+                    failed: self.failed.load(Relaxed),
+                };
+                let published = self.published.load(Relaxed);
+                fence(Ordering::Acquire);
+                if self.seq.load(Relaxed) == s1 {
+                    return published.then_some(st);
+                }
             }
-            let st = FetcherStatus {
-                source_high_watermark: self.source_high_watermark.load(Relaxed),
-                source_last_stable_offset: self.source_last_stable_offset.load(Relaxed),
-                source_log_start_offset: self.source_log_start_offset.load(Relaxed),
-                destination_log_end_offset: self.destination_log_end_offset.load(Relaxed),
-                source_leader_epoch: self.source_leader_epoch.load(Relaxed) as i32,
-                leader: None,
-                last_caught_up_ms: self.last_caught_up_ms.load(Relaxed),
-                next_unmirrored_ts_ms: self.next_unmirrored_ts_ms.load(Relaxed),
-                newest_mirrored_ts_ms: self.newest_mirrored_ts_ms.load(Relaxed),
-                last_fetch_ms: self.last_fetch_ms.load(Relaxed),
-                last_error: None,
-                failed: self.failed.load(Relaxed),
-            };
-            let published = self.published.load(Relaxed);
-            fence(Ordering::Acquire);
-            if self.seq.load(Relaxed) == s1 || attempt >= 1000 {
-                return published.then_some(st);
+            attempt += 1;
+            if attempt % 64 == 0 {
+                // A writer preempted mid-publish: let it run.
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
             }
         }
-        None
     }
 
     pub fn add_appended(&self, records: u64, bytes: u64) {
@@ -575,25 +580,34 @@ mod tests {
     #[test]
     fn a_reader_never_sees_half_of_a_publish() {
         let p = Arc::new(PartitionProgress::new("m"));
-        let w = p.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let (w, stop2) = (p.clone(), stop.clone());
         let writer = std::thread::spawn(move || {
-            for i in 0..200_000i64 {
+            let mut i = 0i64;
+            while !stop2.load(Ordering::Relaxed) {
                 // Invariant of every published status: end == lso - 1.
                 w.publish(&status(i + 1, i));
+                i += 1;
             }
         });
-        let mut seen = 0;
-        while !writer.is_finished() {
+        let mut seen = std::collections::BTreeSet::new();
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while seen.len() < 1000 && std::time::Instant::now() < deadline {
             if let Some(st) = p.status() {
                 assert_eq!(
                     st.destination_log_end_offset + 1,
                     st.source_last_stable_offset
                 );
-                seen += 1;
+                seen.insert(st.destination_log_end_offset);
             }
         }
+        stop.store(true, Ordering::Relaxed);
         writer.join().unwrap();
-        assert!(seen > 0);
+        assert!(
+            seen.len() >= 1000,
+            "the reader saw {} publishes",
+            seen.len()
+        );
     }
 
     #[test]
