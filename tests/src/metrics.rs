@@ -59,7 +59,9 @@ impl Scrape {
 pub fn scrape(addr: &str) -> Scrape {
     let mut s = std::net::TcpStream::connect(addr)
         .unwrap_or_else(|e| panic!("metrics endpoint {addr}: {e}"));
-    write!(s, "GET /metrics HTTP/1.0\r\nHost: {addr}\r\n\r\n").expect("send GET");
+    // One write: the endpoint answers after its first read and closes.
+    s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .expect("send GET");
     let mut raw = String::new();
     s.read_to_string(&mut raw).expect("read metrics");
     let (head, body) = raw

@@ -29,17 +29,24 @@ fn now_ms() -> i64 {
 fn produce(src: &str, round: usize) -> Vec<u64> {
     let mut counts = vec![0u64; PARTITIONS as usize];
     for p in 0..PARTITIONS {
-        let mut c = WireClient::connect_leader(src, TOPIC, p).expect("connect source leader");
         for b in 0..(3 + p as usize) {
             let n = 1 + (b * 7 + p as usize * 3 + round) % 20;
             let vals: Vec<Vec<u8>> = (0..n)
                 .map(|i| format!("r{round}-p{p}-b{b}-{i}-{}", "x".repeat(i * 13)).into_bytes())
                 .collect();
             let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
-            let (code, _) = c
-                .produce_raw(TOPIC, p, records::batch(&refs, now_ms()), -1)
-                .expect("produce");
-            assert_eq!(code, 0, "produce to {TOPIC}-{p}");
+            // A just-created topic may not have its leader yet (NOT_LEADER_OR_FOLLOWER):
+            // retry until the leader takes it.
+            proc::wait_for(Duration::from_secs(30), "produce to the source", || {
+                let mut c = WireClient::connect_leader(src, TOPIC, p).ok()?;
+                let (code, _) = c
+                    .produce_raw(TOPIC, p, records::batch(&refs, now_ms()), -1)
+                    .ok()?;
+                if code != 0 {
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+                (code == 0).then_some(())
+            });
             counts[p as usize] += n as u64;
         }
     }
@@ -103,6 +110,16 @@ fn state_is(s: &Scrape, p: i32, state: &str) -> bool {
     value(s, "kmirror_mirror_partition_state", p, &[("state", state)]) == Some(1.0)
 }
 
+/// Prints the node's log tail when the test fails (the scrape answers come from it).
+struct Tail(std::path::PathBuf);
+impl Drop for Tail {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            eprintln!("kmirror log tail:\n{}", proc::tail(&self.0, 40));
+        }
+    }
+}
+
 #[test]
 fn metrics_count_mirrored_records_and_bytes_exactly_and_follow_lag_and_state() {
     let _heavy = kmirror_tests::heavy_test_lock();
@@ -113,6 +130,8 @@ fn metrics_count_mirrored_records_and_bytes_exactly_and_follow_lag_and_state() {
         (k.join().expect("kafka"), m.join().expect("kmirror"))
     });
     let (src, dst) = (kafka.bootstrap(), node.addr());
+    let log = node.log_path();
+    let _tail = Tail(log);
     kafka.create_topic(TOPIC, PARTITIONS, &[]);
     let produced = produce(&src, 0);
     let n: u64 = produced.iter().sum();
