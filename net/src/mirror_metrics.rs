@@ -111,7 +111,7 @@ impl PartitionProgress {
         let mut attempt = 0u32;
         loop {
             let s1 = self.seq.load(Ordering::Acquire);
-            if s1 % 2 == 0 {
+            if s1.is_multiple_of(2) {
                 let st = FetcherStatus {
                     source_high_watermark: self.source_high_watermark.load(Relaxed),
                     source_last_stable_offset: self.source_last_stable_offset.load(Relaxed),
@@ -133,7 +133,7 @@ impl PartitionProgress {
                 }
             }
             attempt += 1;
-            if attempt % 64 == 0 {
+            if attempt.is_multiple_of(64) {
                 // A writer preempted mid-publish: let it run.
                 std::thread::yield_now();
             } else {
