@@ -7,7 +7,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kmirror_engine::{Assignment, EngineConfig};
+use kmirror_mirror::metrics::MirrorCollector;
+use kmirror_net::metrics::BrokerCollector;
 use kmirror_net::{RunningBroker, ServerConfig};
+use prometheus_client::registry::Registry;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
 use crate::config::ServeConfig;
@@ -142,7 +145,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         Some(mirror.clone()),
     )?;
     if !c.metrics.is_empty() {
-        start_metrics(&c.metrics, &broker)?;
+        start_metrics(&c.metrics, &broker, &mirror)?;
     }
     {
         let mut out = std::io::stdout().lock();
@@ -169,37 +172,30 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     Ok(())
 }
 
-/// A minimal Prometheus text endpoint on its own thread (off the data path).
-fn start_metrics(addr: &str, broker: &RunningBroker) -> Result<(), Box<dyn std::error::Error>> {
+/// The Prometheus endpoint (`prometheus-client` registry, OpenMetrics text) on its own
+/// thread, off the data path: every family is computed from atomics at scrape time.
+fn start_metrics(
+    addr: &str,
+    broker: &RunningBroker,
+    mirror: &kmirror_mirror::host::MirrorBroker,
+) -> Result<(), Box<dyn std::error::Error>> {
     let listener = std::net::TcpListener::bind(addr)?;
-    let b = Arc::clone(broker.broker());
-    let cores = broker.router().cores();
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(BrokerCollector {
+        broker: Arc::clone(broker.broker()),
+        cores: broker.router().cores(),
+    }));
+    registry.register_collector(Box::new(MirrorCollector(mirror.metrics().clone())));
     std::thread::Builder::new().name("kmirror-metrics".into()).spawn(move || {
         for stream in listener.incoming() {
             let Ok(mut s) = stream else { continue };
             let _ = s.set_read_timeout(Some(Duration::from_secs(2)));
             let mut buf = [0u8; 2048];
             let _ = s.read(&mut buf);
-            let meta = b.cluster.snapshot();
-            let partitions: i64 = meta.topics.values().map(|t| t.partition_count() as i64).sum();
-            let mirrored: i64 = meta
-                .topics
-                .values()
-                .filter(|t| t.mirror.is_some())
-                .map(|t| t.partition_count() as i64)
-                .sum();
-            let net = b.metrics.render();
-            let body = format!(
-                "# HELP kmirror_up 1 while the broker runs.\n# TYPE kmirror_up gauge\nkmirror_up 1\n\
-                 # HELP kmirror_cores Executor cores.\n# TYPE kmirror_cores gauge\nkmirror_cores {cores}\n\
-                 # HELP kmirror_topics Topics.\n# TYPE kmirror_topics gauge\nkmirror_topics {}\n\
-                 # HELP kmirror_partitions Partitions.\n# TYPE kmirror_partitions gauge\nkmirror_partitions {partitions}\n\
-                 # HELP kmirror_mirrored_partitions Partitions of mirror topics.\n# TYPE kmirror_mirrored_partitions gauge\nkmirror_mirrored_partitions {mirrored}\n",
-                meta.topics.len()
-            ) + &net;
+            let body = kmirror_net::metrics::render(&registry);
             let _ = write!(
                 s,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
+                "HTTP/1.1 200 OK\r\nContent-Type: application/openmetrics-text; version=1.0.0; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{}",
                 body.len(),
                 body
             );

@@ -30,7 +30,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use kmirror_log::batch::{
     ATTRIBUTES_POS, BASE_TIMESTAMP_POS, LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD,
-    MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS,
+    MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS, RECORDS_COUNT_POS,
 };
 use kmirror_types::TopicPartition;
 use uuid::Uuid;
@@ -465,6 +465,23 @@ fn batches_max_ts(batches: &[u8]) -> i64 {
     max
 }
 
+/// Records in the whole batches of `batches` (the headers' record counts).
+fn batches_record_count(batches: &[u8]) -> u64 {
+    let mut pos = 0usize;
+    let mut n = 0u64;
+    while let Some(b) = batches.get(pos..).filter(|b| b.len() >= LOG_OVERHEAD) {
+        let len = i32::from_be_bytes(b[LENGTH_POS..LENGTH_POS + 4].try_into().expect("4"));
+        if len <= 0 {
+            break;
+        }
+        if let Some(c) = b.get(RECORDS_COUNT_POS..RECORDS_COUNT_POS + 4) {
+            n += u64::from(i32::from_be_bytes(c.try_into().expect("4")).max(0) as u32);
+        }
+        pos += LOG_OVERHEAD + len as usize;
+    }
+    n
+}
+
 /// What the fetcher tells the broker / control plane.
 #[derive(Debug, Clone, PartialEq)]
 pub enum FetchEvent {
@@ -491,8 +508,62 @@ pub enum FetchEvent {
 }
 
 /// Receives fetcher events (the broker forwards them to the control plane and metrics).
+/// The counting hooks default to doing nothing, so observers that only want events ignore
+/// them; they are called on the fetcher's core and must not block.
 pub trait FetchObserver {
     fn on_event(&mut self, tp: &TopicPartition, event: FetchEvent);
+    /// Whole batches were appended: `records` (the batch headers' record counts, control
+    /// records included) and `bytes` (their size in the log).
+    fn on_appended(&mut self, tp: &TopicPartition, records: u64, bytes: u64) {
+        let _ = (tp, records, bytes);
+    }
+    /// A fetch round failed (retried with backoff) or was answered with an error code.
+    fn on_fetch_error(&mut self, tp: &TopicPartition, kind: FetchErrorKind) {
+        let _ = (tp, kind);
+    }
+    /// The broker's mirror byte-rate ceiling held this fetcher back for `delay`.
+    fn on_throttled(&mut self, tp: &TopicPartition, delay: Duration) {
+        let _ = (tp, delay);
+    }
+}
+
+/// Why a fetch round did not just append (the `kind` label of the fetch error metric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FetchErrorKind {
+    /// The source could not be reached or the connection broke (metadata, Fetch, ListOffsets).
+    Network,
+    /// Authentication or authorization refused by the source.
+    Auth,
+    /// The leader moved or our epoch is stale (NOT_LEADER_OR_FOLLOWER, FENCED_LEADER_EPOCH, ...).
+    Leader,
+    /// OFFSET_OUT_OF_RANGE (the source log start moved, or the source was truncated).
+    OffsetOutOfRange,
+    /// Another error code, or a source that is not what the mirror expects (topic re-created).
+    Source,
+    /// The destination log refused (disk, validation, epoch bump).
+    Local,
+}
+
+impl FetchErrorKind {
+    pub const ALL: [FetchErrorKind; 6] = [
+        FetchErrorKind::Network,
+        FetchErrorKind::Auth,
+        FetchErrorKind::Leader,
+        FetchErrorKind::OffsetOutOfRange,
+        FetchErrorKind::Source,
+        FetchErrorKind::Local,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FetchErrorKind::Network => "network",
+            FetchErrorKind::Auth => "auth",
+            FetchErrorKind::Leader => "leader",
+            FetchErrorKind::OffsetOutOfRange => "offset_out_of_range",
+            FetchErrorKind::Source => "source",
+            FetchErrorKind::Local => "local",
+        }
+    }
 }
 
 /// Why `run` returned.
@@ -641,6 +712,7 @@ impl PartitionFetcher {
                         .as_ref()
                         .map(|t| t.charge(bytes, crate::throttle::now_us()));
                     if let Some(d) = delay.filter(|d| !d.is_zero()) {
+                        observer.on_throttled(&self.tp, d);
                         source.sleep(d).await;
                     }
                 }
@@ -676,7 +748,18 @@ impl PartitionFetcher {
         Ok(())
     }
 
-    fn fail<O: FetchObserver>(&mut self, observer: &mut O, reason: String) -> Step {
+    fn fail<O: FetchObserver>(
+        &mut self,
+        observer: &mut O,
+        kind: FetchErrorKind,
+        reason: String,
+    ) -> Step {
+        observer.on_fetch_error(&self.tp, kind);
+        self.fail_counted(observer, reason)
+    }
+
+    /// [`Self::fail`] for an error already counted.
+    fn fail_counted<O: FetchObserver>(&mut self, observer: &mut O, reason: String) -> Step {
         tracing::warn!(tp = %self.tp, %reason, "mirror partition failed");
         self.status.failed = true;
         self.status.last_error = Some(reason.clone());
@@ -689,16 +772,18 @@ impl PartitionFetcher {
     fn transient<O: FetchObserver>(
         &mut self,
         observer: &mut O,
+        kind: FetchErrorKind,
         reason: String,
         now_ms: i64,
     ) -> Step {
         self.consecutive_errors += 1;
+        observer.on_fetch_error(&self.tp, kind);
         let failing_ms = now_ms - self.last_ok_ms.unwrap_or(now_ms);
         let too_long = failing_ms >= 0 && failing_ms as u64 >= self.cfg.fail_after_ms;
         if (self.consecutive_errors >= self.cfg.errors_before_failed || too_long)
             && !self.status.failed
         {
-            return self.fail(
+            return self.fail_counted(
                 observer,
                 format!(
                     "{reason} ({} consecutive errors, no successful fetch for {} s)",
@@ -742,6 +827,7 @@ impl PartitionFetcher {
                     {
                         return self.fail(
                             observer,
+                            FetchErrorKind::Source,
                             format!(
                                 "source topic id {} differs from mirror topic id {} (topic re-created on the source?)",
                                 l.topic_id, self.topic_id
@@ -752,7 +838,7 @@ impl PartitionFetcher {
                         self.topic_id = l.topic_id;
                     }
                     if let Err(e) = self.learn_epoch(l.leader_epoch, local, observer).await {
-                        return self.fail(observer, e.to_string());
+                        return self.fail(observer, FetchErrorKind::Local, e.to_string());
                     }
                     self.status.leader = Some((l.broker_id, l.addr.clone()));
                     observer.on_event(
@@ -767,10 +853,15 @@ impl PartitionFetcher {
                     l
                 }
                 Err(e) if e.is_auth_failure() => {
-                    return self.fail(observer, format!("metadata: {e}"));
+                    return self.fail(observer, FetchErrorKind::Auth, format!("metadata: {e}"));
                 }
                 Err(e) => {
-                    return self.transient(observer, format!("metadata: {e}"), source.now_ms())
+                    return self.transient(
+                        observer,
+                        FetchErrorKind::Network,
+                        format!("metadata: {e}"),
+                        source.now_ms(),
+                    )
                 }
             },
         };
@@ -788,13 +879,18 @@ impl PartitionFetcher {
             Ok(o) => o,
             Err(e) if e.is_auth_failure() => {
                 self.leader = None;
-                return self.fail(observer, format!("fetch from {}: {e}", leader.addr));
+                return self.fail(
+                    observer,
+                    FetchErrorKind::Auth,
+                    format!("fetch from {}: {e}", leader.addr),
+                );
             }
             Err(e) => {
                 // Connection-level trouble: the leader may be gone; look it up again.
                 self.leader = None;
                 return self.transient(
                     observer,
+                    FetchErrorKind::Network,
                     format!("fetch from {}: {e}", leader.addr),
                     source.now_ms(),
                 );
@@ -809,10 +905,11 @@ impl PartitionFetcher {
             }
             code::FENCED_LEADER_EPOCH => {
                 // Our epoch is older than the leader's: learn it and retry at once.
+                observer.on_fetch_error(&self.tp, FetchErrorKind::Leader);
                 match out.current_leader {
                     Some((id, epoch)) if epoch > self.source_epoch && id == leader.broker_id => {
                         if let Err(e) = self.learn_epoch(epoch, local, observer).await {
-                            return self.fail(observer, e.to_string());
+                            return self.fail(observer, FetchErrorKind::Local, e.to_string());
                         }
                     }
                     _ => self.leader = None,
@@ -829,6 +926,7 @@ impl PartitionFetcher {
                 self.leader = None;
                 self.transient(
                     observer,
+                    FetchErrorKind::Leader,
                     format!(
                         "{} from {}; refreshing metadata",
                         code::name(out.error_code),
@@ -843,16 +941,19 @@ impl PartitionFetcher {
             }
             code::OFFSET_MOVED_TO_TIERED_STORAGE => self.fail(
                 observer,
+                FetchErrorKind::OffsetOutOfRange,
                 format!(
                     "offset {fetch_offset} is only in the source's tiered storage (not supported)"
                 ),
             ),
             code::INCONSISTENT_TOPIC_ID => self.fail(
                 observer,
+                FetchErrorKind::Source,
                 "INCONSISTENT_TOPIC_ID: the source topic was re-created".to_owned(),
             ),
             code::TOPIC_AUTHORIZATION_FAILED => self.fail(
                 observer,
+                FetchErrorKind::Auth,
                 format!(
                     "TOPIC_AUTHORIZATION_FAILED from {}: the mirror's principal may not Read {} \
                      on the source",
@@ -861,6 +962,7 @@ impl PartitionFetcher {
             ),
             other => self.transient(
                 observer,
+                FetchErrorKind::Source,
                 format!("fetch error {}", code::name(other)),
                 source.now_ms(),
             ),
@@ -903,11 +1005,12 @@ impl PartitionFetcher {
                     // batch's base offset so the batch is stored whole.
                     if local.log_end_offset().await == local.log_start_offset().await {
                         if let Err(e) = local.truncate_fully_and_start_at(first_base).await {
-                            return self.fail(observer, e.to_string());
+                            return self.fail(observer, FetchErrorKind::Local, e.to_string());
                         }
                     } else {
                         return self.fail(
                             observer,
+                            FetchErrorKind::Local,
                             format!(
                                 "source batch at {first_base} overlaps local data below log end {fetch_offset}"
                             ),
@@ -918,12 +1021,14 @@ impl PartitionFetcher {
                     .ensure_local_epoch(max_epoch.max(self.source_epoch), local, observer)
                     .await
                 {
-                    return self.fail(observer, e.to_string());
+                    return self.fail(observer, FetchErrorKind::Local, e.to_string());
                 }
                 let appended_bytes = batches.len();
                 let appended_ts = batches_max_ts(&batches);
+                let appended_records = batches_record_count(&batches);
                 match local.append_mirror(batches).await {
                     Ok(last_appended) => {
+                        observer.on_appended(&self.tp, appended_records, appended_bytes as u64);
                         if appended_ts >= 0 {
                             self.status.newest_mirrored_ts_ms = appended_ts;
                         }
@@ -941,6 +1046,7 @@ impl PartitionFetcher {
                         observer.on_event(&self.tp, FetchEvent::Progress(self.status.clone()));
                         return self.fail(
                             observer,
+                            FetchErrorKind::Local,
                             format!("append at offset {first_base} failed: {e}"),
                         );
                     }
@@ -955,7 +1061,11 @@ impl PartitionFetcher {
                 && out.log_start_offset <= local.log_end_offset().await
             {
                 if let Err(e) = local.advance_log_start_to(out.log_start_offset).await {
-                    return self.fail(observer, format!("advance log start: {e}"));
+                    return self.fail(
+                        observer,
+                        FetchErrorKind::Local,
+                        format!("advance log start: {e}"),
+                    );
                 }
             }
         }
@@ -991,13 +1101,19 @@ impl PartitionFetcher {
                 self.leader = None;
                 return self.transient(
                     observer,
+                    FetchErrorKind::OffsetOutOfRange,
                     format!("ListOffsets: {}", code::name(c)),
                     source.now_ms(),
                 );
             }
             (Err(e), _) | (_, Err(e)) => {
                 self.leader = None;
-                return self.transient(observer, format!("ListOffsets: {e}"), source.now_ms());
+                return self.transient(
+                    observer,
+                    FetchErrorKind::Network,
+                    format!("ListOffsets: {e}"),
+                    source.now_ms(),
+                );
             }
             _ => unreachable!("all combinations covered"),
         };
@@ -1007,7 +1123,7 @@ impl PartitionFetcher {
             tracing::warn!(tp = %self.tp, lost_from = fetch_offset, lost_to = start,
                 "source log start moved past the mirror's end; truncating fully");
             if let Err(e) = local.truncate_fully_and_start_at(start).await {
-                return self.fail(observer, e.to_string());
+                return self.fail(observer, FetchErrorKind::Local, e.to_string());
             }
             observer.on_event(
                 &self.tp,
@@ -1021,6 +1137,7 @@ impl PartitionFetcher {
         } else if fetch_offset > end {
             self.fail(
                 observer,
+                FetchErrorKind::OffsetOutOfRange,
                 format!(
                     "destination log end {fetch_offset} is beyond the source log end {end} (source truncated; unclean leader election is not supported)"
                 ),
@@ -1029,6 +1146,7 @@ impl PartitionFetcher {
             // The range moved under us between the fetch and ListOffsets: just retry.
             self.transient(
                 observer,
+                FetchErrorKind::OffsetOutOfRange,
                 "OFFSET_OUT_OF_RANGE raced with the source".to_owned(),
                 source.now_ms(),
             )
@@ -2195,7 +2313,8 @@ mod tests {
         b.put_u32(0); // crc (the fake local checks magic instead)
         b.put_i16(0);
         b.put_i32(count - 1);
-        b.put_bytes(0, 61 - b.len());
+        b.put_bytes(0, RECORDS_COUNT_POS - b.len());
+        b.put_i32(count);
         b.freeze()
     }
 
@@ -2688,6 +2807,44 @@ mod tests {
         assert_eq!(o.failed(), 1, "third consecutive error marks FAILED once");
         assert!(o.0.contains(&FetchEvent::Recovered));
         assert_eq!(l.end, 1);
+    }
+
+    #[test]
+    fn observer_counts_appended_records_bytes_and_errors_by_kind() {
+        #[derive(Default)]
+        struct Counting {
+            records: u64,
+            bytes: u64,
+            errors: Vec<FetchErrorKind>,
+        }
+        impl FetchObserver for Counting {
+            fn on_event(&mut self, _tp: &TopicPartition, _e: FetchEvent) {}
+            fn on_appended(&mut self, _tp: &TopicPartition, records: u64, bytes: u64) {
+                self.records += records;
+                self.bytes += bytes;
+            }
+            fn on_fetch_error(&mut self, _tp: &TopicPartition, kind: FetchErrorKind) {
+                self.errors.push(kind);
+            }
+        }
+        let mut s = FakeSource::new(&[(0, 3, 1), (3, 4, 1)]);
+        s.scripted.push_back(FetchOutcome {
+            error_code: code::NOT_LEADER_OR_FOLLOWER,
+            ..Default::default()
+        });
+        let mut l = FakeLocal::default();
+        let mut o = Counting::default();
+        let mut f = fetcher(s.topic_id);
+        block_on(async {
+            for _ in 0..6 {
+                if let Step::Backoff(d) = f.step(&mut s, &mut l, &mut o).await {
+                    s.sleep(d).await;
+                }
+            }
+        });
+        assert_eq!(l.end, 7);
+        assert_eq!((o.records, o.bytes), (7, 2 * 61));
+        assert_eq!(o.errors, vec![FetchErrorKind::Leader]);
     }
 
     #[test]

@@ -42,6 +42,7 @@ use crate::client_security::ClientSecurity;
 use crate::fetcher::{FetchEvent, FetcherConfig, KafkaSource};
 use crate::keys::api;
 use crate::manager::{FetchTask, FetcherManager};
+use crate::metrics::{MirrorMetrics, SyncErrorKind};
 use crate::service::{LivePartition, MirrorLiveStatus, MirrorService};
 use crate::throttle::{BrokerRate, BROKER_THROTTLED_RATE};
 use kmirror_net::broker::{Broker, ExtensionApis};
@@ -92,6 +93,10 @@ struct SourceSnapshot {
     idle_ends: Vec<(TopicPartition, i64)>,
     /// Source ACLs, when the round fetched them and the source has an authorizer.
     acls: Option<Vec<kmirror_control::mirror::AclBinding>>,
+    /// The round tried to read group offsets / ACLs from the source and failed (counted as
+    /// sync errors).
+    groups_failed: bool,
+    acls_failed: bool,
     /// Direct lookups of mirrored topics missing from the topic list.
     lookups: BTreeMap<String, SourceLookup>,
 }
@@ -106,6 +111,8 @@ pub struct MirrorBroker {
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
     /// The broker-wide byte-rate ceiling as a dynamic broker config (set when started).
     broker_rate: std::sync::OnceLock<Arc<BrokerRate>>,
+    /// Mirror progress and counters, for the metrics endpoint.
+    metrics: Arc<MirrorMetrics>,
 }
 
 impl MirrorBroker {
@@ -124,7 +131,13 @@ impl MirrorBroker {
             stop: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             thread: Mutex::new(None),
             broker_rate: std::sync::OnceLock::new(),
+            metrics: Arc::new(MirrorMetrics::default()),
         }))
+    }
+
+    /// Mirror progress, states and counters (read by the metrics endpoint).
+    pub fn metrics(&self) -> &Arc<MirrorMetrics> {
+        &self.metrics
     }
 
     /// Stops the fetchers and the control thread (call before stopping the engine).
@@ -178,11 +191,12 @@ impl ExtensionApis for MirrorBroker {
             return;
         };
         let (ev_tx, ev_rx) = flume::unbounded();
-        let manager = FetcherManager::new(
+        let manager = FetcherManager::with_metrics(
             router.clone(),
             broker.config.node_id,
             settings.fetcher.clone(),
             ev_tx,
+            self.metrics.clone(),
         );
         let _ = self.broker_rate.set(Arc::new(BrokerRate::open(
             &broker.config.data_dir,
@@ -610,6 +624,7 @@ impl Control {
                         }
                         Err(e) => {
                             tracing::warn!(%mirror, error = %e, "mirror sync round failed");
+                            self.count_sync_error(&mirror, SyncErrorKind::TopicMetadata);
                             self.host.sync_errors.insert(mirror.clone(), e);
                         }
                     }
@@ -797,6 +812,16 @@ impl Control {
                 tracing::warn!(%tp, error = %e, "cannot start mirror fetcher");
             }
         }
+        let states = by_topic
+            .into_values()
+            .flatten()
+            .map(|(tp, mirror, st)| (mirror, tp, st))
+            .collect();
+        self.host.manager.metrics().publish_states(states);
+    }
+
+    fn count_sync_error(&self, mirror: &str, kind: SyncErrorKind) {
+        self.host.manager.metrics().count_sync_error(mirror, kind);
     }
 
     fn schedule_syncs(&mut self) {
@@ -885,11 +910,13 @@ impl Control {
                                 lookups.insert(name.clone(), src.lookup_topic(name, *id).await);
                             }
                         }
+                        let (mut groups_failed, mut acls_failed) = (false, false);
                         let groups = if groups_due {
                             match src.group_offsets(|_| true).await {
                                 Ok(g) => Some(g),
                                 Err(e) => {
                                     tracing::warn!(mirror = %name, error = %e, "group offsets");
+                                    groups_failed = true;
                                     None
                                 }
                             }
@@ -901,6 +928,7 @@ impl Control {
                                 Ok(a) => a,
                                 Err(e) => {
                                     tracing::warn!(mirror = %name, error = %e, "source ACLs");
+                                    acls_failed = true;
                                     None
                                 }
                             }
@@ -932,6 +960,8 @@ impl Control {
                             idle_ends,
                             acls,
                             lookups,
+                            groups_failed,
+                            acls_failed,
                         })
                     }
                     .await;
@@ -949,6 +979,17 @@ impl Control {
             return;
         };
         self.host.idle_ends.extend(snap.idle_ends.iter().cloned());
+        for (tp, end) in &snap.idle_ends {
+            if let Some(p) = self.host.manager.metrics().progress(tp) {
+                p.set_idle_source_end(*end);
+            }
+        }
+        if snap.groups_failed {
+            self.count_sync_error(mirror, SyncErrorKind::GroupOffsets);
+        }
+        if snap.acls_failed {
+            self.count_sync_error(mirror, SyncErrorKind::Acls);
+        }
         let meta = self.host.broker.cluster.snapshot();
         let local: Vec<LocalTopic> = meta
             .topics
@@ -987,6 +1028,7 @@ impl Control {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(%mirror, error = %e, "metadata sync planning failed");
+                self.count_sync_error(mirror, SyncErrorKind::TopicMetadata);
                 return;
             }
         };
@@ -997,6 +1039,10 @@ impl Control {
         // so again.
         let mut still_blocked = BTreeSet::new();
         for a in actions {
+            let kind = match a {
+                SyncAction::AlterConfigs { .. } => SyncErrorKind::Config,
+                _ => SyncErrorKind::TopicMetadata,
+            };
             let r = match a {
                 SyncAction::SourceTopicMissing { name, topic_id } => {
                     let lookup = snap
@@ -1032,6 +1078,7 @@ impl Control {
             };
             if let Err(e) = r {
                 tracing::warn!(%mirror, error = %e, "metadata sync step failed");
+                self.count_sync_error(mirror, kind);
             }
         }
         let store = self.service.coordinator().store();
@@ -1049,11 +1096,13 @@ impl Control {
         if let Some(groups) = snap.groups {
             if let Err(e) = self.sync_groups(&def, &groups) {
                 tracing::warn!(%mirror, error = %e, "group offset sync failed");
+                self.count_sync_error(mirror, SyncErrorKind::GroupOffsets);
             }
         }
         if let Some(acls) = snap.acls {
             if let Err(e) = self.sync_acls(&def, &acls) {
                 tracing::warn!(%mirror, error = %e, "ACL sync failed");
+                self.count_sync_error(mirror, SyncErrorKind::Acls);
             }
         }
     }

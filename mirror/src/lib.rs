@@ -25,6 +25,7 @@ pub mod client_security;
 pub mod fetcher;
 pub mod host;
 pub mod manager;
+pub mod metrics;
 pub mod service;
 pub mod throttle;
 

@@ -2,6 +2,10 @@
 //! the partition's owning core, stops them, and keeps their live status for DescribeMirrors.
 //! It is what a broker's `MirrorHost::start_fetcher` / `stop_fetcher` call.
 //!
+//! Live status: each task writes its partition's [`PartitionProgress`] (atomics, no lock on
+//! the engine core); the progress map in [`MirrorMetrics`] is touched only at start and by
+//! readers (DescribeMirrors, the metrics scrape).
+//!
 //! Invariants: at most one task per partition; `stop_and_wait` returns only after the task has
 //! exited (so a failover may truncate the log right after); events reach the control plane
 //! through one channel, in order per partition.
@@ -17,9 +21,10 @@ use uuid::Uuid;
 
 use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::fetcher::{
-    fetcher_client_id, mirror_partition, EngineLocalPartition, FetchEvent, FetchObserver,
-    FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
+    fetcher_client_id, mirror_partition, EngineLocalPartition, FetchErrorKind, FetchEvent,
+    FetchObserver, FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
 };
+use crate::metrics::{MirrorMetrics, PartitionProgress};
 use crate::service::{LivePartition, MirrorLiveStatus};
 use crate::throttle::{MirrorThrottle, RateCeiling};
 
@@ -72,27 +77,37 @@ pub struct FetcherManager {
     mirror_ceilings: Mutex<HashMap<String, Arc<RateCeiling>>>,
     next_fetcher_id: AtomicU32,
     running: Mutex<HashMap<TopicPartition, Running>>,
-    status: Arc<Mutex<HashMap<TopicPartition, FetcherStatus>>>,
+    metrics: Arc<MirrorMetrics>,
     events: flume::Sender<(TopicPartition, FetchEvent)>,
 }
 
-/// Forwards events to the manager's channel and keeps the status map fresh.
+/// Forwards events to the manager's channel and publishes progress to the partition's
+/// atomics (lock-free: this runs on the engine core).
 struct Forward {
     events: flume::Sender<(TopicPartition, FetchEvent)>,
-    status: Arc<Mutex<HashMap<TopicPartition, FetcherStatus>>>,
+    progress: Arc<PartitionProgress>,
 }
 
 impl FetchObserver for Forward {
     fn on_event(&mut self, tp: &TopicPartition, event: FetchEvent) {
         if let FetchEvent::Progress(st) = &event {
-            self.status
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(tp.clone(), st.clone());
-            // Progress is frequent and only feeds the status map.
+            self.progress.publish(st);
+            // Progress is frequent and only feeds the live status.
             return;
         }
         let _ = self.events.send((tp.clone(), event));
+    }
+
+    fn on_appended(&mut self, _tp: &TopicPartition, records: u64, bytes: u64) {
+        self.progress.add_appended(records, bytes);
+    }
+
+    fn on_fetch_error(&mut self, _tp: &TopicPartition, kind: FetchErrorKind) {
+        self.progress.add_fetch_error(kind);
+    }
+
+    fn on_throttled(&mut self, _tp: &TopicPartition, delay: Duration) {
+        self.progress.add_throttle(delay);
     }
 }
 
@@ -105,6 +120,17 @@ impl FetcherManager {
         cfg: FetcherConfig,
         events: flume::Sender<(TopicPartition, FetchEvent)>,
     ) -> Arc<Self> {
+        Self::with_metrics(router, node_id, cfg, events, Arc::default())
+    }
+
+    /// [`Self::new`] publishing progress into `metrics` (shared with the metrics endpoint).
+    pub fn with_metrics(
+        router: Router,
+        node_id: i32,
+        cfg: FetcherConfig,
+        events: flume::Sender<(TopicPartition, FetchEvent)>,
+        metrics: Arc<MirrorMetrics>,
+    ) -> Arc<Self> {
         Arc::new(FetcherManager {
             router,
             node_id,
@@ -113,9 +139,14 @@ impl FetcherManager {
             mirror_ceilings: Mutex::new(HashMap::new()),
             next_fetcher_id: AtomicU32::new(0),
             running: Mutex::new(HashMap::new()),
-            status: Arc::new(Mutex::new(HashMap::new())),
+            metrics,
             events,
         })
+    }
+
+    /// Progress, states and counters for DescribeMirrors and the metrics endpoint.
+    pub fn metrics(&self) -> &Arc<MirrorMetrics> {
+        &self.metrics
     }
 
     /// Broker-level mirror byte-rate ceiling (bytes/s, 0 = unlimited): the total of every
@@ -204,7 +235,7 @@ impl FetcherManager {
         }
         let observer = Forward {
             events: self.events.clone(),
-            status: self.status.clone(),
+            progress: self.metrics.progress_for_start(&task.mirror, &task.tp),
         };
         let throttle = self.throttle_for(&task);
         let key = task.tp.clone();
@@ -295,11 +326,7 @@ impl FetcherManager {
     }
 
     pub fn status(&self, tp: &TopicPartition) -> Option<FetcherStatus> {
-        self.status
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(tp)
-            .cloned()
+        self.metrics.progress(tp)?.status()
     }
 }
 

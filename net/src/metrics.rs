@@ -1,14 +1,23 @@
 //! Broker-wide counters for the Prometheus endpoint. Relaxed atomics: each increment is a
-//! single uncontended-in-practice add, off any lock.
+//! single uncontended-in-practice add, off any lock. Exposed through `prometheus-client`
+//! collectors that read the atomics at scrape time (the endpoint itself is the binary's).
 
-use std::fmt::Write;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
 
 use kafka_protocol::messages::ApiKey;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
 
+use crate::broker::Broker;
 use crate::versions::SERVED;
 
 /// Counters shared by all cores.
+#[derive(Debug)]
 pub struct NetMetrics {
     requests: Vec<AtomicU64>,
     pub bytes_in: AtomicU64,
@@ -45,68 +54,125 @@ impl NetMetrics {
         }
     }
 
-    /// Prometheus text exposition of these counters.
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        let _ = writeln!(
-            s,
-            "# HELP kmirror_requests_total Kafka requests handled, by API."
-        );
-        let _ = writeln!(s, "# TYPE kmirror_requests_total counter");
+    /// Encode these counters (names listed in docs/METRICS.md; the encoder appends `_total`
+    /// to counters).
+    pub fn encode(&self, e: &mut DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let mut m = e.encode_descriptor(
+            "kmirror_requests",
+            "Kafka requests handled, by API.",
+            None,
+            MetricType::Counter,
+        )?;
         for (i, (k, _)) in SERVED.iter().enumerate() {
-            let _ = writeln!(
-                s,
-                "kmirror_requests_total{{api=\"{k:?}\"}} {}",
-                self.requests[i].load(Relaxed)
-            );
+            let labels = [("api", format!("{k:?}"))];
+            ConstCounter::new(self.requests[i].load(Relaxed)).encode(m.encode_family(&labels)?)?;
         }
-        let mut one = |name: &str, kind: &str, help: &str, v: i64| {
-            let _ = writeln!(s, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}");
-        };
-        one(
-            "kmirror_network_bytes_in_total",
-            "counter",
-            "Request bytes received.",
-            self.bytes_in.load(Relaxed) as i64,
-        );
-        one(
-            "kmirror_network_bytes_out_total",
-            "counter",
-            "Response bytes sent.",
-            self.bytes_out.load(Relaxed) as i64,
-        );
-        one(
-            "kmirror_connections_accepted_total",
-            "counter",
-            "Client connections accepted.",
-            self.connections_accepted.load(Relaxed) as i64,
-        );
-        one(
+        let counters = [
+            (
+                "kmirror_network_bytes_in",
+                "Request bytes received.",
+                &self.bytes_in,
+            ),
+            (
+                "kmirror_network_bytes_out",
+                "Response bytes sent.",
+                &self.bytes_out,
+            ),
+            (
+                "kmirror_connections_accepted",
+                "Client connections accepted.",
+                &self.connections_accepted,
+            ),
+            (
+                "kmirror_protocol_errors",
+                "Connections closed for malformed or unsupported requests.",
+                &self.protocol_errors,
+            ),
+            (
+                "kmirror_sasl_authentication_failures",
+                "Failed SASL authentications.",
+                &self.sasl_authentication_failures,
+            ),
+            (
+                "kmirror_sasl_authentications",
+                "Successful SASL authentications and re-authentications.",
+                &self.sasl_authentications,
+            ),
+        ];
+        for (name, help, v) in counters {
+            let c = ConstCounter::new(v.load(Relaxed));
+            c.encode(e.encode_descriptor(name, help, None, MetricType::Counter)?)?;
+        }
+        let g = ConstGauge::new(self.connections_active.load(Relaxed));
+        g.encode(e.encode_descriptor(
             "kmirror_connections_active",
-            "gauge",
             "Client connections open now.",
-            self.connections_active.load(Relaxed),
-        );
-        one(
-            "kmirror_protocol_errors_total",
-            "counter",
-            "Connections closed for malformed or unsupported requests.",
-            self.protocol_errors.load(Relaxed) as i64,
-        );
-        one(
-            "kmirror_sasl_authentication_failures_total",
-            "counter",
-            "Failed SASL authentications.",
-            self.sasl_authentication_failures.load(Relaxed) as i64,
-        );
-        one(
-            "kmirror_sasl_authentications_total",
-            "counter",
-            "Successful SASL authentications and re-authentications.",
-            self.sasl_authentications.load(Relaxed) as i64,
-        );
-        s
+            None,
+            MetricType::Gauge,
+        )?)
     }
+}
+
+/// The broker families: `kmirror_up`, cores, topic and partition counts, and
+/// [`NetMetrics`], computed at each scrape.
+pub struct BrokerCollector {
+    pub broker: Arc<Broker>,
+    pub cores: usize,
+}
+
+impl std::fmt::Debug for BrokerCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerCollector")
+            .field("cores", &self.cores)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Collector for BrokerCollector {
+    fn encode(&self, mut e: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let meta = self.broker.cluster.snapshot();
+        let partitions: i64 = meta
+            .topics
+            .values()
+            .map(|t| t.partition_count() as i64)
+            .sum();
+        let mirrored: i64 = meta
+            .topics
+            .values()
+            .filter(|t| t.mirror.is_some())
+            .map(|t| t.partition_count() as i64)
+            .sum();
+        let gauges = [
+            ("kmirror_up", "1 while the broker runs.", 1),
+            ("kmirror_cores", "Executor cores.", self.cores as i64),
+            ("kmirror_topics", "Topics.", meta.topics.len() as i64),
+            ("kmirror_partitions", "Partitions.", partitions),
+            (
+                "kmirror_mirrored_partitions",
+                "Partitions of mirror topics.",
+                mirrored,
+            ),
+        ];
+        for (name, help, v) in gauges {
+            ConstGauge::new(v).encode(e.encode_descriptor(
+                name,
+                help,
+                None,
+                MetricType::Gauge,
+            )?)?;
+        }
+        self.broker.metrics.encode(&mut e)
+    }
+}
+
+/// Text exposition (OpenMetrics) of everything in `registry`.
+pub fn render(registry: &Registry) -> String {
+    let mut s = String::new();
+    // Writing to a String cannot fail; an encoder error would be a bug in a collector.
+    if let Err(e) = prometheus_client::encoding::text::encode(&mut s, registry) {
+        tracing::warn!(error = %e, "metrics encoding failed");
+    }
+    s
 }
 
 #[cfg(test)]
@@ -119,7 +185,16 @@ mod tests {
         m.count_request(ApiKey::Produce);
         m.count_request(ApiKey::Produce);
         m.bytes_in.fetch_add(10, Relaxed);
-        let text = m.render();
+        #[derive(Debug)]
+        struct C(NetMetrics);
+        impl Collector for C {
+            fn encode(&self, mut e: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+                self.0.encode(&mut e)
+            }
+        }
+        let mut reg = Registry::default();
+        reg.register_collector(Box::new(C(m)));
+        let text = render(&reg);
         assert!(
             text.contains("kmirror_requests_total{api=\"Produce\"} 2"),
             "{text}"

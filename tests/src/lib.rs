@@ -22,6 +22,7 @@ pub mod golang;
 pub mod java;
 pub mod kafka;
 pub mod kmirror;
+pub mod metrics;
 pub mod mirror;
 pub mod oracle;
 pub mod pki;
