@@ -37,6 +37,7 @@ pub mod mirror_fetcher;
 pub mod mirror_host;
 pub mod mirror_manager;
 pub mod mirror_service;
+pub mod mirror_session;
 pub mod sasl;
 pub mod server;
 pub mod session;

@@ -8,7 +8,7 @@
 
 use std::collections::HashMap;
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,9 +19,10 @@ use uuid::Uuid;
 use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::mirror_fetcher::{
     fetcher_client_id, mirror_partition, ByteRateLimiter, EngineLocalPartition, FetchEvent,
-    FetchObserver, FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
+    FetchObserver, FetcherConfig, FetcherStatus, PartitionFetcher,
 };
 use crate::mirror_service::{LivePartition, MirrorLiveStatus};
+use crate::mirror_session::{SessionHub, SharedSource};
 
 /// What to start for one partition.
 #[derive(Debug, Clone)]
@@ -60,7 +61,6 @@ pub struct FetcherManager {
     /// Per-core byte-rate ceiling (bytes/s, 0 = unlimited), applied to tasks started after a
     /// change.
     rate_per_core: Arc<std::sync::atomic::AtomicU64>,
-    next_fetcher_id: AtomicU32,
     running: Mutex<HashMap<TopicPartition, Running>>,
     status: Arc<Mutex<HashMap<TopicPartition, FetcherStatus>>>,
     events: flume::Sender<(TopicPartition, FetchEvent)>,
@@ -100,7 +100,6 @@ impl FetcherManager {
             node_id,
             cfg,
             rate_per_core: Arc::new(std::sync::atomic::AtomicU64::new(0)),
-            next_fetcher_id: AtomicU32::new(0),
             running: Mutex::new(HashMap::new()),
             status: Arc::new(Mutex::new(HashMap::new())),
             events,
@@ -130,8 +129,9 @@ impl FetcherManager {
         let stop = Arc::new(AtomicBool::new(false));
         let (exit_tx, exit_rx) = flume::bounded(1);
         let core = self.router.owner(&task.tp);
-        let fetcher_id = self.next_fetcher_id.fetch_add(1, Ordering::Relaxed);
-        let client_id = fetcher_client_id(self.node_id, fetcher_id, &task.mirror);
+        // Fetcher index = core index: every fetch connection of this node for this mirror on
+        // this core shares one stable client id (a source operator can quota it).
+        let client_id = fetcher_client_id(self.node_id, core as u32, &task.mirror);
         let (router, mut cfg, stop2) = (self.router.clone(), self.cfg.clone(), stop.clone());
         if let Some(ms) = task.retry_backoff_ms {
             cfg.backoff_initial_ms = ms.max(1);
@@ -147,9 +147,16 @@ impl FetcherManager {
         let key = task.tp.clone();
         self.router.spawn_on_blocking(core, move || async move {
             let mut observer = observer;
-            let mut source =
-                KafkaSource::new(&task.source_bootstrap, client_id, Duration::from_secs(30))
-                    .with_security(task.security.clone());
+            // Shared per (core, mirror): one admin connection and one fetch session per source
+            // broker for all of this mirror's partitions on this core.
+            let hub = SessionHub::for_mirror(
+                &task.mirror,
+                &task.source_bootstrap,
+                client_id,
+                task.security.clone(),
+                cfg.clone(),
+            );
+            let mut source = SharedSource::new(hub);
             let mut local = EngineLocalPartition::new(router, task.tp.clone());
             let mut fetcher = PartitionFetcher::new(task.tp.clone(), task.topic_id, cfg);
             if rate > 0 {
