@@ -152,7 +152,7 @@ impl FetchSession {
                 .filter(|s| !keep.contains(&key(s)))
                 .map(|s| (s.topic.clone(), s.topic_id, s.partition))
                 .collect();
-            forgotten.sort_by(|a, b| (a.1, a.2).cmp(&(b.1, b.2)));
+            forgotten.sort_by_key(|f| (f.1, f.2));
             SessionRequest {
                 session_id: self.id,
                 epoch: self.epoch,
