@@ -1703,7 +1703,8 @@ pub(crate) fn leader_from_metadata(
     })
 }
 
-/// Deterministic client id of a mirror fetcher: broker id, fetcher id and mirror name.
+/// Deterministic client id of a mirror fetcher: broker id, fetcher id and mirror name. The
+/// fetcher id is the core index (`mirror_manager`): one id per node, core and mirror.
 pub fn fetcher_client_id(node_id: i32, fetcher_id: u32, mirror: &str) -> String {
     format!("kmirror-{node_id}-fetcher-{fetcher_id}-{mirror}")
 }

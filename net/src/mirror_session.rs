@@ -526,7 +526,17 @@ async fn session_loop(b: Rc<BrokerFetcher>, woken: flume::Receiver<()>, cfg: Rc<
                 }
                 st.answered.clear();
             }
-            SessionVerdict::Dispatch => dispatch(&b, &resp),
+            SessionVerdict::Dispatch => {
+                if req.is_full() && session.id() != 0 {
+                    tracing::info!(
+                        broker = %b.addr,
+                        session = session.id(),
+                        partitions = req.parts.len(),
+                        "mirror fetch session opened"
+                    );
+                }
+                dispatch(&b, &resp, &session)
+            }
         }
         if resp.throttle_time_ms > 0 {
             // The source's quota asks us to hold off (KIP-219).
@@ -535,13 +545,17 @@ async fn session_loop(b: Rc<BrokerFetcher>, woken: flume::Receiver<()>, cfg: Rc<
     }
 }
 
-/// Hand each partition of the response to its waiter.
-fn dispatch(b: &BrokerFetcher, resp: &FetchResponse) {
+/// Hand each partition of the response to its waiter, if the waiter asked for what the
+/// session fetched (a waiter that replaced a cancelled one at another offset waits for the
+/// next round instead of getting data for an offset it did not ask for).
+fn dispatch(b: &BrokerFetcher, resp: &FetchResponse, session: &FetchSession) {
     let mut st = b.state.borrow_mut();
     for t in &resp.responses {
         for p in &t.partitions {
             let k = (t.topic_id, p.partition_index);
-            let Some(i) = st.pending.iter().position(|w| key(&w.part) == k) else {
+            let Some(i) = st.pending.iter().position(|w| {
+                key(&w.part) == k && session.sent.get(&k).is_some_and(|s| same_fetch(s, &w.part))
+            }) else {
                 continue;
             };
             let w = st.pending.remove(i);
@@ -836,5 +850,51 @@ mod tests {
             s.on_response(&r, code::NONE, 0);
         }
         assert_eq!(firsts, vec![0, 1, 2]);
+    }
+
+    #[test]
+    fn responses_go_only_to_waiters_that_asked_for_what_was_fetched() {
+        use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+        let (wake, _woken) = flume::bounded(1);
+        let b = BrokerFetcher {
+            addr: "x:1".into(),
+            state: RefCell::new(BrokerState::default()),
+            wake,
+            closed: Cell::new(false),
+        };
+        let mut s = FetchSession::new();
+        let rx0 = b.submit(part("t", 1, 0, 10));
+        let rx1 = b.submit(part("t", 1, 1, 20));
+        let wanted: Vec<_> = b
+            .state
+            .borrow()
+            .pending
+            .iter()
+            .map(|p| p.part.clone())
+            .collect();
+        let r = s.build(&wanted);
+        s.on_response(&r, code::NONE, 3);
+        // Partition 1's fetcher was replaced meanwhile by one at another offset.
+        drop(rx1);
+        let rx1 = b.submit(part("t", 1, 1, 5));
+        let resp = FetchResponse::default().with_responses(vec![FetchableTopicResponse::default()
+            .with_topic_id(Uuid::from_u128(1))
+            .with_partitions(vec![
+                PartitionData::default()
+                    .with_partition_index(0)
+                    .with_high_watermark(11),
+                PartitionData::default()
+                    .with_partition_index(1)
+                    .with_high_watermark(21),
+            ])]);
+        dispatch(&b, &resp, &s);
+        let out = rx0.try_recv().expect("answered").expect("ok");
+        assert_eq!(out.high_watermark, 11);
+        assert!(
+            rx1.try_recv().is_err(),
+            "data for offset 20 must not reach a waiter at 5"
+        );
+        assert_eq!(b.state.borrow().pending.len(), 1);
+        assert!(b.state.borrow().answered.contains(&(Uuid::from_u128(1), 0)));
     }
 }
