@@ -217,13 +217,31 @@ fn close_session(src: &str, id: i32) {
 
 /// The id of the last "mirror fetch session opened" in kmirror's log.
 fn last_session_id(node: &KmirrorNode) -> Option<i32> {
-    let log = std::fs::read_to_string(node.log_path()).unwrap_or_default();
+    let log = strip_ansi(&std::fs::read_to_string(node.log_path()).unwrap_or_default());
     log.lines()
         .rev()
         .find(|l| l.contains("mirror fetch session opened"))
         .and_then(|l| l.split("session=").nth(1))
         .and_then(|v| v.split_whitespace().next())
         .and_then(|v| v.parse().ok())
+}
+
+/// The log without terminal colour sequences (ESC [ ... m).
+fn strip_ansi(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    let mut chars = s.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for d in chars.by_ref() {
+                if d == 'm' {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
 }
 
 fn log_count(node: &KmirrorNode, needle: &str) -> usize {
