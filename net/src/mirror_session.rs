@@ -54,6 +54,9 @@ pub fn session_resets_total() -> u64 {
 /// How long after a response the loop waits for the partitions that got data to append and
 /// resubmit before it sends the next request (those still busy are forgotten, re-added later).
 const LINGER: Duration = Duration::from_millis(10);
+/// A fetch connection nobody used for this long is closed (Kafka's brokers close idle
+/// connections after 10 minutes by default).
+const IDLE_CLOSE: Duration = Duration::from_secs(120);
 /// A cached topic metadata answer is reused this long for other partitions' leader lookups.
 const METADATA_TTL_MS: i64 = 5_000;
 
@@ -201,6 +204,13 @@ impl FetchSession {
     /// The connection was lost (or the request failed): the next request is a full fetch.
     pub fn on_disconnect(&mut self) {
         self.reset();
+    }
+
+    /// We closed the connection ourselves (idle): start over without counting a reset.
+    pub fn on_close(&mut self) {
+        self.id = 0;
+        self.epoch = 0;
+        self.sent.clear();
     }
 
     fn reset(&mut self) {
@@ -437,7 +447,17 @@ async fn session_loop(b: Rc<BrokerFetcher>, woken: flume::Receiver<()>, cfg: Rc<
             st.pending.is_empty()
         };
         if empty {
-            let _ = woken.recv_async().await;
+            // Nobody fetches from this broker (leaders moved away): after a while close the
+            // idle connection rather than let the broker time it out under a later fetch.
+            let woke =
+                futures_lite::future::or(async { woken.recv_async().await.is_ok() }, async {
+                    glommio::timer::sleep(IDLE_CLOSE).await;
+                    false
+                })
+                .await;
+            if !woke && conn.take().is_some() {
+                session.on_close();
+            }
             continue;
         }
         // Let the partitions that just got data append and resubmit.
