@@ -228,6 +228,9 @@ pub struct FetchOutcome {
 pub enum SourceError {
     #[error(transparent)]
     Client(#[from] ClientError),
+    /// A connection error shared by every partition of a failed multi-partition request.
+    #[error(transparent)]
+    Shared(std::sync::Arc<ClientError>),
     /// The source refused the mirror's principal (an ACL is missing).
     #[error("{0}")]
     Denied(String),
@@ -241,6 +244,7 @@ impl SourceError {
     pub fn is_auth_failure(&self) -> bool {
         match self {
             SourceError::Client(c) => c.is_auth_failure(),
+            SourceError::Shared(c) => c.is_auth_failure(),
             SourceError::Denied(_) => true,
             SourceError::Other(_) => false,
         }
@@ -1705,7 +1709,70 @@ impl KafkaSource {
     }
 }
 
-/// Deterministic client id of a mirror fetcher: broker id, fetcher id and mirror name.
+impl KafkaSource {
+    /// Metadata for `topics` from any reachable broker (shared fetchers cache it per topic).
+    pub(crate) async fn metadata(
+        &mut self,
+        topics: &[String],
+    ) -> Result<kafka_protocol::messages::MetadataResponse, SourceError> {
+        self.send_any(&build::metadata(Some(topics)), 10).await
+    }
+}
+
+/// The leader of `topic`-`partition` in a Metadata response (errors as [`Source::leader`]).
+pub(crate) fn leader_from_metadata(
+    resp: &kafka_protocol::messages::MetadataResponse,
+    topic: &str,
+    partition: i32,
+) -> Result<SourceLeader, SourceError> {
+    let Some(t) = resp
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
+    else {
+        return Err(SourceError::Other(format!(
+            "topic {topic} missing from metadata"
+        )));
+    };
+    if t.error_code == code::TOPIC_AUTHORIZATION_FAILED {
+        return Err(SourceError::Denied(format!(
+            "metadata for {topic}: TOPIC_AUTHORIZATION_FAILED (the mirror's principal \
+             lacks Describe on the source topic)"
+        )));
+    }
+    if t.error_code != code::NONE {
+        return Err(SourceError::Other(format!(
+            "metadata for {topic}: {}",
+            code::name(t.error_code)
+        )));
+    }
+    let Some(p) = t.partitions.iter().find(|p| p.partition_index == partition) else {
+        return Err(SourceError::Other(format!(
+            "{topic}-{partition} missing on source"
+        )));
+    };
+    if p.error_code != code::NONE || p.leader_id.0 < 0 {
+        return Err(SourceError::Other(format!(
+            "{topic}-{partition} has no leader ({})",
+            code::name(p.error_code)
+        )));
+    }
+    let Some(b) = resp.brokers.iter().find(|b| b.node_id == p.leader_id) else {
+        return Err(SourceError::Other(format!(
+            "leader {} of {topic}-{partition} not in broker list",
+            p.leader_id.0
+        )));
+    };
+    Ok(SourceLeader {
+        broker_id: p.leader_id.0,
+        addr: format!("{}:{}", b.host, b.port),
+        leader_epoch: p.leader_epoch,
+        topic_id: t.topic_id,
+    })
+}
+
+/// Deterministic client id of a mirror fetcher: broker id, fetcher id and mirror name. The
+/// fetcher id is the core index (`mirror_manager`): one id per node, core and mirror.
 pub fn fetcher_client_id(node_id: i32, fetcher_id: u32, mirror: &str) -> String {
     format!("kmirror-{node_id}-fetcher-{fetcher_id}-{mirror}")
 }
@@ -1730,50 +1797,7 @@ impl Source for KafkaSource {
                     continue;
                 }
             };
-            let Some(t) = resp
-                .topics
-                .iter()
-                .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
-            else {
-                return Err(SourceError::Other(format!(
-                    "topic {topic} missing from metadata"
-                )));
-            };
-            if t.error_code == code::TOPIC_AUTHORIZATION_FAILED {
-                return Err(SourceError::Denied(format!(
-                    "metadata for {topic}: TOPIC_AUTHORIZATION_FAILED (the mirror's principal \
-                     lacks Describe on the source topic)"
-                )));
-            }
-            if t.error_code != code::NONE {
-                return Err(SourceError::Other(format!(
-                    "metadata for {topic}: {}",
-                    code::name(t.error_code)
-                )));
-            }
-            let Some(p) = t.partitions.iter().find(|p| p.partition_index == partition) else {
-                return Err(SourceError::Other(format!(
-                    "{topic}-{partition} missing on source"
-                )));
-            };
-            if p.error_code != code::NONE || p.leader_id.0 < 0 {
-                return Err(SourceError::Other(format!(
-                    "{topic}-{partition} has no leader ({})",
-                    code::name(p.error_code)
-                )));
-            }
-            let Some(b) = resp.brokers.iter().find(|b| b.node_id == p.leader_id) else {
-                return Err(SourceError::Other(format!(
-                    "leader {} of {topic}-{partition} not in broker list",
-                    p.leader_id.0
-                )));
-            };
-            return Ok(SourceLeader {
-                broker_id: p.leader_id.0,
-                addr: format!("{}:{}", b.host, b.port),
-                leader_epoch: p.leader_epoch,
-                topic_id: t.topic_id,
-            });
+            return leader_from_metadata(&resp, topic, partition);
         }
         Err(last_err)
     }

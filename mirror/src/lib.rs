@@ -27,6 +27,7 @@ pub mod host;
 pub mod manager;
 pub mod metrics;
 pub mod service;
+pub mod session;
 pub mod throttle;
 
 /// The broker's API keys, error codes and config names: one table for both crates.

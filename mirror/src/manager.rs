@@ -11,7 +11,7 @@
 //! through one channel, in order per partition.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,10 +22,11 @@ use uuid::Uuid;
 use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::fetcher::{
     fetcher_client_id, mirror_partition, EngineLocalPartition, FetchErrorKind, FetchEvent,
-    FetchObserver, FetcherConfig, FetcherStatus, KafkaSource, PartitionFetcher,
+    FetchObserver, FetcherConfig, FetcherStatus, PartitionFetcher,
 };
 use crate::metrics::{MirrorMetrics, PartitionProgress};
 use crate::service::{LivePartition, MirrorLiveStatus};
+use crate::session::{SessionHub, SharedSource};
 use crate::throttle::{MirrorThrottle, RateCeiling};
 
 /// What to start for one partition.
@@ -75,7 +76,6 @@ pub struct FetcherManager {
     broker_ceiling: Arc<RateCeiling>,
     /// Each mirror's own ceiling (`mirror.throttled.rate`); touched at start only.
     mirror_ceilings: Mutex<HashMap<String, Arc<RateCeiling>>>,
-    next_fetcher_id: AtomicU32,
     running: Mutex<HashMap<TopicPartition, Running>>,
     metrics: Arc<MirrorMetrics>,
     events: flume::Sender<(TopicPartition, FetchEvent)>,
@@ -137,7 +137,6 @@ impl FetcherManager {
             cfg,
             broker_ceiling: Arc::new(RateCeiling::new(0)),
             mirror_ceilings: Mutex::new(HashMap::new()),
-            next_fetcher_id: AtomicU32::new(0),
             running: Mutex::new(HashMap::new()),
             metrics,
             events,
@@ -214,8 +213,9 @@ impl FetcherManager {
         let stop = Arc::new(AtomicBool::new(false));
         let (exit_tx, exit_rx) = flume::bounded(1);
         let core = self.router.owner(&task.tp);
-        let fetcher_id = self.next_fetcher_id.fetch_add(1, Ordering::Relaxed);
-        let client_id = fetcher_client_id(self.node_id, fetcher_id, &task.mirror);
+        // Fetcher index = core index: every fetch connection of this node for this mirror on
+        // this core shares one stable client id (a source operator can quota it).
+        let client_id = fetcher_client_id(self.node_id, core as u32, &task.mirror);
         let (router, mut cfg, stop2) = (self.router.clone(), self.cfg.clone(), stop.clone());
         if let Some(ms) = task.retry_backoff_ms {
             cfg.backoff_initial_ms = ms.max(1);
@@ -238,12 +238,21 @@ impl FetcherManager {
             progress: self.metrics.progress_for_start(&task.mirror, &task.tp),
         };
         let throttle = self.throttle_for(&task);
+        let evictions = self.metrics.session_resets(&task.mirror);
         let key = task.tp.clone();
         self.router.spawn_on_blocking(core, move || async move {
             let mut observer = observer;
-            let mut source =
-                KafkaSource::new(&task.source_bootstrap, client_id, Duration::from_secs(30))
-                    .with_security(task.security.clone());
+            // Shared per (core, mirror): one admin connection and one fetch session per source
+            // broker for all of this mirror's partitions on this core.
+            let hub = SessionHub::for_mirror(
+                &task.mirror,
+                &task.source_bootstrap,
+                client_id,
+                task.security.clone(),
+                cfg.clone(),
+                evictions,
+            );
+            let mut source = SharedSource::new(hub);
             let mut local = EngineLocalPartition::new(router, task.tp.clone());
             let fetcher =
                 PartitionFetcher::new(task.tp.clone(), task.topic_id, cfg).with_throttle(throttle);

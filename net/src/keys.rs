@@ -127,6 +127,10 @@ pub mod error {
     /// SaslAuthenticate: wrong credentials (source client).
     pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
     /// Fetcher: our known source epoch is older than the source leader's -> learn it, retry.
+    /// Fetch session (KIP-227): the broker no longer has our session -> full fetch.
+    pub const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
+    /// Fetch session (KIP-227): our session epoch is not the one expected -> full fetch.
+    pub const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
     pub const FENCED_LEADER_EPOCH: i16 = 74;
     /// Fetcher: our known source epoch is newer than the source leader's -> refresh, retry.
     pub const UNKNOWN_LEADER_EPOCH: i16 = 75;
@@ -188,6 +192,8 @@ pub mod error {
             INVALID_CONFIG => "INVALID_CONFIG",
             INVALID_REQUEST => "INVALID_REQUEST",
             KAFKA_STORAGE_ERROR => "KAFKA_STORAGE_ERROR",
+            FETCH_SESSION_ID_NOT_FOUND => "FETCH_SESSION_ID_NOT_FOUND",
+            INVALID_FETCH_SESSION_EPOCH => "INVALID_FETCH_SESSION_EPOCH",
             FENCED_LEADER_EPOCH => "FENCED_LEADER_EPOCH",
             UNKNOWN_LEADER_EPOCH => "UNKNOWN_LEADER_EPOCH",
             UNKNOWN_TOPIC_ID => "UNKNOWN_TOPIC_ID",
