@@ -20,13 +20,13 @@ cargo build --profile ci -p kmirror --bin kmirror
 cargo test --workspace --profile ci --no-run
 
 # Integration test files of the tests crate, split in two groups of similar length (about
-# 10+ minutes each on 2 cores): the mirroring and security files, and the rest plus the network-fault file.
+# 10+ minutes each on 2 cores): the mirroring and security files, and the rest plus the network-fault and fetch-session files.
 mirror_tests=()
 other_tests=()
 for f in tests/tests/*.rs; do
   name=$(basename "$f" .rs)
   case "$name" in
-    mirror_network_faults) other_tests+=(--test "$name") ;;
+    mirror_network_faults | mirror_fetch_sessions) other_tests+=(--test "$name") ;;
     mirror_* | security_*) mirror_tests+=(--test "$name") ;;
     *) other_tests+=(--test "$name") ;;
   esac
