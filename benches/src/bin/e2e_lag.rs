@@ -1,0 +1,400 @@
+//! Mirror lag benchmark (issue 10, item 6): records of 1 KiB are produced at a fixed rate into
+//! an Apache Kafka 4.1.1 source, and each record's lag is the time it became visible on the
+//! destination (its high watermark passed it) minus its CreateTime, on one clock. kmirror
+//! (its own destination) and MirrorMaker 2 (connect-mirror 4.1.1 into a second Kafka) copy
+//! the same load in alternating order over several rounds; each (round, copier) gets a fresh,
+//! empty source topic so neither starts behind.
+//!
+//! The producer writes one batch at a time round-robin over the partitions and knows every
+//! record's offset before sending it (it is the only writer), so the probe, which polls the
+//! destination's end offsets with one ListOffsets request for all partitions every ~2 ms,
+//! can give each newly visible record its lag. Resolution: one probe round (a few ms).
+//! MM2 writes a fresh target topic in source order, so its target offsets are the source's.
+//!
+//! `cargo run --release -p kmirror-benches --bin e2e_lag -- [RATES_MB=10,50] [ROUNDS=3]
+//! [PARTITIONS=32] [SECONDS=20]` (scripts/bench-lag.sh builds kmirror and passes KMIRROR_BIN).
+
+mod common;
+
+use std::collections::VecDeque;
+use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
+use kafka_protocol::messages::{ListOffsetsRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::java::tools;
+use kmirror_tests::proc::{self, ChildGuard};
+use kmirror_tests::{records, KmirrorNode, WireClient};
+
+const RECORD: usize = 1024;
+/// One produce per tick, to the next partition.
+const TICK: Duration = Duration::from_millis(5);
+const WARMUP: Duration = Duration::from_secs(5);
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64
+}
+
+/// Records produced and not yet seen on the destination, per partition:
+/// (first offset, count, CreateTime ms, counted in the window).
+type Outstanding = Arc<Mutex<Vec<VecDeque<(i64, i64, i64, bool)>>>>;
+
+/// Produces `batch`; a partition just created may not have its leader ready yet (errors 5, 6):
+/// retried for up to 30 s. Returns the base offset.
+fn send_batch(c: &mut WireClient, topic: &str, partition: i32, batch: bytes::Bytes) -> i64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let (code, base) = c
+            .produce_raw(topic, partition, batch.clone(), 1)
+            .expect("produce");
+        if code == 0 {
+            return base;
+        }
+        assert!(
+            matches!(code, 5 | 6) && Instant::now() < deadline,
+            "produce to the source: error {code}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Writes `mb_per_s` of 1 KiB records for `warmup + seconds`; records produced after the
+/// warm-up are the measured ones. Returns how many records it wrote.
+fn produce(
+    source: &str,
+    topic: &str,
+    partitions: i32,
+    mb_per_s: f64,
+    seconds: Duration,
+    outstanding: &Outstanding,
+    next: &mut [i64],
+) -> u64 {
+    let per_batch = ((mb_per_s * 1e6 * TICK.as_secs_f64()) / RECORD as f64).round() as usize;
+    let per_batch = per_batch.max(1);
+    let value = vec![b'l'; RECORD];
+    let values: Vec<&[u8]> = (0..per_batch).map(|_| value.as_slice()).collect();
+    let mut conns: Vec<WireClient> = (0..partitions)
+        .map(|p| WireClient::connect_leader(source, topic, p).expect("source leader"))
+        .collect();
+    let t0 = Instant::now();
+    let mut written = 0u64;
+    let mut tick = 0u64;
+    while t0.elapsed() < WARMUP + seconds {
+        let due = t0 + TICK * tick as u32;
+        if let Some(wait) = due.checked_duration_since(Instant::now()) {
+            std::thread::sleep(wait);
+        }
+        let p = (tick % partitions as u64) as usize;
+        tick += 1;
+        let ts = now_ms();
+        let measured = t0.elapsed() >= WARMUP;
+        // Registered before the send: the copier may show it before our ack arrives.
+        outstanding.lock().expect("outstanding")[p].push_back((
+            next[p],
+            per_batch as i64,
+            ts,
+            measured,
+        ));
+        let base = send_batch(&mut conns[p], topic, p as i32, records::batch(&values, ts));
+        assert_eq!(base, next[p], "we are the only writer");
+        next[p] += per_batch as i64;
+        written += per_batch as u64;
+    }
+    written
+}
+
+/// Polls `dest`'s end offsets of `topic` until `stop`; each newly visible record's lag goes to
+/// `hist` if it was produced in the measured window.
+fn probe(
+    dest: &str,
+    topic: &str,
+    partitions: i32,
+    outstanding: &Outstanding,
+    stop: &AtomicBool,
+    hist: &mut Histogram<u64>,
+) {
+    let mut c = WireClient::connect(dest).expect("connect destination");
+    let req = ListOffsetsRequest::default()
+        .with_replica_id((-1).into())
+        .with_topics(vec![ListOffsetsTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_owned())))
+            .with_partitions(
+                (0..partitions)
+                    .map(|p| {
+                        ListOffsetsPartition::default()
+                            .with_partition_index(p)
+                            .with_timestamp(-1)
+                    })
+                    .collect(),
+            )]);
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(resp) = c.send_at(req.clone(), 4) else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let seen = now_ms();
+        let mut out = outstanding.lock().expect("outstanding");
+        for t in &resp.topics {
+            for p in &t.partitions {
+                let q = &mut out[p.partition_index as usize];
+                while let Some(&(first, count, ts, measured)) = q.front() {
+                    if first >= p.offset {
+                        break;
+                    }
+                    let visible = (p.offset - first).min(count);
+                    if measured {
+                        hist.record_n((seen - ts).max(0) as u64, visible as u64)
+                            .expect("record");
+                    }
+                    if visible == count {
+                        q.pop_front();
+                    } else {
+                        q[0] = (first + visible, count - visible, ts, measured);
+                        break;
+                    }
+                }
+            }
+        }
+        drop(out);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+/// One copier's run at each rate: produce, probe, histogram per rate.
+fn measure(
+    source: &str,
+    src_topic: &str,
+    dest: &str,
+    dest_topic: &str,
+    partitions: i32,
+    rates: &[f64],
+    seconds: Duration,
+) -> Vec<Histogram<u64>> {
+    // Partition 0 holds the start record of [`wait_flowing`].
+    let mut next = vec![0i64; partitions as usize];
+    next[0] = 1;
+    rates
+        .iter()
+        .map(|&rate| {
+            let outstanding: Outstanding =
+                Arc::new(Mutex::new(vec![VecDeque::new(); partitions as usize]));
+            let stop = AtomicBool::new(false);
+            let hist = std::thread::scope(|s| {
+                let probe_thread = s.spawn(|| {
+                    let mut h = Histogram::<u64>::new_with_bounds(1, 600_000, 3).expect("hist");
+                    probe(dest, dest_topic, partitions, &outstanding, &stop, &mut h);
+                    h
+                });
+                let t0 = Instant::now();
+                let written = produce(
+                    source,
+                    src_topic,
+                    partitions,
+                    rate,
+                    seconds,
+                    &outstanding,
+                    &mut next,
+                );
+                eprintln!(
+                    "  {rate} MB/s asked, {:.1} MB/s produced",
+                    written as f64 * RECORD as f64 / 1e6 / t0.elapsed().as_secs_f64()
+                );
+                // Let the tail arrive (or give up after 60 s: the histogram still counts it).
+                let deadline = Instant::now() + Duration::from_secs(60);
+                while Instant::now() < deadline
+                    && outstanding
+                        .lock()
+                        .expect("outstanding")
+                        .iter()
+                        .any(|q| !q.is_empty())
+                {
+                    std::thread::sleep(Duration::from_millis(20));
+                }
+                stop.store(true, Ordering::Relaxed);
+                probe_thread.join().expect("probe")
+            });
+            let left: usize = outstanding
+                .lock()
+                .expect("outstanding")
+                .iter()
+                .map(|q| q.len())
+                .sum();
+            assert_eq!(left, 0, "batches never became visible on the destination");
+            hist
+        })
+        .collect()
+}
+
+/// Waits until `dest` shows the records the source has (the copier is running).
+fn wait_flowing(source: &str, topic: &str, dest: &str, dest_topic: &str) {
+    let mut c = WireClient::connect_leader(source, topic, 0).expect("source");
+    send_batch(&mut c, topic, 0, records::batch(&[b"start"], now_ms()));
+    proc::wait_for(Duration::from_secs(180), "the copier to deliver", || {
+        let mut d = WireClient::connect(dest).ok()?;
+        let (_, end) = d.log_bounds(dest_topic, 0).ok()?;
+        (end >= 1).then_some(())
+    });
+}
+
+fn mm2(
+    source: &str,
+    topic: &str,
+    partitions: i32,
+    rates: &[f64],
+    secs: Duration,
+) -> Vec<Histogram<u64>> {
+    let mut target = common::Kafka::start("1g", &[]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    // MM2's defaults except what a single-node target needs; tasks.max = partitions / 8.
+    let props = format!(
+        "clusters = source, target\n\
+         source.bootstrap.servers = {source}\n\
+         target.bootstrap.servers = {target}\n\
+         source->target.enabled = true\n\
+         source->target.topics = {topic}\n\
+         target->source.enabled = false\n\
+         tasks.max = {tasks}\n\
+         replication.factor = 1\n\
+         checkpoints.topic.replication.factor = 1\n\
+         heartbeats.topic.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\n\
+         offset.storage.replication.factor = 1\n\
+         status.storage.replication.factor = 1\n\
+         config.storage.replication.factor = 1\n\
+         emit.heartbeats.enabled = false\n\
+         emit.checkpoints.enabled = false\n\
+         sync.group.offsets.enabled = false\n\
+         sync.topic.acls.enabled = false\n",
+        target = target.bootstrap(),
+        tasks = (partitions / 8).max(1)
+    );
+    let path = dir.path().join("mm2.properties");
+    std::fs::write(&path, &props).expect("write mm2.properties");
+    let log = std::fs::File::create(dir.path().join("mm2.log")).expect("mm2 log");
+    let child = common::java_heap("256m", "2g", tools::MIRROR_MAKER)
+        .arg(&path)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().expect("dup"))
+        .stderr(log)
+        .spawn()
+        .expect("spawn MirrorMaker");
+    let mut child = ChildGuard(child);
+    let tboot = target.bootstrap();
+    let remote = format!("source.{topic}");
+    wait_flowing(source, topic, &tboot, &remote);
+    let hists = measure(source, topic, &tboot, &remote, partitions, rates, secs);
+    proc::terminate(&mut child.0, Duration::from_secs(30));
+    target.stop();
+    hists
+}
+
+fn kmirror(
+    source: &str,
+    topic: &str,
+    partitions: i32,
+    rates: &[f64],
+    secs: Duration,
+) -> Vec<Histogram<u64>> {
+    let mut node = KmirrorNode::start();
+    let addr = node.addr();
+    for args in [
+        vec!["create", "lag", "--source", source],
+        vec!["add", "lag", "--topics", topic],
+    ] {
+        let out = Command::new(common::kmirror_bin())
+            .args(["mirror", "--bootstrap", &addr])
+            .args(&args)
+            .output()
+            .expect("kmirror mirror");
+        assert!(out.status.success(), "kmirror mirror {args:?}: {out:?}");
+    }
+    wait_flowing(source, topic, &addr, topic);
+    let hists = measure(source, topic, &addr, topic, partitions, rates, secs);
+    node.stop();
+    hists
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let rates: Vec<f64> = args
+        .next()
+        .unwrap_or_else(|| "10,50".into())
+        .split(',')
+        .map(|r| r.parse().expect("RATES_MB"))
+        .collect();
+    let rounds: usize = args.next().map_or(3, |a| a.parse().expect("ROUNDS"));
+    let partitions: i32 = args.next().map_or(32, |a| a.parse().expect("PARTITIONS"));
+    let secs = Duration::from_secs(args.next().map_or(20, |a| a.parse().expect("SECONDS")));
+    eprintln!("kmirror binary: {}", common::kmirror_bin().display());
+    let source = common::Kafka::start("1g", &[]);
+    let boot = source.bootstrap();
+
+    // results[copier][rate] = one histogram per round.
+    let mut results: Vec<Vec<Vec<Histogram<u64>>>> = vec![vec![Vec::new(); rates.len()]; 2];
+    for round in 0..rounds {
+        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        for who in order {
+            let topic = format!("lag-{round}-{who}");
+            common::create_topic(&boot, &topic, partitions, &[]);
+            eprintln!(
+                "round {round}: {} (load {})",
+                ["kmirror", "MirrorMaker 2"][who],
+                common::load_avg()
+            );
+            let hists = if who == 0 {
+                kmirror(&boot, &topic, partitions, &rates, secs)
+            } else {
+                mm2(&boot, &topic, partitions, &rates, secs)
+            };
+            for (i, h) in hists.into_iter().enumerate() {
+                results[who][i].push(h);
+            }
+        }
+    }
+
+    println!(
+        "\nLag = destination-visible time - CreateTime, 1 KiB records, {partitions} partitions, \
+         {} s measured per run after {} s warm-up, {rounds} rounds in alternating order\n",
+        secs.as_secs(),
+        WARMUP.as_secs()
+    );
+    println!("| rate | copier | round | records | p50 ms | p99 ms | p99.9 ms | max ms |");
+    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    for (i, rate) in rates.iter().enumerate() {
+        for (who, name) in ["kmirror", "MirrorMaker 2"].iter().enumerate() {
+            for (round, h) in results[who][i].iter().enumerate() {
+                println!(
+                    "| {rate} MB/s | {name} | {round} | {} | {} | {} | {} | {} |",
+                    h.len(),
+                    h.value_at_quantile(0.5),
+                    h.value_at_quantile(0.99),
+                    h.value_at_quantile(0.999),
+                    h.max()
+                );
+            }
+        }
+        let mut ratios: Vec<f64> = results[0][i]
+            .iter()
+            .zip(&results[1][i])
+            .map(|(k, m)| {
+                k.value_at_quantile(0.99) as f64 / m.value_at_quantile(0.99).max(1) as f64
+            })
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        if !ratios.is_empty() {
+            println!(
+                "\n{rate} MB/s: kmirror p99 / MM2 p99, median {:.3}x (min {:.3}, max {:.3})\n",
+                ratios[ratios.len() / 2],
+                ratios[0],
+                ratios[ratios.len() - 1]
+            );
+        }
+    }
+}
