@@ -282,7 +282,9 @@ impl MirrorMetrics {
             *cur = states;
         }
         let cur = lock(&self.states);
-        lock(&self.progress).retain(|tp, _| cur.iter().any(|(_, t, _)| t == tp));
+        let known: std::collections::HashSet<&TopicPartition> =
+            cur.iter().map(|(_, t, _)| t).collect();
+        lock(&self.progress).retain(|tp, _| known.contains(tp));
     }
 
     pub fn count_sync_error(&self, mirror: &str, kind: SyncErrorKind) {
