@@ -44,8 +44,9 @@ use crate::keys::api;
 use crate::manager::{FetchTask, FetcherManager};
 use crate::metrics::{MirrorMetrics, SyncErrorKind};
 use crate::service::{LivePartition, MirrorLiveStatus, MirrorService};
-use crate::throttle::{BrokerRate, BROKER_THROTTLED_RATE};
+use crate::throttle::{BrokerRate, RateLevel, RateSource, BROKER_THROTTLED_RATE};
 use kmirror_net::broker::{Broker, ExtensionApis};
+use kmirror_net::broker::{BrokerConfigLevel, BrokerConfigSource, ExtensionConfig};
 
 /// How long a failover waits for a fetcher to exit before truncating anyway is not an
 /// option: the step fails (and is retried) if the fetcher does not stop in time.
@@ -234,18 +235,37 @@ impl ExtensionApis for MirrorBroker {
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
     }
 
-    fn broker_configs(&self) -> Vec<(&'static str, String, bool)> {
-        self.broker_rate
-            .get()
-            .map(|r| {
-                let (rate, dynamic) = r.describe();
-                vec![(BROKER_THROTTLED_RATE, rate.to_string(), dynamic)]
-            })
-            .unwrap_or_default()
+    fn broker_configs(&self, level: BrokerConfigLevel) -> Vec<ExtensionConfig> {
+        let Some(r) = self.broker_rate.get() else {
+            return Vec::new();
+        };
+        let entry = |value: u64, source| ExtensionConfig {
+            name: BROKER_THROTTLED_RATE,
+            value: value.to_string(),
+            source,
+        };
+        match level {
+            BrokerConfigLevel::ClusterDefault => r
+                .cluster_default()
+                .map(|v| entry(v, BrokerConfigSource::DynamicDefault))
+                .into_iter()
+                .collect(),
+            BrokerConfigLevel::Node => match r.describe() {
+                (v, RateSource::Broker) => vec![entry(v, BrokerConfigSource::DynamicBroker)],
+                (v, RateSource::ClusterDefault) => {
+                    vec![entry(v, BrokerConfigSource::DynamicDefault)]
+                }
+                // Unset (0, unlimited) is left out, as Kafka leaves out its replication
+                // throttles when no value is set.
+                (0, RateSource::Static) => Vec::new(),
+                (v, RateSource::Static) => vec![entry(v, BrokerConfigSource::Static)],
+            },
+        }
     }
 
     fn alter_broker_config(
         &self,
+        level: BrokerConfigLevel,
         key: &str,
         value: Option<&str>,
         validate_only: bool,
@@ -255,6 +275,10 @@ impl ExtensionApis for MirrorBroker {
         }
         let parsed = BrokerRate::parse(value);
         let rate = self.broker_rate.get().cloned();
+        let level = match level {
+            BrokerConfigLevel::Node => RateLevel::Broker,
+            BrokerConfigLevel::ClusterDefault => RateLevel::ClusterDefault,
+        };
         Some(Box::pin(async move {
             let value = parsed?;
             let rate = rate.ok_or_else(|| "mirroring has not started".to_string())?;
@@ -263,7 +287,7 @@ impl ExtensionApis for MirrorBroker {
             }
             // The value is persisted with an fsync: off the engine core.
             glommio::executor()
-                .spawn_blocking(move || rate.set_blocking(value))
+                .spawn_blocking(move || rate.set_blocking(level, value))
                 .await
         }))
     }

@@ -95,53 +95,106 @@ impl MirrorThrottle {
     }
 }
 
-/// The broker-wide ceiling as a dynamic broker config: `kafka-configs --entity-type brokers
-/// --alter --add-config mirror.replication.throttled.rate=N` changes it at runtime, and the
-/// value is kept in `<data_dir>/mirror-dynamic.properties` so it outlives a restart (as
-/// Kafka's dynamic broker configs do). Deleting it returns to the static `mirror_byte_rate`.
+/// The broker-wide ceiling as a dynamic broker config, at Kafka's two levels: this broker
+/// (`kafka-configs --entity-type brokers --entity-name <id>`) and the cluster-wide default
+/// (`--entity-default`). The broker's value wins over the default, the default over the
+/// static `mirror_byte_rate`. Both are kept in `<data_dir>/mirror-dynamic.properties` so they
+/// outlive a restart, as Kafka's dynamic broker configs do.
 pub const BROKER_THROTTLED_RATE: &str = "mirror.replication.throttled.rate";
 
 const DYNAMIC_FILE: &str = "mirror-dynamic.properties";
+/// The file's key for the cluster-wide default level (the broker level uses the plain name).
+const DEFAULT_PREFIX: &str = "cluster-default.";
 
-/// The broker-wide ceiling and where its dynamic value lives.
+/// Which level of a dynamic broker config a change addresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateLevel {
+    Broker,
+    ClusterDefault,
+}
+
+/// Where the ceiling in force comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RateSource {
+    Broker,
+    ClusterDefault,
+    /// `mirror_byte_rate` from the config file (or flag); 0 is "not set".
+    Static,
+}
+
+/// The broker-wide ceiling and where its dynamic values live.
 #[derive(Debug)]
 pub struct BrokerRate {
     ceiling: Arc<RateCeiling>,
     static_rate: u64,
-    dynamic: std::sync::atomic::AtomicBool,
+    /// Read lock-free by DescribeConfigs on the engine cores.
+    levels: arc_swap::ArcSwap<Levels>,
+    /// Serializes changes (held across the fsync, on blocking threads only) so two changes
+    /// persist in the order they apply.
+    writer: std::sync::Mutex<()>,
     path: std::path::PathBuf,
 }
 
+#[derive(Debug, Clone, Copy, Default)]
+struct Levels {
+    broker: Option<u64>,
+    default: Option<u64>,
+}
+
+impl Levels {
+    fn effective(&self, static_rate: u64) -> (u64, RateSource) {
+        match (self.broker, self.default) {
+            (Some(v), _) => (v, RateSource::Broker),
+            (None, Some(v)) => (v, RateSource::ClusterDefault),
+            (None, None) => (static_rate, RateSource::Static),
+        }
+    }
+}
+
 impl BrokerRate {
-    /// Applies the persisted dynamic value if there is one, else `static_rate`.
+    /// Applies the persisted dynamic values if there are any, else `static_rate`.
     pub fn open(data_dir: &std::path::Path, static_rate: u64, ceiling: Arc<RateCeiling>) -> Self {
         let path = data_dir.join(DYNAMIC_FILE);
-        let dynamic = std::fs::read_to_string(&path).ok().and_then(|text| {
-            text.lines().find_map(|l| {
-                let (k, v) = l.split_once('=')?;
-                (k.trim() == BROKER_THROTTLED_RATE)
-                    .then(|| v.trim().parse::<u64>().ok())
-                    .flatten()
-            })
-        });
-        if let Some(v) = dynamic {
+        let mut levels = Levels::default();
+        for l in std::fs::read_to_string(&path).unwrap_or_default().lines() {
+            let Some((k, v)) = l.split_once('=') else {
+                continue;
+            };
+            let Ok(v) = v.trim().parse::<u64>() else {
+                continue;
+            };
+            match k.trim().strip_prefix(DEFAULT_PREFIX) {
+                Some(BROKER_THROTTLED_RATE) => levels.default = Some(v),
+                None if k.trim() == BROKER_THROTTLED_RATE => levels.broker = Some(v),
+                _ => {}
+            }
+        }
+        let (rate, source) = levels.effective(static_rate);
+        if source != RateSource::Static {
             tracing::info!(
-                bytes_per_sec = v,
+                bytes_per_sec = rate,
+                ?source,
                 "mirror byte-rate ceiling from its dynamic config"
             );
         }
-        ceiling.set_rate(dynamic.unwrap_or(static_rate));
+        ceiling.set_rate(rate);
         BrokerRate {
             ceiling,
             static_rate,
-            dynamic: std::sync::atomic::AtomicBool::new(dynamic.is_some()),
+            levels: arc_swap::ArcSwap::from_pointee(levels),
+            writer: std::sync::Mutex::new(()),
             path,
         }
     }
 
-    /// (rate in force, whether it is the dynamic value).
-    pub fn describe(&self) -> (u64, bool) {
-        (self.ceiling.rate(), self.dynamic.load(Ordering::Relaxed))
+    /// (rate in force, where it comes from).
+    pub fn describe(&self) -> (u64, RateSource) {
+        self.levels.load().effective(self.static_rate)
+    }
+
+    /// The cluster-wide default's dynamic value, if set.
+    pub fn cluster_default(&self) -> Option<u64> {
+        self.levels.load().default
     }
 
     /// A config value as given to AlterConfigs (`None` = delete).
@@ -155,29 +208,42 @@ impl BrokerRate {
             .transpose()
     }
 
-    /// Persists (write, fsync, rename) then applies `value`; `None` removes the dynamic value.
-    /// Blocking: call it off the engine cores.
-    pub fn set_blocking(&self, value: Option<u64>) -> Result<(), String> {
+    /// Persists (write, fsync, rename) then applies `value` at `level`; `None` removes that
+    /// level's value. Blocking: call it off the engine cores.
+    pub fn set_blocking(&self, level: RateLevel, value: Option<u64>) -> Result<(), String> {
         let io = |e: std::io::Error| format!("{}: {e}", self.path.display());
-        match value {
-            Some(v) => {
-                use std::io::Write;
-                let tmp = self.path.with_extension("tmp");
-                let mut f = std::fs::File::create(&tmp).map_err(io)?;
-                writeln!(f, "{BROKER_THROTTLED_RATE}={v}").map_err(io)?;
-                f.sync_all().map_err(io)?;
-                std::fs::rename(&tmp, &self.path).map_err(io)?;
-            }
-            None => match std::fs::remove_file(&self.path) {
+        let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut next = **self.levels.load();
+        match level {
+            RateLevel::Broker => next.broker = value,
+            RateLevel::ClusterDefault => next.default = value,
+        }
+        let mut text = String::new();
+        if let Some(v) = next.broker {
+            text.push_str(&format!("{BROKER_THROTTLED_RATE}={v}\n"));
+        }
+        if let Some(v) = next.default {
+            text.push_str(&format!("{DEFAULT_PREFIX}{BROKER_THROTTLED_RATE}={v}\n"));
+        }
+        if text.is_empty() {
+            match std::fs::remove_file(&self.path) {
                 Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
                 _ => {}
-            },
+            }
+        } else {
+            use std::io::Write;
+            let tmp = self.path.with_extension("tmp");
+            let mut f = std::fs::File::create(&tmp).map_err(io)?;
+            f.write_all(text.as_bytes()).map_err(io)?;
+            f.sync_all().map_err(io)?;
+            std::fs::rename(&tmp, &self.path).map_err(io)?;
         }
-        self.ceiling.set_rate(value.unwrap_or(self.static_rate));
-        self.dynamic.store(value.is_some(), Ordering::Relaxed);
+        self.levels.store(Arc::new(next));
+        let (rate, source) = next.effective(self.static_rate);
+        self.ceiling.set_rate(rate);
         tracing::info!(
-            bytes_per_sec = self.ceiling.rate(),
-            dynamic = value.is_some(),
+            bytes_per_sec = rate,
+            ?source,
             "mirror byte-rate ceiling changed"
         );
         Ok(())
@@ -270,21 +336,36 @@ mod tests {
     }
 
     #[test]
-    fn a_dynamic_broker_rate_outlives_a_restart_and_deleting_it_restores_the_static_one() {
+    fn dynamic_broker_rates_outlive_a_restart_the_broker_level_wins_and_deletes_fall_back() {
+        use RateLevel::{Broker, ClusterDefault};
         let dir = tempfile::tempdir().unwrap();
         let c = Arc::new(RateCeiling::new(0));
         let r = BrokerRate::open(dir.path(), 500, c.clone());
-        assert_eq!(r.describe(), (500, false));
-        r.set_blocking(Some(7000)).unwrap();
-        assert_eq!((c.rate(), r.describe()), (7000, (7000, true)));
+        assert_eq!(r.describe(), (500, RateSource::Static));
+        r.set_blocking(ClusterDefault, Some(3000)).unwrap();
+        assert_eq!(
+            (c.rate(), r.describe()),
+            (3000, (3000, RateSource::ClusterDefault))
+        );
+        r.set_blocking(Broker, Some(7000)).unwrap();
+        assert_eq!((c.rate(), r.describe()), (7000, (7000, RateSource::Broker)));
         let c2 = Arc::new(RateCeiling::new(0));
         let r2 = BrokerRate::open(dir.path(), 500, c2.clone());
-        assert_eq!((c2.rate(), r2.describe()), (7000, (7000, true)));
-        r2.set_blocking(None).unwrap();
-        assert_eq!(r2.describe(), (500, false));
+        assert_eq!(
+            (c2.rate(), r2.describe()),
+            (7000, (7000, RateSource::Broker))
+        );
+        assert_eq!(r2.cluster_default(), Some(3000));
+        r2.set_blocking(Broker, None).unwrap();
+        assert_eq!(
+            (c2.rate(), r2.describe()),
+            (3000, (3000, RateSource::ClusterDefault))
+        );
+        r2.set_blocking(ClusterDefault, None).unwrap();
+        assert_eq!(r2.describe(), (500, RateSource::Static));
         assert_eq!(
             BrokerRate::open(dir.path(), 500, c2).describe(),
-            (500, false)
+            (500, RateSource::Static)
         );
         assert!(BrokerRate::parse(Some("-1")).is_err());
         assert_eq!(BrokerRate::parse(Some(" 42 ")), Ok(Some(42)));

@@ -49,6 +49,33 @@ impl BrokerConfig {
 /// A broker config change being applied on the calling core: Err is the reason to report.
 pub type ConfigChange = Pin<Box<dyn Future<Output = Result<(), String>>>>;
 
+/// Which level a broker-resource config change or description addresses: the resource named
+/// by this node's id, or the cluster-wide default (the empty name, `--entity-default`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerConfigLevel {
+    Node,
+    ClusterDefault,
+}
+
+/// Where a broker config's value comes from (DescribeConfigs' config source).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BrokerConfigSource {
+    /// Set dynamically for this broker.
+    DynamicBroker,
+    /// Set dynamically as the cluster-wide default.
+    DynamicDefault,
+    /// From the config file or flags.
+    Static,
+}
+
+/// One of an extension's dynamic broker configs, as DescribeConfigs shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtensionConfig {
+    pub name: &'static str,
+    pub value: String,
+    pub source: BrokerConfigSource,
+}
+
 /// APIs served outside kafka-protocol's key set (the mirror APIs). The extension gets the
 /// whole request frame (header included) and returns the whole response (header included,
 /// no length prefix), or None to send nothing.
@@ -67,20 +94,23 @@ pub trait ExtensionApis: Send + Sync {
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
         let _ = (broker, router);
     }
-    /// The extension's dynamic broker configs for DescribeConfigs: (name, value, whether the
-    /// value was set dynamically rather than by the static config).
-    fn broker_configs(&self) -> Vec<(&'static str, String, bool)> {
+    /// The extension's dynamic broker configs for DescribeConfigs at `level`: at `Node`, the
+    /// values in force on this broker (whatever their source; unset ones left out), at
+    /// `ClusterDefault`, only the values set as the cluster-wide default (as Kafka does).
+    fn broker_configs(&self, level: BrokerConfigLevel) -> Vec<ExtensionConfig> {
+        let _ = level;
         Vec::new()
     }
-    /// Set (`Some`) or delete (`None`) one of the extension's dynamic broker configs; `None`
-    /// when `key` is not the extension's. The future runs on the calling core.
+    /// Set (`Some`) or delete (`None`) one of the extension's dynamic broker configs at
+    /// `level`; `None` when `key` is not the extension's. The future runs on the calling core.
     fn alter_broker_config(
         &self,
+        level: BrokerConfigLevel,
         key: &str,
         value: Option<&str>,
         validate_only: bool,
     ) -> Option<ConfigChange> {
-        let _ = (key, value, validate_only);
+        let _ = (level, key, value, validate_only);
         None
     }
 }

@@ -20,6 +20,7 @@ import (
 
 	"github.com/twmb/franz-go/pkg/kerr"
 	"github.com/twmb/franz-go/pkg/kgo"
+	"github.com/twmb/franz-go/pkg/kmsg"
 	"github.com/twmb/franz-go/pkg/sasl/scram"
 )
 
@@ -37,6 +38,10 @@ var (
 	group     = flag.String("group", "", "consumer group")
 	committed = flag.Bool("read-committed", false, "consume with read_committed")
 	txnID     = flag.String("txn-id", "", "transactional id")
+	brokerID  = flag.String("broker", "1", "brokercfg: broker id")
+	cfgKey    = flag.String("config", "", "brokercfg: config name")
+	cfgV1     = flag.String("v1", "", "brokercfg: value set on the broker")
+	cfgV2     = flag.String("v2", "", "brokercfg: value set on the cluster-wide default")
 )
 
 func emit(m map[string]any) {
@@ -174,7 +179,108 @@ func main() {
 			}
 		}
 		cl.Close()
+	case "brokercfg":
+		cl, err := kgo.NewClient(o...)
+		if err != nil {
+			fail("client", err)
+		}
+		brokerConfigSteps(ctx, cl)
+		cl.Close()
 	default:
 		fail("usage", fmt.Errorf("unknown -mode %q", *mode))
+	}
+}
+
+// describeKey is the (value, source name) broker -broker reports for -key.
+func describeKey(ctx context.Context, cl *kgo.Client) (*string, *string) {
+	req := kmsg.NewPtrDescribeConfigsRequest()
+	r := kmsg.NewDescribeConfigsRequestResource()
+	r.ResourceType = kmsg.ConfigResourceTypeBroker
+	r.ResourceName = *brokerID
+	req.Resources = append(req.Resources, r)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		fail("describe", err)
+	}
+	for _, res := range resp.Resources {
+		if err := kerr.ErrorForCode(res.ErrorCode); err != nil {
+			fail("describe", err)
+		}
+		for _, c := range res.Configs {
+			if c.Name == *cfgKey {
+				src := c.Source.String()
+				return c.Value, &src
+			}
+		}
+	}
+	return nil, nil
+}
+
+// alterKey runs IncrementalAlterConfigs on broker resource name and returns the error name.
+func alterKey(ctx context.Context, cl *kgo.Client, name string, op kmsg.IncrementalAlterConfigOp, value *string, validate bool) *string {
+	req := kmsg.NewPtrIncrementalAlterConfigsRequest()
+	req.ValidateOnly = validate
+	r := kmsg.NewIncrementalAlterConfigsRequestResource()
+	r.ResourceType = kmsg.ConfigResourceTypeBroker
+	r.ResourceName = name
+	c := kmsg.NewIncrementalAlterConfigsRequestResourceConfig()
+	c.Name = *cfgKey
+	c.Op = op
+	c.Value = value
+	r.Configs = append(r.Configs, c)
+	req.Resources = append(req.Resources, r)
+	resp, err := req.RequestWith(ctx, cl)
+	if err != nil {
+		fail("alter", err)
+	}
+	for _, res := range resp.Resources {
+		if e := kerr.ErrorForCode(res.ErrorCode); e != nil {
+			var ke *kerr.Error
+			if errors.As(e, &ke) {
+				return &ke.Message
+			}
+			s := e.Error()
+			return &s
+		}
+	}
+	return nil
+}
+
+// brokerConfigSteps walks -key through the steps of tests/python/broker_config.py and prints
+// {"step","error","value","source"} per step, once the change shows (Kafka applies dynamic
+// configs through its metadata log).
+func brokerConfigSteps(ctx context.Context, cl *kgo.Client) {
+	bad := "not-a-number"
+	type st struct {
+		name     string
+		target   string
+		op       kmsg.IncrementalAlterConfigOp
+		value    *string
+		validate bool
+		expect   bool
+	}
+	steps := []st{
+		{"set-broker", *brokerID, kmsg.IncrementalAlterConfigOpSet, cfgV1, false, true},
+		{"set-default", "", kmsg.IncrementalAlterConfigOpSet, cfgV2, false, false},
+		{"validate-only", *brokerID, kmsg.IncrementalAlterConfigOpSet, cfgV2, true, false},
+		{"set-invalid", *brokerID, kmsg.IncrementalAlterConfigOpSet, &bad, false, false},
+		{"delete-broker", *brokerID, kmsg.IncrementalAlterConfigOpDelete, nil, false, true},
+		{"delete-default", "", kmsg.IncrementalAlterConfigOpDelete, nil, false, true},
+	}
+	same := func(a, b *string) bool { return (a == nil && b == nil) || (a != nil && b != nil && *a == *b) }
+	for _, s := range steps {
+		bv, bs := describeKey(ctx, cl)
+		e := alterKey(ctx, cl, s.target, s.op, s.value, s.validate)
+		wait := 2 * time.Second
+		if s.expect && e == nil {
+			wait = 15 * time.Second
+		}
+		deadline := time.Now().Add(wait)
+		v, src := describeKey(ctx, cl)
+		for same(v, bv) && same(src, bs) && time.Now().Before(deadline) {
+			time.Sleep(200 * time.Millisecond)
+			v, src = describeKey(ctx, cl)
+		}
+		emit(map[string]any{"step": s.name, "error": e, "value": v, "source": src})
 	}
 }

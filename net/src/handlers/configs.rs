@@ -16,7 +16,7 @@ use kmirror_control::metadata::{topic_config, ConfigOp, TopicMeta};
 
 use super::s;
 use crate::authz::{table, Access, CLUSTER_NAME};
-use crate::broker::{Ctx, ItemError};
+use crate::broker::{BrokerConfigLevel, BrokerConfigSource, Ctx, ItemError};
 use crate::errors;
 
 const TOPIC: i8 = 2;
@@ -25,6 +25,7 @@ const BROKER_LOGGER: i8 = 8;
 const GROUP: i8 = 32;
 const SOURCE_DYNAMIC_TOPIC: i8 = 1;
 const SOURCE_DYNAMIC_BROKER: i8 = 2;
+const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
@@ -122,14 +123,21 @@ pub fn describe_configs(
                         .with_error_code(E::InvalidRequest.code())
                         .with_error_message(Some(s(&format!("unknown broker '{name}'"))));
                 } else {
+                    let level = broker_level(&name);
                     let dynamic = ctx
                         .broker
                         .extension
                         .as_ref()
-                        .map(|x| x.broker_configs())
+                        .map(|x| x.broker_configs(level))
                         .unwrap_or_default();
+                    // The default entity holds only what was set as the default (Kafka's
+                    // answer for `--entity-default --describe`).
+                    let statics = match level {
+                        BrokerConfigLevel::Node => broker_configs(ctx),
+                        BrokerConfigLevel::ClusterDefault => Vec::new(),
+                    };
                     res = res.with_configs(
-                        broker_configs(ctx)
+                        statics
                             .into_iter()
                             .filter(|(k, _)| wanted(k))
                             .map(|(k, v)| {
@@ -140,20 +148,20 @@ pub fn describe_configs(
                                     .with_config_source(SOURCE_STATIC_BROKER)
                                     .with_config_type(2)
                             })
-                            .chain(dynamic.into_iter().filter(|(k, ..)| wanted(k)).map(
-                                |(k, v, is_dynamic)| {
-                                    DescribeConfigsResourceResult::default()
-                                        .with_name(s(k))
-                                        .with_value(Some(s(&v)))
-                                        .with_read_only(false)
-                                        .with_config_source(if is_dynamic {
-                                            SOURCE_DYNAMIC_BROKER
-                                        } else {
-                                            SOURCE_STATIC_BROKER
-                                        })
-                                        .with_config_type(5)
-                                },
-                            ))
+                            .chain(dynamic.into_iter().filter(|c| wanted(c.name)).map(|c| {
+                                DescribeConfigsResourceResult::default()
+                                    .with_name(s(c.name))
+                                    .with_value(Some(s(&c.value)))
+                                    .with_read_only(false)
+                                    .with_config_source(match c.source {
+                                        BrokerConfigSource::DynamicBroker => SOURCE_DYNAMIC_BROKER,
+                                        BrokerConfigSource::DynamicDefault => {
+                                            SOURCE_DYNAMIC_DEFAULT_BROKER
+                                        }
+                                        BrokerConfigSource::Static => SOURCE_STATIC_BROKER,
+                                    })
+                                    .with_config_type(5)
+                            }))
                             .collect(),
                     );
                 }
@@ -242,8 +250,18 @@ fn static_broker_error() -> ItemError {
     )
 }
 
+/// The level a broker resource name addresses (the name was checked to be "" or this node).
+fn broker_level(name: &str) -> BrokerConfigLevel {
+    if name.is_empty() {
+        BrokerConfigLevel::ClusterDefault
+    } else {
+        BrokerConfigLevel::Node
+    }
+}
+
 /// A broker resource's changes: only the extension's dynamic configs may change (all are
-/// validated before any is applied); the rest are static, as the error says.
+/// validated before any is applied); the rest are static, as the error says. A refused value
+/// is INVALID_REQUEST, as Kafka's controller answers for broker configs.
 async fn alter_broker(
     ctx: &Ctx,
     name: &str,
@@ -254,9 +272,10 @@ async fn alter_broker(
         return Err((E::InvalidRequest.code(), format!("unknown broker '{name}'")));
     }
     let ext = ctx.broker.extension.as_ref();
-    let invalid = |m: String| (E::InvalidConfig.code(), m);
+    let level = broker_level(name);
+    let invalid = |m: String| (E::InvalidRequest.code(), m);
     for (k, v) in &changes {
-        match ext.and_then(|x| x.alter_broker_config(k, v.as_deref(), true)) {
+        match ext.and_then(|x| x.alter_broker_config(level, k, v.as_deref(), true)) {
             Some(check) => check.await.map_err(invalid)?,
             None => {
                 let (code, msg) = static_broker_error();
@@ -268,7 +287,8 @@ async fn alter_broker(
         return Ok(());
     }
     for (k, v) in &changes {
-        if let Some(apply) = ext.and_then(|x| x.alter_broker_config(k, v.as_deref(), false)) {
+        if let Some(apply) = ext.and_then(|x| x.alter_broker_config(level, k, v.as_deref(), false))
+        {
             apply.await.map_err(invalid)?;
         }
     }

@@ -1,0 +1,108 @@
+//! Issue 10, step 4: the broker-wide mirror ceiling `mirror.replication.throttled.rate` is a
+//! dynamic broker config, and behaves as Kafka's own dynamic broker configs do for clients
+//! other than Kafka's `kafka-configs` (which `mirror_throttle` drives): librdkafka's and
+//! franz-go's IncrementalAlterConfigs and DescribeConfigs, per broker and at the cluster-wide
+//! default, validate-only, a refused value, deletes. The expectation is Apache Kafka 4.1.1's
+//! answers to the same steps for its dynamic `leader.replication.throttled.rate`.
+
+use std::time::Duration;
+
+use kmirror_tests::{golang, proc, python, KafkaCluster, KmirrorNode};
+
+/// (step, error name, value, source) per step, as a client printed them.
+type Steps = Vec<(String, Option<String>, Option<String>, Option<String>)>;
+
+fn parse(out: &str) -> Steps {
+    out.lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| {
+            let v: serde_json::Value = serde_json::from_str(l).expect("JSON line");
+            let s = |k: &str| v[k].as_str().map(str::to_owned);
+            (
+                s("step").expect("step"),
+                s("error"),
+                s("value"),
+                s("source"),
+            )
+        })
+        .collect()
+}
+
+fn librdkafka(bootstrap: &str, broker: &str, key: &str) -> Steps {
+    let ran = proc::run(
+        python::script("broker_config.py").args([bootstrap, broker, key, "3000000", "2000000"]),
+        Duration::from_secs(180),
+    );
+    assert!(
+        ran.status.success(),
+        "broker_config.py: {}\n{}",
+        ran.stdout,
+        ran.stderr
+    );
+    parse(&ran.stdout)
+}
+
+fn franz(bootstrap: &str, broker: &str, key: &str) -> Steps {
+    let ran = proc::run(
+        golang::franz("brokercfg", bootstrap, "-").args([
+            "-broker", broker, "-config", key, "-v1", "3000000", "-v2", "2000000",
+        ]),
+        Duration::from_secs(180),
+    );
+    assert!(
+        ran.status.success(),
+        "franz brokercfg: {}\n{}",
+        ran.stdout,
+        ran.stderr
+    );
+    parse(&ran.stdout)
+}
+
+/// The value kmirror shows once no dynamic value is left: its static `mirror_byte_rate`
+/// (0 = unlimited), where Kafka shows its built-in default. Both are "not dynamic".
+fn normalize_static(mut steps: Steps) -> Steps {
+    for s in &mut steps {
+        if matches!(
+            s.3.as_deref(),
+            Some("STATIC_BROKER_CONFIG" | "DEFAULT_CONFIG")
+        ) {
+            s.2 = Some("<static>".into());
+            s.3 = Some("<static>".into());
+        }
+    }
+    steps
+}
+
+#[test]
+fn librdkafka_and_franz_go_walk_the_mirror_ceiling_through_its_levels_like_kafka() {
+    let kafka = KafkaCluster::single();
+    let want_rd = normalize_static(librdkafka(
+        &kafka.bootstrap(),
+        "1",
+        "leader.replication.throttled.rate",
+    ));
+    let want_go = normalize_static(franz(
+        &kafka.bootstrap(),
+        "1",
+        "leader.replication.throttled.rate",
+    ));
+    eprintln!("Apache Kafka, librdkafka: {want_rd:?}\nApache Kafka, franz-go: {want_go:?}");
+
+    let node = KmirrorNode::start();
+    let got_rd = normalize_static(librdkafka(
+        &node.addr(),
+        "1",
+        "mirror.replication.throttled.rate",
+    ));
+    let got_go = normalize_static(franz(
+        &node.addr(),
+        "1",
+        "mirror.replication.throttled.rate",
+    ));
+    eprintln!("kmirror, librdkafka: {got_rd:?}\nkmirror, franz-go: {got_go:?}");
+
+    assert_eq!(want_rd.len(), 4, "every librdkafka step reported on Kafka");
+    assert_eq!(want_go.len(), 6, "every franz-go step reported on Kafka");
+    assert_eq!(got_rd, want_rd, "librdkafka: kmirror differs from Kafka");
+    assert_eq!(got_go, want_go, "franz-go: kmirror differs from Kafka");
+}
