@@ -6,6 +6,7 @@
 //! - A session the source evicts (FETCH_SESSION_ID_NOT_FOUND on the next incremental fetch),
 //!   a source without session slots (sessionless full fetches) and a source restart mid-stream
 //!   lose nothing and duplicate nothing: log-equal at the end.
+//! - A bulk backlog sharing a session with a live partition does not hold the live one back.
 
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -402,4 +403,109 @@ impl Producer {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().expect("producer")
     }
+}
+
+/// Fairness inside one fetch session: on `--cores 1` a bulk backlog on 8 partitions and one
+/// live partition share a single session, and each response is capped at 16 KiB, so the
+/// backlog alone could fill every response for seconds. The live partition, written every
+/// 20 ms, still keeps a small lag for the whole catch-up (the request order rotates and the
+/// source moves partitions that returned data to the back), and everything is log-equal.
+#[test]
+fn a_bulk_backlog_does_not_hold_back_a_live_partition_in_the_same_session() {
+    const BULK: i32 = 8;
+    const BATCHES: usize = 200;
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = std::thread::scope(|s| {
+        let k = s.spawn(KafkaCluster::single);
+        let n = s.spawn(|| KmirrorNode::start_with(&["--cores", "1"]));
+        (k.join().expect("kafka"), n.join().expect("kmirror"))
+    });
+    let src = kafka.bootstrap();
+    let dst = node.addr();
+    kafka.create_topic("bulk", BULK, &[]);
+    kafka.create_topic("live", 1, &[]);
+    // 8 × 200 batches of 10 records × 1 KiB: about 16 MB, a thousand capped responses.
+    let value = vec![b'b'; 1024];
+    let values: Vec<&[u8]> = (0..10).map(|_| value.as_slice()).collect();
+    for p in 0..BULK {
+        let mut c = WireClient::connect_leader(&src, "bulk", p).expect("connect");
+        for _ in 0..BATCHES {
+            let (code, _) = c
+                .produce_raw("bulk", p, records::batch(&values, now_ms()), -1)
+                .expect("produce the backlog");
+            assert_eq!(code, 0, "produce the backlog");
+        }
+    }
+    let backlog = (BATCHES * 10) as i64 * BULK as i64;
+    let mut sets = FAST.to_vec();
+    sets.extend([
+        ("mirror.fetch.max.bytes", "16384"),
+        ("mirror.fetch.partition.max.bytes", "16384"),
+        ("mirror.fetch.max.wait.ms", "100"),
+    ]);
+    mirror::create(&dst, "dr", &src, &sets);
+    let stop = AtomicBool::new(false);
+    let (worst, samples) = std::thread::scope(|s| {
+        let live_src = src.clone();
+        let stop_ref = &stop;
+        s.spawn(move || {
+            let mut c = WireClient::connect_leader(&live_src, "live", 0).expect("connect");
+            let v = vec![b'l'; 100];
+            while !stop_ref.load(Ordering::Relaxed) {
+                let (code, _) = c
+                    .produce_raw("live", 0, records::batch(&[&v], now_ms()), -1)
+                    .expect("produce live");
+                assert_eq!(code, 0);
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        });
+        // The live topic first, so its fetcher is in the session before the backlog arrives.
+        mirror::add_topics(&dst, "dr", &["live"]);
+        mirror::wait_caught_up(&src, &dst, "live", 1, false, Duration::from_secs(60));
+        mirror::add_topics(&dst, "dr", &["bulk"]);
+        proc::wait_for(
+            Duration::from_secs(60),
+            "the backlog to start copying",
+            || {
+                (mirror::partition_count(&dst, "bulk") == BULK as usize
+                    && mirror::end_offsets(&dst, "bulk", BULK).iter().sum::<i64>() > 0)
+                    .then_some(())
+            },
+        );
+        // Sample the live partition's lag (in records) until the backlog is copied.
+        let (mut worst, mut samples) = (0i64, 0usize);
+        let deadline = Instant::now() + Duration::from_secs(180);
+        loop {
+            let copied: i64 = mirror::end_offsets(&dst, "bulk", BULK).iter().sum();
+            if copied >= backlog {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "backlog not copied in 180 s ({copied}/{backlog})"
+            );
+            let s_end = mirror::end_offsets(&src, "live", 1)[0];
+            let d_end = mirror::end_offsets(&dst, "live", 1)[0];
+            worst = worst.max(s_end - d_end);
+            samples += 1;
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        stop.store(true, Ordering::Relaxed);
+        (worst, samples)
+    });
+    eprintln!(
+        "live partition's worst lag during the catch-up: {worst} records over {samples} samples"
+    );
+    assert!(
+        samples >= 5,
+        "the backlog copied too fast to observe ({samples} samples)"
+    );
+    // A record every 20 ms: 25 records is half a second. Held behind the whole backlog it
+    // would fall behind by the length of the catch-up.
+    assert!(
+        worst <= 25,
+        "the live partition fell {worst} records behind during the catch-up"
+    );
+    mirror::assert_mirrored(&src, &dst, "live", 1, Duration::from_secs(60));
+    mirror::assert_mirrored(&src, &dst, "bulk", BULK, Duration::from_secs(60));
 }
