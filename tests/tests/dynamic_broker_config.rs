@@ -28,34 +28,30 @@ fn parse(out: &str) -> Steps {
         .collect()
 }
 
-fn librdkafka(bootstrap: &str, broker: &str, key: &str) -> Steps {
-    let ran = proc::run(
-        python::script("broker_config.py").args([bootstrap, broker, key, "3000000", "2000000"]),
-        Duration::from_secs(180),
-    );
+/// Runs one client's walk through the steps; panics with its output if it failed.
+fn run_steps(mut cmd: std::process::Command, what: &str) -> Steps {
+    let ran = proc::run(&mut cmd, Duration::from_secs(180));
     assert!(
         ran.status.success(),
-        "broker_config.py: {}\n{}",
+        "{what}: {}\n{}",
         ran.stdout,
         ran.stderr
     );
     parse(&ran.stdout)
 }
 
+fn librdkafka(bootstrap: &str, broker: &str, key: &str) -> Steps {
+    let mut c = python::script("broker_config.py");
+    c.args([bootstrap, broker, key, "3000000", "2000000"]);
+    run_steps(c, "broker_config.py")
+}
+
 fn franz(bootstrap: &str, broker: &str, key: &str) -> Steps {
-    let ran = proc::run(
-        golang::franz("brokercfg", bootstrap, "-").args([
-            "-broker", broker, "-config", key, "-v1", "3000000", "-v2", "2000000",
-        ]),
-        Duration::from_secs(180),
-    );
-    assert!(
-        ran.status.success(),
-        "franz brokercfg: {}\n{}",
-        ran.stdout,
-        ran.stderr
-    );
-    parse(&ran.stdout)
+    let mut c = golang::franz("brokercfg", bootstrap, "-");
+    c.args([
+        "-broker", broker, "-config", key, "-v1", "3000000", "-v2", "2000000",
+    ]);
+    run_steps(c, "franz brokercfg")
 }
 
 /// The value kmirror shows once no dynamic value is left: its static `mirror_byte_rate`
