@@ -119,7 +119,7 @@ impl Routing {
             && self
                 .pending
                 .get(&tp.topic)
-                .map_or(true, |r| r.core_for(self.default, tp, cores) == core)
+                .is_none_or(|r| r.core_for(self.default, tp, cores) == core)
     }
 }
 
