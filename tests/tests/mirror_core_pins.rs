@@ -165,6 +165,18 @@ fn pin_at_runtime_moves_partitions_between_cores_without_losing_position() {
         &both_on_c0,
         "the whole topic moved to one core",
     );
+    // The logs really moved (not just the reported numbers): partition 0 twice, 1 once.
+    let log = std::fs::read_to_string(node.log_path()).expect("node log");
+    let moves = |tp: &str| {
+        log.lines()
+            .filter(|l| l.contains("partition moved between cores") && l.contains(tp))
+            .count()
+    };
+    assert_eq!(
+        (moves(&format!("{TOPIC}-0")), moves(&format!("{TOPIC}-1"))),
+        (2, 1),
+        "moves in the node's log"
+    );
     wait_mirrored_more(&dst, 2_000);
 
     // Bad pins: a clear error, nothing changes.
