@@ -5,8 +5,8 @@
 //! whole topic, to the other core. Afterwards the mirror is log-equal with the source (same
 //! records at the same offsets, nothing lost or duplicated), `describe` and the
 //! `kmirror_mirror_partition_core` gauge show the new cores, the consumer saw every record
-//! exactly once and in order, bad pins are refused with a clear error and change nothing, and
-//! a restart keeps the placement.
+//! exactly once and in order, bad pins are refused with a clear error and change nothing, a
+//! restart keeps the placement, and the `topic` policy puts the topic on one core.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -270,5 +270,24 @@ fn pin_at_runtime_moves_partitions_between_cores_without_losing_position() {
         &both_on_c0,
         "the placement survives a restart",
     );
+    mirror::assert_mirrored(&src, &dst, TOPIC, PARTS, Duration::from_secs(60));
+
+    // The `topic` policy instead of pins: both partitions on one core (whichever the topic
+    // name hashes to), still log-equal.
+    mirror::cli_ok(
+        &dst,
+        &[
+            "alter",
+            "dr",
+            "--unset",
+            "mirror.core.pins",
+            "--set",
+            "mirror.core.assignment=topic",
+        ],
+    );
+    proc::wait_for(Duration::from_secs(60), "topic policy applied", || {
+        let (d, m) = (described_cores(&dst), metric_cores(&maddr));
+        (d == m && d.len() == PARTS as usize && d[&0] == d[&1] && d[&0] >= 0).then_some(())
+    });
     mirror::assert_mirrored(&src, &dst, TOPIC, PARTS, Duration::from_secs(60));
 }
