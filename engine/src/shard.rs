@@ -224,7 +224,9 @@ impl Shard {
     }
 
     /// Flushes and closes the open partitions matching `moving` (they change cores); returns
-    /// them. Their long-poll waiters are woken and find the partition gone.
+    /// them. Their long-poll waiters are woken and find the partition gone. The close fsyncs
+    /// on this core, as deleting a topic does: a rare operator action, not the data path; it
+    /// leaves clean checkpoints, so the new owner opens without a recovery scan.
     pub(crate) fn close_partitions_where(
         &mut self,
         moving: impl Fn(&TopicPartition) -> bool,
@@ -238,7 +240,6 @@ impl Shard {
         for tp in &tps {
             if let Some(mut p) = self.partitions.remove(tp) {
                 p.notify_waiters();
-                p.log.flush()?;
                 p.log.close()?;
                 tracing::debug!(core = self.core, %tp, "closed partition (moving)");
             }
