@@ -237,14 +237,22 @@ impl Shard {
             .filter(|tp| moving(tp))
             .cloned()
             .collect();
+        // Every matching partition leaves the map even if one close fails: its new owner may
+        // open it as soon as the router publishes the new table.
+        let mut failed = None;
         for tp in &tps {
             if let Some(mut p) = self.partitions.remove(tp) {
                 p.notify_waiters();
-                p.log.close()?;
-                tracing::debug!(core = self.core, %tp, "closed partition (moving)");
+                if let Err(e) = p.log.close() {
+                    tracing::error!(core = self.core, %tp, error = %e, "closing moving partition");
+                    failed.get_or_insert(EngineError::from(e));
+                }
             }
         }
-        Ok(tps)
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(tps),
+        }
     }
 
     /// Partitions currently open on this core.
