@@ -10,7 +10,9 @@
 //!
 //! Invariants worth naming:
 //! - A partition's `Log` lives on exactly one core (its owner, [`Router::owner`]) and is only
-//!   touched from that core's thread, so the data path has no locks. Other cores and threads
+//!   touched from that core's thread, so the data path has no locks. Owners can change at
+//!   runtime (per-topic rules, [`Router::set_topic_rule_blocking`]); a shard opens a partition
+//!   only if the current routing table says it owns it, so the log is never open twice. Other cores and threads
 //!   reach it by sending a job ([`Router::run_on`] / [`Router::with_partition`]); a job on the
 //!   owner's own thread runs inline, without a channel hop.
 //! - Jobs are synchronous closures over `&mut Shard`: they never await, so no shard borrow is
@@ -34,9 +36,9 @@ mod router;
 mod runtime;
 mod shard;
 
-pub use assign::Assignment;
+pub use assign::{Assignment, Routing, TopicRule};
 pub use control::ControlThread;
-pub use router::{Pending, Router};
+pub use router::{Moved, Pending, Router};
 pub use runtime::{CoreContext, Engine, EngineConfig, StopToken};
 pub use shard::{Catalog, Partition, PartitionSpec, Shard};
 
@@ -51,6 +53,9 @@ pub enum EngineError {
         tp: kmirror_types::TopicPartition,
         mirror: String,
     },
+    /// The partition is owned by another core, or is moving between cores: retriable.
+    #[error("partition {0} is not owned by this core (moving between cores?)")]
+    NotOwner(kmirror_types::TopicPartition),
     #[error("the engine is shutting down")]
     ShuttingDown,
     #[error("core {0} does not exist")]

@@ -1,11 +1,20 @@
 //! Cross-core job routing: send a closure to the core that owns a partition.
+//!
+//! Ownership comes from the [`Routing`] table behind an atomic pointer (`arc_swap`): `owner`
+//! is a lock-free load. Changing a topic's rule at runtime moves partitions between cores
+//! with [`Router::set_topic_rule_blocking`]; invariant: a partition is open on at most one
+//! core at any time (two cores never hold the same segment files), because a shard opens a
+//! partition only if the current table lets it ([`Routing::may_open`]).
 
 use std::cell::RefCell;
+use std::collections::BTreeSet;
 use std::rc::Rc;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
+use arc_swap::ArcSwap;
 use kmirror_types::TopicPartition;
 
+use crate::assign::{Routing, TopicRule};
 use crate::shard::{Partition, Shard};
 use crate::{Assignment, EngineError};
 
@@ -37,7 +46,17 @@ pub struct Router {
 
 struct Inner {
     senders: Vec<flume::Sender<Job>>,
-    assignment: Assignment,
+    routing: Arc<ArcSwap<Routing>>,
+    /// Serializes rule changes (control path only; never taken by `owner`).
+    changing: Mutex<()>,
+}
+
+/// A partition that changed cores in [`Router::set_topic_rule_blocking`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Moved {
+    pub tp: TopicPartition,
+    pub from: usize,
+    pub to: usize,
 }
 
 /// A submitted job's result, to be awaited later (lets a caller fan out to many cores first).
@@ -60,9 +79,130 @@ impl Router {
         Router {
             inner: Arc::new(Inner {
                 senders,
-                assignment,
+                routing: Arc::new(ArcSwap::from_pointee(Routing::new(assignment))),
+                changing: Mutex::new(()),
             }),
         }
+    }
+
+    /// The table each shard checks before opening a partition.
+    pub(crate) fn routing_handle(&self) -> Arc<ArcSwap<Routing>> {
+        self.inner.routing.clone()
+    }
+
+    /// The broker-wide policy.
+    pub fn assignment(&self) -> Assignment {
+        self.inner.routing.load().default
+    }
+
+    /// The rule in force for `topic`, if any.
+    pub fn topic_rule(&self, topic: &str) -> Option<TopicRule> {
+        self.inner
+            .routing
+            .load()
+            .rules
+            .get(topic)
+            .map(|r| (**r).clone())
+    }
+
+    /// Where `tp` would live under `rule` (None = the broker-wide policy), without changing
+    /// anything.
+    pub fn owner_under(&self, rule: Option<&TopicRule>, tp: &TopicPartition) -> usize {
+        let default = self.assignment();
+        match rule {
+            Some(r) => r.core_for(default, tp, self.cores()),
+            None => default.core_for(tp, self.cores()),
+        }
+    }
+
+    /// Sets (or with `None` clears) `topic`'s placement rule, moving the open partitions whose
+    /// owner changes; returns them. A partition not open anywhere just opens on its new owner
+    /// when first used.
+    ///
+    /// The move: (1) publish the new rule as *pending*: `owner` still answers the old core,
+    /// and no core may open a partition whose owner differs under the two rules; (2) on every
+    /// core, after the jobs already queued there (FIFO), flush and close the topic's open
+    /// partitions it will not own (their long-poll waiters are woken); (3) publish the new
+    /// rule; (4) open each moved partition on its new core (recovery reads the same files, so
+    /// it continues at the same log end). A job that reaches an old core after (2), or any
+    /// open between (1) and (3), gets [`EngineError::NotOwner`] (clients retry it).
+    ///
+    /// The caller stops what keeps a partition busy across awaits on its old core (a mirror
+    /// fetcher) before, and restarts it after. Never call it on an engine core.
+    pub fn set_topic_rule_blocking(
+        &self,
+        topic: &str,
+        rule: Option<TopicRule>,
+    ) -> Result<Vec<Moved>, EngineError> {
+        let _serial = self
+            .inner
+            .changing
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        let rule = rule.filter(|r| !r.is_empty());
+        if let Some(r) = &rule {
+            for c in r.core.iter().chain(r.partitions.values()) {
+                if *c >= self.cores() {
+                    return Err(EngineError::NoSuchCore(*c));
+                }
+            }
+        }
+        if self.topic_rule(topic) == rule {
+            return Ok(Vec::new());
+        }
+        let new = Arc::new(rule.clone().unwrap_or_default());
+        self.publish(|r| {
+            r.pending.insert(topic.to_owned(), new.clone());
+        });
+        let (default, cores) = (self.assignment(), self.cores());
+        let mut moves = Vec::new();
+        let mut failed = None;
+        for core in 0..cores {
+            let (t, rule) = (topic.to_owned(), new.clone());
+            let closed = self.run_on_blocking(core, move |s| {
+                s.close_partitions_where(|tp| {
+                    tp.topic == t && rule.core_for(default, tp, cores) != core
+                })
+            });
+            match closed {
+                Ok(Ok(tps)) => moves.extend(tps.into_iter().map(|tp| Moved {
+                    to: new.core_for(default, &tp, cores),
+                    tp,
+                    from: core,
+                })),
+                Ok(Err(e)) | Err(e) => failed = Some(e),
+            }
+        }
+        self.publish(|r| {
+            r.pending.remove(topic);
+            match &rule {
+                Some(rule) => r.rules.insert(topic.to_owned(), Arc::new(rule.clone())),
+                None => r.rules.remove(topic),
+            };
+        });
+        for m in &moves {
+            let tp = m.tp.clone();
+            // A failure here is the same as at startup: the next use retries the open.
+            if let Err(e) = self.run_on_blocking(m.to, move |s| s.partition(&tp).map(|_| ()))? {
+                tracing::warn!(tp = %m.tp, core = m.to, error = %e, "opening moved partition");
+            }
+            tracing::info!(tp = %m.tp, from = m.from, to = m.to, "partition moved between cores");
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(moves),
+        }
+    }
+
+    fn publish(&self, f: impl FnOnce(&mut Routing)) {
+        let mut next = (**self.inner.routing.load()).clone();
+        f(&mut next);
+        self.inner.routing.store(Arc::new(next));
+    }
+
+    /// Topics that have a rule of their own.
+    pub fn ruled_topics(&self) -> BTreeSet<String> {
+        self.inner.routing.load().rules.keys().cloned().collect()
     }
 
     pub fn cores(&self) -> usize {
@@ -71,7 +211,7 @@ impl Router {
 
     /// The core owning `tp`.
     pub fn owner(&self, tp: &TopicPartition) -> usize {
-        self.inner.assignment.core_for(tp, self.cores())
+        self.inner.routing.load().owner(tp, self.cores())
     }
 
     fn local_shard(core: usize) -> Option<Rc<RefCell<Shard>>> {

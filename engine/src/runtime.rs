@@ -185,7 +185,12 @@ async fn run_core<F, Fut>(
     Fut: Future<Output = ()> + 'static,
 {
     let core = ctx.core;
-    let shard = Rc::new(RefCell::new(Shard::new(core, catalog)));
+    let shard = Rc::new(RefCell::new(Shard::new(
+        core,
+        ctx.router.cores(),
+        catalog,
+        ctx.router.routing_handle(),
+    )));
     LOCAL_SHARD.with(|s| *s.borrow_mut() = Some(shard.clone()));
     {
         let router = ctx.router.clone();

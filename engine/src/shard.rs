@@ -4,10 +4,12 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use kmirror_log::{AppendInfo, ControlKind, Log, LogConfig};
 use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
 
+use crate::assign::Routing;
 use crate::EngineError;
 
 /// What the engine needs to open a partition; provided by the cluster metadata.
@@ -117,15 +119,25 @@ impl Partition {
 /// The partitions owned by one core.
 pub struct Shard {
     core: usize,
+    cores: usize,
     catalog: Arc<dyn Catalog>,
+    /// The router's table: a partition is opened only by the core it lets open it.
+    routing: Arc<ArcSwap<Routing>>,
     partitions: HashMap<TopicPartition, Partition>,
 }
 
 impl Shard {
-    pub(crate) fn new(core: usize, catalog: Arc<dyn Catalog>) -> Shard {
+    pub(crate) fn new(
+        core: usize,
+        cores: usize,
+        catalog: Arc<dyn Catalog>,
+        routing: Arc<ArcSwap<Routing>>,
+    ) -> Shard {
         Shard {
             core,
+            cores,
             catalog,
+            routing,
             partitions: HashMap::new(),
         }
     }
@@ -149,6 +161,9 @@ impl Shard {
     /// Creates a brand-new partition: any stale directory left by a deleted topic of the same
     /// name is removed first, so a re-created topic never resurrects old records.
     pub fn create_partition(&mut self, tp: &TopicPartition) -> Result<&mut Partition, EngineError> {
+        if !self.routing.load().may_open(tp, self.core, self.cores) {
+            return Err(EngineError::NotOwner(tp.clone()));
+        }
         let spec = self
             .catalog
             .partition_spec(tp)
@@ -164,6 +179,11 @@ impl Shard {
     }
 
     fn open(&mut self, tp: &TopicPartition, spec: PartitionSpec) -> Result<(), EngineError> {
+        // Ownership is checked before touching the files: a job routed here under an older
+        // table (or during a move) must not open a second copy of another core's log.
+        if !self.routing.load().may_open(tp, self.core, self.cores) {
+            return Err(EngineError::NotOwner(tp.clone()));
+        }
         let mut log = Log::open(&spec.dir, spec.config)?;
         // Single replica: as leader with ISR = {self}, everything recovered is committed
         // (Kafka's leader sets HW to its LEO when the ISR is only itself). The checkpointed
@@ -201,6 +221,38 @@ impl Shard {
             }
         }
         Ok(())
+    }
+
+    /// Flushes and closes the open partitions matching `moving` (they change cores); returns
+    /// them. Their long-poll waiters are woken and find the partition gone. The close fsyncs
+    /// on this core, as deleting a topic does: a rare operator action, not the data path; it
+    /// leaves clean checkpoints, so the new owner opens without a recovery scan.
+    pub(crate) fn close_partitions_where(
+        &mut self,
+        moving: impl Fn(&TopicPartition) -> bool,
+    ) -> Result<Vec<TopicPartition>, EngineError> {
+        let tps: Vec<TopicPartition> = self
+            .partitions
+            .keys()
+            .filter(|tp| moving(tp))
+            .cloned()
+            .collect();
+        // Every matching partition leaves the map even if one close fails: its new owner may
+        // open it as soon as the router publishes the new table.
+        let mut failed = None;
+        for tp in &tps {
+            if let Some(mut p) = self.partitions.remove(tp) {
+                p.notify_waiters();
+                if let Err(e) = p.log.close() {
+                    tracing::error!(core = self.core, %tp, error = %e, "closing moving partition");
+                    failed.get_or_insert(EngineError::from(e));
+                }
+            }
+        }
+        match failed {
+            Some(e) => Err(e),
+            None => Ok(tps),
+        }
     }
 
     /// Partitions currently open on this core.

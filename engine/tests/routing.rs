@@ -161,3 +161,122 @@ fn a_task_spawned_on_a_core_reaches_its_partitions_inline() {
     );
     engine.stop();
 }
+
+/// (log end, core that answered) of `tp`, read on its current owner.
+fn leo_on_owner(router: &kmirror_engine::Router, tp: &TopicPartition) -> (i64, usize) {
+    let tp2 = tp.clone();
+    router
+        .run_on_blocking(router.owner(tp), move |s| {
+            let core = s.core();
+            (s.partition(&tp2).unwrap().log.log_end_offset().get(), core)
+        })
+        .unwrap()
+}
+
+#[test]
+fn pinning_at_runtime_moves_a_partition_and_keeps_its_log() {
+    use kmirror_engine::{Assignment, TopicRule};
+    let dir = tempfile::tempdir().unwrap();
+    let engine = start(dir.path());
+    let router = engine.router().clone();
+    let tp = TopicPartition::new("t", 0);
+    let old = router.owner(&tp);
+    let tp2 = tp.clone();
+    router
+        .run_on_blocking(old, move |s| {
+            s.partition(&tp2)
+                .unwrap()
+                .append_leader(records(3), 0)
+                .unwrap();
+        })
+        .unwrap();
+    // A long-poll waiter on the old core is woken by the move.
+    let (tx, rx) = flume::bounded(1);
+    let tp2 = tp.clone();
+    router
+        .run_on_blocking(old, move |s| s.partition(&tp2).unwrap().watch(tx))
+        .unwrap();
+
+    let pin = TopicRule {
+        partitions: [(0, 1 - old)].into(),
+        ..TopicRule::default()
+    };
+    let moved = router
+        .set_topic_rule_blocking("t", Some(pin.clone()))
+        .unwrap();
+    assert_eq!(moved.len(), 1);
+    assert_eq!((moved[0].from, moved[0].to), (old, 1 - old));
+    assert!(rx.recv_timeout(std::time::Duration::from_secs(2)).is_ok());
+    assert_eq!(router.owner(&tp), 1 - old);
+    // Same log end on the new core; the old core refuses to reopen it.
+    assert_eq!(leo_on_owner(&router, &tp), (3, 1 - old));
+    let tp2 = tp.clone();
+    let stale = router
+        .run_on_blocking(old, move |s| s.partition(&tp2).map(|_| ()))
+        .unwrap();
+    assert!(matches!(stale, Err(EngineError::NotOwner(_))), "{stale:?}");
+    // Appends continue at the next offset on the new owner.
+    let tp2 = tp.clone();
+    let next = router
+        .run_on_blocking(1 - old, move |s| {
+            s.partition(&tp2)
+                .unwrap()
+                .append_leader(records(2), 0)
+                .unwrap()
+        })
+        .unwrap();
+    assert_eq!(next.first_offset.get(), 3);
+    // Setting the same rule again moves nothing; an out-of-range core is refused unchanged.
+    assert!(router
+        .set_topic_rule_blocking("t", Some(pin))
+        .unwrap()
+        .is_empty());
+    let bad = TopicRule {
+        core: Some(2),
+        ..TopicRule::default()
+    };
+    assert!(matches!(
+        router.set_topic_rule_blocking("t", Some(bad)),
+        Err(EngineError::NoSuchCore(2))
+    ));
+    assert_eq!(router.owner(&tp), 1 - old);
+
+    // A whole-topic pin (the topic policy puts them together too): every partition there.
+    for p in 0..4 {
+        leo_on_owner(&router, &TopicPartition::new("t", p));
+    }
+    let topic_pin = TopicRule {
+        core: Some(old),
+        ..TopicRule::default()
+    };
+    router
+        .set_topic_rule_blocking("t", Some(topic_pin))
+        .unwrap();
+    for p in 0..4 {
+        let tp = TopicPartition::new("t", p);
+        assert_eq!(router.owner(&tp), old);
+        let expect = if p == 0 { 5 } else { 0 };
+        assert_eq!(leo_on_owner(&router, &tp), (expect, old));
+    }
+    let policy = TopicRule {
+        policy: Some(Assignment::Topic),
+        ..TopicRule::default()
+    };
+    router.set_topic_rule_blocking("t", Some(policy)).unwrap();
+    let c = router.owner(&TopicPartition::new("t", 0));
+    for p in 0..4 {
+        let tp = TopicPartition::new("t", p);
+        assert_eq!(leo_on_owner(&router, &tp).1, c);
+    }
+    // Clearing the rule returns to the broker's policy.
+    router.set_topic_rule_blocking("t", None).unwrap();
+    assert_eq!(router.owner(&tp), old);
+    assert_eq!(leo_on_owner(&router, &tp), (5, old));
+    engine.stop();
+
+    // A restart reopens everything on the broker policy's cores, with the data.
+    let engine = start(dir.path());
+    let router = engine.router().clone();
+    assert_eq!(leo_on_owner(&router, &tp), (5, old));
+    engine.stop();
+}

@@ -31,7 +31,8 @@ pub(crate) struct ServeConfig {
     pub cores: usize,
     /// Pin each executor to its own CPU.
     pub pin_cores: bool,
-    /// "spread" or "hash": how partitions are assigned to cores.
+    /// "spread", "hash" or "topic": how partitions are assigned to cores (a mirror's
+    /// `mirror.core.*` settings override it for its topics).
     pub partition_assignment: String,
     /// Prometheus metrics endpoint (HOST:PORT); empty = off.
     pub metrics: String,
@@ -166,7 +167,7 @@ impl ServeConfig {
         }
         if kmirror_engine::Assignment::parse(&self.partition_assignment).is_none() {
             return Err(ConfigError::Invalid(format!(
-                "partition_assignment must be \"spread\" or \"hash\", got \"{}\"",
+                "partition_assignment must be \"spread\", \"hash\" or \"topic\", got \"{}\"",
                 self.partition_assignment
             )));
         }

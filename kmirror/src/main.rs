@@ -79,7 +79,7 @@ pub(crate) struct ServeArgs {
     pub metrics: Option<String>,
     #[arg(long)]
     pub pin_cores: Option<bool>,
-    /// "spread" or "hash".
+    /// "spread", "hash" or "topic".
     #[arg(long)]
     pub partition_assignment: Option<String>,
     #[arg(long)]

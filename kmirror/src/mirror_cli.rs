@@ -2,7 +2,7 @@
 //! contract"). Both the seed names and upstream's names are accepted (`add` = `start`,
 //! `remove` = `stop`). Output is a table by default; `--json` prints stable JSON (describe: one
 //! object per partition with mirror, topic, partition, state, source_offset,
-//! destination_offset, lag, lag_ms). Failures exit non-zero with a one-line error.
+//! destination_offset, lag, lag_ms, ..., core). Failures exit non-zero with a one-line error.
 //!
 //! Secrets stay out of shell history and output: `--mirror-config FILE` (a Java properties
 //! file) carries a mirror's source credentials (`--set` overrides single keys), `--command-config
@@ -704,6 +704,8 @@ pub(crate) struct DescribeRow {
     pub lost_records: i64,
     pub lost_from: i64,
     pub lost_to: i64,
+    /// The engine core owning the partition on the destination broker (-1: unknown).
+    pub core: i32,
 }
 
 pub(crate) fn describe_rows(resp: &DescribeMirrorsResponse) -> Vec<DescribeRow> {
@@ -725,6 +727,7 @@ pub(crate) fn describe_rows(resp: &DescribeMirrorsResponse) -> Vec<DescribeRow> 
                     lost_records: p.lost_records,
                     lost_from: p.lost_from,
                     lost_to: p.lost_to,
+                    core: p.core,
                 });
             }
         }
@@ -797,6 +800,7 @@ fn describe_once(
             "LAG_MS",
             "LME",
             "LOST",
+            "CORE",
             "REASON",
         ],
         &table,
@@ -866,6 +870,7 @@ fn table_row(r: &DescribeRow) -> Vec<String> {
         } else {
             "0".to_owned()
         },
+        num_or_dash(i64::from(r.core)),
         r.failure_reason.clone().unwrap_or_else(|| "-".to_owned()),
     ]
 }
@@ -1018,6 +1023,7 @@ mod tests {
                             lag_ms: 1500,
                             state: "MIRRORING".into(),
                             last_mirror_epoch: -1,
+                            core: 1,
                             ..Default::default()
                         },
                         PartitionDetail {
@@ -1061,6 +1067,8 @@ mod tests {
         );
         assert_eq!(v[1]["lost_records"], 0, "no gap by default");
         assert_eq!(table_row(&rows[0])[9], "40 [10,50)");
+        assert_eq!((&v[1]["core"], &v[0]["core"]), (&1.into(), &(-1).into()));
+        assert_eq!(table_row(&rows[1])[10], "1");
     }
 
     #[test]

@@ -571,6 +571,9 @@ wire_struct! {
         /// kmirror: the latest such gap, `[lost_from, lost_to)`; -1 when none.
         lost_from: i64 = -1 => KMIRROR_TAG_BASE + 3,
         lost_to: i64 = -1 => KMIRROR_TAG_BASE + 4,
+        /// kmirror: the engine core that owns the partition on this broker (its log and its
+        /// fetcher); -1 unknown.
+        core: i32 = -1 => KMIRROR_TAG_BASE + 5,
     }
 }
 

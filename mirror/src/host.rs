@@ -183,7 +183,7 @@ impl ExtensionApis for MirrorBroker {
 
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
         let _ = self.broker.set(broker.clone());
-        let Some((rx, service, settings)) = self
+        let Some((rx, mut service, settings)) = self
             .pending
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -191,6 +191,7 @@ impl ExtensionApis for MirrorBroker {
         else {
             return;
         };
+        service.set_cores(router.cores());
         let (ev_tx, ev_rx) = flume::unbounded();
         let manager = FetcherManager::with_metrics(
             router.clone(),
@@ -226,6 +227,7 @@ impl ExtensionApis for MirrorBroker {
             deletions: DeletionConfirmations::default(),
             blocked: BTreeMap::new(),
             connection_settings: HashMap::new(),
+            placement_refused: HashMap::new(),
         };
         let stop = self.stop.clone();
         let h = std::thread::Builder::new()
@@ -524,6 +526,10 @@ impl MirrorLiveStatus for BrokerHost {
         self.sync_errors.get(mirror).cloned()
     }
 
+    fn core(&self, tp: &TopicPartition) -> Option<usize> {
+        Some(self.router.owner(tp))
+    }
+
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
         let st = match self.manager.status(tp) {
             Some(st) => st,
@@ -574,6 +580,9 @@ const DRAIN_MAX: usize = 10_000;
 const RECONCILE_SAFETY_NET: Duration = Duration::from_secs(5);
 
 struct Control {
+    /// Per topic, the core rule the router last refused (a pin beyond this broker's cores,
+    /// e.g. after a restart with fewer cores): not retried, nor logged, until it changes.
+    placement_refused: HashMap<String, Option<kmirror_engine::TopicRule>>,
     /// Each mirror's source connection settings as its running fetchers use them: a change
     /// (`mirror alter`) restarts them, so they reconnect with the new credentials and resume
     /// from the local log end.
@@ -815,10 +824,82 @@ impl Control {
         }
     }
 
+    /// Each mirror topic's engine-core rule follows its mirror's `mirror.core.assignment` /
+    /// `mirror.core.pins` (persisted with the definition, so a restart applies them again).
+    /// A partition whose core changes has its fetcher stopped and waited for first; the
+    /// router then moves its log ([`Router::set_topic_rule_blocking`]: closed on the old
+    /// core, reopened on the new one at the same log end), and the reconcile that follows
+    /// starts the fetcher on the new core, resuming at that log end. A topic no mirror
+    /// manages any more goes back to the broker's policy.
+    fn apply_core_placement(&mut self) {
+        use kmirror_engine::{Assignment, TopicRule};
+        let store = self.service.coordinator().store();
+        let router = self.host.router.clone();
+        let mut placements = HashMap::new();
+        let mut want: BTreeMap<String, Option<TopicRule>> = BTreeMap::new();
+        let mut parts: BTreeMap<String, Vec<TopicPartition>> = BTreeMap::new();
+        for (tp, e) in store.partitions() {
+            parts.entry(tp.topic.clone()).or_default().push(tp.clone());
+            if want.contains_key(&tp.topic) {
+                continue;
+            }
+            let placement = placements.entry(e.mirror.clone()).or_insert_with(|| {
+                store
+                    .mirror(&e.mirror)
+                    .and_then(|d| d.core_placement().ok())
+                    .unwrap_or_default()
+            });
+            let (core, partitions) = placement.for_topic(&tp.topic);
+            let rule = TopicRule {
+                policy: placement.policy.as_deref().and_then(Assignment::parse),
+                core,
+                partitions,
+            };
+            want.insert(tp.topic.clone(), (!rule.is_empty()).then_some(rule));
+        }
+        for t in router.ruled_topics() {
+            want.entry(t).or_insert(None);
+        }
+        for (topic, rule) in want {
+            if router.topic_rule(&topic) == rule
+                || self.placement_refused.get(&topic) == Some(&rule)
+            {
+                continue;
+            }
+            let moving: Vec<&TopicPartition> = parts
+                .get(&topic)
+                .into_iter()
+                .flatten()
+                .filter(|tp| router.owner(tp) != router.owner_under(rule.as_ref(), tp))
+                .collect();
+            let stopped = moving.iter().all(|tp| {
+                !self.host.manager.is_running(tp)
+                    || self.host.manager.stop_and_wait(tp, STOP_TIMEOUT)
+            });
+            if !stopped {
+                tracing::warn!(%topic, "a fetcher did not stop; core placement retried later");
+                continue;
+            }
+            match router.set_topic_rule_blocking(&topic, rule.clone()) {
+                Ok(moved) if !moved.is_empty() => {
+                    tracing::info!(%topic, moved = moved.len(), "mirror partitions changed cores")
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::warn!(%topic, error = %e, "cannot apply core placement");
+                    self.placement_refused.insert(topic, rule);
+                    continue;
+                }
+            }
+            self.placement_refused.remove(&topic);
+        }
+    }
+
     /// Read-only flags and fetchers follow the durable partition states.
     fn reconcile(&mut self) {
         self.retry_failovers();
         self.restart_on_settings_change();
+        self.apply_core_placement();
         let meta = self.host.broker.cluster.snapshot();
         let store = self.service.coordinator().store();
         let mut by_topic: BTreeMap<String, Vec<(TopicPartition, String, PartitionState)>> =

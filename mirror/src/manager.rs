@@ -132,6 +132,8 @@ impl FetcherManager {
         events: flume::Sender<(TopicPartition, FetchEvent)>,
         metrics: Arc<MirrorMetrics>,
     ) -> Arc<Self> {
+        let owner = router.clone();
+        metrics.set_core_owner(move |tp| owner.owner(tp));
         Arc::new(FetcherManager {
             router,
             node_id,

@@ -245,6 +245,20 @@ pub struct MirrorMetrics {
     /// Per mirror: fetch sessions the source evicted or reset. Fed by the fetch-session
     /// fetcher (shared per core, source broker and mirror) through [`Self::session_resets`].
     session_resets: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
+    /// Which engine core owns a partition (the router's lock-free lookup), once known.
+    owner: CoreOwner,
+}
+
+/// The partition → core lookup, for the `kmirror_mirror_partition_core` gauge.
+type OwnerFn = Arc<dyn Fn(&TopicPartition) -> usize + Send + Sync>;
+
+#[derive(Default)]
+struct CoreOwner(std::sync::OnceLock<OwnerFn>);
+
+impl std::fmt::Debug for CoreOwner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CoreOwner")
+    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -252,6 +266,10 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl MirrorMetrics {
+    /// How to learn a partition's engine core (set once, by the fetcher manager).
+    pub fn set_core_owner(&self, owner: impl Fn(&TopicPartition) -> usize + Send + Sync + 'static) {
+        let _ = self.owner.0.set(Arc::new(owner));
+    }
     /// The progress of `tp` for a fetcher about to start (control thread only). A partition
     /// keeps its progress across fetcher restarts, so counters and the last status survive a
     /// pause/resume; a partition moved to another mirror starts afresh.
@@ -323,6 +341,7 @@ impl MirrorMetrics {
                 row.throttle += p.throttle();
             }
             partitions.push(PartitionRow {
+                core: self.owner.0.get().map(|f| f(&tp)),
                 status: p.as_ref().and_then(|p| p.status_with_idle_end()),
                 lag_ms_now: now_ms,
                 mirror,
@@ -365,6 +384,8 @@ pub struct PartitionRow {
     pub state: PartitionState,
     pub status: Option<FetcherStatus>,
     pub progress: Option<Arc<PartitionProgress>>,
+    /// The engine core owning the partition (None when no lookup is set).
+    pub core: Option<usize>,
     lag_ms_now: i64,
 }
 
@@ -512,6 +533,13 @@ impl Collector for MirrorCollector {
                 })
             }),
         )?;
+        gauges(
+            &mut e,
+            "kmirror_mirror_partition_core",
+            "The engine core owning the partition (its log and its fetcher) on this broker.",
+            ps.iter()
+                .filter_map(|r| Some((partition_labels(r), r.core? as i64))),
+        )?;
         let ms = &snap.mirrors;
         counters(
             &mut e,
@@ -615,6 +643,7 @@ mod tests {
     #[test]
     fn collector_exposes_partition_and_mirror_families() {
         let m = Arc::new(MirrorMetrics::default());
+        m.set_core_owner(|tp| tp.partition as usize + 2);
         let tp = TopicPartition::new("orders", 1);
         let p = m.progress_for_start("east", &tp);
         p.publish(&status(10, 10));
@@ -635,6 +664,7 @@ mod tests {
             format!("kmirror_mirror_partition_state{{{l},state=\"MIRRORING\"}} 1"),
             format!("kmirror_mirror_partition_state{{{l},state=\"PAUSED\"}} 0"),
             format!("kmirror_mirror_partition_fetch_errors_total{{{l},kind=\"network\"}} 0"),
+            format!("kmirror_mirror_partition_core{{{l}}} 3"),
             r#"kmirror_mirror_sync_errors_total{mirror="east",kind="acls"} 1"#.to_owned(),
             r#"kmirror_mirror_sync_errors_total{mirror="east",kind="config"} 0"#.to_owned(),
             r#"kmirror_mirror_fetch_session_resets_total{mirror="east"} 2"#.to_owned(),

@@ -57,6 +57,10 @@ impl crate::fetcher::FetcherStatus {
 /// What DescribeMirrors needs beyond the coordinator's durable state.
 pub trait MirrorLiveStatus {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition>;
+    /// The engine core owning `tp` on this broker, when known.
+    fn core(&self, _tp: &TopicPartition) -> Option<usize> {
+        None
+    }
     /// Why the mirror's last metadata sync round failed (source unreachable, authentication
     /// refused), while it keeps failing; None once a round succeeds.
     fn sync_error(&self, mirror: &str) -> Option<String> {
@@ -81,6 +85,8 @@ pub fn topic_op_error(e: &TopicOpError) -> (i16, String) {
 pub struct MirrorService {
     coordinator: MirrorCoordinator,
     feature_level: i16,
+    /// The broker's engine cores, for checking `mirror.core.pins` (None = not checked).
+    cores: Option<usize>,
 }
 
 impl MirrorService {
@@ -88,7 +94,13 @@ impl MirrorService {
         MirrorService {
             coordinator,
             feature_level,
+            cores: None,
         }
+    }
+
+    /// The number of engine cores: a pin to a core beyond it is refused (INVALID_CONFIG).
+    pub fn set_cores(&mut self, cores: usize) {
+        self.cores = Some(cores);
     }
 
     pub fn coordinator(&self) -> &MirrorCoordinator {
@@ -238,7 +250,9 @@ impl MirrorService {
             .collect();
         // The source connection settings are checked here (files readable, credentials
         // complete), not at the first fetch: a mistake is an error to the operator.
-        if let Err(e) = check_client_settings(&settings) {
+        if let Err(e) =
+            check_client_settings(&settings).and_then(|_| check_cores(&settings, self.cores))
+        {
             return SimpleMirrorResponse {
                 error_code: code::INVALID_CONFIG,
                 error_message: Some(e),
@@ -277,7 +291,9 @@ impl MirrorService {
                 None => merged.remove(k),
             };
         }
-        if let Err(e) = check_client_settings(&merged) {
+        if let Err(e) =
+            check_client_settings(&merged).and_then(|_| check_cores(&merged, self.cores))
+        {
             return fail(code::INVALID_CONFIG, e);
         }
         match self.coordinator.alter_mirror(&r.mirror_name, changes) {
@@ -401,6 +417,7 @@ impl MirrorService {
                         lost_records: live.lost_records,
                         lost_from: live.lost_from,
                         lost_to: live.lost_to,
+                        core: host.core(&tp).map_or(-1, |c| c as i32),
                         ..Default::default()
                     };
                     match topics.iter_mut().find(|t| t.topic_name == p.topic) {
@@ -574,6 +591,25 @@ fn check_client_settings(settings: &BTreeMap<String, String>) -> Result<(), Stri
     crate::client_security::ClientSecurity::from_properties(&client)
         .map(|_| ())
         .map_err(|e| format!("invalid mirror setting {e}"))
+}
+
+/// `mirror.core.*` as the broker will apply them: well-formed, and every pinned core exists.
+fn check_cores(settings: &BTreeMap<String, String>, cores: Option<usize>) -> Result<(), String> {
+    use kmirror_control::mirror::definition::settings::{CORE_ASSIGNMENT, CORE_PINS};
+    let placement = kmirror_control::mirror::CorePlacement::parse(
+        settings.get(CORE_ASSIGNMENT).map(String::as_str),
+        settings.get(CORE_PINS).map(String::as_str),
+    )
+    .map_err(|e| e.to_string())?;
+    match (placement.max_core(), cores) {
+        (Some(max), Some(cores)) if max >= cores => Err(format!(
+            "invalid mirror setting {CORE_PINS}: core {max} does not exist (this broker has {cores} \
+             core{}: 0..={})",
+            if cores == 1 { "" } else { "s" },
+            cores.saturating_sub(1)
+        )),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]

@@ -42,6 +42,8 @@ pub fn engine_error_code(e: &EngineError) -> i16 {
         EngineError::ReadOnly { .. } => keys::error::READ_ONLY_TOPIC,
         // The client should refresh metadata and retry (e.g. against the restarted node).
         EngineError::ShuttingDown => E::NotLeaderOrFollower.code(),
+        // Moving between cores: retry after a metadata refresh, as after a leader change.
+        EngineError::NotOwner(_) => E::NotLeaderOrFollower.code(),
         EngineError::Log(l) => log_error_code(l),
         EngineError::Io(_) => E::KafkaStorageError.code(),
         _ => E::UnknownServerError.code(),

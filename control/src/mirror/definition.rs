@@ -41,6 +41,99 @@ pub mod settings {
     /// Topic regexes (comma separated, full match) whose partitions are high priority: their
     /// bytes count against the ceilings, but they never wait for them.
     pub const PRIORITY_TOPICS: &str = "mirror.priority.topics";
+    /// Core placement policy of the mirror's partitions on this broker: `spread`, `hash` or
+    /// `topic` (a topic's partitions together); unset = the broker's `partition_assignment`.
+    pub const CORE_ASSIGNMENT: &str = "mirror.core.assignment";
+    /// Explicit pins, comma separated: `topic:core` (the whole topic) or
+    /// `topic:partition:core`. `:` cannot occur in a topic name, so neither form is ambiguous
+    /// (`topic-partition` would be: topic names may end in `-<digits>`).
+    pub const CORE_PINS: &str = "mirror.core.pins";
+}
+
+/// Policies `mirror.core.assignment` accepts.
+pub const CORE_POLICIES: [&str; 3] = ["spread", "hash", "topic"];
+
+/// A mirror's core placement (`mirror.core.assignment`, `mirror.core.pins`), parsed. Which
+/// core numbers exist is the broker's business (checked where the core count is known).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct CorePlacement {
+    pub policy: Option<String>,
+    pub topics: BTreeMap<String, usize>,
+    pub partitions: BTreeMap<(String, i32), usize>,
+}
+
+impl CorePlacement {
+    pub fn parse(policy: Option<&str>, pins: Option<&str>) -> Result<Self, MirrorError> {
+        let mut out = CorePlacement::default();
+        if let Some(p) = policy.map(str::trim).filter(|p| !p.is_empty()) {
+            if !CORE_POLICIES.contains(&p) {
+                return Err(MirrorError::InvalidSetting {
+                    key: settings::CORE_ASSIGNMENT.to_owned(),
+                    reason: format!("'{p}' is not one of {}", CORE_POLICIES.join(", ")),
+                });
+            }
+            out.policy = Some(p.to_owned());
+        }
+        let bad = |item: &str, why: &str| MirrorError::InvalidSetting {
+            key: settings::CORE_PINS.to_owned(),
+            reason: format!(
+                "'{item}': {why} (expected topic:core or topic:partition:core, comma separated)"
+            ),
+        };
+        for item in split_list(pins.unwrap_or("")) {
+            let parts: Vec<&str> = item.split(':').map(str::trim).collect();
+            let core = |s: &str| {
+                s.parse::<usize>()
+                    .map_err(|_| bad(&item, &format!("core '{s}' is not a non-negative integer")))
+            };
+            let topic = |s: &str| {
+                if s.is_empty() {
+                    Err(bad(&item, "empty topic name"))
+                } else {
+                    Ok(s.to_owned())
+                }
+            };
+            match parts.as_slice() {
+                [t, c] => {
+                    out.topics.insert(topic(t)?, core(c)?);
+                }
+                [t, p, c] => {
+                    let p = p
+                        .parse::<i32>()
+                        .ok()
+                        .filter(|p| *p >= 0)
+                        .ok_or_else(|| bad(&item, &format!("partition '{p}' is not valid")))?;
+                    out.partitions.insert((topic(t)?, p), core(c)?);
+                }
+                _ => return Err(bad(&item, "unknown format")),
+            }
+        }
+        Ok(out)
+    }
+
+    /// The highest core any pin names.
+    pub fn max_core(&self) -> Option<usize> {
+        self.topics
+            .values()
+            .chain(self.partitions.values())
+            .copied()
+            .max()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        *self == CorePlacement::default()
+    }
+
+    /// `topic`'s share: (its pin, its partitions' pins).
+    pub fn for_topic(&self, topic: &str) -> (Option<usize>, BTreeMap<i32, usize>) {
+        let parts = self
+            .partitions
+            .iter()
+            .filter(|((t, _), _)| t == topic)
+            .map(|((_, p), c)| (*p, *c))
+            .collect();
+        (self.topics.get(topic).copied(), parts)
+    }
 }
 
 /// Seed 003's default `mirror.topic.properties.exclude` list (regexes, full match).
@@ -237,6 +330,7 @@ impl MirrorDefinition {
         def.topic_filter()?;
         def.config_exclude()?;
         def.priority_topics()?;
+        def.core_placement()?;
         for key in [
             settings::METADATA_SYNC_INTERVAL_MS,
             settings::GROUP_SYNC_INTERVAL_MS,
@@ -268,6 +362,16 @@ impl MirrorDefinition {
         self.priority_topics()
             .map(|p| p.iter().any(|r| r.is_match(topic)))
             .unwrap_or(false)
+    }
+
+    /// `mirror.core.assignment` / `mirror.core.pins` parsed (validated at creation).
+    pub fn core_placement(&self) -> Result<CorePlacement, MirrorError> {
+        CorePlacement::parse(
+            self.settings
+                .get(settings::CORE_ASSIGNMENT)
+                .map(String::as_str),
+            self.settings.get(settings::CORE_PINS).map(String::as_str),
+        )
     }
 
     pub fn source_bootstrap(&self) -> &str {
@@ -310,8 +414,9 @@ impl MirrorDefinition {
 
     /// Settings to pass to the source connection: everything not `mirror.`-prefixed.
     /// What a running fetcher was started with: the source connection settings plus the
-    /// fetch, retry and priority settings. A change restarts the mirror's fetchers (they
-    /// resume at the local log end); `mirror.throttled.rate` applies without one.
+    /// fetch, retry, priority and core placement settings. A change restarts the mirror's
+    /// fetchers (they resume at the local log end; partitions whose core changes move while
+    /// their fetcher is stopped); `mirror.throttled.rate` applies without one.
     pub fn fetcher_settings(&self) -> BTreeMap<String, String> {
         let mut out = self.client_settings();
         out.extend(
@@ -320,6 +425,7 @@ impl MirrorDefinition {
                 .filter(|(k, _)| {
                     k.starts_with("mirror.fetch.")
                         || k.starts_with("mirror.retry.")
+                        || k.starts_with("mirror.core.")
                         || *k == settings::PRIORITY_TOPICS
                 })
                 .map(|(k, v)| (k.clone(), v.clone())),
@@ -418,6 +524,30 @@ mod tests {
         assert!(!f.matches("pay-tmp"));
         assert!(!f.matches("__consumer_offsets"));
         assert!(f.matches("__special"));
+    }
+
+    #[test]
+    fn core_placement_parses_pins_and_rejects_bad_ones() {
+        let p = CorePlacement::parse(Some("topic"), Some("orders:1, logs-2024:3:0,logs-2024:1"))
+            .unwrap();
+        assert_eq!(p.policy.as_deref(), Some("topic"));
+        assert_eq!(p.topics.get("orders"), Some(&1));
+        assert_eq!(p.topics.get("logs-2024"), Some(&1));
+        assert_eq!(p.partitions.get(&("logs-2024".to_owned(), 3)), Some(&0));
+        assert_eq!(p.max_core(), Some(1));
+        assert_eq!(p.for_topic("logs-2024"), (Some(1), [(3, 0)].into()));
+        for (policy, pins) in [
+            (Some("round-robin"), None),
+            (None, Some("orders")),
+            (None, Some("orders:x")),
+            (None, Some("orders:-1:0")),
+            (None, Some(":1")),
+            (None, Some("a:1:2:3")),
+        ] {
+            let e = CorePlacement::parse(policy, pins).unwrap_err().to_string();
+            assert!(e.contains("mirror.core."), "{e}");
+        }
+        assert!(CorePlacement::parse(None, Some("")).unwrap().is_empty());
     }
 
     #[test]

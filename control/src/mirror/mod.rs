@@ -21,7 +21,7 @@ use kmirror_types::TopicPartition;
 pub use coordinator::{
     DescribedPartition, MirrorCoordinator, MirrorHost, TopicOpError, TopicResults,
 };
-pub use definition::{ConfigExclude, MirrorDefinition, TopicFilter};
+pub use definition::{ConfigExclude, CorePlacement, MirrorDefinition, TopicFilter};
 pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
 pub use store::{MirrorStateStore, PartitionEntry, RecoveryAction};
 pub use sync::{
