@@ -1,5 +1,11 @@
-//! A small Kafka client connection: used by the mirror fetcher and the metadata sync (async,
-//! glommio) and by the admin CLI (blocking, std::net). Both share one codec ([`codec`]).
+//! The Kafka client connection of the mirror paths: one stack ([`Connection`]) for the async
+//! users (fetchers, fetch sessions, metadata sync: glommio) and the blocking ones (admin CLI,
+//! demo, dry runs, tests: std::net). TLS, framing ([`codec`]), ApiVersions, SASL, version
+//! choice and correlation ids are written once, generic over a [`Transport`]; the transports
+//! only open a TCP stream, bound an exchange in time and sleep. [`BlockingConnection`] drives
+//! the same async code to completion on the calling thread (its transport never returns
+//! `Pending`, so no executor or waker is involved). Must not depend on the engine or the net
+//! crate.
 //!
 //! One connection = one broker, requests sent one at a time (a fetcher keeps one request in
 //! flight per source broker; the CLI is sequential), so responses are matched to requests by
@@ -8,23 +14,27 @@
 //! Standard APIs use kafka-protocol's message types; the KIP-1279 mirror APIs use
 //! [`crate::api`].
 //!
-//! Security ([`crate::client_security::ClientSecurity`]): TLS (rustls; futures-rustls on the
-//! async side) wraps the TCP stream before ApiVersions; SASL runs after it (SaslHandshake v1,
-//! then SaslAuthenticate rounds from the shared sans-io exchange). A broker-set session
-//! lifetime (KIP-368) is remembered: [`AsyncConnection::session_expiring`] tells the owner to
-//! replace the connection before the broker would close it.
+//! Security ([`crate::client_security::ClientSecurity`]): TLS (futures-rustls over either
+//! transport) wraps the TCP stream before ApiVersions; SASL runs after it (SaslHandshake v1,
+//! then SaslAuthenticate rounds from the sans-io exchange). A broker-set session lifetime
+//! (KIP-368) is remembered: [`Connection::session_expiring`] tells the owner to replace the
+//! connection before the broker would close it.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use futures_lite::future::block_on;
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, RequestHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request, StrBytes};
-
-use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
 
 use crate::api::{self as mirror_api, MirrorRequest, Wire};
 use crate::client_security::{reauth_after, ClientSecurity, SaslExchange};
@@ -259,293 +269,185 @@ fn api_name<R>() -> &'static str {
     full.rsplit("::").next().unwrap_or(full)
 }
 
-/// The blocking transport: TCP, or TLS over it.
-enum BlockingStream {
-    Plain(std::net::TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>),
+/// An I/O failure during an exchange: a missed deadline (or socket timeout) is a
+/// [`ClientError::Timeout`], anything else [`ClientError::Io`]. The only place the two are told
+/// apart, for both transports.
+fn exchange_error(addr: &str, source: io::Error) -> ClientError {
+    match source.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ClientError::Timeout {
+            addr: addr.to_owned(),
+        },
+        _ => ClientError::Io {
+            addr: addr.to_owned(),
+            source,
+        },
+    }
 }
 
-impl io::Read for BlockingStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            BlockingStream::Plain(s) => s.read(buf),
-            BlockingStream::Tls(s) => s.read(buf),
+/// What a [`Connection`] needs from its runtime: a TCP stream, a deadline and a sleep. The
+/// two implementations are glommio's TCP stream (fetchers, sessions, metadata sync) and
+/// [`BlockingTcp`] (CLI, demo, dry runs, tests); everything above them (TLS, framing,
+/// ApiVersions, SASL, version choice, correlation ids) is [`Connection`]'s, written once.
+#[allow(async_fn_in_trait)]
+pub trait Transport: AsyncRead + AsyncWrite + Unpin + Sized {
+    /// Opens a TCP connection (no delay) within `timeout`.
+    async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self>;
+    /// Runs `f` within `deadline`; a missed deadline is an `io::ErrorKind::TimedOut` error.
+    async fn within<T>(deadline: Duration, f: impl Future<Output = io::Result<T>>)
+        -> io::Result<T>;
+    /// Waits `d` (a blocking transport blocks the thread).
+    async fn sleep(d: Duration);
+}
+
+impl Transport for glommio::net::TcpStream {
+    async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self> {
+        let s = glommio::net::TcpStream::connect_timeout(addr, timeout).await?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    }
+
+    async fn within<T>(
+        deadline: Duration,
+        f: impl Future<Output = io::Result<T>>,
+    ) -> io::Result<T> {
+        let f = async { f.await.map_err(glommio::GlommioError::<()>::IoError) };
+        match glommio::timer::timeout(deadline, f).await {
+            Ok(v) => Ok(v),
+            Err(glommio::GlommioError::TimedOut(_)) => Err(io::ErrorKind::TimedOut.into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn sleep(d: Duration) {
+        glommio::timer::sleep(d).await
+    }
+}
+
+/// A std TCP stream as an always-ready async stream: every poll blocks the thread until the
+/// socket answers or its read/write timeout (the connection timeout) runs out. Driven by
+/// `futures_lite::future::block_on` ([`BlockingConnection`]), never on an executor that
+/// runs other tasks.
+pub struct BlockingTcp(std::net::TcpStream);
+
+impl BlockingTcp {
+    /// A socket timeout surfaces as `WouldBlock`, which futures-rustls reads as "not ready yet"
+    /// and would then wait forever for a wakeup: report it as `TimedOut` instead. `Interrupted`
+    /// is retried, as std's `read_exact` would.
+    fn blocking<T>(mut op: impl FnMut() -> io::Result<T>) -> Poll<io::Result<T>> {
+        loop {
+            return Poll::Ready(match op() {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Err(io::Error::new(io::ErrorKind::TimedOut, e))
+                }
+                r => r,
+            });
         }
     }
 }
 
-impl io::Write for BlockingStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            BlockingStream::Plain(s) => s.write(buf),
-            BlockingStream::Tls(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            BlockingStream::Plain(s) => s.flush(),
-            BlockingStream::Tls(s) => s.flush(),
-        }
+impl AsyncRead for BlockingTcp {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let s = &mut self.get_mut().0;
+        Self::blocking(|| io::Read::read(s, buf))
     }
 }
 
-/// The async transport: glommio TCP, or TLS over it.
-enum AsyncStream {
-    Plain(glommio::net::TcpStream),
-    Tls(Box<futures_rustls::client::TlsStream<glommio::net::TcpStream>>),
+impl AsyncWrite for BlockingTcp {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let s = &mut self.get_mut().0;
+        Self::blocking(|| io::Write::write(s, buf))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let s = &mut self.get_mut().0;
+        Self::blocking(|| io::Write::flush(s))
+    }
+    fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let s = &self.get_mut().0;
+        Self::blocking(|| s.shutdown(std::net::Shutdown::Write))
+    }
 }
 
-impl futures_lite::AsyncRead for AsyncStream {
+impl Transport for BlockingTcp {
+    async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self> {
+        let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        s.set_nodelay(true)?;
+        Ok(BlockingTcp(s))
+    }
+
+    /// The socket timeouts bound each read and write; there is no deadline for the whole
+    /// exchange (blocking callers never wait on the broker on purpose, e.g. a long Fetch).
+    async fn within<T>(
+        _deadline: Duration,
+        f: impl Future<Output = io::Result<T>>,
+    ) -> io::Result<T> {
+        f.await
+    }
+
+    async fn sleep(d: Duration) {
+        std::thread::sleep(d)
+    }
+}
+
+/// A transport, or TLS (futures-rustls) over it.
+enum Stream<T> {
+    Plain(T),
+    Tls(Box<futures_rustls::client::TlsStream<T>>),
+}
+
+impl<T: Transport> AsyncRead for Stream<T> {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            AsyncStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
 
-impl futures_lite::AsyncWrite for AsyncStream {
+impl<T: Transport> AsyncWrite for Stream<T> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            AsyncStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            AsyncStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            AsyncStream::Plain(s) => Pin::new(s).poll_close(cx),
-            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+            Stream::Plain(s) => Pin::new(s).poll_close(cx),
+            Stream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
         }
     }
 }
 
-/// Blocking connection (std::net), for the admin CLI and tests.
-pub struct BlockingConnection {
+/// One connection to one broker over transport `T`: TLS, ApiVersions, SASL, then requests at
+/// negotiated versions, one at a time. Lives on one thread/executor.
+pub struct Connection<T> {
     addr: String,
-    stream: BlockingStream,
-    next_correlation: i32,
-    client_id: String,
-    versions: BrokerVersions,
-    reauth_at: Option<Instant>,
-}
-
-impl BlockingConnection {
-    /// Connect (PLAINTEXT) and negotiate versions.
-    pub fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
-        Self::connect_secured(addr, client_id, timeout, &ClientSecurity::plaintext())
-    }
-
-    /// Connect with TLS and/or SASL as `security` says, then negotiate versions.
-    pub fn connect_secured(
-        addr: &str,
-        client_id: &str,
-        timeout: Duration,
-        security: &ClientSecurity,
-    ) -> Result<Self, ClientError> {
-        use std::net::ToSocketAddrs;
-        let io_err = |source| ClientError::Io {
-            addr: addr.to_owned(),
-            source,
-        };
-        let sa = addr
-            .to_socket_addrs()
-            .map_err(io_err)?
-            .next()
-            .ok_or_else(|| {
-                io_err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "address did not resolve",
-                ))
-            })?;
-        let stream = std::net::TcpStream::connect_timeout(&sa, timeout).map_err(io_err)?;
-        stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
-        stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
-        stream.set_nodelay(true).map_err(io_err)?;
-        let stream = match security.tls_for(addr)? {
-            None => BlockingStream::Plain(stream),
-            Some((config, name)) => {
-                let tls = rustls::ClientConnection::new(config, name)
-                    .map_err(|e| io_err(io::Error::other(e)))?;
-                // The handshake runs on the first read/write (ApiVersions below).
-                BlockingStream::Tls(Box::new(rustls::StreamOwned::new(tls, stream)))
-            }
-        };
-        let mut c = BlockingConnection {
-            addr: addr.to_owned(),
-            stream,
-            next_correlation: 1,
-            client_id: client_id.to_owned(),
-            versions: BrokerVersions::default(),
-            reauth_at: None,
-        };
-        let (req, v) = codec::api_versions_request();
-        let corr = c.take_correlation();
-        let frame = codec::encode_request(&req, v, corr, &c.client_id)?;
-        let resp = c.roundtrip(&frame)?;
-        let resp = codec::decode_response::<ApiVersionsRequest>(resp, v, corr)?;
-        if resp.error_code != 0 {
-            return Err(ClientError::Kafka {
-                api: "ApiVersions",
-                code: resp.error_code,
-                message: None,
-            });
-        }
-        c.versions = BrokerVersions::from_response(&resp);
-        if let Some(mut ex) = security.sasl_exchange(addr)? {
-            c.authenticate(&mut ex)?;
-        }
-        Ok(c)
-    }
-
-    fn authenticate(&mut self, ex: &mut SaslExchange) -> Result<(), ClientError> {
-        let (_, hs) = self.send_with(&ex.handshake_request(), 1, 1)?;
-        ex.check_handshake(&hs)?;
-        let mut req = ex.first()?;
-        loop {
-            let (_, resp) = self.send_with::<SaslAuthenticateRequest>(&req, 0, i16::MAX)?;
-            match ex.on_response(&resp)? {
-                Some(next) => req = next,
-                None => {
-                    self.reauth_at =
-                        reauth_after(resp.session_lifetime_ms).map(|d| Instant::now() + d);
-                    return Ok(());
-                }
-            }
-        }
-    }
-
-    /// Whether the broker's SASL session lifetime (KIP-368) is about to run out: the owner
-    /// should replace this connection before its next request.
-    pub fn session_expiring(&self) -> bool {
-        self.reauth_at.is_some_and(|t| Instant::now() >= t)
-    }
-
-    pub fn versions(&self) -> &BrokerVersions {
-        &self.versions
-    }
-
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
-    fn take_correlation(&mut self) -> i32 {
-        let c = self.next_correlation;
-        self.next_correlation = self.next_correlation.wrapping_add(1);
-        c
-    }
-
-    fn roundtrip(&mut self, frame: &[u8]) -> Result<Bytes, ClientError> {
-        use std::io::{Read, Write};
-        let addr = self.addr.clone();
-        let map = |source: io::Error| {
-            if matches!(
-                source.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) {
-                ClientError::Timeout { addr: addr.clone() }
-            } else {
-                ClientError::Io {
-                    addr: addr.clone(),
-                    source,
-                }
-            }
-        };
-        self.stream.write_all(frame).map_err(map)?;
-        self.stream.flush().map_err(map)?;
-        let mut len = [0u8; 4];
-        self.stream.read_exact(&mut len).map_err(map)?;
-        let n = codec::frame_len(len)?;
-        // Memory follows the bytes that arrive, not the announced length.
-        let mut body = Vec::with_capacity(n.min(codec::INITIAL_READ));
-        io::Read::take(&mut self.stream, n as u64)
-            .read_to_end(&mut body)
-            .map_err(map)?;
-        if body.len() != n {
-            return Err(map(io::ErrorKind::UnexpectedEof.into()));
-        }
-        Ok(Bytes::from(body))
-    }
-
-    /// Send a standard request at the best common version within `[min_needed, cap]`.
-    pub fn send_with<R: Request>(
-        &mut self,
-        req: &R,
-        min_needed: i16,
-        cap: i16,
-    ) -> Result<(i16, R::Response), ClientError> {
-        let v = self
-            .versions
-            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
-            .ok_or_else(|| ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: api_name::<R>(),
-                key: R::KEY,
-            })?;
-        let corr = self.take_correlation();
-        let frame = codec::encode_request(req, v, corr, &self.client_id)?;
-        let resp = self.roundtrip(&frame)?;
-        Ok((v, codec::decode_response::<R>(resp, v, corr)?))
-    }
-
-    /// Send a standard request at the best common version.
-    pub fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
-        Ok(self.send_with(req, i16::MIN, i16::MAX)?.1)
-    }
-
-    /// Like [`Self::send_with`], but the request is built for the negotiated version
-    /// (kafka-protocol refuses fields a version does not have).
-    pub fn send_built<R: Request>(
-        &mut self,
-        min_needed: i16,
-        cap: i16,
-        build: impl FnOnce(i16) -> R,
-    ) -> Result<(i16, R::Response), ClientError> {
-        let v = self
-            .versions
-            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
-            .ok_or_else(|| ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: api_name::<R>(),
-                key: R::KEY,
-            })?;
-        self.send_with(&build(v), v, v)
-    }
-
-    /// Send a mirror API request (the broker must advertise the key).
-    pub fn send_mirror<R: MirrorRequest>(&mut self, req: &R) -> Result<R::Response, ClientError> {
-        if !self.versions.apis.contains_key(&R::KEY) {
-            return Err(ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: R::NAME,
-                key: R::KEY,
-            });
-        }
-        let corr = self.take_correlation();
-        let frame = codec::encode_mirror_request(req, corr, &self.client_id);
-        let resp = self.roundtrip(&frame)?;
-        codec::decode_mirror_response::<R>(resp, corr)
-    }
-}
-
-/// Async connection on glommio, for mirror fetchers and the metadata sync. Lives on one
-/// executor (not `Send`).
-pub struct AsyncConnection {
-    addr: String,
-    stream: AsyncStream,
+    stream: Stream<T>,
     next_correlation: i32,
     client_id: String,
     versions: BrokerVersions,
@@ -553,7 +455,10 @@ pub struct AsyncConnection {
     reauth_at: Option<Instant>,
 }
 
-impl AsyncConnection {
+/// The async connection (glommio), for mirror fetchers, fetch sessions and the metadata sync.
+pub type AsyncConnection = Connection<glommio::net::TcpStream>;
+
+impl<T: Transport> Connection<T> {
     /// Connect (PLAINTEXT) and negotiate versions.
     pub async fn connect(
         addr: &str,
@@ -585,30 +490,18 @@ impl AsyncConnection {
                     "address did not resolve",
                 ))
             })?;
-        let stream = glommio::net::TcpStream::connect_timeout(sa, timeout)
-            .await
-            .map_err(|e| io_err(e.into()))?;
-        stream.set_nodelay(true).map_err(|e| io_err(e.into()))?;
+        let tcp = T::open(sa, timeout).await.map_err(io_err)?;
         let stream = match security.tls_for(addr)? {
-            None => AsyncStream::Plain(stream),
+            None => Stream::Plain(tcp),
             Some((config, name)) => {
-                let connect = futures_rustls::TlsConnector::from(config).connect(name, stream);
-                match glommio::timer::timeout(timeout, async {
-                    connect.await.map_err(glommio::GlommioError::<()>::IoError)
-                })
-                .await
-                {
-                    Ok(s) => AsyncStream::Tls(Box::new(s)),
-                    Err(glommio::GlommioError::TimedOut(_)) => {
-                        return Err(ClientError::Timeout {
-                            addr: addr.to_owned(),
-                        })
-                    }
-                    Err(e) => return Err(io_err(e.into())),
-                }
+                let connect = futures_rustls::TlsConnector::from(config).connect(name, tcp);
+                let tls = T::within(timeout, connect)
+                    .await
+                    .map_err(|e| exchange_error(addr, e))?;
+                Stream::Tls(Box::new(tls))
             }
         };
-        let mut c = AsyncConnection {
+        let mut c = Connection {
             addr: addr.to_owned(),
             stream,
             next_correlation: 1,
@@ -618,10 +511,8 @@ impl AsyncConnection {
             reauth_at: None,
         };
         let (req, v) = codec::api_versions_request();
-        let corr = c.take_correlation();
-        let frame = codec::encode_request(&req, v, corr, &c.client_id)?;
-        let resp = c.roundtrip(frame).await?;
-        let resp = codec::decode_response::<ApiVersionsRequest>(resp, v, corr)?;
+        // Not negotiated yet: ApiVersions goes at the version we chose.
+        let resp = c.exchange(&req, v, Duration::ZERO).await?;
         if resp.error_code != 0 {
             return Err(ClientError::Kafka {
                 api: "ApiVersions",
@@ -677,53 +568,55 @@ impl AsyncConnection {
         c
     }
 
-    /// One request/response exchange with a deadline for the whole exchange. `extra_wait`
+    /// One request/response exchange with a deadline for the whole exchange. `extra`
     /// extends it (a Fetch legitimately waits `max_wait_ms` on the broker).
-    async fn roundtrip_with(
-        &mut self,
-        frame: Bytes,
-        extra: Duration,
-    ) -> Result<Bytes, ClientError> {
-        use futures_lite::{AsyncReadExt, AsyncWriteExt};
-        let addr = self.addr.clone();
+    async fn roundtrip(&mut self, frame: Bytes, extra: Duration) -> Result<Bytes, ClientError> {
         let stream = &mut self.stream;
         let fut = async move {
-            let conv = |e: io::Error| glommio::GlommioError::<()>::IoError(e);
-            stream.write_all(&frame).await.map_err(conv)?;
+            stream.write_all(&frame).await?;
             // TLS buffers records until flushed.
-            stream.flush().await.map_err(conv)?;
+            stream.flush().await?;
             let mut len = [0u8; 4];
-            stream.read_exact(&mut len).await.map_err(conv)?;
-            let n = codec::frame_len(len).map_err(|e| {
-                glommio::GlommioError::<()>::IoError(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    e.to_string(),
-                ))
-            })?;
+            stream.read_exact(&mut len).await?;
+            let n = match codec::frame_len(len) {
+                Ok(n) => n,
+                Err(e) => return Ok(Err(e)),
+            };
             // Memory follows the bytes that arrive, not the announced length.
             let mut body = Vec::with_capacity(n.min(codec::INITIAL_READ));
-            (&mut *stream)
-                .take(n as u64)
-                .read_to_end(&mut body)
-                .await
-                .map_err(conv)?;
+            (&mut *stream).take(n as u64).read_to_end(&mut body).await?;
             if body.len() != n {
-                return Err(conv(io::ErrorKind::UnexpectedEof.into()));
+                return Err(io::ErrorKind::UnexpectedEof.into());
             }
-            Ok(Bytes::from(body))
+            Ok(Ok(Bytes::from(body)))
         };
-        match glommio::timer::timeout(self.timeout + extra, fut).await {
-            Ok(b) => Ok(b),
-            Err(glommio::GlommioError::TimedOut(_)) => Err(ClientError::Timeout { addr }),
-            Err(e) => Err(ClientError::Io {
-                addr,
-                source: e.into(),
-            }),
-        }
+        T::within(self.timeout + extra, fut)
+            .await
+            .map_err(|e| exchange_error(&self.addr, e))?
     }
 
-    async fn roundtrip(&mut self, frame: Bytes) -> Result<Bytes, ClientError> {
-        self.roundtrip_with(frame, Duration::ZERO).await
+    /// Send `req` at version `v` and decode the answer.
+    async fn exchange<R: Request>(
+        &mut self,
+        req: &R,
+        v: i16,
+        extra_wait: Duration,
+    ) -> Result<R::Response, ClientError> {
+        let corr = self.take_correlation();
+        let frame = codec::encode_request(req, v, corr, &self.client_id)?;
+        let resp = self.roundtrip(frame, extra_wait).await?;
+        codec::decode_response::<R>(resp, v, corr)
+    }
+
+    /// The best common version of `R` within `[min_needed, cap]`.
+    fn pick<R: Request>(&self, min_needed: i16, cap: i16) -> Result<i16, ClientError> {
+        self.versions
+            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
+            .ok_or_else(|| ClientError::UnsupportedApi {
+                addr: self.addr.clone(),
+                api: api_name::<R>(),
+                key: R::KEY,
+            })
     }
 
     /// Send a standard request at the best common version within `[min_needed, cap]`;
@@ -735,21 +628,12 @@ impl AsyncConnection {
         cap: i16,
         extra_wait: Duration,
     ) -> Result<(i16, R::Response), ClientError> {
-        let v = self
-            .versions
-            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
-            .ok_or_else(|| ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: api_name::<R>(),
-                key: R::KEY,
-            })?;
-        let corr = self.take_correlation();
-        let frame = codec::encode_request(req, v, corr, &self.client_id)?;
-        let resp = self.roundtrip_with(frame, extra_wait).await?;
-        Ok((v, codec::decode_response::<R>(resp, v, corr)?))
+        let v = self.pick::<R>(min_needed, cap)?;
+        Ok((v, self.exchange(req, v, extra_wait).await?))
     }
 
-    /// Like [`Self::send_with`], but the request is built for the negotiated version.
+    /// Like [`Self::send_with`], but the request is built for the negotiated version
+    /// (kafka-protocol refuses fields a version does not have).
     pub async fn send_built<R: Request>(
         &mut self,
         min_needed: i16,
@@ -757,17 +641,11 @@ impl AsyncConnection {
         extra_wait: Duration,
         build: impl FnOnce(i16) -> R,
     ) -> Result<(i16, R::Response), ClientError> {
-        let v = self
-            .versions
-            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
-            .ok_or_else(|| ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: api_name::<R>(),
-                key: R::KEY,
-            })?;
-        self.send_with(&build(v), v, v, extra_wait).await
+        let v = self.pick::<R>(min_needed, cap)?;
+        Ok((v, self.exchange(&build(v), v, extra_wait).await?))
     }
 
+    /// Send a standard request at the best common version.
     pub async fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
         Ok(self
             .send_with(req, i16::MIN, i16::MAX, Duration::ZERO)
@@ -775,6 +653,7 @@ impl AsyncConnection {
             .1)
     }
 
+    /// Send a mirror API request (the broker must advertise the key).
     pub async fn send_mirror<R: MirrorRequest>(
         &mut self,
         req: &R,
@@ -788,8 +667,80 @@ impl AsyncConnection {
         }
         let corr = self.take_correlation();
         let frame = codec::encode_mirror_request(req, corr, &self.client_id);
-        let resp = self.roundtrip(frame).await?;
+        let resp = self.roundtrip(frame, Duration::ZERO).await?;
         codec::decode_mirror_response::<R>(resp, corr)
+    }
+}
+
+/// The blocking connection (std::net), for the admin CLI, the demo, dry runs and tests: a
+/// [`Connection`] over [`BlockingTcp`], each call driven to completion on the calling thread.
+pub struct BlockingConnection(Connection<BlockingTcp>);
+
+impl BlockingConnection {
+    /// Connect (PLAINTEXT) and negotiate versions.
+    pub fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
+        Self::connect_secured(addr, client_id, timeout, &ClientSecurity::plaintext())
+    }
+
+    /// Connect with TLS and/or SASL as `security` says, then negotiate versions.
+    pub fn connect_secured(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<Self, ClientError> {
+        block_on(Connection::connect_secured(
+            addr, client_id, timeout, security,
+        ))
+        .map(BlockingConnection)
+    }
+
+    /// The connection itself, for code written once against [`Connection`].
+    pub fn get_mut(&mut self) -> &mut Connection<BlockingTcp> {
+        &mut self.0
+    }
+
+    /// See [`Connection::session_expiring`].
+    pub fn session_expiring(&self) -> bool {
+        self.0.session_expiring()
+    }
+
+    pub fn versions(&self) -> &BrokerVersions {
+        self.0.versions()
+    }
+
+    pub fn addr(&self) -> &str {
+        self.0.addr()
+    }
+
+    /// Send a standard request at the best common version within `[min_needed, cap]`.
+    pub fn send_with<R: Request>(
+        &mut self,
+        req: &R,
+        min_needed: i16,
+        cap: i16,
+    ) -> Result<(i16, R::Response), ClientError> {
+        block_on(self.0.send_with(req, min_needed, cap, Duration::ZERO))
+    }
+
+    /// Send a standard request at the best common version.
+    pub fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
+        block_on(self.0.send(req))
+    }
+
+    /// See [`Connection::send_built`].
+    pub fn send_built<R: Request>(
+        &mut self,
+        min_needed: i16,
+        cap: i16,
+        build: impl FnOnce(i16) -> R,
+    ) -> Result<(i16, R::Response), ClientError> {
+        block_on(self.0.send_built(min_needed, cap, Duration::ZERO, build))
+    }
+
+    /// Send a mirror API request (the broker must advertise the key).
+    pub fn send_mirror<R: MirrorRequest>(&mut self, req: &R) -> Result<R::Response, ClientError> {
+        block_on(self.0.send_mirror(req))
     }
 }
 
