@@ -24,6 +24,7 @@ use std::collections::BTreeMap;
 use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -35,6 +36,8 @@ use kafka_protocol::messages::{
     SaslHandshakeRequest,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request, StrBytes};
+
+use rustls::pki_types::ServerName;
 
 use crate::api::{self as mirror_api, MirrorRequest, Wire};
 use crate::client_security::{reauth_after, ClientSecurity, SaslExchange};
@@ -284,14 +287,26 @@ fn exchange_error(addr: &str, source: io::Error) -> ClientError {
     }
 }
 
-/// What a [`Connection`] needs from its runtime: a TCP stream, a deadline and a sleep. The
-/// two implementations are glommio's TCP stream (fetchers, sessions, metadata sync) and
-/// [`BlockingTcp`] (CLI, demo, dry runs, tests); everything above them (TLS, framing,
+/// The TLS settings of one connection: client config and server name.
+type TlsTarget = (Arc<rustls::ClientConfig>, ServerName<'static>);
+
+/// What a [`Connection`] needs from its runtime: a TCP stream, optionally secured with TLS, a
+/// deadline and a sleep. Implemented by glommio's TCP stream (fetchers, sessions, metadata
+/// sync) and std's (CLI, demo, dry runs, tests); everything above the byte stream (framing,
 /// ApiVersions, SASL, version choice, correlation ids) is [`Connection`]'s, written once.
+///
+/// TLS is the transport's because the two runtimes need different drivers for the same
+/// rustls session: futures-rustls reads until the socket reports "would block", which a
+/// blocking socket only does at its timeout (a TLS 1.3 handshake would stall there), so the
+/// blocking transport uses rustls' own blocking stream.
 #[allow(async_fn_in_trait)]
-pub trait Transport: AsyncRead + AsyncWrite + Unpin + Sized {
+pub trait Transport: Sized {
+    /// The (possibly TLS) byte stream requests are written to.
+    type Io: AsyncRead + AsyncWrite + Unpin;
     /// Opens a TCP connection (no delay) within `timeout`.
     async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self>;
+    /// The stream as is, or after a TLS handshake (within `timeout`).
+    async fn secure(self, tls: Option<TlsTarget>, timeout: Duration) -> io::Result<Self::Io>;
     /// Runs `f` within `deadline`; a missed deadline is an `io::ErrorKind::TimedOut` error.
     async fn within<T>(deadline: Duration, f: impl Future<Output = io::Result<T>>)
         -> io::Result<T>;
@@ -299,11 +314,66 @@ pub trait Transport: AsyncRead + AsyncWrite + Unpin + Sized {
     async fn sleep(d: Duration);
 }
 
+/// The async stream: glommio TCP, or TLS (futures-rustls) over it.
+pub enum GlommioIo {
+    Plain(glommio::net::TcpStream),
+    Tls(Box<futures_rustls::client::TlsStream<glommio::net::TcpStream>>),
+}
+
+impl AsyncRead for GlommioIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            GlommioIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            GlommioIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+        }
+    }
+}
+
+impl AsyncWrite for GlommioIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        match self.get_mut() {
+            GlommioIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            GlommioIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+        }
+    }
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            GlommioIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            GlommioIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+        }
+    }
+    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        match self.get_mut() {
+            GlommioIo::Plain(s) => Pin::new(s).poll_close(cx),
+            GlommioIo::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+        }
+    }
+}
+
 impl Transport for glommio::net::TcpStream {
+    type Io = GlommioIo;
+
     async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self> {
         let s = glommio::net::TcpStream::connect_timeout(addr, timeout).await?;
         s.set_nodelay(true)?;
         Ok(s)
+    }
+
+    async fn secure(self, tls: Option<TlsTarget>, timeout: Duration) -> io::Result<GlommioIo> {
+        let Some((config, name)) = tls else {
+            return Ok(GlommioIo::Plain(self));
+        };
+        let connect = futures_rustls::TlsConnector::from(config).connect(name, self);
+        let s = Self::within(timeout, connect).await?;
+        Ok(GlommioIo::Tls(Box::new(s)))
     }
 
     async fn within<T>(
@@ -323,17 +393,20 @@ impl Transport for glommio::net::TcpStream {
     }
 }
 
-/// A std TCP stream as an always-ready async stream: every poll blocks the thread until the
-/// socket answers or its read/write timeout (the connection timeout) runs out. Driven by
-/// `futures_lite::future::block_on` ([`BlockingConnection`]), never on an executor that
-/// runs other tasks.
-pub struct BlockingTcp(std::net::TcpStream);
+/// The blocking stream: std TCP, or TLS (rustls' blocking stream) over it, as an always-ready
+/// async stream. Every poll blocks the thread until the socket answers or its read/write
+/// timeout (the connection timeout) runs out. Driven by `futures_lite::future::block_on`
+/// ([`BlockingConnection`]), never on an executor that runs other tasks.
+pub enum BlockingIo {
+    Plain(std::net::TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>),
+}
 
-impl BlockingTcp {
-    /// A socket timeout surfaces as `WouldBlock`, which futures-rustls reads as "not ready yet"
-    /// and would then wait forever for a wakeup: report it as `TimedOut` instead. `Interrupted`
-    /// is retried, as std's `read_exact` would.
-    fn blocking<T>(mut op: impl FnMut() -> io::Result<T>) -> Poll<io::Result<T>> {
+impl BlockingIo {
+    /// Runs a blocking operation as a poll that is always ready. A socket timeout shows up as
+    /// `WouldBlock`, which async readers may take for "not ready yet": report it as `TimedOut`.
+    /// `Interrupted` is retried, as std's `read_exact` would.
+    fn ready<T>(mut op: impl FnMut() -> io::Result<T>) -> Poll<io::Result<T>> {
         loop {
             return Poll::Ready(match op() {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
@@ -344,45 +417,81 @@ impl BlockingTcp {
             });
         }
     }
+
+    fn stream(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            BlockingIo::Plain(s) => s,
+            BlockingIo::Tls(s) => &mut **s,
+        }
+    }
 }
 
-impl AsyncRead for BlockingTcp {
+trait ReadWrite: io::Read + io::Write {}
+impl<S: io::Read + io::Write> ReadWrite for S {}
+
+impl AsyncRead for BlockingIo {
     fn poll_read(
         self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
-        let s = &mut self.get_mut().0;
-        Self::blocking(|| io::Read::read(s, buf))
+        let s = self.get_mut().stream();
+        Self::ready(|| s.read(buf))
     }
 }
 
-impl AsyncWrite for BlockingTcp {
+impl AsyncWrite for BlockingIo {
     fn poll_write(
         self: Pin<&mut Self>,
         _cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let s = &mut self.get_mut().0;
-        Self::blocking(|| io::Write::write(s, buf))
+        let s = self.get_mut().stream();
+        Self::ready(|| s.write(buf))
     }
     fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let s = &mut self.get_mut().0;
-        Self::blocking(|| io::Write::flush(s))
+        let s = self.get_mut().stream();
+        Self::ready(|| s.flush())
     }
     fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        let s = &self.get_mut().0;
-        Self::blocking(|| s.shutdown(std::net::Shutdown::Write))
+        let sock = match self.get_mut() {
+            BlockingIo::Plain(s) => &*s,
+            BlockingIo::Tls(s) => s.get_ref(),
+        };
+        Self::ready(|| sock.shutdown(std::net::Shutdown::Write))
     }
 }
 
-impl Transport for BlockingTcp {
+impl Transport for std::net::TcpStream {
+    type Io = BlockingIo;
+
     async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self> {
         let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
         s.set_read_timeout(Some(timeout))?;
         s.set_write_timeout(Some(timeout))?;
         s.set_nodelay(true)?;
-        Ok(BlockingTcp(s))
+        Ok(s)
+    }
+
+    /// The handshake runs here (not on the first request) so that its failures surface at
+    /// connect, as on the async transport; the socket timeouts bound it.
+    async fn secure(
+        mut self,
+        tls: Option<TlsTarget>,
+        _timeout: Duration,
+    ) -> io::Result<BlockingIo> {
+        let Some((config, name)) = tls else {
+            return Ok(BlockingIo::Plain(self));
+        };
+        let mut conn = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
+        while conn.is_handshaking() {
+            if let Poll::Ready(Err(e)) = BlockingIo::ready(|| conn.complete_io(&mut self)) {
+                return Err(e);
+            }
+        }
+        Ok(BlockingIo::Tls(Box::new(rustls::StreamOwned::new(
+            conn, self,
+        ))))
     }
 
     /// The socket timeouts bound each read and write; there is no deadline for the whole
@@ -399,55 +508,11 @@ impl Transport for BlockingTcp {
     }
 }
 
-/// A transport, or TLS (futures-rustls) over it.
-enum Stream<T> {
-    Plain(T),
-    Tls(Box<futures_rustls::client::TlsStream<T>>),
-}
-
-impl<T: Transport> AsyncRead for Stream<T> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &mut [u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            Stream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
-        }
-    }
-}
-
-impl<T: Transport> AsyncWrite for Stream<T> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            Stream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
-        }
-    }
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_flush(cx),
-            Stream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
-        }
-    }
-    fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        match self.get_mut() {
-            Stream::Plain(s) => Pin::new(s).poll_close(cx),
-            Stream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
-        }
-    }
-}
-
 /// One connection to one broker over transport `T`: TLS, ApiVersions, SASL, then requests at
 /// negotiated versions, one at a time. Lives on one thread/executor.
-pub struct Connection<T> {
+pub struct Connection<T: Transport> {
     addr: String,
-    stream: Stream<T>,
+    stream: T::Io,
     next_correlation: i32,
     client_id: String,
     versions: BrokerVersions,
@@ -491,16 +556,10 @@ impl<T: Transport> Connection<T> {
                 ))
             })?;
         let tcp = T::open(sa, timeout).await.map_err(io_err)?;
-        let stream = match security.tls_for(addr)? {
-            None => Stream::Plain(tcp),
-            Some((config, name)) => {
-                let connect = futures_rustls::TlsConnector::from(config).connect(name, tcp);
-                let tls = T::within(timeout, connect)
-                    .await
-                    .map_err(|e| exchange_error(addr, e))?;
-                Stream::Tls(Box::new(tls))
-            }
-        };
+        let stream = tcp
+            .secure(security.tls_for(addr)?, timeout)
+            .await
+            .map_err(|e| exchange_error(addr, e))?;
         let mut c = Connection {
             addr: addr.to_owned(),
             stream,
@@ -673,8 +732,8 @@ impl<T: Transport> Connection<T> {
 }
 
 /// The blocking connection (std::net), for the admin CLI, the demo, dry runs and tests: a
-/// [`Connection`] over [`BlockingTcp`], each call driven to completion on the calling thread.
-pub struct BlockingConnection(Connection<BlockingTcp>);
+/// [`Connection`] over std TCP ([`BlockingIo`]), each call driven to completion on the calling thread.
+pub struct BlockingConnection(Connection<std::net::TcpStream>);
 
 impl BlockingConnection {
     /// Connect (PLAINTEXT) and negotiate versions.
@@ -696,7 +755,7 @@ impl BlockingConnection {
     }
 
     /// The connection itself, for code written once against [`Connection`].
-    pub fn get_mut(&mut self) -> &mut Connection<BlockingTcp> {
+    pub fn get_mut(&mut self) -> &mut Connection<std::net::TcpStream> {
         &mut self.0
     }
 
@@ -759,6 +818,7 @@ pub mod build {
         OffsetForLeaderEpochRequest, TopicName,
     };
     use kafka_protocol::protocol::StrBytes;
+    use kmirror_types::LeaderEpoch;
     use uuid::Uuid;
 
     /// `isolation_level` value for read_committed.
@@ -839,7 +899,7 @@ pub mod build {
         topic: &str,
         partition: i32,
         timestamp: i64,
-        current_leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
         read_committed: bool,
     ) -> ListOffsetsRequest {
         ListOffsetsRequest::default()
@@ -849,7 +909,7 @@ pub mod build {
                 .with_name(topic_name(topic))
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(partition)
-                    .with_current_leader_epoch(current_leader_epoch)
+                    .with_current_leader_epoch(current_leader_epoch.get())
                     .with_timestamp(timestamp)])])
     }
 
@@ -857,8 +917,8 @@ pub mod build {
     pub fn offsets_for_leader_epoch(
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
-        leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
+        leader_epoch: LeaderEpoch,
     ) -> OffsetForLeaderEpochRequest {
         OffsetForLeaderEpochRequest::default()
             .with_replica_id(BrokerId(-1))
@@ -866,8 +926,8 @@ pub mod build {
                 .with_topic(topic_name(topic))
                 .with_partitions(vec![OffsetForLeaderPartition::default()
                     .with_partition(partition)
-                    .with_current_leader_epoch(current_leader_epoch)
-                    .with_leader_epoch(leader_epoch)])])
+                    .with_current_leader_epoch(current_leader_epoch.get())
+                    .with_leader_epoch(leader_epoch.get())])])
     }
 
     /// DescribeConfigs of topics (resource type 2 = topic), all keys.
@@ -921,6 +981,7 @@ mod tests {
     use super::*;
     use bytes::Buf;
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    use kmirror_types::LeaderEpoch;
 
     #[test]
     fn version_pick_takes_the_highest_common_version_within_bounds() {
@@ -1010,10 +1071,16 @@ mod tests {
             enc(&build::metadata(Some(&["t".to_string()])), v);
         }
         for v in 4..=10 {
-            enc::<ListOffsetsRequest>(&build::list_offsets("t", 0, build::EARLIEST, 3, true), v);
+            enc::<ListOffsetsRequest>(
+                &build::list_offsets("t", 0, build::EARLIEST, LeaderEpoch(3), true),
+                v,
+            );
         }
         for v in 3..=4 {
-            enc::<OffsetForLeaderEpochRequest>(&build::offsets_for_leader_epoch("t", 0, 3, 2), v);
+            enc::<OffsetForLeaderEpochRequest>(
+                &build::offsets_for_leader_epoch("t", 0, LeaderEpoch(3), LeaderEpoch(2)),
+                v,
+            );
         }
         let part = build::FetchPart {
             topic: "t".into(),

@@ -33,10 +33,10 @@ use kmirror_log::batch::{
     ATTRIBUTES_POS, BASE_TIMESTAMP_POS, LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD,
     MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS, RECORDS_COUNT_POS,
 };
-use kmirror_types::TopicPartition;
+use kmirror_types::{LeaderEpoch, TopicPartition};
 use uuid::Uuid;
 
-use crate::client::{build, BlockingConnection, BlockingTcp, ClientError, Connection, Transport};
+use crate::client::{build, BlockingConnection, ClientError, Connection, Transport};
 use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::keys::error as code;
 
@@ -270,7 +270,7 @@ pub trait Source {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
         timestamp: i64,
     ) -> Result<(i16, i64), SourceError>;
     /// LastMirroredEpochs of a source that is a kmirror: the last source epoch it mirrored
@@ -287,8 +287,8 @@ pub trait Source {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
-        epoch: i32,
+        current_leader_epoch: LeaderEpoch,
+        epoch: LeaderEpoch,
     ) -> Result<(i16, i32, i64), SourceError>;
     async fn sleep(&mut self, d: Duration);
     fn now_ms(&self) -> i64;
@@ -1095,10 +1095,16 @@ impl PartitionFetcher {
     ) -> Step {
         let (t, p) = (self.tp.topic.clone(), self.tp.partition);
         let start = source
-            .list_offset(leader, &t, p, self.source_epoch, build::EARLIEST)
+            .list_offset(
+                leader,
+                &t,
+                p,
+                LeaderEpoch(self.source_epoch),
+                build::EARLIEST,
+            )
             .await;
         let end = source
-            .list_offset(leader, &t, p, self.source_epoch, build::LATEST)
+            .list_offset(leader, &t, p, LeaderEpoch(self.source_epoch), build::LATEST)
             .await;
         let (start, end) = match (start, end) {
             (Ok((code::NONE, s)), Ok((code::NONE, e))) => (s, e),
@@ -1225,7 +1231,13 @@ pub async fn plan_preparation<S: Source, L: LocalPartition>(
     };
     let leader = source.leader(&tp.topic, tp.partition).await?;
     let (c, source_epoch, source_end) = source
-        .end_offset_for_epoch(&leader, &tp.topic, tp.partition, leader.leader_epoch, lme)
+        .end_offset_for_epoch(
+            &leader,
+            &tp.topic,
+            tp.partition,
+            LeaderEpoch(leader.leader_epoch),
+            LeaderEpoch(lme),
+        )
         .await?;
     if c != code::NONE {
         return Err(SourceError::Other(format!(
@@ -1325,7 +1337,7 @@ pub async fn mirror_partition<S: Source, L: LocalPartition, O: FetchObserver>(
 /// Connections are cached per broker address and dropped on connection-level errors.
 /// Transport `T` is glommio's by default; [`BlockingSource`] is the same source over
 /// blocking sockets.
-pub struct KafkaSource<T = glommio::net::TcpStream> {
+pub struct KafkaSource<T: Transport = glommio::net::TcpStream> {
     bootstrap: Vec<String>,
     client_id: String,
     timeout: Duration,
@@ -1335,7 +1347,7 @@ pub struct KafkaSource<T = glommio::net::TcpStream> {
 
 /// [`KafkaSource`] over blocking sockets, for the admin CLI (dry runs) and tests. Its async
 /// methods block the calling thread; drive it with `futures_lite::future::block_on`.
-pub type BlockingSource = KafkaSource<BlockingTcp>;
+pub type BlockingSource = KafkaSource<std::net::TcpStream>;
 
 impl KafkaSource {
     /// `client_id` should be deterministic so the source can apply client quotas; see
@@ -1882,7 +1894,7 @@ impl<T: Transport> Source for KafkaSource<T> {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
         timestamp: i64,
     ) -> Result<(i16, i64), SourceError> {
         let addr = leader.addr.clone();
@@ -1922,8 +1934,8 @@ impl<T: Transport> Source for KafkaSource<T> {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
-        epoch: i32,
+        current_leader_epoch: LeaderEpoch,
+        epoch: LeaderEpoch,
     ) -> Result<(i16, i32, i64), SourceError> {
         let addr = leader.addr.clone();
         let r = match self.conn(&addr).await {
@@ -1947,7 +1959,7 @@ async fn list_offset_over<T: Transport>(
     c: &mut Connection<T>,
     topic: &str,
     partition: i32,
-    current_leader_epoch: i32,
+    current_leader_epoch: LeaderEpoch,
     timestamp: i64,
     read_committed: bool,
 ) -> Result<(i16, i64), SourceError> {
@@ -2013,8 +2025,8 @@ async fn epoch_end_over<T: Transport>(
     c: &mut Connection<T>,
     topic: &str,
     partition: i32,
-    current_leader_epoch: i32,
-    epoch: i32,
+    current_leader_epoch: LeaderEpoch,
+    epoch: LeaderEpoch,
 ) -> Result<(i16, i32, i64), SourceError> {
     let req = build::offsets_for_leader_epoch(topic, partition, current_leader_epoch, epoch);
     // Consumer (replica id -1) OffsetsForLeaderEpoch needs v3+.
@@ -2063,8 +2075,8 @@ impl LocalPartition for RemotePartitionView<'_> {
             c.get_mut(),
             &self.topic,
             self.partition,
-            -1,
-            epoch,
+            LeaderEpoch::UNKNOWN,
+            LeaderEpoch(epoch),
         ));
         match r {
             Ok((code::NONE, e, o)) if e >= 0 && o >= 0 => Some((e, o)),
@@ -2117,7 +2129,14 @@ pub fn dry_run_plan(
             let tp = TopicPartition::new(t.clone(), p);
             let local_lme = block_on(lme_over(dest.get_mut(), mirror, t, p))?;
             let mut bound = |ts| -> Result<i64, SourceError> {
-                match block_on(list_offset_over(dest.get_mut(), t, p, -1, ts, false))? {
+                match block_on(list_offset_over(
+                    dest.get_mut(),
+                    t,
+                    p,
+                    LeaderEpoch::UNKNOWN,
+                    ts,
+                    false,
+                ))? {
                     (code::NONE, offset) => Ok(offset),
                     (c, _) => Err(SourceError::Other(format!(
                         "ListOffsets {tp} on the destination: {}",
@@ -2392,7 +2411,7 @@ mod tests {
             _l: &SourceLeader,
             _t: &str,
             _p: i32,
-            _e: i32,
+            _e: LeaderEpoch,
             ts: i64,
         ) -> Result<(i16, i64), SourceError> {
             Ok((
@@ -2417,9 +2436,10 @@ mod tests {
             _l: &SourceLeader,
             _t: &str,
             _p: i32,
-            _c: i32,
-            epoch: i32,
+            _c: LeaderEpoch,
+            epoch: LeaderEpoch,
         ) -> Result<(i16, i32, i64), SourceError> {
+            let epoch = epoch.get();
             let end = self.end();
             Ok(
                 match epoch_end(
@@ -2964,7 +2984,7 @@ mod tests {
                 l: &SourceLeader,
                 t: &str,
                 p: i32,
-                e: i32,
+                e: LeaderEpoch,
                 ts: i64,
             ) -> Result<(i16, i64), SourceError> {
                 self.0.list_offset(l, t, p, e, ts).await
@@ -2982,8 +3002,8 @@ mod tests {
                 l: &SourceLeader,
                 t: &str,
                 p: i32,
-                c: i32,
-                e: i32,
+                c: LeaderEpoch,
+                e: LeaderEpoch,
             ) -> Result<(i16, i32, i64), SourceError> {
                 self.0.end_offset_for_epoch(l, t, p, c, e).await
             }

@@ -946,7 +946,7 @@ impl Control {
                                     &leader,
                                     &tp.topic,
                                     tp.partition,
-                                    leader.leader_epoch,
+                                    kmirror_types::LeaderEpoch(leader.leader_epoch),
                                     -1,
                                 )
                                 .await
