@@ -983,6 +983,128 @@ mod tests {
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
     use kmirror_types::LeaderEpoch;
 
+    /// A one-shot TLS peer on loopback (rustls server, certificate from rcgen) that answers
+    /// the client's ApiVersions and then waits for the client to hang up; returns its
+    /// address and the CA file the client must trust.
+    fn tls_peer() -> (String, tempfile::NamedTempFile) {
+        use std::io::{Read, Write};
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let mut ca = tempfile::NamedTempFile::new().unwrap();
+        ca.write_all(ck.cert.pem().as_bytes()).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![ck.cert.der().clone()], key)
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (sock, _) = listener.accept().unwrap();
+            let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, sock);
+            let mut len = [0u8; 4];
+            tls.read_exact(&mut len).unwrap();
+            let mut req = vec![0u8; i32::from_be_bytes(len) as usize];
+            tls.read_exact(&mut req).unwrap();
+            let mut req = Bytes::from(req);
+            let hdr = RequestHeader::decode(&mut req, 2).unwrap();
+            assert_eq!(hdr.request_api_key, 18, "ApiVersions comes first");
+            let resp = ApiVersionsResponse::default().with_api_keys(vec![
+                kafka_protocol::messages::api_versions_response::ApiVersion::default()
+                    .with_api_key(18)
+                    .with_min_version(0)
+                    .with_max_version(3),
+            ]);
+            let mut b = BytesMut::new();
+            b.put_i32(0);
+            kafka_protocol::messages::ResponseHeader::default()
+                .with_correlation_id(hdr.correlation_id)
+                .encode(&mut b, 0)
+                .unwrap();
+            resp.encode(&mut b, 3).unwrap();
+            let n = (b.len() - 4) as i32;
+            b[..4].copy_from_slice(&n.to_be_bytes());
+            tls.write_all(&b).unwrap();
+            tls.flush().unwrap();
+            let _ = tls.read(&mut [0u8; 16]);
+        });
+        (addr, ca)
+    }
+
+    fn tls_security(ca: &tempfile::NamedTempFile) -> ClientSecurity {
+        let props = [
+            ("security.protocol", "SSL".to_string()),
+            ("ssl.truststore.location", ca.path().display().to_string()),
+            // The peer's certificate names localhost; we dial 127.0.0.1.
+            ("ssl.endpoint.identification.algorithm", String::new()),
+        ];
+        ClientSecurity::from_properties(
+            &props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn blocking_transport_completes_a_tls_handshake_and_api_versions() {
+        let (addr, ca) = tls_peer();
+        let started = Instant::now();
+        let c = BlockingConnection::connect_secured(
+            &addr,
+            "t",
+            Duration::from_secs(5),
+            &tls_security(&ca),
+        )
+        .expect("TLS connect");
+        assert_eq!(c.versions().apis.get(&18), Some(&(0, 3)));
+        // A handshake that stalls until the socket timeout would still succeed, but late.
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn async_transport_completes_a_tls_handshake_and_api_versions() {
+        let (addr, ca) = tls_peer();
+        let versions = glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let c = AsyncConnection::connect_secured(
+                    &addr,
+                    "t",
+                    Duration::from_secs(5),
+                    &tls_security(&ca),
+                )
+                .await
+                .expect("TLS connect");
+                c.versions().clone()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(versions.apis.get(&18), Some(&(0, 3)));
+    }
+
+    #[test]
+    fn a_silent_broker_is_a_timeout_not_a_hang() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let _keep = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+        let r = BlockingConnection::connect(&addr, "t", Duration::from_millis(300));
+        assert!(
+            matches!(r, Err(ClientError::Timeout { .. })),
+            "{:?}",
+            r.err()
+        );
+    }
+
     #[test]
     fn version_pick_takes_the_highest_common_version_within_bounds() {
         let mut v = BrokerVersions::default();
