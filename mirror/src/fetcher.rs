@@ -1417,34 +1417,16 @@ impl<T: Transport> KafkaSource<T> {
 
 impl<T: Transport> KafkaSource<T> {
     /// Send to any reachable broker (known connections first, then bootstrap).
-    async fn send_any<R: kafka_protocol::protocol::Request>(
+    async fn send_any<R: kafka_protocol::protocol::Request + Clone>(
         &mut self,
         req: &R,
         min_version: i16,
     ) -> Result<R::Response, SourceError> {
-        let mut candidates: Vec<String> = self.conns.keys().cloned().collect();
-        candidates.extend(self.bootstrap.iter().cloned());
-        candidates.dedup();
-        let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
-        for addr in candidates {
-            let r = match self.conn(&addr).await {
-                Ok(c) => {
-                    c.send_with(req, min_version, i16::MAX, Duration::ZERO)
-                        .await
-                }
-                Err(e) => Err(e),
-            };
-            match r {
-                Ok((_, resp)) => return Ok(resp),
-                Err(e) => {
-                    self.drop_on_fatal(&addr, &e);
-                    last_err = e.into();
-                }
-            }
-        }
-        Err(last_err)
+        self.send_any_built(min_version, |_| req.clone()).await
     }
 
+    /// Like [`Self::send_any`], the request built for the version negotiated with the broker
+    /// that answers.
     async fn send_any_built<R: kafka_protocol::protocol::Request>(
         &mut self,
         min_version: i16,
