@@ -21,6 +21,7 @@ use kmirror_mirror::api::DescribeMirrorsRequest;
 use kmirror_mirror::client::BlockingConnection;
 use kmirror_mirror::host::{MirrorBroker, MirrorSettings};
 use kmirror_net::{RunningBroker, ServerConfig};
+use kmirror_types::LeaderEpoch;
 
 use crate::mirror_cli::{describe_rows, format_table};
 
@@ -362,7 +363,7 @@ fn end_offsets(c: &mut BlockingConnection, topic: &str) -> DemoResult<Vec<i64>> 
     use kmirror_mirror::client::build;
     let mut out = Vec::new();
     for p in 0..PARTITIONS {
-        let req = build::list_offsets(topic, p, build::LATEST, -1, false);
+        let req = build::list_offsets(topic, p, build::LATEST, LeaderEpoch::UNKNOWN, false);
         let (_, r) = c.send_with(&req, 1, i16::MAX)?;
         let x = r
             .topics

@@ -1,5 +1,11 @@
-//! A small Kafka client connection: used by the mirror fetcher and the metadata sync (async,
-//! glommio) and by the admin CLI (blocking, std::net). Both share one codec ([`codec`]).
+//! The Kafka client connection of the mirror paths: one stack ([`Connection`]) for the async
+//! users (fetchers, fetch sessions, metadata sync: glommio) and the blocking ones (admin CLI,
+//! demo, dry runs, tests: std::net). TLS, framing ([`codec`]), ApiVersions, SASL, version
+//! choice and correlation ids are written once, generic over a [`Transport`]; the transports
+//! only open a TCP stream, bound an exchange in time and sleep. [`BlockingConnection`] drives
+//! the same async code to completion on the calling thread (its transport never returns
+//! `Pending`, so no executor or waker is involved). Must not depend on the engine or the net
+//! crate.
 //!
 //! One connection = one broker, requests sent one at a time (a fetcher keeps one request in
 //! flight per source broker; the CLI is sequential), so responses are matched to requests by
@@ -8,23 +14,30 @@
 //! Standard APIs use kafka-protocol's message types; the KIP-1279 mirror APIs use
 //! [`crate::api`].
 //!
-//! Security ([`crate::client_security::ClientSecurity`]): TLS (rustls; futures-rustls on the
-//! async side) wraps the TCP stream before ApiVersions; SASL runs after it (SaslHandshake v1,
-//! then SaslAuthenticate rounds from the shared sans-io exchange). A broker-set session
-//! lifetime (KIP-368) is remembered: [`AsyncConnection::session_expiring`] tells the owner to
-//! replace the connection before the broker would close it.
+//! Security ([`crate::client_security::ClientSecurity`]): TLS (futures-rustls over either
+//! transport) wraps the TCP stream before ApiVersions; SASL runs after it (SaslHandshake v1,
+//! then SaslAuthenticate rounds from the sans-io exchange). A broker-set session lifetime
+//! (KIP-368) is remembered: [`Connection::session_expiring`] tells the owner to replace the
+//! connection before the broker would close it.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 use std::io;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::{ApiVersionsRequest, ApiVersionsResponse, RequestHeader};
+use futures_lite::future::block_on;
+use futures_lite::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use kafka_protocol::messages::{
+    ApiVersionsRequest, ApiVersionsResponse, RequestHeader, SaslAuthenticateRequest,
+    SaslHandshakeRequest,
+};
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request, StrBytes};
 
-use kafka_protocol::messages::{SaslAuthenticateRequest, SaslHandshakeRequest};
+use rustls::pki_types::ServerName;
 
 use crate::api::{self as mirror_api, MirrorRequest, Wire};
 use crate::client_security::{reauth_after, ClientSecurity, SaslExchange};
@@ -259,293 +272,247 @@ fn api_name<R>() -> &'static str {
     full.rsplit("::").next().unwrap_or(full)
 }
 
-/// The blocking transport: TCP, or TLS over it.
-enum BlockingStream {
-    Plain(std::net::TcpStream),
-    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>),
-}
-
-impl io::Read for BlockingStream {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        match self {
-            BlockingStream::Plain(s) => s.read(buf),
-            BlockingStream::Tls(s) => s.read(buf),
-        }
+/// An I/O failure during an exchange: a missed deadline (or socket timeout) is a
+/// [`ClientError::Timeout`], anything else [`ClientError::Io`]. The only place the two are told
+/// apart, for both transports.
+fn exchange_error(addr: &str, source: io::Error) -> ClientError {
+    match source.kind() {
+        io::ErrorKind::TimedOut | io::ErrorKind::WouldBlock => ClientError::Timeout {
+            addr: addr.to_owned(),
+        },
+        _ => ClientError::Io {
+            addr: addr.to_owned(),
+            source,
+        },
     }
 }
 
-impl io::Write for BlockingStream {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            BlockingStream::Plain(s) => s.write(buf),
-            BlockingStream::Tls(s) => s.write(buf),
-        }
-    }
-    fn flush(&mut self) -> io::Result<()> {
-        match self {
-            BlockingStream::Plain(s) => s.flush(),
-            BlockingStream::Tls(s) => s.flush(),
-        }
-    }
+/// The TLS settings of one connection: client config and server name.
+type TlsTarget = (Arc<rustls::ClientConfig>, ServerName<'static>);
+
+/// What a [`Connection`] needs from its runtime: a TCP stream, optionally secured with TLS, a
+/// deadline and a sleep. Implemented by glommio's TCP stream (fetchers, sessions, metadata
+/// sync) and std's (CLI, demo, dry runs, tests); everything above the byte stream (framing,
+/// ApiVersions, SASL, version choice, correlation ids) is [`Connection`]'s, written once.
+///
+/// TLS is the transport's because the two runtimes need different drivers for the same
+/// rustls session: futures-rustls reads until the socket reports "would block", which a
+/// blocking socket only does at its timeout (a TLS 1.3 handshake would stall there), so the
+/// blocking transport uses rustls' own blocking stream.
+#[allow(async_fn_in_trait)]
+pub trait Transport: Sized {
+    /// The (possibly TLS) byte stream requests are written to.
+    type Io: AsyncRead + AsyncWrite + Unpin;
+    /// Opens a TCP connection (no delay) within `timeout`.
+    async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self>;
+    /// The stream as is, or after a TLS handshake (within `timeout`).
+    async fn secure(self, tls: Option<TlsTarget>, timeout: Duration) -> io::Result<Self::Io>;
+    /// Runs `f` within `deadline`; a missed deadline is an `io::ErrorKind::TimedOut` error.
+    async fn within<T>(deadline: Duration, f: impl Future<Output = io::Result<T>>)
+        -> io::Result<T>;
+    /// Waits `d` (a blocking transport blocks the thread).
+    async fn sleep(d: Duration);
 }
 
-/// The async transport: glommio TCP, or TLS over it.
-enum AsyncStream {
+/// The async stream: glommio TCP, or TLS (futures-rustls) over it.
+pub enum GlommioIo {
     Plain(glommio::net::TcpStream),
     Tls(Box<futures_rustls::client::TlsStream<glommio::net::TcpStream>>),
 }
 
-impl futures_lite::AsyncRead for AsyncStream {
+impl AsyncRead for GlommioIo {
     fn poll_read(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &mut [u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            AsyncStream::Plain(s) => Pin::new(s).poll_read(cx, buf),
-            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
+            GlommioIo::Plain(s) => Pin::new(s).poll_read(cx, buf),
+            GlommioIo::Tls(s) => Pin::new(&mut **s).poll_read(cx, buf),
         }
     }
 }
 
-impl futures_lite::AsyncWrite for AsyncStream {
+impl AsyncWrite for GlommioIo {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
         match self.get_mut() {
-            AsyncStream::Plain(s) => Pin::new(s).poll_write(cx, buf),
-            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
+            GlommioIo::Plain(s) => Pin::new(s).poll_write(cx, buf),
+            GlommioIo::Tls(s) => Pin::new(&mut **s).poll_write(cx, buf),
         }
     }
     fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            AsyncStream::Plain(s) => Pin::new(s).poll_flush(cx),
-            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
+            GlommioIo::Plain(s) => Pin::new(s).poll_flush(cx),
+            GlommioIo::Tls(s) => Pin::new(&mut **s).poll_flush(cx),
         }
     }
     fn poll_close(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         match self.get_mut() {
-            AsyncStream::Plain(s) => Pin::new(s).poll_close(cx),
-            AsyncStream::Tls(s) => Pin::new(&mut **s).poll_close(cx),
+            GlommioIo::Plain(s) => Pin::new(s).poll_close(cx),
+            GlommioIo::Tls(s) => Pin::new(&mut **s).poll_close(cx),
         }
     }
 }
 
-/// Blocking connection (std::net), for the admin CLI and tests.
-pub struct BlockingConnection {
-    addr: String,
-    stream: BlockingStream,
-    next_correlation: i32,
-    client_id: String,
-    versions: BrokerVersions,
-    reauth_at: Option<Instant>,
+impl Transport for glommio::net::TcpStream {
+    type Io = GlommioIo;
+
+    async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self> {
+        let s = glommio::net::TcpStream::connect_timeout(addr, timeout).await?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    }
+
+    async fn secure(self, tls: Option<TlsTarget>, timeout: Duration) -> io::Result<GlommioIo> {
+        let Some((config, name)) = tls else {
+            return Ok(GlommioIo::Plain(self));
+        };
+        let connect = futures_rustls::TlsConnector::from(config).connect(name, self);
+        let s = Self::within(timeout, connect).await?;
+        Ok(GlommioIo::Tls(Box::new(s)))
+    }
+
+    async fn within<T>(
+        deadline: Duration,
+        f: impl Future<Output = io::Result<T>>,
+    ) -> io::Result<T> {
+        let f = async { f.await.map_err(glommio::GlommioError::<()>::IoError) };
+        match glommio::timer::timeout(deadline, f).await {
+            Ok(v) => Ok(v),
+            Err(glommio::GlommioError::TimedOut(_)) => Err(io::ErrorKind::TimedOut.into()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    async fn sleep(d: Duration) {
+        glommio::timer::sleep(d).await
+    }
 }
 
-impl BlockingConnection {
-    /// Connect (PLAINTEXT) and negotiate versions.
-    pub fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
-        Self::connect_secured(addr, client_id, timeout, &ClientSecurity::plaintext())
-    }
+/// The blocking stream: std TCP, or TLS (rustls' blocking stream) over it, as an always-ready
+/// async stream. Every poll blocks the thread until the socket answers or its read/write
+/// timeout (the connection timeout) runs out. Driven by `futures_lite::future::block_on`
+/// ([`BlockingConnection`]), never on an executor that runs other tasks.
+pub enum BlockingIo {
+    Plain(std::net::TcpStream),
+    Tls(Box<rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>>),
+}
 
-    /// Connect with TLS and/or SASL as `security` says, then negotiate versions.
-    pub fn connect_secured(
-        addr: &str,
-        client_id: &str,
-        timeout: Duration,
-        security: &ClientSecurity,
-    ) -> Result<Self, ClientError> {
-        use std::net::ToSocketAddrs;
-        let io_err = |source| ClientError::Io {
-            addr: addr.to_owned(),
-            source,
-        };
-        let sa = addr
-            .to_socket_addrs()
-            .map_err(io_err)?
-            .next()
-            .ok_or_else(|| {
-                io_err(io::Error::new(
-                    io::ErrorKind::NotFound,
-                    "address did not resolve",
-                ))
-            })?;
-        let stream = std::net::TcpStream::connect_timeout(&sa, timeout).map_err(io_err)?;
-        stream.set_read_timeout(Some(timeout)).map_err(io_err)?;
-        stream.set_write_timeout(Some(timeout)).map_err(io_err)?;
-        stream.set_nodelay(true).map_err(io_err)?;
-        let stream = match security.tls_for(addr)? {
-            None => BlockingStream::Plain(stream),
-            Some((config, name)) => {
-                let tls = rustls::ClientConnection::new(config, name)
-                    .map_err(|e| io_err(io::Error::other(e)))?;
-                // The handshake runs on the first read/write (ApiVersions below).
-                BlockingStream::Tls(Box::new(rustls::StreamOwned::new(tls, stream)))
-            }
-        };
-        let mut c = BlockingConnection {
-            addr: addr.to_owned(),
-            stream,
-            next_correlation: 1,
-            client_id: client_id.to_owned(),
-            versions: BrokerVersions::default(),
-            reauth_at: None,
-        };
-        let (req, v) = codec::api_versions_request();
-        let corr = c.take_correlation();
-        let frame = codec::encode_request(&req, v, corr, &c.client_id)?;
-        let resp = c.roundtrip(&frame)?;
-        let resp = codec::decode_response::<ApiVersionsRequest>(resp, v, corr)?;
-        if resp.error_code != 0 {
-            return Err(ClientError::Kafka {
-                api: "ApiVersions",
-                code: resp.error_code,
-                message: None,
-            });
-        }
-        c.versions = BrokerVersions::from_response(&resp);
-        if let Some(mut ex) = security.sasl_exchange(addr)? {
-            c.authenticate(&mut ex)?;
-        }
-        Ok(c)
-    }
-
-    fn authenticate(&mut self, ex: &mut SaslExchange) -> Result<(), ClientError> {
-        let (_, hs) = self.send_with(&ex.handshake_request(), 1, 1)?;
-        ex.check_handshake(&hs)?;
-        let mut req = ex.first()?;
+impl BlockingIo {
+    /// Runs a blocking operation as a poll that is always ready. A socket timeout shows up as
+    /// `WouldBlock`, which async readers may take for "not ready yet": report it as `TimedOut`.
+    /// `Interrupted` is retried, as std's `read_exact` would.
+    fn ready<T>(mut op: impl FnMut() -> io::Result<T>) -> Poll<io::Result<T>> {
         loop {
-            let (_, resp) = self.send_with::<SaslAuthenticateRequest>(&req, 0, i16::MAX)?;
-            match ex.on_response(&resp)? {
-                Some(next) => req = next,
-                None => {
-                    self.reauth_at =
-                        reauth_after(resp.session_lifetime_ms).map(|d| Instant::now() + d);
-                    return Ok(());
+            return Poll::Ready(match op() {
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    Err(io::Error::new(io::ErrorKind::TimedOut, e))
                 }
-            }
-        }
-    }
-
-    /// Whether the broker's SASL session lifetime (KIP-368) is about to run out: the owner
-    /// should replace this connection before its next request.
-    pub fn session_expiring(&self) -> bool {
-        self.reauth_at.is_some_and(|t| Instant::now() >= t)
-    }
-
-    pub fn versions(&self) -> &BrokerVersions {
-        &self.versions
-    }
-
-    pub fn addr(&self) -> &str {
-        &self.addr
-    }
-
-    fn take_correlation(&mut self) -> i32 {
-        let c = self.next_correlation;
-        self.next_correlation = self.next_correlation.wrapping_add(1);
-        c
-    }
-
-    fn roundtrip(&mut self, frame: &[u8]) -> Result<Bytes, ClientError> {
-        use std::io::{Read, Write};
-        let addr = self.addr.clone();
-        let map = |source: io::Error| {
-            if matches!(
-                source.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-            ) {
-                ClientError::Timeout { addr: addr.clone() }
-            } else {
-                ClientError::Io {
-                    addr: addr.clone(),
-                    source,
-                }
-            }
-        };
-        self.stream.write_all(frame).map_err(map)?;
-        self.stream.flush().map_err(map)?;
-        let mut len = [0u8; 4];
-        self.stream.read_exact(&mut len).map_err(map)?;
-        let n = codec::frame_len(len)?;
-        // Memory follows the bytes that arrive, not the announced length.
-        let mut body = Vec::with_capacity(n.min(codec::INITIAL_READ));
-        io::Read::take(&mut self.stream, n as u64)
-            .read_to_end(&mut body)
-            .map_err(map)?;
-        if body.len() != n {
-            return Err(map(io::ErrorKind::UnexpectedEof.into()));
-        }
-        Ok(Bytes::from(body))
-    }
-
-    /// Send a standard request at the best common version within `[min_needed, cap]`.
-    pub fn send_with<R: Request>(
-        &mut self,
-        req: &R,
-        min_needed: i16,
-        cap: i16,
-    ) -> Result<(i16, R::Response), ClientError> {
-        let v = self
-            .versions
-            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
-            .ok_or_else(|| ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: api_name::<R>(),
-                key: R::KEY,
-            })?;
-        let corr = self.take_correlation();
-        let frame = codec::encode_request(req, v, corr, &self.client_id)?;
-        let resp = self.roundtrip(&frame)?;
-        Ok((v, codec::decode_response::<R>(resp, v, corr)?))
-    }
-
-    /// Send a standard request at the best common version.
-    pub fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
-        Ok(self.send_with(req, i16::MIN, i16::MAX)?.1)
-    }
-
-    /// Like [`Self::send_with`], but the request is built for the negotiated version
-    /// (kafka-protocol refuses fields a version does not have).
-    pub fn send_built<R: Request>(
-        &mut self,
-        min_needed: i16,
-        cap: i16,
-        build: impl FnOnce(i16) -> R,
-    ) -> Result<(i16, R::Response), ClientError> {
-        let v = self
-            .versions
-            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
-            .ok_or_else(|| ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: api_name::<R>(),
-                key: R::KEY,
-            })?;
-        self.send_with(&build(v), v, v)
-    }
-
-    /// Send a mirror API request (the broker must advertise the key).
-    pub fn send_mirror<R: MirrorRequest>(&mut self, req: &R) -> Result<R::Response, ClientError> {
-        if !self.versions.apis.contains_key(&R::KEY) {
-            return Err(ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: R::NAME,
-                key: R::KEY,
+                r => r,
             });
         }
-        let corr = self.take_correlation();
-        let frame = codec::encode_mirror_request(req, corr, &self.client_id);
-        let resp = self.roundtrip(&frame)?;
-        codec::decode_mirror_response::<R>(resp, corr)
+    }
+
+    fn stream(&mut self) -> &mut dyn ReadWrite {
+        match self {
+            BlockingIo::Plain(s) => s,
+            BlockingIo::Tls(s) => &mut **s,
+        }
     }
 }
 
-/// Async connection on glommio, for mirror fetchers and the metadata sync. Lives on one
-/// executor (not `Send`).
-pub struct AsyncConnection {
+trait ReadWrite: io::Read + io::Write {}
+impl<S: io::Read + io::Write> ReadWrite for S {}
+
+impl AsyncRead for BlockingIo {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &mut [u8],
+    ) -> Poll<io::Result<usize>> {
+        let s = self.get_mut().stream();
+        Self::ready(|| s.read(buf))
+    }
+}
+
+impl AsyncWrite for BlockingIo {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let s = self.get_mut().stream();
+        Self::ready(|| s.write(buf))
+    }
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let s = self.get_mut().stream();
+        Self::ready(|| s.flush())
+    }
+    fn poll_close(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let sock = match self.get_mut() {
+            BlockingIo::Plain(s) => &*s,
+            BlockingIo::Tls(s) => s.get_ref(),
+        };
+        Self::ready(|| sock.shutdown(std::net::Shutdown::Write))
+    }
+}
+
+impl Transport for std::net::TcpStream {
+    type Io = BlockingIo;
+
+    async fn open(addr: std::net::SocketAddr, timeout: Duration) -> io::Result<Self> {
+        let s = std::net::TcpStream::connect_timeout(&addr, timeout)?;
+        s.set_read_timeout(Some(timeout))?;
+        s.set_write_timeout(Some(timeout))?;
+        s.set_nodelay(true)?;
+        Ok(s)
+    }
+
+    /// The handshake runs here (not on the first request) so that its failures surface at
+    /// connect, as on the async transport; the socket timeouts bound it.
+    async fn secure(
+        mut self,
+        tls: Option<TlsTarget>,
+        _timeout: Duration,
+    ) -> io::Result<BlockingIo> {
+        let Some((config, name)) = tls else {
+            return Ok(BlockingIo::Plain(self));
+        };
+        let mut conn = rustls::ClientConnection::new(config, name).map_err(io::Error::other)?;
+        while conn.is_handshaking() {
+            if let Poll::Ready(Err(e)) = BlockingIo::ready(|| conn.complete_io(&mut self)) {
+                return Err(e);
+            }
+        }
+        Ok(BlockingIo::Tls(Box::new(rustls::StreamOwned::new(
+            conn, self,
+        ))))
+    }
+
+    /// The socket timeouts bound each read and write; there is no deadline for the whole
+    /// exchange (blocking callers never wait on the broker on purpose, e.g. a long Fetch).
+    async fn within<T>(
+        _deadline: Duration,
+        f: impl Future<Output = io::Result<T>>,
+    ) -> io::Result<T> {
+        f.await
+    }
+
+    async fn sleep(d: Duration) {
+        std::thread::sleep(d)
+    }
+}
+
+/// One connection to one broker over transport `T`: TLS, ApiVersions, SASL, then requests at
+/// negotiated versions, one at a time. Lives on one thread/executor.
+pub struct Connection<T: Transport> {
     addr: String,
-    stream: AsyncStream,
+    stream: T::Io,
     next_correlation: i32,
     client_id: String,
     versions: BrokerVersions,
@@ -553,7 +520,10 @@ pub struct AsyncConnection {
     reauth_at: Option<Instant>,
 }
 
-impl AsyncConnection {
+/// The async connection (glommio), for mirror fetchers, fetch sessions and the metadata sync.
+pub type AsyncConnection = Connection<glommio::net::TcpStream>;
+
+impl<T: Transport> Connection<T> {
     /// Connect (PLAINTEXT) and negotiate versions.
     pub async fn connect(
         addr: &str,
@@ -585,30 +555,12 @@ impl AsyncConnection {
                     "address did not resolve",
                 ))
             })?;
-        let stream = glommio::net::TcpStream::connect_timeout(sa, timeout)
+        let tcp = T::open(sa, timeout).await.map_err(io_err)?;
+        let stream = tcp
+            .secure(security.tls_for(addr)?, timeout)
             .await
-            .map_err(|e| io_err(e.into()))?;
-        stream.set_nodelay(true).map_err(|e| io_err(e.into()))?;
-        let stream = match security.tls_for(addr)? {
-            None => AsyncStream::Plain(stream),
-            Some((config, name)) => {
-                let connect = futures_rustls::TlsConnector::from(config).connect(name, stream);
-                match glommio::timer::timeout(timeout, async {
-                    connect.await.map_err(glommio::GlommioError::<()>::IoError)
-                })
-                .await
-                {
-                    Ok(s) => AsyncStream::Tls(Box::new(s)),
-                    Err(glommio::GlommioError::TimedOut(_)) => {
-                        return Err(ClientError::Timeout {
-                            addr: addr.to_owned(),
-                        })
-                    }
-                    Err(e) => return Err(io_err(e.into())),
-                }
-            }
-        };
-        let mut c = AsyncConnection {
+            .map_err(|e| exchange_error(addr, e))?;
+        let mut c = Connection {
             addr: addr.to_owned(),
             stream,
             next_correlation: 1,
@@ -618,10 +570,8 @@ impl AsyncConnection {
             reauth_at: None,
         };
         let (req, v) = codec::api_versions_request();
-        let corr = c.take_correlation();
-        let frame = codec::encode_request(&req, v, corr, &c.client_id)?;
-        let resp = c.roundtrip(frame).await?;
-        let resp = codec::decode_response::<ApiVersionsRequest>(resp, v, corr)?;
+        // Not negotiated yet: ApiVersions goes at the version we chose.
+        let resp = c.exchange(&req, v, Duration::ZERO).await?;
         if resp.error_code != 0 {
             return Err(ClientError::Kafka {
                 api: "ApiVersions",
@@ -677,53 +627,55 @@ impl AsyncConnection {
         c
     }
 
-    /// One request/response exchange with a deadline for the whole exchange. `extra_wait`
+    /// One request/response exchange with a deadline for the whole exchange. `extra`
     /// extends it (a Fetch legitimately waits `max_wait_ms` on the broker).
-    async fn roundtrip_with(
-        &mut self,
-        frame: Bytes,
-        extra: Duration,
-    ) -> Result<Bytes, ClientError> {
-        use futures_lite::{AsyncReadExt, AsyncWriteExt};
-        let addr = self.addr.clone();
+    async fn roundtrip(&mut self, frame: Bytes, extra: Duration) -> Result<Bytes, ClientError> {
         let stream = &mut self.stream;
         let fut = async move {
-            let conv = |e: io::Error| glommio::GlommioError::<()>::IoError(e);
-            stream.write_all(&frame).await.map_err(conv)?;
+            stream.write_all(&frame).await?;
             // TLS buffers records until flushed.
-            stream.flush().await.map_err(conv)?;
+            stream.flush().await?;
             let mut len = [0u8; 4];
-            stream.read_exact(&mut len).await.map_err(conv)?;
-            let n = codec::frame_len(len).map_err(|e| {
-                glommio::GlommioError::<()>::IoError(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    e.to_string(),
-                ))
-            })?;
+            stream.read_exact(&mut len).await?;
+            let n = match codec::frame_len(len) {
+                Ok(n) => n,
+                Err(e) => return Ok(Err(e)),
+            };
             // Memory follows the bytes that arrive, not the announced length.
             let mut body = Vec::with_capacity(n.min(codec::INITIAL_READ));
-            (&mut *stream)
-                .take(n as u64)
-                .read_to_end(&mut body)
-                .await
-                .map_err(conv)?;
+            (&mut *stream).take(n as u64).read_to_end(&mut body).await?;
             if body.len() != n {
-                return Err(conv(io::ErrorKind::UnexpectedEof.into()));
+                return Err(io::ErrorKind::UnexpectedEof.into());
             }
-            Ok(Bytes::from(body))
+            Ok(Ok(Bytes::from(body)))
         };
-        match glommio::timer::timeout(self.timeout + extra, fut).await {
-            Ok(b) => Ok(b),
-            Err(glommio::GlommioError::TimedOut(_)) => Err(ClientError::Timeout { addr }),
-            Err(e) => Err(ClientError::Io {
-                addr,
-                source: e.into(),
-            }),
-        }
+        T::within(self.timeout + extra, fut)
+            .await
+            .map_err(|e| exchange_error(&self.addr, e))?
     }
 
-    async fn roundtrip(&mut self, frame: Bytes) -> Result<Bytes, ClientError> {
-        self.roundtrip_with(frame, Duration::ZERO).await
+    /// Send `req` at version `v` and decode the answer.
+    async fn exchange<R: Request>(
+        &mut self,
+        req: &R,
+        v: i16,
+        extra_wait: Duration,
+    ) -> Result<R::Response, ClientError> {
+        let corr = self.take_correlation();
+        let frame = codec::encode_request(req, v, corr, &self.client_id)?;
+        let resp = self.roundtrip(frame, extra_wait).await?;
+        codec::decode_response::<R>(resp, v, corr)
+    }
+
+    /// The best common version of `R` within `[min_needed, cap]`.
+    fn pick<R: Request>(&self, min_needed: i16, cap: i16) -> Result<i16, ClientError> {
+        self.versions
+            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
+            .ok_or_else(|| ClientError::UnsupportedApi {
+                addr: self.addr.clone(),
+                api: api_name::<R>(),
+                key: R::KEY,
+            })
     }
 
     /// Send a standard request at the best common version within `[min_needed, cap]`;
@@ -735,21 +687,12 @@ impl AsyncConnection {
         cap: i16,
         extra_wait: Duration,
     ) -> Result<(i16, R::Response), ClientError> {
-        let v = self
-            .versions
-            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
-            .ok_or_else(|| ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: api_name::<R>(),
-                key: R::KEY,
-            })?;
-        let corr = self.take_correlation();
-        let frame = codec::encode_request(req, v, corr, &self.client_id)?;
-        let resp = self.roundtrip_with(frame, extra_wait).await?;
-        Ok((v, codec::decode_response::<R>(resp, v, corr)?))
+        let v = self.pick::<R>(min_needed, cap)?;
+        Ok((v, self.exchange(req, v, extra_wait).await?))
     }
 
-    /// Like [`Self::send_with`], but the request is built for the negotiated version.
+    /// Like [`Self::send_with`], but the request is built for the negotiated version
+    /// (kafka-protocol refuses fields a version does not have).
     pub async fn send_built<R: Request>(
         &mut self,
         min_needed: i16,
@@ -757,17 +700,11 @@ impl AsyncConnection {
         extra_wait: Duration,
         build: impl FnOnce(i16) -> R,
     ) -> Result<(i16, R::Response), ClientError> {
-        let v = self
-            .versions
-            .pick(R::KEY, versions_of::<R>(), min_needed, cap)
-            .ok_or_else(|| ClientError::UnsupportedApi {
-                addr: self.addr.clone(),
-                api: api_name::<R>(),
-                key: R::KEY,
-            })?;
-        self.send_with(&build(v), v, v, extra_wait).await
+        let v = self.pick::<R>(min_needed, cap)?;
+        Ok((v, self.exchange(&build(v), v, extra_wait).await?))
     }
 
+    /// Send a standard request at the best common version.
     pub async fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
         Ok(self
             .send_with(req, i16::MIN, i16::MAX, Duration::ZERO)
@@ -775,6 +712,7 @@ impl AsyncConnection {
             .1)
     }
 
+    /// Send a mirror API request (the broker must advertise the key).
     pub async fn send_mirror<R: MirrorRequest>(
         &mut self,
         req: &R,
@@ -788,8 +726,80 @@ impl AsyncConnection {
         }
         let corr = self.take_correlation();
         let frame = codec::encode_mirror_request(req, corr, &self.client_id);
-        let resp = self.roundtrip(frame).await?;
+        let resp = self.roundtrip(frame, Duration::ZERO).await?;
         codec::decode_mirror_response::<R>(resp, corr)
+    }
+}
+
+/// The blocking connection (std::net), for the admin CLI, the demo, dry runs and tests: a
+/// [`Connection`] over std TCP ([`BlockingIo`]), each call driven to completion on the calling thread.
+pub struct BlockingConnection(Connection<std::net::TcpStream>);
+
+impl BlockingConnection {
+    /// Connect (PLAINTEXT) and negotiate versions.
+    pub fn connect(addr: &str, client_id: &str, timeout: Duration) -> Result<Self, ClientError> {
+        Self::connect_secured(addr, client_id, timeout, &ClientSecurity::plaintext())
+    }
+
+    /// Connect with TLS and/or SASL as `security` says, then negotiate versions.
+    pub fn connect_secured(
+        addr: &str,
+        client_id: &str,
+        timeout: Duration,
+        security: &ClientSecurity,
+    ) -> Result<Self, ClientError> {
+        block_on(Connection::connect_secured(
+            addr, client_id, timeout, security,
+        ))
+        .map(BlockingConnection)
+    }
+
+    /// The connection itself, for code written once against [`Connection`].
+    pub fn get_mut(&mut self) -> &mut Connection<std::net::TcpStream> {
+        &mut self.0
+    }
+
+    /// See [`Connection::session_expiring`].
+    pub fn session_expiring(&self) -> bool {
+        self.0.session_expiring()
+    }
+
+    pub fn versions(&self) -> &BrokerVersions {
+        self.0.versions()
+    }
+
+    pub fn addr(&self) -> &str {
+        self.0.addr()
+    }
+
+    /// Send a standard request at the best common version within `[min_needed, cap]`.
+    pub fn send_with<R: Request>(
+        &mut self,
+        req: &R,
+        min_needed: i16,
+        cap: i16,
+    ) -> Result<(i16, R::Response), ClientError> {
+        block_on(self.0.send_with(req, min_needed, cap, Duration::ZERO))
+    }
+
+    /// Send a standard request at the best common version.
+    pub fn send<R: Request>(&mut self, req: &R) -> Result<R::Response, ClientError> {
+        block_on(self.0.send(req))
+    }
+
+    /// See [`Connection::send_built`].
+    pub fn send_built<R: Request>(
+        &mut self,
+        min_needed: i16,
+        cap: i16,
+        build: impl FnOnce(i16) -> R,
+    ) -> Result<(i16, R::Response), ClientError> {
+        block_on(self.0.send_built(min_needed, cap, Duration::ZERO, build))
+    }
+
+    /// Send a mirror API request (the broker must advertise the key).
+    pub fn send_mirror<R: MirrorRequest>(&mut self, req: &R) -> Result<R::Response, ClientError> {
+        block_on(self.0.send_mirror(req))
     }
 }
 
@@ -808,6 +818,7 @@ pub mod build {
         OffsetForLeaderEpochRequest, TopicName,
     };
     use kafka_protocol::protocol::StrBytes;
+    use kmirror_types::LeaderEpoch;
     use uuid::Uuid;
 
     /// `isolation_level` value for read_committed.
@@ -888,7 +899,7 @@ pub mod build {
         topic: &str,
         partition: i32,
         timestamp: i64,
-        current_leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
         read_committed: bool,
     ) -> ListOffsetsRequest {
         ListOffsetsRequest::default()
@@ -898,7 +909,7 @@ pub mod build {
                 .with_name(topic_name(topic))
                 .with_partitions(vec![ListOffsetsPartition::default()
                     .with_partition_index(partition)
-                    .with_current_leader_epoch(current_leader_epoch)
+                    .with_current_leader_epoch(current_leader_epoch.get())
                     .with_timestamp(timestamp)])])
     }
 
@@ -906,8 +917,8 @@ pub mod build {
     pub fn offsets_for_leader_epoch(
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
-        leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
+        leader_epoch: LeaderEpoch,
     ) -> OffsetForLeaderEpochRequest {
         OffsetForLeaderEpochRequest::default()
             .with_replica_id(BrokerId(-1))
@@ -915,8 +926,8 @@ pub mod build {
                 .with_topic(topic_name(topic))
                 .with_partitions(vec![OffsetForLeaderPartition::default()
                     .with_partition(partition)
-                    .with_current_leader_epoch(current_leader_epoch)
-                    .with_leader_epoch(leader_epoch)])])
+                    .with_current_leader_epoch(current_leader_epoch.get())
+                    .with_leader_epoch(leader_epoch.get())])])
     }
 
     /// DescribeConfigs of topics (resource type 2 = topic), all keys.
@@ -970,6 +981,129 @@ mod tests {
     use super::*;
     use bytes::Buf;
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
+    use kmirror_types::LeaderEpoch;
+
+    /// A one-shot TLS peer on loopback (rustls server, certificate from rcgen) that answers
+    /// the client's ApiVersions and then waits for the client to hang up; returns its
+    /// address and the CA file the client must trust.
+    fn tls_peer() -> (String, tempfile::NamedTempFile) {
+        use std::io::{Read, Write};
+        let ck = rcgen::generate_simple_self_signed(vec!["localhost".to_string()]).unwrap();
+        let mut ca = tempfile::NamedTempFile::new().unwrap();
+        ca.write_all(ck.cert.pem().as_bytes()).unwrap();
+        let key = rustls::pki_types::PrivateKeyDer::Pkcs8(ck.key_pair.serialize_der().into());
+        let config = rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![ck.cert.der().clone()], key)
+        .unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (sock, _) = listener.accept().unwrap();
+            let conn = rustls::ServerConnection::new(Arc::new(config)).unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, sock);
+            let mut len = [0u8; 4];
+            tls.read_exact(&mut len).unwrap();
+            let mut req = vec![0u8; i32::from_be_bytes(len) as usize];
+            tls.read_exact(&mut req).unwrap();
+            let mut req = Bytes::from(req);
+            let hdr = RequestHeader::decode(&mut req, 2).unwrap();
+            assert_eq!(hdr.request_api_key, 18, "ApiVersions comes first");
+            let resp = ApiVersionsResponse::default().with_api_keys(vec![
+                kafka_protocol::messages::api_versions_response::ApiVersion::default()
+                    .with_api_key(18)
+                    .with_min_version(0)
+                    .with_max_version(3),
+            ]);
+            let mut b = BytesMut::new();
+            b.put_i32(0);
+            kafka_protocol::messages::ResponseHeader::default()
+                .with_correlation_id(hdr.correlation_id)
+                .encode(&mut b, 0)
+                .unwrap();
+            resp.encode(&mut b, 3).unwrap();
+            let n = (b.len() - 4) as i32;
+            b[..4].copy_from_slice(&n.to_be_bytes());
+            tls.write_all(&b).unwrap();
+            tls.flush().unwrap();
+            let _ = tls.read(&mut [0u8; 16]);
+        });
+        (addr, ca)
+    }
+
+    fn tls_security(ca: &tempfile::NamedTempFile) -> ClientSecurity {
+        let props = [
+            ("security.protocol", "SSL".to_string()),
+            ("ssl.truststore.location", ca.path().display().to_string()),
+            // The peer's certificate names localhost; we dial 127.0.0.1.
+            ("ssl.endpoint.identification.algorithm", String::new()),
+        ];
+        ClientSecurity::from_properties(
+            &props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn blocking_transport_completes_a_tls_handshake_and_api_versions() {
+        let (addr, ca) = tls_peer();
+        let started = Instant::now();
+        let c = BlockingConnection::connect_secured(
+            &addr,
+            "t",
+            Duration::from_secs(5),
+            &tls_security(&ca),
+        )
+        .expect("TLS connect");
+        assert_eq!(c.versions().apis.get(&18), Some(&(0, 3)));
+        // A handshake that stalls until the socket timeout would still succeed, but late.
+        assert!(
+            started.elapsed() < Duration::from_secs(4),
+            "{:?}",
+            started.elapsed()
+        );
+    }
+
+    #[test]
+    fn async_transport_completes_a_tls_handshake_and_api_versions() {
+        let (addr, ca) = tls_peer();
+        let versions = glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                let c = AsyncConnection::connect_secured(
+                    &addr,
+                    "t",
+                    Duration::from_secs(5),
+                    &tls_security(&ca),
+                )
+                .await
+                .expect("TLS connect");
+                c.versions().clone()
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert_eq!(versions.apis.get(&18), Some(&(0, 3)));
+    }
+
+    #[test]
+    fn a_silent_broker_is_a_timeout_not_a_hang() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let _keep = std::thread::spawn(move || listener.accept().map(|(s, _)| s));
+        let r = BlockingConnection::connect(&addr, "t", Duration::from_millis(300));
+        assert!(
+            matches!(r, Err(ClientError::Timeout { .. })),
+            "{:?}",
+            r.err()
+        );
+    }
 
     #[test]
     fn version_pick_takes_the_highest_common_version_within_bounds() {
@@ -1059,10 +1193,16 @@ mod tests {
             enc(&build::metadata(Some(&["t".to_string()])), v);
         }
         for v in 4..=10 {
-            enc::<ListOffsetsRequest>(&build::list_offsets("t", 0, build::EARLIEST, 3, true), v);
+            enc::<ListOffsetsRequest>(
+                &build::list_offsets("t", 0, build::EARLIEST, LeaderEpoch(3), true),
+                v,
+            );
         }
         for v in 3..=4 {
-            enc::<OffsetForLeaderEpochRequest>(&build::offsets_for_leader_epoch("t", 0, 3, 2), v);
+            enc::<OffsetForLeaderEpochRequest>(
+                &build::offsets_for_leader_epoch("t", 0, LeaderEpoch(3), LeaderEpoch(2)),
+                v,
+            );
         }
         let part = build::FetchPart {
             topic: "t".into(),

@@ -1,8 +1,8 @@
 //! Security of the Kafka client connections ([`crate::client`]): Kafka client properties
 //! (`security.protocol`, `ssl.*`, `sasl.*`) checked and turned once into a [`ClientSecurity`]
 //! (a rustls client config and SASL credentials), and the SASL exchange as a small sans-io
-//! state machine ([`SaslExchange`]) that both the async and the blocking connection drive
-//! over SaslHandshake v1 + SaslAuthenticate (KIP-152).
+//! state machine ([`SaslExchange`]) that [`crate::client::Connection`] drives (once, for both
+//! transports) over SaslHandshake v1 + SaslAuthenticate (KIP-152).
 //!
 //! Each mirror builds its own [`ClientSecurity`] from its own settings, so two mirrors never
 //! share credentials or TLS state (seed 003: per-mirror connection isolation).

@@ -8,7 +8,8 @@
 //!   synchronous and no borrow is held across an `.await`, so the broker keeps serving the
 //!   partition while the fetcher waits on the network.
 //! - [`Source`]: the source cluster (leader lookup, consumer Fetch, ListOffsets, sleeping and
-//!   the clock). [`KafkaSource`] is the real one over [`crate::client::AsyncConnection`].
+//!   the clock). [`KafkaSource`] is the real one over [`crate::client::Connection`] (async on
+//!   glommio; [`BlockingSource`] is the same code over blocking sockets, for dry runs).
 //!
 //! Rules (SPEC "Data path"): consumer Fetch (replica id -1), read_committed, topic ids, the
 //! known source leader epoch (starting unknown, -1), last-fetched-epoch checks off.
@@ -32,10 +33,10 @@ use kmirror_log::batch::{
     ATTRIBUTES_POS, BASE_TIMESTAMP_POS, LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD,
     MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS, RECORDS_COUNT_POS,
 };
-use kmirror_types::TopicPartition;
+use kmirror_types::{LeaderEpoch, TopicPartition};
 use uuid::Uuid;
 
-use crate::client::{build, AsyncConnection, ClientError};
+use crate::client::{build, BlockingConnection, ClientError, Connection, Transport};
 use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::keys::error as code;
 
@@ -269,7 +270,7 @@ pub trait Source {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
         timestamp: i64,
     ) -> Result<(i16, i64), SourceError>;
     /// LastMirroredEpochs of a source that is a kmirror: the last source epoch it mirrored
@@ -286,8 +287,8 @@ pub trait Source {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
-        epoch: i32,
+        current_leader_epoch: LeaderEpoch,
+        epoch: LeaderEpoch,
     ) -> Result<(i16, i32, i64), SourceError>;
     async fn sleep(&mut self, d: Duration);
     fn now_ms(&self) -> i64;
@@ -1094,10 +1095,16 @@ impl PartitionFetcher {
     ) -> Step {
         let (t, p) = (self.tp.topic.clone(), self.tp.partition);
         let start = source
-            .list_offset(leader, &t, p, self.source_epoch, build::EARLIEST)
+            .list_offset(
+                leader,
+                &t,
+                p,
+                LeaderEpoch(self.source_epoch),
+                build::EARLIEST,
+            )
             .await;
         let end = source
-            .list_offset(leader, &t, p, self.source_epoch, build::LATEST)
+            .list_offset(leader, &t, p, LeaderEpoch(self.source_epoch), build::LATEST)
             .await;
         let (start, end) = match (start, end) {
             (Ok((code::NONE, s)), Ok((code::NONE, e))) => (s, e),
@@ -1224,7 +1231,13 @@ pub async fn plan_preparation<S: Source, L: LocalPartition>(
     };
     let leader = source.leader(&tp.topic, tp.partition).await?;
     let (c, source_epoch, source_end) = source
-        .end_offset_for_epoch(&leader, &tp.topic, tp.partition, leader.leader_epoch, lme)
+        .end_offset_for_epoch(
+            &leader,
+            &tp.topic,
+            tp.partition,
+            LeaderEpoch(leader.leader_epoch),
+            LeaderEpoch(lme),
+        )
         .await?;
     if c != code::NONE {
         return Err(SourceError::Other(format!(
@@ -1322,18 +1335,31 @@ pub async fn mirror_partition<S: Source, L: LocalPartition, O: FetchObserver>(
 
 /// The real source: metadata from any reachable broker, fetches from the partition leader.
 /// Connections are cached per broker address and dropped on connection-level errors.
-pub struct KafkaSource {
+/// Transport `T` is glommio's by default; [`BlockingSource`] is the same source over
+/// blocking sockets.
+pub struct KafkaSource<T: Transport = glommio::net::TcpStream> {
     bootstrap: Vec<String>,
     client_id: String,
     timeout: Duration,
-    conns: HashMap<String, AsyncConnection>,
+    conns: HashMap<String, Connection<T>>,
     security: Result<ClientSecurity, SecurityConfigError>,
 }
+
+/// [`KafkaSource`] over blocking sockets, for the admin CLI (dry runs) and tests. Its async
+/// methods block the calling thread; drive it with `futures_lite::future::block_on`.
+pub type BlockingSource = KafkaSource<std::net::TcpStream>;
 
 impl KafkaSource {
     /// `client_id` should be deterministic so the source can apply client quotas; see
     /// [`fetcher_client_id`].
     pub fn new(bootstrap: &str, client_id: String, timeout: Duration) -> Self {
+        Self::over(bootstrap, client_id, timeout)
+    }
+}
+
+impl<T: Transport> KafkaSource<T> {
+    /// A source over transport `T` (see [`KafkaSource::new`]).
+    pub fn over(bootstrap: &str, client_id: String, timeout: Duration) -> Self {
         KafkaSource {
             bootstrap: bootstrap
                 .split(',')
@@ -1353,7 +1379,7 @@ impl KafkaSource {
         self
     }
 
-    async fn conn(&mut self, addr: &str) -> Result<&mut AsyncConnection, ClientError> {
+    async fn conn(&mut self, addr: &str) -> Result<&mut Connection<T>, ClientError> {
         // A SASL session near its broker-set lifetime is replaced (KIP-368 by reconnecting).
         if self.conns.get(addr).is_some_and(|c| c.session_expiring()) {
             self.conns.remove(addr);
@@ -1363,8 +1389,8 @@ impl KafkaSource {
                 addr: addr.to_owned(),
                 reason: e.to_string(),
             })?;
-            let c = AsyncConnection::connect_secured(addr, &self.client_id, self.timeout, security)
-                .await?;
+            let c =
+                Connection::connect_secured(addr, &self.client_id, self.timeout, security).await?;
             self.conns.insert(addr.to_owned(), c);
         }
         Ok(self.conns.get_mut(addr).expect("inserted above"))
@@ -1375,38 +1401,32 @@ impl KafkaSource {
             self.conns.remove(addr);
         }
     }
+
+    /// [`Self::drop_on_fatal`] for a result whose client errors come wrapped.
+    fn drop_on_fatal_source<R>(
+        &mut self,
+        addr: &str,
+        r: Result<R, SourceError>,
+    ) -> Result<R, SourceError> {
+        if let Err(SourceError::Client(e)) = &r {
+            self.drop_on_fatal(addr, e);
+        }
+        r
+    }
 }
 
-impl KafkaSource {
+impl<T: Transport> KafkaSource<T> {
     /// Send to any reachable broker (known connections first, then bootstrap).
-    async fn send_any<R: kafka_protocol::protocol::Request>(
+    async fn send_any<R: kafka_protocol::protocol::Request + Clone>(
         &mut self,
         req: &R,
         min_version: i16,
     ) -> Result<R::Response, SourceError> {
-        let mut candidates: Vec<String> = self.conns.keys().cloned().collect();
-        candidates.extend(self.bootstrap.iter().cloned());
-        candidates.dedup();
-        let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
-        for addr in candidates {
-            let r = match self.conn(&addr).await {
-                Ok(c) => {
-                    c.send_with(req, min_version, i16::MAX, Duration::ZERO)
-                        .await
-                }
-                Err(e) => Err(e),
-            };
-            match r {
-                Ok((_, resp)) => return Ok(resp),
-                Err(e) => {
-                    self.drop_on_fatal(&addr, &e);
-                    last_err = e.into();
-                }
-            }
-        }
-        Err(last_err)
+        self.send_any_built(min_version, |_| req.clone()).await
     }
 
+    /// Like [`Self::send_any`], the request built for the version negotiated with the broker
+    /// that answers.
     async fn send_any_built<R: kafka_protocol::protocol::Request>(
         &mut self,
         min_version: i16,
@@ -1537,9 +1557,6 @@ impl KafkaSource {
         use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
         use kafka_protocol::messages::MetadataRequest;
         use kmirror_control::mirror::SourceLookup as L;
-        const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
-        const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
-        const UNKNOWN_TOPIC_ID: i16 = 100;
         let by_name = match self
             .send_any(&build::metadata(Some(&[name.to_owned()])), 10)
             .await
@@ -1549,10 +1566,10 @@ impl KafkaSource {
         };
         match by_name.topics.first().map(|t| (t.error_code, t.topic_id)) {
             Some((code::NONE, tid)) => return L::Present(tid),
-            Some((TOPIC_AUTHORIZATION_FAILED, _)) => {
+            Some((code::TOPIC_AUTHORIZATION_FAILED, _)) => {
                 return L::Unauthorized(format!("{name}: TOPIC_AUTHORIZATION_FAILED"))
             }
-            Some((UNKNOWN_TOPIC_OR_PARTITION, _)) => {}
+            Some((code::UNKNOWN_TOPIC_OR_PARTITION, _)) => {}
             Some((c, _)) => return L::Failed(format!("metadata of {name}: {}", code::name(c))),
             None => return L::Failed(format!("metadata of {name}: empty answer")),
         }
@@ -1564,9 +1581,9 @@ impl KafkaSource {
             .with_allow_auto_topic_creation(false);
         match self.send_any(&req, 12).await {
             Ok(md) => match md.topics.first().map(|t| t.error_code) {
-                Some(UNKNOWN_TOPIC_ID) => L::Gone,
+                Some(code::UNKNOWN_TOPIC_ID) => L::Gone,
                 Some(code::NONE) => L::Present(id),
-                Some(TOPIC_AUTHORIZATION_FAILED) => {
+                Some(code::TOPIC_AUTHORIZATION_FAILED) => {
                     L::Unauthorized(format!("topic id {id}: TOPIC_AUTHORIZATION_FAILED"))
                 }
                 Some(c) => L::Failed(format!("metadata of topic id {id}: {}", code::name(c))),
@@ -1594,10 +1611,9 @@ impl KafkaSource {
             .with_operation(1)
             .with_permission_type(1);
         let r = self.send_any(&req, 1).await?;
-        const SECURITY_DISABLED: i16 = 54;
         match r.error_code {
             code::NONE => {}
-            SECURITY_DISABLED => return Ok(None),
+            code::SECURITY_DISABLED => return Ok(None),
             c => {
                 return Err(SourceError::Other(format!(
                     "DescribeAcls: {}",
@@ -1709,7 +1725,7 @@ impl KafkaSource {
     }
 }
 
-impl KafkaSource {
+impl<T: Transport> KafkaSource<T> {
     /// Metadata for `topics` from any reachable broker (shared fetchers cache it per topic).
     pub(crate) async fn metadata(
         &mut self,
@@ -1777,7 +1793,7 @@ pub fn fetcher_client_id(node_id: i32, fetcher_id: u32, mirror: &str) -> String 
     format!("kmirror-{node_id}-fetcher-{fetcher_id}-{mirror}")
 }
 
-impl Source for KafkaSource {
+impl<T: Transport> Source for KafkaSource<T> {
     async fn leader(&mut self, topic: &str, partition: i32) -> Result<SourceLeader, SourceError> {
         let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
         let mut candidates: Vec<String> = self.conns.keys().cloned().collect();
@@ -1860,29 +1876,17 @@ impl Source for KafkaSource {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
         timestamp: i64,
     ) -> Result<(i16, i64), SourceError> {
-        let req = build::list_offsets(topic, partition, timestamp, current_leader_epoch, true);
         let addr = leader.addr.clone();
-        let resp = match self.conn(&addr).await {
-            Ok(c) => c.send_with(&req, 4, i16::MAX, Duration::ZERO).await,
-            Err(e) => Err(e),
-        };
-        let (_, resp) = match resp {
-            Ok(r) => r,
-            Err(e) => {
-                self.drop_on_fatal(&addr, &e);
-                return Err(e.into());
+        let r = match self.conn(&addr).await {
+            Ok(c) => {
+                list_offset_over(c, topic, partition, current_leader_epoch, timestamp, true).await
             }
+            Err(e) => Err(e.into()),
         };
-        let p = resp
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .find(|p| p.partition_index == partition)
-            .ok_or_else(|| SourceError::Other("partition missing from ListOffsets".into()))?;
-        Ok((p.error_code, p.offset))
+        self.drop_on_fatal_source(&addr, r)
     }
 
     async fn last_mirrored_epoch(
@@ -1891,19 +1895,6 @@ impl Source for KafkaSource {
         topic: &str,
         partition: i32,
     ) -> Result<Option<i32>, SourceError> {
-        use crate::api::{LastMirroredEpochsRequest, PartitionIndex, TopicPartitionsQuery};
-        let req = LastMirroredEpochsRequest {
-            mirror_name: mirror.to_owned(),
-            topics: vec![TopicPartitionsQuery {
-                name: topic.to_owned(),
-                partitions: vec![PartitionIndex {
-                    partition_index: partition,
-                    ..Default::default()
-                }],
-                ..Default::default()
-            }],
-            ..Default::default()
-        };
         let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
         for addr in self.bootstrap.clone() {
             let conn = match self.conn(&addr).await {
@@ -1914,27 +1905,8 @@ impl Source for KafkaSource {
                     continue;
                 }
             };
-            if !conn.versions().supports_mirroring() {
-                // An Apache Kafka source keeps no LME.
-                return Ok(None);
-            }
-            return match conn.send_mirror(&req).await {
-                Ok(r) if r.error_code != code::NONE => Err(SourceError::Other(format!(
-                    "LastMirroredEpochs: {}",
-                    code::name(r.error_code)
-                ))),
-                Ok(r) => Ok(r
-                    .topics
-                    .iter()
-                    .flat_map(|t| t.partitions.iter())
-                    .find(|p| p.partition_index == partition && p.error_code == code::NONE)
-                    .map(|p| p.last_mirrored_epoch)
-                    .filter(|e| *e >= 0)),
-                Err(e) => {
-                    self.drop_on_fatal(&addr, &e);
-                    Err(e.into())
-                }
-            };
+            let r = lme_over(conn, mirror, topic, partition).await;
+            return self.drop_on_fatal_source(&addr, r);
         }
         Err(last_err)
     }
@@ -1944,36 +1916,19 @@ impl Source for KafkaSource {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
-        epoch: i32,
+        current_leader_epoch: LeaderEpoch,
+        epoch: LeaderEpoch,
     ) -> Result<(i16, i32, i64), SourceError> {
-        let req = build::offsets_for_leader_epoch(topic, partition, current_leader_epoch, epoch);
         let addr = leader.addr.clone();
-        let resp = match self.conn(&addr).await {
-            // Consumer (replica id -1) OffsetsForLeaderEpoch needs v3+.
-            Ok(c) => c.send_with(&req, 3, i16::MAX, Duration::ZERO).await,
-            Err(e) => Err(e),
+        let r = match self.conn(&addr).await {
+            Ok(c) => epoch_end_over(c, topic, partition, current_leader_epoch, epoch).await,
+            Err(e) => Err(e.into()),
         };
-        let (_, resp) = match resp {
-            Ok(r) => r,
-            Err(e) => {
-                self.drop_on_fatal(&addr, &e);
-                return Err(e.into());
-            }
-        };
-        let p = resp
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .find(|p| p.partition == partition)
-            .ok_or_else(|| {
-                SourceError::Other("partition missing from OffsetsForLeaderEpoch".into())
-            })?;
-        Ok((p.error_code, p.leader_epoch, p.end_offset))
+        self.drop_on_fatal_source(&addr, r)
     }
 
     async fn sleep(&mut self, d: Duration) {
-        glommio::timer::sleep(d).await
+        T::sleep(d).await
     }
 
     fn now_ms(&self) -> i64 {
@@ -1981,160 +1936,36 @@ impl Source for KafkaSource {
     }
 }
 
-/// A [`Source`] over blocking connections, for the admin CLI (dry runs) and tests. Its async
-/// methods block the calling thread; drive it with `futures_lite::future::block_on`.
-pub struct BlockingSource {
-    bootstrap: Vec<String>,
-    client_id: String,
-    timeout: Duration,
-    conns: HashMap<String, crate::client::BlockingConnection>,
-    security: ClientSecurity,
+/// ListOffsets of one partition on `c`: (error code, offset).
+async fn list_offset_over<T: Transport>(
+    c: &mut Connection<T>,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: LeaderEpoch,
+    timestamp: i64,
+    read_committed: bool,
+) -> Result<(i16, i64), SourceError> {
+    let req = build::list_offsets(
+        topic,
+        partition,
+        timestamp,
+        current_leader_epoch,
+        read_committed,
+    );
+    let (_, r) = c.send_with(&req, 4, i16::MAX, Duration::ZERO).await?;
+    let p = r
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == partition)
+        .ok_or_else(|| SourceError::Other("partition missing from ListOffsets".into()))?;
+    Ok((p.error_code, p.offset))
 }
 
-impl BlockingSource {
-    pub fn new(bootstrap: &str, client_id: String, timeout: Duration) -> Self {
-        BlockingSource {
-            bootstrap: bootstrap
-                .split(',')
-                .map(|s| s.trim().to_owned())
-                .filter(|s| !s.is_empty())
-                .collect(),
-            client_id,
-            timeout,
-            conns: HashMap::new(),
-            security: ClientSecurity::plaintext(),
-        }
-    }
-
-    /// TLS / SASL for every connection of this source.
-    pub fn with_security(mut self, security: ClientSecurity) -> Self {
-        self.security = security;
-        self
-    }
-
-    fn conn(&mut self, addr: &str) -> Result<&mut crate::client::BlockingConnection, ClientError> {
-        if self.conns.get(addr).is_some_and(|c| c.session_expiring()) {
-            self.conns.remove(addr);
-        }
-        if !self.conns.contains_key(addr) {
-            let c = crate::client::BlockingConnection::connect_secured(
-                addr,
-                &self.client_id,
-                self.timeout,
-                &self.security,
-            )?;
-            self.conns.insert(addr.to_owned(), c);
-        }
-        Ok(self.conns.get_mut(addr).expect("inserted above"))
-    }
-
-    fn first(&mut self) -> Result<&mut crate::client::BlockingConnection, SourceError> {
-        let mut last = SourceError::Other("no bootstrap servers".to_owned());
-        for addr in self.bootstrap.clone() {
-            match self.conn(&addr) {
-                Ok(_) => return Ok(self.conns.get_mut(&addr).expect("connected")),
-                Err(e) => last = e.into(),
-            }
-        }
-        Err(last)
-    }
-}
-
-impl Source for BlockingSource {
-    async fn leader(&mut self, topic: &str, partition: i32) -> Result<SourceLeader, SourceError> {
-        let c = self.first()?;
-        let (_, md) = c.send_with(&build::metadata(Some(&[topic.to_owned()])), 10, i16::MAX)?;
-        let t = md
-            .topics
-            .iter()
-            .find(|t| t.name.as_ref().map(|n| n.0.as_str()) == Some(topic))
-            .filter(|t| t.error_code == code::NONE)
-            .ok_or_else(|| SourceError::Other(format!("topic {topic} not found on the source")))?;
-        let p = t
-            .partitions
-            .iter()
-            .find(|p| p.partition_index == partition && p.leader_id.0 >= 0)
-            .ok_or_else(|| SourceError::Other(format!("{topic}-{partition} has no leader")))?;
-        let b = md
-            .brokers
-            .iter()
-            .find(|b| b.node_id == p.leader_id)
-            .ok_or_else(|| SourceError::Other("leader not in broker list".into()))?;
-        Ok(SourceLeader {
-            broker_id: p.leader_id.0,
-            addr: format!("{}:{}", b.host, b.port),
-            leader_epoch: p.leader_epoch,
-            topic_id: t.topic_id,
-        })
-    }
-
-    async fn fetch(
-        &mut self,
-        _leader: &SourceLeader,
-        _req: &build::FetchPart,
-        _cfg: &FetcherConfig,
-    ) -> Result<FetchOutcome, SourceError> {
-        Err(SourceError::Other(
-            "BlockingSource does not fetch (planning only)".into(),
-        ))
-    }
-
-    async fn list_offset(
-        &mut self,
-        leader: &SourceLeader,
-        topic: &str,
-        partition: i32,
-        current_leader_epoch: i32,
-        timestamp: i64,
-    ) -> Result<(i16, i64), SourceError> {
-        let c = self.conn(&leader.addr)?;
-        let (_, r) = c.send_with(
-            &build::list_offsets(topic, partition, timestamp, current_leader_epoch, true),
-            4,
-            i16::MAX,
-        )?;
-        let p = r
-            .topics
-            .iter()
-            .flat_map(|t| t.partitions.iter())
-            .next()
-            .ok_or_else(|| SourceError::Other("empty ListOffsets response".into()))?;
-        Ok((p.error_code, p.offset))
-    }
-
-    async fn last_mirrored_epoch(
-        &mut self,
-        mirror: &str,
-        topic: &str,
-        partition: i32,
-    ) -> Result<Option<i32>, SourceError> {
-        let c = self.first()?;
-        lme_over(c, mirror, topic, partition)
-    }
-
-    async fn end_offset_for_epoch(
-        &mut self,
-        leader: &SourceLeader,
-        topic: &str,
-        partition: i32,
-        current_leader_epoch: i32,
-        epoch: i32,
-    ) -> Result<(i16, i32, i64), SourceError> {
-        let c = self.conn(&leader.addr)?;
-        epoch_end_over(c, topic, partition, current_leader_epoch, epoch)
-    }
-
-    async fn sleep(&mut self, d: Duration) {
-        std::thread::sleep(d)
-    }
-
-    fn now_ms(&self) -> i64 {
-        now_ms()
-    }
-}
-
-fn lme_over(
-    c: &mut crate::client::BlockingConnection,
+/// LastMirroredEpochs of one partition on `c`; None when `c` is not a kmirror (an Apache Kafka
+/// source keeps no LME) or has no record.
+async fn lme_over<T: Transport>(
+    c: &mut Connection<T>,
     mirror: &str,
     topic: &str,
     partition: i32,
@@ -2143,18 +1974,20 @@ fn lme_over(
     if !c.versions().supports_mirroring() {
         return Ok(None);
     }
-    let r = c.send_mirror(&LastMirroredEpochsRequest {
-        mirror_name: mirror.to_owned(),
-        topics: vec![TopicPartitionsQuery {
-            name: topic.to_owned(),
-            partitions: vec![PartitionIndex {
-                partition_index: partition,
+    let r = c
+        .send_mirror(&LastMirroredEpochsRequest {
+            mirror_name: mirror.to_owned(),
+            topics: vec![TopicPartitionsQuery {
+                name: topic.to_owned(),
+                partitions: vec![PartitionIndex {
+                    partition_index: partition,
+                    ..Default::default()
+                }],
                 ..Default::default()
             }],
             ..Default::default()
-        }],
-        ..Default::default()
-    })?;
+        })
+        .await?;
     if r.error_code != code::NONE {
         return Err(SourceError::Other(format!(
             "LastMirroredEpochs: {}",
@@ -2169,30 +2002,29 @@ fn lme_over(
         .filter(|e| *e >= 0))
 }
 
-fn epoch_end_over(
-    c: &mut crate::client::BlockingConnection,
+/// OffsetsForLeaderEpoch (consumer) of one partition on `c`: (error code, epoch, end offset).
+async fn epoch_end_over<T: Transport>(
+    c: &mut Connection<T>,
     topic: &str,
     partition: i32,
-    current_leader_epoch: i32,
-    epoch: i32,
+    current_leader_epoch: LeaderEpoch,
+    epoch: LeaderEpoch,
 ) -> Result<(i16, i32, i64), SourceError> {
-    let (_, r) = c.send_with(
-        &build::offsets_for_leader_epoch(topic, partition, current_leader_epoch, epoch),
-        3,
-        i16::MAX,
-    )?;
+    let req = build::offsets_for_leader_epoch(topic, partition, current_leader_epoch, epoch);
+    // Consumer (replica id -1) OffsetsForLeaderEpoch needs v3+.
+    let (_, r) = c.send_with(&req, 3, i16::MAX, Duration::ZERO).await?;
     let p = r
         .topics
         .iter()
         .flat_map(|t| t.partitions.iter())
-        .next()
-        .ok_or_else(|| SourceError::Other("empty OffsetsForLeaderEpoch response".into()))?;
+        .find(|p| p.partition == partition)
+        .ok_or_else(|| SourceError::Other("partition missing from OffsetsForLeaderEpoch".into()))?;
     Ok((p.error_code, p.leader_epoch, p.end_offset))
 }
 
 /// A destination partition seen over the wire (read-only): what a dry run needs.
 struct RemotePartitionView<'a> {
-    conn: RefCell<&'a mut crate::client::BlockingConnection>,
+    conn: RefCell<&'a mut BlockingConnection>,
     topic: String,
     partition: i32,
     start: i64,
@@ -2220,7 +2052,15 @@ impl LocalPartition for RemotePartitionView<'_> {
     }
     async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
         let mut c = self.conn.borrow_mut();
-        match epoch_end_over(&mut c, &self.topic, self.partition, -1, epoch) {
+        // A blocking connection's futures complete in one poll; no borrow outlives this call.
+        let r = futures_lite::future::block_on(epoch_end_over(
+            c.get_mut(),
+            &self.topic,
+            self.partition,
+            LeaderEpoch::UNKNOWN,
+            LeaderEpoch(epoch),
+        ));
+        match r {
             Ok((code::NONE, e, o)) if e >= 0 && o >= 0 => Some((e, o)),
             _ => None,
         }
@@ -2241,17 +2081,19 @@ pub struct DryRunRow {
 /// `kmirror mirror add --dry-run`: for each partition of `topics` that exists on the
 /// destination, what adding it to `mirror` would truncate, computed over the wire exactly as
 /// the PREPARING step will (the destination's own LME, the source's LastMirroredEpochs and
-/// OffsetsForLeaderEpoch on both sides). Changes nothing anywhere.
+/// OffsetsForLeaderEpoch on both sides, through the same [`KafkaSource`] code). Changes
+/// nothing anywhere.
 pub fn dry_run_plan(
-    dest: &mut crate::client::BlockingConnection,
+    dest: &mut BlockingConnection,
     source_bootstrap: &str,
     source_security: &ClientSecurity,
     mirror: &str,
     topics: &[String],
     timeout: Duration,
 ) -> Result<Vec<DryRunRow>, SourceError> {
-    let mut source = BlockingSource::new(source_bootstrap, "kmirror-cli-dry-run".into(), timeout)
-        .with_security(source_security.clone());
+    use futures_lite::future::block_on;
+    let mut source = BlockingSource::over(source_bootstrap, "kmirror-cli-dry-run".into(), timeout)
+        .with_security(Ok(source_security.clone()));
     let (_, md) = dest.send_with(&build::metadata(Some(topics)), 10, i16::MAX)?;
     let mut rows = Vec::new();
     for t in topics {
@@ -2267,27 +2109,25 @@ pub fn dry_run_plan(
         parts.sort_unstable();
         for p in parts {
             let tp = TopicPartition::new(t.clone(), p);
-            let local_lme = lme_over(dest, mirror, t, p)?;
-            let bound =
-                |dest: &mut crate::client::BlockingConnection, ts| -> Result<i64, SourceError> {
-                    let (_, r) =
-                        dest.send_with(&build::list_offsets(t, p, ts, -1, false), 4, i16::MAX)?;
-                    let x = r
-                        .topics
-                        .iter()
-                        .flat_map(|t| t.partitions.iter())
-                        .next()
-                        .ok_or_else(|| SourceError::Other("empty ListOffsets response".into()))?;
-                    if x.error_code != code::NONE {
-                        return Err(SourceError::Other(format!(
-                            "ListOffsets {tp} on the destination: {}",
-                            code::name(x.error_code)
-                        )));
-                    }
-                    Ok(x.offset)
-                };
-            let start = bound(dest, build::EARLIEST)?;
-            let end = bound(dest, build::LATEST)?;
+            let local_lme = block_on(lme_over(dest.get_mut(), mirror, t, p))?;
+            let mut bound = |ts| -> Result<i64, SourceError> {
+                match block_on(list_offset_over(
+                    dest.get_mut(),
+                    t,
+                    p,
+                    LeaderEpoch::UNKNOWN,
+                    ts,
+                    false,
+                ))? {
+                    (code::NONE, offset) => Ok(offset),
+                    (c, _) => Err(SourceError::Other(format!(
+                        "ListOffsets {tp} on the destination: {}",
+                        code::name(c)
+                    ))),
+                }
+            };
+            let start = bound(build::EARLIEST)?;
+            let end = bound(build::LATEST)?;
             let view = RemotePartitionView {
                 conn: RefCell::new(&mut *dest),
                 topic: t.clone(),
@@ -2295,13 +2135,7 @@ pub fn dry_run_plan(
                 start,
                 end,
             };
-            let plan = futures_lite::future::block_on(plan_preparation(
-                &mut source,
-                &view,
-                mirror,
-                &tp,
-                local_lme,
-            ))?;
+            let plan = block_on(plan_preparation(&mut source, &view, mirror, &tp, local_lme))?;
             rows.push(DryRunRow {
                 topic: t.clone(),
                 partition: p,
@@ -2559,7 +2393,7 @@ mod tests {
             _l: &SourceLeader,
             _t: &str,
             _p: i32,
-            _e: i32,
+            _e: LeaderEpoch,
             ts: i64,
         ) -> Result<(i16, i64), SourceError> {
             Ok((
@@ -2584,9 +2418,10 @@ mod tests {
             _l: &SourceLeader,
             _t: &str,
             _p: i32,
-            _c: i32,
-            epoch: i32,
+            _c: LeaderEpoch,
+            epoch: LeaderEpoch,
         ) -> Result<(i16, i32, i64), SourceError> {
+            let epoch = epoch.get();
             let end = self.end();
             Ok(
                 match epoch_end(
@@ -3131,7 +2966,7 @@ mod tests {
                 l: &SourceLeader,
                 t: &str,
                 p: i32,
-                e: i32,
+                e: LeaderEpoch,
                 ts: i64,
             ) -> Result<(i16, i64), SourceError> {
                 self.0.list_offset(l, t, p, e, ts).await
@@ -3149,8 +2984,8 @@ mod tests {
                 l: &SourceLeader,
                 t: &str,
                 p: i32,
-                c: i32,
-                e: i32,
+                c: LeaderEpoch,
+                e: LeaderEpoch,
             ) -> Result<(i16, i32, i64), SourceError> {
                 self.0.end_offset_for_epoch(l, t, p, c, e).await
             }

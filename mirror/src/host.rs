@@ -1093,7 +1093,7 @@ impl Control {
                                     &leader,
                                     &tp.topic,
                                     tp.partition,
-                                    leader.leader_epoch,
+                                    kmirror_types::LeaderEpoch(leader.leader_epoch),
                                     -1,
                                 )
                                 .await

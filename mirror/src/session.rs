@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::ForgottenTopic;
 use kafka_protocol::messages::{FetchResponse, MetadataResponse};
+use kmirror_types::LeaderEpoch;
 use uuid::Uuid;
 
 use crate::client::{build, AsyncConnection, ClientError};
@@ -666,7 +667,7 @@ impl Source for SharedSource {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
+        current_leader_epoch: LeaderEpoch,
         timestamp: i64,
     ) -> Result<(i16, i64), SourceError> {
         let mut admin = self.hub.admin().await;
@@ -694,8 +695,8 @@ impl Source for SharedSource {
         leader: &SourceLeader,
         topic: &str,
         partition: i32,
-        current_leader_epoch: i32,
-        epoch: i32,
+        current_leader_epoch: LeaderEpoch,
+        epoch: LeaderEpoch,
     ) -> Result<(i16, i32, i64), SourceError> {
         let mut admin = self.hub.admin().await;
         admin

@@ -123,6 +123,8 @@ pub mod error {
     /// CreateMirror / AlterMirror: unusable source connection settings (security).
     pub const INVALID_CONFIG: i16 = 40;
     pub const INVALID_REQUEST: i16 = 42;
+    /// DescribeAcls on a broker without an authorizer (the mirror's ACL sync then does nothing).
+    pub const SECURITY_DISABLED: i16 = 54;
     pub const KAFKA_STORAGE_ERROR: i16 = 56;
     /// SaslAuthenticate: wrong credentials (source client).
     pub const SASL_AUTHENTICATION_FAILED: i16 = 58;
@@ -191,6 +193,7 @@ pub mod error {
             TOPIC_ALREADY_EXISTS => "TOPIC_ALREADY_EXISTS",
             INVALID_CONFIG => "INVALID_CONFIG",
             INVALID_REQUEST => "INVALID_REQUEST",
+            SECURITY_DISABLED => "SECURITY_DISABLED",
             KAFKA_STORAGE_ERROR => "KAFKA_STORAGE_ERROR",
             FETCH_SESSION_ID_NOT_FOUND => "FETCH_SESSION_ID_NOT_FOUND",
             INVALID_FETCH_SESSION_EPOCH => "INVALID_FETCH_SESSION_EPOCH",

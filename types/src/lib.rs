@@ -38,6 +38,10 @@ impl fmt::Display for Offset {
 pub struct LeaderEpoch(pub i32);
 
 impl LeaderEpoch {
+    /// "No epoch known" on the wire (a request's current leader epoch, -1): the broker then
+    /// skips its epoch check.
+    pub const UNKNOWN: LeaderEpoch = LeaderEpoch(-1);
+
     pub fn get(self) -> i32 {
         self.0
     }
