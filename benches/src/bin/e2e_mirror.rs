@@ -39,7 +39,8 @@ const TIMEOUT: Duration = Duration::from_secs(3600);
 /// defaults (`mirror.fetch.max.bytes` 50 MiB, `mirror.fetch.partition.max.bytes` 10 MiB,
 /// `mirror.fetch.max.wait.ms` 500, min bytes 1), polls of up to 10,000 records (10 MiB of
 /// 1 KiB records: one partition's full fetch), the OS's socket buffer sizes (kmirror sets
-/// none). Producer: 512 KiB batches lingering up to 20 ms, 4 MiB requests, 128 MiB buffer.
+/// none). Producer: 512 KiB batches lingering up to 20 ms, 4 MiB requests, 128 MiB buffer,
+/// 5 requests in flight instead of Connect's 1 (idempotent, so still in order).
 const MM2_TUNING: &[(&str, &str)] = &[
     ("source.consumer.fetch.max.bytes", "52428800"),
     ("source.consumer.max.partition.fetch.bytes", "10485760"),
@@ -52,6 +53,8 @@ const MM2_TUNING: &[(&str, &str)] = &[
     ("target.producer.max.request.size", "4194304"),
     ("target.producer.buffer.memory", "134217728"),
     ("target.producer.send.buffer.bytes", "-1"),
+    ("target.producer.enable.idempotence", "true"),
+    ("target.producer.max.in.flight.requests.per.connection", "5"),
 ];
 
 /// Broker 2's replica fetcher settings: two fetchers (kmirror runs one per core, 2 here) with
@@ -82,6 +85,18 @@ impl Copier {
             Copier::Follower => "Kafka follower",
         }
     }
+}
+
+/// [`common::wait_caught_up`] with [`POLL`] and [`TIMEOUT`]; the time after the first data is
+/// at least one poll (a copy that finishes within one poll has no finer figure).
+fn wait(
+    t0: Instant,
+    want: i64,
+    end: impl FnMut() -> Option<i64>,
+    alive: impl FnMut() -> bool,
+) -> (f64, f64) {
+    let (secs, from_first) = common::wait_caught_up(t0, want, TIMEOUT, POLL, end, alive);
+    (secs, from_first.max(POLL.as_secs_f64()))
 }
 
 /// One copier's numbers in one round.
@@ -143,11 +158,9 @@ fn mm2(round: usize, source: &str, records: u64, partitions: i32, tasks: u32) ->
     let pid = mm2.pid();
     let tboot = target.bootstrap();
     let remote = format!("source.{TOPIC}");
-    let (secs, secs_from_first) = common::wait_caught_up(
+    let (secs, secs_from_first) = wait(
         t0,
         records as i64,
-        TIMEOUT,
-        POLL,
         || common::total_end_offset(&tboot, &remote, partitions),
         || mm2.alive(),
     );
@@ -155,12 +168,38 @@ fn mm2(round: usize, source: &str, records: u64, partitions: i32, tasks: u32) ->
     let target_cpu = common::cpu_seconds(target.pid()) - target_cpu0;
     let rss_mib = common::peak_rss_mib(pid);
     if round == 0 {
-        // The effective client settings, as MM2 logged them, for the record.
+        // The effective client settings, as MM2 logged them (one block per client).
         let log = std::fs::read_to_string(mm2.log()).unwrap_or_default();
-        for key in ["max.partition.fetch.bytes = ", "max.poll.records = "] {
-            let seen: Vec<&str> = log.lines().filter(|l| l.contains(key)).collect();
-            eprintln!("  MM2 log, {key}…: {:?}", &seen[..seen.len().min(3)]);
+        // One line per client: "ConsumerConfig client.id=…: key = value, …".
+        let mut seen: Vec<String> = Vec::new();
+        let mut block: Option<(String, Vec<String>)> = None;
+        for l in log.lines() {
+            let in_block = l.starts_with('\t');
+            if !in_block {
+                if let Some((head, kv)) = block.take() {
+                    seen.push(format!("{head}: {}", kv.join(", ")));
+                }
+                if let Some(i) = l.find(" values:") {
+                    let kind = l[..i].rsplit(' ').next().unwrap_or("");
+                    if matches!(kind, "ConsumerConfig" | "ProducerConfig") {
+                        block = Some((kind.to_string(), Vec::new()));
+                    }
+                }
+            } else if let Some((head, kv)) = block.as_mut() {
+                let l = l.trim();
+                if let Some(id) = l.strip_prefix("client.id = ") {
+                    head.push_str(&format!(" client.id={id}"));
+                } else if MM2_TUNING.iter().any(|(k, _)| {
+                    k.split_once("er.").map(|(_, k)| k) == Some(l.split(" = ").next().unwrap_or(""))
+                }) {
+                    kv.push(l.to_string());
+                }
+            }
         }
+        seen.retain(|l| l.contains("replication-consumer") || l.contains("connector-producer"));
+        seen.sort_unstable();
+        seen.dedup();
+        eprintln!("  MM2's clients as logged: {seen:#?}");
     }
     mm2.stop();
     target.stop();
@@ -185,11 +224,9 @@ fn kmirror(round: usize, source: &str, records: u64, partitions: i32) -> Result<
     eprintln!("round {round}: kmirror (load {load})");
     let t0 = Instant::now();
     common::kmirror_mirror(&addr, "bench", source, &["--topics", TOPIC])?;
-    let (secs, secs_from_first) = common::wait_caught_up(
+    let (secs, secs_from_first) = wait(
         t0,
         records as i64,
-        TIMEOUT,
-        POLL,
         || common::total_end_offset(&addr, TOPIC, partitions),
         || node.alive(),
     );
@@ -295,11 +332,9 @@ fn follower(
     eprintln!("round {round}: Kafka follower on broker 2 (load {load})");
     let t0 = Instant::now();
     reassign(&boot, partitions, &[1, 2]);
-    let (secs, secs_from_first) = common::wait_caught_up(
+    let (secs, secs_from_first) = wait(
         t0,
         records as i64,
-        TIMEOUT,
-        POLL,
         || {
             let state = replica_state(&boot)?;
             let in_sync = state.len() == partitions as usize

@@ -23,6 +23,11 @@ pub(crate) fn java(heap: &str, main_class: &str) -> Command {
 
 /// [`java`] with a distinct initial heap (connect-mirror-maker.sh: -Xms256M -Xmx2G).
 pub(crate) fn java_heap(xms: &str, xmx: &str, main_class: &str) -> Command {
+    java_logging(xms, xmx, &deps::log4j_config(), main_class)
+}
+
+/// [`java_heap`] with the log4j2 configuration file `log_config`.
+pub(crate) fn java_logging(xms: &str, xmx: &str, log_config: &Path, main_class: &str) -> Command {
     let mut c = Command::new(deps::java());
     c.arg(format!("-Xmx{xmx}"))
         .arg(format!("-Xms{xms}"))
@@ -35,7 +40,7 @@ pub(crate) fn java_heap(xms: &str, xmx: &str, main_class: &str) -> Command {
         ])
         .arg(format!(
             "-Dlog4j2.configurationFile={}",
-            deps::log4j_config().display()
+            log_config.display()
         ))
         .arg("-cp")
         .arg(deps::kafka_classpath())
@@ -412,13 +417,25 @@ pub(crate) struct Mm2 {
 
 impl Mm2 {
     /// Writes `props` to `mm2.properties` and spawns MirrorMaker with connect-mirror-maker.sh's
-    /// heap (-Xms256M -Xmx2G).
+    /// heap (-Xms256M -Xmx2G). Its log has warnings plus the effective client configurations
+    /// ("ConsumerConfig values:" etc., logged once per client at start), so a run can
+    /// show that the tuning reached the clients.
     pub(crate) fn spawn(props: &str) -> Self {
         let dir = tempfile::tempdir().expect("temp dir");
         let path = dir.path().join("mm2.properties");
         std::fs::write(&path, props).expect("write mm2.properties");
+        let quiet = std::fs::read_to_string(deps::log4j_config()).expect("log4j2 config");
+        let log_config = dir.path().join("log4j2.properties");
+        std::fs::write(
+            &log_config,
+            format!(
+                "{quiet}\nlogger.config.name = org.apache.kafka.common.config.AbstractConfig\n\
+                 logger.config.level = info\n"
+            ),
+        )
+        .expect("write log4j2.properties");
         let log = std::fs::File::create(dir.path().join("mm2.log")).expect("mm2 log");
-        let child = java_heap("256m", "2g", tools::MIRROR_MAKER)
+        let child = java_logging("256m", "2g", &log_config, tools::MIRROR_MAKER)
             .arg(&path)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup"))
