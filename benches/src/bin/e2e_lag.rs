@@ -17,7 +17,6 @@
 mod common;
 
 use std::collections::VecDeque;
-use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -26,8 +25,7 @@ use hdrhistogram::Histogram;
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kmirror_tests::java::tools;
-use kmirror_tests::proc::{self, ChildGuard};
+use kmirror_tests::proc;
 use kmirror_tests::{records, KmirrorNode, WireClient};
 
 const RECORD: usize = 1024;
@@ -251,46 +249,20 @@ fn mm2(
     secs: Duration,
 ) -> Vec<Histogram<u64>> {
     let mut target = common::Kafka::start("1g", &[]);
-    let dir = tempfile::tempdir().expect("temp dir");
     // MM2's defaults except what a single-node target needs; tasks.max = partitions / 8.
-    let props = format!(
-        "clusters = source, target\n\
-         source.bootstrap.servers = {source}\n\
-         target.bootstrap.servers = {target}\n\
-         source->target.enabled = true\n\
-         source->target.topics = {topic}\n\
-         target->source.enabled = false\n\
-         tasks.max = {tasks}\n\
-         replication.factor = 1\n\
-         checkpoints.topic.replication.factor = 1\n\
-         heartbeats.topic.replication.factor = 1\n\
-         offset-syncs.topic.replication.factor = 1\n\
-         offset.storage.replication.factor = 1\n\
-         status.storage.replication.factor = 1\n\
-         config.storage.replication.factor = 1\n\
-         emit.heartbeats.enabled = false\n\
-         emit.checkpoints.enabled = false\n\
-         sync.group.offsets.enabled = false\n\
-         sync.topic.acls.enabled = false\n",
-        target = target.bootstrap(),
-        tasks = (partitions / 8).max(1)
+    let props = common::mm2_properties(
+        source,
+        &target.bootstrap(),
+        topic,
+        (partitions / 8).max(1) as u32,
+        &[],
     );
-    let path = dir.path().join("mm2.properties");
-    std::fs::write(&path, &props).expect("write mm2.properties");
-    let log = std::fs::File::create(dir.path().join("mm2.log")).expect("mm2 log");
-    let child = common::java_heap("256m", "2g", tools::MIRROR_MAKER)
-        .arg(&path)
-        .stdin(Stdio::null())
-        .stdout(log.try_clone().expect("dup"))
-        .stderr(log)
-        .spawn()
-        .expect("spawn MirrorMaker");
-    let mut child = ChildGuard(child);
+    let mut mm2 = common::Mm2::spawn(&props);
     let tboot = target.bootstrap();
     let remote = format!("source.{topic}");
     wait_flowing(source, topic, &tboot, &remote);
     let hists = measure(source, topic, &tboot, &remote, partitions, rates, secs);
-    proc::terminate(&mut child.0, Duration::from_secs(30));
+    mm2.stop();
     target.stop();
     hists
 }
@@ -304,17 +276,7 @@ fn kmirror(
 ) -> Vec<Histogram<u64>> {
     let mut node = KmirrorNode::start();
     let addr = node.addr();
-    for args in [
-        vec!["create", "lag", "--source", source],
-        vec!["add", "lag", "--topics", topic],
-    ] {
-        let out = Command::new(common::kmirror_bin())
-            .args(["mirror", "--bootstrap", &addr])
-            .args(&args)
-            .output()
-            .expect("kmirror mirror");
-        assert!(out.status.success(), "kmirror mirror {args:?}: {out:?}");
-    }
+    common::kmirror_mirror(&addr, "lag", source, &["--topics", topic]).expect("kmirror mirror");
     wait_flowing(source, topic, &addr, topic);
     let hists = measure(source, topic, &addr, topic, partitions, rates, secs);
     node.stop();

@@ -11,14 +11,12 @@
 mod common;
 
 use std::collections::HashSet;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::{ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kmirror_tests::java::tools;
-use kmirror_tests::proc::{self, ChildGuard};
+use kmirror_tests::proc;
 use kmirror_tests::{records, KmirrorNode, WireClient};
 
 struct Row {
@@ -84,25 +82,15 @@ fn wait_total(
     want: i64,
     t0: Instant,
 ) -> f64 {
-    let mut last = Instant::now();
-    loop {
-        let got = total_end(addr, topic_of, topics, parts).unwrap_or(0);
-        if got >= want {
-            return t0.elapsed().as_secs_f64();
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(3600),
-            "not caught up after an hour: {got}/{want}"
-        );
-        if last.elapsed() > Duration::from_secs(15) {
-            eprintln!(
-                "  {got}/{want} records after {:.0} s",
-                t0.elapsed().as_secs_f64()
-            );
-            last = Instant::now();
-        }
-        std::thread::sleep(Duration::from_millis(500));
-    }
+    common::wait_caught_up(
+        t0,
+        want,
+        Duration::from_secs(3600),
+        Duration::from_millis(500),
+        || total_end(addr, topic_of, topics, parts),
+        || true,
+    )
+    .0
 }
 
 /// Established TCP connections of `pid` to `port` on loopback.
@@ -248,17 +236,8 @@ fn main() {
         let pid = node.pid();
         eprintln!("kmirror (load {})", common::load_avg());
         let t0 = Instant::now();
-        for a in [
-            vec!["create", "scale", "--source", boot.as_str()],
-            vec!["add", "scale", "--topic-regex", "scale-.*"],
-        ] {
-            let out = Command::new(common::kmirror_bin())
-                .args(["mirror", "--bootstrap", &addr])
-                .args(&a)
-                .output()
-                .expect("kmirror mirror");
-            assert!(out.status.success(), "kmirror mirror {a:?}: {out:?}");
-        }
+        common::kmirror_mirror(&addr, "scale", &boot, &["--topic-regex", "scale-.*"])
+            .expect("kmirror mirror");
         let catch_up_s = wait_total(&addr, &topic_of, topics, parts, want, t0);
         std::thread::sleep(Duration::from_secs(5));
         let connections = connections_to(pid, port);
@@ -288,42 +267,11 @@ fn main() {
     // MirrorMaker 2 (SKIP_MM2=1 measures kmirror alone).
     if std::env::var_os("SKIP_MM2").is_none() {
         let mut target = common::Kafka::start("2g", &[]);
-        let dir = tempfile::tempdir().expect("temp dir");
-        let props = format!(
-            "clusters = source, target\n\
-             source.bootstrap.servers = {boot}\n\
-             target.bootstrap.servers = {target}\n\
-             source->target.enabled = true\n\
-             source->target.topics = scale-.*\n\
-             target->source.enabled = false\n\
-             tasks.max = 4\n\
-             replication.factor = 1\n\
-             checkpoints.topic.replication.factor = 1\n\
-             heartbeats.topic.replication.factor = 1\n\
-             offset-syncs.topic.replication.factor = 1\n\
-             offset.storage.replication.factor = 1\n\
-             status.storage.replication.factor = 1\n\
-             config.storage.replication.factor = 1\n\
-             emit.heartbeats.enabled = false\n\
-             emit.checkpoints.enabled = false\n\
-             sync.group.offsets.enabled = false\n\
-             sync.topic.acls.enabled = false\n",
-            target = target.bootstrap()
-        );
-        let path = dir.path().join("mm2.properties");
-        std::fs::write(&path, &props).expect("write mm2.properties");
-        let log = std::fs::File::create(dir.path().join("mm2.log")).expect("mm2 log");
+        let props = common::mm2_properties(&boot, &target.bootstrap(), "scale-.*", 4, &[]);
         eprintln!("MirrorMaker 2 (load {})", common::load_avg());
         let t0 = Instant::now();
-        let child = common::java_heap("256m", "2g", tools::MIRROR_MAKER)
-            .arg(&path)
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().expect("dup"))
-            .stderr(log)
-            .spawn()
-            .expect("spawn MirrorMaker");
-        let mut child = ChildGuard(child);
-        let pid = child.0.id();
+        let mut mm2 = common::Mm2::spawn(&props);
+        let pid = mm2.pid();
         let tboot = target.bootstrap();
         let remote = |t: usize| format!("source.scale-{t:04}");
         let catch_up_s = wait_total(&tboot, &remote, topics, parts, want, t0);
@@ -334,7 +282,7 @@ fn main() {
         let idle_cpu_pct = idle_cpu_pct(pid, idle);
         let target_idle = (common::cpu_seconds(tpid) - t_cpu0) / idle as f64 * 100.0;
         let (rss, peak) = (rss_mib(pid), common::peak_rss_mib(pid));
-        proc::terminate(&mut child.0, Duration::from_secs(30));
+        mm2.stop();
         target.stop();
         rows.push(Row {
             who: "MirrorMaker 2 (tasks.max=4) -> 2nd Kafka".into(),

@@ -1,6 +1,8 @@
-//! Shared plumbing of the end-to-end benchmark binaries: an Apache Kafka 4.1.1 node started
-//! with the JVM flags of Kafka's own start scripts (G1, full JIT: the test harness's quick-start
-//! flags would handicap Kafka), Java tools with full JIT, and /proc process accounting.
+//! Shared plumbing of the end-to-end benchmark binaries: an Apache Kafka 4.1.1 node (or a
+//! second, broker-only node of its cluster) started with the JVM flags of Kafka's own start
+//! scripts (G1, full JIT: the test harness's quick-start flags would handicap Kafka), Java
+//! tools with full JIT, MirrorMaker 2 (its properties and process), the `kmirror mirror` CLI,
+//! the wait-until-caught-up loop, and /proc process accounting.
 
 #![allow(dead_code)] // each binary uses a different subset
 
@@ -9,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use kmirror_tests::deps;
+use kmirror_tests::java::tools;
 use kmirror_tests::proc::{self, ChildGuard};
 use kmirror_tests::WireClient;
 
@@ -20,6 +23,11 @@ pub(crate) fn java(heap: &str, main_class: &str) -> Command {
 
 /// [`java`] with a distinct initial heap (connect-mirror-maker.sh: -Xms256M -Xmx2G).
 pub(crate) fn java_heap(xms: &str, xmx: &str, main_class: &str) -> Command {
+    java_logging(xms, xmx, &deps::log4j_config(), main_class)
+}
+
+/// [`java_heap`] with the log4j2 configuration file `log_config`.
+pub(crate) fn java_logging(xms: &str, xmx: &str, log_config: &Path, main_class: &str) -> Command {
     let mut c = Command::new(deps::java());
     c.arg(format!("-Xmx{xmx}"))
         .arg(format!("-Xms{xms}"))
@@ -32,7 +40,7 @@ pub(crate) fn java_heap(xms: &str, xmx: &str, main_class: &str) -> Command {
         ])
         .arg(format!(
             "-Dlog4j2.configurationFile={}",
-            deps::log4j_config().display()
+            log_config.display()
         ))
         .arg("-cp")
         .arg(deps::kafka_classpath())
@@ -45,13 +53,19 @@ pub(crate) fn run_tool(main_class: &str, args: &[&str], timeout: Duration) -> pr
     proc::run_ok(java("512m", main_class).args(args), timeout)
 }
 
-/// One single-node KRaft Apache Kafka 4.1.1 broker+controller on loopback.
+/// One KRaft Apache Kafka 4.1.1 node on loopback: a single-node broker+controller
+/// ([`Kafka::start`]) or a broker-only node joining one ([`Kafka::start_broker`]).
 pub(crate) struct Kafka {
     dir: tempfile::TempDir,
     port: u16,
+    /// The controller listener's port (broker+controller nodes only).
+    cport: Option<u16>,
     ssl_port: Option<u16>,
     child: Option<ChildGuard>,
 }
+
+/// The KRaft cluster id every bench node is formatted with (22 chars of URL-safe base64).
+const CLUSTER_ID: &str = "kmirrorBenchClusterIdA";
 
 impl Kafka {
     /// Formats and starts a node with a `heap` JVM heap; returns once Metadata answers.
@@ -140,13 +154,79 @@ impl Kafka {
             props.retain(|(pk, _)| pk != k);
             props.push((k.clone(), v.clone()));
         }
+        Self::launch(dir, port, Some(cport), sport, heap, &props)
+    }
+
+    /// Starts a broker-only node with `node.id` = `node_id` that joins `first`'s cluster (its
+    /// controller), with `extra` server properties; returns once `first` lists it as a broker.
+    pub(crate) fn start_broker(
+        first: &Kafka,
+        node_id: i32,
+        heap: &str,
+        extra: &[(&str, &str)],
+    ) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("kmirror-bench-kafka-")
+            .tempdir()
+            .expect("temp dir");
+        let port = proc::free_port();
+        let cport = first.cport.expect("the first node is a controller");
+        let mut props: Vec<(String, String)> = [
+            ("process.roles", "broker".to_string()),
+            ("node.id", node_id.to_string()),
+            ("controller.quorum.voters", format!("1@127.0.0.1:{cport}")),
+            ("listeners", format!("PLAINTEXT://127.0.0.1:{port}")),
+            (
+                "advertised.listeners",
+                format!("PLAINTEXT://127.0.0.1:{port}"),
+            ),
+            ("controller.listener.names", "CONTROLLER".into()),
+            (
+                "listener.security.protocol.map",
+                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+            ),
+            ("inter.broker.listener.name", "PLAINTEXT".into()),
+            ("log.dirs", dir.path().join("data").display().to_string()),
+            ("auto.create.topics.enable", "false".into()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in extra {
+            props.retain(|(pk, _)| pk != k);
+            props.push((k.to_string(), v.to_string()));
+        }
+        let node = Self::launch(dir, port, None, None, heap, &props);
+        let boot = first.bootstrap();
+        proc::wait_for(
+            Duration::from_secs(120),
+            "the second broker to register",
+            || {
+                let md = WireClient::connect(&boot).ok()?.metadata(None).ok()?;
+                md.brokers
+                    .iter()
+                    .any(|b| b.node_id.0 == node_id)
+                    .then_some(())
+            },
+        );
+        node
+    }
+
+    /// Writes `props`, formats the storage, spawns the JVM; returns once Metadata answers.
+    fn launch(
+        dir: tempfile::TempDir,
+        port: u16,
+        cport: Option<u16>,
+        ssl_port: Option<u16>,
+        heap: &str,
+        props: &[(String, String)],
+    ) -> Self {
         let config = dir.path().join("server.properties");
         let text: String = props.iter().map(|(k, v)| format!("{k}={v}\n")).collect();
         std::fs::write(&config, text).expect("write server.properties");
-        let cid = "kmirrorBenchClusterIdA"; // 22 chars of URL-safe base64 = 16 bytes
         proc::run_ok(
             java("256m", "kafka.tools.StorageTool")
-                .args(["format", "--ignore-formatted", "-t", cid, "-c"])
+                .args(["format", "--ignore-formatted", "-t", CLUSTER_ID, "-c"])
                 .arg(&config),
             Duration::from_secs(120),
         );
@@ -161,7 +241,8 @@ impl Kafka {
         let mut k = Kafka {
             dir,
             port,
-            ssl_port: sport,
+            cport,
+            ssl_port,
             child: Some(ChildGuard(child)),
         };
         let addr = k.bootstrap();
@@ -194,6 +275,11 @@ impl Kafka {
     /// `127.0.0.1:PORT` of the SSL listener ([`Kafka::start_ssl`]).
     pub(crate) fn ssl_bootstrap(&self) -> String {
         format!("127.0.0.1:{}", self.ssl_port.expect("started with SSL"))
+    }
+
+    /// The node's `log.dirs`.
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
 
     /// The broker's stdout/stderr log.
@@ -283,4 +369,185 @@ pub(crate) fn load_avg() -> String {
 /// The kmirror binary: `KMIRROR_BIN` or a fresh release build (the harness's rule).
 pub(crate) fn kmirror_bin() -> &'static Path {
     deps::kmirror_bin()
+}
+
+/// `mm2.properties` for a dedicated-mode MirrorMaker 2 copying `topics` (a list or regex) from
+/// cluster alias `source` to alias `target`: MM2's defaults except what single-node clusters
+/// need (replication factors 1) and the side flows a pure data copy does not use (heartbeats,
+/// checkpoints, group offset sync, ACL sync), then `extra` lines in order (e.g. client tuning:
+/// `source.consumer.*`, `target.producer.*`).
+pub(crate) fn mm2_properties(
+    source: &str,
+    target: &str,
+    topics: &str,
+    tasks: u32,
+    extra: &[(&str, &str)],
+) -> String {
+    let mut props = format!(
+        "clusters = source, target\n\
+         source.bootstrap.servers = {source}\n\
+         target.bootstrap.servers = {target}\n\
+         source->target.enabled = true\n\
+         source->target.topics = {topics}\n\
+         target->source.enabled = false\n\
+         tasks.max = {tasks}\n\
+         replication.factor = 1\n\
+         checkpoints.topic.replication.factor = 1\n\
+         heartbeats.topic.replication.factor = 1\n\
+         offset-syncs.topic.replication.factor = 1\n\
+         offset.storage.replication.factor = 1\n\
+         status.storage.replication.factor = 1\n\
+         config.storage.replication.factor = 1\n\
+         emit.heartbeats.enabled = false\n\
+         emit.checkpoints.enabled = false\n\
+         sync.group.offsets.enabled = false\n\
+         sync.topic.acls.enabled = false\n"
+    );
+    for (k, v) in extra {
+        props.push_str(&format!("{k} = {v}\n"));
+    }
+    props
+}
+
+/// A running dedicated-mode MirrorMaker 2 (connect-mirror 4.1.1), killed on drop.
+pub(crate) struct Mm2 {
+    dir: tempfile::TempDir,
+    child: ChildGuard,
+}
+
+impl Mm2 {
+    /// Writes `props` to `mm2.properties` and spawns MirrorMaker with connect-mirror-maker.sh's
+    /// heap (-Xms256M -Xmx2G). Its log has warnings plus the effective client configurations
+    /// ("ConsumerConfig values:" etc., logged once per client at start), so a run can
+    /// show that the tuning reached the clients.
+    pub(crate) fn spawn(props: &str) -> Self {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("mm2.properties");
+        std::fs::write(&path, props).expect("write mm2.properties");
+        let quiet = std::fs::read_to_string(deps::log4j_config()).expect("log4j2 config");
+        let log_config = dir.path().join("log4j2.properties");
+        std::fs::write(
+            &log_config,
+            format!(
+                "{quiet}\nlogger.config.name = org.apache.kafka.common.config.AbstractConfig\n\
+                 logger.config.level = info\n"
+            ),
+        )
+        .expect("write log4j2.properties");
+        let log = std::fs::File::create(dir.path().join("mm2.log")).expect("mm2 log");
+        let child = java_logging("256m", "2g", &log_config, tools::MIRROR_MAKER)
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().expect("dup"))
+            .stderr(log)
+            .spawn()
+            .expect("spawn MirrorMaker");
+        Mm2 {
+            dir,
+            child: ChildGuard(child),
+        }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    pub(crate) fn alive(&mut self) -> bool {
+        matches!(self.child.0.try_wait(), Ok(None))
+    }
+
+    /// MirrorMaker's stdout/stderr log.
+    pub(crate) fn log(&self) -> PathBuf {
+        self.dir.path().join("mm2.log")
+    }
+
+    /// SIGTERM and wait (up to 30 s).
+    pub(crate) fn stop(&mut self) {
+        proc::terminate(&mut self.child.0, Duration::from_secs(30));
+    }
+}
+
+/// `kmirror mirror --bootstrap ADDR ARGS…`; Err(one-line error) unless it exits 0.
+pub(crate) fn kmirror_cli(addr: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(kmirror_bin())
+        .args(["mirror", "--bootstrap", addr])
+        .args(args)
+        .output()
+        .expect("run kmirror mirror");
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "kmirror mirror {}: {}{}",
+            args.join(" "),
+            String::from_utf8_lossy(&out.stdout).trim(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// `kmirror mirror create NAME --source SOURCE`, then `kmirror mirror add NAME ADD_ARGS…`
+/// (e.g. `["--topics", "t"]` or `["--topic-regex", "t-.*"]`) on the node at `addr`.
+pub(crate) fn kmirror_mirror(
+    addr: &str,
+    name: &str,
+    source: &str,
+    add_args: &[&str],
+) -> Result<(), String> {
+    kmirror_cli(addr, &["create", name, "--source", source])?;
+    let mut add = vec!["add", name];
+    add.extend_from_slice(add_args);
+    kmirror_cli(addr, &add)?;
+    Ok(())
+}
+
+/// Polls `end()` every `poll` until it reaches `want`; returns (seconds since `t0`, seconds
+/// since `end()` first turned positive). Progress goes to stderr every 10 s. Panics after
+/// `timeout` or once `alive()` turns false.
+pub(crate) fn wait_caught_up(
+    t0: Instant,
+    want: i64,
+    timeout: Duration,
+    poll: Duration,
+    mut end: impl FnMut() -> Option<i64>,
+    mut alive: impl FnMut() -> bool,
+) -> (f64, f64) {
+    let mut first: Option<Instant> = None;
+    let mut last_print = Instant::now();
+    loop {
+        let now_end = end().unwrap_or(0);
+        if now_end > 0 && first.is_none() {
+            first = Some(Instant::now());
+        }
+        if now_end >= want {
+            let done = Instant::now();
+            return (
+                (done - t0).as_secs_f64(),
+                (done - first.unwrap_or(t0)).as_secs_f64(),
+            );
+        }
+        assert!(
+            alive(),
+            "copier exited before catching up ({now_end}/{want})"
+        );
+        assert!(
+            t0.elapsed() < timeout,
+            "not caught up after {timeout:?}: {now_end}/{want}"
+        );
+        if last_print.elapsed() > Duration::from_secs(10) {
+            eprintln!(
+                "  {now_end}/{want} after {:.0} s",
+                t0.elapsed().as_secs_f64()
+            );
+            last_print = Instant::now();
+        }
+        std::thread::sleep(poll);
+    }
+}
+
+/// Median and (min, max) of `v` (the upper median for an even count); None if empty.
+pub(crate) fn median_spread(v: &[f64]) -> Option<(f64, f64, f64)> {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    Some((*s.get(s.len() / 2)?, s[0], s[s.len() - 1]))
 }
