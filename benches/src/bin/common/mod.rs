@@ -87,42 +87,32 @@ impl Kafka {
         let port = proc::free_port();
         let cport = proc::free_port();
         let sport = ssl.map(|_| proc::free_port());
-        let mut props: Vec<(String, String)> = [
-            ("process.roles", "broker,controller".to_string()),
-            ("node.id", "1".into()),
-            ("controller.quorum.voters", format!("1@127.0.0.1:{cport}")),
-            (
-                "listeners",
-                format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"),
-            ),
-            (
-                "advertised.listeners",
-                format!("PLAINTEXT://127.0.0.1:{port}"),
-            ),
-            ("controller.listener.names", "CONTROLLER".into()),
-            (
-                "listener.security.protocol.map",
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
-            ),
-            ("inter.broker.listener.name", "PLAINTEXT".into()),
-            ("log.dirs", dir.path().join("data").display().to_string()),
-            ("num.partitions", "1".into()),
-            ("default.replication.factor", "1".into()),
-            ("offsets.topic.replication.factor", "1".into()),
-            ("offsets.topic.num.partitions", "8".into()),
-            ("transaction.state.log.replication.factor", "1".into()),
-            ("transaction.state.log.min.isr", "1".into()),
-            (
-                "share.coordinator.state.topic.replication.factor",
-                "1".into(),
-            ),
-            ("share.coordinator.state.topic.min.isr", "1".into()),
-            ("group.initial.rebalance.delay.ms", "0".into()),
-            ("auto.create.topics.enable", "false".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        let mut props = node_props(
+            "broker,controller",
+            1,
+            cport,
+            &format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"),
+            port,
+            dir.path(),
+        );
+        props.extend(
+            [
+                ("num.partitions", "1".to_string()),
+                ("default.replication.factor", "1".into()),
+                ("offsets.topic.replication.factor", "1".into()),
+                ("offsets.topic.num.partitions", "8".into()),
+                ("transaction.state.log.replication.factor", "1".into()),
+                ("transaction.state.log.min.isr", "1".into()),
+                (
+                    "share.coordinator.state.topic.replication.factor",
+                    "1".into(),
+                ),
+                ("share.coordinator.state.topic.min.isr", "1".into()),
+                ("group.initial.rebalance.delay.ms", "0".into()),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v)),
+        );
         let mut extra: Vec<(String, String)> = extra
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -171,27 +161,14 @@ impl Kafka {
             .expect("temp dir");
         let port = proc::free_port();
         let cport = first.cport.expect("the first node is a controller");
-        let mut props: Vec<(String, String)> = [
-            ("process.roles", "broker".to_string()),
-            ("node.id", node_id.to_string()),
-            ("controller.quorum.voters", format!("1@127.0.0.1:{cport}")),
-            ("listeners", format!("PLAINTEXT://127.0.0.1:{port}")),
-            (
-                "advertised.listeners",
-                format!("PLAINTEXT://127.0.0.1:{port}"),
-            ),
-            ("controller.listener.names", "CONTROLLER".into()),
-            (
-                "listener.security.protocol.map",
-                "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
-            ),
-            ("inter.broker.listener.name", "PLAINTEXT".into()),
-            ("log.dirs", dir.path().join("data").display().to_string()),
-            ("auto.create.topics.enable", "false".into()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect();
+        let mut props = node_props(
+            "broker",
+            node_id,
+            cport,
+            &format!("PLAINTEXT://127.0.0.1:{port}"),
+            port,
+            dir.path(),
+        );
         for (k, v) in extra {
             props.retain(|(pk, _)| pk != k);
             props.push((k.to_string(), v.to_string()));
@@ -550,4 +527,37 @@ pub(crate) fn median_spread(v: &[f64]) -> Option<(f64, f64, f64)> {
     let mut s = v.to_vec();
     s.sort_by(f64::total_cmp);
     Some((*s.get(s.len() / 2)?, s[0], s[s.len() - 1]))
+}
+
+/// The server properties every benchmark Kafka node shares: KRaft with node 1 as the only
+/// controller, plaintext on loopback, no topic auto-creation.
+fn node_props(
+    roles: &str,
+    node_id: i32,
+    cport: u16,
+    listeners: &str,
+    port: u16,
+    dir: &Path,
+) -> Vec<(String, String)> {
+    [
+        ("process.roles", roles.to_string()),
+        ("node.id", node_id.to_string()),
+        ("controller.quorum.voters", format!("1@127.0.0.1:{cport}")),
+        ("listeners", listeners.to_string()),
+        (
+            "advertised.listeners",
+            format!("PLAINTEXT://127.0.0.1:{port}"),
+        ),
+        ("controller.listener.names", "CONTROLLER".into()),
+        (
+            "listener.security.protocol.map",
+            "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT".into(),
+        ),
+        ("inter.broker.listener.name", "PLAINTEXT".into()),
+        ("log.dirs", dir.join("data").display().to_string()),
+        ("auto.create.topics.enable", "false".into()),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect()
 }
