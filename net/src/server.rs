@@ -450,19 +450,19 @@ async fn dispatch(
             ResponseKind::AlterConfigs(handlers::configs::alter_configs(ctx, access, v, r).await)
         }
         RequestKind::CreateAcls(r) => {
-            ResponseKind::CreateAcls(match access.check_cluster(authz::table::CREATE_ACLS) {
+            ResponseKind::CreateAcls(match acl_access(ctx, &access, authz::table::CREATE_ACLS) {
                 Ok(()) => crate::acl::create_acls(&ctx.broker.config.data_dir, r).await,
                 Err(code) => crate::acl::create_acls_refused(&r, code),
             })
         }
-        RequestKind::DescribeAcls(r) => {
-            ResponseKind::DescribeAcls(match access.check_cluster(authz::table::DESCRIBE_ACLS) {
+        RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(
+            match acl_access(ctx, &access, authz::table::DESCRIBE_ACLS) {
                 Ok(()) => crate::acl::describe_acls(&ctx.broker.config.data_dir, r),
                 Err(code) => crate::acl::describe_acls_refused(code),
-            })
-        }
+            },
+        ),
         RequestKind::DeleteAcls(r) => {
-            ResponseKind::DeleteAcls(match access.check_cluster(authz::table::DELETE_ACLS) {
+            ResponseKind::DeleteAcls(match acl_access(ctx, &access, authz::table::DELETE_ACLS) {
                 Ok(()) => crate::acl::delete_acls(&ctx.broker.config.data_dir, r).await,
                 Err(code) => crate::acl::delete_acls_refused(&r, code),
             })
@@ -525,6 +525,16 @@ async fn dispatch(
 /// The coordinator (this broker) is advertised at the endpoint of the listener the client
 /// came in through: FindCoordinator's answer is in the coordinator's own (first listener's)
 /// terms.
+/// The ACL APIs answer SECURITY_DISABLED on a broker without an authorizer, as Kafka's do
+/// (kafka-acls then says "No Authorizer is configured"); otherwise the principal needs the
+/// API's operation on the cluster.
+fn acl_access(ctx: &Ctx, access: &authz::Access<'_>, need: authz::Need) -> Result<(), i16> {
+    if !ctx.broker.authz.enabled() {
+        return Err(crate::keys::error::SECURITY_DISABLED);
+    }
+    access.check_cluster(need)
+}
+
 fn advertise_coordinator(ctx: &Ctx, session: &Session, resp: ResponseKind) -> ResponseKind {
     let cfg = &ctx.broker.config;
     let (host, port) = cfg.advertised(&session.listener);

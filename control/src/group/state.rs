@@ -259,7 +259,8 @@ impl Group {
         if self.leader.is_none() {
             self.leader = Some(m.id.clone());
         }
-        if self.protocol_type.is_none() {
+        if self.members.is_empty() {
+            // The first member of an empty group sets its type (an empty group keeps the last).
             self.protocol_type = Some(m.protocol_type.clone());
         }
         self.members.push(m);
@@ -283,9 +284,6 @@ impl Group {
         }
         self.pending_members.remove(id);
         self.pending_sync.remove(id);
-        if self.members.is_empty() && self.state == GroupState::Empty {
-            self.protocol_type = None;
-        }
     }
 
     fn joined_members(&self) -> Vec<JoinedMember> {
@@ -433,8 +431,9 @@ fn complete_join(g: &mut Group, cx: &mut Cx<'_>) {
     g.generation += 1;
     g.pending_sync.clear();
     if g.members.is_empty() {
+        // The protocol type stays (Kafka's ListGroups/DescribeGroups still show an empty group
+        // as a "consumer" group); only the chosen protocol is forgotten.
         g.protocol_name = None;
-        g.protocol_type = None;
         g.transition(GroupState::Empty);
         cx.records.push(g.group_record());
         return;
