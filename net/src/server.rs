@@ -450,19 +450,19 @@ async fn dispatch(
             ResponseKind::AlterConfigs(handlers::configs::alter_configs(ctx, access, v, r).await)
         }
         RequestKind::CreateAcls(r) => {
-            ResponseKind::CreateAcls(match acl_access(ctx, &access, authz::table::CREATE_ACLS) {
+            ResponseKind::CreateAcls(match acl_access(ctx, access, authz::table::CREATE_ACLS) {
                 Ok(()) => crate::acl::create_acls(&ctx.broker.config.data_dir, r).await,
                 Err(code) => crate::acl::create_acls_refused(&r, code),
             })
         }
-        RequestKind::DescribeAcls(r) => ResponseKind::DescribeAcls(
-            match acl_access(ctx, &access, authz::table::DESCRIBE_ACLS) {
+        RequestKind::DescribeAcls(r) => {
+            ResponseKind::DescribeAcls(match acl_access(ctx, access, authz::table::DESCRIBE_ACLS) {
                 Ok(()) => crate::acl::describe_acls(&ctx.broker.config.data_dir, r),
                 Err(code) => crate::acl::describe_acls_refused(code),
-            },
-        ),
+            })
+        }
         RequestKind::DeleteAcls(r) => {
-            ResponseKind::DeleteAcls(match acl_access(ctx, &access, authz::table::DELETE_ACLS) {
+            ResponseKind::DeleteAcls(match acl_access(ctx, access, authz::table::DELETE_ACLS) {
                 Ok(()) => crate::acl::delete_acls(&ctx.broker.config.data_dir, r).await,
                 Err(code) => crate::acl::delete_acls_refused(&r, code),
             })

@@ -229,11 +229,10 @@ fn topics(t: &Target<'_>, m: &mut Matrix) {
         ],
     );
     push(m, "topics.delete", &ran, |_| None);
-    let gone = proc::wait_for(Duration::from_secs(30), "deleted topic gone", || {
+    proc::wait_for(Duration::from_secs(30), "deleted topic gone", || {
         let ran = run(tc, &["--bootstrap-server", b, "--list"]);
         (!ran.stdout.lines().any(|l| l.trim() == "cli-matrix-doomed")).then_some(())
     });
-    let _ = gone;
 }
 
 fn configs(t: &Target<'_>, m: &mut Matrix) {
