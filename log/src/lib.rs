@@ -99,6 +99,32 @@ pub struct ReadResult {
     pub records: Bytes,
     /// Base offset of the first batch in `records` (or the requested offset if empty).
     pub first_offset: Offset,
+    /// Where `records` lie in their segment file, for a sendfile(2) to a socket (`None` when
+    /// empty).
+    pub file: Option<FileRegion>,
+}
+
+/// The file bytes behind a read: `records.len()` bytes from `position` of `file`. They are
+/// the same bytes as the read's mapping slice and, by the same rule (bytes below a segment's
+/// logical size are never rewritten in place), stay so while the region is held.
+#[derive(Debug, Clone)]
+pub struct FileRegion {
+    pub file: std::sync::Arc<std::fs::File>,
+    pub position: u64,
+}
+
+impl FileRegion {
+    /// Sends up to `len` bytes from `skip` bytes into the region to the stream socket
+    /// `socket` without blocking (sendfile(2)): `Ok(n)` bytes went, `WouldBlock` when the
+    /// socket buffer is full. The caller owns `socket` and keeps it open during the call.
+    pub fn send_nonblocking(
+        &self,
+        socket: std::os::fd::RawFd,
+        skip: usize,
+        len: usize,
+    ) -> std::io::Result<usize> {
+        mmap::sendfile_nonblocking(socket, &self.file, self.position + skip as u64, len)
+    }
 }
 
 /// An aborted transaction overlapping a fetch range.

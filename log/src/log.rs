@@ -808,6 +808,7 @@ impl Log {
         let empty = ReadResult {
             records: Bytes::new(),
             first_offset: Offset(from),
+            file: None,
         };
         if from >= upper {
             return Ok(empty);
@@ -840,6 +841,7 @@ impl Log {
             return Ok(ReadResult {
                 records: seg.slice(start, end),
                 first_offset: Offset(first_offset),
+                file: (end > start).then(|| seg.region(start)),
             });
         }
         Ok(empty)

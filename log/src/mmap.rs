@@ -1,5 +1,6 @@
 //! The only module with `unsafe`: read-only shared mappings of segment files, exposed as
-//! `Bytes` so reads are zero-copy slices that keep the mapping alive; and
+//! `Bytes` so reads are zero-copy slices that keep the mapping alive; sendfile(2) of segment
+//! bytes to a socket (the copy-free way to serve them, as Kafka's FileRecords.writeTo); and
 //! [`ReservingAllocator`], the process allocator, which serves very large requests with
 //! lazily backed anonymous mappings.
 #![allow(unsafe_code)]
@@ -39,6 +40,38 @@ pub(crate) fn map_file(file: &File, len: usize) -> io::Result<Bytes> {
     // Modification by other processes is outside the log's contract, as with any data file.
     let map = unsafe { MmapOptions::new().len(len).map(file)? };
     Ok(Bytes::from_owner(MapOwner(map)))
+}
+
+/// sendfile(2) of `len` bytes at `position` of `file` to `socket`, never blocking: the
+/// socket is switched to O_NONBLOCK for the call and back (the async runtime drives it with
+/// MSG_DONTWAIT sends and io_uring, which expect a blocking descriptor).
+pub(crate) fn sendfile_nonblocking(
+    socket: std::os::fd::RawFd,
+    file: &File,
+    position: u64,
+    len: usize,
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl and sendfile only read the integers and the offset passed; a bad
+    // descriptor is an EBADF error, not undefined behaviour. `offset` outlives the call.
+    unsafe {
+        let flags = libc::fcntl(socket, libc::F_GETFL);
+        if flags < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if libc::fcntl(socket, libc::F_SETFL, flags | libc::O_NONBLOCK) < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut offset = position as libc::off_t;
+        let n = libc::sendfile(socket, file.as_raw_fd(), &mut offset, len);
+        let err = io::Error::last_os_error();
+        libc::fcntl(socket, libc::F_SETFL, flags);
+        if n < 0 {
+            Err(err)
+        } else {
+            Ok(n as usize)
+        }
+    }
 }
 
 /// Requests at least this large are served by [`ReservingAllocator`] from anonymous mappings.

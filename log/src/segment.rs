@@ -3,6 +3,7 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, IoSlice, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
@@ -49,7 +50,9 @@ impl Tracked {
 pub(crate) struct Segment {
     pub(crate) base: i64,
     dir: PathBuf,
-    file: File,
+    /// Shared with the [`crate::FileRegion`]s of reads (sendfile keeps using the inode a
+    /// read saw, as the mapping does).
+    file: Arc<File>,
     /// Whole mapping (possibly longer than the file); only `..size` is ever sliced.
     map: Bytes,
     pub(crate) size: usize,
@@ -74,12 +77,13 @@ impl Segment {
         self.dir.join(file_name(self.base, suffix))
     }
 
-    fn open_file(path: &Path, create: bool) -> io::Result<File> {
+    fn open_file(path: &Path, create: bool) -> io::Result<Arc<File>> {
         OpenOptions::new()
             .read(true)
             .append(true)
             .create(create)
             .open(path)
+            .map(Arc::new)
     }
 
     /// Creates a new empty segment (fsyncing the directory so the file survives a crash).
@@ -98,7 +102,7 @@ impl Segment {
         Ok(Segment::new(dir, base, file, map))
     }
 
-    fn new(dir: &Path, base: i64, file: File, map: Bytes) -> Segment {
+    fn new(dir: &Path, base: i64, file: Arc<File>, map: Bytes) -> Segment {
         Segment {
             base,
             dir: dir.to_path_buf(),
@@ -139,6 +143,14 @@ impl Segment {
     pub(crate) fn slice(&self, start: usize, end: usize) -> Bytes {
         debug_assert!(end <= self.size);
         self.map.slice(start..end)
+    }
+
+    /// Where valid bytes from `start` live in the file (the mapping starts at position 0).
+    pub(crate) fn region(&self, start: usize) -> crate::FileRegion {
+        crate::FileRegion {
+            file: self.file.clone(),
+            position: start as u64,
+        }
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -238,7 +250,7 @@ impl Segment {
                 }
                 p = stop;
             }
-            if let Err(e) = self.file.write_all(&data[written..end]) {
+            if let Err(e) = (&*self.file).write_all(&data[written..end]) {
                 let _ = self.file.set_len(self.size as u64);
                 return Err(e);
             }
@@ -253,7 +265,7 @@ impl Segment {
     /// Writes `bufs` at the end of the file (all or nothing, best effort on failure).
     fn write(&mut self, bufs: &[IoSlice<'_>], total: usize) -> io::Result<()> {
         self.ensure_capacity(self.size + total)?;
-        let res = write_all_vectored(&mut self.file, bufs, total);
+        let res = write_all_vectored(&self.file, bufs, total);
         if res.is_err() {
             // Cut a partial write so no torn batch lingers past the logical end.
             let _ = self.file.set_len(self.size as u64);
@@ -423,7 +435,7 @@ impl Segment {
 }
 
 /// write_vectored until everything is written (std's write_all_vectored is unstable).
-fn write_all_vectored(file: &mut File, bufs: &[IoSlice<'_>], total: usize) -> io::Result<()> {
+fn write_all_vectored(mut file: &File, bufs: &[IoSlice<'_>], total: usize) -> io::Result<()> {
     if bufs.len() == 1 {
         return file.write_all(&bufs[0]);
     }

@@ -650,3 +650,56 @@ fn a_checkpoint_write_failure_in_a_flush_does_not_fail_an_append_whose_data_is_w
     let r = log.read(Offset(0), 1 << 20, Offset(3)).unwrap();
     assert_eq!(batches_in(&r.records), vec![(0, 2, 1)]);
 }
+
+/// Fetch serves records with sendfile(2) from the region a read reports: those file bytes must
+/// be exactly the read's bytes, in every segment, and stay so after a truncation rewrites the
+/// segment (the region keeps the old inode, as a mapping slice does).
+#[test]
+fn a_read_names_the_file_bytes_it_returned_and_they_survive_truncation() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path(), small_config(4096)).unwrap();
+    for i in 0..40 {
+        log.append_leader(plain(0, -1, 3, 100, 10 + i, i as u64), LeaderEpoch(1), 0)
+            .unwrap();
+    }
+    assert!(log.segment_count() > 2, "the test needs several segments");
+    let end = log.log_end_offset();
+    log.set_high_watermark(end);
+    let file_bytes = |r: &ReadResult| {
+        let f = r.file.as_ref().expect("a non-empty read has a region");
+        let mut buf = vec![0u8; r.records.len()];
+        f.file.read_exact_at(&mut buf, f.position).unwrap();
+        buf
+    };
+    let mut at = Offset(0);
+    let mut regions = Vec::new();
+    while at < end {
+        let r = log.read(at, 1000, end).unwrap();
+        assert!(!r.records.is_empty());
+        assert_eq!(file_bytes(&r), r.records.to_vec(), "read at {at:?}");
+        at = Offset(batches_in(&r.records).last().unwrap().1 + 1);
+        regions.push(r);
+    }
+    assert!(log.read(end, 1000, end).unwrap().file.is_none());
+    // Truncation rewrites the active segment into a fresh file: old regions still hold the
+    // bytes they named.
+    let last = regions.last().unwrap().clone();
+    log.truncate_to(Offset(end.0 - 2)).unwrap();
+    assert_eq!(file_bytes(&last), last.records.to_vec());
+    // And sendfile to a socket delivers them.
+    let (a, mut b) = std::os::unix::net::UnixStream::pair().unwrap();
+    let f = last.file.as_ref().unwrap();
+    let mut sent = 0;
+    while sent < last.records.len() {
+        sent += f
+            .send_nonblocking(a.as_raw_fd(), sent, last.records.len() - sent)
+            .unwrap();
+    }
+    drop(a);
+    let mut got = Vec::new();
+    b.read_to_end(&mut got).unwrap();
+    assert_eq!(got, last.records.to_vec());
+}

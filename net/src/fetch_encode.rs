@@ -4,28 +4,61 @@
 //! hot Fetch path we let it encode each partition's small fields and splice the record
 //! bytes (zero-copy slices of the log's mmap) in as separate chunks, written to the socket
 //! one after another. The wire bytes are identical to kafka-protocol's (tested below).
+//! A spliced chunk also carries where it lies in its segment file ([`FileRegion`]), so plain
+//! TCP connections send it with sendfile(2) instead of copying it out of the mapping.
 
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::fetch_response::PartitionData;
 use kafka_protocol::messages::{ApiKey, FetchResponse, ResponseHeader};
 use kafka_protocol::protocol::Encodable;
+use kmirror_log::FileRegion;
 
 /// Records shorter than this are copied into the surrounding chunk (a separate send costs
 /// more than the copy).
 const SPLICE_MIN: usize = 16 << 10;
 
+/// A response frame as chunks to write in order; some chunks are also file regions.
+#[derive(Debug, Default)]
+pub struct Frames {
+    pub chunks: Vec<Bytes>,
+    /// (index into `chunks`, the file bytes equal to that chunk), increasing.
+    pub files: Vec<(usize, FileRegion)>,
+}
+
+impl Frames {
+    /// One chunk, no file.
+    pub fn one(b: Bytes) -> Frames {
+        Frames {
+            chunks: vec![b],
+            files: Vec::new(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 struct Chunks {
     out: Vec<Bytes>,
+    files: Vec<(usize, FileRegion)>,
     cur: BytesMut,
 }
 
 impl Chunks {
-    fn splice(&mut self, b: Bytes) {
+    fn splice(&mut self, b: Bytes, file: Option<&FileRegion>) {
         if b.len() < SPLICE_MIN {
             self.cur.put_slice(&b);
         } else {
             if !self.cur.is_empty() {
                 self.out.push(self.cur.split().freeze());
+            }
+            if let Some(f) = file {
+                self.files.push((self.out.len(), f.clone()));
             }
             self.out.push(b);
         }
@@ -60,7 +93,12 @@ fn put_string(b: &mut BytesMut, s: &str, flexible: bool) {
 /// Encodes one partition, splicing its records. Returns false (nothing written) when the
 /// partition carries tagged fields whose position we do not model; the caller then falls
 /// back to the plain encoder.
-fn put_partition(c: &mut Chunks, p: &PartitionData, version: i16) -> Result<bool, String> {
+fn put_partition(
+    c: &mut Chunks,
+    p: &PartitionData,
+    file: Option<&FileRegion>,
+    version: i16,
+) -> Result<bool, String> {
     let flexible = version >= 12;
     if flexible
         && (p.diverging_epoch != Default::default()
@@ -94,7 +132,7 @@ fn put_partition(c: &mut Chunks, p: &PartitionData, version: i16) -> Result<bool
             } else {
                 c.cur.put_i32(r.len() as i32);
             }
-            c.splice(r);
+            c.splice(r, file);
         }
     }
     if flexible {
@@ -104,19 +142,24 @@ fn put_partition(c: &mut Chunks, p: &PartitionData, version: i16) -> Result<bool
 }
 
 /// The whole response frame (length prefix and header included) as chunks to write in order.
+/// `files[i]`, when present, is where the records of the i-th partition (in response order)
+/// lie on disk.
 pub fn encode_fetch_response(
     resp: &FetchResponse,
     version: i16,
     correlation_id: i32,
-) -> Result<Vec<Bytes>, String> {
+    files: &[Option<FileRegion>],
+) -> Result<Frames, String> {
     let flexible = version >= 12;
     if !resp.unknown_tagged_fields.is_empty() || !resp.node_endpoints.is_empty() {
         return plain(resp, version, correlation_id);
     }
     let mut c = Chunks {
         out: Vec::new(),
+        files: Vec::new(),
         cur: BytesMut::with_capacity(1024),
     };
+    let mut nth = 0usize;
     ResponseHeader::default()
         .with_correlation_id(correlation_id)
         .encode(&mut c.cur, ApiKey::Fetch.response_header_version(version))
@@ -139,7 +182,9 @@ pub fn encode_fetch_response(
         }
         put_array_len(&mut c.cur, t.partitions.len(), flexible);
         for p in &t.partitions {
-            if !put_partition(&mut c, p, version)? {
+            let file = files.get(nth).and_then(Option::as_ref);
+            nth += 1;
+            if !put_partition(&mut c, p, file, version)? {
                 return plain(resp, version, correlation_id);
             }
         }
@@ -162,11 +207,17 @@ pub fn encode_fetch_response(
         c.out[0] = head.freeze();
     } else {
         c.out.insert(0, head.freeze());
+        for (i, _) in &mut c.files {
+            *i += 1;
+        }
     }
-    Ok(c.out)
+    Ok(Frames {
+        chunks: c.out,
+        files: c.files,
+    })
 }
 
-fn plain(resp: &FetchResponse, version: i16, correlation_id: i32) -> Result<Vec<Bytes>, String> {
+fn plain(resp: &FetchResponse, version: i16, correlation_id: i32) -> Result<Frames, String> {
     let mut b = BytesMut::new();
     b.put_i32(0);
     ResponseHeader::default()
@@ -176,7 +227,7 @@ fn plain(resp: &FetchResponse, version: i16, correlation_id: i32) -> Result<Vec<
     resp.encode(&mut b, version).map_err(|e| e.to_string())?;
     let len = (b.len() - 4) as i32;
     b[..4].copy_from_slice(&len.to_be_bytes());
-    Ok(vec![b.freeze()])
+    Ok(Frames::one(b.freeze()))
 }
 
 #[cfg(test)]
@@ -231,9 +282,11 @@ mod tests {
             if version < 7 {
                 resp.session_id = 0;
             }
-            let chunks = encode_fetch_response(&resp, version, 77).unwrap();
+            let chunks = encode_fetch_response(&resp, version, 77, &[])
+                .unwrap()
+                .chunks;
             let joined: Vec<u8> = chunks.iter().flat_map(|c| c.iter().copied()).collect();
-            let plain = plain(&resp, version, 77).unwrap().concat();
+            let plain = plain(&resp, version, 77).unwrap().chunks.concat();
             assert_eq!(joined, plain, "version {version}");
             // The big record sets travel as their own chunks (no copy).
             assert!(
@@ -244,13 +297,39 @@ mod tests {
     }
 
     #[test]
+    fn file_regions_point_at_the_chunks_of_their_partitions_records() {
+        let file = std::sync::Arc::new(tempfile::tempfile().unwrap());
+        let region = |position| {
+            Some(FileRegion {
+                file: file.clone(),
+                position,
+            })
+        };
+        let resp = sample();
+        // Partitions in response order: big, small, empty, big, (t2) none.
+        let files = [region(10), region(20), None, region(30), None];
+        for version in [11, 12, 16] {
+            let frames = encode_fetch_response(&resp, version, 5, &files).unwrap();
+            let at: Vec<(usize, u64)> =
+                frames.files.iter().map(|(i, f)| (*i, f.position)).collect();
+            // Only the spliced (big) record sets carry their region; the small one is copied.
+            assert_eq!(at.len(), 2, "version {version}");
+            assert_eq!(at[0].1, 10);
+            assert_eq!(at[1].1, 30);
+            for (i, _) in &at {
+                assert_eq!(frames.chunks[*i].len(), 100_000, "version {version}");
+            }
+        }
+    }
+
+    #[test]
     fn tagged_partition_fields_fall_back_to_the_plain_encoder() {
         let mut resp = sample();
         resp.responses[0].partitions[0].current_leader = LeaderIdAndEpoch::default()
             .with_leader_id(1.into())
             .with_leader_epoch(3);
-        let chunks = encode_fetch_response(&resp, 16, 1).unwrap();
+        let chunks = encode_fetch_response(&resp, 16, 1, &[]).unwrap().chunks;
         assert_eq!(chunks.len(), 1);
-        assert_eq!(chunks[0], plain(&resp, 16, 1).unwrap()[0]);
+        assert_eq!(chunks[0], plain(&resp, 16, 1).unwrap().chunks[0]);
     }
 }

@@ -22,6 +22,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeade
 use kafka_protocol::protocol::{Decodable, Encodable};
 
 use crate::broker::Ctx;
+use crate::fetch_encode::Frames;
 use crate::frame::{header_prefix, read_frame, FrameError};
 use crate::sasl::{ConnAuth, Gate};
 use crate::session::{Principal, SecurityProtocol, Session};
@@ -189,23 +190,92 @@ trait Transport: AsyncRead + AsyncWrite + Unpin {
     /// becomes at least one record and a syscall, and every byte is copied (encrypted)
     /// anyway; on plain TCP large chunks (Fetch's record data) go to the socket as they are.
     const GATHER: bool;
+    /// The socket, when file regions may be sent to it with sendfile(2) (plain TCP only:
+    /// TLS must encrypt every byte in user space).
+    fn sendfile_socket(&self) -> Option<std::os::fd::RawFd>;
 }
 
 impl Transport for TcpStream {
     const GATHER: bool = false;
+    fn sendfile_socket(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        sendfile_enabled().then(|| self.as_raw_fd())
+    }
+}
+
+/// `KMIRROR_SENDFILE=0` makes Fetch copy record bytes out of the mapping instead (to compare
+/// the two in benchmarks, or on a file system whose sendfile misbehaves).
+fn sendfile_enabled() -> bool {
+    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *ON.get_or_init(|| {
+        !matches!(
+            std::env::var("KMIRROR_SENDFILE").as_deref(),
+            Ok("0") | Ok("false")
+        )
+    })
 }
 
 impl Transport for TlsStream<TcpStream> {
     const GATHER: bool = true;
+    fn sendfile_socket(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+}
+
+/// When sendfile finds the socket buffer full, this many bytes go through the runtime's
+/// ordinary (copying) write, which waits until the socket takes data again.
+const SENDFILE_PARK_BYTES: usize = 4 << 10;
+
+/// Writes `bytes`, which are the same bytes as `file`, with sendfile(2): no copy out of the
+/// page cache. Falls back to copying writes if sendfile is refused (e.g. a file system
+/// without it).
+async fn send_region<S: Transport>(
+    w: &mut S,
+    socket: std::os::fd::RawFd,
+    bytes: &Bytes,
+    file: &kmirror_log::FileRegion,
+) -> std::io::Result<()> {
+    let mut sent = 0usize;
+    while sent < bytes.len() {
+        match file.send_nonblocking(socket, sent, bytes.len() - sent) {
+            Ok(0) => break,
+            Ok(n) => sent += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                let n = (bytes.len() - sent).min(SENDFILE_PARK_BYTES);
+                w.write_all(&bytes[sent..sent + n]).await?;
+                sent += n;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::EPIPE) | Some(libc::ECONNRESET) | Some(libc::ENOTCONN)
+                ) =>
+            {
+                return Err(e)
+            }
+            Err(_) => break,
+        }
+    }
+    if sent < bytes.len() {
+        w.write_all(&bytes[sent..]).await?;
+    }
+    Ok(())
 }
 
 /// Under TLS, chunks are gathered into writes of about this size (the largest TLS record).
 const TLS_GATHER_BYTES: usize = 16 << 10;
 
-async fn write_response<S: Transport>(w: &mut S, chunks: &[Bytes]) -> std::io::Result<()> {
+async fn write_response<S: Transport>(w: &mut S, frames: &Frames) -> std::io::Result<()> {
+    let chunks = &frames.chunks;
     if !S::GATHER {
-        for c in chunks {
-            w.write_all(c).await?;
+        let socket = w.sendfile_socket();
+        let mut files = frames.files.iter().peekable();
+        for (i, c) in chunks.iter().enumerate() {
+            match (socket, files.next_if(|(at, _)| *at == i)) {
+                (Some(fd), Some((_, file))) => send_region(w, fd, c, file).await?,
+                _ => w.write_all(c).await?,
+            }
         }
         return Ok(());
     }
@@ -256,13 +326,13 @@ async fn connection<S: Transport>(
         // SASL first: before authentication only the handshake is served.
         let (chunks, close) = match auth.gate(&ctx, &mut session, &frame).await {
             Gate::Serve => (handle_frame(&ctx, &session, frame).await?, false),
-            Gate::Reply(b) => (Some(vec![b]), false),
-            Gate::ReplyThenClose(b) => (Some(vec![b]), true),
+            Gate::Reply(b) => (Some(Frames::one(b)), false),
+            Gate::ReplyThenClose(b) => (Some(Frames::one(b)), true),
             Gate::Close(reason) => return Err(ConnError::Auth(reason)),
         };
         if let Some(chunks) = chunks {
             write_response(reader.get_mut(), &chunks).await?;
-            let n: usize = chunks.iter().map(|c| c.len()).sum();
+            let n = chunks.len();
             ctx.broker.metrics.bytes_out.fetch_add(n as u64, Relaxed);
         }
         if close {
@@ -281,7 +351,7 @@ async fn handle_frame(
     ctx: &Ctx,
     session: &Session,
     frame: Bytes,
-) -> Result<Option<Vec<Bytes>>, ConnError> {
+) -> Result<Option<Frames>, ConnError> {
     let p = header_prefix(&frame);
     if !session.may_serve(p.api_key) {
         // A SASL listener before authentication: only the SASL exchange (Kafka closes the
@@ -303,7 +373,7 @@ async fn handle_frame(
                 let mut out = BytesMut::with_capacity(4 + r.len());
                 out.put_i32(r.len() as i32);
                 out.put_slice(&r);
-                vec![out.freeze()]
+                Frames::one(out.freeze())
             }));
         }
         return Err(ConnError::Protocol(format!(
@@ -329,7 +399,7 @@ async fn handle_frame(
                 p.correlation_id,
                 &ResponseKind::ApiVersions(resp),
             )
-            .map(|b| Some(vec![b]));
+            .map(|b| Some(Frames::one(b)));
         }
         return Err(ConnError::Protocol(format!(
             "{api_key:?} v{} unsupported (we serve {}..{})",
@@ -339,18 +409,18 @@ async fn handle_frame(
     ctx.broker.metrics.count_request(api_key);
     let (header, req) =
         decode_request(api_key, p.api_version, frame).map_err(ConnError::Protocol)?;
-    let resp = dispatch(ctx, session, api_key, &header, req).await?;
+    let mut files = Vec::new();
+    let resp = dispatch(ctx, session, api_key, &header, req, &mut files).await?;
     match resp {
         None => Ok(None),
-        // Fetch: record bytes are spliced in, not copied.
+        // Fetch: record bytes are spliced in (and sent from their files), not copied.
         Some(ResponseKind::Fetch(f)) => {
-            crate::fetch_encode::encode_fetch_response(&f, p.api_version, p.correlation_id)
+            crate::fetch_encode::encode_fetch_response(&f, p.api_version, p.correlation_id, &files)
                 .map(Some)
                 .map_err(|e| ConnError::Protocol(format!("encode Fetch: {e}")))
         }
-        Some(resp) => {
-            encode_response(api_key, p.api_version, p.correlation_id, &resp).map(|b| Some(vec![b]))
-        }
+        Some(resp) => encode_response(api_key, p.api_version, p.correlation_id, &resp)
+            .map(|b| Some(Frames::one(b))),
     }
 }
 
@@ -404,6 +474,7 @@ async fn dispatch(
     api_key: ApiKey,
     header: &RequestHeader,
     req: RequestKind,
+    fetch_files: &mut Vec<Option<kmirror_log::FileRegion>>,
 ) -> Result<Option<ResponseKind>, ConnError> {
     let v = header.request_api_version;
     let access = ctx.broker.authz.access(session);
@@ -420,7 +491,9 @@ async fn dispatch(
             None => return Ok(None),
         },
         RequestKind::Fetch(r) => {
-            ResponseKind::Fetch(handlers::fetch::fetch(ctx, access, v, r).await)
+            let (resp, files) = handlers::fetch::fetch(ctx, access, v, r).await;
+            *fetch_files = files;
+            ResponseKind::Fetch(resp)
         }
         RequestKind::ListOffsets(r) => {
             ResponseKind::ListOffsets(handlers::offsets::list_offsets(ctx, access, v, r).await)
@@ -522,9 +595,6 @@ async fn dispatch(
     Ok(Some(resp))
 }
 
-/// The coordinator (this broker) is advertised at the endpoint of the listener the client
-/// came in through: FindCoordinator's answer is in the coordinator's own (first listener's)
-/// terms.
 /// The ACL APIs answer SECURITY_DISABLED on a broker without an authorizer, as Kafka's do
 /// (kafka-acls then says "No Authorizer is configured"); otherwise the principal needs the
 /// API's operation on the cluster.
@@ -535,6 +605,9 @@ fn acl_access(ctx: &Ctx, access: &authz::Access<'_>, need: authz::Need) -> Resul
     access.check_cluster(need)
 }
 
+/// The coordinator (this broker) is advertised at the endpoint of the listener the client
+/// came in through: FindCoordinator's answer is in the coordinator's own (first listener's)
+/// terms.
 fn advertise_coordinator(ctx: &Ctx, session: &Session, resp: ResponseKind) -> ResponseKind {
     let cfg = &ctx.broker.config;
     let (host, port) = cfg.advertised(&session.listener);

@@ -11,6 +11,12 @@
 //! running, one loaded at a time); each round also reads the topic over PLAINTEXT to price
 //! TLS on the fetch path. Prints per-round rows and the median kmirror/Kafka ratios with
 //! their spread.
+//!
+//! `… --bin e2e_broker -- --consume [RECORDS] [PARTITIONS] [ROUNDS]`: the consume side alone.
+//! Kafka, kmirror, and a second kmirror with `KMIRROR_SENDFILE=0` (record bytes copied out of
+//! the mapping instead of sendfile) all run; each gets the same topic once, then ROUNDS rounds
+//! of ConsumerPerformance read it, the order rotating each round. Prints MB/s, fetch MB/s and
+//! broker CPU s/GB per round, and the median ratios with their spread.
 
 mod common;
 
@@ -362,7 +368,109 @@ fn main_tls(records: u64, partitions: i32, rounds: usize) {
     );
 }
 
+/// One broker's numbers in one consume round.
+struct ConsumeRow {
+    round: usize,
+    broker: &'static str,
+    consume_mb_s: f64,
+    fetch_mb_s: f64,
+    cpu_s_gb: f64,
+    load: String,
+}
+
+fn main_consume(records: u64, partitions: i32, rounds: usize) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let bin = common::kmirror_bin();
+    eprintln!("kmirror binary: {}", bin.display());
+    let mut kafka = common::Kafka::start("1g", &[]);
+    let mut node = KmirrorNode::start();
+    let mut copying = KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", "0")]);
+    let sides: [(&'static str, String, u32); 3] = [
+        ("Apache Kafka 4.1.1", kafka.bootstrap(), kafka.pid()),
+        ("kmirror", node.addr(), node.pid()),
+        ("kmirror, sendfile off", copying.addr(), copying.pid()),
+    ];
+    for (name, boot, _) in &sides {
+        common::create_topic(boot, "bench", partitions, &[]);
+        eprintln!("[{name}] produce {records} records");
+        produce(boot, "bench", records);
+        // Warm-up read (page cache, JIT of the broker).
+        consume(boot, "bench", records);
+    }
+    let gb = records as f64 * 1024.0 / 1e9;
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        for k in 0..sides.len() {
+            let (name, boot, pid) = &sides[(k + round - 1) % sides.len()];
+            let load = common::load_avg();
+            let cpu0 = common::cpu_seconds(*pid);
+            let (consume_mb_s, fetch_mb_s) = consume(boot, "bench", records);
+            let cpu1 = common::cpu_seconds(*pid);
+            eprintln!("[{name} round {round}] {consume_mb_s} MB/s, fetch {fetch_mb_s} MB/s");
+            rows.push(ConsumeRow {
+                round,
+                broker: name,
+                consume_mb_s,
+                fetch_mb_s,
+                cpu_s_gb: (cpu1 - cpu0) / gb,
+                load,
+            });
+        }
+    }
+    kafka.stop();
+    node.stop();
+    copying.stop();
+    println!(
+        "\n{records} records x 1024 B, {partitions} partitions, ConsumerPerformance, \
+         {rounds} rounds (order rotating), {cores} cores\n"
+    );
+    println!("| round | broker | consume MB/s | fetch MB/s | broker CPU s/GB | load avg |");
+    println!("|---:|---|---:|---:|---:|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.1} | {:.1} | {:.2} | {} |",
+            r.round, r.broker, r.consume_mb_s, r.fetch_mb_s, r.cpu_s_gb, r.load
+        );
+    }
+    let of = |round: usize, b: &str| -> &ConsumeRow {
+        rows.iter()
+            .find(|r| r.round == round && r.broker == b)
+            .expect("row")
+    };
+    for (a, b) in [
+        ("kmirror", "Apache Kafka 4.1.1"),
+        ("kmirror", "kmirror, sendfile off"),
+    ] {
+        let ratio = |f: fn(&ConsumeRow) -> f64| -> Vec<f64> {
+            (1..=rounds).map(|r| f(of(r, a)) / f(of(r, b))).collect()
+        };
+        let (c, f, cpu) = (
+            ratio(|r| r.consume_mb_s),
+            ratio(|r| r.fetch_mb_s),
+            ratio(|r| r.cpu_s_gb),
+        );
+        println!(
+            "{a} / {b}, median of {rounds} rounds (min–max): consume MB/s {:.2}x ({}), \
+             fetch MB/s {:.2}x ({}), broker CPU per GB {:.2}x ({})",
+            median(c.clone()),
+            spread(&c),
+            median(f.clone()),
+            spread(&f),
+            median(cpu.clone()),
+            spread(&cpu)
+        );
+    }
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--consume") {
+        let mut args = std::env::args().skip(2);
+        let records: u64 = args.next().map_or(500_000, |a| a.parse().expect("RECORDS"));
+        let partitions: i32 = args.next().map_or(6, |a| a.parse().expect("PARTITIONS"));
+        let rounds: usize = args.next().map_or(3, |a| a.parse().expect("ROUNDS"));
+        main_consume(records, partitions, rounds.max(1));
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("--tls") {
         let mut args = std::env::args().skip(2);
         let records: u64 = args.next().map_or(100_000, |a| a.parse().expect("RECORDS"));

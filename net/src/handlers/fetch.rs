@@ -1,6 +1,7 @@
 //! Fetch: long polling (max_wait_ms / min_bytes), both isolation levels with the aborted
 //! transactions list, topic IDs from v13. Fetch sessions are declined (session id 0), which
-//! Kafka clients accept by sending full fetch requests.
+//! Kafka clients accept by sending full fetch requests. Each partition's records come with
+//! where they lie on disk, so the connection can sendfile(2) them.
 
 use std::time::{Duration, Instant};
 
@@ -9,6 +10,7 @@ use kafka_protocol::messages::fetch_response::*;
 use kafka_protocol::messages::{FetchRequest, ProducerId as WireProducerId};
 use kafka_protocol::ResponseError as E;
 use kmirror_engine::{EngineError, Partition, Pending};
+use kmirror_log::FileRegion;
 use kmirror_types::{Offset, TopicPartition};
 use uuid::Uuid;
 
@@ -36,6 +38,7 @@ struct Got {
     log_start: i64,
     aborted: Option<Vec<AbortedTransaction>>,
     records: Bytes,
+    file: Option<FileRegion>,
 }
 
 impl Got {
@@ -47,6 +50,7 @@ impl Got {
             log_start: -1,
             aborted: None,
             records: Bytes::new(),
+            file: None,
         }
     }
 }
@@ -80,6 +84,7 @@ fn read_partition(
         log_start,
         aborted: read_committed.then(Vec::new),
         records: Bytes::new(),
+        file: None,
     };
     if fetch_offset < log_start || fetch_offset > leo {
         got.error = E::OffsetOutOfRange.code();
@@ -88,7 +93,10 @@ fn read_partition(
     let upper = if read_committed { lso } else { hw };
     if fetch_offset < upper {
         match log.read(Offset(fetch_offset), max_bytes, Offset(upper)) {
-            Ok(r) => got.records = r.records,
+            Ok(r) => {
+                got.records = r.records;
+                got.file = r.file;
+            }
             Err(e) => {
                 got.error = errors::log_error_code(&e);
                 return got;
@@ -161,12 +169,13 @@ async fn read_all(
     out
 }
 
+/// The response, and per partition (in response order) where its records lie on disk.
 pub async fn fetch(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,
     req: FetchRequest,
-) -> FetchResponse {
+) -> (FetchResponse, Vec<Option<FileRegion>>) {
     let meta = ctx.meta();
     let read_committed = req.isolation_level == 1;
     // Resolve names (topic IDs from v13) and keep the request's topic grouping.
@@ -253,15 +262,18 @@ pub async fn fetch(
         }
         if total > 0 && total + g.records.len() > max_bytes {
             g.records = Bytes::new();
+            g.file = None;
             continue;
         }
         total += g.records.len();
     }
     let mut it = wants.iter().zip(got);
     let mut responses = Vec::with_capacity(groups.len());
+    let mut files = Vec::with_capacity(wants.len());
     for (name, id, n) in groups {
         let mut parts = Vec::with_capacity(n);
         for (w, g) in it.by_ref().take(n) {
+            files.push(g.file);
             parts.push(
                 PartitionData::default()
                     .with_partition_index(w.partition)
@@ -281,7 +293,8 @@ pub async fn fetch(
                 .with_partitions(parts),
         );
     }
-    FetchResponse::default()
+    let resp = FetchResponse::default()
         .with_session_id(0)
-        .with_responses(responses)
+        .with_responses(responses);
+    (resp, files)
 }
