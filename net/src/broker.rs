@@ -132,6 +132,8 @@ pub struct Ctx {
     pub broker: Arc<Broker>,
     pub core: CoreContext,
     meta: MetaCache,
+    /// This core's client fetch sessions (never borrowed across an await).
+    pub fetch_sessions: std::cell::RefCell<crate::fetch_session::Sessions>,
 }
 
 /// An error for one item of an admin request: Kafka code plus message.
@@ -148,7 +150,14 @@ fn engine_err(e: EngineError) -> ItemError {
 impl Ctx {
     pub fn new(broker: Arc<Broker>, core: CoreContext) -> Ctx {
         let meta = MetaCache::new(broker.cluster.view());
-        Ctx { broker, core, meta }
+        let fetch_sessions =
+            std::cell::RefCell::new(crate::fetch_session::Sessions::new(core.core));
+        Ctx {
+            broker,
+            core,
+            meta,
+            fetch_sessions,
+        }
     }
 
     pub fn meta(&self) -> Arc<ClusterMetadata> {

@@ -27,6 +27,7 @@ pub mod broker;
 pub mod cluster;
 pub mod errors;
 pub mod fetch_encode;
+pub mod fetch_session;
 pub mod frame;
 pub mod groups;
 pub mod handlers;

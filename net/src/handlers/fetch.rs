@@ -1,7 +1,7 @@
 //! Fetch: long polling (max_wait_ms / min_bytes), both isolation levels with the aborted
-//! transactions list, topic IDs from v13. Fetch sessions are declined (session id 0), which
-//! Kafka clients accept by sending full fetch requests. Each partition's records come with
-//! where they lie on disk, so the connection can sendfile(2) them.
+//! transactions list, topic IDs from v13, fetch sessions (KIP-227, `fetch_session`). Each
+//! partition's records come with where they lie on disk, so the connection can sendfile(2)
+//! them.
 
 use std::time::{Duration, Instant};
 
@@ -18,6 +18,8 @@ use super::{broker, topic_name};
 use crate::authz::{table, Access};
 use crate::broker::Ctx;
 use crate::errors;
+use crate::fetch_session::{changed, Cached, Mode};
+use indexmap::IndexMap;
 
 /// Largest `max_wait_ms` honoured (clients normally send 500 ms).
 const MAX_WAIT_CAP: Duration = Duration::from_secs(30);
@@ -169,18 +171,22 @@ async fn read_all(
     out
 }
 
-/// The response, and per partition (in response order) where its records lie on disk.
-pub async fn fetch(
-    ctx: &Ctx,
-    access: &Access<'_>,
-    version: i16,
-    req: FetchRequest,
-) -> (FetchResponse, Vec<Option<FileRegion>>) {
+/// One requested partition before session handling: its resolved name (None: unknown topic
+/// id), how it was named on the wire, and the fetch position.
+struct Asked {
+    name: Option<String>,
+    wire: kafka_protocol::messages::TopicName,
+    topic_id: Uuid,
+    partition: i32,
+    fetch_offset: i64,
+    current_leader_epoch: i32,
+    max_bytes: i32,
+}
+
+/// The request's partitions with names resolved (topic IDs from v13), in request order.
+fn asked(ctx: &Ctx, version: i16, req: &FetchRequest) -> Vec<Asked> {
     let meta = ctx.meta();
-    let read_committed = req.isolation_level == 1;
-    // Resolve names (topic IDs from v13) and keep the request's topic grouping.
-    let mut wants = Vec::new();
-    let mut groups: Vec<(kafka_protocol::messages::TopicName, Uuid, usize)> = Vec::new();
+    let mut out = Vec::new();
     for t in &req.topics {
         let name = if version >= 13 {
             meta.topic_by_id(t.topic_id).map(|m| m.name.clone())
@@ -190,28 +196,135 @@ pub async fn fetch(
                 .map(|m| m.name.clone())
                 .or_else(|| Some(t.topic.to_string()))
         };
-        // Unauthorized topics are answered TOPIC_AUTHORIZATION_FAILED without a read.
-        let denied = match &name {
-            Some(n) if version >= 13 => access.check(table::FETCH, n).err(),
-            _ if version >= 13 => None,
-            _ => access.check(table::FETCH, t.topic.as_str()).err(),
-        };
-        for p in &t.partitions {
-            wants.push(Want {
-                denied,
-                topic: name.clone().unwrap_or_default(),
-                partition: p.partition,
-                fetch_offset: p.fetch_offset,
-                current_leader_epoch: p.current_leader_epoch,
-                max_bytes: p.partition_max_bytes.max(0) as usize,
-            });
-        }
-        let wire_name = match &name {
+        let wire = match &name {
             Some(n) => topic_name(n),
             None => t.topic.clone(),
         };
-        groups.push((wire_name, t.topic_id, t.partitions.len()));
+        for p in &t.partitions {
+            out.push(Asked {
+                name: name.clone(),
+                wire: wire.clone(),
+                topic_id: t.topic_id,
+                partition: p.partition,
+                fetch_offset: p.fetch_offset,
+                current_leader_epoch: p.current_leader_epoch,
+                max_bytes: p.partition_max_bytes,
+            });
+        }
     }
+    out
+}
+
+/// Names of the partitions an incremental request forgets.
+fn forgotten(ctx: &Ctx, version: i16, req: &FetchRequest) -> Vec<(String, i32)> {
+    let meta = ctx.meta();
+    let mut out = Vec::new();
+    for t in &req.forgotten_topics_data {
+        let name = if version >= 13 {
+            meta.topic_by_id(t.topic_id).map(|m| m.name.to_string())
+        } else {
+            Some(t.topic.to_string())
+        };
+        if let Some(n) = name {
+            out.extend(t.partitions.iter().map(|p| (n.clone(), *p)));
+        }
+    }
+    out
+}
+
+fn want(access: &Access<'_>, version: i16, a: &Asked) -> Want {
+    // Unauthorized topics are answered TOPIC_AUTHORIZATION_FAILED without a read.
+    let denied = match &a.name {
+        Some(n) => access.check(table::FETCH, n).err(),
+        None if version >= 13 => None,
+        None => access.check(table::FETCH, a.wire.as_str()).err(),
+    };
+    Want {
+        denied,
+        topic: a.name.clone().unwrap_or_default(),
+        partition: a.partition,
+        fetch_offset: a.fetch_offset,
+        current_leader_epoch: a.current_leader_epoch,
+        max_bytes: a.max_bytes.max(0) as usize,
+    }
+}
+
+fn cached(a: &Asked) -> Cached {
+    Cached {
+        topic_id: a.topic_id,
+        fetch_offset: a.fetch_offset,
+        current_leader_epoch: a.current_leader_epoch,
+        max_bytes: a.max_bytes,
+        sent: None,
+    }
+}
+
+/// The response, and per partition (in response order) where its records lie on disk.
+/// With a fetch session (v7+, KIP-227) an incremental request names only what changed, and
+/// the response carries only partitions with news.
+pub async fn fetch(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    version: i16,
+    req: FetchRequest,
+) -> (FetchResponse, Vec<Option<FileRegion>>) {
+    let read_committed = req.isolation_level == 1;
+    let mode = if version >= 7 {
+        ctx.fetch_sessions
+            .borrow_mut()
+            .begin(req.session_id, req.session_epoch)
+    } else {
+        Ok(Mode::Sessionless)
+    };
+    let mode = match mode {
+        Ok(m) => m,
+        Err(code) => {
+            return (
+                FetchResponse::default()
+                    .with_error_code(code)
+                    .with_session_id(0),
+                Vec::new(),
+            )
+        }
+    };
+    let mut asked = asked(ctx, version, &req);
+    if let Mode::Incremental(id) = mode {
+        // The session's partitions, updated by what the request names, are what is read.
+        let gone = forgotten(ctx, version, &req);
+        let mut sessions = ctx.fetch_sessions.borrow_mut();
+        let session = sessions.get_mut(id).expect("begin found the session");
+        for k in gone {
+            session.partitions.shift_remove(&k);
+        }
+        let mut unknown = Vec::new();
+        for a in asked.drain(..) {
+            match &a.name {
+                Some(n) => {
+                    let key = (n.clone(), a.partition);
+                    let sent = session.partitions.get(&key).and_then(|c| c.sent);
+                    let mut c = cached(&a);
+                    c.sent = sent;
+                    session.partitions.insert(key, c);
+                }
+                None => unknown.push(a),
+            }
+        }
+        asked = session
+            .partitions
+            .iter()
+            .map(|((name, partition), c)| Asked {
+                name: Some(name.clone()),
+                wire: topic_name(name),
+                topic_id: c.topic_id,
+                partition: *partition,
+                fetch_offset: c.fetch_offset,
+                current_leader_epoch: c.current_leader_epoch,
+                max_bytes: c.max_bytes,
+            })
+            .collect();
+        asked.extend(unknown);
+    }
+    let wants: Vec<Want> = asked.iter().map(|a| want(access, version, a)).collect();
     let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + max_wait;
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -267,34 +380,92 @@ pub async fn fetch(
         }
         total += g.records.len();
     }
-    let mut it = wants.iter().zip(got);
-    let mut responses = Vec::with_capacity(groups.len());
-    let mut files = Vec::with_capacity(wants.len());
-    for (name, id, n) in groups {
-        let mut parts = Vec::with_capacity(n);
-        for (w, g) in it.by_ref().take(n) {
-            files.push(g.file);
-            parts.push(
+    // Which partitions go into the response, and the session bookkeeping.
+    let session_id = {
+        let mut sessions = ctx.fetch_sessions.borrow_mut();
+        match mode {
+            Mode::Sessionless => 0,
+            Mode::Open => {
+                let mut parts = IndexMap::new();
+                for (a, g) in asked.iter().zip(&got) {
+                    if let Some(n) = &a.name {
+                        let mut c = cached(a);
+                        changed(&mut c, g.error, false, (g.hw, g.lso, g.log_start));
+                        parts.insert((n.clone(), a.partition), c);
+                    }
+                }
+                sessions.open(parts)
+            }
+            Mode::Incremental(id) => {
+                let session = sessions.get_mut(id).expect("the session is still there");
+                let mut keep = Vec::with_capacity(got.len());
+                for (a, g) in asked.iter().zip(&got) {
+                    let news = match &a.name {
+                        Some(n) => session
+                            .partitions
+                            .get_mut(&(n.clone(), a.partition))
+                            .is_none_or(|c| {
+                                changed(
+                                    c,
+                                    g.error,
+                                    !g.records.is_empty(),
+                                    (g.hw, g.lso, g.log_start),
+                                )
+                            }),
+                        None => true,
+                    };
+                    keep.push(news);
+                }
+                session.advance();
+                let mut k = keep.into_iter();
+                let pairs: Vec<(Asked, Got)> = asked
+                    .drain(..)
+                    .zip(got.drain(..))
+                    .filter(|_| k.next().unwrap_or(true))
+                    .collect();
+                for (a, g) in pairs {
+                    asked.push(a);
+                    got.push(g);
+                }
+                id
+            }
+        }
+    };
+    // Group by topic, keeping first-seen order.
+    let mut topics: IndexMap<(String, Uuid), Vec<(i32, Got)>> = IndexMap::new();
+    for (a, g) in asked.iter().zip(got) {
+        topics
+            .entry((a.wire.to_string(), a.topic_id))
+            .or_default()
+            .push((a.partition, g));
+    }
+    let mut responses = Vec::with_capacity(topics.len());
+    let mut files = Vec::with_capacity(asked.len());
+    for ((name, id), parts) in topics {
+        let parts = parts
+            .into_iter()
+            .map(|(partition, g)| {
+                files.push(g.file);
                 PartitionData::default()
-                    .with_partition_index(w.partition)
+                    .with_partition_index(partition)
                     .with_error_code(g.error)
                     .with_high_watermark(g.hw)
                     .with_last_stable_offset(g.lso)
                     .with_log_start_offset(g.log_start)
                     .with_aborted_transactions(g.aborted)
                     .with_preferred_read_replica(broker(-1))
-                    .with_records(Some(g.records)),
-            );
-        }
+                    .with_records(Some(g.records))
+            })
+            .collect();
         responses.push(
             FetchableTopicResponse::default()
-                .with_topic(name)
+                .with_topic(topic_name(&name))
                 .with_topic_id(id)
                 .with_partitions(parts),
         );
     }
     let resp = FetchResponse::default()
-        .with_session_id(0)
+        .with_session_id(session_id)
         .with_responses(responses);
     (resp, files)
 }

@@ -1,0 +1,182 @@
+//! Issue 11, step 5: fetch sessions (KIP-227) served to clients. The same walk through a
+//! session — open, incremental fetches with and without news, a replayed epoch, an unknown
+//! session, forgetting a partition, closing — over the wire against kmirror and against
+//! Apache Kafka 4.1.1; what a client sees (errors, which partitions come back, their records)
+//! must be the same. (The Java consumer opens sessions by default, so `real_clients`' group
+//! scenarios read through them end to end.)
+
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
+use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::{records, KafkaCluster, KmirrorNode, WireClient};
+
+const TOPIC: &str = "sessions";
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+struct Walk {
+    c: WireClient,
+    topic_id: uuid::Uuid,
+    version: i16,
+}
+
+impl Walk {
+    fn request(
+        &self,
+        session: i32,
+        epoch: i32,
+        parts: &[(i32, i64)],
+        forget: &[i32],
+    ) -> FetchRequest {
+        let name = TopicName(StrBytes::from_static_str(TOPIC));
+        let mut req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(1 << 20)
+            .with_session_id(session)
+            .with_session_epoch(epoch);
+        if !parts.is_empty() {
+            req.topics = vec![FetchTopic::default()
+                .with_topic(name.clone())
+                .with_topic_id(self.topic_id)
+                .with_partitions(
+                    parts
+                        .iter()
+                        .map(|(p, off)| {
+                            FetchPartition::default()
+                                .with_partition(*p)
+                                .with_current_leader_epoch(-1)
+                                .with_fetch_offset(*off)
+                                .with_partition_max_bytes(1 << 20)
+                        })
+                        .collect(),
+                )];
+        }
+        if !forget.is_empty() {
+            req.forgotten_topics_data = vec![ForgottenTopic::default()
+                .with_topic(name)
+                .with_topic_id(self.topic_id)
+                .with_partitions(forget.to_vec())];
+        }
+        req
+    }
+
+    /// (top-level error, session id given?, [(partition, error, values)]) of one Fetch.
+    fn fetch(
+        &mut self,
+        session: i32,
+        epoch: i32,
+        parts: &[(i32, i64)],
+        forget: &[i32],
+    ) -> (i16, i32, Vec<(i32, i16, Vec<String>)>) {
+        let req = self.request(session, epoch, parts, forget);
+        let resp = self.c.send_at(req, self.version).expect("Fetch");
+        let mut seen: Vec<(i32, i16, Vec<String>)> = resp
+            .responses
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .map(|p| {
+                let values = p
+                    .records
+                    .as_ref()
+                    .map(|r| {
+                        records::decode_values(r)
+                            .expect("records decode")
+                            .into_iter()
+                            .map(|(_, v)| {
+                                String::from_utf8_lossy(&v.unwrap_or_default()).into_owned()
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                (p.partition_index, p.error_code, values)
+            })
+            .collect();
+        seen.sort();
+        (resp.error_code, resp.session_id, seen)
+    }
+}
+
+/// The walk; returns one line per step of what the client saw (session ids as given/none).
+fn walk(bootstrap: &str) -> Vec<String> {
+    let mut admin = WireClient::connect(bootstrap).expect("connect");
+    assert_eq!(admin.create_topic(TOPIC, 3, 1, &[]).expect("create"), 0);
+    for p in 0..3 {
+        let vals = [format!("p{p}-a"), format!("p{p}-b")];
+        let vals: Vec<&[u8]> = vals.iter().map(|v| v.as_bytes()).collect();
+        let (err, _) = admin
+            .produce_raw(TOPIC, p, records::batch(&vals, now_ms()), -1)
+            .expect("produce");
+        assert_eq!(err, 0);
+    }
+    let info = admin.partition_info(TOPIC, 0).expect("metadata");
+    let c = WireClient::connect_leader(bootstrap, TOPIC, 0).expect("connect");
+    let version = c.version_range(1).expect("Fetch served").1.min(16);
+    let mut w = Walk {
+        c,
+        topic_id: info.topic_id,
+        version,
+    };
+    let mut out = Vec::new();
+    let mut note = |step: &str, (err, sid, parts): (i16, i32, Vec<(i32, i16, Vec<String>)>)| {
+        let line = format!(
+            "{step}: error {err}, session {}, partitions {parts:?}",
+            if sid == 0 { "none" } else { "given" }
+        );
+        println!("{line}");
+        out.push(line);
+        sid
+    };
+    // Open: a full fetch of all three from offset 0.
+    let open = w.fetch(0, 0, &[(0, 0), (1, 0), (2, 0)], &[]);
+    let id = note("open", open);
+    assert_ne!(id, 0, "the broker gives a session");
+    // Epoch 1: the client moved past what it read on 0 and 1; nothing new anywhere.
+    let r = w.fetch(id, 1, &[(0, 2), (1, 2)], &[]);
+    note("incremental, no news", r);
+    // New records on partition 1 only.
+    let (err, _) = admin
+        .produce_raw(TOPIC, 1, records::batch(&[b"p1-c"], now_ms()), -1)
+        .expect("produce");
+    assert_eq!(err, 0);
+    let r = w.fetch(id, 2, &[], &[]);
+    note("incremental after a produce to 1", r);
+    // The same epoch again, and an unknown session.
+    let r = w.fetch(id, 2, &[], &[]);
+    note("replayed epoch", r);
+    let r = w.fetch(id.wrapping_add(7 << 8), 1, &[], &[]);
+    note("unknown session", r);
+    // The session survives a refused request: forget 2, then news on 2 is not sent.
+    let r = w.fetch(id, 3, &[(1, 3)], &[2]);
+    note("forget 2", r);
+    let (err, _) = admin
+        .produce_raw(TOPIC, 2, records::batch(&[b"p2-c"], now_ms()), -1)
+        .expect("produce");
+    assert_eq!(err, 0);
+    let r = w.fetch(id, 4, &[], &[]);
+    note("news on a forgotten partition", r);
+    // Close: a sessionless full fetch.
+    let r = w.fetch(id, -1, &[(2, 2)], &[]);
+    note("close", r);
+    let r = w.fetch(id, 5, &[], &[]);
+    note("closed session", r);
+    out
+}
+
+#[test]
+fn a_fetch_session_walk_sees_the_same_answers_as_on_kafka() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let want = {
+        let kafka = KafkaCluster::single();
+        walk(&kafka.bootstrap())
+    };
+    let node = KmirrorNode::start();
+    let got = walk(&node.addr());
+    assert_eq!(got, want);
+}
