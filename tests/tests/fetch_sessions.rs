@@ -19,6 +19,9 @@ fn now_ms() -> i64 {
         .as_millis() as i64
 }
 
+/// (top-level error, session id, [(partition, error, record values)]) of one Fetch.
+type Seen = (i16, i32, Vec<(i32, i16, Vec<String>)>);
+
 struct Walk {
     c: WireClient,
     topic_id: uuid::Uuid,
@@ -67,14 +70,8 @@ impl Walk {
         req
     }
 
-    /// (top-level error, session id given?, [(partition, error, values)]) of one Fetch.
-    fn fetch(
-        &mut self,
-        session: i32,
-        epoch: i32,
-        parts: &[(i32, i64)],
-        forget: &[i32],
-    ) -> (i16, i32, Vec<(i32, i16, Vec<String>)>) {
+    /// What the client saw of one Fetch.
+    fn fetch(&mut self, session: i32, epoch: i32, parts: &[(i32, i64)], forget: &[i32]) -> Seen {
         let req = self.request(session, epoch, parts, forget);
         let resp = self.c.send_at(req, self.version).expect("Fetch");
         let mut seen: Vec<(i32, i16, Vec<String>)> = resp
@@ -124,7 +121,7 @@ fn walk(bootstrap: &str) -> Vec<String> {
         version,
     };
     let mut out = Vec::new();
-    let mut note = |step: &str, (err, sid, parts): (i16, i32, Vec<(i32, i16, Vec<String>)>)| {
+    let mut note = |step: &str, (err, sid, parts): Seen| {
         let line = format!(
             "{step}: error {err}, session {}, partitions {parts:?}",
             if sid == 0 { "none" } else { "given" }
