@@ -343,6 +343,33 @@ pub fn before_group_api(
             }
             return Ok((RequestKind::DeleteGroups(r), patch));
         }
+        RequestKind::ConsumerGroupHeartbeat(ref r) => {
+            require!(table::GROUP_READ, &r.group_id, req);
+            // Kafka: every subscribed topic name needs DESCRIBE.
+            let denied = r
+                .subscribed_topic_names
+                .iter()
+                .flatten()
+                .any(|t| !access.allows(table::METADATA, t));
+            if denied {
+                return deny(req, topic_denied);
+            }
+            Patch::None
+        }
+        RequestKind::ConsumerGroupDescribe(mut r) => {
+            let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+                .into_iter()
+                .partition(|g| access.allows(table::DESCRIBE_GROUPS, g));
+            r.group_ids = ok;
+            let patch = Patch::ConsumerGroupDescribe(denied);
+            if r.group_ids.is_empty() {
+                return Err(patch.apply(
+                    access,
+                    ResponseKind::ConsumerGroupDescribe(Default::default()),
+                ));
+            }
+            return Ok((RequestKind::ConsumerGroupDescribe(r), patch));
+        }
         RequestKind::ListGroups(_) => Patch::ListGroups,
         RequestKind::FindCoordinator(mut r) => {
             let need = if r.key_type == 1 {
@@ -437,6 +464,7 @@ pub enum Patch {
         with_ops: bool,
     },
     DeleteGroups(Vec<kafka_protocol::messages::GroupId>),
+    ConsumerGroupDescribe(Vec<kafka_protocol::messages::GroupId>),
     ListGroups,
     FindCoordinator(Vec<kafka_protocol::messages::find_coordinator_response::Coordinator>),
     OffsetDelete(Vec<kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic>),
@@ -533,6 +561,15 @@ impl Patch {
                         .with_error_code(group_denied)
                 }));
                 ResponseKind::DeleteGroups(r)
+            }
+            (Patch::ConsumerGroupDescribe(denied), ResponseKind::ConsumerGroupDescribe(mut r)) => {
+                r.groups.extend(denied.into_iter().map(|g| {
+                    kafka_protocol::messages::consumer_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(group_denied)
+                        .with_authorized_operations(crate::handlers::NO_AUTHORIZED_OPS)
+                }));
+                ResponseKind::ConsumerGroupDescribe(r)
             }
             (Patch::ListGroups, ResponseKind::ListGroups(mut r)) => {
                 if !access.allows_cluster(table::DESCRIBE_CLUSTER) {
