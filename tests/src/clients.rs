@@ -570,7 +570,8 @@ pub fn java_tools_round_trip(broker: &dyn BrokerUnderTest, records: u64) {
 /// produced. The librdkafka member joins midway, then the Java member leaves: every record is
 /// consumed exactly once, in order per partition, both members got partitions, and
 /// kafka-consumer-groups describes the group (members, then committed offsets at the end). A
-/// classic group reading the same topic next to it still works.
+/// classic group reading the same topic next to it still works. After a broker restart the
+/// offsets are there, members rejoin, and the empty classic group upgrades to a consumer group.
 pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, records: u64) {
     let partitions = 6;
     let topic = "cg-seq";
@@ -734,6 +735,51 @@ pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, record
         want,
         "committed offsets of the classic group"
     );
+    // Both groups survive a restart. Then KIP-848 members rejoin the consumer group and
+    // upgrade the now empty classic group: they get every partition and resume at the
+    // committed offsets (nothing left to read).
+    broker.restart();
+    let boot = broker.bootstrap();
+    for g in [group, classic] {
+        assert_eq!(
+            Client::Java.committed(&boot, g, topic, partitions),
+            want,
+            "committed offsets of {g} after restart"
+        );
+    }
+    for g in [group, classic] {
+        let stop = dir
+            .path()
+            .join(format!("stop-again-{g}"))
+            .display()
+            .to_string();
+        let mut m = LineChild::spawn(Client::Java.consumer(&boot, g, topic, &stop, 0).arg(kip848));
+        let all = format!(
+            "ASSIGNED {}",
+            (0..partitions)
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        proc::wait_for(
+            Duration::from_secs(90),
+            "a KIP-848 member to get every partition",
+            || m.lines().iter().any(|l| *l == all).then_some(()),
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        std::fs::write(&stop, b"stop").expect("stop file");
+        proc::wait_for(Duration::from_secs(60), "the member to leave", || {
+            m.exited().map(|_| ())
+        });
+        let err = m.stderr_tail(20);
+        let (st, lines) = m.wait(Duration::from_secs(10));
+        assert!(st.success(), "member of {g} exited {st}:\n{err}");
+        assert_eq!(
+            parse_consumed(&lines).len(),
+            0,
+            "{g}: a member rejoining after the restart re-read committed records"
+        );
+    }
     let listed = java::run_tool(
         tools::CONSUMER_GROUP_COMMAND,
         &["--bootstrap-server", &boot, "--list", "--type"],
@@ -748,7 +794,7 @@ pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, record
             .unwrap_or_default()
     };
     assert!(
-        type_of(group).contains("consumer") && type_of(classic).contains("classic"),
+        type_of(group).contains("consumer") && type_of(classic).contains("consumer"),
         "kafka-consumer-groups --list --type:\n{}",
         listed.stdout
     );
