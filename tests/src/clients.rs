@@ -764,7 +764,7 @@ pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, record
         proc::wait_for(
             Duration::from_secs(90),
             "a KIP-848 member to get every partition",
-            || m.lines().iter().any(|l| *l == all).then_some(()),
+            || m.lines().contains(&all).then_some(()),
         );
         std::thread::sleep(Duration::from_secs(3));
         std::fs::write(&stop, b"stop").expect("stop file");
