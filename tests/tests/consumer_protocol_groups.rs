@@ -85,6 +85,12 @@ fn wire_observations(broker: &dyn BrokerUnderTest) -> Vec<String> {
         std::thread::sleep(std::time::Duration::from_millis(200));
     };
     let epoch = r.member_epoch;
+    let topic_id = r
+        .assignment
+        .as_ref()
+        .and_then(|a| a.topic_partitions.first())
+        .map(|t| t.topic_id)
+        .unwrap_or_default();
     let assigned: usize = r
         .assignment
         .as_ref()
@@ -131,6 +137,50 @@ fn wire_observations(broker: &dyn BrokerUnderTest) -> Vec<String> {
     let s2 = uuid::Uuid::new_v4().simple().to_string();
     let r = c.send(inst(&s2)).expect("static join");
     out.push(format!("second static join error={}", r.error_code));
+    // m1 reconciles with the new member: it must first revoke, then its epoch moves on.
+    let tp = |ps: Vec<i32>| {
+        Some(vec![TopicPartitions::default()
+            .with_topic_id(topic_id)
+            .with_partitions(ps)])
+    };
+    let r = c
+        .send(beat(g, &m1, epoch).with_topic_partitions(tp(vec![0, 1, 2, 3])))
+        .expect("beat");
+    let kept: Vec<i32> = r
+        .assignment
+        .as_ref()
+        .map(|a| {
+            a.topic_partitions
+                .iter()
+                .flat_map(|t| t.partitions.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    out.push(format!(
+        "revoking error={} epoch unchanged={} kept={}",
+        r.error_code,
+        r.member_epoch == epoch,
+        kept.len()
+    ));
+    let r = c
+        .send(beat(g, &m1, epoch).with_topic_partitions(tp(kept)))
+        .expect("beat");
+    out.push(format!(
+        "revoked error={} epoch bumped={}",
+        r.error_code,
+        r.member_epoch > epoch
+    ));
+    let new_epoch = r.member_epoch;
+    let r = c.send(commit(epoch)).expect("commit");
+    out.push(format!(
+        "commit with the previous epoch error={}",
+        r.topics[0].partitions[0].error_code
+    ));
+    let r = c.send(commit(new_epoch)).expect("commit");
+    out.push(format!(
+        "commit with the new epoch error={}",
+        r.topics[0].partitions[0].error_code
+    ));
     let r = c
         .send(
             ConsumerGroupDescribeRequest::default()
@@ -200,6 +250,10 @@ fn expected_observations() -> Vec<String> {
         "current commit error=0",
         "static join error=0",
         "second static join error=111",
+        "revoking error=0 epoch unchanged=true kept=2",
+        "revoked error=0 epoch bumped=true",
+        "commit with the previous epoch error=113",
+        "commit with the new epoch error=0",
         "cg describe wire-g error=0 members=2 assignor=uniform",
         "cg describe wire-none error=69 members=0 assignor=",
         "classic describe of consumer group error=69 state=Dead protocol_type=",
