@@ -9,6 +9,10 @@
 //! EndTxn requests are answered from later batches. Transaction markers are written through the
 //! broker's [`MarkerSink`] on helper threads; failures are retried every second.
 //!
+//! KIP-848 ConsumerGroupHeartbeat / ConsumerGroupDescribe arrive with a snapshot of the
+//! cluster's topics ([`topic_view`], built by the connection), since the coordinator thread
+//! computes assignments and names topics by id but owns no metadata.
+//!
 //! This node is the coordinator for every group and transactional id.
 
 use std::collections::HashMap;

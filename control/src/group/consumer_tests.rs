@@ -373,3 +373,34 @@ fn uniform_assignor_is_balanced_and_sticky() {
         assert!(second[m][&T].is_subset(&first[m][&T]));
     }
 }
+
+#[test]
+fn added_partitions_and_regex_subscriptions_reach_the_assignment() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open(dir.path(), 0);
+    let u = Uuid::from_u128(0x99);
+    let mut view = topics(2);
+    view.insert("other".into(), (u, 1));
+    let mut join = hb("a", 0, Some(&[]));
+    join.subscribed_topic_names = Some(vec![]);
+    join.subscribed_topic_regex = Some("t|oth.*".into());
+    let r = c.consumer_heartbeat(&join, &view, 0);
+    assert_eq!(r.error, NONE, "{r:?}");
+    let a = r.assignment.unwrap();
+    assert_eq!(count(&a), 3);
+    assert!(a.contains_key(&u));
+    // Partitions added to t: the group epoch moves and the member gets them.
+    view.insert("t".into(), (T, 4));
+    let mut req = hb("a", r.member_epoch, None);
+    req.owned = Some(a);
+    let r2 = c.consumer_heartbeat(&req, &view, 1);
+    assert_eq!(r2.member_epoch, r.member_epoch + 1);
+    assert_eq!(count(&r2.assignment.unwrap()), 5);
+    // A malformed regex is refused.
+    let mut bad = hb("b", 0, Some(&[]));
+    bad.subscribed_topic_regex = Some("(".into());
+    assert_eq!(
+        c.consumer_heartbeat(&bad, &view, 2).error,
+        INVALID_REGULAR_EXPRESSION
+    );
+}
