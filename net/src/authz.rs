@@ -563,6 +563,31 @@ impl Patch {
                 ResponseKind::DeleteGroups(r)
             }
             (Patch::ConsumerGroupDescribe(denied), ResponseKind::ConsumerGroupDescribe(mut r)) => {
+                // Kafka: a group using a topic the client may not describe is not shown.
+                for g in r.groups.iter_mut().filter(|g| g.error_code == 0) {
+                    let hidden = g.members.iter().any(|m| {
+                        m.subscribed_topic_names
+                            .iter()
+                            .map(|t| &t.0)
+                            .chain(
+                                m.assignment
+                                    .topic_partitions
+                                    .iter()
+                                    .chain(m.target_assignment.topic_partitions.iter())
+                                    .map(|tp| &tp.topic_name.0),
+                            )
+                            .any(|t| !access.allows(table::METADATA, t))
+                    });
+                    if hidden {
+                        *g = kafka_protocol::messages::consumer_group_describe_response::DescribedGroup::default()
+                            .with_group_id(g.group_id.clone())
+                            .with_error_code(topic_denied)
+                            .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                                "The described group uses topics that the client is not authorized to describe.",
+                            )))
+                            .with_authorized_operations(crate::handlers::NO_AUTHORIZED_OPS);
+                    }
+                }
                 r.groups.extend(denied.into_iter().map(|g| {
                     kafka_protocol::messages::consumer_group_describe_response::DescribedGroup::default()
                         .with_group_id(g)
