@@ -1096,6 +1096,15 @@ impl CoordinatorThread {
                 .groups
                 .iter()
                 .map(|g| {
+                    if let Err(code) = self.groups.validate_fetch(
+                        &g.group_id.0,
+                        g.member_id.as_deref(),
+                        g.member_epoch,
+                    ) {
+                        return OffsetFetchResponseGroup::default()
+                            .with_group_id(g.group_id.clone())
+                            .with_error_code(code);
+                    }
                     let topics: Option<Vec<(String, Vec<i32>)>> = g.topics.as_ref().map(|ts| {
                         ts.iter()
                             .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))

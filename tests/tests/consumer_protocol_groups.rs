@@ -181,6 +181,32 @@ fn wire_observations(broker: &dyn BrokerUnderTest) -> Vec<String> {
         "commit with the new epoch error={}",
         r.topics[0].partitions[0].error_code
     ));
+    let fetch = |member: Option<&str>, epoch: i32| {
+        OffsetFetchRequest::default().with_groups(vec![
+            offset_fetch_request::OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(sb(g)))
+                .with_member_id(member.map(sb))
+                .with_member_epoch(epoch)
+                .with_topics(None),
+        ])
+    };
+    for (label, member, e) in [
+        ("member at its epoch", Some(m1.as_str()), new_epoch),
+        ("member at its previous epoch", Some(m1.as_str()), epoch),
+        ("unknown member", Some("nobody"), new_epoch),
+        ("admin", None, -1),
+    ] {
+        let r = c.send(fetch(member, e)).expect("fetch");
+        let committed: Vec<i64> = r.groups[0]
+            .topics
+            .iter()
+            .flat_map(|t| t.partitions.iter().map(|p| p.committed_offset))
+            .collect();
+        out.push(format!(
+            "offset fetch {label} error={} committed={committed:?}",
+            r.groups[0].error_code
+        ));
+    }
     let r = c
         .send(
             ConsumerGroupDescribeRequest::default()
@@ -254,6 +280,10 @@ fn expected_observations() -> Vec<String> {
         "revoked error=0 epoch bumped=true",
         "commit with the previous epoch error=113",
         "commit with the new epoch error=0",
+        "offset fetch member at its epoch error=0 committed=[0]",
+        "offset fetch member at its previous epoch error=113 committed=[]",
+        "offset fetch unknown member error=25 committed=[]",
+        "offset fetch admin error=0 committed=[0]",
         "cg describe wire-g error=0 members=2 assignor=uniform",
         "cg describe wire-none error=69 members=0 assignor=",
         "classic describe of consumer group error=69 state=Dead protocol_type=",

@@ -1524,6 +1524,30 @@ impl GroupCoordinator {
         resp
     }
 
+    /// OffsetFetch v9+ member check (Kafka `validateOffsetFetch`): only consumer groups check
+    /// the member and its epoch; an admin fetch (no member id, epoch -1) always passes.
+    pub fn validate_fetch(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Result<(), i16> {
+        if member_id.is_none() && member_epoch < 0 {
+            return Ok(());
+        }
+        let Some(c) = self.groups.get(group_id).and_then(|g| g.consumer.as_ref()) else {
+            return Ok(());
+        };
+        let m = c
+            .members
+            .get(member_id.unwrap_or_default())
+            .ok_or(UNKNOWN_MEMBER_ID)?;
+        if m.epoch != member_epoch {
+            return Err(STALE_MEMBER_EPOCH);
+        }
+        Ok(())
+    }
+
     /// A consumer group's state for ConsumerGroupDescribe: GROUP_ID_NOT_FOUND if the group is
     /// unknown or classic.
     pub fn consumer_describe(
