@@ -400,8 +400,33 @@ impl ConsumerGroup {
         !gone.is_empty()
     }
 
-    /// Serves one heartbeat. The caller persists the group if it changed.
+    /// Serves one heartbeat; also says whether the persisted state changed (a plain heartbeat
+    /// only moves the session deadline, which is not persisted).
     pub(crate) fn heartbeat(
+        &mut self,
+        req: &CgHeartbeat,
+        topics: &TopicView,
+        limits: CgLimits,
+        now: i64,
+    ) -> (CgHeartbeatResponse, bool) {
+        let before = (
+            self.epoch,
+            self.target_epoch,
+            self.members.len(),
+            self.members.get(&req.member_id).map(CMember::persisted),
+        );
+        let resp = self.heartbeat_inner(req, topics, limits, now);
+        let id = resp.member_id.as_deref().unwrap_or(&req.member_id);
+        let after = (
+            self.epoch,
+            self.target_epoch,
+            self.members.len(),
+            self.members.get(id).map(CMember::persisted),
+        );
+        (resp, before != after)
+    }
+
+    fn heartbeat_inner(
         &mut self,
         req: &CgHeartbeat,
         topics: &TopicView,
@@ -637,6 +662,15 @@ impl ConsumerGroup {
 }
 
 impl CMember {
+    /// The member without its timers (what the log records).
+    fn persisted(&self) -> CMember {
+        CMember {
+            session_deadline: 0,
+            revoke_deadline: None,
+            ..self.clone()
+        }
+    }
+
     /// Topic names this member subscribes to: explicit names plus regex matches in `topics`.
     pub fn topics(&self, topics: &TopicView) -> Vec<String> {
         let mut out = self.subscribed.clone();

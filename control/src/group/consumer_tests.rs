@@ -404,3 +404,18 @@ fn added_partitions_and_regex_subscriptions_reach_the_assignment() {
         INVALID_REGULAR_EXPRESSION
     );
 }
+
+#[test]
+fn a_plain_heartbeat_writes_nothing_and_a_join_does() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open(dir.path(), 0);
+    let mut a = Client::join(&mut c, "a", 0);
+    let n = c.appends();
+    assert!(n >= 1);
+    for t in 1..5 {
+        a.beat(&mut c, t * 1000);
+    }
+    assert_eq!(c.appends(), n, "steady heartbeats appended records");
+    Client::join(&mut c, "b", 6000);
+    assert!(c.appends() > n);
+}

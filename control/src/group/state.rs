@@ -1514,9 +1514,7 @@ impl GroupCoordinator {
             g.consumer = Some(ConsumerGroup::default());
         }
         let c = g.consumer.as_mut().expect("consumer group");
-        let before = c.clone();
-        let resp = c.heartbeat(req, topics, limits, now_ms);
-        let changed = *c != before;
+        let (resp, changed) = c.heartbeat(req, topics, limits, now_ms);
         if changed {
             let rec = g.consumer_record().expect("consumer group");
             self.persist(&rec);
@@ -1561,6 +1559,12 @@ impl GroupCoordinator {
             .ok_or(GROUP_ID_NOT_FOUND)?;
         let c = g.consumer.as_ref().ok_or(GROUP_ID_NOT_FOUND)?;
         Ok((c.clone(), super::consumer::state_name(c), c.assignor()))
+    }
+
+    /// Records appended since the last compaction; for tests.
+    #[cfg(test)]
+    pub(crate) fn appends(&self) -> u64 {
+        self.appends_since_compact
     }
 
     /// Current state of a group (None if unknown); for tests and metrics.
