@@ -231,13 +231,30 @@ impl GroupsService {
     }
 }
 
-/// The topics consumer groups may subscribe to: every non-internal topic, by name.
-pub fn topic_view(meta: &kmirror_control::metadata::ClusterMetadata) -> TopicView {
-    meta.topics
-        .values()
-        .filter(|t| !t.internal)
-        .map(|t| (t.name.clone(), (t.id, t.partition_count())))
-        .collect()
+/// The topics consumer groups may subscribe to: every non-internal topic, by name. Cached per
+/// thread by metadata version, so heartbeats do not rebuild it while topics stay the same.
+pub fn topic_view(meta: &kmirror_control::metadata::ClusterMetadata) -> Arc<TopicView> {
+    thread_local! {
+        static CACHE: std::cell::RefCell<Option<(String, u64, Arc<TopicView>)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some((cluster, version, view)) = c.as_ref() {
+            if *version == meta.version && *cluster == meta.cluster_id {
+                return view.clone();
+            }
+        }
+        let view: Arc<TopicView> = Arc::new(
+            meta.topics
+                .values()
+                .filter(|t| !t.internal)
+                .map(|t| (t.name.clone(), (t.id, t.partition_count())))
+                .collect(),
+        );
+        *c = Some((meta.cluster_id.clone(), meta.version, view.clone()));
+        view
+    })
 }
 
 fn now_ms() -> i64 {

@@ -519,7 +519,7 @@ async fn dispatch(
                             "{api_key:?}: no group coordinator"
                         )));
                     };
-                    let topics = std::sync::Arc::new(crate::groups::topic_view(&ctx.meta()));
+                    let topics = crate::groups::topic_view(&ctx.meta());
                     let resp = groups
                         .handle_with_topics(api_key, v, header, req, Some(topics))
                         .await;
