@@ -343,6 +343,33 @@ pub fn before_group_api(
             }
             return Ok((RequestKind::DeleteGroups(r), patch));
         }
+        RequestKind::ConsumerGroupHeartbeat(ref r) => {
+            require!(table::GROUP_READ, &r.group_id, req);
+            // Kafka: every subscribed topic name needs DESCRIBE.
+            let denied = r
+                .subscribed_topic_names
+                .iter()
+                .flatten()
+                .any(|t| !access.allows(table::METADATA, t));
+            if denied {
+                return deny(req, topic_denied);
+            }
+            Patch::None
+        }
+        RequestKind::ConsumerGroupDescribe(mut r) => {
+            let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+                .into_iter()
+                .partition(|g| access.allows(table::DESCRIBE_GROUPS, g));
+            r.group_ids = ok;
+            let patch = Patch::ConsumerGroupDescribe(denied);
+            if r.group_ids.is_empty() {
+                return Err(patch.apply(
+                    access,
+                    ResponseKind::ConsumerGroupDescribe(Default::default()),
+                ));
+            }
+            return Ok((RequestKind::ConsumerGroupDescribe(r), patch));
+        }
         RequestKind::ListGroups(_) => Patch::ListGroups,
         RequestKind::FindCoordinator(mut r) => {
             let need = if r.key_type == 1 {
@@ -437,6 +464,7 @@ pub enum Patch {
         with_ops: bool,
     },
     DeleteGroups(Vec<kafka_protocol::messages::GroupId>),
+    ConsumerGroupDescribe(Vec<kafka_protocol::messages::GroupId>),
     ListGroups,
     FindCoordinator(Vec<kafka_protocol::messages::find_coordinator_response::Coordinator>),
     OffsetDelete(Vec<kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic>),
@@ -533,6 +561,40 @@ impl Patch {
                         .with_error_code(group_denied)
                 }));
                 ResponseKind::DeleteGroups(r)
+            }
+            (Patch::ConsumerGroupDescribe(denied), ResponseKind::ConsumerGroupDescribe(mut r)) => {
+                // Kafka: a group using a topic the client may not describe is not shown.
+                for g in r.groups.iter_mut().filter(|g| g.error_code == 0) {
+                    let hidden = g.members.iter().any(|m| {
+                        m.subscribed_topic_names
+                            .iter()
+                            .map(|t| &t.0)
+                            .chain(
+                                m.assignment
+                                    .topic_partitions
+                                    .iter()
+                                    .chain(m.target_assignment.topic_partitions.iter())
+                                    .map(|tp| &tp.topic_name.0),
+                            )
+                            .any(|t| !access.allows(table::METADATA, t))
+                    });
+                    if hidden {
+                        *g = kafka_protocol::messages::consumer_group_describe_response::DescribedGroup::default()
+                            .with_group_id(g.group_id.clone())
+                            .with_error_code(topic_denied)
+                            .with_error_message(Some(kafka_protocol::protocol::StrBytes::from_static_str(
+                                "The described group uses topics that the client is not authorized to describe.",
+                            )))
+                            .with_authorized_operations(crate::handlers::NO_AUTHORIZED_OPS);
+                    }
+                }
+                r.groups.extend(denied.into_iter().map(|g| {
+                    kafka_protocol::messages::consumer_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(group_denied)
+                        .with_authorized_operations(crate::handlers::NO_AUTHORIZED_OPS)
+                }));
+                ResponseKind::ConsumerGroupDescribe(r)
             }
             (Patch::ListGroups, ResponseKind::ListGroups(mut r)) => {
                 if !access.allows_cluster(table::DESCRIBE_CLUSTER) {

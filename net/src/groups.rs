@@ -9,6 +9,10 @@
 //! EndTxn requests are answered from later batches. Transaction markers are written through the
 //! broker's [`MarkerSink`] on helper threads; failures are retried every second.
 //!
+//! KIP-848 ConsumerGroupHeartbeat / ConsumerGroupDescribe arrive with a snapshot of the
+//! cluster's topics ([`topic_view`], built by the connection), since the coordinator thread
+//! computes assignments and names topics by id but owns no metadata.
+//!
 //! This node is the coordinator for every group and transactional id.
 
 use std::collections::HashMap;
@@ -43,6 +47,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
 use kmirror_control::group::codes;
+use kmirror_control::group::consumer::{CgHeartbeat, Parts, TopicView};
 use kmirror_control::group::{
     CommitContext, GroupConfig, GroupCoordinator, JoinRequest as CJoin, JoinResponse as CJoinResp,
     LeavingMember, OffsetToCommit, Reply, SyncRequest as CSync, SyncResponse as CSyncResp, Token,
@@ -91,6 +96,8 @@ enum Msg {
         version: i16,
         client_id: String,
         req: Box<RequestKind>,
+        /// Topic metadata for the KIP-848 APIs (assignment, topic names by id).
+        topics: Option<Arc<TopicView>>,
         reply: flume::Sender<ResponseKind>,
     },
     MarkersDone {
@@ -180,6 +187,20 @@ impl GroupsService {
         header: &RequestHeader,
         req: RequestKind,
     ) -> ResponseKind {
+        self.handle_with_topics(api_key, version, header, req, None)
+            .await
+    }
+
+    /// [`GroupsService::handle`] with the cluster's topics, which ConsumerGroupHeartbeat and
+    /// ConsumerGroupDescribe need.
+    pub async fn handle_with_topics(
+        &self,
+        api_key: ApiKey,
+        version: i16,
+        header: &RequestHeader,
+        req: RequestKind,
+        topics: Option<Arc<TopicView>>,
+    ) -> ResponseKind {
         let fallback = error_response(&req, version, codes::COORDINATOR_NOT_AVAILABLE);
         let (reply, rx) = flume::bounded(1);
         // The request kind already identifies the API.
@@ -192,6 +213,7 @@ impl GroupsService {
                 .map(|s| s.to_string())
                 .unwrap_or_default(),
             req: Box::new(req),
+            topics,
             reply,
         };
         if self.tx.send_async(msg).await.is_err() {
@@ -207,6 +229,32 @@ impl GroupsService {
             let _ = rx.recv_timeout(Duration::from_secs(10));
         }
     }
+}
+
+/// The topics consumer groups may subscribe to: every non-internal topic, by name. Cached per
+/// thread by metadata version, so heartbeats do not rebuild it while topics stay the same.
+pub fn topic_view(meta: &kmirror_control::metadata::ClusterMetadata) -> Arc<TopicView> {
+    thread_local! {
+        static CACHE: std::cell::RefCell<Option<(String, u64, Arc<TopicView>)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some((cluster, version, view)) = c.as_ref() {
+            if *version == meta.version && *cluster == meta.cluster_id {
+                return view.clone();
+            }
+        }
+        let view: Arc<TopicView> = Arc::new(
+            meta.topics
+                .values()
+                .filter(|t| !t.internal)
+                .map(|t| (t.name.clone(), (t.id, t.partition_count())))
+                .collect(),
+        );
+        *c = Some((meta.cluster_id.clone(), meta.version, view.clone()));
+        view
+    })
 }
 
 fn now_ms() -> i64 {
@@ -310,11 +358,21 @@ impl CoordinatorThread {
                         version,
                         client_id,
                         req,
+                        topics,
                         reply,
                     } => {
-                        if let Some(resp) =
-                            self.dispatch(version, &client_id, &req, &reply, now, &mut out)
-                        {
+                        let resp = match (&*req, topics) {
+                            (RequestKind::ConsumerGroupHeartbeat(r), topics) => {
+                                let view = topics.unwrap_or_default();
+                                Some(self.consumer_heartbeat(r, version, &client_id, &view, now))
+                            }
+                            (RequestKind::ConsumerGroupDescribe(r), topics) => {
+                                let view = topics.unwrap_or_default();
+                                Some(self.consumer_describe(r, &view))
+                            }
+                            _ => self.dispatch(version, &client_id, &req, &reply, now, &mut out),
+                        };
+                        if let Some(resp) = resp {
                             out.push(Outgoing {
                                 reply,
                                 resp,
@@ -648,6 +706,140 @@ impl CoordinatorThread {
         })
     }
 
+    fn consumer_heartbeat(
+        &mut self,
+        r: &ConsumerGroupHeartbeatRequest,
+        version: i16,
+        client_id: &str,
+        topics: &TopicView,
+        now: i64,
+    ) -> ResponseKind {
+        let owned = r.topic_partitions.as_ref().map(|tps| {
+            let mut p = Parts::new();
+            for tp in tps {
+                p.entry(tp.topic_id)
+                    .or_default()
+                    .extend(tp.partitions.iter().copied());
+            }
+            p
+        });
+        let req = CgHeartbeat {
+            group_id: r.group_id.0.to_string(),
+            member_id: r.member_id.to_string(),
+            member_epoch: r.member_epoch,
+            instance_id: r.instance_id.as_ref().map(|x| x.to_string()),
+            rack_id: r.rack_id.as_ref().map(|x| x.to_string()),
+            rebalance_timeout_ms: r.rebalance_timeout_ms,
+            subscribed_topic_names: r
+                .subscribed_topic_names
+                .as_ref()
+                .map(|ts| ts.iter().map(|t| t.0.to_string()).collect()),
+            subscribed_topic_regex: r.subscribed_topic_regex.as_ref().map(|x| x.to_string()),
+            server_assignor: r.server_assignor.as_ref().map(|x| x.to_string()),
+            owned,
+            client_id: client_id.to_string(),
+            client_host: "/127.0.0.1".to_string(),
+            api_version: version,
+        };
+        let c = self.groups.consumer_heartbeat(&req, topics, now);
+        let assignment = c.assignment.map(|a| {
+            consumer_group_heartbeat_response::Assignment::default().with_topic_partitions(
+                a.into_iter()
+                    .map(|(id, ps)| {
+                        consumer_group_heartbeat_response::TopicPartitions::default()
+                            .with_topic_id(id)
+                            .with_partitions(ps.into_iter().collect())
+                    })
+                    .collect(),
+            )
+        });
+        ResponseKind::ConsumerGroupHeartbeat(
+            ConsumerGroupHeartbeatResponse::default()
+                .with_error_code(c.error)
+                .with_error_message(c.message.as_deref().map(s))
+                .with_member_id(c.member_id.as_deref().map(s))
+                .with_member_epoch(c.member_epoch)
+                .with_heartbeat_interval_ms(c.heartbeat_interval_ms)
+                .with_assignment(assignment),
+        )
+    }
+
+    fn consumer_describe(
+        &mut self,
+        r: &ConsumerGroupDescribeRequest,
+        topics: &TopicView,
+    ) -> ResponseKind {
+        use consumer_group_describe_response as d;
+        let names: HashMap<uuid::Uuid, &String> =
+            topics.iter().map(|(n, (id, _))| (*id, n)).collect();
+        let assignment = |p: &Parts| {
+            d::Assignment::default().with_topic_partitions(
+                p.iter()
+                    .map(|(id, ps)| {
+                        d::TopicPartitions::default()
+                            .with_topic_id(*id)
+                            .with_topic_name(TopicName(s(names
+                                .get(id)
+                                .map(|n| n.as_str())
+                                .unwrap_or_default())))
+                            .with_partitions(ps.iter().copied().collect())
+                    })
+                    .collect(),
+            )
+        };
+        let groups = r
+            .group_ids
+            .iter()
+            .map(|id| match self.groups.consumer_describe(&id.0) {
+                Ok((g, state, assignor)) => d::DescribedGroup::default()
+                    .with_group_id(id.clone())
+                    .with_group_state(s(state))
+                    .with_group_epoch(g.epoch)
+                    .with_assignment_epoch(g.target_epoch)
+                    .with_assignor_name(s(assignor))
+                    .with_authorized_operations(i32::MIN)
+                    .with_members(
+                        g.members
+                            .values()
+                            .map(|m| {
+                                d::Member::default()
+                                    .with_member_id(s(&m.id))
+                                    .with_instance_id(opt_s(m.instance_id.as_ref()))
+                                    .with_rack_id(opt_s(m.rack_id.as_ref()))
+                                    .with_member_epoch(m.epoch)
+                                    .with_client_id(s(&m.client_id))
+                                    .with_client_host(s(&m.client_host))
+                                    .with_subscribed_topic_names(
+                                        m.subscribed.iter().map(|t| TopicName(s(t))).collect(),
+                                    )
+                                    .with_subscribed_topic_regex(opt_s(m.regex.as_ref()))
+                                    .with_assignment(assignment(&m.assigned))
+                                    .with_target_assignment(assignment(
+                                        &g.target.get(&m.id).cloned().unwrap_or_default(),
+                                    ))
+                                    .with_member_type(1)
+                            })
+                            .collect(),
+                    ),
+                Err(code) => {
+                    let msg = match self.groups.group_type(&id.0) {
+                        Some(_) => format!("Group {} is not a consumer group.", &*id.0),
+                        None => format!("Group {} not found.", &*id.0),
+                    };
+                    d::DescribedGroup::default()
+                        .with_group_id(id.clone())
+                        .with_error_code(code)
+                        .with_error_message(Some(s(&msg)))
+                        .with_group_state(s("Dead"))
+                        .with_authorized_operations(i32::MIN)
+                }
+            })
+            .collect();
+        ResponseKind::ConsumerGroupDescribe(
+            ConsumerGroupDescribeResponse::default().with_groups(groups),
+        )
+    }
+
     fn find_coordinator(&mut self, r: &FindCoordinatorRequest, version: i16) -> ResponseKind {
         let answer = |key: &StrBytes| -> (i16, Option<StrBytes>) {
             if r.key_type != 0 && r.key_type != 1 {
@@ -737,25 +929,19 @@ impl CoordinatorThread {
 
     fn list_groups(&mut self, r: &ListGroupsRequest) -> ResponseKind {
         let states: Vec<String> = r.states_filter.iter().map(|x| x.to_string()).collect();
-        let classic_wanted = r.types_filter.is_empty()
-            || r.types_filter
-                .iter()
-                .any(|t| t.eq_ignore_ascii_case("classic"));
-        let groups = if classic_wanted {
-            self.groups
-                .list_groups(&states)
-                .into_iter()
-                .map(|g| {
-                    ListedGroup::default()
-                        .with_group_id(GroupId(s(&g.group_id)))
-                        .with_protocol_type(s(&g.protocol_type))
-                        .with_group_state(s(g.state.as_str()))
-                        .with_group_type(s("classic"))
-                })
-                .collect()
-        } else {
-            Vec::new()
-        };
+        let types: Vec<String> = r.types_filter.iter().map(|x| x.to_string()).collect();
+        let groups = self
+            .groups
+            .list_groups(&states, &types)
+            .into_iter()
+            .map(|g| {
+                ListedGroup::default()
+                    .with_group_id(GroupId(s(&g.group_id)))
+                    .with_protocol_type(s(&g.protocol_type))
+                    .with_group_state(s(g.state_name))
+                    .with_group_type(s(g.group_type))
+            })
+            .collect();
         ResponseKind::ListGroups(ListGroupsResponse::default().with_groups(groups))
     }
 
@@ -927,6 +1113,15 @@ impl CoordinatorThread {
                 .groups
                 .iter()
                 .map(|g| {
+                    if let Err(code) = self.groups.validate_fetch(
+                        &g.group_id.0,
+                        g.member_id.as_deref(),
+                        g.member_epoch,
+                    ) {
+                        return OffsetFetchResponseGroup::default()
+                            .with_group_id(g.group_id.clone())
+                            .with_error_code(code);
+                    }
                     let topics: Option<Vec<(String, Vec<i32>)>> = g.topics.as_ref().map(|ts| {
                         ts.iter()
                             .map(|t| (t.name.0.to_string(), t.partition_indexes.clone()))
@@ -1334,6 +1529,21 @@ pub fn error_response(req: &RequestKind, version: i16, code: i16) -> ResponseKin
                 .with_error_code(code)
                 .with_producer_id(r.producer_id)
                 .with_producer_epoch(r.producer_epoch),
+        ),
+        RequestKind::ConsumerGroupHeartbeat(_) => ResponseKind::ConsumerGroupHeartbeat(
+            ConsumerGroupHeartbeatResponse::default().with_error_code(code),
+        ),
+        RequestKind::ConsumerGroupDescribe(r) => ResponseKind::ConsumerGroupDescribe(
+            ConsumerGroupDescribeResponse::default().with_groups(
+                r.group_ids
+                    .iter()
+                    .map(|g| {
+                        consumer_group_describe_response::DescribedGroup::default()
+                            .with_group_id(g.clone())
+                            .with_error_code(code)
+                    })
+                    .collect(),
+            ),
         ),
         // Not a coordinator API: the broker should never route it here.
         _ => ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code)),

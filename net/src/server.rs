@@ -583,6 +583,23 @@ async fn dispatch(
                 (None, None) => unreachable!("the request is refused or forwarded"),
             }
         }
+        req @ (RequestKind::ConsumerGroupHeartbeat(_) | RequestKind::ConsumerGroupDescribe(_)) => {
+            match authz::before_group_api(access, v, req) {
+                Err(refused) => refused,
+                Ok((req, patch)) => {
+                    let Some(groups) = ctx.broker.groups.as_ref() else {
+                        return Err(ConnError::Protocol(format!(
+                            "{api_key:?}: no group coordinator"
+                        )));
+                    };
+                    let topics = crate::groups::topic_view(&ctx.meta());
+                    let resp = groups
+                        .handle_with_topics(api_key, v, header, req, Some(topics))
+                        .await;
+                    authz::after_group_api(access, patch, resp)
+                }
+            }
+        }
         req if versions::is_group_api(api_key) => match authz::before_group_api(access, v, req) {
             Err(refused) => refused,
             Ok((req, patch)) => {
@@ -674,5 +691,7 @@ fn response_matches(api_key: ApiKey, resp: &ResponseKind) -> bool {
             | (ApiKey::TxnOffsetCommit, R::TxnOffsetCommit(_))
             | (ApiKey::DeleteGroups, R::DeleteGroups(_))
             | (ApiKey::OffsetDelete, R::OffsetDelete(_))
+            | (ApiKey::ConsumerGroupHeartbeat, R::ConsumerGroupHeartbeat(_))
+            | (ApiKey::ConsumerGroupDescribe, R::ConsumerGroupDescribe(_))
     )
 }

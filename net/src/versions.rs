@@ -52,6 +52,8 @@ served! {
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
     DescribeClientQuotas => DescribeClientQuotasRequest,
+    ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
+    ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).
@@ -74,6 +76,8 @@ pub fn is_group_api(key: ApiKey) -> bool {
             | ApiKey::TxnOffsetCommit
             | ApiKey::DeleteGroups
             | ApiKey::OffsetDelete
+            | ApiKey::ConsumerGroupHeartbeat
+            | ApiKey::ConsumerGroupDescribe
     )
 }
 
@@ -161,6 +165,9 @@ mod tests {
                 ApiKey::DescribeGroups => RequestKind::DescribeGroups(
                     DescribeGroupsRequest::default().with_groups(vec![GroupId(name())]),
                 ),
+                ApiKey::ConsumerGroupDescribe => RequestKind::ConsumerGroupDescribe(
+                    ConsumerGroupDescribeRequest::default().with_group_ids(vec![GroupId(name())]),
+                ),
                 ApiKey::DeleteGroups => RequestKind::DeleteGroups(
                     DeleteGroupsRequest::default().with_groups_names(vec![GroupId(name())]),
                 ),
@@ -227,6 +234,9 @@ mod tests {
                 ApiKey::InitProducerId => RequestKind::InitProducerId(Default::default()),
                 ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(Default::default()),
                 ApiKey::EndTxn => RequestKind::EndTxn(Default::default()),
+                ApiKey::ConsumerGroupHeartbeat => {
+                    RequestKind::ConsumerGroupHeartbeat(Default::default())
+                }
                 other => panic!("{other:?} is not a group API"),
             }
         };

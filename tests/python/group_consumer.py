@@ -29,6 +29,10 @@ def main():
     for kv in sys.argv[6:]:
         k, v = kv.split("=", 1)
         conf[k] = v
+    if conf.get("group.protocol") == "consumer":
+        # KIP-848: the broker owns these.
+        conf.pop("session.timeout.ms")
+        conf.pop("heartbeat.interval.ms")
     consumer = Consumer(conf)
 
     def on_assign(c, parts):

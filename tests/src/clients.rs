@@ -564,3 +564,238 @@ pub fn java_tools_round_trip(broker: &dyn BrokerUnderTest, records: u64) {
         .unwrap_or(0);
     assert_eq!(consumed, records, "ConsumerPerformance: {row}");
 }
+
+/// Issue 11 step 2 (KIP-848): a consumer-protocol group (`group.protocol=consumer`) with a
+/// Java member and a librdkafka member reads `records` sequence-numbered records while they are
+/// produced. The librdkafka member joins midway, then the Java member leaves: every record is
+/// consumed exactly once, in order per partition, both members got partitions, and
+/// kafka-consumer-groups describes the group (members, then committed offsets at the end). A
+/// classic group reading the same topic next to it still works. After a broker restart the
+/// offsets are there, members rejoin, and the empty classic group upgrades to a consumer group.
+pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, records: u64) {
+    let partitions = 6;
+    let topic = "cg-seq";
+    let group = "cg-readers";
+    let boot = broker.bootstrap();
+    Client::Java.create_topic(&boot, topic, partitions);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stop_java = dir.path().join("stop-java").display().to_string();
+    let stop_rdk = dir.path().join("stop-rdk").display().to_string();
+    let rate = (records / 20).max(1000) as u32;
+    let kip848 = "group.protocol=consumer";
+    let mut java = LineChild::spawn(
+        Client::Java
+            .consumer(&boot, group, topic, &stop_java, rate)
+            .arg(kip848),
+    );
+    let producer =
+        LineChild::spawn(&mut Client::Java.producer(&boot, topic, partitions, records, &[]));
+    let started = Instant::now();
+    proc::wait_for(
+        Duration::from_secs(120),
+        "the Java member to consume 20%",
+        || (java.count("R ") as u64 >= records / 5).then_some(()),
+    );
+    let rdk = LineChild::spawn(
+        Client::Librdkafka
+            .consumer(&boot, group, topic, &stop_rdk, rate)
+            .arg(kip848),
+    );
+    proc::wait_for(
+        Duration::from_secs(120),
+        "the librdkafka member to get partitions and consume",
+        || (rdk.count("R ") > 0).then_some(()),
+    );
+    let java_at_leave = java.count("R ");
+    std::fs::write(&stop_java, b"stop").expect("stop file");
+    proc::wait_for(Duration::from_secs(60), "the Java member to leave", || {
+        java.exited().map(|_| ())
+    });
+    let java_err = java.stderr_tail(30);
+    let (sj, lj) = java.wait(Duration::from_secs(60));
+    assert!(sj.success(), "Java member exited {sj}:\n{java_err}");
+    let (sp, lp) = producer.wait(Duration::from_secs(300));
+    assert!(sp.success(), "producer exited {sp}");
+    let (acks, errors) = parse_acks(&lp);
+    assert_eq!(errors, 0, "producer errors");
+    assert_eq!(acks.len() as u64, records, "acknowledged records");
+    let deadline = started + Duration::from_secs(300);
+    loop {
+        let total = (parse_consumed(&lj).len() + rdk.count("R ")) as u64;
+        if total >= records {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "consumed only {total} of {records} records\nlibrdkafka stderr:\n{}",
+            rdk.stderr_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    // The remaining member holds every partition.
+    let members = java::run_tool(
+        tools::CONSUMER_GROUP_COMMAND,
+        &[
+            "--bootstrap-server",
+            &boot,
+            "--describe",
+            "--group",
+            group,
+            "--members",
+        ],
+        Duration::from_secs(90),
+    );
+    let member_rows: Vec<Vec<&str>> = members
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|c| c.first() == Some(&group))
+        .collect();
+    assert_eq!(member_rows.len(), 1, "members:\n{}", members.stdout);
+    assert!(
+        member_rows[0].contains(&partitions.to_string().as_str()),
+        "the last member should hold all {partitions} partitions:\n{}",
+        members.stdout
+    );
+    std::fs::write(&stop_rdk, b"stop").expect("stop file");
+    let (sr, lr) = rdk.wait(Duration::from_secs(60));
+    assert!(sr.success(), "librdkafka member exited {sr}");
+    let cj = parse_consumed(&lj);
+    let cr = parse_consumed(&lr);
+    assert!(
+        (java_at_leave as u64) < records,
+        "Java consumed everything alone"
+    );
+    assert!(
+        !cj.is_empty() && !cr.is_empty(),
+        "both members got partitions"
+    );
+    assert!(
+        lj.iter()
+            .skip_while(|l| !l.starts_with("R "))
+            .any(|l| l.starts_with("REVOKED")),
+        "the Java member never gave up partitions to the joining member"
+    );
+    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
+    for (name, consumed) in [("java", &cj), ("librdkafka", &cr)] {
+        let mut last: HashMap<i32, i64> = HashMap::new();
+        for r in consumed.iter() {
+            assert_eq!(
+                r.offset, r.seq,
+                "{name}: {r:?} is not at its produced offset"
+            );
+            if let Some(prev) = last.insert(r.partition, r.offset) {
+                assert!(
+                    r.offset > prev,
+                    "{name} read partition {} out of order: {} after {prev}",
+                    r.partition,
+                    r.offset
+                );
+            }
+            *seen.entry((r.partition, r.seq)).or_default() += 1;
+        }
+    }
+    let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(
+        dupes.is_empty(),
+        "records delivered more than once, e.g. {dupes:?}"
+    );
+    assert_eq!(seen.len() as u64, records, "distinct records consumed");
+    let want: BTreeMap<i32, i64> = expected_per_partition(records, partitions)
+        .into_iter()
+        .enumerate()
+        .map(|(p, n)| (p as i32, n))
+        .collect();
+    assert_eq!(
+        Client::Java.committed(&boot, group, topic, partitions),
+        want,
+        "committed offsets of the consumer group (kafka-consumer-groups --describe)"
+    );
+
+    // A classic group next to it.
+    let classic = "classic-readers";
+    let stop_classic = dir.path().join("stop-classic").display().to_string();
+    let c = LineChild::spawn(&mut Client::Java.consumer(&boot, classic, topic, &stop_classic, 0));
+    proc::wait_for(
+        Duration::from_secs(120),
+        "the classic group to read all",
+        || (c.count("R ") as u64 >= records).then_some(()),
+    );
+    std::fs::write(&stop_classic, b"stop").expect("stop file");
+    let (sc, lc) = c.wait(Duration::from_secs(60));
+    assert!(sc.success(), "classic member exited {sc}");
+    assert_eq!(
+        parse_consumed(&lc).len() as u64,
+        records,
+        "classic group records"
+    );
+    assert_eq!(
+        Client::Java.committed(&boot, classic, topic, partitions),
+        want,
+        "committed offsets of the classic group"
+    );
+    // Both groups survive a restart. Then KIP-848 members rejoin the consumer group and
+    // upgrade the now empty classic group: they get every partition and resume at the
+    // committed offsets (nothing left to read).
+    broker.restart();
+    let boot = broker.bootstrap();
+    for g in [group, classic] {
+        assert_eq!(
+            Client::Java.committed(&boot, g, topic, partitions),
+            want,
+            "committed offsets of {g} after restart"
+        );
+    }
+    for g in [group, classic] {
+        let stop = dir
+            .path()
+            .join(format!("stop-again-{g}"))
+            .display()
+            .to_string();
+        let mut m = LineChild::spawn(Client::Java.consumer(&boot, g, topic, &stop, 0).arg(kip848));
+        let all = format!(
+            "ASSIGNED {}",
+            (0..partitions)
+                .map(|p| p.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        );
+        proc::wait_for(
+            Duration::from_secs(90),
+            "a KIP-848 member to get every partition",
+            || m.lines().contains(&all).then_some(()),
+        );
+        std::thread::sleep(Duration::from_secs(3));
+        std::fs::write(&stop, b"stop").expect("stop file");
+        proc::wait_for(Duration::from_secs(60), "the member to leave", || {
+            m.exited().map(|_| ())
+        });
+        let err = m.stderr_tail(20);
+        let (st, lines) = m.wait(Duration::from_secs(10));
+        assert!(st.success(), "member of {g} exited {st}:\n{err}");
+        assert_eq!(
+            parse_consumed(&lines).len(),
+            0,
+            "{g}: a member rejoining after the restart re-read committed records"
+        );
+    }
+    let listed = java::run_tool(
+        tools::CONSUMER_GROUP_COMMAND,
+        &["--bootstrap-server", &boot, "--list", "--type"],
+        Duration::from_secs(90),
+    );
+    let type_of = |g: &str| {
+        listed
+            .stdout
+            .lines()
+            .find(|l| l.split_whitespace().next() == Some(g))
+            .map(|l| l.to_ascii_lowercase())
+            .unwrap_or_default()
+    };
+    assert!(
+        type_of(group).contains("consumer") && type_of(classic).contains("consumer"),
+        "kafka-consumer-groups --list --type:\n{}",
+        listed.stdout
+    );
+}

@@ -567,6 +567,45 @@ fn heartbeat(t: &mut Target) -> String {
     format!("code={}", r.error_code)
 }
 
+fn consumer_group_heartbeat(t: &mut Target, group: &str) -> String {
+    let member = uuid::Uuid::new_v4().simple().to_string();
+    let r = t
+        .client
+        .send(
+            ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(gid(group))
+                .with_member_id(s(&member))
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(vec![tn("t")]))
+                .with_topic_partitions(Some(Vec::new())),
+        )
+        .expect("ConsumerGroupHeartbeat");
+    format!("code={} epoch={}", r.error_code, r.member_epoch)
+}
+
+fn consumer_group_heartbeat_cg1(t: &mut Target) -> String {
+    consumer_group_heartbeat(t, "cg1")
+}
+
+fn consumer_group_heartbeat_cg2(t: &mut Target) -> String {
+    consumer_group_heartbeat(t, "cg2")
+}
+
+fn consumer_group_describe(t: &mut Target) -> String {
+    let r = t
+        .client
+        .send(ConsumerGroupDescribeRequest::default().with_group_ids(vec![gid("cg2")]))
+        .expect("ConsumerGroupDescribe");
+    let g = &r.groups[0];
+    format!(
+        "code={} state={} members={}",
+        g.error_code,
+        g.group_state,
+        g.members.len()
+    )
+}
+
 fn sync_group(t: &mut Target) -> String {
     let r = t
         .client
@@ -1004,6 +1043,26 @@ const ROWS: &[Row] = &[
         name: "Heartbeat (Read group)",
         grants: &[(GROUP, "g", READ)],
         run: heartbeat,
+    },
+    Row {
+        name: "ConsumerGroupHeartbeat (Read group only)",
+        grants: &[(GROUP, "cg1", READ)],
+        run: consumer_group_heartbeat_cg1,
+    },
+    Row {
+        name: "ConsumerGroupHeartbeat (Read group, Describe topic)",
+        grants: &[(GROUP, "cg2", READ), (TOPIC, "t", DESCRIBE)],
+        run: consumer_group_heartbeat_cg2,
+    },
+    Row {
+        name: "ConsumerGroupDescribe (Describe group)",
+        grants: &[(GROUP, "cg2", DESCRIBE)],
+        run: consumer_group_describe,
+    },
+    Row {
+        name: "ConsumerGroupDescribe (Describe group and topic)",
+        grants: &[(GROUP, "cg2", DESCRIBE), (TOPIC, "t", DESCRIBE)],
+        run: consumer_group_describe,
     },
     Row {
         name: "SyncGroup (Read group)",

@@ -538,3 +538,113 @@ fn paused_partition_shows_source_progress_and_growing_lag_ms_then_resumes() {
     wait_caught_up(&ba, "p", &aa, t, &b);
     log_equal(&aa, &ba, t, 0, 20).unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Issue 11 step 2: a KIP-848 consumer-protocol group on the source (an active member that
+/// commits with its member epoch) is listed and its offsets are synced like a classic group's.
+fn consumer_protocol_group_offsets_sync_from(src: &str, b: &KmirrorNode) {
+    use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        ConsumerGroupHeartbeatRequest, FindCoordinatorRequest, GroupId, OffsetCommitRequest,
+        TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let sb = |v: &str| StrBytes::from_string(v.to_string());
+    let ba = b.addr();
+    let t = "kip848";
+    let mut c = WireClient::connect(src).unwrap();
+    assert_eq!(c.create_topic(t, 1, 1, &[]).unwrap(), 0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    for i in 0..10 {
+        let v = format!("k-{i}");
+        let batch = kmirror_tests::records::batch(&[v.as_bytes(), v.as_bytes()], now);
+        assert_eq!(c.produce_raw(t, 0, batch, -1).expect("produce").0, 0);
+    }
+    // Kafka needs its offsets topic up before it coordinates a group.
+    proc::wait_for(Duration::from_secs(60), "a group coordinator", || {
+        let r = c
+            .send(
+                FindCoordinatorRequest::default()
+                    .with_key_type(0)
+                    .with_coordinator_keys(vec![sb("cg")]),
+            )
+            .expect("FindCoordinator");
+        (r.coordinators.first().map(|k| k.error_code) == Some(0)).then_some(())
+    });
+    let member = uuid::Uuid::new_v4().simple().to_string();
+    let joined = proc::wait_for(
+        Duration::from_secs(60),
+        "joining the consumer group",
+        || {
+            let r = c
+                .send(
+                    ConsumerGroupHeartbeatRequest::default()
+                        .with_group_id(GroupId(sb("cg")))
+                        .with_member_id(sb(&member))
+                        .with_member_epoch(0)
+                        .with_rebalance_timeout_ms(30_000)
+                        .with_subscribed_topic_names(Some(vec![TopicName(sb(t))]))
+                        .with_topic_partitions(Some(Vec::<TopicPartitions>::new())),
+                )
+                .expect("ConsumerGroupHeartbeat");
+            (r.error_code == 0).then_some(r)
+        },
+    );
+    let commit = |offset: i64| {
+        OffsetCommitRequest::default()
+            .with_group_id(GroupId(sb("cg")))
+            .with_member_id(sb(&member))
+            .with_generation_id_or_member_epoch(joined.member_epoch)
+            .with_topics(vec![OffsetCommitRequestTopic::default()
+                .with_name(TopicName(sb(t)))
+                .with_partitions(vec![OffsetCommitRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_committed_offset(offset)])])
+    };
+    let r = c.send(commit(9)).expect("OffsetCommit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 0, "OffsetCommit");
+    cli(
+        &ba,
+        &[
+            "create",
+            "g",
+            "--source",
+            src,
+            "--set",
+            "mirror.metadata.sync.interval.ms=300",
+        ],
+    );
+    cli(&ba, &["add", "g", "--topics", t]);
+    wait_caught_up(&ba, "g", src, t, b);
+    proc::wait_for(
+        Duration::from_secs(30),
+        "the consumer group's offset on the destination",
+        || (fetch_offset(&ba, "cg", t) == 9).then_some(()),
+    );
+    let r = c.send(commit(15)).expect("OffsetCommit");
+    assert_eq!(r.topics[0].partitions[0].error_code, 0, "OffsetCommit");
+    proc::wait_for(
+        Duration::from_secs(30),
+        "updated consumer group offset",
+        || (fetch_offset(&ba, "cg", t) == 15).then_some(()),
+    );
+}
+
+#[test]
+fn consumer_protocol_group_offsets_are_synced_from_kmirror() {
+    let a = KmirrorNode::start_with(&["--cores", "1"]);
+    let b = KmirrorNode::start_with(&["--cores", "1"]);
+    consumer_protocol_group_offsets_sync_from(&a.addr(), &b);
+}
+
+#[test]
+fn consumer_protocol_group_offsets_are_synced_from_apache_kafka() {
+    let kafka = KafkaCluster::single();
+    let b = KmirrorNode::start_with(&["--cores", "1"]);
+    consumer_protocol_group_offsets_sync_from(&kafka.bootstrap(), &b);
+}

@@ -10,11 +10,16 @@
 //! generation/assignment, deletions, transactional offsets and their outcome) is appended to the
 //! record file; the caller must call [`GroupCoordinator::flush`] before sending any reply.
 //!
+//! KIP-848 consumer groups ([`consumer`]) live in the same map, with the same offsets store and
+//! log: a group id is either classic or consumer. An empty classic group becomes a consumer group
+//! on its first ConsumerGroupHeartbeat, an empty consumer group a classic one on a JoinGroup.
+//!
 //! State machine (Kafka `ClassicGroupState`): Empty → PreparingRebalance → CompletingRebalance →
 //! Stable, any → Dead on deletion. Member liveness: session timeout refreshed by heartbeats,
 //! JoinGroup, SyncGroup and OffsetCommit; members parked in a join or sync are kept alive.
 
 pub mod codes;
+pub mod consumer;
 mod record;
 mod state;
 
@@ -42,6 +47,12 @@ pub struct GroupConfig {
     pub new_member_join_timeout_ms: i32,
     /// offset.metadata.max.bytes
     pub max_metadata_bytes: usize,
+    /// group.consumer.session.timeout.ms (KIP-848 groups)
+    pub consumer_session_timeout_ms: i32,
+    /// group.consumer.heartbeat.interval.ms
+    pub consumer_heartbeat_interval_ms: i32,
+    /// group.consumer.max.size
+    pub consumer_max_size: usize,
 }
 
 impl Default for GroupConfig {
@@ -53,6 +64,9 @@ impl Default for GroupConfig {
             max_group_size: i32::MAX as usize,
             new_member_join_timeout_ms: 300_000,
             max_metadata_bytes: 4096,
+            consumer_session_timeout_ms: 45_000,
+            consumer_heartbeat_interval_ms: 5_000,
+            consumer_max_size: i32::MAX as usize,
         }
     }
 }
@@ -156,7 +170,12 @@ pub struct LeavingMember {
 pub struct GroupListing {
     pub group_id: String,
     pub protocol_type: String,
+    /// Classic state; `Empty` for consumer groups (see `state_name`).
     pub state: GroupState,
+    /// "classic" or "consumer".
+    pub group_type: &'static str,
+    /// The state clients display, for either group type.
+    pub state_name: &'static str,
 }
 
 /// A member in DescribeGroups.
@@ -251,3 +270,6 @@ pub fn subscription_topics(metadata: &[u8]) -> Option<Vec<String>> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod consumer_tests;

@@ -60,6 +60,11 @@ pub(crate) enum Rec {
         pid: i64,
         commit: bool,
     },
+    /// A KIP-848 consumer group's full state after a change (replaces any classic metadata).
+    Consumer {
+        group: String,
+        state: super::consumer::ConsumerGroup,
+    },
 }
 
 impl Rec {

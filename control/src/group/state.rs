@@ -6,6 +6,7 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::codes::*;
+use super::consumer::{CgHeartbeat, CgHeartbeatResponse, CgLimits, ConsumerGroup, TopicView};
 use super::record::{MemberRec, Rec};
 use super::{
     subscription_topics, CommitContext, CommittedOffset, FetchedOffset, GroupConfig,
@@ -119,6 +120,8 @@ struct Group {
     sync_deadline: Option<(i64, i32)>,
     offsets: BTreeMap<(String, i32), CommittedOffset>,
     txn_offsets: HashMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
+    /// Set while this is a KIP-848 consumer group (then the classic part stays Empty).
+    consumer: Option<ConsumerGroup>,
 }
 
 /// Mutable context of one coordinator call: collected replies and records to persist.
@@ -147,6 +150,7 @@ impl Group {
             sync_deadline: None,
             offsets: BTreeMap::new(),
             txn_offsets: HashMap::new(),
+            consumer: None,
         }
     }
 
@@ -356,7 +360,20 @@ impl Group {
     }
 
     fn is_live(&self) -> bool {
-        !self.members.is_empty() || !self.offsets.is_empty() || !self.txn_offsets.is_empty()
+        !self.members.is_empty()
+            || !self.offsets.is_empty()
+            || !self.txn_offsets.is_empty()
+            || self
+                .consumer
+                .as_ref()
+                .is_some_and(|c| !c.members.is_empty())
+    }
+
+    fn consumer_record(&self) -> Option<Rec> {
+        self.consumer.as_ref().map(|c| Rec::Consumer {
+            group: self.id.clone(),
+            state: c.clone(),
+        })
     }
 }
 
@@ -665,6 +682,9 @@ impl GroupCoordinator {
                 g.state = GroupState::Stable;
                 g.previous_state = GroupState::Stable;
             }
+            if let Some(c) = g.consumer.as_mut() {
+                c.restore_deadlines(now_ms, cfg.consumer_session_timeout_ms);
+            }
         }
         groups.retain(|_, g| g.is_live() || g.generation > 0);
         let mut c = GroupCoordinator {
@@ -731,7 +751,9 @@ impl GroupCoordinator {
     fn live_records(&self) -> Vec<Vec<u8>> {
         let mut out = Vec::new();
         for g in self.groups.values() {
-            if g.generation > 0 || !g.members.is_empty() {
+            if let Some(rec) = g.consumer_record() {
+                out.push(rec.encode());
+            } else if g.generation > 0 || !g.members.is_empty() {
                 out.push(g.group_record().encode());
             }
             for ((topic, partition), o) in &g.offsets {
@@ -807,6 +829,19 @@ impl GroupCoordinator {
             let g = groups
                 .entry(req.group_id.clone())
                 .or_insert_with(|| Group::new(&req.group_id));
+            if let Some(c) = &g.consumer {
+                if !c.members.is_empty() {
+                    cx.replies.push(Reply::Join(
+                        token,
+                        JoinResponse::error(INCONSISTENT_GROUP_PROTOCOL, &req.member_id),
+                    ));
+                    return;
+                }
+                // An empty consumer group becomes a classic group (offsets kept).
+                g.consumer = None;
+                g.generation = 0;
+                cx.records.push(g.group_record());
+            }
             if !accept_joining_member(g, &req.member_id, cfg.max_group_size) {
                 cx.replies.push(Reply::Join(
                     token,
@@ -993,6 +1028,10 @@ impl GroupCoordinator {
             .run(now_ms, |groups, cx| {
                 for g in groups.values_mut() {
                     tick_group(g, cx);
+                    let expired = g.consumer.as_mut().is_some_and(|c| c.expire(&g.id, cx.now));
+                    if expired {
+                        cx.records.extend(g.consumer_record());
+                    }
                 }
             })
             .1;
@@ -1022,26 +1061,66 @@ impl GroupCoordinator {
 
     // ---- admin ----
 
-    pub fn list_groups(&self, states_filter: &[String]) -> Vec<GroupListing> {
+    /// ListGroups; empty filters match everything. Types are "classic" / "consumer".
+    pub fn list_groups(
+        &self,
+        states_filter: &[String],
+        types_filter: &[String],
+    ) -> Vec<GroupListing> {
         self.groups
             .values()
             .filter(|g| g.state != GroupState::Dead)
-            .filter(|g| {
+            .map(|g| match &g.consumer {
+                Some(c) => GroupListing {
+                    group_id: g.id.clone(),
+                    protocol_type: "consumer".to_string(),
+                    state: g.state,
+                    group_type: "consumer",
+                    state_name: super::consumer::state_name(c),
+                },
+                None => GroupListing {
+                    group_id: g.id.clone(),
+                    protocol_type: g.protocol_type.clone().unwrap_or_default(),
+                    state: g.state,
+                    group_type: "classic",
+                    state_name: g.state.as_str(),
+                },
+            })
+            .filter(|l| {
                 states_filter.is_empty()
                     || states_filter
                         .iter()
-                        .any(|s| s.eq_ignore_ascii_case(g.state.as_str()))
+                        .any(|s| s.eq_ignore_ascii_case(l.state_name))
             })
-            .map(|g| GroupListing {
-                group_id: g.id.clone(),
-                protocol_type: g.protocol_type.clone().unwrap_or_default(),
-                state: g.state,
+            .filter(|l| {
+                types_filter.is_empty()
+                    || types_filter
+                        .iter()
+                        .any(|t| t.eq_ignore_ascii_case(l.group_type))
             })
             .collect()
     }
 
+    /// "classic" or "consumer"; None if the group does not exist.
+    pub fn group_type(&self, group_id: &str) -> Option<&'static str> {
+        self.groups
+            .get(group_id)
+            .filter(|g| g.state != GroupState::Dead)
+            .map(|g| {
+                if g.consumer.is_some() {
+                    "consumer"
+                } else {
+                    "classic"
+                }
+            })
+    }
+
+    /// DescribeGroups: None for unknown groups and consumer groups (not classic).
     pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
         let g = self.groups.get(group_id)?;
+        if g.consumer.is_some() {
+            return None;
+        }
         let stable = g.state == GroupState::Stable;
         Some(GroupDescription {
             group_id: g.id.clone(),
@@ -1083,6 +1162,9 @@ impl GroupCoordinator {
                 None => GROUP_ID_NOT_FOUND,
                 Some(g) if g.state == GroupState::Dead => GROUP_ID_NOT_FOUND,
                 Some(g) if g.state != GroupState::Empty => NON_EMPTY_GROUP,
+                Some(g) if g.consumer.as_ref().is_some_and(|c| !c.members.is_empty()) => {
+                    NON_EMPTY_GROUP
+                }
                 Some(_) => {
                     self.groups.remove(id);
                     self.persist(&Rec::GroupDeleted { group: id.clone() });
@@ -1118,6 +1200,15 @@ impl GroupCoordinator {
         let g = self.groups.get_mut(&ctx.group_id).expect("present");
         if g.state == GroupState::Dead {
             return Err(COORDINATOR_NOT_AVAILABLE);
+        }
+        if let Some(c) = &g.consumer {
+            // KIP-848: the generation field carries the member epoch.
+            return c.validate_commit(
+                &ctx.member_id,
+                ctx.generation_id,
+                transactional,
+                ctx.api_version,
+            );
         }
         if ctx.generation_id < 0 && g.state == GroupState::Empty {
             return Ok(());
@@ -1295,6 +1386,13 @@ impl GroupCoordinator {
         };
         let subscribed = match g.state {
             GroupState::Dead => return Err(GROUP_ID_NOT_FOUND),
+            _ if g.consumer.is_some() => g
+                .consumer
+                .as_ref()
+                .expect("consumer group")
+                .subscribed_topics(&TopicView::new())
+                .into_iter()
+                .collect(),
             GroupState::Empty => HashSet::new(),
             _ => match g.subscribed_topics() {
                 Some(s) => s,
@@ -1322,6 +1420,150 @@ impl GroupCoordinator {
             replay(&mut self.groups, rec, 0);
         }
         Ok(out)
+    }
+
+    // ---- KIP-848 consumer groups ----
+
+    /// ConsumerGroupHeartbeat. `topics` is the cluster's topic metadata (name → id, partitions).
+    pub fn consumer_heartbeat(
+        &mut self,
+        req: &CgHeartbeat,
+        topics: &TopicView,
+        now_ms: i64,
+    ) -> CgHeartbeatResponse {
+        if req.group_id.is_empty() {
+            return CgHeartbeatResponse::error(INVALID_REQUEST, "GroupId can't be empty.");
+        }
+        if req.member_id.is_empty() && req.api_version >= 1 {
+            return CgHeartbeatResponse::error(INVALID_REQUEST, "MemberId can't be empty.");
+        }
+        if req.instance_id.as_deref() == Some("") {
+            return CgHeartbeatResponse::error(INVALID_REQUEST, "InstanceId can't be empty.");
+        }
+        if req.member_epoch < super::consumer::STATIC_LEAVE_EPOCH {
+            return CgHeartbeatResponse::error(INVALID_REQUEST, "MemberEpoch is invalid.");
+        }
+        if req.member_epoch == 0 {
+            let no_subscription =
+                req.subscribed_topic_names.is_none() && req.subscribed_topic_regex.is_none();
+            if req.rebalance_timeout_ms == -1 || no_subscription {
+                return CgHeartbeatResponse::error(
+                    INVALID_REQUEST,
+                    "RebalanceTimeoutMs and SubscribedTopicNames must be set in first request.",
+                );
+            }
+            if req
+                .owned
+                .as_ref()
+                .is_some_and(|o| o.values().any(|p| !p.is_empty()))
+            {
+                return CgHeartbeatResponse::error(
+                    INVALID_REQUEST,
+                    "TopicPartitions must be empty when (re-)joining.",
+                );
+            }
+        }
+        if let Some(r) = req
+            .subscribed_topic_regex
+            .as_deref()
+            .filter(|r| !r.is_empty())
+        {
+            if regex::Regex::new(r).is_err() {
+                return CgHeartbeatResponse::error(
+                    super::codes::INVALID_REGULAR_EXPRESSION,
+                    format!("SubscribedTopicRegex `{r}` is not a valid regular expression."),
+                );
+            }
+        }
+        if let Some(a) = req.server_assignor.as_deref() {
+            if !super::consumer::ASSIGNORS.contains(&a) {
+                return CgHeartbeatResponse::error(
+                    UNSUPPORTED_ASSIGNOR,
+                    format!("ServerAssignor {a} is not supported."),
+                );
+            }
+        }
+        let limits = CgLimits {
+            session_timeout_ms: self.cfg.consumer_session_timeout_ms,
+            heartbeat_interval_ms: self.cfg.consumer_heartbeat_interval_ms,
+            max_size: self.cfg.consumer_max_size,
+        };
+        let create = req.member_epoch == 0;
+        let g = match self.groups.get_mut(&req.group_id) {
+            Some(g) if g.state != GroupState::Dead => g,
+            _ if !create => {
+                return CgHeartbeatResponse::error(
+                    GROUP_ID_NOT_FOUND,
+                    format!("Group {} not found.", req.group_id),
+                )
+            }
+            _ => self
+                .groups
+                .entry(req.group_id.clone())
+                .or_insert_with(|| Group::new(&req.group_id)),
+        };
+        if g.consumer.is_none() {
+            if !g.members.is_empty() || !g.pending_members.is_empty() {
+                return CgHeartbeatResponse::error(
+                    GROUP_ID_NOT_FOUND,
+                    format!("Group {} is not a consumer group.", req.group_id),
+                );
+            }
+            // An empty classic group (or a new one) becomes a consumer group, offsets kept.
+            g.consumer = Some(ConsumerGroup::default());
+        }
+        let c = g.consumer.as_mut().expect("consumer group");
+        let (resp, changed) = c.heartbeat(req, topics, limits, now_ms);
+        if changed {
+            let rec = g.consumer_record().expect("consumer group");
+            self.persist(&rec);
+        }
+        resp
+    }
+
+    /// OffsetFetch v9+ member check (Kafka `validateOffsetFetch`): only consumer groups check
+    /// the member and its epoch; an admin fetch (no member id, epoch -1) always passes.
+    pub fn validate_fetch(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Result<(), i16> {
+        if member_id.is_none() && member_epoch < 0 {
+            return Ok(());
+        }
+        let Some(c) = self.groups.get(group_id).and_then(|g| g.consumer.as_ref()) else {
+            return Ok(());
+        };
+        let m = c
+            .members
+            .get(member_id.unwrap_or_default())
+            .ok_or(UNKNOWN_MEMBER_ID)?;
+        if m.epoch != member_epoch {
+            return Err(STALE_MEMBER_EPOCH);
+        }
+        Ok(())
+    }
+
+    /// A consumer group's state for ConsumerGroupDescribe: GROUP_ID_NOT_FOUND if the group is
+    /// unknown or classic.
+    pub fn consumer_describe(
+        &self,
+        group_id: &str,
+    ) -> Result<(ConsumerGroup, &'static str, &'static str), i16> {
+        let g = self
+            .groups
+            .get(group_id)
+            .filter(|g| g.state != GroupState::Dead)
+            .ok_or(GROUP_ID_NOT_FOUND)?;
+        let c = g.consumer.as_ref().ok_or(GROUP_ID_NOT_FOUND)?;
+        Ok((c.clone(), super::consumer::state_name(c), c.assignor()))
+    }
+
+    /// Records appended since the last compaction; for tests.
+    #[cfg(test)]
+    pub(crate) fn appends(&self) -> u64 {
+        self.appends_since_compact
     }
 
     /// Current state of a group (None if unknown); for tests and metrics.
@@ -1502,6 +1744,7 @@ fn replay(groups: &mut BTreeMap<String, Group>, rec: Rec, now: i64) {
             let g = groups
                 .entry(group.clone())
                 .or_insert_with(|| Group::new(&group));
+            g.consumer = None;
             g.generation = generation;
             g.protocol_type = protocol_type.clone();
             g.protocol_name = protocol.clone();
@@ -1527,6 +1770,17 @@ fn replay(groups: &mut BTreeMap<String, Group>, rec: Rec, now: i64) {
         }
         Rec::GroupDeleted { group } => {
             groups.remove(&group);
+        }
+        Rec::Consumer { group, state } => {
+            let g = groups
+                .entry(group.clone())
+                .or_insert_with(|| Group::new(&group));
+            g.members.clear();
+            g.leader = None;
+            g.protocol_type = None;
+            g.protocol_name = None;
+            g.state = GroupState::Empty;
+            g.consumer = Some(state);
         }
         Rec::Offset {
             group,

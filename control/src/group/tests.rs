@@ -161,11 +161,13 @@ fn two_members_join_sync_and_receive_the_leaders_assignment() {
     assert_eq!(d.state, GroupState::Stable);
     assert_eq!(d.members.len(), 2);
     assert_eq!(
-        c.list_groups(&[]),
+        c.list_groups(&[], &[]),
         vec![GroupListing {
             group_id: "g".into(),
             protocol_type: "consumer".into(),
-            state: GroupState::Stable
+            state: GroupState::Stable,
+            group_type: "classic",
+            state_name: "Stable",
         }]
     );
 }

@@ -1,4 +1,4 @@
-// A classic-protocol consumer group member that commits synchronously after processing each
+// A consumer group member (classic protocol, or KIP-848 with group.protocol=consumer) that commits synchronously after processing each
 // poll and when partitions are revoked, so a rebalance never re-delivers or skips a record.
 // Usage: GroupConsumer BOOTSTRAP GROUP TOPIC STOP_FILE RATE_PER_SEC [key=value consumer props...]
 // Runs until STOP_FILE exists. RATE_PER_SEC (0 = unlimited) slows it so a second member can
@@ -46,6 +46,11 @@ public class GroupConsumer {
             int eq = args[i].indexOf('=');
             props.put(args[i].substring(0, eq), args[i].substring(eq + 1));
         }
+        if ("consumer".equals(props.get("group.protocol"))) {
+            // KIP-848: the broker owns these; the client refuses them.
+            props.remove("session.timeout.ms");
+            props.remove("heartbeat.interval.ms");
+        }
         BufferedWriter out = new BufferedWriter(new OutputStreamWriter(System.out, StandardCharsets.UTF_8), 1 << 16);
         Map<TopicPartition, OffsetAndMetadata> processed = new HashMap<>();
         try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(props)) {
@@ -57,7 +62,7 @@ public class GroupConsumer {
                     for (TopicPartition tp : parts) {
                         if (processed.containsKey(tp)) mine.put(tp, processed.get(tp));
                     }
-                    if (!mine.isEmpty()) consumer.commitSync(mine);
+                    if (!mine.isEmpty()) commit(consumer, mine);
                     parts.forEach(processed::remove);
                     line(out, "REVOKED " + ids(parts));
                 }
@@ -77,7 +82,7 @@ public class GroupConsumer {
                     consumed++;
                 }
                 out.flush();
-                if (!recs.isEmpty()) consumer.commitSync(processed);
+                if (!recs.isEmpty()) commit(consumer, processed);
                 if (rate > 0) {
                     long dueNanos = consumed * 1_000_000_000L / rate;
                     long sleepMs = (dueNanos - (System.nanoTime() - started)) / 1_000_000L;
@@ -86,6 +91,26 @@ public class GroupConsumer {
             }
         }
         line(out, "CLOSED");
+    }
+
+    // KIP-848: a commit racing with an epoch bump fails with STALE_MEMBER_EPOCH; Kafka says to
+    // retry once the heartbeat delivered the new epoch (the partitions are still ours).
+    static void commit(KafkaConsumer<byte[], byte[]> consumer, Map<TopicPartition, OffsetAndMetadata> offsets) {
+        for (int attempt = 0; ; attempt++) {
+            try {
+                consumer.commitSync(offsets);
+                return;
+            } catch (org.apache.kafka.clients.consumer.CommitFailedException e) {
+                boolean stale = String.valueOf(e.getMessage()).contains("stale member epoch");
+                if (!stale || attempt >= 50) throw e;
+                System.err.println("commit retry after: " + e.getMessage());
+                try {
+                    Thread.sleep(100);
+                } catch (InterruptedException ie) {
+                    throw new RuntimeException(ie);
+                }
+            }
+        }
     }
 
     static String ids(Collection<TopicPartition> parts) {
