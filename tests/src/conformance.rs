@@ -99,6 +99,8 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::DescribeClientQuotas,
     ApiKey::DescribeUserScramCredentials,
     ApiKey::AlterUserScramCredentials,
+    ApiKey::ConsumerGroupHeartbeat,
+    ApiKey::ConsumerGroupDescribe,
 ];
 
 /// The fixed topic every read cell looks at: three one-record batches at `TS0`, `TS0+1000`,
@@ -341,6 +343,8 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
         ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
         ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
+        ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
+        ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
         other => panic!("no builder for {other:?}"),
     };
     (r.min, r.max)
@@ -429,6 +433,10 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::DescribeClientQuotas => describe_client_quotas(c, v),
         ApiKey::DescribeUserScramCredentials => describe_scram(c, v),
         ApiKey::AlterUserScramCredentials => alter_scram(c, v),
+        ApiKey::ConsumerGroupHeartbeat => {
+            consumer_group_heartbeat(c, v, &format!("g-cgh-{v}")).map(|_| ())
+        }
+        ApiKey::ConsumerGroupDescribe => consumer_group_describe(c, v),
         other => Err(format!("no builder for {other:?}")),
     }
 }
@@ -961,6 +969,55 @@ fn list_groups(c: &mut Conn, v: i16) -> R<()> {
     check(
         r.groups.iter().any(|g| g.group_id.0.as_str() == group),
         || format!("{group} not listed"),
+    )
+}
+
+/// A new member joins a new consumer-protocol group (KIP-848): the member's epoch and id.
+fn consumer_group_heartbeat(c: &mut Conn, v: i16, group: &str) -> R<(String, i32)> {
+    // v1 (KIP-1082): the client generates its member id; v0: the broker does.
+    let member = if v >= 1 {
+        uuid::Uuid::new_v4().to_string()
+    } else {
+        String::new()
+    };
+    let req = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(gid(group))
+        .with_member_id(s(&member))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![tn(TOPIC)]))
+        .with_topic_partitions(Some(Vec::new()));
+    let r = c.send(&req, v)?;
+    code("ConsumerGroupHeartbeat", r.error_code)?;
+    let id = r.member_id.map(|m| m.to_string()).unwrap_or_default();
+    check(r.member_epoch >= 1 && !id.is_empty(), || {
+        format!("epoch {} member {id:?}", r.member_epoch)
+    })?;
+    check(r.heartbeat_interval_ms > 0, || {
+        "no heartbeat interval".into()
+    })?;
+    Ok((id, r.member_epoch))
+}
+
+fn consumer_group_describe(c: &mut Conn, v: i16) -> R<()> {
+    let hv = c.top::<ConsumerGroupHeartbeatRequest>();
+    let group = format!("g-cgd-{v}");
+    let (member, _) = consumer_group_heartbeat(c, hv, &group)?;
+    let req = ConsumerGroupDescribeRequest::default().with_group_ids(vec![gid(&group)]);
+    let r = c.send(&req, v)?;
+    let g = r.groups.first().ok_or("no group described")?;
+    code("ConsumerGroupDescribe", g.error_code)?;
+    check(
+        g.members.len() == 1 && g.members[0].member_id.as_str() == member,
+        || {
+            format!(
+                "members {:?}",
+                g.members
+                    .iter()
+                    .map(|m| m.member_id.to_string())
+                    .collect::<Vec<_>>()
+            )
+        },
     )
 }
 
