@@ -14,6 +14,7 @@ use crate::batch::{
     CONTROL_TYPE_MIRROR_PID_RESET, PARTITION_LEADER_EPOCH_POS,
 };
 use crate::checkpoint::{sync_dir, Checkpoint};
+use crate::cleaner::{CleanJob, CleanStats, Cleaned, SegmentInput};
 use crate::epoch::EpochCache;
 use crate::producer::{Producer, ProducerState};
 use crate::segment::{
@@ -37,7 +38,7 @@ fn wall_ms() -> i64 {
 pub struct Log {
     dir: PathBuf,
     config: LogConfig,
-    segments: BTreeMap<i64, Segment>,
+    pub(crate) segments: BTreeMap<i64, Segment>,
     leo: i64,
     log_start: i64,
     hw: i64,
@@ -46,6 +47,10 @@ pub struct Log {
     producers: ProducerState,
     unflushed_messages: u64,
     last_flush_ms: i64,
+    /// Cleaner checkpoint: offsets below were cleaned at least once.
+    pub(crate) first_dirty: i64,
+    /// Bumped by truncations: a cleaning job made before one is not installed.
+    generation: u64,
 }
 
 impl std::fmt::Debug for Log {
@@ -101,7 +106,10 @@ impl Log {
             let entry = entry?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.ends_with(".tmp") || name.ends_with(".truncating") {
+            if name.ends_with(".tmp")
+                || name.ends_with(".truncating")
+                || name.ends_with(crate::cleaner::CLEANED_SUFFIX)
+            {
                 fs::remove_file(entry.path())?;
             } else if let Some(b) = parse_base(name, LOG_SUFFIX) {
                 bases.push(b);
@@ -131,6 +139,8 @@ impl Log {
             producers: ProducerState::default(),
             unflushed_messages: 0,
             last_flush_ms: wall_ms(),
+            first_dirty: crate::cleaner::read_checkpoint(dir).unwrap_or(0),
+            generation: 0,
         };
         if bases.is_empty() {
             let start = cp.map_or(0, |c| c.log_start.max(0));
@@ -885,6 +895,8 @@ impl Log {
         if offset < first_base {
             return self.truncate_fully_and_start_at(Offset(offset));
         }
+        self.generation += 1;
+        self.first_dirty = self.first_dirty.min(offset);
         let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
         for b in doomed {
             let seg = self.segments.remove(&b).expect("listed");
@@ -920,6 +932,8 @@ impl Log {
     /// log end and HW. Clears the epoch cache and producer state.
     pub fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {
         let offset = offset.0.max(0);
+        self.generation += 1;
+        self.first_dirty = offset;
         for (_, seg) in std::mem::take(&mut self.segments) {
             seg.delete()?;
         }
@@ -1004,6 +1018,128 @@ impl Log {
             self.delete_segments_below_start()?;
         }
         Ok(())
+    }
+
+    /// A cleaning pass to run (see the `cleaner` module), or None when the log is not
+    /// compacted or not dirty enough: dirty bytes / cleanable bytes below
+    /// min.cleanable.dirty.ratio and no dirty segment older than max.compaction.lag.ms.
+    pub fn cleaning_job(&self, now_ms: i64) -> Option<CleanJob> {
+        let cc = self.config.compaction.as_ref()?;
+        let active_base = self.active().base;
+        let min_lag = now_ms.saturating_sub(cc.min_compaction_lag_ms.min(i64::MAX as u64) as i64);
+        let mut end = active_base.min(self.last_stable_offset().0);
+        let first_dirty = self.first_dirty.clamp(self.log_start, self.leo);
+        // Whole segments below `end`, from the one holding the log start.
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        let mut picked = Vec::new();
+        for w in bases.windows(2) {
+            let seg = &self.segments[&w[0]];
+            if w[1] > end || w[1] <= self.log_start {
+                if w[1] > end {
+                    break;
+                }
+                continue;
+            }
+            // Records newer than min.compaction.lag.ms stay uncleaned, with all after them.
+            if w[0] >= first_dirty && seg.max_ts > min_lag && cc.min_compaction_lag_ms > 0 {
+                end = w[0];
+                break;
+            }
+            picked.push((w[0], w[1]));
+        }
+        end = picked.last().map_or(end, |p| p.1);
+        let size = |b: i64| self.segments[&b].size as u64;
+        let dirty: u64 = picked
+            .iter()
+            .filter(|p| p.1 > first_dirty)
+            .map(|p| size(p.0))
+            .sum();
+        let total: u64 = picked.iter().map(|p| size(p.0)).sum();
+        if dirty == 0 {
+            return None;
+        }
+        let max_lag = cc.max_compaction_lag_ms.min(i64::MAX as u64) as i64;
+        let forced = picked
+            .iter()
+            .find(|p| p.1 > first_dirty)
+            .and_then(|p| self.segments[&p.0].first_batch_ts)
+            .is_some_and(|t| t < now_ms.saturating_sub(max_lag));
+        if (dirty as f64) < cc.min_cleanable_dirty_ratio * total as f64 && !forced {
+            return None;
+        }
+        let segments = picked
+            .iter()
+            .map(|&(b, _)| {
+                let s = &self.segments[&b];
+                SegmentInput {
+                    base: b,
+                    data: s.slice(0, s.size),
+                }
+            })
+            .collect();
+        Some(CleanJob {
+            dir: self.dir.clone(),
+            segments,
+            map_start: first_dirty,
+            end,
+            aborted: self.producers.aborted_entries(),
+            last_records: self.producers.last_records(),
+            now_ms,
+            delete_retention_ms: cc.delete_retention_ms.min(i64::MAX as u64) as i64,
+            max_decompressed: batch::decompressed_limit(self.config.max_message_bytes),
+            generation: self.generation,
+        })
+    }
+
+    /// Swaps the segments a pass cleaned into the log (each still present, sealed and of the
+    /// size it had when the job was made; otherwise its cleaned file is dropped) and advances
+    /// the cleaner checkpoint. Readers holding slices of the old files keep them.
+    pub fn install_cleaned(&mut self, cleaned: Cleaned) -> Result<CleanStats, LogError> {
+        if cleaned.generation != self.generation {
+            let stats = cleaned.stats.clone();
+            cleaned.discard();
+            return Ok(stats);
+        }
+        let interval = self.config.index_interval_bytes;
+        let active_base = self.active().base;
+        let mut first_err = None;
+        for r in cleaned.replaced {
+            let ok = r.base != active_base
+                && self
+                    .segments
+                    .get(&r.base)
+                    .is_some_and(|s| s.size == r.old_size);
+            if !ok || first_err.is_some() {
+                let _ = fs::remove_file(&r.path);
+                continue;
+            }
+            let seg = self.segments.get_mut(&r.base).expect("checked");
+            if let Err(e) = seg.swap_in(&r.path, interval) {
+                let _ = fs::remove_file(&r.path);
+                first_err = Some(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e.into());
+        }
+        self.first_dirty = cleaned.end;
+        crate::cleaner::write_checkpoint(&self.dir, cleaned.end)?;
+        Ok(cleaned.stats)
+    }
+
+    /// One whole cleaning pass on this thread (tests and tools; the broker runs
+    /// [`CleanJob::run`] off its cores).
+    pub fn clean(&mut self, now_ms: i64) -> Result<Option<CleanStats>, LogError> {
+        let Some(job) = self.cleaning_job(now_ms) else {
+            return Ok(None);
+        };
+        let cleaned = job.run()?;
+        self.install_cleaned(cleaned).map(Some)
+    }
+
+    /// First dirty offset (the cleaner checkpoint).
+    pub fn first_dirty_offset(&self) -> Offset {
+        Offset(self.first_dirty.max(self.log_start))
     }
 
     /// Starts a new segment at the log end (no-op if the active segment is empty).
