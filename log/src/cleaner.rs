@@ -293,11 +293,17 @@ impl CleanJob {
     /// Builds the offset map and writes a `.cleaned` file (fsynced) for every segment that
     /// changes. Reads only the job's inputs; safe on any thread.
     pub fn run(self) -> Result<Cleaned, LogError> {
+        self.run_throttled(&mut |_| {})
+    }
+
+    /// [`CleanJob::run`], calling `throttle` with the bytes of each batch read and each file
+    /// written (the caller may sleep in it to hold an I/O rate).
+    pub fn run_throttled(self, throttle: &mut dyn FnMut(usize)) -> Result<Cleaned, LogError> {
         let mut stats = CleanStats::default();
-        let (map, end) = self.build_map()?;
+        let (map, end) = self.build_map(throttle)?;
         stats.keys = map.len();
         let mut replaced = Vec::new();
-        let res = self.clean_segments(&map, end, &mut stats, &mut replaced);
+        let res = self.clean_segments(&map, end, &mut stats, &mut replaced, throttle);
         if let Err(e) = res {
             for r in replaced {
                 let _ = fs::remove_file(r.path);
@@ -319,7 +325,10 @@ impl CleanJob {
 
     /// key -> latest offset over [map_start, end of the mapped segments); aborted data and
     /// control batches are not mapped. Returns the map and the end of the cleanable range.
-    fn build_map(&self) -> Result<(HashMap<Vec<u8>, i64>, i64), LogError> {
+    fn build_map(
+        &self,
+        throttle: &mut dyn FnMut(usize),
+    ) -> Result<(HashMap<Vec<u8>, i64>, i64), LogError> {
         let mut map: HashMap<Vec<u8>, i64> = HashMap::new();
         let mut key_bytes = 0usize;
         let mut txn = TxnTracker::new(&self.aborted);
@@ -335,6 +344,7 @@ impl CleanJob {
             for r in BatchIter::headers(&seg.data) {
                 let (h, s, e) = r.map_err(|e| corrupt(seg.base, e))?;
                 let bytes = &seg.data[s..e];
+                throttle(bytes.len());
                 if h.is_control() {
                     txn.on_control(&h, bytes);
                     continue;
@@ -369,6 +379,7 @@ impl CleanJob {
         end: i64,
         stats: &mut CleanStats,
         replaced: &mut Vec<Replacement>,
+        throttle: &mut dyn FnMut(usize),
     ) -> Result<(), LogError> {
         let mut txn = TxnTracker::new(&self.aborted);
         for seg in self.segments.iter().take_while(|s| s.base < end) {
@@ -378,6 +389,7 @@ impl CleanJob {
                 .map_err(|e| corrupt(seg.base, e))?;
             let n = batches.len();
             for (i, &(h, s, e)) in batches.iter().enumerate() {
+                throttle(e - s);
                 self.clean_batch(
                     &seg.data[s..e],
                     &h,
@@ -396,6 +408,7 @@ impl CleanJob {
                 .dir
                 .join(format!("{}{}", file_name(seg.base, ""), CLEANED_SUFFIX));
             write_synced(&path, &out)?;
+            throttle(out.len());
             stats.bytes_written += out.len() as u64;
             stats.segments_rewritten += 1;
             replaced.push(Replacement {

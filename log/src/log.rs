@@ -28,6 +28,14 @@ use crate::{
 /// Relative offsets in a segment must fit an i32 (Kafka's index format has the same limit).
 const MAX_RELATIVE_OFFSET: i64 = i32::MAX as i64;
 
+/// A token no other open log or earlier state of this one has: a cleaning job made against
+/// one state of a log is installed only into that same state (not after a truncation, nor
+/// into the same partition closed and reopened, e.g. moved between cores and back).
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn wall_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -140,7 +148,7 @@ impl Log {
             unflushed_messages: 0,
             last_flush_ms: wall_ms(),
             first_dirty: crate::cleaner::read_checkpoint(dir).unwrap_or(0),
-            generation: 0,
+            generation: next_generation(),
         };
         if bases.is_empty() {
             let start = cp.map_or(0, |c| c.log_start.max(0));
@@ -895,7 +903,7 @@ impl Log {
         if offset < first_base {
             return self.truncate_fully_and_start_at(Offset(offset));
         }
-        self.generation += 1;
+        self.generation = next_generation();
         self.first_dirty = self.first_dirty.min(offset);
         let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
         for b in doomed {
@@ -932,7 +940,7 @@ impl Log {
     /// log end and HW. Clears the epoch cache and producer state.
     pub fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {
         let offset = offset.0.max(0);
-        self.generation += 1;
+        self.generation = next_generation();
         self.first_dirty = offset;
         for (_, seg) in std::mem::take(&mut self.segments) {
             seg.delete()?;
