@@ -208,6 +208,16 @@ struct Rec<'a> {
     has_value: bool,
 }
 
+/// Whether every record of a (validated) producer batch has a key: Kafka refuses keyless
+/// records on compacted topics. Compressed batches are decompressed under `max_decompressed`.
+pub(crate) fn all_keyed(
+    batch_bytes: &[u8],
+    max_decompressed: usize,
+) -> Result<bool, batch::BatchError> {
+    let raw = batch::decompress_records(batch_bytes, max_decompressed)?;
+    Ok(parse_records(&raw).is_some_and(|recs| recs.iter().all(|r| r.key.is_some())))
+}
+
 fn parse_records(section: &[u8]) -> Option<Vec<Rec<'_>>> {
     let mut out = Vec::new();
     let mut pos = 0;
@@ -946,5 +956,45 @@ mod tests {
         assert_eq!(log.producer_state(ProducerId(7)).unwrap().producer_epoch, 0);
         assert!(log.producer_state(ProducerId(9)).is_some());
         assert_eq!(log.log_end_offset(), Offset(10));
+    }
+
+    #[test]
+    fn a_compacted_log_refuses_keyless_records_of_any_codec() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), config()).unwrap();
+        for c in 0..5 {
+            let plain = build_batch(
+                &BatchSpec {
+                    base_offset: 0,
+                    partition_leader_epoch: 0,
+                    attributes: 0,
+                    base_timestamp: 1,
+                    producer_id: -1,
+                    producer_epoch: -1,
+                    base_sequence: -1,
+                },
+                &[(Some(b"k"), Some(b"v")), (None, Some(b"v"))],
+            );
+            let b = if c == 0 {
+                Bytes::from(plain)
+            } else {
+                let h = BatchHeader::parse(&plain).unwrap();
+                let section = batch::compress_records(codec(c), &plain[HEADER_SIZE..]).unwrap();
+                let mut out = Vec::new();
+                write_batch(&mut out, &h, c as i16, 1, 1, 2, &section);
+                Bytes::from(out)
+            };
+            let e = log.append_leader(b, LeaderEpoch(0), 1).unwrap_err();
+            assert!(matches!(e, LogError::InvalidRecord(_)), "{e}");
+        }
+        assert_eq!(log.log_end_offset(), Offset(0));
+        let keyed_ok = keyed(
+            &[("k".into(), Some("v".into()))],
+            Compression::Zstd,
+            1,
+            (-1, -1, -1),
+            0,
+        );
+        log.append_leader(keyed_ok, LeaderEpoch(0), 1).unwrap();
     }
 }

@@ -495,6 +495,15 @@ impl Log {
                     "producers may not write control batches".into(),
                 ));
             }
+            if self.config.compaction.is_some()
+                && !crate::cleaner::all_keyed(&batches[start..end], decompressed_limit)
+                    .map_err(|e| record_error(next, e))?
+            {
+                // Kafka's LogValidator: the cleaner could never keep such a record.
+                return Err(LogError::InvalidRecord(
+                    "Compacted topic cannot accept message without key".into(),
+                ));
+            }
             if h.is_transactional() && !h.has_producer_id() {
                 return Err(LogError::InvalidRecord(
                     "transactional batch without producer id".into(),
