@@ -844,16 +844,22 @@ impl Log {
             .range(..=from)
             .next_back()
             .map_or(i64::MIN, |(b, _)| *b);
+        // A slice holding only empty batches (what compaction leaves of a segment) is passed
+        // over for the next segment's batches when there are any: librdkafka treats a fetch
+        // answer without a record or control batch as "message too large" and, after a few,
+        // fails the partition. Consumers skip the gap as they skip any compaction gap.
+        let mut only_empty: Option<ReadResult> = None;
         for seg in self.segments.range(start_base..).map(|(_, s)| s) {
             let Some((start, h)) = seg.find(from) else {
                 continue;
             };
             if h.last_offset() >= upper {
-                return Ok(empty);
+                break;
             }
             let first_offset = h.base_offset();
             let data = seg.data();
             let mut end = start;
+            let mut has_records = false;
             while end < data.len() {
                 let Ok(h) = BatchHeader::parse(&data[end..]) else {
                     break;
@@ -862,14 +868,19 @@ impl Log {
                 if h.last_offset() >= upper || (end > start && end + size - start > max_bytes) {
                     break;
                 }
+                has_records |= h.records_count() != 0 || h.is_control();
                 end += size;
             }
-            return Ok(ReadResult {
+            let found = ReadResult {
                 records: seg.slice(start, end),
                 first_offset: Offset(first_offset),
-            });
+            };
+            if has_records {
+                return Ok(found);
+            }
+            only_empty.get_or_insert(found);
         }
-        Ok(empty)
+        Ok(only_empty.unwrap_or(empty))
     }
 
     pub fn log_start_offset(&self) -> Offset {

@@ -5,13 +5,15 @@
 //! delete.retention.ms. Filler records then keep both cleaners busy until both logs are
 //! compacted (each live key once, tombstones and aborted records gone). Asserted: the surviving
 //! (offset, key, value) records below the workload's end are identical on both brokers, and
-//! are exactly the workload's final value per live key.
+//! are exactly the workload's final value per live key. A mirror topic carrying the source's
+//! cleanup.policy=compact is not cleaned while mirroring (it stays log-equal to a source whose
+//! cleaner is off) and is cleaned like any topic once failed over.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kmirror_tests::kafka::KafkaOptions;
-use kmirror_tests::{proc, python, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient};
+use kmirror_tests::{mirror, proc, python, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient};
 
 const TOPIC: &str = "compacted";
 const ROLL_MS: &str = "300";
@@ -21,16 +23,47 @@ type Row = (i64, String, String);
 /// Every record (read_committed) below the high watermark: (offset, key, value), value "-"
 /// for a tombstone.
 fn dump(boot: &str, group: &str) -> Vec<Row> {
-    let ran = proc::run_ok(
+    dump_topic(boot, TOPIC, group)
+}
+
+fn dump_topic(boot: &str, topic: &str, group: &str) -> Vec<Row> {
+    let ran = proc::run(
         python::script("record_dump.py").args([
             boot,
-            TOPIC,
+            topic,
             "1",
             &format!("group.id={group}"),
             "isolation.level=read_committed",
         ]),
         Duration::from_secs(150),
     );
+    if !ran.status.success() {
+        let hw = WireClient::connect(boot)
+            .and_then(|mut c| c.log_bounds(topic, 0))
+            .map_or(0, |b| b.1);
+        let batches = kmirror_tests::oracle::read_batches(boot, topic, 0, hw).map(|(_, b)| {
+            b.iter()
+                .map(|b| {
+                    let attrs = i16::from_be_bytes([b.bytes[21], b.bytes[22]]);
+                    let count = i32::from_be_bytes(b.bytes[57..61].try_into().unwrap());
+                    format!(
+                        "{}..{} len {} attrs {attrs:#x} count {count} crc_ok {}",
+                        b.base_offset,
+                        b.last_offset,
+                        b.bytes.len(),
+                        b.crc_ok()
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        });
+        panic!(
+            "record_dump on {boot} failed:\n{}\n{}\nbatches:\n{}",
+            proc::last_lines(&ran.stdout, 5),
+            proc::last_lines(&ran.stderr, 5),
+            batches.unwrap_or_else(|e| e)
+        );
+    }
     let mut rows: Vec<Row> = ran
         .stdout
         .lines()
@@ -44,8 +77,12 @@ fn dump(boot: &str, group: &str) -> Vec<Row> {
 }
 
 fn workload(boot: &str) -> BTreeMap<String, String> {
+    workload_on(boot, TOPIC)
+}
+
+fn workload_on(boot: &str, topic: &str) -> BTreeMap<String, String> {
     let ran = proc::run_ok(
-        python::script("compact_workload.py").args([boot, TOPIC, "workload", ROLL_MS]),
+        python::script("compact_workload.py").args([boot, topic, "workload", ROLL_MS]),
         Duration::from_secs(180),
     );
     assert!(ran.stdout.contains("DONE"), "{}", ran.stdout);
@@ -60,8 +97,12 @@ fn workload(boot: &str) -> BTreeMap<String, String> {
 }
 
 fn filler(boot: &str, n: usize) {
+    filler_on(boot, TOPIC, n)
+}
+
+fn filler_on(boot: &str, topic: &str, n: usize) {
     proc::run_ok(
-        python::script("compact_workload.py").args([boot, TOPIC, "filler", &n.to_string()]),
+        python::script("compact_workload.py").args([boot, topic, "filler", &n.to_string()]),
         Duration::from_secs(60),
     );
 }
@@ -140,4 +181,94 @@ fn kafka_and_kmirror_compact_the_same_keyed_workload_to_the_same_records() {
     );
     assert_eq!(m, k, "surviving (offset, key, value) differ");
     assert!(m.iter().all(|r| r.2 != "-" && !r.2.starts_with("x-")));
+}
+
+#[test]
+fn a_compacted_mirror_topic_is_not_cleaned_while_mirroring_and_is_after_failover() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    const MT: &str = "mirrored-compacted";
+    // The source's cleaner is off: whatever kmirror removed would break log-equality.
+    let kafka = KafkaCluster::start_with(KafkaOptions {
+        props: vec![("log.cleaner.enable".into(), "false".into())],
+        ..KafkaOptions::default()
+    });
+    let node = KmirrorNode::start_with(&["--log-cleaner-backoff-ms", "200"]);
+    let (src, dst) = (kafka.bootstrap(), node.bootstrap());
+    kafka.create_topic(
+        MT,
+        1,
+        &[
+            ("cleanup.policy", "compact"),
+            ("segment.ms", "200"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("delete.retention.ms", "2000"),
+        ],
+    );
+    let model = workload_on(&src, MT);
+    mirror::create(
+        &dst,
+        "dr",
+        &src,
+        &[
+            ("mirror.metadata.sync.interval.ms", "500"),
+            ("mirror.retry.backoff.ms", "100"),
+        ],
+    );
+    mirror::add_topics(&dst, "dr", &[MT]);
+    // Several cleaner rounds while mirroring, with new data rolling segments on both sides.
+    for _ in 0..6 {
+        filler_on(&src, MT, 3);
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    let configs = mirror::topic_configs(&dst, MT);
+    assert_eq!(
+        configs.get("cleanup.policy").cloned().flatten().as_deref(),
+        Some("compact"),
+        "the mirror topic carries the source's policy"
+    );
+    let reports = mirror::assert_mirrored(&src, &dst, MT, 1, Duration::from_secs(60));
+    std::thread::sleep(Duration::from_secs(2));
+    let end = mirror::end_offsets(&src, MT, 1)[0];
+    mirror::assert_log_equal(&src, &dst, MT, &[end]);
+    let mirrored = dump_topic(&dst, MT, "mirrored");
+    assert!(
+        mirrored.len() > 200,
+        "not cleaned while mirroring: {} records ({reports:?})",
+        mirrored.len()
+    );
+
+    // Failover: the topic is writable and cleaned like any compacted topic.
+    let ran = mirror::remove_topics(&dst, "dr", &[MT]);
+    assert!(ran.status.success(), "{}{}", ran.stdout, ran.stderr);
+    let start = Instant::now();
+    let below = loop {
+        if filler_try(&dst, MT) {
+            std::thread::sleep(Duration::from_millis(700));
+        } else {
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        let below: Vec<Row> =
+            dump_topic(&dst, MT, &format!("after{}", start.elapsed().as_millis()))
+                .into_iter()
+                .filter(|r| r.0 < end && !r.1.starts_with('f'))
+                .collect();
+        if compacted(&below, &model) || start.elapsed() > Duration::from_secs(120) {
+            break below;
+        }
+    };
+    assert!(
+        compacted(&below, &model),
+        "kmirror did not clean the failed-over topic: {} records below {end}: {below:?}",
+        below.len()
+    );
+}
+
+/// One filler record on `boot`; false while the topic is still read-only (failover pending).
+fn filler_try(boot: &str, topic: &str) -> bool {
+    proc::run(
+        python::script("compact_workload.py").args([boot, topic, "filler", "3"]),
+        Duration::from_secs(60),
+    )
+    .status
+    .success()
 }
