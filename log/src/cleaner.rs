@@ -27,8 +27,13 @@
 //!   fields, partitionLeaderEpoch and codec; only records are removed (gaps). A batch whose
 //!   records all go is dropped, except (kept empty, no records, no codec) the last batch of
 //!   each active producer (its sequence/epoch state must survive a restart, which rebuilds
-//!   producer state from the log) and the last batch of each segment (so every segment keeps
-//!   its offset range and the log's recovery and lookups see the same segment bounds).
+//!   producer state from the log) and the last batch of each output segment (so it keeps
+//!   its offset range: recovery and lookups see the same segment bounds).
+//! - Like Kafka's groupSegmentsBySize, consecutive cleaned segments are written into one
+//!   output segment while their inputs fit segment.bytes and one segment's relative offsets.
+//!   The group's swap is crash-safe: the fsynced output is renamed `<base>.log.swap`, the
+//!   group's later segments are deleted, the swap file is renamed over `<base>.log`; open
+//!   finishes a swap a crash interrupted ([`complete_swap`]).
 //! - Batches are re-encoded only here, and only when something changes; an unchanged batch is
 //!   copied byte for byte, an unchanged segment is not rewritten at all.
 
@@ -49,6 +54,9 @@ use crate::LogError;
 
 pub(crate) const CLEANER_CHECKPOINT_FILE: &str = "cleaner-offset-checkpoint";
 pub(crate) const CLEANED_SUFFIX: &str = ".log.cleaned";
+/// A complete cleaned file about to replace a group of segments; finished by open after a
+/// crash (see [`complete_swap`]).
+pub(crate) const SWAP_SUFFIX: &str = ".log.swap";
 /// Soft bound on the key bytes an offset map holds; past it the pass ends after the current
 /// segment (Kafka bounds its map by log.cleaner.dedupe.buffer.size the same way).
 const MAP_KEY_BYTES: usize = 128 << 20;
@@ -84,12 +92,16 @@ pub struct CleanJob {
     /// The log's truncation generation when the job was made; a different one at install
     /// time means the segments may not be the ones cleaned.
     pub(crate) generation: u64,
+    /// segment.bytes: cleaned segments are grouped up to this size.
+    pub(crate) segment_bytes: u64,
 }
 
 /// A cleaned segment waiting to be swapped in.
 pub(crate) struct Replacement {
+    /// Base offset of the output (the group's first segment).
     pub(crate) base: i64,
-    pub(crate) old_size: usize,
+    /// (base, size) of each input segment, in order.
+    pub(crate) old: Vec<(i64, usize)>,
     pub(crate) path: PathBuf,
 }
 
@@ -392,38 +404,52 @@ impl CleanJob {
         throttle: &mut dyn FnMut(usize),
     ) -> Result<(), LogError> {
         let mut txn = TxnTracker::new(&self.aborted);
-        for seg in self.segments.iter().take_while(|s| s.base < end) {
-            let mut out = Vec::with_capacity(seg.data.len());
-            let batches: Vec<_> = BatchIter::headers(&seg.data)
-                .collect::<Result<_, _>>()
-                .map_err(|e| corrupt(seg.base, e))?;
-            let n = batches.len();
-            for (i, &(h, s, e)) in batches.iter().enumerate() {
-                throttle(e - s);
-                self.clean_batch(
-                    &seg.data[s..e],
-                    &h,
-                    i + 1 == n,
-                    map,
-                    &mut txn,
-                    stats,
-                    &mut out,
-                )?;
+        let segs: Vec<&SegmentInput> = self.segments.iter().take_while(|s| s.base < end).collect();
+        let mut i = 0;
+        while i < segs.len() {
+            // Kafka's groupSegmentsBySize: consecutive segments whose inputs fit segment.bytes
+            // and one segment's relative offsets become one output segment.
+            let mut j = i + 1;
+            let mut size = segs[i].data.len() as u64;
+            while j < segs.len() {
+                let next_end = segs.get(j + 1).map_or(end, |s| s.base);
+                if size + segs[j].data.len() as u64 > self.segment_bytes
+                    || next_end - 1 - segs[i].base > i32::MAX as i64
+                {
+                    break;
+                }
+                size += segs[j].data.len() as u64;
+                j += 1;
             }
-            stats.bytes_read += seg.data.len() as u64;
-            if out[..] == seg.data[..] {
+            let group = &segs[i..j];
+            i = j;
+            let mut out = Vec::with_capacity(size as usize);
+            for (gi, seg) in group.iter().enumerate() {
+                let batches: Vec<_> = BatchIter::headers(&seg.data)
+                    .collect::<Result<_, _>>()
+                    .map_err(|e| corrupt(seg.base, e))?;
+                let n = batches.len();
+                for (bi, &(h, s, e)) in batches.iter().enumerate() {
+                    throttle(e - s);
+                    let last = gi + 1 == group.len() && bi + 1 == n;
+                    self.clean_batch(&seg.data[s..e], &h, last, map, &mut txn, stats, &mut out)?;
+                }
+                stats.bytes_read += seg.data.len() as u64;
+            }
+            if group.len() == 1 && out[..] == group[0].data[..] {
                 continue;
             }
+            let base = group[0].base;
             let path = self
                 .dir
-                .join(format!("{}{}", file_name(seg.base, ""), CLEANED_SUFFIX));
+                .join(format!("{}{}", file_name(base, ""), CLEANED_SUFFIX));
             write_synced(&path, &out)?;
             throttle(out.len());
             stats.bytes_written += out.len() as u64;
-            stats.segments_rewritten += 1;
+            stats.segments_rewritten += group.len();
             replaced.push(Replacement {
-                base: seg.base,
-                old_size: seg.data.len(),
+                base,
+                old: group.iter().map(|s| (s.base, s.data.len())).collect(),
                 path,
             });
         }
@@ -560,6 +586,41 @@ fn write_synced(path: &Path, data: &[u8]) -> io::Result<()> {
 }
 
 /// Reads the first dirty offset (None if missing or unreadable: the whole log is dirty).
+/// Finishes a group swap a crash interrupted: the `<base>.log.swap` file (complete: it was
+/// fsynced before being renamed to that name) replaces every segment whose base lies in
+/// [base, its end offset).
+pub(crate) fn complete_swap(dir: &Path, base: i64) -> io::Result<()> {
+    let swap = dir.join(format!("{}{}", file_name(base, ""), SWAP_SUFFIX));
+    let data = fs::read(&swap)?;
+    let end = BatchIter::headers(&data)
+        .map_while(Result::ok)
+        .last()
+        .map_or(base, |(h, ..)| h.next_offset());
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(b) = name
+            .to_str()
+            .and_then(|n| crate::segment::parse_base(n, crate::segment::LOG_SUFFIX))
+        else {
+            continue;
+        };
+        if b > base && b < end {
+            for suffix in [
+                crate::segment::LOG_SUFFIX,
+                crate::segment::INDEX_SUFFIX,
+                crate::segment::TIME_INDEX_SUFFIX,
+            ] {
+                match fs::remove_file(dir.join(file_name(b, suffix))) {
+                    Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                    _ => {}
+                }
+            }
+        }
+    }
+    fs::rename(&swap, dir.join(file_name(base, crate::segment::LOG_SUFFIX)))?;
+    crate::checkpoint::sync_dir(dir)
+}
+
 pub(crate) fn read_checkpoint(dir: &Path) -> Option<i64> {
     let text = fs::read_to_string(dir.join(CLEANER_CHECKPOINT_FILE)).ok()?;
     let mut lines = text.lines();
@@ -996,5 +1057,76 @@ mod tests {
             0,
         );
         log.append_leader(keyed_ok, LeaderEpoch(0), 1).unwrap();
+    }
+
+    fn many_segments(dir: &Path) -> Log {
+        let mut log = Log::open(dir, config()).unwrap();
+        for i in 0..40 {
+            let recs = vec![(format!("k{}", i % 4), Some(format!("v{i}")))];
+            log.append_leader(
+                keyed(&recs, Compression::None, 1000 + i, (-1, -1, -1), 0),
+                LeaderEpoch(0),
+                1000,
+            )
+            .unwrap();
+            if i % 5 == 4 {
+                log.roll().unwrap();
+            }
+        }
+        log.append_leader(
+            keyed(
+                &[("k9".into(), Some("tail".into()))],
+                Compression::None,
+                2000,
+                (-1, -1, -1),
+                0,
+            ),
+            LeaderEpoch(0),
+            2000,
+        )
+        .unwrap();
+        log.set_high_watermark(log.log_end_offset());
+        log
+    }
+
+    #[test]
+    fn small_cleaned_segments_are_grouped_into_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = many_segments(dir.path());
+        assert_eq!(log.segment_count(), 9);
+        let before = dump(&log);
+        log.clean(3000).unwrap().unwrap();
+        assert_eq!(
+            log.segment_count(),
+            2,
+            "8 cleaned segments grouped into 1, + active"
+        );
+        let after = dump(&log);
+        assert_eq!(after, expected(&before, 40, 0));
+        log.close().unwrap();
+        let log = Log::open(dir.path(), config()).unwrap();
+        assert_eq!((log.segment_count(), dump(&log)), (2, after));
+    }
+
+    /// A crash after the cleaned file became `<base>.log.swap` but before the group's other
+    /// segments were deleted: open finishes the swap.
+    #[test]
+    fn open_finishes_a_group_swap_interrupted_by_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = many_segments(dir.path());
+        let before = dump(&log);
+        let cleaned = log.cleaning_job(3000).unwrap().run().unwrap();
+        assert_eq!(cleaned.replaced.len(), 1);
+        let r = &cleaned.replaced[0];
+        let swap = dir
+            .path()
+            .join(format!("{}{}", file_name(r.base, ""), SWAP_SUFFIX));
+        fs::rename(&r.path, &swap).unwrap();
+        drop(log); // crash: the old segments are all still there
+        let log = Log::open(dir.path(), config()).unwrap();
+        assert!(!swap.exists());
+        assert_eq!(log.segment_count(), 2);
+        assert_eq!(dump(&log), expected(&before, 40, 0));
+        assert_eq!(log.log_end_offset(), Offset(41));
     }
 }

@@ -23,7 +23,9 @@
 //!                                           log_start (one "<name> <value>" line each)
 //! <dir>/cleaner-offset-checkpoint           "kmirror-cleaner-checkpoint 1", first_dirty
 //! <dir>/<base offset>.log.cleaned           a cleaner's output before its swap (deleted on
-//!                                           open: the swap is one rename over the .log)
+//!                                           open)
+//! <dir>/<base offset>.log.swap              a complete cleaner output replacing the segments
+//!                                           from <base offset> to its end (finished on open)
 //! ```
 //! Segment files are not preallocated; the active one is mapped with room to grow and written
 //! with write(2), so the page cache makes appends visible to the mapping. Checkpoint files are

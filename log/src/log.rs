@@ -108,6 +108,16 @@ impl Log {
     /// and producer state are rebuilt or checked against the data.
     pub fn open(dir: &Path, config: LogConfig) -> Result<Log, LogError> {
         fs::create_dir_all(dir)?;
+        // A group swap interrupted by a crash is finished first (its file is complete).
+        for entry in fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            if let Some(b) = name.to_str().and_then(|n| {
+                n.strip_suffix(".swap")
+                    .and_then(|n| parse_base(n, LOG_SUFFIX))
+            }) {
+                crate::cleaner::complete_swap(dir, b)?;
+            }
+        }
         let mut bases = Vec::new();
         let mut index_files = Vec::new();
         for entry in fs::read_dir(dir)? {
@@ -1116,6 +1126,7 @@ impl Log {
             delete_retention_ms: cc.delete_retention_ms.min(i64::MAX as u64) as i64,
             max_decompressed: batch::decompressed_limit(self.config.max_message_bytes),
             generation: self.generation,
+            segment_bytes: self.config.segment_bytes.min(i32::MAX as u64),
         })
     }
 
@@ -1132,18 +1143,14 @@ impl Log {
         let active_base = self.active().base;
         let mut first_err = None;
         for r in cleaned.replaced {
-            let ok = r.base != active_base
-                && self
-                    .segments
-                    .get(&r.base)
-                    .is_some_and(|s| s.size == r.old_size);
+            let ok = r.old.iter().all(|&(b, size)| {
+                b != active_base && self.segments.get(&b).is_some_and(|s| s.size == size)
+            });
             if !ok || first_err.is_some() {
                 let _ = fs::remove_file(&r.path);
                 continue;
             }
-            let seg = self.segments.get_mut(&r.base).expect("checked");
-            if let Err(e) = seg.swap_in(&r.path, interval) {
-                let _ = fs::remove_file(&r.path);
+            if let Err(e) = self.swap_group(&r, interval) {
                 first_err = Some(e);
             }
         }
@@ -1153,6 +1160,31 @@ impl Log {
         self.first_dirty = cleaned.end;
         crate::cleaner::write_checkpoint(&self.dir, cleaned.end)?;
         Ok(cleaned.stats)
+    }
+
+    /// Replaces a group of segments by one cleaned file: renamed to `<base>.log.swap` (from
+    /// here a crash is finished by open), the group's later segments deleted, the swap file
+    /// renamed over the first one. Readers holding slices of any of them keep their mappings.
+    fn swap_group(&mut self, r: &crate::cleaner::Replacement, interval: u32) -> io::Result<()> {
+        let swap = self.dir.join(format!(
+            "{}{}",
+            file_name(r.base, ""),
+            crate::cleaner::SWAP_SUFFIX
+        ));
+        if let Err(e) = fs::rename(&r.path, &swap).and_then(|()| sync_dir(&self.dir)) {
+            let _ = fs::remove_file(&r.path);
+            return Err(e);
+        }
+        let mut first_err = None;
+        for &(b, _) in &r.old[1..] {
+            let seg = self.segments.remove(&b).expect("checked");
+            if let Err(e) = seg.delete() {
+                first_err.get_or_insert(e);
+            }
+        }
+        let seg = self.segments.get_mut(&r.base).expect("checked");
+        seg.swap_in(&swap, interval)?;
+        first_err.map_or(Ok(()), Err)
     }
 
     /// One whole cleaning pass on this thread (tests and tools; the broker runs
