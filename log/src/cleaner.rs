@@ -1129,4 +1129,48 @@ mod tests {
         assert_eq!(dump(&log), expected(&before, 40, 0));
         assert_eq!(log.log_end_offset(), Offset(41));
     }
+
+    /// A segment left holding only an empty batch is passed over by reads when a later
+    /// segment has records (librdkafka fails on answers without any record), and served as
+    /// is when nothing follows below the bound.
+    #[test]
+    fn reads_pass_over_a_slice_of_only_empty_batches() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(
+            dir.path(),
+            LogConfig {
+                // One segment per group: the emptied segment stays on its own.
+                segment_bytes: 100,
+                ..config()
+            },
+        )
+        .unwrap();
+        let put = |log: &mut Log, k: &str, v: &str| {
+            log.append_leader(
+                keyed(
+                    &[(k.into(), Some(v.into()))],
+                    Compression::None,
+                    1000,
+                    (-1, -1, -1),
+                    0,
+                ),
+                LeaderEpoch(0),
+                1000,
+            )
+            .unwrap();
+            log.roll().unwrap();
+        };
+        put(&mut log, "a", "1"); // 0: superseded by 2, its segment becomes one empty batch
+        put(&mut log, "b", "1"); // 1
+        put(&mut log, "a", "2"); // 2
+        log.set_high_watermark(log.log_end_offset());
+        log.clean(2000).unwrap().unwrap();
+        let r = log.read(Offset(0), 1 << 20, Offset(3)).unwrap();
+        let h = BatchHeader::parse(&r.records).unwrap();
+        assert_eq!((r.first_offset, h.records_count()), (Offset(1), 1));
+        // Bound below the next segment: the empty batch itself is the answer.
+        let r = log.read(Offset(0), 1 << 20, Offset(1)).unwrap();
+        let h = BatchHeader::parse(&r.records).unwrap();
+        assert_eq!((r.first_offset, h.records_count()), (Offset(0), 0));
+    }
 }
