@@ -134,10 +134,26 @@ fn kafka_and_kmirror_compact_the_same_keyed_workload_to_the_same_records() {
     let mut km = WireClient::connect(&node.bootstrap()).expect("connect kmirror");
     assert_eq!(km.create_topic(TOPIC, 1, 1, &configs).expect("create"), 0);
     let (kb, mb) = (kafka.bootstrap(), node.bootstrap());
+    // A keyless record is refused by both (INVALID_RECORD): no cleaner could keep it.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let keyless = kmirror_tests::records::batch(&[b"no key"], now);
+    let mut kc = WireClient::connect(&kb).expect("connect kafka");
+    let k_code = kc
+        .produce_raw(TOPIC, 0, keyless.clone(), -1)
+        .expect("produce")
+        .0;
+    let m_code = km.produce_raw(TOPIC, 0, keyless, -1).expect("produce").0;
+    assert_eq!(
+        (m_code, k_code),
+        (87, 87),
+        "keyless record to a compacted topic"
+    );
 
     let model = workload(&kb);
     assert_eq!(workload(&mb), model, "the workload is deterministic");
-    let mut kc = WireClient::connect(&kb).expect("connect kafka");
     let end_k = kc.log_bounds(TOPIC, 0).expect("kafka bounds").1;
     let end_m = km.log_bounds(TOPIC, 0).expect("kmirror bounds").1;
     assert_eq!(end_k, end_m, "same offsets for the same workload");
