@@ -1173,4 +1173,52 @@ mod tests {
         let h = BatchHeader::parse(&r.records).unwrap();
         assert_eq!((r.first_offset, h.records_count()), (Offset(0), 0));
     }
+
+    /// Throughput of one pass (run by hand: `cargo test --profile ci -p kmirror-log --lib
+    /// cleaner_throughput -- --ignored --nocapture`).
+    #[test]
+    #[ignore]
+    fn cleaner_throughput() {
+        for codec in [Compression::None, Compression::Zstd] {
+            let dir = tempfile::tempdir().unwrap();
+            let mut log = Log::open(
+                dir.path(),
+                LogConfig {
+                    segment_bytes: 16 << 20,
+                    ..config()
+                },
+            )
+            .unwrap();
+            let value = "v".repeat(100);
+            for b in 0..4000 {
+                let recs: Vec<_> = (0..100)
+                    .map(|i| {
+                        (
+                            format!("key-{}", (b * 100 + i) % 20_000),
+                            Some(value.clone()),
+                        )
+                    })
+                    .collect();
+                log.append_leader(
+                    keyed(&recs, codec, 1000, (-1, -1, -1), 0),
+                    LeaderEpoch(0),
+                    1000,
+                )
+                .unwrap();
+            }
+            log.roll().unwrap();
+            log.set_high_watermark(log.log_end_offset());
+            let size = log.size_bytes();
+            let t = std::time::Instant::now();
+            let stats = log.clean(2000).unwrap().unwrap();
+            let secs = t.elapsed().as_secs_f64();
+            eprintln!(
+                "{codec:?}: 400000 records, {:.1} MiB -> {:.1} MiB in {secs:.2} s ({:.0} MiB/s read), {} keys",
+                size as f64 / 1048576.0,
+                log.size_bytes() as f64 / 1048576.0,
+                stats.bytes_read as f64 / 1048576.0 / secs,
+                stats.keys
+            );
+        }
+    }
 }
