@@ -423,29 +423,57 @@ impl CleanJob {
             }
             let group = &segs[i..j];
             i = j;
-            let mut out = Vec::with_capacity(size as usize);
-            for (gi, seg) in group.iter().enumerate() {
-                let batches: Vec<_> = BatchIter::headers(&seg.data)
-                    .collect::<Result<_, _>>()
-                    .map_err(|e| corrupt(seg.base, e))?;
-                let n = batches.len();
-                for (bi, &(h, s, e)) in batches.iter().enumerate() {
-                    throttle(e - s);
-                    let last = gi + 1 == group.len() && bi + 1 == n;
-                    self.clean_batch(&seg.data[s..e], &h, last, map, &mut txn, stats, &mut out)?;
-                }
-                stats.bytes_read += seg.data.len() as u64;
-            }
-            if group.len() == 1 && out[..] == group[0].data[..] {
-                continue;
-            }
             let base = group[0].base;
             let path = self
                 .dir
                 .join(format!("{}{}", file_name(base, ""), CLEANED_SUFFIX));
-            write_synced(&path, &out)?;
-            throttle(out.len());
-            stats.bytes_written += out.len() as u64;
+            // Written as it is produced (a group is up to segment.bytes); a lone segment that
+            // comes out unchanged is not swapped (its partial output is dropped).
+            let mut sink = Sink {
+                path: &path,
+                file: None,
+                buf: Vec::with_capacity(SINK_CHUNK),
+                written: 0,
+            };
+            let mut changed = group.len() > 1;
+            let res = (|| -> Result<(), LogError> {
+                for (gi, seg) in group.iter().enumerate() {
+                    let batches: Vec<_> = BatchIter::headers(&seg.data)
+                        .collect::<Result<_, _>>()
+                        .map_err(|e| corrupt(seg.base, e))?;
+                    let n = batches.len();
+                    for (bi, &(h, s, e)) in batches.iter().enumerate() {
+                        throttle(e - s);
+                        let last = gi + 1 == group.len() && bi + 1 == n;
+                        changed |= self.clean_batch(
+                            &seg.data[s..e],
+                            &h,
+                            last,
+                            map,
+                            &mut txn,
+                            stats,
+                            &mut sink.buf,
+                        )?;
+                        if sink.buf.len() >= SINK_CHUNK {
+                            throttle(sink.buf.len());
+                            sink.flush()?;
+                        }
+                    }
+                    stats.bytes_read += seg.data.len() as u64;
+                }
+                if changed {
+                    throttle(sink.buf.len());
+                    sink.finish()?;
+                }
+                Ok(())
+            })();
+            if res.is_err() || !changed {
+                drop(sink.file.take());
+                let _ = fs::remove_file(&path);
+                res?;
+                continue;
+            }
+            stats.bytes_written += sink.written;
             stats.segments_rewritten += group.len();
             replaced.push(Replacement {
                 base,
@@ -466,7 +494,7 @@ impl CleanJob {
         txn: &mut TxnTracker,
         stats: &mut CleanStats,
         out: &mut Vec<u8>,
-    ) -> Result<(), LogError> {
+    ) -> Result<bool, LogError> {
         let now = self.now_ms;
         let horizon = horizon_of(h);
         let control = h.is_control();
@@ -495,13 +523,13 @@ impl CleanJob {
             if retain_empty {
                 out.extend_from_slice(bytes);
             }
-            return Ok(());
+            return Ok(!retain_empty);
         }
         if discard_records {
             if retain_empty {
                 write_empty_batch(out, h);
             }
-            return Ok(());
+            return Ok(true);
         }
         let raw = self.records_of(h, bytes)?;
         let recs =
@@ -524,13 +552,13 @@ impl CleanJob {
         let needs_horizon = (tombstones || (control && can_discard)) && horizon.is_none();
         if kept.len() == recs.len() && !needs_horizon {
             out.extend_from_slice(bytes);
-            return Ok(());
+            return Ok(false);
         }
         if kept.is_empty() {
             if retain_empty {
                 write_empty_batch(out, h);
             }
-            return Ok(());
+            return Ok(true);
         }
         let old_base = h.base_timestamp();
         let new_horizon = if needs_horizon {
@@ -572,17 +600,38 @@ impl CleanJob {
             kept.len() as i32,
             &compressed,
         );
-        Ok(())
+        Ok(true)
     }
 }
 
-fn write_synced(path: &Path, data: &[u8]) -> io::Result<()> {
-    let res = File::create(path).and_then(|mut f| f.write_all(data).and_then(|()| f.sync_all()));
-    if res.is_err() {
-        // ENOSPC: a partial file would hold space the log needs.
-        let _ = fs::remove_file(path);
+const SINK_CHUNK: usize = 4 << 20;
+
+/// A cleaned file being written: batches accumulate in `buf` and go to the file in chunks.
+struct Sink<'a> {
+    path: &'a Path,
+    file: Option<File>,
+    buf: Vec<u8>,
+    written: u64,
+}
+
+impl Sink<'_> {
+    fn flush(&mut self) -> io::Result<()> {
+        if self.file.is_none() {
+            self.file = Some(File::create(self.path)?);
+        }
+        let f = self.file.as_mut().expect("created");
+        f.write_all(&self.buf)?;
+        self.written += self.buf.len() as u64;
+        self.buf.clear();
+        Ok(())
     }
-    res
+
+    /// Writes the rest and fsyncs (the caller removes the file on error: ENOSPC must not
+    /// leave a partial file holding space).
+    fn finish(&mut self) -> io::Result<()> {
+        self.flush()?;
+        self.file.as_mut().expect("created").sync_all()
+    }
 }
 
 /// Reads the first dirty offset (None if missing or unreadable: the whole log is dirty).
