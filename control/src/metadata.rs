@@ -509,8 +509,8 @@ pub mod topic_config {
         (
             "segment.bytes",
             "1073741824",
-            Kind::Long { min: 14 },
-            "Segment file size before rolling.",
+            Kind::Long { min: 1048576 },
+            "Segment file size before rolling (at least 1 MiB, as Kafka 4.x requires).",
         ),
         (
             "segment.ms",
@@ -862,6 +862,9 @@ mod tests {
         assert!(validate("cleanup.policy", "delete, compact").is_ok());
         assert!(validate("min.cleanable.dirty.ratio", "0.01").is_ok());
         assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
+        // Kafka 4.x: segment.bytes >= 1 MiB for topics.
+        assert!(validate("segment.bytes", "1048575").is_err());
+        assert!(validate("segment.bytes", "1048576").is_ok());
         assert!(validate_from_source("cleanup.policy", "compact").is_ok());
         assert!(validate_from_source("cleanup.policy", "compact,delete").is_ok());
         assert!(validate_from_source("cleanup.policy", "bogus").is_err());
