@@ -13,7 +13,7 @@ use std::fs;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use kmirror_log::{FlushPolicy, LogConfig};
+use kmirror_log::{CompactionConfig, FlushPolicy, LogConfig};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -481,6 +481,8 @@ pub mod topic_config {
         Choice(&'static [&'static str]),
         /// Accepted and stored for client compatibility; no effect on a single broker.
         Inert,
+        /// A number in [0, 1] (Kafka DOUBLE).
+        Ratio,
     }
 
     /// (name, default, kind, documentation)
@@ -488,8 +490,9 @@ pub mod topic_config {
         (
             "cleanup.policy",
             "delete",
-            Kind::Choice(&["delete"]),
-            "Only 'delete' is supported; compaction is not implemented.",
+            Kind::Choice(&["delete", "compact"]),
+            "'delete' (retention removes old segments), 'compact' (the log cleaner keeps the \
+             latest record per key) or both.",
         ),
         (
             "retention.ms",
@@ -506,8 +509,8 @@ pub mod topic_config {
         (
             "segment.bytes",
             "1073741824",
-            Kind::Long { min: 14 },
-            "Segment file size before rolling.",
+            Kind::Long { min: 1048576 },
+            "Segment file size before rolling (at least 1 MiB, as Kafka 4.x requires).",
         ),
         (
             "segment.ms",
@@ -566,14 +569,15 @@ pub mod topic_config {
         (
             "min.cleanable.dirty.ratio",
             "0.5",
-            Kind::Inert,
-            "No effect (no compaction).",
+            Kind::Ratio,
+            "Compacted topics: clean when dirty bytes reach this share of the cleanable log.",
         ),
         (
             "delete.retention.ms",
             "86400000",
             Kind::Long { min: 0 },
-            "No effect (no compaction).",
+            "Compacted topics: how long tombstones and transaction markers are kept after \
+             the cleaning pass that first saw them.",
         ),
         (
             "file.delete.delay.ms",
@@ -651,13 +655,14 @@ pub mod topic_config {
             "max.compaction.lag.ms",
             "9223372036854775807",
             Kind::Long { min: 1 },
-            "No effect (no compaction).",
+            "Compacted topics: a record stays uncompacted at most this long (cleans whatever \
+             the dirty ratio).",
         ),
         (
             "min.compaction.lag.ms",
             "0",
             Kind::Long { min: 0 },
-            "No effect (no compaction).",
+            "Compacted topics: a record stays uncompacted at least this long.",
         ),
     ];
 
@@ -686,6 +691,7 @@ pub mod topic_config {
     pub fn type_code(key: &str) -> i8 {
         match find(key).map(|e| e.2) {
             Some(Kind::Long { .. }) => 5,
+            Some(Kind::Ratio) => 6,
             _ if is_list(key) => 7,
             Some(Kind::Choice(c)) if c.contains(&"true") || c == ["false"] => 1,
             _ => 2,
@@ -738,13 +744,18 @@ pub mod topic_config {
                 Ok(())
             }
             Kind::Inert => Ok(()),
+            Kind::Ratio => match value.trim().parse::<f64>() {
+                Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
+                Ok(v) => err(format!("value {v} is not in [0, 1]")),
+                Err(_) => err(format!("'{value}' is not a number")),
+            },
         }
     }
 
-    /// Validation of a config value copied from a mirror source. Like [`validate`], except
-    /// that `cleanup.policy=compact` is kept: a mirror topic must carry the source's policy
-    /// (its data is deleted only as the source deletes it), although kmirror does not compact
-    /// its own topics yet and refuses `compact` from clients.
+    /// Validation of a config value copied from a mirror source. Like [`validate`]; the
+    /// source's `cleanup.policy` (compact or not) is always kept: a mirror topic carries it,
+    /// is not cleaned while mirroring (its data follows the source's log) and is cleaned like
+    /// any topic after failover.
     pub fn validate_from_source(key: &str, value: &str) -> Result<(), MetadataError> {
         if key == "cleanup.policy" {
             let ok = value
@@ -765,6 +776,14 @@ pub mod topic_config {
         configs.get("cleanup.policy").is_none_or(|v| {
             v.split(',')
                 .any(|p| p.trim().eq_ignore_ascii_case("delete"))
+        })
+    }
+
+    /// Whether the topic is compacted (cleanup.policy includes `compact`).
+    pub fn compacts(configs: &BTreeMap<String, String>) -> bool {
+        configs.get("cleanup.policy").is_some_and(|v| {
+            v.split(',')
+                .any(|p| p.trim().eq_ignore_ascii_case("compact"))
         })
     }
 
@@ -816,6 +835,16 @@ pub mod topic_config {
                 as u32,
             max_message_bytes: long(configs, "max.message.bytes").clamp(0, u32::MAX as i64) as u32,
             flush,
+            compaction: compacts(configs).then(|| CompactionConfig {
+                min_cleanable_dirty_ratio: configs
+                    .get("min.cleanable.dirty.ratio")
+                    .and_then(|v| v.trim().parse::<f64>().ok())
+                    .filter(|v| (0.0..=1.0).contains(v))
+                    .unwrap_or(0.5),
+                min_compaction_lag_ms: long(configs, "min.compaction.lag.ms").max(0) as u64,
+                max_compaction_lag_ms: long(configs, "max.compaction.lag.ms").max(1) as u64,
+                delete_retention_ms: long(configs, "delete.retention.ms").max(0) as u64,
+            }),
             ..defaults
         }
     }
@@ -828,10 +857,14 @@ mod tests {
     #[test]
     fn compact_from_a_source_is_kept_and_never_deleted_by_retention() {
         use topic_config::*;
-        assert!(
-            validate("cleanup.policy", "compact").is_err(),
-            "clients still refused"
-        );
+        assert!(validate("cleanup.policy", "compact").is_ok());
+        assert!(validate("cleanup.policy", "compact,delete").is_ok());
+        assert!(validate("cleanup.policy", "delete, compact").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "0.01").is_ok());
+        assert!(validate("min.cleanable.dirty.ratio", "1.5").is_err());
+        // Kafka 4.x: segment.bytes >= 1 MiB for topics.
+        assert!(validate("segment.bytes", "1048575").is_err());
+        assert!(validate("segment.bytes", "1048576").is_ok());
         assert!(validate_from_source("cleanup.policy", "compact").is_ok());
         assert!(validate_from_source("cleanup.policy", "compact,delete").is_ok());
         assert!(validate_from_source("cleanup.policy", "bogus").is_err());
@@ -848,6 +881,26 @@ mod tests {
             (compact.retention_ms, compact.retention_bytes),
             (None, None)
         );
+        assert_eq!(compact.compaction, Some(CompactionConfig::default()));
+        let tuned = log_config(&cfg(&[
+            ("cleanup.policy", "compact"),
+            ("min.cleanable.dirty.ratio", "0.01"),
+            ("delete.retention.ms", "100"),
+            ("min.compaction.lag.ms", "5"),
+            ("max.compaction.lag.ms", "1000"),
+        ]))
+        .compaction
+        .unwrap();
+        assert_eq!(
+            (
+                tuned.min_cleanable_dirty_ratio,
+                tuned.delete_retention_ms,
+                tuned.min_compaction_lag_ms,
+                tuned.max_compaction_lag_ms
+            ),
+            (0.01, 100, 5, 1000)
+        );
+        assert_eq!(log_config(&cfg(&[])).compaction, None);
         let both = log_config(&cfg(&[
             ("cleanup.policy", "compact,delete"),
             ("retention.ms", "1000"),
@@ -931,7 +984,7 @@ mod tests {
         let e = s
             .alter_configs(
                 "t",
-                &[ConfigOp::Set("cleanup.policy".into(), "compact".into())],
+                &[ConfigOp::Set("cleanup.policy".into(), "bogus".into())],
                 false,
             )
             .unwrap_err();

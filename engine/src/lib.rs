@@ -3,7 +3,8 @@
 //! Owns: one glommio executor per core (pinned when possible), the partition → core
 //! assignment, each core's [`Shard`] (the partitions it owns, their [`kmirror_log::Log`]s and
 //! their long-poll waiters), the bounded cross-core job channels ([`Router`]), the generic
-//! control-plane thread ([`ControlThread`]) and the stop signal.
+//! control-plane thread ([`ControlThread`]), the stop signal, and log compaction scheduling
+//! (the `cleaner` module: one cleaner thread, passes installed by the owning core).
 //!
 //! Must not depend on: the Kafka wire protocol (`net`) or cluster-metadata policy (`control`);
 //! it learns which partitions exist through the [`Catalog`] trait.
@@ -31,12 +32,14 @@
 //!   there first; the broker then pushes them into the open [`Partition`]s.
 
 mod assign;
+mod cleaner;
 mod control;
 mod router;
 mod runtime;
 mod shard;
 
 pub use assign::{Assignment, Routing, TopicRule};
+pub use cleaner::CleanerConfig;
 pub use control::ControlThread;
 pub use router::{Moved, Pending, Router};
 pub use runtime::{CoreContext, Engine, EngineConfig, StopToken};

@@ -28,6 +28,8 @@ pub struct EngineConfig {
     pub io_memory: usize,
     /// How often each core applies retention to its partitions.
     pub retention_check: Duration,
+    /// Log compaction scheduling and throttle.
+    pub cleaner: crate::cleaner::CleanerConfig,
 }
 
 impl Default for EngineConfig {
@@ -39,6 +41,7 @@ impl Default for EngineConfig {
             channel_capacity: 4096,
             io_memory: 512 << 10,
             retention_check: Duration::from_secs(30),
+            cleaner: crate::cleaner::CleanerConfig::default(),
         }
     }
 }
@@ -115,6 +118,7 @@ impl Engine {
         let serve = Arc::new(serve);
         let serving = Arc::new(AtomicUsize::new(n));
         let mut handles = Vec::with_capacity(n);
+        let cleaner = crate::cleaner::CleanerThread::start(cfg.cleaner.io_bytes_per_sec)?;
         for (core, jobs) in receivers.into_iter().enumerate() {
             let placement = if cfg.pin && n <= online.len() {
                 Placement::Fixed(online[core])
@@ -130,11 +134,12 @@ impl Engine {
             let serve = serve.clone();
             let serving = serving.clone();
             let retention_every = cfg.retention_check;
+            let cleaner = (cleaner.clone(), cfg.cleaner.backoff);
             let h = LocalExecutorBuilder::new(placement)
                 .name(&format!("kmirror-core-{core}"))
                 .io_memory(cfg.io_memory)
                 .spawn(move || async move {
-                    run_core(ctx, catalog, jobs, serve, serving, retention_every).await
+                    run_core(ctx, catalog, jobs, serve, serving, retention_every, cleaner).await
                 })
                 .map_err(|e| EngineError::Executor(e.to_string()))?;
             handles.push(h);
@@ -180,6 +185,7 @@ async fn run_core<F, Fut>(
     serve: Arc<F>,
     serving: Arc<AtomicUsize>,
     retention_every: Duration,
+    cleaner: (crate::cleaner::CleanerThread, Duration),
 ) where
     F: Fn(CoreContext) -> Fut + Send + Sync + 'static,
     Fut: Future<Output = ()> + 'static,
@@ -227,6 +233,14 @@ async fn run_core<F, Fut>(
     })
     .detach();
 
+    let cleaning = glommio::spawn_local(crate::cleaner::run(
+        shard.clone(),
+        cleaner.0,
+        cleaner.1,
+        ctx.stop.clone(),
+    ))
+    .detach();
+
     serve(ctx.clone()).await;
 
     // Other cores may still be finishing requests that need our partitions: keep answering
@@ -236,6 +250,7 @@ async fn run_core<F, Fut>(
         glommio::timer::sleep(Duration::from_millis(5)).await;
     }
     let _ = retention.await;
+    let _ = cleaning.await;
     shard.borrow_mut().close_all();
     tracing::debug!(core, "core stopped");
     drop(job_loop);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 use bytes::Bytes;
-use kmirror_log::{AppendInfo, ControlKind, Log, LogConfig};
+use kmirror_log::{AppendInfo, CleanJob, Cleaned, ControlKind, Log, LogConfig};
 use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
 
 use crate::assign::Routing;
@@ -279,6 +279,37 @@ impl Shard {
             if let Err(e) = p.log.apply_retention(now_ms) {
                 tracing::warn!(tp = %p.tp, error = %e, "retention failed");
             }
+        }
+    }
+
+    /// Compacted partitions that may be cleaned now: not mirror partitions while mirroring
+    /// (the source's log drives them; after failover `mirror` is cleared and they are).
+    pub(crate) fn cleanable_partitions(&self) -> Vec<TopicPartition> {
+        self.partitions
+            .values()
+            .filter(|p| p.mirror.is_none() && p.log.config().compaction.is_some())
+            .map(|p| p.tp.clone())
+            .collect()
+    }
+
+    /// A cleaning pass for `tp` if it is compacted, writable and dirty enough.
+    pub(crate) fn cleaning_job(&self, tp: &TopicPartition, now_ms: i64) -> Option<CleanJob> {
+        let p = self.partitions.get(tp)?;
+        if p.mirror.is_some() {
+            return None;
+        }
+        p.log.cleaning_job(now_ms)
+    }
+
+    /// Swaps a finished pass into `tp`'s log (dropped if the partition left this core or
+    /// became a mirror partition meanwhile).
+    pub(crate) fn install_cleaned(&mut self, tp: &TopicPartition, cleaned: Cleaned) {
+        match self.partitions.get_mut(tp) {
+            Some(p) if p.mirror.is_none() => match p.log.install_cleaned(cleaned) {
+                Ok(stats) => tracing::debug!(%tp, ?stats, "log cleaned"),
+                Err(e) => tracing::warn!(%tp, error = %e, "installing cleaned segments failed"),
+            },
+            _ => cleaned.discard(),
         }
     }
 

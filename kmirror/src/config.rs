@@ -44,6 +44,11 @@ pub(crate) struct ServeConfig {
     pub num_partitions: i32,
     /// Seconds between retention passes over each core's partitions.
     pub retention_check_secs: u64,
+    /// Kafka's log.cleaner.backoff.ms: pause between each core's log compaction rounds.
+    pub log_cleaner_backoff_ms: u64,
+    /// Kafka's log.cleaner.io.max.bytes.per.second: the cleaner thread's I/O ceiling
+    /// (0 = unlimited).
+    pub log_cleaner_io_max_bytes_per_second: u64,
     /// Log filter (RUST_LOG syntax) when RUST_LOG is unset.
     pub log_level: String,
     /// `mirror.version` feature level: 0 turns the mirror APIs off (UNSUPPORTED_VERSION).
@@ -88,6 +93,8 @@ impl Default for ServeConfig {
             auto_create_topics: true,
             num_partitions: 1,
             retention_check_secs: 30,
+            log_cleaner_backoff_ms: 15_000,
+            log_cleaner_io_max_bytes_per_second: 64 << 20,
             log_level: "info".into(),
             mirror_version: 1,
             mirror_byte_rate: 0,

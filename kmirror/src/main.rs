@@ -90,6 +90,12 @@ pub(crate) struct ServeArgs {
     pub num_partitions: Option<i32>,
     #[arg(long)]
     pub retention_check_secs: Option<u64>,
+    /// Pause between log compaction rounds, ms (Kafka's log.cleaner.backoff.ms).
+    #[arg(long)]
+    pub log_cleaner_backoff_ms: Option<u64>,
+    /// Log cleaner I/O ceiling, bytes/s (0 = unlimited).
+    #[arg(long)]
+    pub log_cleaner_io_max_bytes_per_second: Option<u64>,
     #[arg(long)]
     pub log_level: Option<String>,
     /// `mirror.version` feature level (0 = mirror APIs off).

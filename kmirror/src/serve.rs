@@ -66,6 +66,12 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.retention_check_secs {
         c.retention_check_secs = v;
     }
+    if let Some(v) = args.log_cleaner_backoff_ms {
+        c.log_cleaner_backoff_ms = v;
+    }
+    if let Some(v) = args.log_cleaner_io_max_bytes_per_second {
+        c.log_cleaner_io_max_bytes_per_second = v;
+    }
     if let Some(v) = args.log_level {
         c.log_level = v;
     }
@@ -119,6 +125,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         pin: c.pin_cores,
         assignment: Assignment::parse(&c.partition_assignment).unwrap_or_default(),
         retention_check: Duration::from_secs(c.retention_check_secs.max(1)),
+        cleaner: kmirror_engine::CleanerConfig {
+            backoff: Duration::from_millis(c.log_cleaner_backoff_ms.max(10)),
+            io_bytes_per_sec: c.log_cleaner_io_max_bytes_per_second,
+        },
         ..EngineConfig::default()
     };
     let mirror = kmirror_mirror::host::MirrorBroker::open(

@@ -35,10 +35,12 @@ pub const PRODUCER_EPOCH_POS: usize = 51;
 pub const BASE_SEQUENCE_POS: usize = 53;
 pub const RECORDS_COUNT_POS: usize = 57;
 
-const COMPRESSION_MASK: i16 = 0x07;
+pub const COMPRESSION_MASK: i16 = 0x07;
 const TIMESTAMP_TYPE_MASK: i16 = 0x08;
 const TRANSACTIONAL_MASK: i16 = 0x10;
 const CONTROL_MASK: i16 = 0x20;
+/// KIP-534: baseTimestamp holds the batch's delete horizon (set by the cleaner).
+pub const DELETE_HORIZON_MASK: i16 = 0x40;
 
 /// Kafka's `ControlRecordType` ids we interpret. Kafka uses 0..=6 (ABORT, COMMIT, LEADER_CHANGE,
 /// SNAPSHOT_HEADER, SNAPSHOT_FOOTER, KRAFT_VERSION, KRAFT_VOTERS).
@@ -539,6 +541,94 @@ pub fn validate_client_records(batch: &[u8], max_decompressed: usize) -> Result<
         Compression::Unknown(n) => Err(BatchError::Undecodable(format!(
             "unknown compression codec {n}"
         ))),
+    }
+}
+
+/// The records section of a stored batch, decompressed (at most `max_decompressed` bytes).
+/// For the cleaner, which must see every record of a batch it rewrites.
+pub(crate) fn decompress_records(
+    batch: &[u8],
+    max_decompressed: usize,
+) -> Result<Vec<u8>, BatchError> {
+    let h = BatchHeader::parse(batch)?;
+    let section = records_section(&h);
+    let undecodable = |e: io::Error| BatchError::Undecodable(e.to_string());
+    fn read_capped<R: Read>(r: R, limit: usize) -> Result<Vec<u8>, BatchError> {
+        let mut capped = Capped {
+            inner: r,
+            left: limit,
+            exceeded: false,
+        };
+        let mut out = Vec::new();
+        match capped.read_to_end(&mut out) {
+            Ok(_) => Ok(out),
+            Err(_) if capped.exceeded => Err(BatchError::DecompressedTooLarge { limit }),
+            Err(e) => Err(io_error(e)),
+        }
+    }
+    match h.compression() {
+        Compression::None => Ok(section.to_vec()),
+        Compression::Gzip => read_capped(
+            flate2::bufread::MultiGzDecoder::new(section),
+            max_decompressed,
+        ),
+        Compression::Snappy => read_capped(
+            SnappyReader::new(section, max_decompressed),
+            max_decompressed,
+        ),
+        Compression::Lz4 => read_capped(
+            lz4::Decoder::new(section).map_err(undecodable)?,
+            max_decompressed,
+        ),
+        Compression::Zstd => read_capped(
+            zstd::stream::read::Decoder::with_buffer(section).map_err(undecodable)?,
+            max_decompressed,
+        ),
+        Compression::Unknown(n) => Err(BatchError::Undecodable(format!(
+            "unknown compression codec {n}"
+        ))),
+    }
+}
+
+/// Compresses a records section with `codec` in a form Kafka's clients read: gzip, snappy in
+/// snappy-java's framing, lz4 frames with independent blocks (Kafka's lz4 reader decodes each
+/// block on its own), zstd. `Compression::None` returns the bytes as they are.
+pub(crate) fn compress_records(codec: Compression, raw: &[u8]) -> io::Result<Vec<u8>> {
+    use std::io::Write;
+    match codec {
+        Compression::None => Ok(raw.to_vec()),
+        Compression::Gzip => {
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            e.write_all(raw)?;
+            e.finish()
+        }
+        Compression::Snappy => {
+            // snappy-java's framing: magic, version 1, compatible version 1, then blocks of
+            // (u32 compressed length, raw snappy block) of at most 32 KiB input each.
+            let mut out = Vec::with_capacity(raw.len() / 2 + SNAPPY_HEADER);
+            out.extend_from_slice(SNAPPY_MAGIC);
+            out.extend_from_slice(&1i32.to_be_bytes());
+            out.extend_from_slice(&1i32.to_be_bytes());
+            let mut enc = snap::raw::Encoder::new();
+            for chunk in raw.chunks(32 << 10) {
+                let block = enc.compress_vec(chunk).map_err(io::Error::other)?;
+                out.extend_from_slice(&(block.len() as u32).to_be_bytes());
+                out.extend_from_slice(&block);
+            }
+            Ok(out)
+        }
+        Compression::Lz4 => {
+            let mut e = lz4::EncoderBuilder::new()
+                .block_size(lz4::BlockSize::Max64KB)
+                .block_mode(lz4::BlockMode::Independent)
+                .checksum(lz4::ContentChecksum::NoChecksum)
+                .build(Vec::new())?;
+            e.write_all(raw)?;
+            let (out, res) = e.finish();
+            res.map(|()| out)
+        }
+        Compression::Zstd => zstd::stream::encode_all(raw, 3),
+        Compression::Unknown(n) => Err(io::Error::other(format!("unknown codec {n}"))),
     }
 }
 

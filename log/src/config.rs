@@ -26,6 +26,36 @@ pub struct LogConfig {
     /// max.message.bytes: largest batch accepted (default 1 MiB + 12 bytes, like Kafka).
     pub max_message_bytes: u32,
     pub flush: FlushPolicy,
+    /// cleanup.policy includes `compact`: Some(settings), and [`crate::Log::cleaning_job`]
+    /// offers work. None: the log is never cleaned (retention alone applies).
+    pub compaction: Option<CompactionConfig>,
+}
+
+/// The compaction settings of a `cleanup.policy=compact` (or `compact,delete`) topic, with
+/// Kafka's meaning and defaults.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CompactionConfig {
+    /// min.cleanable.dirty.ratio (0.5): clean once dirty bytes / cleanable bytes reach this.
+    pub min_cleanable_dirty_ratio: f64,
+    /// min.compaction.lag.ms (0): a segment holding a record newer than this is not cleaned.
+    pub min_compaction_lag_ms: u64,
+    /// max.compaction.lag.ms (Long.MAX): a dirty segment whose first batch is older than this
+    /// is cleaned whatever the dirty ratio.
+    pub max_compaction_lag_ms: u64,
+    /// delete.retention.ms (1 day): how long tombstones and transaction markers are kept
+    /// after the cleaning pass that first saw them (KIP-534's batch delete horizon).
+    pub delete_retention_ms: u64,
+}
+
+impl Default for CompactionConfig {
+    fn default() -> Self {
+        CompactionConfig {
+            min_cleanable_dirty_ratio: 0.5,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX as u64,
+            delete_retention_ms: 24 * 3600 * 1000,
+        }
+    }
 }
 
 const WEEK_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -40,6 +70,7 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             max_message_bytes: 1024 * 1024 + 12,
             flush: FlushPolicy::Os,
+            compaction: None,
         }
     }
 }

@@ -2,7 +2,8 @@
 //! stored and served exactly as they arrived (never re-encoded).
 //!
 //! Owns: segment files and their indexes, append (leader and mirror paths), zero-copy reads,
-//! truncation, delete-records, retention, the leader-epoch cache, producer/transaction state,
+//! truncation, delete-records, retention, compaction (the `cleaner` module: Kafka's log
+//! cleaner semantics), the leader-epoch cache, producer/transaction state,
 //! the aborted-transaction index and the LSO, checkpoints and crash recovery. Also, because
 //! it is mmap code and `unsafe` lives here only: [`ReservingAllocator`], the process allocator
 //! the kmirror binary installs so a decoder sizing a vector from a hostile wire count (one in a
@@ -20,6 +21,11 @@
 //! <dir>/leader-epoch-checkpoint             Kafka format: "0\n<n>\n<epoch> <start offset>\n"...
 //! <dir>/log.checkpoint                      "kmirror-log-checkpoint 1", recovery_point, HW,
 //!                                           log_start (one "<name> <value>" line each)
+//! <dir>/cleaner-offset-checkpoint           "kmirror-cleaner-checkpoint 1", first_dirty
+//! <dir>/<base offset>.log.cleaned           a cleaner's output before its swap (deleted on
+//!                                           open)
+//! <dir>/<base offset>.log.swap              a complete cleaner output replacing the segments
+//!                                           from <base offset> to its end (finished on open)
 //! ```
 //! Segment files are not preallocated; the active one is mapped with room to grow and written
 //! with write(2), so the page cache makes appends visible to the mapping. Checkpoint files are
@@ -29,8 +35,12 @@
 //! # Invariants worth naming
 //! - log start <= HW <= log end; LSO = min(HW, first offset of the earliest open transaction).
 //! - Every byte below a segment's logical size is a batch that passed validation (CRC32C
-//!   included) when it entered; bytes handed out by `read` are never rewritten in place
-//!   (truncation copies the kept prefix into a fresh file), so zero-copy slices stay valid.
+//!   included) when it entered, or was written by the cleaner; bytes handed out by `read` are
+//!   never rewritten in place (truncation copies the kept prefix into a fresh file, the
+//!   cleaner renames a fresh file over a sealed segment), so zero-copy slices stay valid.
+//! - Batches are re-encoded only by the cleaner, which keeps each batch's offsets, producer
+//!   fields and epoch (records go, offsets do not move) and never touches the active segment
+//!   or anything at or above the LSO.
 //! - An append that returns an error leaves the log as it was (bytes, log end, epochs): a
 //!   partial write is cut back, and so is a whole write whose fsync failed. Index, epoch and
 //!   checkpoint files are derived data: failing to rewrite them (ENOSPC) after the data is
@@ -54,6 +64,7 @@
 
 pub mod batch;
 mod checkpoint;
+mod cleaner;
 mod config;
 mod epoch;
 mod error;
@@ -64,7 +75,8 @@ mod producer;
 mod segment;
 
 use bytes::Bytes;
-pub use config::{FlushPolicy, LogConfig};
+pub use cleaner::{CleanJob, CleanStats, Cleaned};
+pub use config::{CompactionConfig, FlushPolicy, LogConfig};
 pub use error::LogError;
 pub use kmirror_types::{LeaderEpoch, Offset, ProducerId};
 pub use log::Log;

@@ -14,6 +14,7 @@ use crate::batch::{
     CONTROL_TYPE_MIRROR_PID_RESET, PARTITION_LEADER_EPOCH_POS,
 };
 use crate::checkpoint::{sync_dir, Checkpoint};
+use crate::cleaner::{CleanJob, CleanStats, Cleaned, SegmentInput};
 use crate::epoch::EpochCache;
 use crate::producer::{Producer, ProducerState};
 use crate::segment::{
@@ -27,6 +28,14 @@ use crate::{
 /// Relative offsets in a segment must fit an i32 (Kafka's index format has the same limit).
 const MAX_RELATIVE_OFFSET: i64 = i32::MAX as i64;
 
+/// A token no other open log or earlier state of this one has: a cleaning job made against
+/// one state of a log is installed only into that same state (not after a truncation, nor
+/// into the same partition closed and reopened, e.g. moved between cores and back).
+fn next_generation() -> u64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+    NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
+}
+
 fn wall_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -37,7 +46,7 @@ fn wall_ms() -> i64 {
 pub struct Log {
     dir: PathBuf,
     config: LogConfig,
-    segments: BTreeMap<i64, Segment>,
+    pub(crate) segments: BTreeMap<i64, Segment>,
     leo: i64,
     log_start: i64,
     hw: i64,
@@ -46,6 +55,10 @@ pub struct Log {
     producers: ProducerState,
     unflushed_messages: u64,
     last_flush_ms: i64,
+    /// Cleaner checkpoint: offsets below were cleaned at least once.
+    pub(crate) first_dirty: i64,
+    /// Bumped by truncations: a cleaning job made before one is not installed.
+    generation: u64,
 }
 
 impl std::fmt::Debug for Log {
@@ -95,13 +108,26 @@ impl Log {
     /// and producer state are rebuilt or checked against the data.
     pub fn open(dir: &Path, config: LogConfig) -> Result<Log, LogError> {
         fs::create_dir_all(dir)?;
+        // A group swap interrupted by a crash is finished first (its file is complete).
+        for entry in fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            if let Some(b) = name.to_str().and_then(|n| {
+                n.strip_suffix(".swap")
+                    .and_then(|n| parse_base(n, LOG_SUFFIX))
+            }) {
+                crate::cleaner::complete_swap(dir, b)?;
+            }
+        }
         let mut bases = Vec::new();
         let mut index_files = Vec::new();
         for entry in fs::read_dir(dir)? {
             let entry = entry?;
             let name = entry.file_name();
             let Some(name) = name.to_str() else { continue };
-            if name.ends_with(".tmp") || name.ends_with(".truncating") {
+            if name.ends_with(".tmp")
+                || name.ends_with(".truncating")
+                || name.ends_with(crate::cleaner::CLEANED_SUFFIX)
+            {
                 fs::remove_file(entry.path())?;
             } else if let Some(b) = parse_base(name, LOG_SUFFIX) {
                 bases.push(b);
@@ -131,6 +157,8 @@ impl Log {
             producers: ProducerState::default(),
             unflushed_messages: 0,
             last_flush_ms: wall_ms(),
+            first_dirty: crate::cleaner::read_checkpoint(dir).unwrap_or(0),
+            generation: next_generation(),
         };
         if bases.is_empty() {
             let start = cp.map_or(0, |c| c.log_start.max(0));
@@ -477,6 +505,15 @@ impl Log {
                     "producers may not write control batches".into(),
                 ));
             }
+            if self.config.compaction.is_some()
+                && !crate::cleaner::all_keyed(&batches[start..end], decompressed_limit)
+                    .map_err(|e| record_error(next, e))?
+            {
+                // Kafka's LogValidator: the cleaner could never keep such a record.
+                return Err(LogError::InvalidRecord(
+                    "Compacted topic cannot accept message without key".into(),
+                ));
+            }
             if h.is_transactional() && !h.has_producer_id() {
                 return Err(LogError::InvalidRecord(
                     "transactional batch without producer id".into(),
@@ -818,16 +855,22 @@ impl Log {
             .range(..=from)
             .next_back()
             .map_or(i64::MIN, |(b, _)| *b);
+        // A slice holding only empty batches (what compaction leaves of a segment) is passed
+        // over for the next segment's batches when there are any: librdkafka treats a fetch
+        // answer without a record or control batch as "message too large" and, after a few,
+        // fails the partition. Consumers skip the gap as they skip any compaction gap.
+        let mut only_empty: Option<ReadResult> = None;
         for seg in self.segments.range(start_base..).map(|(_, s)| s) {
             let Some((start, h)) = seg.find(from) else {
                 continue;
             };
             if h.last_offset() >= upper {
-                return Ok(empty);
+                break;
             }
             let first_offset = h.base_offset();
             let data = seg.data();
             let mut end = start;
+            let mut has_records = false;
             while end < data.len() {
                 let Ok(h) = BatchHeader::parse(&data[end..]) else {
                     break;
@@ -836,15 +879,20 @@ impl Log {
                 if h.last_offset() >= upper || (end > start && end + size - start > max_bytes) {
                     break;
                 }
+                has_records |= h.records_count() != 0 || h.is_control();
                 end += size;
             }
-            return Ok(ReadResult {
+            let found = ReadResult {
                 records: seg.slice(start, end),
                 first_offset: Offset(first_offset),
                 file: (end > start).then(|| seg.region(start)),
-            });
+            };
+            if has_records {
+                return Ok(found);
+            }
+            only_empty.get_or_insert(found);
         }
-        Ok(empty)
+        Ok(only_empty.unwrap_or(empty))
     }
 
     pub fn log_start_offset(&self) -> Offset {
@@ -887,6 +935,8 @@ impl Log {
         if offset < first_base {
             return self.truncate_fully_and_start_at(Offset(offset));
         }
+        self.generation = next_generation();
+        self.first_dirty = self.first_dirty.min(offset);
         let doomed: Vec<i64> = self.segments.range(offset + 1..).map(|(b, _)| *b).collect();
         for b in doomed {
             let seg = self.segments.remove(&b).expect("listed");
@@ -922,6 +972,8 @@ impl Log {
     /// log end and HW. Clears the epoch cache and producer state.
     pub fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LogError> {
         let offset = offset.0.max(0);
+        self.generation = next_generation();
+        self.first_dirty = offset;
         for (_, seg) in std::mem::take(&mut self.segments) {
             seg.delete()?;
         }
@@ -1006,6 +1058,150 @@ impl Log {
             self.delete_segments_below_start()?;
         }
         Ok(())
+    }
+
+    /// A cleaning pass to run (see the `cleaner` module), or None when the log is not
+    /// compacted or not dirty enough: dirty bytes / cleanable bytes below
+    /// min.cleanable.dirty.ratio and no dirty segment older than max.compaction.lag.ms.
+    pub fn cleaning_job(&self, now_ms: i64) -> Option<CleanJob> {
+        let cc = self.config.compaction.as_ref()?;
+        let active_base = self.active().base;
+        let min_lag = now_ms.saturating_sub(cc.min_compaction_lag_ms.min(i64::MAX as u64) as i64);
+        let mut end = active_base.min(self.last_stable_offset().0);
+        let first_dirty = self.first_dirty.clamp(self.log_start, self.leo);
+        // Whole segments below `end`, from the one holding the log start.
+        let bases: Vec<i64> = self.segments.keys().copied().collect();
+        let mut picked = Vec::new();
+        for w in bases.windows(2) {
+            let seg = &self.segments[&w[0]];
+            if w[1] > end || w[1] <= self.log_start {
+                if w[1] > end {
+                    break;
+                }
+                continue;
+            }
+            // Records newer than min.compaction.lag.ms stay uncleaned, with all after them.
+            if w[0] >= first_dirty && seg.max_ts > min_lag && cc.min_compaction_lag_ms > 0 {
+                end = w[0];
+                break;
+            }
+            picked.push((w[0], w[1]));
+        }
+        end = picked.last().map_or(end, |p| p.1);
+        let size = |b: i64| self.segments[&b].size as u64;
+        let dirty: u64 = picked
+            .iter()
+            .filter(|p| p.1 > first_dirty)
+            .map(|p| size(p.0))
+            .sum();
+        let total: u64 = picked.iter().map(|p| size(p.0)).sum();
+        if dirty == 0 {
+            return None;
+        }
+        let max_lag = cc.max_compaction_lag_ms.min(i64::MAX as u64) as i64;
+        let forced = picked
+            .iter()
+            .find(|p| p.1 > first_dirty)
+            .and_then(|p| self.segments[&p.0].first_batch_ts)
+            .is_some_and(|t| t < now_ms.saturating_sub(max_lag));
+        if (dirty as f64) < cc.min_cleanable_dirty_ratio * total as f64 && !forced {
+            return None;
+        }
+        let segments = picked
+            .iter()
+            .map(|&(b, _)| {
+                let s = &self.segments[&b];
+                SegmentInput {
+                    base: b,
+                    data: s.slice(0, s.size),
+                }
+            })
+            .collect();
+        Some(CleanJob {
+            dir: self.dir.clone(),
+            segments,
+            map_start: first_dirty,
+            end,
+            aborted: self.producers.aborted_entries(),
+            last_records: self.producers.last_records(),
+            now_ms,
+            delete_retention_ms: cc.delete_retention_ms.min(i64::MAX as u64) as i64,
+            max_decompressed: batch::decompressed_limit(self.config.max_message_bytes),
+            generation: self.generation,
+            segment_bytes: self.config.segment_bytes.min(i32::MAX as u64),
+        })
+    }
+
+    /// Swaps the segments a pass cleaned into the log (each still present, sealed and of the
+    /// size it had when the job was made; otherwise its cleaned file is dropped) and advances
+    /// the cleaner checkpoint. Readers holding slices of the old files keep them.
+    pub fn install_cleaned(&mut self, cleaned: Cleaned) -> Result<CleanStats, LogError> {
+        if cleaned.generation != self.generation {
+            let stats = cleaned.stats.clone();
+            cleaned.discard();
+            return Ok(stats);
+        }
+        let interval = self.config.index_interval_bytes;
+        let active_base = self.active().base;
+        let mut first_err = None;
+        for r in cleaned.replaced {
+            let ok = r.old.iter().all(|&(b, size)| {
+                b != active_base && self.segments.get(&b).is_some_and(|s| s.size == size)
+            });
+            if !ok || first_err.is_some() {
+                let _ = fs::remove_file(&r.path);
+                continue;
+            }
+            if let Err(e) = self.swap_group(&r, interval) {
+                first_err = Some(e);
+            }
+        }
+        if let Some(e) = first_err {
+            return Err(e.into());
+        }
+        self.first_dirty = cleaned.end;
+        crate::cleaner::write_checkpoint(&self.dir, cleaned.end)?;
+        Ok(cleaned.stats)
+    }
+
+    /// Replaces a group of segments by one cleaned file: renamed to `<base>.log.swap` (from
+    /// here a crash is finished by open), the group's later segments deleted, the swap file
+    /// renamed over the first one. Readers holding slices of any of them keep their mappings.
+    fn swap_group(&mut self, r: &crate::cleaner::Replacement, interval: u32) -> io::Result<()> {
+        let swap = self.dir.join(format!(
+            "{}{}",
+            file_name(r.base, ""),
+            crate::cleaner::SWAP_SUFFIX
+        ));
+        if let Err(e) = fs::rename(&r.path, &swap).and_then(|()| sync_dir(&self.dir)) {
+            let _ = fs::remove_file(&r.path);
+            return Err(e);
+        }
+        let mut first_err = None;
+        for &(b, _) in &r.old[1..] {
+            let seg = self.segments.remove(&b).expect("checked");
+            if let Err(e) = seg.delete() {
+                first_err.get_or_insert(e);
+            }
+        }
+        let seg = self.segments.get_mut(&r.base).expect("checked");
+        seg.swap_in(&swap, interval)?;
+        first_err.map_or(Ok(()), Err)
+    }
+
+    /// One whole cleaning pass on this thread (tests and tools; the broker runs
+    /// [`CleanJob::run`] off its cores).
+    pub fn clean(&mut self, now_ms: i64) -> Result<Option<CleanStats>, LogError> {
+        let Some(job) = self.cleaning_job(now_ms) else {
+            return Ok(None);
+        };
+        let cleaned = job.run()?;
+        self.install_cleaned(cleaned).map(Some)
+    }
+
+    /// First dirty offset (the cleaner checkpoint).
+    pub fn first_dirty_offset(&self) -> Offset {
+        Offset(self.first_dirty.max(self.log_start))
     }
 
     /// Starts a new segment at the log end (no-op if the active segment is empty).

@@ -30,7 +30,8 @@ pub(crate) fn map_file(file: &File, len: usize) -> io::Result<Bytes> {
     // references we hand out. The log owns its segment files exclusively and upholds:
     // (1) bytes below a segment's logical size are never rewritten in place — appends only
     //     extend the file, and truncation while the log is open writes the kept prefix into a
-    //     fresh inode and renames it over the old one (old mappings keep the old inode);
+    //     fresh inode and renames it over the old one, as the cleaner does with a cleaned
+    //     segment (old mappings keep the old inode);
     // (2) ftruncate only cuts bytes that were never handed out: during open-time recovery
     //     (before any read), to undo a failed partial append past the logical size, or to
     //     undo an append whose flush failed before it returned (its bytes were tracked but

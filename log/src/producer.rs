@@ -262,6 +262,31 @@ impl ProducerState {
             .retain(|_, p| p.txn_first.is_some() || p.last_offset >= log_start);
     }
 
+    /// (producer id, first offset, marker offset) of every known aborted transaction.
+    pub(crate) fn aborted_entries(&self) -> Vec<(i64, i64, i64)> {
+        self.aborted
+            .iter()
+            .map(|a| (a.producer_id, a.first_offset, a.last_offset))
+            .collect()
+    }
+
+    /// What the cleaner must keep of each producer: its last data batch, or (if none is
+    /// remembered) its last marker of the current epoch.
+    pub(crate) fn last_records(&self) -> HashMap<i64, crate::cleaner::LastRecord> {
+        self.producers
+            .iter()
+            .map(|(&pid, p)| {
+                (
+                    pid,
+                    crate::cleaner::LastRecord {
+                        last_data_offset: p.batches.back().map(|b| b.last_offset),
+                        epoch: p.epoch,
+                    },
+                )
+            })
+            .collect()
+    }
+
     /// Aborted transactions overlapping [from, upper): last_offset >= from and first < upper.
     pub(crate) fn aborted_in(&self, from: i64, upper: i64) -> Vec<AbortedTxn> {
         self.aborted

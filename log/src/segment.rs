@@ -393,6 +393,20 @@ impl Segment {
         Ok(())
     }
 
+    /// Replaces this (sealed) segment's data with the cleaner's fsynced file at `cleaned`:
+    /// renamed over the `.log` file, so slices already handed out keep the old inode and stay
+    /// valid and unchanged; then remapped, re-indexed and the index files rewritten.
+    pub(crate) fn swap_in(&mut self, cleaned: &Path, interval: u32) -> io::Result<()> {
+        fs::rename(cleaned, self.path(LOG_SUFFIX))?;
+        sync_dir(&self.dir)?;
+        self.file = Self::open_file(&self.path(LOG_SUFFIX), false)?;
+        let len = self.file.metadata()?.len() as usize;
+        self.map = map_file(&self.file, len)?;
+        self.rebuild(len, interval);
+        self.dirty = false;
+        self.write_indexes()
+    }
+
     /// Recomputes index and timestamps from the first `size` bytes.
     pub(crate) fn rebuild(&mut self, size: usize, interval: u32) {
         let map = self.map.clone();

@@ -1270,7 +1270,7 @@ impl Control {
                     .broker
                     .cluster
                     .mutate_blocking(move |s| {
-                        // Values only a source may set (cleanup.policy=compact) skip the
+                        // Values only a source may set skip the
                         // client validation of CreateTopics; they were checked by the sync.
                         let (from_source, checked): (BTreeMap<_, _>, BTreeMap<_, _>) = configs
                             .into_iter()

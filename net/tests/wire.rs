@@ -370,7 +370,7 @@ fn topics_ids_configs_and_records_survive_a_restart() {
                     incremental_alter_configs_request::AlterableConfig::default()
                         .with_name(StrBytes::from_static_str("cleanup.policy"))
                         .with_config_operation(0)
-                        .with_value(Some(StrBytes::from_static_str("compact"))),
+                        .with_value(Some(StrBytes::from_static_str("compact,bogus"))),
                 ]),
         ]);
         let r: IncrementalAlterConfigsResponse =
@@ -380,7 +380,7 @@ fn topics_ids_configs_and_records_survive_a_restart() {
             .error_message
             .as_ref()
             .unwrap()
-            .contains("compact"));
+            .contains("bogus"));
         b.stop();
     }
     let b = start(dir.path());

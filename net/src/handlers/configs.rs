@@ -1,6 +1,6 @@
 //! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs. Topic configs that kmirror
 //! honours are listed in `kmirror_control::metadata::topic_config`; anything else (or an
-//! unsupported value such as `cleanup.policy=compact`) is refused with INVALID_CONFIG and
+//! unsupported value such as `message.timestamp.type=LogAppendTime`) is refused with INVALID_CONFIG and
 //! a message saying why. Broker configs are static (config file / flags) and read-only.
 
 use std::collections::BTreeMap;
