@@ -254,8 +254,12 @@ async fn connection<S: Transport>(
             .bytes_in
             .fetch_add(frame.len() as u64 + 4, Relaxed);
         // SASL first: before authentication only the handshake is served.
+        let mut throttle_ms = 0;
         let (chunks, close) = match auth.gate(&ctx, &mut session, &frame).await {
-            Gate::Serve => (handle_frame(&ctx, &session, frame).await?, false),
+            Gate::Serve => (
+                handle_frame(&ctx, &session, frame, &mut throttle_ms).await?,
+                false,
+            ),
             Gate::Reply(b) => (Some(vec![b]), false),
             Gate::ReplyThenClose(b) => (Some(vec![b]), true),
             Gate::Close(reason) => return Err(ConnError::Auth(reason)),
@@ -264,6 +268,11 @@ async fn connection<S: Transport>(
             write_response(reader.get_mut(), &chunks).await?;
             let n: usize = chunks.iter().map(|c| c.len()).sum();
             ctx.broker.metrics.bytes_out.fetch_add(n as u64, Relaxed);
+        }
+        if throttle_ms > 0 {
+            // KIP-219: the response went out with throttle_time_ms; the channel stays muted
+            // (nothing more is read from it) for that long.
+            crate::quota::mute(&ctx, throttle_ms).await;
         }
         if close {
             let _ = reader.get_mut().flush().await;
@@ -281,6 +290,7 @@ async fn handle_frame(
     ctx: &Ctx,
     session: &Session,
     frame: Bytes,
+    throttle_ms: &mut u64,
 ) -> Result<Option<Vec<Bytes>>, ConnError> {
     let p = header_prefix(&frame);
     if !session.may_serve(p.api_key) {
@@ -337,16 +347,41 @@ async fn handle_frame(
         )));
     }
     ctx.broker.metrics.count_request(api_key);
+    let frame_len = frame.len() as u64 + 4;
     let (header, req) =
         decode_request(api_key, p.api_version, frame).map_err(ConnError::Protocol)?;
     let resp = dispatch(ctx, session, api_key, &header, req).await?;
+    let quota = crate::quota::Charge::new(ctx, session, &header);
     match resp {
-        None => Ok(None),
+        None => {
+            if api_key == ApiKey::Produce {
+                *throttle_ms = quota.produce(frame_len, None);
+            }
+            Ok(None)
+        }
+        Some(ResponseKind::Produce(mut r)) => {
+            *throttle_ms = quota.produce(frame_len, Some(&mut r));
+            encode_response(
+                api_key,
+                p.api_version,
+                p.correlation_id,
+                &ResponseKind::Produce(r),
+            )
+            .map(|b| Some(vec![b]))
+        }
         // Fetch: record bytes are spliced in, not copied.
-        Some(ResponseKind::Fetch(f)) => {
-            crate::fetch_encode::encode_fetch_response(&f, p.api_version, p.correlation_id)
-                .map(Some)
-                .map_err(|e| ConnError::Protocol(format!("encode Fetch: {e}")))
+        Some(ResponseKind::Fetch(mut f)) => {
+            let enc = |f: &kafka_protocol::messages::FetchResponse| {
+                crate::fetch_encode::encode_fetch_response(f, p.api_version, p.correlation_id)
+                    .map_err(|e| ConnError::Protocol(format!("encode Fetch: {e}")))
+            };
+            let chunks = enc(&f)?;
+            let n: usize = chunks.iter().map(|c| c.len()).sum();
+            *throttle_ms = quota.fetch(n as u64, &mut f);
+            if *throttle_ms > 0 {
+                return enc(&f).map(Some);
+            }
+            Ok(Some(chunks))
         }
         Some(resp) => {
             encode_response(api_key, p.api_version, p.correlation_id, &resp).map(|b| Some(vec![b]))
@@ -469,8 +504,14 @@ async fn dispatch(
         }
         RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
             match access.check_cluster(authz::table::DESCRIBE_CLIENT_QUOTAS) {
-                Ok(()) => crate::sasl::credentials::describe_client_quotas(r),
+                Ok(()) => crate::quota::describe_client_quotas(&ctx.broker.config.data_dir, r),
                 Err(code) => authz::describe_client_quotas_refused(code),
+            },
+        ),
+        RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
+            match access.check_cluster(authz::table::ALTER_CLIENT_QUOTAS) {
+                Ok(()) => crate::quota::alter_client_quotas(&ctx.broker.config.data_dir, r).await,
+                Err(code) => crate::quota::alter_client_quotas_refused(&r, code),
             },
         ),
         RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(

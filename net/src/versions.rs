@@ -52,6 +52,7 @@ served! {
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
     DescribeClientQuotas => DescribeClientQuotasRequest,
+    AlterClientQuotas => AlterClientQuotasRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).

@@ -1,0 +1,424 @@
+//! Issue 11, step 3: client quotas. `kafka-configs` sets, describes and deletes quotas for
+//! users, client-ids, user+client-id and the `<default>` entities against kmirror and against
+//! Apache Kafka 4.1.1 with the same outcomes; and byte-rate enforcement: a producer (and a
+//! consumer) whose client-id has a 100 KB/s quota is held near it and sees throttle time, on
+//! kmirror as on Kafka, while another client-id is not slowed.
+
+use std::time::{Duration, Instant};
+
+use kmirror_tests::java::{self, tools};
+use kmirror_tests::{proc, KafkaCluster, KmirrorNode};
+
+const CONFIGS: &str = "kafka.admin.ConfigCommand";
+
+fn configs(boot: &str, args: &[&str]) -> proc::Ran {
+    let mut cmd = java::tool(CONFIGS);
+    cmd.args(["--bootstrap-server", boot]).args(args);
+    proc::run(&mut cmd, Duration::from_secs(90))
+}
+
+/// What an operator sees of one step: success, or the exception named, plus the sorted
+/// non-empty output lines.
+fn outcome(ran: &proc::Ran) -> String {
+    if !ran.status.success() {
+        // The innermost exception named (kafka-configs wraps the broker's in an
+        // ExecutionException), or how the tool refused the arguments itself.
+        let names: Vec<&str> = ran
+            .stderr
+            .lines()
+            .chain(ran.stdout.lines())
+            .flat_map(str::split_whitespace)
+            .filter(|w| w.contains("Exception") && !w.contains("ExecutionException"))
+            .map(|w| w.trim_end_matches(':').rsplit('.').next().unwrap_or(w))
+            .collect();
+        return match names.first() {
+            Some(n) => format!("error {n}"),
+            None => "error refused by the tool".into(),
+        };
+    }
+    let mut lines: Vec<&str> = ran
+        .stdout
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    lines.sort();
+    lines.join("\n")
+}
+
+fn walk(boot: &str) -> Vec<(String, String)> {
+    let steps: Vec<(&str, Vec<&str>)> = vec![
+        (
+            "alter user alice",
+            vec![
+                "--alter",
+                "--add-config",
+                "producer_byte_rate=1024,consumer_byte_rate=2048",
+                "--entity-type",
+                "users",
+                "--entity-name",
+                "alice",
+            ],
+        ),
+        (
+            "alter client c1",
+            vec![
+                "--alter",
+                "--add-config",
+                "producer_byte_rate=4096",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                "c1",
+            ],
+        ),
+        (
+            "alter alice+c1",
+            vec![
+                "--alter",
+                "--add-config",
+                "request_percentage=12.5,controller_mutation_rate=3",
+                "--entity-type",
+                "users",
+                "--entity-name",
+                "alice",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                "c1",
+            ],
+        ),
+        (
+            "alter default user",
+            vec![
+                "--alter",
+                "--add-config",
+                "consumer_byte_rate=1000",
+                "--entity-type",
+                "users",
+                "--entity-default",
+            ],
+        ),
+        (
+            "alter default client",
+            vec![
+                "--alter",
+                "--add-config",
+                "producer_byte_rate=777",
+                "--entity-type",
+                "clients",
+                "--entity-default",
+            ],
+        ),
+        (
+            "alter bad key",
+            vec![
+                "--alter",
+                "--add-config",
+                "bogus_rate=5",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                "c2",
+            ],
+        ),
+        (
+            "alter fractional byte rate",
+            vec![
+                "--alter",
+                "--add-config",
+                "producer_byte_rate=10.5",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                "c2",
+            ],
+        ),
+        (
+            "describe users",
+            vec!["--describe", "--entity-type", "users"],
+        ),
+        (
+            "describe clients",
+            vec!["--describe", "--entity-type", "clients"],
+        ),
+        (
+            "describe alice",
+            vec![
+                "--describe",
+                "--entity-type",
+                "users",
+                "--entity-name",
+                "alice",
+            ],
+        ),
+        (
+            "describe default user",
+            vec!["--describe", "--entity-type", "users", "--entity-default"],
+        ),
+        (
+            "describe alice+c1",
+            vec![
+                "--describe",
+                "--entity-type",
+                "users",
+                "--entity-name",
+                "alice",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                "c1",
+            ],
+        ),
+        (
+            "describe users+clients",
+            vec![
+                "--describe",
+                "--entity-type",
+                "users",
+                "--entity-type",
+                "clients",
+            ],
+        ),
+        (
+            "delete alice producer",
+            vec![
+                "--alter",
+                "--delete-config",
+                "producer_byte_rate",
+                "--entity-type",
+                "users",
+                "--entity-name",
+                "alice",
+            ],
+        ),
+        (
+            "delete c1 producer",
+            vec![
+                "--alter",
+                "--delete-config",
+                "producer_byte_rate",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                "c1",
+            ],
+        ),
+        (
+            "describe users after delete",
+            vec!["--describe", "--entity-type", "users"],
+        ),
+        (
+            "describe clients after delete",
+            vec!["--describe", "--entity-type", "clients"],
+        ),
+    ];
+    steps
+        .into_iter()
+        .map(|(name, args)| (name.to_owned(), outcome(&configs(boot, &args))))
+        .collect()
+}
+
+#[test]
+fn kafka_configs_sets_describes_and_deletes_client_quotas_like_kafka() {
+    let kafka = KafkaCluster::single();
+    let want = walk(&kafka.bootstrap());
+    drop(kafka);
+    let node = KmirrorNode::start();
+    let got = walk(&node.addr());
+    for ((step, w), (_, g)) in want.iter().zip(&got) {
+        eprintln!("== {step}\n Kafka:   {w:?}\n kmirror: {g:?}");
+    }
+    assert!(
+        want.iter()
+            .any(|(s, o)| s == "describe alice" && o.contains("consumer_byte_rate=2048")),
+        "Kafka's walk did not set alice's quota: {want:?}"
+    );
+    assert_eq!(
+        got, want,
+        "kmirror's kafka-configs outcomes differ from Kafka's"
+    );
+    // Durable: the quotas survive a restart.
+    let mut node = node;
+    node.stop();
+    node.start_again();
+    let after = outcome(&configs(
+        &node.addr(),
+        &[
+            "--describe",
+            "--entity-type",
+            "users",
+            "--entity-name",
+            "alice",
+        ],
+    ));
+    let before = &want
+        .iter()
+        .find(|(s, _)| s == "describe users after delete")
+        .expect("step")
+        .1;
+    assert!(
+        before.contains(&after) && after.contains("consumer_byte_rate=2048.0"),
+        "after restart: {after:?} (before: {before:?})"
+    );
+}
+
+/// Runs ProducerPerformance as `client_id` writing `records` of 1000 bytes as fast as it
+/// can; (seconds taken, the client's produce-throttle-time-avg).
+fn produce(boot: &str, topic: &str, client_id: &str, records: u32) -> (f64, f64) {
+    let start = Instant::now();
+    let ran = java::run_tool(
+        tools::PRODUCER_PERFORMANCE,
+        &[
+            "--topic",
+            topic,
+            "--num-records",
+            &records.to_string(),
+            "--record-size",
+            "1000",
+            "--throughput",
+            "-1",
+            "--print-metrics",
+            "--producer-props",
+            &format!("bootstrap.servers={boot}"),
+            &format!("client.id={client_id}"),
+            "acks=1",
+            "linger.ms=5",
+        ],
+        Duration::from_secs(240),
+    );
+    let secs = start.elapsed().as_secs_f64();
+    (secs, metric(&ran.stdout, "produce-throttle-time-avg"))
+}
+
+/// Runs ConsumerPerformance as `client_id` reading `records` from the start;
+/// (seconds taken, the client's fetch-throttle-time-avg).
+fn consume(boot: &str, topic: &str, client_id: &str, records: u32) -> (f64, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let props = dir.path().join("c.properties");
+    std::fs::write(
+        &props,
+        format!("client.id={client_id}\nauto.offset.reset=earliest\n"),
+    )
+    .unwrap();
+    let start = Instant::now();
+    let ran = java::run_tool(
+        tools::CONSUMER_PERFORMANCE,
+        &[
+            "--bootstrap-server",
+            boot,
+            "--topic",
+            topic,
+            "--messages",
+            &records.to_string(),
+            "--group",
+            &format!("g-{client_id}"),
+            "--print-metrics",
+            "--timeout",
+            "120000",
+            "--command-config",
+            props.to_str().unwrap(),
+        ],
+        Duration::from_secs(240),
+    );
+    let secs = start.elapsed().as_secs_f64();
+    (secs, metric(&ran.stdout, "fetch-throttle-time-avg"))
+}
+
+/// A metric of `--print-metrics` (`group:name:{tags} : value`), 0 when absent or NaN.
+fn metric(out: &str, name: &str) -> f64 {
+    out.lines()
+        .filter(|l| l.contains(&format!(":{name}:")))
+        .filter_map(|l| l.rsplit(':').next()?.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite())
+        .fold(0.0, f64::max)
+}
+
+const QUOTA: u32 = 100_000;
+/// 2.5 MB: the first ~10 windows' worth passes at once (Kafka's rate counts at least 10 s),
+/// the rest at the quota, so about 15 s.
+const RECORDS: u32 = 2500;
+
+fn set_client_quota(boot: &str, client: &str, key: &str) {
+    let ran = configs(
+        boot,
+        &[
+            "--alter",
+            "--add-config",
+            &format!("{key}={QUOTA}"),
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            client,
+        ],
+    );
+    assert!(ran.status.success(), "{}\n{}", ran.stdout, ran.stderr);
+}
+
+fn create_topic(boot: &str, topic: &str) {
+    java::run_tool(
+        tools::TOPIC_COMMAND,
+        &[
+            "--bootstrap-server",
+            boot,
+            "--create",
+            "--topic",
+            topic,
+            "--partitions",
+            "1",
+        ],
+        Duration::from_secs(90),
+    );
+}
+
+/// (slow produce s, its throttle, fast produce s, slow consume s, its throttle, fast consume s)
+fn enforcement(boot: &str) -> [f64; 6] {
+    create_topic(boot, "quota-t");
+    set_client_quota(boot, "slow-p", "producer_byte_rate");
+    set_client_quota(boot, "slow-c", "consumer_byte_rate");
+    // Quotas reach Kafka's brokers through metadata propagation: give it a moment.
+    std::thread::sleep(Duration::from_secs(2));
+    let (fast_p, _) = produce(boot, "quota-t", "fast-p", RECORDS);
+    let (slow_p, slow_p_thr) = produce(boot, "quota-t", "slow-p", RECORDS);
+    let (fast_c, _) = consume(boot, "quota-t", "fast-c", RECORDS);
+    let (slow_c, slow_c_thr) = consume(boot, "quota-t", "slow-c", RECORDS);
+    [slow_p, slow_p_thr, fast_p, slow_c, slow_c_thr, fast_c]
+}
+
+#[test]
+fn produce_and_fetch_byte_rate_quotas_hold_a_client_id_near_its_quota_like_kafka() {
+    let kafka = KafkaCluster::single();
+    let want = enforcement(&kafka.bootstrap());
+    drop(kafka);
+    let node = KmirrorNode::start();
+    let got = enforcement(&node.addr());
+    eprintln!(
+        "[slow produce s, throttle avg ms, fast produce s, slow consume s, throttle avg ms, fast consume s]\n Kafka:   {want:?}\n kmirror: {got:?}"
+    );
+    let bytes = f64::from(RECORDS) * 1000.0;
+    // The part over the 10-window burst goes at the quota.
+    let at_quota_s = (bytes - 10.0 * f64::from(QUOTA)) / f64::from(QUOTA);
+    for (who, r) in [("Kafka", &want), ("kmirror", &got)] {
+        for (what, slow, thr, fast) in
+            [("produce", r[0], r[1], r[2]), ("consume", r[3], r[4], r[5])]
+        {
+            assert!(
+                slow >= at_quota_s * 0.7,
+                "{who} {what}: the quota-limited client took {slow:.1}s, expected >= {:.1}s",
+                at_quota_s * 0.7
+            );
+            assert!(thr > 0.0, "{who} {what}: the client saw no throttle time");
+            assert!(
+                fast < slow / 2.0,
+                "{who} {what}: the unlimited client took {fast:.1}s vs {slow:.1}s"
+            );
+        }
+    }
+    for (i, what) in [(0, "produce"), (3, "consume")] {
+        let (g, w) = (got[i], want[i]);
+        assert!(
+            (g - w).abs() <= w * 0.3 + 2.0,
+            "{what}: kmirror took {g:.1}s, Kafka {w:.1}s (more than 30% apart)"
+        );
+    }
+}
