@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::{proc, KafkaCluster, KmirrorNode};
+use kmirror_tests::{mirror, proc, KafkaCluster, KmirrorNode};
 
 const CONFIGS: &str = "kafka.admin.ConfigCommand";
 
@@ -316,7 +316,7 @@ fn consume(boot: &str, topic: &str, client_id: &str, records: u32) -> (f64, f64)
             "--print-metrics",
             "--timeout",
             "120000",
-            "--command-config",
+            "--consumer.config",
             props.to_str().unwrap(),
         ],
         Duration::from_secs(240),
@@ -382,11 +382,14 @@ fn enforcement(boot: &str) -> [f64; 6] {
     let (slow_p, slow_p_thr) = produce(boot, "quota-t", "slow-p", RECORDS);
     let (fast_c, _) = consume(boot, "quota-t", "fast-c", RECORDS);
     let (slow_c, slow_c_thr) = consume(boot, "quota-t", "slow-c", RECORDS);
+    eprintln!("{boot}: produce {slow_p:.1}s (throttle avg {slow_p_thr:.0} ms) vs {fast_p:.1}s; consume {slow_c:.1}s (throttle avg {slow_c_thr:.0} ms) vs {fast_c:.1}s");
     [slow_p, slow_p_thr, fast_p, slow_c, slow_c_thr, fast_c]
 }
 
 #[test]
 fn produce_and_fetch_byte_rate_quotas_hold_a_client_id_near_its_quota_like_kafka() {
+    // Timing-sensitive: not next to other heavy tests.
+    let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::single();
     let want = enforcement(&kafka.bootstrap());
     drop(kafka);
@@ -421,4 +424,94 @@ fn produce_and_fetch_byte_rate_quotas_hold_a_client_id_near_its_quota_like_kafka
             "{what}: kmirror took {g:.1}s, Kafka {w:.1}s (more than 30% apart)"
         );
     }
+}
+
+/// `kafka-configs --describe` of users and clients, as sorted lines.
+fn described(boot: &str) -> String {
+    let mut all = Vec::new();
+    for t in ["users", "clients"] {
+        all.push(outcome(&configs(boot, &["--describe", "--entity-type", t])));
+    }
+    all.join("\n")
+}
+
+fn wait_for(boot: &str, want: &str, within: Duration) -> String {
+    let end = Instant::now() + within;
+    loop {
+        let got = described(boot);
+        if got == want || Instant::now() > end {
+            return got;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+#[test]
+fn client_quotas_on_a_kafka_source_are_mirrored_to_kmirror_and_removed_when_deleted_there() {
+    let kafka = KafkaCluster::single();
+    let node = KmirrorNode::start_with(&["--cores", "1"]);
+    let (src, dst) = (kafka.bootstrap(), node.addr());
+    kafka.create_topic("orders", 1, &[]);
+    let set = |args: &[&str]| {
+        let ran = configs(&src, args);
+        assert!(ran.status.success(), "{}\n{}", ran.stdout, ran.stderr);
+    };
+    set(&[
+        "--alter",
+        "--add-config",
+        "producer_byte_rate=1024,consumer_byte_rate=2048",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+    ]);
+    set(&[
+        "--alter",
+        "--add-config",
+        "producer_byte_rate=777",
+        "--entity-type",
+        "clients",
+        "--entity-default",
+    ]);
+    // A quota only kmirror has is not the source's: the sync removes it.
+    let ran = configs(
+        &dst,
+        &[
+            "--alter",
+            "--add-config",
+            "consumer_byte_rate=5",
+            "--entity-type",
+            "clients",
+            "--entity-name",
+            "local-only",
+        ],
+    );
+    assert!(ran.status.success(), "{}\n{}", ran.stdout, ran.stderr);
+    let want = described(&src);
+    assert!(want.contains("alice"), "source quotas: {want}");
+
+    mirror::create(
+        &dst,
+        "M",
+        &src,
+        &[("mirror.metadata.sync.interval.ms", "300")],
+    );
+    mirror::add_topics(&dst, "M", &["orders"]);
+    let got = wait_for(&dst, &want, Duration::from_secs(30));
+    assert_eq!(got, want, "source client quotas did not reach kmirror");
+
+    // Deleted on the source: deleted on kmirror.
+    set(&[
+        "--alter",
+        "--delete-config",
+        "producer_byte_rate,consumer_byte_rate",
+        "--entity-type",
+        "users",
+        "--entity-name",
+        "alice",
+    ]);
+    let want = described(&src);
+    assert!(!want.contains("alice"), "{want}");
+    let got = wait_for(&dst, &want, Duration::from_secs(30));
+    assert_eq!(got, want, "quotas deleted on the source stay on kmirror");
 }
