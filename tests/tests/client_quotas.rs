@@ -515,3 +515,239 @@ fn client_quotas_on_a_kafka_source_are_mirrored_to_kmirror_and_removed_when_dele
     let got = wait_for(&dst, &want, Duration::from_secs(30));
     assert_eq!(got, want, "quotas deleted on the source stay on kmirror");
 }
+
+type Ent<'a> = &'a [(&'a str, Option<&'a str>)];
+
+fn alter_req(
+    entries: &[(Ent<'_>, &[(&str, f64, bool)])],
+    validate_only: bool,
+) -> kafka_protocol::messages::AlterClientQuotasRequest {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    kafka_protocol::messages::AlterClientQuotasRequest::default()
+        .with_validate_only(validate_only)
+        .with_entries(
+            entries
+                .iter()
+                .map(|(e, ops)| {
+                    EntryData::default()
+                        .with_entity(
+                            e.iter()
+                                .map(|(t, n)| {
+                                    EntityData::default()
+                                        .with_entity_type(sb(t))
+                                        .with_entity_name(n.map(sb))
+                                })
+                                .collect(),
+                        )
+                        .with_ops(
+                            ops.iter()
+                                .map(|(k, v, rm)| {
+                                    OpData::default()
+                                        .with_key(sb(k))
+                                        .with_value(*v)
+                                        .with_remove(*rm)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+}
+
+fn sb(v: &str) -> kafka_protocol::protocol::StrBytes {
+    kafka_protocol::protocol::StrBytes::from_string(v.to_owned())
+}
+
+fn describe_req(
+    comps: &[(&str, i8, Option<&str>)],
+    strict: bool,
+) -> kafka_protocol::messages::DescribeClientQuotasRequest {
+    use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
+    kafka_protocol::messages::DescribeClientQuotasRequest::default()
+        .with_strict(strict)
+        .with_components(
+            comps
+                .iter()
+                .map(|(t, m, n)| {
+                    ComponentData::default()
+                        .with_entity_type(sb(t))
+                        .with_match_type(*m)
+                        .with_match(n.map(sb))
+                })
+                .collect(),
+        )
+}
+
+/// The AlterClientQuotas / DescribeClientQuotas requests of the walk, each answer as a
+/// comparable line (error codes; entries sorted).
+fn wire_walk(boot: &str) -> Vec<String> {
+    const EXACT: i8 = 0;
+    const DEFAULT: i8 = 1;
+    const ANY: i8 = 2;
+    let mut c = kmirror_tests::WireClient::connect(boot).expect("connect");
+    let mut out = Vec::new();
+    let mut alter = |c: &mut kmirror_tests::WireClient,
+                     what: &str,
+                     entries: &[(Ent<'_>, &[(&str, f64, bool)])],
+                     validate_only: bool| {
+        let r = c
+            .send(alter_req(entries, validate_only))
+            .expect("AlterClientQuotas");
+        let mut codes: Vec<String> = r
+            .entries
+            .iter()
+            .map(|e| {
+                let mut ent: Vec<String> = e
+                    .entity
+                    .iter()
+                    .map(|d| format!("{}={:?}", d.entity_type, d.entity_name.as_deref()))
+                    .collect();
+                ent.sort();
+                format!("{}:{}", ent.join("+"), e.error_code)
+            })
+            .collect();
+        codes.sort();
+        out.push(format!("alter {what}: {}", codes.join(", ")));
+    };
+    let (u, cl) = ("user", "client-id");
+    alter(
+        &mut c,
+        "valid",
+        &[
+            (
+                &[(u, Some("alice"))],
+                &[("producer_byte_rate", 1000.0, false)],
+            ),
+            (&[(u, None)], &[("consumer_byte_rate", 2000.0, false)]),
+            (
+                &[(u, Some("alice")), (cl, Some("app"))],
+                &[("request_percentage", 50.0, false)],
+            ),
+            (&[(cl, None)], &[("producer_byte_rate", 3000.0, false)]),
+            (
+                &[(cl, Some("app"))],
+                &[("controller_mutation_rate", 1.5, false)],
+            ),
+        ],
+        false,
+    );
+    alter(
+        &mut c,
+        "unknown key",
+        &[(&[(u, Some("bob"))], &[("bogus", 1.0, false)])],
+        false,
+    );
+    alter(
+        &mut c,
+        "fractional long",
+        &[(&[(u, Some("bob"))], &[("consumer_byte_rate", 1.5, false)])],
+        false,
+    );
+    alter(
+        &mut c,
+        "unknown entity type",
+        &[(
+            &[("group", Some("g"))],
+            &[("producer_byte_rate", 1.0, false)],
+        )],
+        false,
+    );
+    alter(
+        &mut c,
+        "empty name",
+        &[(&[(u, Some(""))], &[("producer_byte_rate", 1.0, false)])],
+        false,
+    );
+    alter(
+        &mut c,
+        "validate only",
+        &[(&[(u, Some("carol"))], &[("producer_byte_rate", 5.0, false)])],
+        true,
+    );
+    alter(
+        &mut c,
+        "remove absent",
+        &[(&[(u, Some("dave"))], &[("producer_byte_rate", 0.0, true)])],
+        false,
+    );
+    let describes: Vec<(&str, Vec<(&str, i8, Option<&str>)>, bool)> = vec![
+        ("all", vec![], false),
+        ("all strict", vec![], true),
+        ("user alice", vec![(u, EXACT, Some("alice"))], false),
+        ("user alice strict", vec![(u, EXACT, Some("alice"))], true),
+        ("default user", vec![(u, DEFAULT, None)], false),
+        ("any user strict", vec![(u, ANY, None)], true),
+        ("any client", vec![(cl, ANY, None)], false),
+        (
+            "alice + any client",
+            vec![(u, EXACT, Some("alice")), (cl, ANY, None)],
+            false,
+        ),
+        ("nobody", vec![(u, EXACT, Some("nobody"))], false),
+        ("exact without name", vec![(u, EXACT, None)], false),
+        ("default with name", vec![(u, DEFAULT, Some("x"))], false),
+        ("unknown type", vec![("group", ANY, None)], false),
+        (
+            "duplicate type",
+            vec![(u, ANY, None), (u, DEFAULT, None)],
+            false,
+        ),
+        (
+            "ip with user",
+            vec![("ip", ANY, None), (u, ANY, None)],
+            false,
+        ),
+        ("bad match type", vec![(u, 7, None)], false),
+    ];
+    for (what, comps, strict) in describes {
+        let r = c
+            .send(describe_req(&comps, strict))
+            .expect("DescribeClientQuotas");
+        let mut rows: Vec<String> = r
+            .entries
+            .iter()
+            .flatten()
+            .map(|e| {
+                let mut ent: Vec<String> = e
+                    .entity
+                    .iter()
+                    .map(|d| format!("{}={:?}", d.entity_type, d.entity_name.as_deref()))
+                    .collect();
+                ent.sort();
+                let mut vals: Vec<String> = e
+                    .values
+                    .iter()
+                    .map(|v| format!("{}={}", v.key, v.value))
+                    .collect();
+                vals.sort();
+                format!("{} [{}]", ent.join("+"), vals.join(","))
+            })
+            .collect();
+        rows.sort();
+        out.push(format!(
+            "describe {what}: code={} entries={:?} {}",
+            r.error_code,
+            r.entries.as_ref().map(|_| ()),
+            rows.join("; ")
+        ));
+    }
+    out
+}
+
+#[test]
+fn alter_and_describe_client_quotas_answer_every_filter_and_error_like_kafka() {
+    let kafka = KafkaCluster::single();
+    let want = wire_walk(&kafka.bootstrap());
+    drop(kafka);
+    let node = KmirrorNode::start();
+    let got = wire_walk(&node.addr());
+    for (w, g) in want.iter().zip(&got) {
+        eprintln!(" Kafka:   {w}\n kmirror: {g}");
+    }
+    assert!(
+        want.iter()
+            .any(|l| l.contains("user=Some(\"alice\") [producer_byte_rate=1000]")),
+        "Kafka stored nothing? {want:?}"
+    );
+    assert_eq!(got, want, "kmirror's answers differ from Kafka's");
+}
