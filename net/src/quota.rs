@@ -42,7 +42,7 @@ use kmirror_control::quota::{
     Values,
 };
 
-use kafka_protocol::messages::{FetchResponse, ProduceResponse, RequestHeader};
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProduceResponse, RequestHeader};
 
 use crate::broker::Ctx;
 use crate::errors;
@@ -266,6 +266,7 @@ pub type SharedQuotas = Arc<QuotaRegistry>;
 /// `ANONYMOUS` unauthenticated) and the client-id of the request header.
 pub struct Charge<'a> {
     registry: &'a QuotaRegistry,
+    metrics: &'a crate::metrics::NetMetrics,
     user: &'a str,
     client_id: &'a str,
 }
@@ -274,6 +275,7 @@ impl<'a> Charge<'a> {
     pub fn new(ctx: &'a Ctx, session: &'a Session, header: &'a RequestHeader) -> Charge<'a> {
         Charge {
             registry: &ctx.broker.quotas,
+            metrics: &ctx.broker.metrics,
             user: &session.principal.name,
             client_id: header.client_id.as_deref().unwrap_or(""),
         }
@@ -284,10 +286,31 @@ impl<'a> Charge<'a> {
     pub fn produce(&self, request_bytes: u64, resp: Option<&mut ProduceResponse>) -> u64 {
         let r = self.registry;
         let t = r.record(QuotaKind::Produce, self.user, self.client_id, request_bytes);
+        if t > 0 {
+            let m = self.metrics;
+            m.quota_throttled_produce.fetch_add(1, Ordering::Relaxed);
+            m.quota_produce_throttle_ms.fetch_add(t, Ordering::Relaxed);
+        }
         if let Some(resp) = resp {
             resp.throttle_time_ms = resp.throttle_time_ms.max(t as i32);
         }
         t
+    }
+
+    /// Kafka caps a client's Fetch `max_bytes` at what its quota allows over the window
+    /// (`getMaxValueInQuotaWindow`: quota x (samples - 1) x window), so one response cannot
+    /// overshoot the budget by much.
+    pub fn cap_fetch(&self, req: &mut FetchRequest) {
+        if let Some((_, q)) = self
+            .registry
+            .budget(QuotaKind::Fetch, self.user, self.client_id)
+        {
+            let cap = q * ((WINDOWS - 1) * WINDOW_MS) as f64 / 1000.0;
+            let cap = cap.clamp(1.0, i32::MAX as f64) as i32;
+            if req.max_bytes <= 0 || req.max_bytes > cap {
+                req.max_bytes = cap;
+            }
+        }
     }
 
     /// Charges a Fetch response's size. Over the quota the response is emptied (its bytes
@@ -296,6 +319,9 @@ impl<'a> Charge<'a> {
         let r = self.registry;
         let t = r.record(QuotaKind::Fetch, self.user, self.client_id, response_bytes);
         if t > 0 {
+            let m = self.metrics;
+            m.quota_throttled_fetch.fetch_add(1, Ordering::Relaxed);
+            m.quota_fetch_throttle_ms.fetch_add(t, Ordering::Relaxed);
             r.unrecord(QuotaKind::Fetch, self.user, self.client_id, response_bytes);
             resp.responses.clear();
             resp.throttle_time_ms = resp.throttle_time_ms.max(t as i32);

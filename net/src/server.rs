@@ -348,10 +348,13 @@ async fn handle_frame(
     }
     ctx.broker.metrics.count_request(api_key);
     let frame_len = frame.len() as u64 + 4;
-    let (header, req) =
+    let (header, mut req) =
         decode_request(api_key, p.api_version, frame).map_err(ConnError::Protocol)?;
-    let resp = dispatch(ctx, session, api_key, &header, req).await?;
     let quota = crate::quota::Charge::new(ctx, session, &header);
+    if let RequestKind::Fetch(f) = &mut req {
+        quota.cap_fetch(f);
+    }
+    let resp = dispatch(ctx, session, api_key, &header, req).await?;
     match resp {
         None => {
             if api_key == ApiKey::Produce {

@@ -393,8 +393,19 @@ fn produce_and_fetch_byte_rate_quotas_hold_a_client_id_near_its_quota_like_kafka
     let kafka = KafkaCluster::single();
     let want = enforcement(&kafka.bootstrap());
     drop(kafka);
-    let node = KmirrorNode::start();
+    let maddr = format!("127.0.0.1:{}", proc::free_port());
+    let node = KmirrorNode::start_with(&["--metrics", &maddr]);
     let got = enforcement(&node.addr());
+    let m = kmirror_tests::metrics::scrape(&maddr);
+    for name in [
+        "kmirror_quota_throttled_produce_requests_total",
+        "kmirror_quota_throttled_fetch_requests_total",
+        "kmirror_quota_produce_throttle_ms_total",
+        "kmirror_quota_fetch_throttle_ms_total",
+    ] {
+        let v = m.value(name, &[]).unwrap_or(0.0);
+        assert!(v > 0.0, "{name} = {v} after throttled clients");
+    }
     eprintln!(
         "[slow produce s, throttle avg ms, fast produce s, slow consume s, throttle avg ms, fast consume s]\n Kafka:   {want:?}\n kmirror: {got:?}"
     );
@@ -517,9 +528,13 @@ fn client_quotas_on_a_kafka_source_are_mirrored_to_kmirror_and_removed_when_dele
 }
 
 type Ent<'a> = &'a [(&'a str, Option<&'a str>)];
+/// (key, value, remove)
+type Ops<'a> = &'a [(&'a str, f64, bool)];
+/// (entity type, match type, match)
+type Component<'a> = (&'a str, i8, Option<&'a str>);
 
 fn alter_req(
-    entries: &[(Ent<'_>, &[(&str, f64, bool)])],
+    entries: &[(Ent<'_>, Ops<'_>)],
     validate_only: bool,
 ) -> kafka_protocol::messages::AlterClientQuotasRequest {
     use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
@@ -559,7 +574,7 @@ fn sb(v: &str) -> kafka_protocol::protocol::StrBytes {
 }
 
 fn describe_req(
-    comps: &[(&str, i8, Option<&str>)],
+    comps: &[Component<'_>],
     strict: bool,
 ) -> kafka_protocol::messages::DescribeClientQuotasRequest {
     use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
@@ -588,7 +603,7 @@ fn wire_walk(boot: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut alter = |c: &mut kmirror_tests::WireClient,
                      what: &str,
-                     entries: &[(Ent<'_>, &[(&str, f64, bool)])],
+                     entries: &[(Ent<'_>, Ops<'_>)],
                      validate_only: bool| {
         let r = c
             .send(alter_req(entries, validate_only))
@@ -670,7 +685,7 @@ fn wire_walk(boot: &str) -> Vec<String> {
         &[(&[(u, Some("dave"))], &[("producer_byte_rate", 0.0, true)])],
         false,
     );
-    let describes: Vec<(&str, Vec<(&str, i8, Option<&str>)>, bool)> = vec![
+    let describes: Vec<(&str, Vec<Component<'_>>, bool)> = vec![
         ("all", vec![], false),
         ("all strict", vec![], true),
         ("user alice", vec![(u, EXACT, Some("alice"))], false),
