@@ -23,7 +23,10 @@
 //! `(observed - quota) / quota * that window`, at most 11 s. Produce: appended, then the
 //! response carries `throttle_time_ms` and the connection is muted for that long (KIP-219:
 //! the response goes out first, the client throttles itself too). Fetch: a throttled fetch
-//! is answered empty (its bytes un-recorded) with `throttle_time_ms`, then muted.
+//! is answered empty (its bytes un-recorded) with `throttle_time_ms`, then muted; its
+//! `max_bytes` is first capped at quota x 10 s, as Kafka does. Clients older than KIP-219
+//! (Produce < v6, Fetch < v8) get the same treatment: the mute delays their next response
+//! rather than this one, which is the same pacing for a client that waits for answers.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
