@@ -1639,8 +1639,9 @@ impl<T: Transport> KafkaSource<T> {
     }
 
     /// Every client quota on the source (DescribeClientQuotas with no filter component), or
-    /// None when the source does not serve the API: then the quota sync leaves the
-    /// destination alone.
+    /// None when the source does not serve the API or does not let the mirror's principal
+    /// read quotas (DescribeConfigs on the cluster, which seed 000's grants do not include):
+    /// then the quota sync leaves the destination alone instead of failing every round.
     pub async fn client_quotas(
         &mut self,
     ) -> Result<
@@ -1657,6 +1658,10 @@ impl<T: Transport> KafkaSource<T> {
         match r.error_code {
             code::NONE => {}
             code::UNSUPPORTED_VERSION => return Ok(None),
+            code::CLUSTER_AUTHORIZATION_FAILED => {
+                tracing::debug!("source refuses DescribeClientQuotas: client quotas not synced");
+                return Ok(None);
+            }
             c => {
                 return Err(SourceError::Other(format!(
                     "DescribeClientQuotas: {}",
