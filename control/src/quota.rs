@@ -587,4 +587,48 @@ mod tests {
         assert_eq!(s.resolve("v", "c", k).unwrap().1, 6.0);
         assert!(s.resolve("u", "c", keys::CONSUMER_BYTE_RATE).is_none());
     }
+
+    #[test]
+    fn given_disk_full_when_persisting_should_fail_cleanly_and_keep_the_durable_set() {
+        // Needs root (CI runs as root): fails, never skips, where mounting is not allowed.
+        let fs_dir = crate::append_file::Tmpfs::mount("64k")
+            .unwrap_or_else(|e| panic!("mount a 64k tmpfs (run as root): {e}"));
+        let dir = fs_dir.path().join("quotas");
+        let mut st = QuotaStore::open(&dir).unwrap();
+        let filler = fs_dir.fill();
+        let long = "c".repeat(200);
+        let mut failed = 0;
+        for i in 0..50 {
+            let name = format!("{long}-{i}");
+            let r = st.alter(
+                &[set(
+                    &[("client-id", Some(&name))],
+                    keys::PRODUCER_BYTE_RATE,
+                    1.0,
+                )],
+                false,
+            );
+            if r[0].is_err() {
+                failed += 1;
+            }
+        }
+        assert!(failed > 0, "the tmpfs never filled up");
+        assert!(
+            !dir.join("client_quotas.json.tmp").exists(),
+            "partial temp file left"
+        );
+        assert_eq!(QuotaStore::open(&dir).unwrap().all(), st.all());
+        fs::remove_file(filler).unwrap();
+        st.alter(
+            &[set(
+                &[("user", Some("after"))],
+                keys::CONSUMER_BYTE_RATE,
+                2.0,
+            )],
+            false,
+        )[0]
+        .as_ref()
+        .unwrap();
+        assert_eq!(QuotaStore::open(&dir).unwrap().all(), st.all());
+    }
 }
