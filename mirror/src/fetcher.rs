@@ -1638,6 +1638,59 @@ impl<T: Transport> KafkaSource<T> {
         Ok(Some(out))
     }
 
+    /// Every client quota on the source (DescribeClientQuotas with no filter component), or
+    /// None when the source does not serve the API or does not let the mirror's principal
+    /// read quotas (DescribeConfigs on the cluster, which seed 000's grants do not include):
+    /// then the quota sync leaves the destination alone instead of failing every round.
+    pub async fn client_quotas(
+        &mut self,
+    ) -> Result<
+        Option<BTreeMap<kmirror_control::quota::Entity, kmirror_control::quota::Values>>,
+        SourceError,
+    > {
+        use kafka_protocol::messages::DescribeClientQuotasRequest;
+        let req = DescribeClientQuotasRequest::default().with_strict(false);
+        let r = match self.send_any(&req, 0).await {
+            Ok(r) => r,
+            Err(SourceError::Client(ClientError::UnsupportedApi { .. })) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        match r.error_code {
+            code::NONE => {}
+            code::UNSUPPORTED_VERSION => return Ok(None),
+            code::CLUSTER_AUTHORIZATION_FAILED => {
+                tracing::debug!("source refuses DescribeClientQuotas: client quotas not synced");
+                return Ok(None);
+            }
+            c => {
+                return Err(SourceError::Other(format!(
+                    "DescribeClientQuotas: {}",
+                    code::name(c)
+                )))
+            }
+        }
+        let mut out = BTreeMap::new();
+        for e in r.entries.iter().flatten() {
+            let entity: kmirror_control::quota::Entity = e
+                .entity
+                .iter()
+                .map(|d| {
+                    (
+                        d.entity_type.to_string(),
+                        d.entity_name.as_ref().map(|n| n.to_string()),
+                    )
+                })
+                .collect();
+            let values: kmirror_control::quota::Values = e
+                .values
+                .iter()
+                .map(|v| (v.key.to_string(), v.value))
+                .collect();
+            out.insert(entity, values);
+        }
+        Ok(Some(out))
+    }
+
     /// Committed offsets of every consumer group accepted by `wanted` (classic groups and
     /// any other type the source lists), asked of each group's coordinator.
     pub async fn group_offsets(

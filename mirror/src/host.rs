@@ -94,6 +94,9 @@ struct SourceSnapshot {
     idle_ends: Vec<(TopicPartition, i64)>,
     /// Source ACLs, when the round fetched them and the source has an authorizer.
     acls: Option<Vec<kmirror_control::mirror::AclBinding>>,
+    /// Source client quotas, when the round fetched them and the source serves the API.
+    quotas: Option<BTreeMap<kmirror_control::quota::Entity, kmirror_control::quota::Values>>,
+    quotas_failed: bool,
     /// The round tried to read group offsets / ACLs from the source and failed (counted as
     /// sync errors).
     groups_failed: bool,
@@ -1082,6 +1085,19 @@ impl Control {
                         } else {
                             None
                         };
+                        let mut quotas_failed = false;
+                        let quotas = if groups_due {
+                            match src.client_quotas().await {
+                                Ok(q) => q,
+                                Err(e) => {
+                                    tracing::warn!(mirror = %name, error = %e, "source client quotas");
+                                    quotas_failed = true;
+                                    None
+                                }
+                            }
+                        } else {
+                            None
+                        };
                         let mut idle_ends = Vec::new();
                         for tp in idle {
                             use crate::fetcher::Source;
@@ -1106,6 +1122,8 @@ impl Control {
                             groups,
                             idle_ends,
                             acls,
+                            quotas,
+                            quotas_failed,
                             lookups,
                             groups_failed,
                             acls_failed,
@@ -1136,6 +1154,9 @@ impl Control {
         }
         if snap.acls_failed {
             self.count_sync_error(mirror, SyncErrorKind::Acls);
+        }
+        if snap.quotas_failed {
+            self.count_sync_error(mirror, SyncErrorKind::Quotas);
         }
         let meta = self.host.broker.cluster.snapshot();
         let local: Vec<LocalTopic> = meta
@@ -1250,6 +1271,12 @@ impl Control {
             if let Err(e) = self.sync_acls(&def, &acls) {
                 tracing::warn!(%mirror, error = %e, "ACL sync failed");
                 self.count_sync_error(mirror, SyncErrorKind::Acls);
+            }
+        }
+        if let Some(quotas) = snap.quotas {
+            if let Err(e) = self.sync_quotas(&def, &quotas) {
+                tracing::warn!(%mirror, error = %e, "client quota sync failed");
+                self.count_sync_error(mirror, SyncErrorKind::Quotas);
             }
         }
     }
@@ -1399,6 +1426,26 @@ impl Control {
             .map_err(|e| e.to_string())?;
         // Every change publishes a new snapshot, so the authorizer sees synced ACLs at once.
         registry.mutate(|store| Self::apply_acl_plan(def, source, store))
+    }
+
+    /// Makes the local client quotas (of the entities the filter selects) equal to the
+    /// source's. Every change publishes a new snapshot, so enforcement sees it at once.
+    fn sync_quotas(
+        &mut self,
+        def: &MirrorDefinition,
+        source: &BTreeMap<kmirror_control::quota::Entity, kmirror_control::quota::Values>,
+    ) -> Result<(), String> {
+        let registry = self.host.broker.quotas.clone();
+        let plan = kmirror_control::mirror::plan_quota_sync(def, source, &registry.all())
+            .map_err(|e| e.to_string())?;
+        if plan.is_empty() {
+            return Ok(());
+        }
+        for r in registry.mutate(|store| store.alter(&plan, false)) {
+            r.map_err(|e| e.to_string())?;
+        }
+        tracing::info!(mirror = %def.name, entities = plan.len(), "client quotas synced from the source");
+        Ok(())
     }
 
     fn apply_acl_plan(

@@ -214,14 +214,17 @@ pub enum SyncErrorKind {
     GroupOffsets,
     /// Reading the source's ACLs or applying them locally failed.
     Acls,
+    /// Reading the source's client quotas or applying them locally failed.
+    Quotas,
 }
 
 impl SyncErrorKind {
-    pub const ALL: [SyncErrorKind; 4] = [
+    pub const ALL: [SyncErrorKind; 5] = [
         SyncErrorKind::TopicMetadata,
         SyncErrorKind::Config,
         SyncErrorKind::GroupOffsets,
         SyncErrorKind::Acls,
+        SyncErrorKind::Quotas,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -230,6 +233,7 @@ impl SyncErrorKind {
             SyncErrorKind::Config => "config",
             SyncErrorKind::GroupOffsets => "group_offsets",
             SyncErrorKind::Acls => "acls",
+            SyncErrorKind::Quotas => "quotas",
         }
     }
 }

@@ -63,6 +63,7 @@ pub mod table {
     pub const ALTER_SCRAM: Need = need(CLUSTER, ALTER);
     pub const DESCRIBE_SCRAM: Need = need(CLUSTER, DESCRIBE);
     pub const DESCRIBE_CLIENT_QUOTAS: Need = need(CLUSTER, DESCRIBE_CONFIGS);
+    pub const ALTER_CLIENT_QUOTAS: Need = need(CLUSTER, ALTER_CONFIGS);
     /// ListGroups lists every group with this; without it, the groups it may describe.
     pub const DESCRIBE_CLUSTER: Need = need(CLUSTER, DESCRIBE);
     // Groups.

@@ -125,6 +125,8 @@ pub struct Broker {
     pub authz: crate::authz::Authz,
     /// SASL settings and the SCRAM credential store.
     pub sasl: Arc<crate::sasl::Sasl>,
+    /// Client quotas (the store of `data_dir`) and their budgets.
+    pub quotas: crate::quota::SharedQuotas,
 }
 
 /// One core's view: the broker plus the engine context and a metadata cache.

@@ -60,6 +60,17 @@ pub fn acl_error_code(e: &kmirror_control::acl::AclError) -> i16 {
     }
 }
 
+pub fn quota_error_code(e: &kmirror_control::quota::QuotaError) -> i16 {
+    use kmirror_control::quota::QuotaError as Q;
+    match e {
+        Q::Invalid(_) => E::InvalidRequest.code(),
+        Q::Unsupported(_) => E::UnsupportedVersion.code(),
+        Q::Io(_) | Q::Corrupt { .. } => E::KafkaStorageError.code(),
+        #[allow(unreachable_patterns)]
+        _ => E::UnknownServerError.code(),
+    }
+}
+
 /// The authorization-failed code of a resource type (Kafka's `AclEntry.authorizationError`).
 pub fn authorization_failed(resource_type: i8) -> i16 {
     use kmirror_control::authz::resource as R;

@@ -6,7 +6,8 @@
 //! durable store (`acl`), the per-API authorization table (`authz`), the served API table and
 //! ApiVersions with KIP-511 fallback (`versions`), the listener list (`listeners`: several
 //! `PROTOCOL://HOST:PORT`, each advertised to the clients that use it), TLS and certificate
-//! principals (`tls`), SASL authentication and the SCRAM credential APIs (`sasl`), the
+//! principals (`tls`), SASL authentication and the SCRAM credential APIs (`sasl`), client quotas and
+//! their produce/fetch byte-rate enforcement (`quota`), the
 //! per-core listeners and connection loop (`server`), the API handlers (`handlers`),
 //! zero-copy Fetch response writing (`fetch_encode`; under TLS the chunks are encrypted, so
 //! copied), the single internal-error → Kafka-code mapping
@@ -34,6 +35,7 @@ pub mod handlers;
 pub mod keys;
 pub mod listeners;
 pub mod metrics;
+pub mod quota;
 pub mod sasl;
 pub mod server;
 pub mod session;
@@ -248,6 +250,8 @@ pub fn start(
             acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?,
         ),
         sasl,
+        quotas: quota::store_for(&cfg.data_dir)
+            .map_err(|e| NetError::Acls(format!("client quotas: {e}")))?,
     });
     // Every core binds every listener (SO_REUSEPORT) and serves each with its protocol.
     let (bound_tx, bound_rx) = flume::unbounded::<Result<(), (SocketAddr, std::io::Error)>>();

@@ -30,6 +30,11 @@ pub struct NetMetrics {
     pub sasl_authentication_failures: AtomicU64,
     /// SASL exchanges that succeeded (first authentications and re-authentications).
     pub sasl_authentications: AtomicU64,
+    /// Produce / Fetch requests over their client quota, and the throttle time they got.
+    pub quota_throttled_produce: AtomicU64,
+    pub quota_throttled_fetch: AtomicU64,
+    pub quota_produce_throttle_ms: AtomicU64,
+    pub quota_fetch_throttle_ms: AtomicU64,
 }
 
 impl Default for NetMetrics {
@@ -43,6 +48,10 @@ impl Default for NetMetrics {
             protocol_errors: AtomicU64::new(0),
             sasl_authentication_failures: AtomicU64::new(0),
             sasl_authentications: AtomicU64::new(0),
+            quota_throttled_produce: AtomicU64::new(0),
+            quota_throttled_fetch: AtomicU64::new(0),
+            quota_produce_throttle_ms: AtomicU64::new(0),
+            quota_fetch_throttle_ms: AtomicU64::new(0),
         }
     }
 }
@@ -97,6 +106,26 @@ impl NetMetrics {
                 "kmirror_sasl_authentications",
                 "Successful SASL authentications and re-authentications.",
                 &self.sasl_authentications,
+            ),
+            (
+                "kmirror_quota_throttled_produce_requests",
+                "Produce requests over their client's producer_byte_rate (throttled).",
+                &self.quota_throttled_produce,
+            ),
+            (
+                "kmirror_quota_throttled_fetch_requests",
+                "Fetch requests over their client's consumer_byte_rate (answered empty, throttled).",
+                &self.quota_throttled_fetch,
+            ),
+            (
+                "kmirror_quota_produce_throttle_ms",
+                "Throttle time given to Produce requests by client quotas, in ms.",
+                &self.quota_produce_throttle_ms,
+            ),
+            (
+                "kmirror_quota_fetch_throttle_ms",
+                "Throttle time given to Fetch requests by client quotas, in ms.",
+                &self.quota_fetch_throttle_ms,
             ),
         ];
         for (name, help, v) in counters {

@@ -324,8 +324,12 @@ async fn connection<S: Transport>(
             .bytes_in
             .fetch_add(frame.len() as u64 + 4, Relaxed);
         // SASL first: before authentication only the handshake is served.
+        let mut throttle_ms = 0;
         let (chunks, close) = match auth.gate(&ctx, &mut session, &frame).await {
-            Gate::Serve => (handle_frame(&ctx, &session, frame).await?, false),
+            Gate::Serve => (
+                handle_frame(&ctx, &session, frame, &mut throttle_ms).await?,
+                false,
+            ),
             Gate::Reply(b) => (Some(Frames::one(b)), false),
             Gate::ReplyThenClose(b) => (Some(Frames::one(b)), true),
             Gate::Close(reason) => return Err(ConnError::Auth(reason)),
@@ -334,6 +338,11 @@ async fn connection<S: Transport>(
             write_response(reader.get_mut(), &chunks).await?;
             let n = chunks.len();
             ctx.broker.metrics.bytes_out.fetch_add(n as u64, Relaxed);
+        }
+        if throttle_ms > 0 {
+            // KIP-219: the response went out with throttle_time_ms; the channel stays muted
+            // (nothing more is read from it) for that long.
+            crate::quota::mute(&ctx, throttle_ms).await;
         }
         if close {
             let _ = reader.get_mut().flush().await;
@@ -351,6 +360,7 @@ async fn handle_frame(
     ctx: &Ctx,
     session: &Session,
     frame: Bytes,
+    throttle_ms: &mut u64,
 ) -> Result<Option<Frames>, ConnError> {
     let p = header_prefix(&frame);
     if !session.may_serve(p.api_key) {
@@ -407,17 +417,50 @@ async fn handle_frame(
         )));
     }
     ctx.broker.metrics.count_request(api_key);
-    let (header, req) =
+    let frame_len = frame.len() as u64 + 4;
+    let (header, mut req) =
         decode_request(api_key, p.api_version, frame).map_err(ConnError::Protocol)?;
+    let quota = crate::quota::Charge::new(ctx, session, &header);
+    if let RequestKind::Fetch(f) = &mut req {
+        quota.cap_fetch(f);
+    }
     let mut files = Vec::new();
     let resp = dispatch(ctx, session, api_key, &header, req, &mut files).await?;
     match resp {
-        None => Ok(None),
+        None => {
+            if api_key == ApiKey::Produce {
+                *throttle_ms = quota.produce(frame_len, None);
+            }
+            Ok(None)
+        }
+        Some(ResponseKind::Produce(mut r)) => {
+            *throttle_ms = quota.produce(frame_len, Some(&mut r));
+            encode_response(
+                api_key,
+                p.api_version,
+                p.correlation_id,
+                &ResponseKind::Produce(r),
+            )
+            .map(|b| Some(Frames::one(b)))
+        }
         // Fetch: record bytes are spliced in (and sent from their files), not copied.
-        Some(ResponseKind::Fetch(f)) => {
-            crate::fetch_encode::encode_fetch_response(&f, p.api_version, p.correlation_id, &files)
-                .map(Some)
+        Some(ResponseKind::Fetch(mut f)) => {
+            let enc = |f: &kafka_protocol::messages::FetchResponse, files| {
+                crate::fetch_encode::encode_fetch_response(
+                    f,
+                    p.api_version,
+                    p.correlation_id,
+                    files,
+                )
                 .map_err(|e| ConnError::Protocol(format!("encode Fetch: {e}")))
+            };
+            let frames = enc(&f, &files)?;
+            *throttle_ms = quota.fetch(frames.len() as u64, &mut f);
+            if *throttle_ms > 0 {
+                // Over quota: the answer went empty, so no file region applies.
+                return enc(&f, &[]).map(Some);
+            }
+            Ok(Some(frames))
         }
         Some(resp) => encode_response(api_key, p.api_version, p.correlation_id, &resp)
             .map(|b| Some(Frames::one(b))),
@@ -542,8 +585,14 @@ async fn dispatch(
         }
         RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
             match access.check_cluster(authz::table::DESCRIBE_CLIENT_QUOTAS) {
-                Ok(()) => crate::sasl::credentials::describe_client_quotas(r),
+                Ok(()) => crate::quota::describe_client_quotas(&ctx.broker.config.data_dir, r),
                 Err(code) => authz::describe_client_quotas_refused(code),
+            },
+        ),
+        RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
+            match access.check_cluster(authz::table::ALTER_CLIENT_QUOTAS) {
+                Ok(()) => crate::quota::alter_client_quotas(&ctx.broker.config.data_dir, r).await,
+                Err(code) => crate::quota::alter_client_quotas_refused(&r, code),
             },
         ),
         RequestKind::DescribeUserScramCredentials(r) => ResponseKind::DescribeUserScramCredentials(

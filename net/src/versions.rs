@@ -54,6 +54,7 @@ served! {
     DescribeClientQuotas => DescribeClientQuotasRequest,
     ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
     ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
+    AlterClientQuotas => AlterClientQuotasRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).

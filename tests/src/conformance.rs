@@ -97,6 +97,7 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::SaslHandshake,
     ApiKey::SaslAuthenticate,
     ApiKey::DescribeClientQuotas,
+    ApiKey::AlterClientQuotas,
     ApiKey::DescribeUserScramCredentials,
     ApiKey::AlterUserScramCredentials,
     ApiKey::ConsumerGroupHeartbeat,
@@ -341,6 +342,7 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::SaslHandshake => SaslHandshakeRequest::VERSIONS,
         ApiKey::SaslAuthenticate => SaslAuthenticateRequest::VERSIONS,
         ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::VERSIONS,
+        ApiKey::AlterClientQuotas => AlterClientQuotasRequest::VERSIONS,
         ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::VERSIONS,
         ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
         ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
@@ -431,6 +433,7 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::SaslHandshake => sasl_handshake(c, v),
         ApiKey::SaslAuthenticate => sasl_authenticate(c, v),
         ApiKey::DescribeClientQuotas => describe_client_quotas(c, v),
+        ApiKey::AlterClientQuotas => alter_client_quotas(c, v),
         ApiKey::DescribeUserScramCredentials => describe_scram(c, v),
         ApiKey::AlterUserScramCredentials => alter_scram(c, v),
         ApiKey::ConsumerGroupHeartbeat => {
@@ -1665,6 +1668,7 @@ fn old_produce_refused(addr: &str, v: i16) -> R<()> {
 
 /// ILLEGAL_SASL_STATE: the SASL APIs on a connection that is not in a SASL exchange.
 const ILLEGAL_SASL_STATE: i16 = 34;
+const INVALID_REQUEST: i16 = 42;
 
 fn sasl_handshake(c: &mut Conn, v: i16) -> R<()> {
     let r = c.send(
@@ -1692,6 +1696,35 @@ fn describe_client_quotas(c: &mut Conn, v: i16) -> R<()> {
     let n = r.entries.as_ref().map(|e| e.len()).unwrap_or(0);
     check(n == 0, || {
         format!("{n} quota entries on a broker without quotas")
+    })
+}
+
+/// Validate-only (the broker keeps no quota): a valid entry passes, an unknown key is
+/// INVALID_REQUEST.
+fn alter_client_quotas(c: &mut Conn, v: i16) -> R<()> {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    let entry = |key: &str| {
+        EntryData::default()
+            .with_entity(vec![EntityData::default()
+                .with_entity_type(s("client-id"))
+                .with_entity_name(Some(s("conf-client")))])
+            .with_ops(vec![OpData::default().with_key(s(key)).with_value(1024.0)])
+    };
+    let req = AlterClientQuotasRequest::default()
+        .with_validate_only(true)
+        .with_entries(vec![entry("producer_byte_rate")]);
+    let r = c.send(&req, v)?;
+    check(r.entries.len() == 1, || {
+        format!("{} entries for one", r.entries.len())
+    })?;
+    code("AlterClientQuotas", r.entries[0].error_code)?;
+    let req = AlterClientQuotasRequest::default()
+        .with_validate_only(true)
+        .with_entries(vec![entry("bogus_rate")]);
+    let r = c.send(&req, v)?;
+    let got = r.entries.first().map(|e| e.error_code);
+    check(got == Some(INVALID_REQUEST), || {
+        format!("an unknown quota key answered {got:?}")
     })
 }
 

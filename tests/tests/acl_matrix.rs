@@ -913,6 +913,25 @@ fn describe_client_quotas(t: &mut Target) -> String {
     format!("code={}", r.error_code)
 }
 
+fn alter_client_quotas(t: &mut Target) -> String {
+    use alter_client_quotas_request::{EntityData, EntryData, OpData};
+    let r = t
+        .client
+        .send(
+            AlterClientQuotasRequest::default()
+                .with_validate_only(true)
+                .with_entries(vec![EntryData::default()
+                    .with_entity(vec![EntityData::default()
+                        .with_entity_type(s("client-id"))
+                        .with_entity_name(Some(s("c")))])
+                    .with_ops(vec![OpData::default()
+                        .with_key(s("producer_byte_rate"))
+                        .with_value(1024.0)])]),
+        )
+        .expect("AlterClientQuotas");
+    format!("code={}", r.entries[0].error_code)
+}
+
 const ROWS: &[Row] = &[
     Row {
         name: "Metadata named (Describe topic)",
@@ -1213,6 +1232,11 @@ const ROWS: &[Row] = &[
         name: "DescribeClientQuotas (DescribeConfigs cluster)",
         grants: &[(CLUSTER, "", DESCRIBE_CONFIGS)],
         run: describe_client_quotas,
+    },
+    Row {
+        name: "AlterClientQuotas (AlterConfigs cluster)",
+        grants: &[(CLUSTER, "", ALTER_CONFIGS)],
+        run: alter_client_quotas,
     },
     Row {
         name: "Metadata v10 cluster ops (Describe cluster)",

@@ -28,6 +28,8 @@ pub mod settings {
     pub const GROUPS_EXCLUDE: &str = "mirror.groups.exclude";
     /// ACL sync on/off.
     pub const ACL_SYNC_ENABLE: &str = "mirror.acl.sync.enable";
+    /// Client quota sync on/off.
+    pub const QUOTA_SYNC_ENABLE: &str = "mirror.quota.sync.enable";
     /// Fetch sizing for mirror fetchers.
     pub const FETCH_MAX_BYTES: &str = "mirror.fetch.max.bytes";
     pub const FETCH_PARTITION_MAX_BYTES: &str = "mirror.fetch.partition.max.bytes";

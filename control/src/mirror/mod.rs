@@ -26,8 +26,8 @@ pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
 pub use store::{MirrorStateStore, PartitionEntry, RecoveryAction};
 pub use sync::{
     clamp_group_offset, id_changed_reason, plan_acl_sync, plan_group_sync, plan_metadata_sync,
-    AclBinding, AclSyncPlan, DeletionConfirmations, GroupOffsetCommit, LocalTopic, MissingVerdict,
-    SourceLookup, SourceTopic, SyncAction,
+    plan_quota_sync, AclBinding, AclSyncPlan, DeletionConfirmations, GroupOffsetCommit, LocalTopic,
+    MissingVerdict, SourceLookup, SourceTopic, SyncAction,
 };
 
 /// Topic config naming the mirror that owns a topic (hidden from DescribeConfigs).

@@ -420,6 +420,65 @@ pub fn plan_acl_sync(
     })
 }
 
+/// Setting: regexes of entity names (user or client-id; `<default>` for a default entity)
+/// whose client quotas the sync never touches.
+pub const QUOTA_ENTITIES_EXCLUDE: &str = "mirror.quota.entities.exclude";
+
+/// Plan a client quota sync round, as ACLs: one alteration per entity whose quotas differ,
+/// setting the source's values and removing keys the source does not have, so the local
+/// quotas (of the entities the filter selects) become the source's.
+pub fn plan_quota_sync(
+    def: &MirrorDefinition,
+    source: &BTreeMap<crate::quota::Entity, crate::quota::Values>,
+    destination: &BTreeMap<crate::quota::Entity, crate::quota::Values>,
+) -> Result<Vec<crate::quota::Alteration>, MirrorError> {
+    if def
+        .settings
+        .get(settings::QUOTA_SYNC_ENABLE)
+        .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
+    {
+        return Ok(Vec::new());
+    }
+    let exclude = def
+        .settings
+        .get(QUOTA_ENTITIES_EXCLUDE)
+        .map(|s| split_list(s))
+        .unwrap_or_default();
+    let filter = super::definition::TopicFilter::new(&[], &[".*".to_owned()], &exclude)?;
+    let keep = |e: &crate::quota::Entity| {
+        e.values()
+            .all(|n| filter.matches(n.as_deref().unwrap_or("<default>")))
+    };
+    let empty = crate::quota::Values::new();
+    let entities: BTreeSet<&crate::quota::Entity> = source
+        .keys()
+        .chain(destination.keys())
+        .filter(|e| keep(e))
+        .collect();
+    let mut out = Vec::new();
+    for e in entities {
+        let src = source.get(e).unwrap_or(&empty);
+        let dst = destination.get(e).unwrap_or(&empty);
+        let mut ops: Vec<(String, Option<f64>)> = src
+            .iter()
+            .filter(|(k, v)| dst.get(*k) != Some(*v))
+            .map(|(k, v)| (k.clone(), Some(*v)))
+            .collect();
+        ops.extend(
+            dst.keys()
+                .filter(|k| !src.contains_key(*k))
+                .map(|k| (k.clone(), None)),
+        );
+        if !ops.is_empty() {
+            out.push(crate::quota::Alteration {
+                entity: e.iter().map(|(t, n)| (t.clone(), n.clone())).collect(),
+                ops,
+            });
+        }
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -703,5 +762,58 @@ mod tests {
                 offset: 40
             }]
         );
+    }
+
+    #[test]
+    fn quota_sync_sets_differences_removes_extras_and_spares_excluded_entities() {
+        use crate::quota::{Entity, Values};
+        let ent = |t: &str, n: Option<&str>| -> Entity {
+            [(t.to_owned(), n.map(str::to_owned))].into_iter().collect()
+        };
+        let vals = |kv: &[(&str, f64)]| -> Values {
+            kv.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+        };
+        let src = BTreeMap::from([
+            (
+                ent("user", Some("alice")),
+                vals(&[("producer_byte_rate", 10.0)]),
+            ),
+            (ent("client-id", None), vals(&[("consumer_byte_rate", 5.0)])),
+        ]);
+        let dst = BTreeMap::from([
+            (
+                ent("user", Some("alice")),
+                vals(&[("producer_byte_rate", 10.0), ("consumer_byte_rate", 1.0)]),
+            ),
+            (
+                ent("user", Some("ops")),
+                vals(&[("producer_byte_rate", 1.0)]),
+            ),
+            (
+                ent("user", Some("local")),
+                vals(&[("producer_byte_rate", 1.0)]),
+            ),
+        ]);
+        let d = def(&[(QUOTA_ENTITIES_EXCLUDE, "local")]);
+        let plan = plan_quota_sync(&d, &src, &dst).unwrap();
+        let by: BTreeMap<String, Vec<(String, Option<f64>)>> = plan
+            .into_iter()
+            .map(|a| (format!("{:?}", a.entity), a.ops))
+            .collect();
+        assert_eq!(by.len(), 3, "{by:?}");
+        assert_eq!(
+            by[&format!("{:?}", vec![("user".to_owned(), Some("alice".to_owned()))])],
+            vec![("consumer_byte_rate".to_owned(), None)]
+        );
+        assert_eq!(
+            by[&format!("{:?}", vec![("client-id".to_owned(), None::<String>)])],
+            vec![("consumer_byte_rate".to_owned(), Some(5.0))]
+        );
+        assert_eq!(
+            by[&format!("{:?}", vec![("user".to_owned(), Some("ops".to_owned()))])],
+            vec![("producer_byte_rate".to_owned(), None)]
+        );
+        let off = def(&[("mirror.quota.sync.enable", "false")]);
+        assert!(plan_quota_sync(&off, &src, &dst).unwrap().is_empty());
     }
 }

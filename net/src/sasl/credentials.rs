@@ -3,10 +3,6 @@
 //!
 //! Alter waits for an fsync: it runs on glommio's blocking thread pool, so the engine core
 //! keeps serving while the store writes. Describe reads the published snapshot.
-//!
-//! Also DescribeClientQuotas (key 48), answered empty: kmirror has no client quotas, and
-//! `kafka-configs --entity-type users --describe` asks for a user's quotas before its SCRAM
-//! credentials.
 
 use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;
 use kafka_protocol::messages::describe_user_scram_credentials_response::{
@@ -14,8 +10,7 @@ use kafka_protocol::messages::describe_user_scram_credentials_response::{
 };
 use kafka_protocol::messages::{
     AlterUserScramCredentialsRequest, AlterUserScramCredentialsResponse,
-    DescribeClientQuotasRequest, DescribeClientQuotasResponse, DescribeUserScramCredentialsRequest,
-    DescribeUserScramCredentialsResponse,
+    DescribeUserScramCredentialsRequest, DescribeUserScramCredentialsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kmirror_control::scram::ScramChange;
@@ -98,9 +93,4 @@ pub fn describe(
         })
         .collect();
     DescribeUserScramCredentialsResponse::default().with_results(results)
-}
-
-/// No client quotas exist: every filter matches nothing.
-pub fn describe_client_quotas(_req: DescribeClientQuotasRequest) -> DescribeClientQuotasResponse {
-    DescribeClientQuotasResponse::default().with_entries(Some(Vec::new()))
 }

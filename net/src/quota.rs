@@ -1,0 +1,531 @@
+//! Client quotas: DescribeClientQuotas (key 48) and AlterClientQuotas (key 49) over the
+//! broker's durable [`QuotaStore`], and enforcement of `producer_byte_rate` and
+//! `consumer_byte_rate` on Produce and Fetch.
+//!
+//! One [`QuotaRegistry`] per data directory, shared by every core and the mirror control thread
+//! (the quota sync). Changes are serialized behind a mutex (rare admin operations) and run on
+//! a blocking thread, never on an engine core: the store fsyncs. Each change publishes an
+//! immutable snapshot (with a generation number) read without a lock.
+//!
+//! Enforcement follows Kafka's `ClientQuotaManager`: a quota belongs to the entity that
+//! matched by precedence, and every connection resolving to the same [`BudgetKey`] charges
+//! one budget, whichever core serves it. That is why a budget is one shared [`Budget`] of
+//! atomic per-second buckets rather than per-core shares: SO_REUSEPORT spreads a client's
+//! connections over cores unevenly (often all on one), so a per-core share of the quota would
+//! throttle a single-connection client to quota/cores. Recording is a CAS on one 64-bit word
+//! (window number and byte count packed together), so no lock and no lost bytes at a window
+//! rollover. Finding the budget of a (user, client-id) goes through a per-core (thread-local)
+//! cache keyed by the snapshot generation; only a miss takes the registry's budget-map mutex.
+//!
+//! Rate as Kafka measures it: `quota.window.num` 11 samples of `quota.window.size.seconds`
+//! 1; the observed rate is the bytes of the live samples over the time since the oldest
+//! sample started, counted as at least 10 full windows. Above the quota the throttle time is
+//! `(observed - quota) / quota * that window`, at most 11 s. Produce: appended, then the
+//! response carries `throttle_time_ms` and the connection is muted for that long (KIP-219:
+//! the response goes out first, the client throttles itself too). Fetch: a throttled fetch
+//! is answered empty (its bytes un-recorded) with `throttle_time_ms`, then muted; its
+//! `max_bytes` is first capped at quota x 10 s, as Kafka does. Clients older than KIP-219
+//! (Produce < v6, Fetch < v8) get the same treatment: the mute delays their next response
+//! rather than this one, which is the same pacing for a client that waits for answers.
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use arc_swap::ArcSwap;
+use kafka_protocol::messages::{
+    alter_client_quotas_response, describe_client_quotas_response, AlterClientQuotasRequest,
+    AlterClientQuotasResponse, DescribeClientQuotasRequest, DescribeClientQuotasResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kmirror_control::quota::{
+    keys, resolve_in, Alteration, BudgetKey, Entity, FilterComponent, QuotaError, QuotaStore,
+    Values,
+};
+
+use kafka_protocol::messages::{FetchRequest, FetchResponse, ProduceResponse, RequestHeader};
+
+use crate::broker::Ctx;
+use crate::errors;
+use crate::session::Session;
+
+/// Kafka's `quota.window.num`.
+const WINDOWS: u64 = 11;
+/// Kafka's `quota.window.size.seconds`, in ms.
+const WINDOW_MS: u64 = 1000;
+/// Kafka bounds a client quota's throttle time by the whole quota window.
+const MAX_THROTTLE_MS: u64 = WINDOWS * WINDOW_MS;
+
+/// Which byte rate a request charges.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum QuotaKind {
+    Produce,
+    Fetch,
+}
+
+impl QuotaKind {
+    fn key(self) -> &'static str {
+        match self {
+            QuotaKind::Produce => keys::PRODUCER_BYTE_RATE,
+            QuotaKind::Fetch => keys::CONSUMER_BYTE_RATE,
+        }
+    }
+}
+
+/// Bits of a bucket word holding the byte count; the rest hold the window number.
+const BYTES_BITS: u32 = 40;
+const BYTES_MASK: u64 = (1 << BYTES_BITS) - 1;
+
+/// One (kind, budget key)'s sampled byte count: bucket `w % 11` holds window `w`'s bytes.
+#[derive(Debug)]
+pub struct Budget {
+    buckets: [AtomicU64; WINDOWS as usize],
+}
+
+impl Default for Budget {
+    fn default() -> Self {
+        Budget {
+            buckets: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+}
+
+fn tag(window: u64) -> u64 {
+    // 24 bits of window number: enough to tell the live windows from stale ones.
+    (window & ((1 << (64 - BYTES_BITS)) - 1)) << BYTES_BITS
+}
+
+impl Budget {
+    /// Adds (or with `negative`, removes) `bytes` to the window of `now_ms`.
+    fn add(&self, bytes: u64, now_ms: u64, negative: bool) {
+        let w = now_ms / WINDOW_MS;
+        let b = &self.buckets[(w % WINDOWS) as usize];
+        let _ = b.fetch_update(Ordering::AcqRel, Ordering::Acquire, |v| {
+            let count = if v & !BYTES_MASK == tag(w) {
+                v & BYTES_MASK
+            } else {
+                0
+            };
+            let count = if negative {
+                count.saturating_sub(bytes)
+            } else {
+                (count + bytes).min(BYTES_MASK)
+            };
+            Some(tag(w) | count)
+        });
+    }
+
+    /// Kafka's `Rate.measure` over the live windows: (bytes, elapsed ms).
+    fn measure(&self, now_ms: u64) -> (u64, u64) {
+        let w = now_ms / WINDOW_MS;
+        let (mut sum, mut oldest) = (0u64, w);
+        for back in 0..WINDOWS {
+            let Some(win) = w.checked_sub(back) else {
+                break;
+            };
+            let v = self.buckets[(win % WINDOWS) as usize].load(Ordering::Acquire);
+            if v & !BYTES_MASK == tag(win) && v & BYTES_MASK > 0 {
+                sum += v & BYTES_MASK;
+                oldest = oldest.min(win);
+            }
+        }
+        let mut elapsed = now_ms - oldest * WINDOW_MS;
+        let full = elapsed / WINDOW_MS;
+        if full < WINDOWS - 1 {
+            elapsed += (WINDOWS - 1 - full) * WINDOW_MS;
+        }
+        (sum, elapsed)
+    }
+
+    /// Records `bytes` and returns the throttle time (0 within the quota).
+    pub fn record(&self, bytes: u64, quota: f64, now_ms: u64) -> u64 {
+        self.add(bytes, now_ms, false);
+        throttle_ms(self.measure(now_ms), quota)
+    }
+
+    /// Takes back bytes recorded at `now_ms` (a throttled fetch sends no data).
+    pub fn unrecord(&self, bytes: u64, now_ms: u64) {
+        self.add(bytes, now_ms, true);
+    }
+}
+
+fn throttle_ms((sum, elapsed_ms): (u64, u64), quota: f64) -> u64 {
+    let observed = sum as f64 * 1000.0 / elapsed_ms as f64;
+    if quota <= 0.0 || observed <= quota {
+        return 0;
+    }
+    let t = (observed - quota) / quota * elapsed_ms as f64;
+    (t as u64).min(MAX_THROTTLE_MS)
+}
+
+struct Snapshot {
+    generation: u64,
+    all: Arc<std::collections::BTreeMap<Entity, Values>>,
+}
+
+/// The durable store, its published snapshot and the shared budgets.
+pub struct QuotaRegistry {
+    id: u64,
+    store: Mutex<QuotaStore>,
+    snapshot: ArcSwap<Snapshot>,
+    budgets: Mutex<HashMap<(QuotaKind, BudgetKey), Arc<Budget>>>,
+}
+
+impl std::fmt::Debug for QuotaRegistry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuotaRegistry")
+            .field("id", &self.id)
+            .finish()
+    }
+}
+
+impl QuotaRegistry {
+    fn new(store: QuotaStore) -> QuotaRegistry {
+        static IDS: AtomicU64 = AtomicU64::new(1);
+        QuotaRegistry {
+            id: IDS.fetch_add(1, Ordering::Relaxed),
+            snapshot: ArcSwap::from_pointee(Snapshot {
+                generation: 0,
+                all: Arc::new(store.all()),
+            }),
+            store: Mutex::new(store),
+            budgets: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Every entity's quotas as of the last completed change (lock-free).
+    pub fn all(&self) -> Arc<std::collections::BTreeMap<Entity, Values>> {
+        self.snapshot.load().all.clone()
+    }
+
+    /// Runs `f` on the store under its lock (it may persist: call from a blocking context),
+    /// then publishes the new snapshot.
+    pub fn mutate<R>(&self, f: impl FnOnce(&mut QuotaStore) -> R) -> R {
+        let mut st = self.store.lock().unwrap_or_else(|p| p.into_inner());
+        let r = f(&mut st);
+        let generation = self.snapshot.load().generation + 1;
+        self.snapshot.store(Arc::new(Snapshot {
+            generation,
+            all: Arc::new(st.all()),
+        }));
+        r
+    }
+
+    /// The budget and quota charged by `kind` requests of (`user`, `client_id`), if any.
+    fn budget(&self, kind: QuotaKind, user: &str, client_id: &str) -> Option<(Arc<Budget>, f64)> {
+        type CacheKey = (u64, QuotaKind, String, String);
+        type Cache = (u64, HashMap<CacheKey, Option<(Arc<Budget>, f64)>>);
+        thread_local! {
+            static CACHE: RefCell<Cache> = RefCell::new((0, HashMap::new()));
+        }
+        let snap = self.snapshot.load();
+        if snap.all.is_empty() {
+            return None;
+        }
+        CACHE.with(|c| {
+            let mut c = c.borrow_mut();
+            // One generation of one registry at a time (tests run several brokers per process).
+            let stamp = self.id << 40 | snap.generation;
+            if c.0 != stamp {
+                *c = (stamp, HashMap::new());
+            }
+            let key = (self.id, kind, user.to_owned(), client_id.to_owned());
+            if let Some(hit) = c.1.get(&key) {
+                return hit.clone();
+            }
+            let found = resolve_in(&snap.all, user, client_id, kind.key()).map(|(bk, q)| {
+                let mut budgets = self.budgets.lock().unwrap_or_else(|p| p.into_inner());
+                (budgets.entry((kind, bk)).or_default().clone(), q)
+            });
+            if c.1.len() > 10_000 {
+                c.1.clear();
+            }
+            c.1.insert(key, found.clone());
+            found
+        })
+    }
+
+    /// Charges `bytes` to the (user, client-id)'s `kind` budget; the throttle time in ms.
+    pub fn record(&self, kind: QuotaKind, user: &str, client_id: &str, bytes: u64) -> u64 {
+        match self.budget(kind, user, client_id) {
+            None => 0,
+            Some((b, q)) => b.record(bytes, q, kmirror_engine::now_ms().max(0) as u64),
+        }
+    }
+
+    /// Takes back a throttled fetch's bytes.
+    pub fn unrecord(&self, kind: QuotaKind, user: &str, client_id: &str, bytes: u64) {
+        if let Some((b, _)) = self.budget(kind, user, client_id) {
+            b.unrecord(bytes, kmirror_engine::now_ms().max(0) as u64);
+        }
+    }
+}
+
+pub type SharedQuotas = Arc<QuotaRegistry>;
+
+/// One request's quota identity: the registry, Kafka's user (the principal's name,
+/// `ANONYMOUS` unauthenticated) and the client-id of the request header.
+pub struct Charge<'a> {
+    registry: &'a QuotaRegistry,
+    metrics: &'a crate::metrics::NetMetrics,
+    user: &'a str,
+    client_id: &'a str,
+}
+
+impl<'a> Charge<'a> {
+    pub fn new(ctx: &'a Ctx, session: &'a Session, header: &'a RequestHeader) -> Charge<'a> {
+        Charge {
+            registry: &ctx.broker.quotas,
+            metrics: &ctx.broker.metrics,
+            user: &session.principal.name,
+            client_id: header.client_id.as_deref().unwrap_or(""),
+        }
+    }
+
+    /// Charges a Produce request's size (the records are already appended, as in Kafka);
+    /// sets and returns the throttle time.
+    pub fn produce(&self, request_bytes: u64, resp: Option<&mut ProduceResponse>) -> u64 {
+        let r = self.registry;
+        let t = r.record(QuotaKind::Produce, self.user, self.client_id, request_bytes);
+        if t > 0 {
+            let m = self.metrics;
+            m.quota_throttled_produce.fetch_add(1, Ordering::Relaxed);
+            m.quota_produce_throttle_ms.fetch_add(t, Ordering::Relaxed);
+        }
+        if let Some(resp) = resp {
+            resp.throttle_time_ms = resp.throttle_time_ms.max(t as i32);
+        }
+        t
+    }
+
+    /// Kafka caps a client's Fetch `max_bytes` at what its quota allows over the window
+    /// (`getMaxValueInQuotaWindow`: quota x (samples - 1) x window), so one response cannot
+    /// overshoot the budget by much.
+    pub fn cap_fetch(&self, req: &mut FetchRequest) {
+        if let Some((_, q)) = self
+            .registry
+            .budget(QuotaKind::Fetch, self.user, self.client_id)
+        {
+            let cap = q * ((WINDOWS - 1) * WINDOW_MS) as f64 / 1000.0;
+            let cap = cap.clamp(1.0, i32::MAX as f64) as i32;
+            if req.max_bytes <= 0 || req.max_bytes > cap {
+                req.max_bytes = cap;
+            }
+        }
+    }
+
+    /// Charges a Fetch response's size. Over the quota the response is emptied (its bytes
+    /// taken back) and carries the throttle time, as Kafka answers a throttled fetch.
+    pub fn fetch(&self, response_bytes: u64, resp: &mut FetchResponse) -> u64 {
+        let r = self.registry;
+        let t = r.record(QuotaKind::Fetch, self.user, self.client_id, response_bytes);
+        if t > 0 {
+            let m = self.metrics;
+            m.quota_throttled_fetch.fetch_add(1, Ordering::Relaxed);
+            m.quota_fetch_throttle_ms.fetch_add(t, Ordering::Relaxed);
+            r.unrecord(QuotaKind::Fetch, self.user, self.client_id, response_bytes);
+            resp.responses.clear();
+            resp.throttle_time_ms = resp.throttle_time_ms.max(t as i32);
+        }
+        t
+    }
+}
+
+/// Keeps a throttled connection muted for `ms` (or until the broker stops).
+pub async fn mute(ctx: &Ctx, ms: u64) {
+    futures_lite::future::or(
+        glommio::timer::sleep(std::time::Duration::from_millis(ms)),
+        ctx.core.stop.stopped(),
+    )
+    .await;
+}
+
+/// The quota store of the broker whose data directory is `dir` (opened on first use).
+pub fn store_for(dir: &Path) -> Result<SharedQuotas, QuotaError> {
+    static STORES: OnceLock<Mutex<HashMap<PathBuf, SharedQuotas>>> = OnceLock::new();
+    let mut map = STORES
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(|p| p.into_inner());
+    if let Some(s) = map.get(dir) {
+        return Ok(s.clone());
+    }
+    let s = Arc::new(QuotaRegistry::new(QuotaStore::open(dir)?));
+    map.insert(dir.to_path_buf(), s.clone());
+    Ok(s)
+}
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_owned())
+}
+
+/// DescribeClientQuotas: Kafka's filter semantics; a bad filter is a top-level error.
+pub fn describe_client_quotas(
+    dir: &Path,
+    req: DescribeClientQuotasRequest,
+) -> DescribeClientQuotasResponse {
+    let components: Vec<FilterComponent> = req
+        .components
+        .iter()
+        .map(|c| FilterComponent {
+            entity_type: c.entity_type.to_string(),
+            match_type: c.match_type,
+            name: c._match.as_ref().map(|m| m.to_string()),
+        })
+        .collect();
+    let found = store_for(dir).and_then(|st| {
+        kmirror_control::quota::validate_filter(&components)?;
+        Ok(st
+            .all()
+            .iter()
+            .filter(|(e, _)| kmirror_control::quota::filter_matches(&components, req.strict, e))
+            .map(|(e, v)| (e.clone(), v.clone()))
+            .collect::<Vec<_>>())
+    });
+    match found {
+        Err(e) => DescribeClientQuotasResponse::default()
+            .with_error_code(errors::quota_error_code(&e))
+            .with_error_message(Some(s(&e.to_string())))
+            .with_entries(None),
+        Ok(rows) => DescribeClientQuotasResponse::default().with_entries(Some(
+            rows.into_iter()
+                .map(|(e, v)| {
+                    describe_client_quotas_response::EntryData::default()
+                        .with_entity(
+                            e.iter()
+                                .map(|(t, n)| {
+                                    describe_client_quotas_response::EntityData::default()
+                                        .with_entity_type(s(t))
+                                        .with_entity_name(n.as_deref().map(s))
+                                })
+                                .collect(),
+                        )
+                        .with_values(
+                            v.iter()
+                                .map(|(k, v)| {
+                                    describe_client_quotas_response::ValueData::default()
+                                        .with_key(s(k))
+                                        .with_value(*v)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )),
+    }
+}
+
+fn alter_entity(
+    e: &kafka_protocol::messages::alter_client_quotas_request::EntryData,
+) -> Vec<alter_client_quotas_response::EntityData> {
+    e.entity
+        .iter()
+        .map(|d| {
+            alter_client_quotas_response::EntityData::default()
+                .with_entity_type(d.entity_type.clone())
+                .with_entity_name(d.entity_name.clone())
+        })
+        .collect()
+}
+
+/// AlterClientQuotas; the store's fsync runs on a blocking thread, off the engine core.
+pub async fn alter_client_quotas(
+    dir: &Path,
+    req: AlterClientQuotasRequest,
+) -> AlterClientQuotasResponse {
+    let alts: Vec<Alteration> = req
+        .entries
+        .iter()
+        .map(|e| Alteration {
+            entity: e
+                .entity
+                .iter()
+                .map(|d| {
+                    (
+                        d.entity_type.to_string(),
+                        d.entity_name.as_ref().map(|n| n.to_string()),
+                    )
+                })
+                .collect(),
+            ops: e
+                .ops
+                .iter()
+                .map(|o| (o.key.to_string(), (!o.remove).then_some(o.value)))
+                .collect(),
+        })
+        .collect();
+    let validate_only = req.validate_only;
+    let results: Vec<Result<(), QuotaError>> = match store_for(dir) {
+        Ok(st) => {
+            glommio::executor()
+                .spawn_blocking(move || st.mutate(|s| s.alter(&alts, validate_only)))
+                .await
+        }
+        Err(e) => {
+            let m = e.to_string();
+            alts.iter()
+                .map(|_| Err(QuotaError::Io(std::io::Error::other(m.clone()))))
+                .collect()
+        }
+    };
+    let entries = req
+        .entries
+        .iter()
+        .zip(results)
+        .map(|(e, r)| {
+            let out =
+                alter_client_quotas_response::EntryData::default().with_entity(alter_entity(e));
+            match r {
+                Ok(()) => out,
+                Err(err) => out
+                    .with_error_code(errors::quota_error_code(&err))
+                    .with_error_message(Some(s(&err.to_string()))),
+            }
+        })
+        .collect();
+    AlterClientQuotasResponse::default().with_entries(entries)
+}
+
+/// AlterClientQuotas refused (no ALTER_CONFIGS on the cluster): every entry.
+pub fn alter_client_quotas_refused(
+    req: &AlterClientQuotasRequest,
+    code: i16,
+) -> AlterClientQuotasResponse {
+    AlterClientQuotasResponse::default().with_entries(
+        req.entries
+            .iter()
+            .map(|e| {
+                alter_client_quotas_response::EntryData::default()
+                    .with_entity(alter_entity(e))
+                    .with_error_code(code)
+            })
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burst_within_ten_windows_of_quota_passes_and_more_is_throttled_by_the_excess() {
+        let b = Budget::default();
+        let t0 = 1_000_000u64;
+        // 10 windows' worth at once is exactly the quota over the minimum 10 s window.
+        assert_eq!(b.record(1000, 100.0, t0), 0);
+        // Another 1000 bytes doubles the rate: throttled by (200-100)/100 * 10 s.
+        assert_eq!(b.record(1000, 100.0, t0), 10_000);
+        b.unrecord(1000, t0);
+        assert_eq!(b.measure(t0), (1000, 10_000));
+        // Samples older than 11 windows are forgotten.
+        assert_eq!(b.measure(t0 + 11_000).0, 0);
+    }
+
+    #[test]
+    fn throttle_time_is_bounded_by_the_quota_window() {
+        let b = Budget::default();
+        assert_eq!(b.record(1 << 30, 1.0, 5_000), MAX_THROTTLE_MS);
+    }
+}
