@@ -1114,6 +1114,11 @@ impl Log {
         self.producers.entry(pid.0)
     }
 
+    /// Every producer the log remembers (DescribeProducers), by producer id.
+    pub fn producers(&self) -> Vec<(ProducerId, ProducerEntry)> {
+        self.producers.all()
+    }
+
     /// Bytes of batch data held (all segments).
     pub fn size_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.size as u64).sum()

@@ -615,6 +615,12 @@ impl CoordinatorThread {
                 }
             }
             RequestKind::TxnOffsetCommit(r) => self.txn_offset_commit(r, version, now),
+            RequestKind::DescribeTransactions(r) => {
+                crate::handlers::transactions::describe(&self.txns, r)
+            }
+            RequestKind::ListTransactions(r) => {
+                crate::handlers::transactions::list(&self.txns, r, version, now)
+            }
             other => error_response(other, version, codes::INVALID_REQUEST),
         })
     }
@@ -1334,6 +1340,21 @@ pub fn error_response(req: &RequestKind, version: i16, code: i16) -> ResponseKin
                 .with_error_code(code)
                 .with_producer_id(r.producer_id)
                 .with_producer_epoch(r.producer_epoch),
+        ),
+        RequestKind::DescribeTransactions(r) => ResponseKind::DescribeTransactions(
+            DescribeTransactionsResponse::default().with_transaction_states(
+                r.transactional_ids
+                    .iter()
+                    .map(|id| {
+                        describe_transactions_response::TransactionState::default()
+                            .with_error_code(code)
+                            .with_transactional_id(id.clone())
+                    })
+                    .collect(),
+            ),
+        ),
+        RequestKind::ListTransactions(_) => ResponseKind::ListTransactions(
+            ListTransactionsResponse::default().with_error_code(code),
         ),
         // Not a coordinator API: the broker should never route it here.
         _ => ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code)),

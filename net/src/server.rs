@@ -510,6 +510,54 @@ async fn dispatch(
                 (None, None) => unreachable!("the request is refused or forwarded"),
             }
         }
+        RequestKind::DescribeTopicPartitions(r) => ResponseKind::DescribeTopicPartitions(
+            handlers::describe::describe_topic_partitions(ctx, access, r),
+        ),
+        RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(
+            handlers::describe::describe_log_dirs(ctx, access, v, r).await,
+        ),
+        RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(
+            handlers::describe::describe_producers(ctx, access, r).await,
+        ),
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
+        }
+        RequestKind::DescribeTransactions(mut r) => {
+            // DESCRIBE on each id; the refused ones are answered here, in request order.
+            let ids = std::mem::take(&mut r.transactional_ids);
+            let (allowed, denied): (Vec<_>, Vec<_>) = ids
+                .into_iter()
+                .partition(|id| access.allows(authz::table::DESCRIBE_TXN, id));
+            r.transactional_ids = allowed;
+            let mut resp =
+                match group_request(ctx, api_key, header, RequestKind::DescribeTransactions(r))
+                    .await?
+                {
+                    ResponseKind::DescribeTransactions(d) => d,
+                    _ => unreachable!("checked by group_request"),
+                };
+            let code = crate::errors::authorization_failed(
+                kmirror_control::authz::resource::TRANSACTIONAL_ID,
+            );
+            resp.transaction_states.extend(denied.into_iter().map(|id| {
+                kafka_protocol::messages::describe_transactions_response::TransactionState::default(
+                )
+                .with_error_code(code)
+                .with_transactional_id(id)
+            }));
+            ResponseKind::DescribeTransactions(resp)
+        }
+        RequestKind::ListTransactions(r) => {
+            // Only the ids the principal may describe are listed.
+            match group_request(ctx, api_key, header, RequestKind::ListTransactions(r)).await? {
+                ResponseKind::ListTransactions(mut l) => {
+                    l.transaction_states
+                        .retain(|t| access.allows(authz::table::DESCRIBE_TXN, &t.transactional_id));
+                    ResponseKind::ListTransactions(l)
+                }
+                _ => unreachable!("checked by group_request"),
+            }
+        }
         req if versions::is_group_api(api_key) => match authz::before_group_api(access, v, req) {
             Err(refused) => refused,
             Ok((req, patch)) => {
@@ -591,5 +639,7 @@ fn response_matches(api_key: ApiKey, resp: &ResponseKind) -> bool {
             | (ApiKey::TxnOffsetCommit, R::TxnOffsetCommit(_))
             | (ApiKey::DeleteGroups, R::DeleteGroups(_))
             | (ApiKey::OffsetDelete, R::OffsetDelete(_))
+            | (ApiKey::DescribeTransactions, R::DescribeTransactions(_))
+            | (ApiKey::ListTransactions, R::ListTransactions(_))
     )
 }

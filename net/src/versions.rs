@@ -52,6 +52,12 @@ served! {
     DescribeUserScramCredentials => DescribeUserScramCredentialsRequest,
     AlterUserScramCredentials => AlterUserScramCredentialsRequest,
     DescribeClientQuotas => DescribeClientQuotasRequest,
+    DescribeTopicPartitions => DescribeTopicPartitionsRequest,
+    DescribeLogDirs => DescribeLogDirsRequest,
+    DescribeProducers => DescribeProducersRequest,
+    DescribeTransactions => DescribeTransactionsRequest,
+    ListTransactions => ListTransactionsRequest,
+    ElectLeaders => ElectLeadersRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).
@@ -74,6 +80,8 @@ pub fn is_group_api(key: ApiKey) -> bool {
             | ApiKey::TxnOffsetCommit
             | ApiKey::DeleteGroups
             | ApiKey::OffsetDelete
+            | ApiKey::DescribeTransactions
+            | ApiKey::ListTransactions
     )
 }
 

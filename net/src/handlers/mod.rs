@@ -3,10 +3,12 @@
 
 pub mod admin;
 pub mod configs;
+pub mod describe;
 pub mod fetch;
 pub mod metadata;
 pub mod offsets;
 pub mod produce;
+pub mod transactions;
 pub mod txn;
 
 use kafka_protocol::messages::{BrokerId, TopicName};
