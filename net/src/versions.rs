@@ -235,6 +235,11 @@ mod tests {
                 ApiKey::InitProducerId => RequestKind::InitProducerId(Default::default()),
                 ApiKey::AddOffsetsToTxn => RequestKind::AddOffsetsToTxn(Default::default()),
                 ApiKey::EndTxn => RequestKind::EndTxn(Default::default()),
+                ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(
+                    DescribeTransactionsRequest::default()
+                        .with_transactional_ids(vec![TransactionalId(name())]),
+                ),
+                ApiKey::ListTransactions => RequestKind::ListTransactions(Default::default()),
                 other => panic!("{other:?} is not a group API"),
             }
         };
