@@ -26,6 +26,7 @@ pub mod authz;
 pub mod broker;
 pub mod cluster;
 pub mod errors;
+pub mod features;
 pub mod fetch_encode;
 pub mod frame;
 pub mod groups;

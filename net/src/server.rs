@@ -410,7 +410,12 @@ async fn dispatch(
     let access = &access;
     let resp = match req {
         RequestKind::ApiVersions(_) => {
-            ResponseKind::ApiVersions(versions::api_versions_response(0, &extension_versions(ctx)))
+            let mut resp = versions::api_versions_response(0, &extension_versions(ctx));
+            crate::features::advertise(ctx, v, &mut resp);
+            ResponseKind::ApiVersions(resp)
+        }
+        RequestKind::UpdateFeatures(r) => {
+            ResponseKind::UpdateFeatures(crate::features::update_features(ctx, access, v, r).await)
         }
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(handlers::metadata::metadata(ctx, session, access, v, r).await)

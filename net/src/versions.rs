@@ -58,6 +58,7 @@ served! {
     DescribeTransactions => DescribeTransactionsRequest,
     ListTransactions => ListTransactionsRequest,
     ElectLeaders => ElectLeadersRequest,
+    UpdateFeatures => UpdateFeaturesRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).

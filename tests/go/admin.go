@@ -131,3 +131,58 @@ func adminSteps(ctx context.Context, cl *kgo.Client) {
 		send("ElectLeaders.all", req)
 	}
 }
+
+var featureUpdates = flag.String("updates", "", "features: ';'-separated updates, each 'name=level/type[/validate]' sent as one UpdateFeatures request")
+
+// featureSteps prints ApiVersions' features, then sends each UpdateFeatures request of
+// -updates (type: 1 upgrade, 2 safe downgrade, 3 unsafe downgrade; several updates of one
+// request separated by ',').
+func featureSteps(ctx context.Context, cl *kgo.Client) {
+	meta := kmsg.NewPtrMetadataRequest()
+	if _, err := meta.RequestWith(ctx, cl); err != nil {
+		fail("metadata", err)
+	}
+	b := cl.DiscoveredBrokers()[0]
+	av := kmsg.NewPtrApiVersionsRequest()
+	av.ClientSoftwareName = "franz"
+	av.ClientSoftwareVersion = "1"
+	r, err := b.Request(ctx, av)
+	if err != nil {
+		fail("apiversions", err)
+	}
+	a := r.(*kmsg.ApiVersionsResponse)
+	resp("ApiVersions.features", &kmsg.ApiVersionsResponse{
+		SupportedFeatures: a.SupportedFeatures,
+		FinalizedFeatures: a.FinalizedFeatures,
+	})
+	if *featureUpdates == "" {
+		return
+	}
+	for _, reqText := range strings.Split(*featureUpdates, ";") {
+		req := kmsg.NewPtrUpdateFeaturesRequest()
+		req.TimeoutMillis = 30000
+		for _, u := range strings.Split(reqText, ",") {
+			var name string
+			var level int16
+			var kind int8
+			parts := strings.Split(u, "/")
+			if _, err := fmt.Sscanf(strings.Replace(parts[0], "=", " ", 1)+" "+parts[1], "%s %d %d", &name, &level, &kind); err != nil {
+				fail("updates", err)
+			}
+			if len(parts) > 2 {
+				req.ValidateOnly = true
+			}
+			f := kmsg.NewUpdateFeaturesRequestFeatureUpdate()
+			f.Feature = name
+			f.MaxVersionLevel = level
+			f.UpgradeType = kind
+			f.AllowDowngrade = kind > 1
+			req.FeatureUpdates = append(req.FeatureUpdates, f)
+		}
+		r, err := b.Request(ctx, req)
+		if err != nil {
+			fail("updatefeatures", err)
+		}
+		resp("UpdateFeatures "+reqText, r)
+	}
+}

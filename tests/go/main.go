@@ -193,6 +193,13 @@ func main() {
 		}
 		adminSteps(ctx, cl)
 		cl.Close()
+	case "features":
+		cl, err := kgo.NewClient(o...)
+		if err != nil {
+			fail("client", err)
+		}
+		featureSteps(ctx, cl)
+		cl.Close()
 	default:
 		fail("usage", fmt.Errorf("unknown -mode %q", *mode))
 	}

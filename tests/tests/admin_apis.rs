@@ -434,3 +434,205 @@ fn admin_apis_answer_kafka_4_tools_and_franz_go_as_apache_kafka_does() {
         );
     }
 }
+
+/// Kafka's features kmirror finalizes too; the others (transaction.version, group.version,
+/// ...) are protocols kmirror does not advertise.
+const SHARED_FEATURES: [&str; 2] = ["metadata.version", "kraft.version"];
+
+/// `kafka-features describe` lines of `features`, without the epoch.
+fn features_described(boot: &str, features: &[&str]) -> Vec<String> {
+    let r = tool("org.apache.kafka.tools.FeatureCommand", boot, &["describe"]);
+    assert!(r.status.success(), "kafka-features describe: {}", r.stderr);
+    let mut lines: Vec<String> = r
+        .stdout
+        .lines()
+        .filter(|l| {
+            features
+                .iter()
+                .any(|f| l.starts_with(&format!("Feature: {f}\t")))
+        })
+        .map(|l| l.split("\tEpoch:").next().unwrap_or(l).to_string())
+        .collect();
+    lines.sort();
+    lines
+}
+
+/// `kafka-features ARGS`: exit code and the error class named, if any.
+fn features_tool(boot: &str, args: &[&str]) -> String {
+    let r = tool("org.apache.kafka.tools.FeatureCommand", boot, args);
+    let out = format!("{}\n{}", r.stdout, r.stderr);
+    let error = out
+        .split(|c: char| c.is_whitespace() || c == ':')
+        .find(|w| w.ends_with("Exception") && w.contains('.'))
+        .unwrap_or("");
+    format!("exit {:?} {error}", r.status.code())
+}
+
+/// Updates whose answer must be Kafka's: unknown feature, level out of range, downgrade
+/// without a downgrade type, a valid no-op (validate-only), and all-or-nothing.
+const UPDATES: &str = "no.such.feature=1/1;metadata.version=999/1;metadata.version=8/1;\
+metadata.version=27/1/validate;kraft.version=0/1/validate;\
+metadata.version=27/1,no.such.feature=1/1";
+
+fn franz_features(boot: &str, updates: &str) -> Vec<(String, Value)> {
+    let ran = proc::run(
+        Command::new(golang::franz_bin()).args([
+            "-mode",
+            "features",
+            "-bootstrap",
+            boot,
+            "-updates",
+            updates,
+        ]),
+        T,
+    );
+    assert!(
+        ran.status.success(),
+        "franz features failed: {}\n{}",
+        ran.stdout,
+        ran.stderr
+    );
+    ran.stdout
+        .lines()
+        .map(|line| {
+            let v: Value = serde_json::from_str(line).expect("franz JSON line");
+            let mut body = v["body"].clone();
+            normalise("", &mut body);
+            (v["api"].as_str().unwrap().to_string(), body)
+        })
+        .collect()
+}
+
+/// The features of an ApiVersions answer as `name min..max finalized`, for `names`.
+fn feature_levels(body: &Value, names: &[&str]) -> Vec<String> {
+    let finalized = |n: &str| {
+        body["FinalizedFeatures"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|f| f["Name"] == n)
+            .map(|f| format!("{}..{}", f["MinVersionLevel"], f["MaxVersionLevel"]))
+            .unwrap_or_else(|| "-".into())
+    };
+    let mut v: Vec<String> = body["SupportedFeatures"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|f| names.contains(&f["Name"].as_str().unwrap_or("")))
+        .map(|f| {
+            let n = f["Name"].as_str().unwrap();
+            format!(
+                "{n} {}..{} finalized {}",
+                f["MinVersion"],
+                f["MaxVersion"],
+                finalized(n)
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[derive(Debug, PartialEq)]
+struct FeatureOutcome {
+    described: Vec<String>,
+    tool: Vec<String>,
+    advertised: Vec<String>,
+    updates: Vec<(String, Value)>,
+}
+
+fn feature_scenario(boot: &str) -> FeatureOutcome {
+    let described = features_described(boot, &SHARED_FEATURES);
+    let tool = vec![
+        features_tool(boot, &["upgrade", "--feature", "no.such.feature=1"]),
+        features_tool(boot, &["upgrade", "--feature", "metadata.version=999"]),
+        features_tool(boot, &["downgrade", "--feature", "metadata.version=8"]),
+        features_tool(boot, &["upgrade", "--metadata", "4.1-IV1", "--dry-run"]),
+    ];
+    let mut out = franz_features(boot, UPDATES);
+    let (_, api_versions) = out.remove(0);
+    FeatureOutcome {
+        described,
+        tool,
+        advertised: feature_levels(&api_versions, &SHARED_FEATURES),
+        updates: out,
+    }
+}
+
+#[test]
+fn features_and_update_features_answer_as_apache_kafka_and_mirror_version_is_a_real_level() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let expected = {
+        let kafka = KafkaCluster::single();
+        feature_scenario(&kafka.bootstrap())
+    };
+    eprintln!("features on Apache Kafka: {expected:#?}");
+    let mut node = KmirrorNode::start();
+    let boot = node.addr();
+    let got = feature_scenario(&boot);
+    assert_eq!(
+        got, expected,
+        "kmirror (left) differs from Apache Kafka (right)"
+    );
+
+    // mirror.version: advertised, finalized at 1, and turned off and on by UpdateFeatures,
+    // durably.
+    let mirror = |boot: &str| {
+        let (_, av) = franz_features(boot, "").remove(0);
+        feature_levels(&av, &["mirror.version"])
+    };
+    assert_eq!(mirror(&boot), ["mirror.version 0..1 finalized 1..1"]);
+    assert_eq!(
+        features_described(&boot, &["mirror.version"]),
+        ["Feature: mirror.version\tSupportedMinVersion: 0\tSupportedMaxVersion: 1\tFinalizedVersionLevel: 1"]
+    );
+    assert!(kmirror_tests::mirror::cli(&boot, &["list"])
+        .status
+        .success());
+    // An upgrade to a lower level is refused; a downgrade to 0 turns mirroring off.
+    let refused = tool(
+        "org.apache.kafka.tools.FeatureCommand",
+        &boot,
+        &["upgrade", "--feature", "mirror.version=0"],
+    );
+    assert!(
+        !refused.status.success()
+            && (refused.stdout.clone() + &refused.stderr).contains("DOWNGRADE"),
+        "{}{}",
+        refused.stdout,
+        refused.stderr
+    );
+    // The AdminClient refuses that itself; the broker too (INVALID_UPDATE_VERSION).
+    let raw = franz_features(&boot, "mirror.version=0/1;mirror.version=2/1");
+    assert_eq!(raw[1].1["ErrorCode"], 95, "{raw:?}");
+    assert_eq!(raw[2].1["ErrorCode"], 95, "{raw:?}");
+    assert_eq!(mirror(&boot), ["mirror.version 0..1 finalized 1..1"]);
+    assert_eq!(
+        features_tool(&boot, &["downgrade", "--feature", "mirror.version=0"]),
+        "exit Some(0) "
+    );
+    assert_eq!(mirror(&boot), ["mirror.version 0..1 finalized -"]);
+    let off = kmirror_tests::mirror::cli(&boot, &["list"]);
+    assert!(
+        !off.status.success(),
+        "mirror APIs answer UNSUPPORTED_VERSION at mirror.version 0: {}{}",
+        off.stdout,
+        off.stderr
+    );
+    node.stop();
+    node.start_again();
+    let boot = node.addr();
+    assert_eq!(
+        mirror(&boot),
+        ["mirror.version 0..1 finalized -"],
+        "the level survives a restart"
+    );
+    assert_eq!(
+        features_tool(&boot, &["upgrade", "--feature", "mirror.version=1"]),
+        "exit Some(0) "
+    );
+    assert_eq!(mirror(&boot), ["mirror.version 0..1 finalized 1..1"]);
+    assert!(kmirror_tests::mirror::cli(&boot, &["list"])
+        .status
+        .success());
+}
