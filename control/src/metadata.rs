@@ -585,13 +585,13 @@ pub mod topic_config {
             "message.timestamp.before.max.ms",
             "9223372036854775807",
             Kind::Long { min: 0 },
-            "Not enforced.",
+            "Enforced on produce (INVALID_TIMESTAMP with per-record errors).",
         ),
         (
             "message.timestamp.after.max.ms",
-            "9223372036854775807",
+            "3600000",
             Kind::Long { min: 0 },
-            "Not enforced.",
+            "Enforced on produce (INVALID_TIMESTAMP with per-record errors).",
         ),
         (
             "preallocate",
@@ -816,6 +816,8 @@ pub mod topic_config {
                 as u32,
             max_message_bytes: long(configs, "max.message.bytes").clamp(0, u32::MAX as i64) as u32,
             flush,
+            timestamp_before_max_ms: long(configs, "message.timestamp.before.max.ms").max(0),
+            timestamp_after_max_ms: long(configs, "message.timestamp.after.max.ms").max(0),
             ..defaults
         }
     }

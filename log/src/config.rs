@@ -26,6 +26,11 @@ pub struct LogConfig {
     /// max.message.bytes: largest batch accepted (default 1 MiB + 12 bytes, like Kafka).
     pub max_message_bytes: u32,
     pub flush: FlushPolicy,
+    /// message.timestamp.before.max.ms / message.timestamp.after.max.ms: how far a producer's
+    /// CreateTime record may lie in the past / future of the broker's clock (Kafka 4 defaults:
+    /// unbounded / one hour).
+    pub timestamp_before_max_ms: i64,
+    pub timestamp_after_max_ms: i64,
 }
 
 const WEEK_MS: u64 = 7 * 24 * 3600 * 1000;
@@ -40,6 +45,8 @@ impl Default for LogConfig {
             index_interval_bytes: 4096,
             max_message_bytes: 1024 * 1024 + 12,
             flush: FlushPolicy::Os,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: 3_600_000,
         }
     }
 }

@@ -27,6 +27,7 @@ pub fn log_error_code(e: &LogError) -> i16 {
     match e {
         LogError::Corrupt { .. } => E::CorruptMessage.code(),
         LogError::InvalidRecord(_) => E::InvalidRecord.code(),
+        LogError::InvalidTimestamp { .. } => E::InvalidTimestamp.code(),
         LogError::RecordTooLarge { .. } => E::MessageTooLarge.code(),
         // Only mirror appends can hit this; the fetcher treats it as a request problem.
         LogError::NonMonotonicMirrorOffset { .. } => E::InvalidRequest.code(),

@@ -7,10 +7,13 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"flag"
 	"fmt"
+	"hash/crc32"
 	"strings"
+	"time"
 
 	"github.com/twmb/franz-go/pkg/kgo"
 	"github.com/twmb/franz-go/pkg/kmsg"
@@ -184,5 +187,91 @@ func featureSteps(ctx context.Context, cl *kgo.Client) {
 			fail("updatefeatures", err)
 		}
 		resp("UpdateFeatures "+reqText, r)
+	}
+}
+
+var (
+	tsTopics = flag.String("ts-topics", "", "badts: topic with default timestamp bounds, topic with message.timestamp.before.max.ms=60000")
+)
+
+// batchOf is an uncompressed magic-2 batch of one record per timestamp (no producer id).
+func batchOf(ts []int64) []byte {
+	var recs []byte
+	maxTs := ts[0]
+	for i, t := range ts {
+		if t > maxTs {
+			maxTs = t
+		}
+		r := kmsg.Record{TimestampDelta64: t - ts[0], OffsetDelta: int32(i), Value: []byte(fmt.Sprintf("v%d", i))}
+		body := r.AppendTo(nil)
+		r.Length = int32(len(body) - 1) // the zero length varint is one byte
+		recs = r.AppendTo(recs)
+	}
+	b := kmsg.RecordBatch{
+		PartitionLeaderEpoch: -1,
+		Magic:                2,
+		LastOffsetDelta:      int32(len(ts) - 1),
+		FirstTimestamp:       ts[0],
+		MaxTimestamp:         maxTs,
+		ProducerID:           -1,
+		ProducerEpoch:        -1,
+		FirstSequence:        -1,
+		NumRecords:           int32(len(ts)),
+		Records:              recs,
+	}
+	out := b.AppendTo(nil)
+	binary.BigEndian.PutUint32(out[8:12], uint32(len(out)-12))
+	binary.BigEndian.PutUint32(out[17:21], crc32.Checksum(out[21:], crc32.MakeTable(crc32.Castagnoli)))
+	return out
+}
+
+// badTimestampSteps sends Produce requests holding records outside the timestamp bounds and
+// prints the answers (KIP-467 record errors).
+func badTimestampSteps(ctx context.Context, cl *kgo.Client) {
+	topics := strings.Split(*tsTopics, ",")
+	meta := kmsg.NewPtrMetadataRequest()
+	for _, t := range topics {
+		mt := kmsg.NewMetadataRequestTopic()
+		mt.Topic = kmsg.StringPtr(t)
+		meta.Topics = append(meta.Topics, mt)
+	}
+	mresp, err := meta.RequestWith(ctx, cl)
+	if err != nil {
+		fail("metadata", err)
+	}
+	// Produce v13 names topics by id.
+	ids := map[string][16]byte{}
+	for _, t := range mresp.Topics {
+		if t.Topic != nil {
+			ids[*t.Topic] = t.TopicID
+		}
+	}
+	b := cl.DiscoveredBrokers()[0]
+	now := time.Now().UnixMilli()
+	hour := int64(3600 * 1000)
+	for i, c := range []struct {
+		topic string
+		ts    []int64
+	}{
+		{topics[0], []int64{now, now + 2*hour, now, now + 3*hour}},
+		{topics[0], []int64{now, now + 1000}},
+		{topics[1], []int64{now - hour, now}},
+	} {
+		req := kmsg.NewPtrProduceRequest()
+		req.Acks = -1
+		req.TimeoutMillis = 30000
+		t := kmsg.NewProduceRequestTopic()
+		t.Topic = c.topic
+		t.TopicID = ids[c.topic]
+		p := kmsg.NewProduceRequestTopicPartition()
+		p.Partition = 0
+		p.Records = batchOf(c.ts)
+		t.Partitions = append(t.Partitions, p)
+		req.Topics = append(req.Topics, t)
+		r, err := b.Request(ctx, req)
+		if err != nil {
+			fail("produce", err)
+		}
+		resp(fmt.Sprintf("Produce.%d", i), r)
 	}
 }

@@ -193,6 +193,13 @@ func main() {
 		}
 		adminSteps(ctx, cl)
 		cl.Close()
+	case "badts":
+		cl, err := kgo.NewClient(o...)
+		if err != nil {
+			fail("client", err)
+		}
+		badTimestampSteps(ctx, cl)
+		cl.Close()
 	case "features":
 		cl, err := kgo.NewClient(o...)
 		if err != nil {

@@ -636,3 +636,92 @@ fn features_and_update_features_answer_as_apache_kafka_and_mirror_version_is_a_r
         .status
         .success());
 }
+
+/// Masks the numbers in a message (timestamps and bounds depend on the broker's clock).
+fn mask_digits(v: &mut Value) {
+    match v {
+        Value::String(s) => {
+            let mut out = String::new();
+            let mut in_num = false;
+            for c in s.chars() {
+                if c.is_ascii_digit() {
+                    if !in_num {
+                        out.push('N');
+                    }
+                    in_num = true;
+                } else {
+                    in_num = false;
+                    out.push(c);
+                }
+            }
+            *s = out;
+        }
+        Value::Object(m) => m.values_mut().for_each(mask_digits),
+        Value::Array(a) => a.iter_mut().for_each(mask_digits),
+        _ => {}
+    }
+}
+
+fn bad_timestamp_scenario(boot: &str) -> Vec<(String, Value)> {
+    for (t, cfg) in [
+        ("ts-default", None),
+        ("ts-before", Some("message.timestamp.before.max.ms=60000")),
+    ] {
+        let mut args = vec!["--create", "--topic", t, "--partitions", "1"];
+        if let Some(c) = cfg {
+            args.extend(["--config", c]);
+        }
+        let r = topics_tool(boot, &args);
+        assert!(r.status.success(), "create {t}: {}", r.stderr);
+    }
+    let ran = proc::run(
+        Command::new(golang::franz_bin()).args([
+            "-mode",
+            "badts",
+            "-bootstrap",
+            boot,
+            "-ts-topics",
+            "ts-default,ts-before",
+        ]),
+        T,
+    );
+    assert!(
+        ran.status.success(),
+        "franz badts: {}\n{}",
+        ran.stdout,
+        ran.stderr
+    );
+    ran.stdout
+        .lines()
+        .map(|line| {
+            let v: Value = serde_json::from_str(line).expect("franz JSON line");
+            let mut body = v["body"].clone();
+            normalise("", &mut body);
+            mask_digits(&mut body);
+            (v["api"].as_str().unwrap().to_string(), body)
+        })
+        .collect()
+}
+
+/// Issue 11 step 6: a Produce batch holding records whose timestamps lie outside
+/// message.timestamp.after.max.ms (Kafka 4 default: one hour) or a topic's
+/// message.timestamp.before.max.ms is refused with INVALID_TIMESTAMP and KIP-467 record errors
+/// naming each bad record, as Apache Kafka 4.1.1 answers; a batch within bounds is appended.
+#[test]
+fn produce_with_out_of_range_timestamps_gets_kafkas_record_errors() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let expected = {
+        let kafka = KafkaCluster::single();
+        bad_timestamp_scenario(&kafka.bootstrap())
+    };
+    eprintln!("Apache Kafka answered: {expected:#?}");
+    let first = &expected[0].1["Topics"][0]["Partitions"][0];
+    assert_eq!(first["ErrorCode"], 32, "INVALID_TIMESTAMP: {first}");
+    assert_eq!(first["ErrorRecords"].as_array().map(Vec::len), Some(2));
+    let node = KmirrorNode::start();
+    let got = bad_timestamp_scenario(&node.addr());
+    assert_eq!(
+        got, expected,
+        "kmirror (left) differs from Apache Kafka (right)"
+    );
+}
