@@ -566,7 +566,14 @@ async fn dispatch(
         req if versions::is_group_api(api_key) => match authz::before_group_api(access, v, req) {
             Err(refused) => refused,
             Ok((req, patch)) => {
-                let resp = group_request(ctx, api_key, header, req).await?;
+                let (req, unknown) = handlers::offset_commit::split_unknown(ctx, req);
+                let resp = if handlers::offset_commit::is_empty_commit(&req) && !unknown.is_empty()
+                {
+                    ResponseKind::OffsetCommit(Default::default())
+                } else {
+                    group_request(ctx, api_key, header, req).await?
+                };
+                let resp = handlers::offset_commit::merge(resp, unknown);
                 authz::after_group_api(access, patch, advertise_coordinator(ctx, session, resp))
             }
         },

@@ -274,4 +274,32 @@ func badTimestampSteps(ctx context.Context, cl *kgo.Client) {
 		}
 		resp(fmt.Sprintf("Produce.%d", i), r)
 	}
+	// OffsetCommit (a simple commit: no member, generation -1) naming an existing and a
+	// missing topic, then what the group holds.
+	commit := kmsg.NewPtrOffsetCommitRequest()
+	commit.Group = "step6-group"
+	commit.Generation = -1
+	for _, t := range []string{topics[0], "no-such-topic"} {
+		ct := kmsg.NewOffsetCommitRequestTopic()
+		ct.Topic = t
+		for p := int32(0); p < 2; p++ {
+			cp := kmsg.NewOffsetCommitRequestTopicPartition()
+			cp.Partition = p
+			cp.Offset = 1
+			ct.Partitions = append(ct.Partitions, cp)
+		}
+		commit.Topics = append(commit.Topics, ct)
+	}
+	cresp, err := commit.RequestWith(ctx, cl)
+	if err != nil {
+		fail("commit", err)
+	}
+	resp("OffsetCommit", cresp)
+	fetch := kmsg.NewPtrOffsetFetchRequest()
+	fetch.Group = "step6-group"
+	fresp, err := fetch.RequestWith(ctx, cl)
+	if err != nil {
+		fail("offsetfetch", err)
+	}
+	resp("OffsetFetch", fresp)
 }

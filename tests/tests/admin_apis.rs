@@ -698,6 +698,7 @@ fn bad_timestamp_scenario(boot: &str) -> Vec<(String, Value)> {
             let mut body = v["body"].clone();
             normalise("", &mut body);
             mask_digits(&mut body);
+            sort_lists(&mut body);
             (v["api"].as_str().unwrap().to_string(), body)
         })
         .collect()
@@ -707,6 +708,8 @@ fn bad_timestamp_scenario(boot: &str) -> Vec<(String, Value)> {
 /// message.timestamp.after.max.ms (Kafka 4 default: one hour) or a topic's
 /// message.timestamp.before.max.ms is refused with INVALID_TIMESTAMP and KIP-467 record errors
 /// naming each bad record, as Apache Kafka 4.1.1 answers; a batch within bounds is appended.
+/// OffsetCommit naming a topic that does not exist and a partition beyond an existing topic's
+/// count: UNKNOWN_TOPIC_OR_PARTITION for those, the existing partition is committed.
 #[test]
 fn produce_with_out_of_range_timestamps_gets_kafkas_record_errors() {
     let _heavy = kmirror_tests::heavy_test_lock();
@@ -718,6 +721,12 @@ fn produce_with_out_of_range_timestamps_gets_kafkas_record_errors() {
     let first = &expected[0].1["Topics"][0]["Partitions"][0];
     assert_eq!(first["ErrorCode"], 32, "INVALID_TIMESTAMP: {first}");
     assert_eq!(first["ErrorRecords"].as_array().map(Vec::len), Some(2));
+    let commit = &expected
+        .iter()
+        .find(|(a, _)| a == "OffsetCommit")
+        .expect("commit")
+        .1;
+    assert!(commit.to_string().contains("\"ErrorCode\":3"), "{commit}");
     let node = KmirrorNode::start();
     let got = bad_timestamp_scenario(&node.addr());
     assert_eq!(

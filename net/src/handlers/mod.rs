@@ -6,6 +6,7 @@ pub mod configs;
 pub mod describe;
 pub mod fetch;
 pub mod metadata;
+pub mod offset_commit;
 pub mod offsets;
 pub mod produce;
 pub mod transactions;
