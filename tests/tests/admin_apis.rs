@@ -734,3 +734,35 @@ fn produce_with_out_of_range_timestamps_gets_kafkas_record_errors() {
         "kmirror (left) differs from Apache Kafka (right)"
     );
 }
+
+/// Seconds a franz group consumer takes to read the one record of `topic` on `boot`.
+fn group_read_secs(boot: &str, topic: &str, group: &str) -> f64 {
+    let mut c = kmirror_tests::WireClient::connect(boot).expect("connect");
+    assert_eq!(c.create_topic(topic, 1, 1, &[]).expect("CreateTopics"), 0);
+    let produced = golang::run(golang::franz("produce", boot, topic).args(["-n", "1"]));
+    assert!(produced.error.is_none(), "produce: {}", produced.raw);
+    let start = std::time::Instant::now();
+    let read =
+        golang::run(golang::franz("consume", boot, topic).args(["-n", "1", "-group", group]));
+    assert!(read.error.is_none(), "consume: {}", read.raw);
+    assert_eq!(read.records.len(), 1, "{}", read.raw);
+    start.elapsed().as_secs_f64()
+}
+
+/// `group.initial.rebalance.delay.ms` as a broker setting: a new group's first rebalance
+/// waits for it (Kafka's delayed initial join), and without it (kmirror's default 0, as
+/// Kafka's shipped server.properties) the group reads at once.
+#[test]
+fn group_initial_rebalance_delay_is_a_broker_setting() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let delayed = KmirrorNode::start_with(&["--group-initial-rebalance-delay-ms", "6000"]);
+    let with_delay = group_read_secs(&delayed.addr(), "delay-t", "delay-g");
+    drop(delayed);
+    let plain = KmirrorNode::start();
+    let without = group_read_secs(&plain.addr(), "delay-t", "delay-g");
+    assert!(
+        with_delay >= 6.0,
+        "the first rebalance waits group.initial.rebalance.delay.ms: {with_delay:.1}s"
+    );
+    assert!(without < 6.0, "no delay by default: {without:.1}s");
+}
