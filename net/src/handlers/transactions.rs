@@ -114,3 +114,108 @@ pub fn list(
     }
     ResponseKind::ListTransactions(resp)
 }
+
+#[cfg(test)]
+mod tests {
+    use kmirror_control::txn::TxnConfig;
+
+    use super::*;
+
+    fn listed(resp: ResponseKind) -> (i16, Vec<String>, Vec<String>) {
+        let ResponseKind::ListTransactions(r) = resp else {
+            panic!("not a ListTransactions answer")
+        };
+        (
+            r.error_code,
+            r.transaction_states
+                .iter()
+                .map(|t| {
+                    format!(
+                        "{} {}",
+                        t.transactional_id.as_str(),
+                        t.transaction_state.as_str()
+                    )
+                })
+                .collect(),
+            r.unknown_state_filters
+                .iter()
+                .map(|f| f.to_string())
+                .collect(),
+        )
+    }
+
+    /// Filters as Kafka's ListTransactions applies them: states (unknown names echoed back),
+    /// producer ids, duration (only transactions open longer), the id pattern (v2, whole id).
+    #[test]
+    fn list_transactions_filters() {
+        let dir = tempfile::tempdir().unwrap();
+        let (mut c, _) = TxnCoordinator::open(dir.path(), TxnConfig::default()).unwrap();
+        let (open, _) = c.init_producer_id(Some("t-open"), 60_000, None, 1_000);
+        let (open_pid, epoch) = open.unwrap();
+        c.init_producer_id(Some("t-idle"), 60_000, None, 1_000)
+            .0
+            .unwrap();
+        assert_eq!(
+            c.add_partitions("t-open", open_pid, epoch, &[("x".into(), 0)], 2_000),
+            0
+        );
+        let req = |f: fn(ListTransactionsRequest) -> ListTransactionsRequest| {
+            f(ListTransactionsRequest::default().with_duration_filter(-1))
+        };
+        let (code, all, _) = listed(list(&c, &req(|r| r), 2, 10_000));
+        assert_eq!(
+            (code, all),
+            (0, vec!["t-idle Empty".into(), "t-open Ongoing".into()])
+        );
+        let (_, ongoing, unknown) = listed(list(
+            &c,
+            &req(|r| r.with_state_filters(vec![s("Ongoing"), s("Bogus")])),
+            2,
+            10_000,
+        ));
+        assert_eq!(
+            (ongoing, unknown),
+            (vec!["t-open Ongoing".into()], vec!["Bogus".into()])
+        );
+        let (_, by_pid, _) = listed(list(
+            &c,
+            &ListTransactionsRequest::default()
+                .with_duration_filter(-1)
+                .with_producer_id_filters(vec![ProducerId(open_pid)]),
+            2,
+            10_000,
+        ));
+        assert_eq!(by_pid, vec!["t-open Ongoing".to_string()]);
+        // Open 8 s at now=10 000: longer than 5 s, not longer than 9 s. An Empty id has no
+        // start time (-1), so Kafka's `now - start > duration` keeps it.
+        let long = |d: i64| {
+            listed(list(
+                &c,
+                &ListTransactionsRequest::default().with_duration_filter(d),
+                1,
+                10_000,
+            ))
+            .1
+        };
+        assert_eq!(
+            long(5_000),
+            vec!["t-idle Empty".to_string(), "t-open Ongoing".into()]
+        );
+        assert_eq!(long(9_000), vec!["t-idle Empty".to_string()]);
+        let pattern = |p: &str, v: i16| {
+            listed(list(
+                &c,
+                &req(|r| r).with_transactional_id_pattern(Some(s(p))),
+                v,
+                10_000,
+            ))
+        };
+        assert_eq!(pattern("t-o.*", 2).1, vec!["t-open Ongoing".to_string()]);
+        assert!(
+            pattern("open", 2).1.is_empty(),
+            "the pattern matches whole ids"
+        );
+        assert_eq!(pattern("t-o.*", 1).1.len(), 2, "v1 has no pattern");
+        assert_eq!(pattern("(", 2).0, E::InvalidRegularExpression.code());
+    }
+}
