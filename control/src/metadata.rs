@@ -589,13 +589,13 @@ pub mod topic_config {
             "message.timestamp.before.max.ms",
             "9223372036854775807",
             Kind::Long { min: 0 },
-            "Not enforced.",
+            "Enforced on produce (INVALID_TIMESTAMP with per-record errors).",
         ),
         (
             "message.timestamp.after.max.ms",
-            "9223372036854775807",
+            "3600000",
             Kind::Long { min: 0 },
-            "Not enforced.",
+            "Enforced on produce (INVALID_TIMESTAMP with per-record errors).",
         ),
         (
             "preallocate",
@@ -845,6 +845,8 @@ pub mod topic_config {
                 max_compaction_lag_ms: long(configs, "max.compaction.lag.ms").max(1) as u64,
                 delete_retention_ms: long(configs, "delete.retention.ms").max(0) as u64,
             }),
+            timestamp_before_max_ms: long(configs, "message.timestamp.before.max.ms").max(0),
+            timestamp_after_max_ms: long(configs, "message.timestamp.after.max.ms").max(0),
             ..defaults
         }
     }

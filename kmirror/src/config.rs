@@ -42,6 +42,9 @@ pub(crate) struct ServeConfig {
     pub auto_create_topics: bool,
     /// Partitions of auto-created topics and of CreateTopics without a count.
     pub num_partitions: i32,
+    /// Kafka's `group.initial.rebalance.delay.ms`: how long a new classic group waits for
+    /// more members before its first rebalance (0, as Kafka's shipped server.properties).
+    pub group_initial_rebalance_delay_ms: i32,
     /// Seconds between retention passes over each core's partitions.
     pub retention_check_secs: u64,
     /// Kafka's log.cleaner.backoff.ms: pause between each core's log compaction rounds.
@@ -92,6 +95,7 @@ impl Default for ServeConfig {
             socket_request_max_bytes: 100 << 20,
             auto_create_topics: true,
             num_partitions: 1,
+            group_initial_rebalance_delay_ms: 0,
             retention_check_secs: 30,
             log_cleaner_backoff_ms: 15_000,
             log_cleaner_io_max_bytes_per_second: 64 << 20,
@@ -177,6 +181,11 @@ impl ServeConfig {
                 "partition_assignment must be \"spread\", \"hash\" or \"topic\", got \"{}\"",
                 self.partition_assignment
             )));
+        }
+        if self.group_initial_rebalance_delay_ms < 0 {
+            return Err(ConfigError::Invalid(
+                "group_initial_rebalance_delay_ms must not be negative".into(),
+            ));
         }
         if self.num_partitions < 1 {
             return Err(ConfigError::Invalid(

@@ -58,6 +58,7 @@ impl Node {
                 },
                 authz: Default::default(),
                 sasl: Default::default(),
+                groups: Default::default(),
             },
             Some(mirror.clone()),
         )?;

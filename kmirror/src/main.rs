@@ -88,6 +88,10 @@ pub(crate) struct ServeArgs {
     pub auto_create_topics: Option<bool>,
     #[arg(long)]
     pub num_partitions: Option<i32>,
+    /// Kafka's group.initial.rebalance.delay.ms: how long a new classic group waits for more
+    /// members before its first rebalance.
+    #[arg(long)]
+    pub group_initial_rebalance_delay_ms: Option<i32>,
     #[arg(long)]
     pub retention_check_secs: Option<u64>,
     /// Pause between log compaction rounds, ms (Kafka's log.cleaner.backoff.ms).

@@ -63,6 +63,9 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.num_partitions {
         c.num_partitions = v;
     }
+    if let Some(v) = args.group_initial_rebalance_delay_ms {
+        c.group_initial_rebalance_delay_ms = v;
+    }
     if let Some(v) = args.retention_check_secs {
         c.retention_check_secs = v;
     }
@@ -151,6 +154,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             engine,
             authz: c.authz()?,
             sasl: c.sasl_config()?,
+            groups: kmirror_control::group::GroupConfig {
+                initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
+                ..Default::default()
+            },
         },
         Some(mirror.clone()),
     )?;

@@ -516,27 +516,37 @@ pub fn check_count_fits_bytes(h: &BatchHeader<'_>) -> Result<(), BatchError> {
 /// at most for 32-bit ones), and exactly recordsCount records fill the section with no byte
 /// left over. Nothing is allocated from any count or length.
 pub fn validate_client_records(batch: &[u8], max_decompressed: usize) -> Result<(), BatchError> {
+    validate_client_records_with(batch, max_decompressed, &mut |_, _| {})
+}
+
+/// [`validate_client_records`], calling `on_record(index, timestamp_delta)` for every record
+/// walked (the timestamp checks of Kafka's LogValidator need each record's timestamp).
+pub fn validate_client_records_with(
+    batch: &[u8],
+    max_decompressed: usize,
+    on_record: &mut dyn FnMut(i64, i64),
+) -> Result<(), BatchError> {
     let h = BatchHeader::parse(batch)?;
     let section = records_section(&h);
     let count = h.records_count();
     let undecodable = |e: io::Error| BatchError::Undecodable(e.to_string());
     match h.compression() {
-        Compression::None => walk_records(&mut Walker::new(section), count),
+        Compression::None => walk_records(&mut Walker::new(section), count, on_record),
         Compression::Gzip => {
             let d = flate2::bufread::MultiGzDecoder::new(section);
-            walk_decompressed(d, count, max_decompressed)
+            walk_decompressed(d, count, max_decompressed, on_record)
         }
         Compression::Snappy => {
             let d = SnappyReader::new(section, max_decompressed);
-            walk_decompressed(d, count, max_decompressed)
+            walk_decompressed(d, count, max_decompressed, on_record)
         }
         Compression::Lz4 => {
             let d = lz4::Decoder::new(section).map_err(undecodable)?;
-            walk_decompressed(d, count, max_decompressed)
+            walk_decompressed(d, count, max_decompressed, on_record)
         }
         Compression::Zstd => {
             let d = zstd::stream::read::Decoder::with_buffer(section).map_err(undecodable)?;
-            walk_decompressed(d, count, max_decompressed)
+            walk_decompressed(d, count, max_decompressed, on_record)
         }
         Compression::Unknown(n) => Err(BatchError::Undecodable(format!(
             "unknown compression codec {n}"
@@ -635,14 +645,19 @@ pub(crate) fn compress_records(codec: Compression, raw: &[u8]) -> io::Result<Vec
 /// Buffer between a decompressor and the record walker.
 const DECOMPRESS_BUF: usize = 16 << 10;
 
-fn walk_decompressed<R: Read>(r: R, count: i32, limit: usize) -> Result<(), BatchError> {
+fn walk_decompressed<R: Read>(
+    r: R,
+    count: i32,
+    limit: usize,
+    on_record: &mut dyn FnMut(i64, i64),
+) -> Result<(), BatchError> {
     let capped = Capped {
         inner: r,
         left: limit,
         exceeded: false,
     };
     let mut w = Walker::new(BufReader::with_capacity(DECOMPRESS_BUF, capped));
-    match walk_records(&mut w, count) {
+    match walk_records(&mut w, count, on_record) {
         Err(BatchError::DecompressedTooLarge { .. }) => {
             Err(BatchError::DecompressedTooLarge { limit })
         }
@@ -891,7 +906,11 @@ impl<R: BufRead> Walker<R> {
 }
 
 /// Walks exactly `count` records (see [`validate_client_records`]).
-fn walk_records<R: BufRead>(w: &mut Walker<R>, count: i32) -> Result<(), BatchError> {
+fn walk_records<R: BufRead>(
+    w: &mut Walker<R>,
+    count: i32,
+    on_record: &mut dyn FnMut(i64, i64),
+) -> Result<(), BatchError> {
     let mut index: i64 = 0;
     let invalid = |index: i64, reason: String| BatchError::InvalidRecords { index, reason };
     loop {
@@ -909,7 +928,7 @@ fn walk_records<R: BufRead>(w: &mut Walker<R>, count: i32) -> Result<(), BatchEr
             ));
         }
         match walk_record(w, first, index) {
-            Ok(()) => {}
+            Ok(timestamp_delta) => on_record(index, timestamp_delta),
             Err(WalkError::Io(e)) => return Err(io_error(e)),
             Err(WalkError::Eof) => {
                 return Err(invalid(index, "record truncated (premature end)".into()))
@@ -928,7 +947,8 @@ fn walk_records<R: BufRead>(w: &mut Walker<R>, count: i32) -> Result<(), BatchEr
 }
 
 /// One record, its length varint's first byte already read.
-fn walk_record<R: BufRead>(w: &mut Walker<R>, first: u8, index: i64) -> Result<(), WalkError> {
+/// Returns the record's timestamp delta.
+fn walk_record<R: BufRead>(w: &mut Walker<R>, first: u8, index: i64) -> Result<i64, WalkError> {
     let len = w.varint_from(first, 5, 32)?;
     if len < 0 {
         return Err(WalkError::Invalid(format!("negative record length {len}")));
@@ -955,7 +975,7 @@ fn walk_record<R: BufRead>(w: &mut Walker<R>, first: u8, index: i64) -> Result<(
         w.skip(l as usize)
     };
     let _attributes = w.byte()?;
-    let _timestamp_delta = w.varint64()?;
+    let timestamp_delta = w.varint64()?;
     let offset_delta = w.varint32()?;
     if offset_delta != index {
         return Err(WalkError::Invalid(format!(
@@ -984,7 +1004,7 @@ fn walk_record<R: BufRead>(w: &mut Walker<R>, first: u8, index: i64) -> Result<(
             w.consumed - start
         )));
     }
-    Ok(())
+    Ok(timestamp_delta)
 }
 
 /// A record's optional key and optional value.

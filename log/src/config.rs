@@ -29,6 +29,11 @@ pub struct LogConfig {
     /// cleanup.policy includes `compact`: Some(settings), and [`crate::Log::cleaning_job`]
     /// offers work. None: the log is never cleaned (retention alone applies).
     pub compaction: Option<CompactionConfig>,
+    /// message.timestamp.before.max.ms / message.timestamp.after.max.ms: how far a producer's
+    /// CreateTime record may lie in the past / future of the broker's clock (Kafka 4 defaults:
+    /// unbounded / one hour).
+    pub timestamp_before_max_ms: i64,
+    pub timestamp_after_max_ms: i64,
 }
 
 /// The compaction settings of a `cleanup.policy=compact` (or `compact,delete`) topic, with
@@ -71,6 +76,8 @@ impl Default for LogConfig {
             max_message_bytes: 1024 * 1024 + 12,
             flush: FlushPolicy::Os,
             compaction: None,
+            timestamp_before_max_ms: i64::MAX,
+            timestamp_after_max_ms: 3_600_000,
         }
     }
 }

@@ -13,6 +13,10 @@ pub enum LogError {
     /// -> INVALID_RECORD.
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Records whose CreateTime lies outside message.timestamp.before/after.max.ms ->
+    /// INVALID_TIMESTAMP, with (index in the batch, message) of each (KIP-467 record errors).
+    #[error("One or more records have been rejected due to invalid timestamp")]
+    InvalidTimestamp { records: Vec<(i32, String)> },
     /// -> MESSAGE_TOO_LARGE.
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     RecordTooLarge { size: usize, max: u32 },

@@ -498,8 +498,32 @@ impl Log {
             batch::check_client_counts(&h).map_err(|e| LogError::InvalidRecord(e.to_string()))?;
             // Kafka's LogValidator: every record is walked (decompressed under a cap) and must
             // agree with the header, so no count or length a producer sent is trusted later.
-            batch::validate_client_records(&batches[start..end], decompressed_limit)
-                .map_err(|e| record_error(next, e))?;
+            let (lo, hi) = (
+                now_ms.saturating_sub(self.config.timestamp_before_max_ms),
+                now_ms.saturating_add(self.config.timestamp_after_max_ms),
+            );
+            let create_time = !h.is_log_append_time();
+            let base_ts = h.base_timestamp();
+            let mut bad_ts: Vec<(i32, String)> = Vec::new();
+            batch::validate_client_records_with(
+                &batches[start..end],
+                decompressed_limit,
+                &mut |index, delta| {
+                    let ts = base_ts.saturating_add(delta);
+                    if create_time && (ts < lo || ts > hi) {
+                        bad_ts.push((
+                            index as i32,
+                            format!(
+                                "Timestamp {ts} of message with offset {index} is out of range. The timestamp should be within [{lo}, {hi}]"
+                            ),
+                        ));
+                    }
+                },
+            )
+            .map_err(|e| record_error(next, e))?;
+            if !bad_ts.is_empty() {
+                return Err(LogError::InvalidTimestamp { records: bad_ts });
+            }
             if h.is_control() {
                 return Err(LogError::InvalidRecord(
                     "producers may not write control batches".into(),
@@ -1310,6 +1334,11 @@ impl Log {
 
     pub fn producer_state(&self, pid: ProducerId) -> Option<ProducerEntry> {
         self.producers.entry(pid.0)
+    }
+
+    /// Every producer the log remembers (DescribeProducers), by producer id.
+    pub fn producers(&self) -> Vec<(ProducerId, ProducerEntry)> {
+        self.producers.all()
     }
 
     /// Bytes of batch data held (all segments).

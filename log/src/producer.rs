@@ -174,6 +174,16 @@ impl ProducerState {
         self.producers.get(&pid).map(Producer::entry)
     }
 
+    pub(crate) fn all(&self) -> Vec<(ProducerId, ProducerEntry)> {
+        let mut v: Vec<_> = self
+            .producers
+            .iter()
+            .map(|(pid, p)| (ProducerId(*pid), p.entry()))
+            .collect();
+        v.sort_by_key(|(pid, _)| pid.0);
+        v
+    }
+
     pub(crate) fn first_unstable_offset(&self) -> Option<i64> {
         self.ongoing.keys().next().copied()
     }

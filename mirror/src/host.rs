@@ -40,7 +40,7 @@ use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
 
 use crate::client_security::ClientSecurity;
 use crate::fetcher::{FetchEvent, FetcherConfig, KafkaSource};
-use crate::keys::api;
+use crate::keys::{self, api};
 use crate::manager::{FetchTask, FetcherManager};
 use crate::metrics::{MirrorMetrics, SyncErrorKind};
 use crate::service::{LivePartition, MirrorLiveStatus, MirrorService};
@@ -82,6 +82,8 @@ type Reply = flume::Sender<Option<Bytes>>;
 
 enum Msg {
     Request(Bytes, Reply),
+    /// UpdateFeatures finalized `mirror.version` at this level.
+    FeatureLevel(i16),
     Synced(String, Result<SourceSnapshot, String>),
 }
 
@@ -117,7 +119,15 @@ pub struct MirrorBroker {
     broker_rate: std::sync::OnceLock<Arc<BrokerRate>>,
     /// Mirror progress and counters, for the metrics endpoint.
     metrics: Arc<MirrorMetrics>,
+    /// The finalized `mirror.version` level and the file that keeps an UpdateFeatures change
+    /// across restarts (the configured level is only the bootstrap value, as Kafka's
+    /// feature levels are set at format time and then only by UpdateFeatures).
+    feature_level: std::sync::atomic::AtomicI16,
+    feature_file: std::path::PathBuf,
 }
+
+/// File (in the data directory) holding `mirror.version` once UpdateFeatures set it.
+const FEATURE_FILE: &str = "mirror.version";
 
 impl MirrorBroker {
     /// Opens `<data_dir>/__mirror_state`. The control thread starts with the broker.
@@ -126,7 +136,13 @@ impl MirrorBroker {
         settings: MirrorSettings,
     ) -> Result<Arc<Self>, kmirror_control::mirror::MirrorError> {
         let store = MirrorStateStore::open(data_dir)?;
-        let service = MirrorService::new(MirrorCoordinator::new(store), settings.feature_level);
+        let feature_file = data_dir.join(FEATURE_FILE);
+        let level = std::fs::read_to_string(&feature_file)
+            .ok()
+            .and_then(|l| l.trim().parse::<i16>().ok())
+            .filter(|l| (keys::feature::DISABLED..=keys::feature::MAX_LEVEL).contains(l))
+            .unwrap_or(settings.feature_level);
+        let service = MirrorService::new(MirrorCoordinator::new(store), level);
         let (tx, rx) = flume::unbounded();
         Ok(Arc::new(MirrorBroker {
             tx,
@@ -136,6 +152,8 @@ impl MirrorBroker {
             thread: Mutex::new(None),
             broker_rate: std::sync::OnceLock::new(),
             metrics: Arc::new(MirrorMetrics::default()),
+            feature_level: std::sync::atomic::AtomicI16::new(level),
+            feature_file,
         }))
     }
 
@@ -238,6 +256,51 @@ impl ExtensionApis for MirrorBroker {
             .spawn(move || ctl.run(rx, ev_rx, stop))
             .expect("spawn mirror control thread");
         *self.thread.lock().unwrap_or_else(|p| p.into_inner()) = Some(h);
+    }
+
+    fn features(&self) -> Vec<kmirror_net::broker::ExtensionFeature> {
+        vec![kmirror_net::broker::ExtensionFeature {
+            name: keys::feature::MIRROR_VERSION,
+            min: keys::feature::DISABLED,
+            max: keys::feature::MAX_LEVEL,
+            level: self
+                .feature_level
+                .load(std::sync::atomic::Ordering::Relaxed),
+        }]
+    }
+
+    fn update_feature(&self, name: &str, level: i16) -> Option<Result<(), String>> {
+        if name != keys::feature::MIRROR_VERSION {
+            return None;
+        }
+        // Durable first (write, fsync, rename), then in force.
+        let tmp = self.feature_file.with_extension("tmp");
+        let written = (|| -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&tmp)?;
+            writeln!(f, "{level}")?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &self.feature_file)?;
+            if let Some(dir) = self.feature_file.parent() {
+                std::fs::File::open(dir)?.sync_all()?;
+            }
+            Ok(())
+        })();
+        if let Err(e) = written {
+            return Some(Err(format!("persisting {name}: {e}")));
+        }
+        self.feature_level
+            .store(level, std::sync::atomic::Ordering::Relaxed);
+        let _ = self.tx.send(Msg::FeatureLevel(level));
+        if let Some((_, service, _)) = self
+            .pending
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            service.set_feature_level(level);
+        }
+        Some(Ok(()))
     }
 
     fn broker_configs(&self, level: BrokerConfigLevel) -> Vec<ExtensionConfig> {
@@ -687,6 +750,11 @@ impl Control {
                     // New topics should not wait a whole sync interval.
                     self.next_sync.clear();
                 }
+                false
+            }
+            Got::Msg(Msg::FeatureLevel(level)) => {
+                tracing::info!(level, "mirror.version finalized");
+                self.service.set_feature_level(level);
                 false
             }
             Got::Msg(Msg::Synced(mirror, r)) => {

@@ -66,6 +66,14 @@ pub mod table {
     pub const ALTER_CLIENT_QUOTAS: Need = need(CLUSTER, ALTER_CONFIGS);
     /// ListGroups lists every group with this; without it, the groups it may describe.
     pub const DESCRIBE_CLUSTER: Need = need(CLUSTER, DESCRIBE);
+    /// DescribeTopicPartitions (as Metadata).
+    pub const DESCRIBE_TOPIC_PARTITIONS: Need = need(TOPIC, DESCRIBE);
+    pub const DESCRIBE_LOG_DIRS: Need = need(CLUSTER, DESCRIBE);
+    pub const DESCRIBE_PRODUCERS: Need = need(TOPIC, READ);
+    /// DescribeTransactions per id; ListTransactions lists only the ids allowed this.
+    pub const DESCRIBE_TXN: Need = need(TRANSACTIONAL_ID, DESCRIBE);
+    pub const ELECT_LEADERS: Need = need(CLUSTER, ALTER);
+    pub const ALTER_FEATURES: Need = need(CLUSTER, ALTER);
     // Groups.
     pub const FIND_GROUP_COORDINATOR: Need = need(GROUP, DESCRIBE);
     pub const FIND_TXN_COORDINATOR: Need = need(TRANSACTIONAL_ID, DESCRIBE);

@@ -76,6 +76,16 @@ pub struct ExtensionConfig {
     pub source: BrokerConfigSource,
 }
 
+/// A feature flag an extension owns (`mirror.version`): supported range and finalized level
+/// (0 = not finalized).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExtensionFeature {
+    pub name: &'static str,
+    pub min: i16,
+    pub max: i16,
+    pub level: i16,
+}
+
 /// APIs served outside kafka-protocol's key set (the mirror APIs). The extension gets the
 /// whole request frame (header included) and returns the whole response (header included,
 /// no length prefix), or None to send nothing.
@@ -93,6 +103,17 @@ pub trait ExtensionApis: Send + Sync {
     /// extension the broker (metadata, coordinator) and the router (partition owners).
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
         let _ = (broker, router);
+    }
+    /// The feature flags the extension owns, advertised in ApiVersions.
+    fn features(&self) -> Vec<ExtensionFeature> {
+        Vec::new()
+    }
+    /// Finalizes the extension's feature `name` at `level` (validated against
+    /// [`ExtensionApis::features`]) durably; runs on a blocking thread. `None`: not the
+    /// extension's feature.
+    fn update_feature(&self, name: &str, level: i16) -> Option<Result<(), String>> {
+        let _ = (name, level);
+        None
     }
     /// The extension's dynamic broker configs for DescribeConfigs at `level`: at `Node`, the
     /// values in force on this broker (whatever their source; unset ones left out), at

@@ -12,6 +12,12 @@ use crate::keys;
 
 pub const NONE: i16 = 0;
 
+/// Kafka's default messages of two codes, sent where Kafka sends them (DescribeProducers for
+/// a topic it does not know, ElectLeaders for a partition already led by its preferred leader).
+pub const UNKNOWN_TOPIC_OR_PARTITION_MESSAGE: &str =
+    "This server does not host this topic-partition.";
+pub const ELECTION_NOT_NEEDED_MESSAGE: &str = "Leader election not needed for topic partition.";
+
 /// Shorthand for a standard Kafka code.
 pub fn code(e: E) -> i16 {
     e.code()
@@ -21,6 +27,7 @@ pub fn log_error_code(e: &LogError) -> i16 {
     match e {
         LogError::Corrupt { .. } => E::CorruptMessage.code(),
         LogError::InvalidRecord(_) => E::InvalidRecord.code(),
+        LogError::InvalidTimestamp { .. } => E::InvalidTimestamp.code(),
         LogError::RecordTooLarge { .. } => E::MessageTooLarge.code(),
         // Only mirror appends can hit this; the fetcher treats it as a request problem.
         LogError::NonMonotonicMirrorOffset { .. } => E::InvalidRequest.code(),

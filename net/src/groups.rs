@@ -673,6 +673,12 @@ impl CoordinatorThread {
                 }
             }
             RequestKind::TxnOffsetCommit(r) => self.txn_offset_commit(r, version, now),
+            RequestKind::DescribeTransactions(r) => {
+                crate::handlers::transactions::describe(&self.txns, r)
+            }
+            RequestKind::ListTransactions(r) => {
+                crate::handlers::transactions::list(&self.txns, r, version, now)
+            }
             other => error_response(other, version, codes::INVALID_REQUEST),
         })
     }
@@ -1544,6 +1550,21 @@ pub fn error_response(req: &RequestKind, version: i16, code: i16) -> ResponseKin
                     })
                     .collect(),
             ),
+        ),
+        RequestKind::DescribeTransactions(r) => ResponseKind::DescribeTransactions(
+            DescribeTransactionsResponse::default().with_transaction_states(
+                r.transactional_ids
+                    .iter()
+                    .map(|id| {
+                        describe_transactions_response::TransactionState::default()
+                            .with_error_code(code)
+                            .with_transactional_id(id.clone())
+                    })
+                    .collect(),
+            ),
+        ),
+        RequestKind::ListTransactions(_) => ResponseKind::ListTransactions(
+            ListTransactionsResponse::default().with_error_code(code),
         ),
         // Not a coordinator API: the broker should never route it here.
         _ => ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code)),

@@ -27,6 +27,7 @@ pub mod authz;
 pub mod broker;
 pub mod cluster;
 pub mod errors;
+pub mod features;
 pub mod fetch_encode;
 pub mod fetch_session;
 pub mod frame;
@@ -98,6 +99,8 @@ pub struct ServerConfig {
     pub authz: kmirror_control::authz::AuthzConfig,
     /// SASL mechanisms, OAUTHBEARER validation, re-authentication.
     pub sasl: sasl::SaslConfig,
+    /// Group coordinator settings (group.initial.rebalance.delay.ms, session bounds, ...).
+    pub groups: kmirror_control::group::GroupConfig,
 }
 
 impl ServerConfig {
@@ -223,12 +226,14 @@ pub fn start(
     let sasl = Arc::new(sasl::Sasl::open(cfg.sasl.clone(), &cfg.data_dir)?);
     let cluster = Cluster::start(&cfg.data_dir)?;
     let router_cell = Arc::new(OnceLock::new());
-    let groups = groups::GroupsService::start(
+    let groups = groups::GroupsService::start_with(
         &cfg.data_dir,
         cfg.node_id,
         host.clone(),
         port,
         Arc::new(EngineMarkerSink::new(router_cell.clone())),
+        cfg.groups.clone(),
+        kmirror_control::txn::TxnConfig::default(),
     )?;
     let broker = Arc::new(Broker {
         config: BrokerConfig {

@@ -524,7 +524,12 @@ async fn dispatch(
     let access = &access;
     let resp = match req {
         RequestKind::ApiVersions(_) => {
-            ResponseKind::ApiVersions(versions::api_versions_response(0, &extension_versions(ctx)))
+            let mut resp = versions::api_versions_response(0, &extension_versions(ctx));
+            crate::features::advertise(ctx, v, &mut resp);
+            ResponseKind::ApiVersions(resp)
+        }
+        RequestKind::UpdateFeatures(r) => {
+            ResponseKind::UpdateFeatures(crate::features::update_features(ctx, access, v, r).await)
         }
         RequestKind::Metadata(r) => {
             ResponseKind::Metadata(handlers::metadata::metadata(ctx, session, access, v, r).await)
@@ -649,10 +654,65 @@ async fn dispatch(
                 }
             }
         }
+        RequestKind::DescribeTopicPartitions(r) => ResponseKind::DescribeTopicPartitions(
+            handlers::describe::describe_topic_partitions(ctx, access, r),
+        ),
+        RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(
+            handlers::describe::describe_log_dirs(ctx, access, v, r).await,
+        ),
+        RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(
+            handlers::describe::describe_producers(ctx, access, r).await,
+        ),
+        RequestKind::ElectLeaders(r) => {
+            ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
+        }
+        RequestKind::DescribeTransactions(mut r) => {
+            // DESCRIBE on each id; the refused ones are answered here, in request order.
+            let ids = std::mem::take(&mut r.transactional_ids);
+            let (allowed, denied): (Vec<_>, Vec<_>) = ids
+                .into_iter()
+                .partition(|id| access.allows(authz::table::DESCRIBE_TXN, id));
+            r.transactional_ids = allowed;
+            let mut resp =
+                match group_request(ctx, api_key, header, RequestKind::DescribeTransactions(r))
+                    .await?
+                {
+                    ResponseKind::DescribeTransactions(d) => d,
+                    _ => unreachable!("checked by group_request"),
+                };
+            let code = crate::errors::authorization_failed(
+                kmirror_control::authz::resource::TRANSACTIONAL_ID,
+            );
+            resp.transaction_states.extend(denied.into_iter().map(|id| {
+                kafka_protocol::messages::describe_transactions_response::TransactionState::default(
+                )
+                .with_error_code(code)
+                .with_transactional_id(id)
+            }));
+            ResponseKind::DescribeTransactions(resp)
+        }
+        RequestKind::ListTransactions(r) => {
+            // Only the ids the principal may describe are listed.
+            match group_request(ctx, api_key, header, RequestKind::ListTransactions(r)).await? {
+                ResponseKind::ListTransactions(mut l) => {
+                    l.transaction_states
+                        .retain(|t| access.allows(authz::table::DESCRIBE_TXN, &t.transactional_id));
+                    ResponseKind::ListTransactions(l)
+                }
+                _ => unreachable!("checked by group_request"),
+            }
+        }
         req if versions::is_group_api(api_key) => match authz::before_group_api(access, v, req) {
             Err(refused) => refused,
             Ok((req, patch)) => {
-                let resp = group_request(ctx, api_key, header, req).await?;
+                let (req, unknown) = handlers::offset_commit::split_unknown(ctx, req);
+                let resp = if handlers::offset_commit::is_empty_commit(&req) && !unknown.is_empty()
+                {
+                    ResponseKind::OffsetCommit(Default::default())
+                } else {
+                    group_request(ctx, api_key, header, req).await?
+                };
+                let resp = handlers::offset_commit::merge(resp, unknown);
                 authz::after_group_api(access, patch, advertise_coordinator(ctx, session, resp))
             }
         },
@@ -742,5 +802,7 @@ fn response_matches(api_key: ApiKey, resp: &ResponseKind) -> bool {
             | (ApiKey::OffsetDelete, R::OffsetDelete(_))
             | (ApiKey::ConsumerGroupHeartbeat, R::ConsumerGroupHeartbeat(_))
             | (ApiKey::ConsumerGroupDescribe, R::ConsumerGroupDescribe(_))
+            | (ApiKey::DescribeTransactions, R::DescribeTransactions(_))
+            | (ApiKey::ListTransactions, R::ListTransactions(_))
     )
 }

@@ -55,6 +55,13 @@ served! {
     ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
     ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
     AlterClientQuotas => AlterClientQuotasRequest,
+    DescribeTopicPartitions => DescribeTopicPartitionsRequest,
+    DescribeLogDirs => DescribeLogDirsRequest,
+    DescribeProducers => DescribeProducersRequest,
+    DescribeTransactions => DescribeTransactionsRequest,
+    ListTransactions => ListTransactionsRequest,
+    ElectLeaders => ElectLeadersRequest,
+    UpdateFeatures => UpdateFeaturesRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).
@@ -79,6 +86,8 @@ pub fn is_group_api(key: ApiKey) -> bool {
             | ApiKey::OffsetDelete
             | ApiKey::ConsumerGroupHeartbeat
             | ApiKey::ConsumerGroupDescribe
+            | ApiKey::DescribeTransactions
+            | ApiKey::ListTransactions
     )
 }
 
@@ -238,6 +247,11 @@ mod tests {
                 ApiKey::ConsumerGroupHeartbeat => {
                     RequestKind::ConsumerGroupHeartbeat(Default::default())
                 }
+                ApiKey::DescribeTransactions => RequestKind::DescribeTransactions(
+                    DescribeTransactionsRequest::default()
+                        .with_transactional_ids(vec![TransactionalId(name())]),
+                ),
+                ApiKey::ListTransactions => RequestKind::ListTransactions(Default::default()),
                 other => panic!("{other:?} is not a group API"),
             }
         };

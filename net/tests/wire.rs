@@ -29,6 +29,7 @@ fn start(dir: &std::path::Path) -> RunningBroker {
             },
             authz: Default::default(),
             sasl: Default::default(),
+            groups: Default::default(),
         },
         None,
     )

@@ -1,6 +1,6 @@
 // Command franz is the franz-go client of kmirror's integration tests (tests/src/golang.rs).
 //
-// Usage: franz -mode produce|consume|txn -bootstrap ADDR -topic T [security flags] [mode flags]
+// Usage: franz -mode produce|consume|txn|brokercfg|admin -bootstrap ADDR -topic T [security flags] [mode flags]
 // It prints JSON lines on stdout: {"ev":"ack","p":P,"o":OFFSET,"v":VALUE} per acknowledged
 // record, {"ev":"rec",...} per record consumed, {"ev":"committed","o":NEXT} after a group
 // commit, {"ev":"commit"} / {"ev":"abort"} per ended transaction and, on failure,
@@ -185,6 +185,27 @@ func main() {
 			fail("client", err)
 		}
 		brokerConfigSteps(ctx, cl)
+		cl.Close()
+	case "admin":
+		cl, err := kgo.NewClient(o...)
+		if err != nil {
+			fail("client", err)
+		}
+		adminSteps(ctx, cl)
+		cl.Close()
+	case "badts":
+		cl, err := kgo.NewClient(o...)
+		if err != nil {
+			fail("client", err)
+		}
+		badTimestampSteps(ctx, cl)
+		cl.Close()
+	case "features":
+		cl, err := kgo.NewClient(o...)
+		if err != nil {
+			fail("client", err)
+		}
+		featureSteps(ctx, cl)
 		cl.Close()
 	default:
 		fail("usage", fmt.Errorf("unknown -mode %q", *mode))

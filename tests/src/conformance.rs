@@ -102,6 +102,13 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::AlterUserScramCredentials,
     ApiKey::ConsumerGroupHeartbeat,
     ApiKey::ConsumerGroupDescribe,
+    ApiKey::DescribeTopicPartitions,
+    ApiKey::DescribeLogDirs,
+    ApiKey::DescribeProducers,
+    ApiKey::DescribeTransactions,
+    ApiKey::ListTransactions,
+    ApiKey::ElectLeaders,
+    ApiKey::UpdateFeatures,
 ];
 
 /// The fixed topic every read cell looks at: three one-record batches at `TS0`, `TS0+1000`,
@@ -347,6 +354,13 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::AlterUserScramCredentials => AlterUserScramCredentialsRequest::VERSIONS,
         ApiKey::ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest::VERSIONS,
         ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
+        ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::VERSIONS,
+        ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
+        ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
+        ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
+        ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
+        ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
+        ApiKey::UpdateFeatures => UpdateFeaturesRequest::VERSIONS,
         other => panic!("no builder for {other:?}"),
     };
     (r.min, r.max)
@@ -440,6 +454,13 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
             consumer_group_heartbeat(c, v, &format!("g-cgh-{v}")).map(|_| ())
         }
         ApiKey::ConsumerGroupDescribe => consumer_group_describe(c, v),
+        ApiKey::DescribeTopicPartitions => describe_topic_partitions(c, v),
+        ApiKey::DescribeLogDirs => describe_log_dirs(c, v),
+        ApiKey::DescribeProducers => describe_producers(c, v),
+        ApiKey::DescribeTransactions => describe_transactions(c, v),
+        ApiKey::ListTransactions => list_transactions(c, v),
+        ApiKey::ElectLeaders => elect_leaders(c, v),
+        ApiKey::UpdateFeatures => update_features(c, v),
         other => Err(format!("no builder for {other:?}")),
     }
 }
@@ -1725,6 +1746,121 @@ fn alter_client_quotas(c: &mut Conn, v: i16) -> R<()> {
     let got = r.entries.first().map(|e| e.error_code);
     check(got == Some(INVALID_REQUEST), || {
         format!("an unknown quota key answered {got:?}")
+    })
+}
+
+// ---- issue 11 admin APIs ----
+
+fn describe_topic_partitions(c: &mut Conn, v: i16) -> R<()> {
+    use describe_topic_partitions_request::TopicRequest;
+    let r = c.send(
+        &DescribeTopicPartitionsRequest::default()
+            .with_topics(vec![TopicRequest::default().with_name(TopicName(s(TOPIC)))])
+            .with_response_partition_limit(2000),
+        v,
+    )?;
+    let t = r.topics.first().ok_or("no topic")?;
+    code("DescribeTopicPartitions", t.error_code)?;
+    check(t.partitions.len() == 1, || {
+        format!("partitions {:?}", t.partitions)
+    })
+}
+
+fn describe_log_dirs(c: &mut Conn, v: i16) -> R<()> {
+    use describe_log_dirs_request::DescribableLogDirTopic;
+    let r = c.send(
+        &DescribeLogDirsRequest::default().with_topics(Some(vec![
+            DescribableLogDirTopic::default()
+                .with_topic(TopicName(s(TOPIC)))
+                .with_partitions(vec![0]),
+        ])),
+        v,
+    )?;
+    code("DescribeLogDirs", r.error_code)?;
+    let dir = r.results.first().ok_or("no log dir")?;
+    code("DescribeLogDirs dir", dir.error_code)?;
+    check(dir.topics.iter().any(|t| t.name.as_str() == TOPIC), || {
+        format!("topics {:?}", dir.topics)
+    })
+}
+
+fn describe_producers(c: &mut Conn, v: i16) -> R<()> {
+    use describe_producers_request::TopicRequest;
+    let r = c.send(
+        &DescribeProducersRequest::default().with_topics(vec![TopicRequest::default()
+            .with_name(TopicName(s(TOPIC)))
+            .with_partition_indexes(vec![0])]),
+        v,
+    )?;
+    let p = r
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or("no partition")?;
+    code("DescribeProducers", p.error_code)
+}
+
+fn describe_transactions(c: &mut Conn, v: i16) -> R<()> {
+    let r = c.send(
+        &DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(s("conf-no-such-txn"))]),
+        v,
+    )?;
+    let t = r.transaction_states.first().ok_or("no state")?;
+    check(t.error_code == 105, || {
+        format!(
+            "error {} for an unknown transactional id (want 105)",
+            t.error_code
+        )
+    })
+}
+
+fn list_transactions(c: &mut Conn, v: i16) -> R<()> {
+    let r = c.send(
+        &ListTransactionsRequest::default().with_duration_filter(-1),
+        v,
+    )?;
+    code("ListTransactions", r.error_code)
+}
+
+fn elect_leaders(c: &mut Conn, v: i16) -> R<()> {
+    use elect_leaders_request::TopicPartitions;
+    let r = c.send(
+        &ElectLeadersRequest::default()
+            .with_topic_partitions(Some(vec![TopicPartitions::default()
+                .with_topic(TopicName(s(TOPIC)))
+                .with_partitions(vec![0])]))
+            .with_timeout_ms(30_000),
+        v,
+    )?;
+    code("ElectLeaders", r.error_code)?;
+    let p = r
+        .replica_election_results
+        .first()
+        .and_then(|t| t.partition_result.first())
+        .ok_or("no partition result")?;
+    check(p.error_code == 84, || {
+        format!("error {} (want ELECTION_NOT_NEEDED)", p.error_code)
+    })
+}
+
+fn update_features(c: &mut Conn, v: i16) -> R<()> {
+    use update_features_request::FeatureUpdateKey;
+    let r = c.send(
+        &UpdateFeaturesRequest::default()
+            .with_timeout_ms(30_000)
+            .with_feature_updates(vec![FeatureUpdateKey::default()
+                .with_feature(s("conf.no.such.feature"))
+                .with_max_version_level(1)
+                .with_upgrade_type(1)]),
+        v,
+    )?;
+    let per_feature = r.results.first().map(|x| x.error_code);
+    check(r.error_code == 95 || per_feature == Some(95), || {
+        format!(
+            "error {} / {per_feature:?} for an unknown feature (want INVALID_UPDATE_VERSION)",
+            r.error_code
+        )
     })
 }
 

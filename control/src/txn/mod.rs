@@ -52,6 +52,47 @@ pub enum TxnState {
     CompleteAbort,
 }
 
+impl TxnState {
+    /// Kafka's name of the state (DescribeTransactions, ListTransactions).
+    pub fn name(self) -> &'static str {
+        match self {
+            TxnState::Empty => "Empty",
+            TxnState::Ongoing => "Ongoing",
+            TxnState::PrepareCommit => "PrepareCommit",
+            TxnState::PrepareAbort => "PrepareAbort",
+            TxnState::CompleteCommit => "CompleteCommit",
+            TxnState::CompleteAbort => "CompleteAbort",
+        }
+    }
+
+    /// Every state name Kafka knows (a ListTransactions filter naming another is reported
+    /// back as unknown). Dead and PrepareEpochFence are never reported here.
+    pub const KAFKA_NAMES: [&'static str; 8] = [
+        "Empty",
+        "Ongoing",
+        "PrepareCommit",
+        "PrepareAbort",
+        "CompleteCommit",
+        "CompleteAbort",
+        "Dead",
+        "PrepareEpochFence",
+    ];
+}
+
+/// One transactional id as DescribeTransactions / ListTransactions show it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TxnView {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub state: TxnState,
+    pub timeout_ms: i32,
+    /// -1 unless a transaction has started (Kafka keeps it through completion).
+    pub start_ms: i64,
+    /// The transaction's partitions while it is open or being completed (Kafka clears them
+    /// on completion).
+    pub partitions: Vec<(String, i32)>,
+}
+
 /// Markers to write for one transaction outcome.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MarkerJob {
@@ -526,11 +567,47 @@ impl TxnCoordinator {
         jobs
     }
 
+    /// Every transactional id with its view (ListTransactions), by id.
+    pub fn list(&self) -> Vec<(String, TxnView)> {
+        self.txns
+            .iter()
+            .map(|(id, m)| (id.clone(), view(m)))
+            .collect()
+    }
+
+    /// One transactional id's view (DescribeTransactions).
+    pub fn describe(&self, transactional_id: &str) -> Option<TxnView> {
+        self.txns.get(transactional_id).map(view)
+    }
+
     /// State of a transactional id (tests, DescribeTransactions).
     pub fn state(&self, transactional_id: &str) -> Option<(i64, i16, TxnState)> {
         self.txns
             .get(transactional_id)
             .map(|m| (m.pid, m.epoch, m.state))
+    }
+}
+
+fn view(m: &TxnMeta) -> TxnView {
+    let open = matches!(
+        m.state,
+        TxnState::Ongoing | TxnState::PrepareCommit | TxnState::PrepareAbort
+    );
+    TxnView {
+        producer_id: m.pid,
+        producer_epoch: m.epoch,
+        state: m.state,
+        timeout_ms: m.timeout_ms,
+        start_ms: if m.state == TxnState::Empty {
+            -1
+        } else {
+            m.start_ms
+        },
+        partitions: if open {
+            m.partitions.iter().cloned().collect()
+        } else {
+            Vec::new()
+        },
     }
 }
 

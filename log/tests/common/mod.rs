@@ -59,7 +59,7 @@ pub fn small_config(segment_bytes: u64) -> LogConfig {
         index_interval_bytes: 256,
         max_message_bytes: 1 << 20,
         flush: FlushPolicy::Os,
-        compaction: None,
+        ..LogConfig::default()
     }
 }
 

@@ -3,10 +3,13 @@
 
 pub mod admin;
 pub mod configs;
+pub mod describe;
 pub mod fetch;
 pub mod metadata;
+pub mod offset_commit;
 pub mod offsets;
 pub mod produce;
+pub mod transactions;
 pub mod txn;
 
 use kafka_protocol::messages::{BrokerId, TopicName};

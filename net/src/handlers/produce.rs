@@ -30,6 +30,32 @@ fn failed(index: i32, code: i16, msg: Option<String>) -> PartitionProduceRespons
         .with_error_message(msg.map(|m| s(&m)))
 }
 
+/// KIP-467 (Produce v8+): the records at fault, each with its message.
+fn with_record_errors(
+    resp: PartitionProduceResponse,
+    e: &EngineError,
+    version: i16,
+    log_start: i64,
+) -> PartitionProduceResponse {
+    let EngineError::Log(kmirror_log::LogError::InvalidTimestamp { records }) = e else {
+        return resp;
+    };
+    if version < 8 {
+        return resp;
+    }
+    // Kafka reports the log start offset with a record-validation refusal.
+    resp.with_log_start_offset(log_start).with_record_errors(
+        records
+            .iter()
+            .map(|(i, m)| {
+                BatchIndexAndErrorMessage::default()
+                    .with_batch_index(*i)
+                    .with_batch_index_error_message(Some(s(m)))
+            })
+            .collect(),
+    )
+}
+
 /// Returns None for acks=0 (the client expects no response).
 pub async fn produce(
     ctx: &Ctx,
@@ -129,7 +155,13 @@ pub async fn produce(
                         .with_base_offset(info.first_offset.get())
                         .with_log_append_time_ms(info.log_append_time)
                         .with_log_start_offset(log_start),
-                    Ok((Err(e), _)) | Err(e) => {
+                    Ok((Err(e), log_start)) => {
+                        tracing::debug!(index, error = %e, "produce refused");
+                        let refused =
+                            failed(index, errors::engine_error_code(&e), Some(e.to_string()));
+                        with_record_errors(refused, &e, version, log_start)
+                    }
+                    Err(e) => {
                         tracing::debug!(index, error = %e, "produce refused");
                         failed(index, errors::engine_error_code(&e), Some(e.to_string()))
                     }
