@@ -14,31 +14,7 @@ use std::time::Duration;
 use kmirror_tests::{deps, java, proc, python, KafkaCluster, KmirrorNode};
 
 /// Rows kmirror does not pass yet, and why. Each must still differ from Kafka.
-const GAPS: &[(&str, &str)] = &[
-    (
-        "topics.describe",
-        "no DescribeTopicPartitions: kafka-topics falls back to Metadata and shows Elr N/A",
-    ),
-    (
-        "topics.describe-after-alter",
-        "no DescribeTopicPartitions: kafka-topics falls back to Metadata and shows Elr N/A",
-    ),
-    ("configs.client-quota-add", "AlterClientQuotas not served"),
-    ("configs.client-quota-describe", "client quotas not stored"),
-    ("transactions.list", "ListTransactions not served"),
-    ("transactions.describe", "DescribeTransactions not served"),
-    (
-        "transactions.describe-producers",
-        "DescribeProducers not served",
-    ),
-    ("log-dirs.describe", "DescribeLogDirs not served"),
-    (
-        "features.describe",
-        "no metadata.version / kraft.version features in ApiVersions",
-    ),
-    ("leader-election.preferred", "ElectLeaders not served"),
-    ("broker-api-versions", "DescribeTopicPartitions not served"),
-];
+const GAPS: &[(&str, &str)] = &[];
 
 /// One broker the matrix runs against.
 struct Target<'a> {
