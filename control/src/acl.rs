@@ -8,7 +8,6 @@
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 pub use crate::mirror::AclBinding;
@@ -303,21 +302,7 @@ impl AclStore {
             })
             .collect();
         let bytes = serde_json::to_vec_pretty(&rows).map_err(std::io::Error::other)?;
-        let tmp = self.path.with_extension("json.tmp");
-        let written = (|| {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()
-        })();
-        if let Err(e) = written.and_then(|()| fs::rename(&tmp, &self.path)) {
-            // A partial temp file (disk full) would only hold on to the space that is short.
-            let _ = fs::remove_file(&tmp);
-            return Err(e.into());
-        }
-        if let Some(dir) = self.path.parent() {
-            // The rename is durable only once the directory entry is.
-            fs::File::open(dir)?.sync_all()?;
-        }
+        crate::replace_file::replace_durably(&self.path, &bytes)?;
         Ok(())
     }
 }

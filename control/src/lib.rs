@@ -18,5 +18,6 @@ pub mod metadata;
 pub mod mirror;
 pub mod offsets_log;
 pub mod quota;
+pub mod replace_file;
 pub mod scram;
 pub mod txn;

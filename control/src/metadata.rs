@@ -10,7 +10,6 @@
 
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 use kmirror_log::{CompactionConfig, FlushPolicy, LogConfig};
@@ -399,25 +398,11 @@ impl MetadataStore {
     }
 
     fn persist(&self) -> Result<(), MetadataError> {
-        let tmp = self.path.with_extension("json.tmp");
         let text = serde_json::to_vec_pretty(&self.state).map_err(|e| MetadataError::Corrupt {
             path: self.path.clone(),
             reason: e.to_string(),
         })?;
-        let written = (|| {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&text)?;
-            f.sync_all()
-        })();
-        if let Err(e) = written.and_then(|()| fs::rename(&tmp, &self.path)) {
-            // A partial temp file (disk full) would only hold on to the space that is short.
-            let _ = fs::remove_file(&tmp);
-            return Err(e.into());
-        }
-        if let Some(dir) = self.path.parent() {
-            // The rename is durable only once the directory entry is.
-            fs::File::open(dir)?.sync_all()?;
-        }
+        crate::replace_file::replace_durably(&self.path, &text)?;
         Ok(())
     }
 }

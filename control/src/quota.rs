@@ -11,7 +11,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
 /// Kafka's entity types and quota keys.
@@ -368,20 +367,7 @@ impl QuotaStore {
             })
             .collect();
         let bytes = serde_json::to_vec_pretty(&rows).map_err(std::io::Error::other)?;
-        let tmp = self.path.with_extension("json.tmp");
-        let written = (|| {
-            let mut f = fs::File::create(&tmp)?;
-            f.write_all(&bytes)?;
-            f.sync_all()
-        })();
-        if let Err(e) = written.and_then(|()| fs::rename(&tmp, &self.path)) {
-            let _ = fs::remove_file(&tmp);
-            return Err(e.into());
-        }
-        if let Some(dir) = self.path.parent() {
-            // The rename is durable only once the directory entry is.
-            fs::File::open(dir)?.sync_all()?;
-        }
+        crate::replace_file::replace_durably(&self.path, &bytes)?;
         Ok(())
     }
 }

@@ -72,14 +72,24 @@ pub type SharedAcls = Arc<AclRegistry>;
 /// The ACL store of the broker whose data directory is `dir` (opened on first use).
 pub fn store_for(dir: &Path) -> Result<SharedAcls, AclError> {
     static STORES: OnceLock<Mutex<HashMap<PathBuf, SharedAcls>>> = OnceLock::new();
-    let mut map = STORES
+    shared_store(&STORES, dir, || Ok(AclRegistry::new(AclStore::open(dir)?)))
+}
+
+/// The one store per data directory in `stores` (a process may run several brokers in
+/// tests), opened with `open` on first use.
+pub(crate) fn shared_store<T, E>(
+    stores: &OnceLock<Mutex<HashMap<PathBuf, Arc<T>>>>,
+    dir: &Path,
+    open: impl FnOnce() -> Result<T, E>,
+) -> Result<Arc<T>, E> {
+    let mut map = stores
         .get_or_init(Default::default)
         .lock()
         .unwrap_or_else(|p| p.into_inner());
     if let Some(s) = map.get(dir) {
         return Ok(s.clone());
     }
-    let s = Arc::new(AclRegistry::new(AclStore::open(dir)?));
+    let s = Arc::new(open()?);
     map.insert(dir.to_path_buf(), s.clone());
     Ok(s)
 }

@@ -345,16 +345,9 @@ pub async fn mute(ctx: &Ctx, ms: u64) {
 /// The quota store of the broker whose data directory is `dir` (opened on first use).
 pub fn store_for(dir: &Path) -> Result<SharedQuotas, QuotaError> {
     static STORES: OnceLock<Mutex<HashMap<PathBuf, SharedQuotas>>> = OnceLock::new();
-    let mut map = STORES
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = map.get(dir) {
-        return Ok(s.clone());
-    }
-    let s = Arc::new(QuotaRegistry::new(QuotaStore::open(dir)?));
-    map.insert(dir.to_path_buf(), s.clone());
-    Ok(s)
+    crate::acl::shared_store(&STORES, dir, || {
+        Ok(QuotaRegistry::new(QuotaStore::open(dir)?))
+    })
 }
 
 fn s(v: &str) -> StrBytes {
