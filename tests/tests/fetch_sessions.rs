@@ -177,3 +177,105 @@ fn a_fetch_session_walk_sees_the_same_answers_as_on_kafka() {
     let got = walk(&node.addr());
     assert_eq!(got, want);
 }
+
+/// A long-polling incremental Fetch whose session is closed from another connection while it
+/// waits (one core, so both connections share the session cache) is answered with a session
+/// error the client recovers from, and the broker keeps serving. (This once panicked the
+/// core: the session was looked up again after the wait.)
+#[test]
+fn a_session_closed_while_a_fetch_waits_gets_a_session_error_not_a_dead_core() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let node = KmirrorNode::start_with(&["--cores", "1"]);
+    let boot = node.addr();
+    let mut admin = WireClient::connect(&boot).expect("connect");
+    assert_eq!(admin.create_topic(TOPIC, 1, 1, &[]).expect("create"), 0);
+    let info = admin.partition_info(TOPIC, 0).expect("metadata");
+    let open_walk = |c: WireClient| {
+        let version = c.version_range(1).expect("Fetch served").1.min(16);
+        Walk {
+            c,
+            topic_id: info.topic_id,
+            version,
+        }
+    };
+    let mut a = open_walk(WireClient::connect(&boot).expect("connect"));
+    let (err, id, _) = a.fetch(0, 0, &[(0, 0)], &[]);
+    assert_eq!(err, 0);
+    assert_ne!(id, 0);
+    let waiter = std::thread::spawn(move || {
+        // Nothing to read: this waits up to 3 s for data.
+        let mut req = a.request(id, 1, &[], &[]);
+        req.max_wait_ms = 3000;
+        req.min_bytes = 1;
+        let v = a.version;
+        a.c.send_at(req, v).expect("the waiting Fetch is answered")
+    });
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let mut b = open_walk(WireClient::connect(&boot).expect("connect"));
+    let (err, _, _) = b.fetch(id, -1, &[(0, 0)], &[]);
+    assert_eq!(err, 0, "closing the session is a normal full fetch");
+    let resp = waiter.join().expect("waiter thread");
+    println!("waiting fetch answered: error {}", resp.error_code);
+    assert_eq!(resp.error_code, 70, "FETCH_SESSION_ID_NOT_FOUND");
+    // The core still serves.
+    let (err, id2, _) = b.fetch(0, 0, &[(0, 0)], &[]);
+    assert_eq!(err, 0);
+    assert_ne!(id2, 0);
+    assert!(admin.metadata(None).is_ok());
+}
+
+/// The request-wide `max_bytes` (fetch.max.bytes) bounds the response even when one
+/// partition's own limit is larger, as on Kafka: librdkafka's suite (0082) drops a response
+/// larger than it asked for. A first batch larger than the limit still comes whole.
+#[test]
+fn the_response_limit_caps_a_partition_with_a_larger_limit_like_kafka() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let sizes = |bootstrap: &str| -> Vec<usize> {
+        let mut admin = WireClient::connect(bootstrap).expect("connect");
+        assert_eq!(admin.create_topic("limits", 1, 1, &[]).expect("create"), 0);
+        let value = vec![b'x'; 10_000];
+        for _ in 0..4 {
+            let (err, _) = admin
+                .produce_raw("limits", 0, records::batch(&[&value], now_ms()), -1)
+                .expect("produce");
+            assert_eq!(err, 0);
+        }
+        let mut c = WireClient::connect_leader(bootstrap, "limits", 0).expect("connect");
+        let mut out = Vec::new();
+        for response_max in [25_000, 5_000, 1 << 20] {
+            let v = c.version_range(1).expect("Fetch").1.min(16);
+            let topic_id = c.partition_info("limits", 0).expect("metadata").topic_id;
+            let req = FetchRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_max_wait_ms(0)
+                .with_min_bytes(0)
+                .with_max_bytes(response_max)
+                .with_session_id(0)
+                .with_session_epoch(-1)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic(TopicName(StrBytes::from_static_str("limits")))
+                    .with_topic_id(topic_id)
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition(0)
+                        .with_current_leader_epoch(-1)
+                        .with_fetch_offset(0)
+                        .with_partition_max_bytes(20 << 20)])]);
+            let resp = c.send_at(req, v).expect("Fetch");
+            let n = resp.responses[0].partitions[0]
+                .records
+                .as_ref()
+                .map(|r| records::split_batches(r).len())
+                .unwrap_or(0);
+            out.push(n);
+        }
+        out
+    };
+    let want = {
+        let kafka = KafkaCluster::single();
+        sizes(&kafka.bootstrap())
+    };
+    let node = KmirrorNode::start();
+    let got = sizes(&node.addr());
+    println!("batches per response (25 kB, 5 kB, 1 MiB limits): kafka {want:?}, kmirror {got:?}");
+    assert_eq!(got, want);
+}

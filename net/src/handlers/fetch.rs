@@ -324,7 +324,21 @@ pub async fn fetch(
             .collect();
         asked.extend(unknown);
     }
-    let wants: Vec<Want> = asked.iter().map(|a| want(access, version, a)).collect();
+    // No partition reads more than the whole response may carry (Kafka's fetch.max.bytes):
+    // a read still returns one whole batch if the first is larger.
+    let response_max = if req.max_bytes <= 0 {
+        usize::MAX
+    } else {
+        req.max_bytes as usize
+    };
+    let wants: Vec<Want> = asked
+        .iter()
+        .map(|a| {
+            let mut w = want(access, version, a);
+            w.max_bytes = w.max_bytes.min(response_max);
+            w
+        })
+        .collect();
     let max_wait = Duration::from_millis(req.max_wait_ms.max(0) as u64).min(MAX_WAIT_CAP);
     let deadline = Instant::now() + max_wait;
     let min_bytes = req.min_bytes.max(0) as usize;
@@ -397,7 +411,24 @@ pub async fn fetch(
                 sessions.open(parts)
             }
             Mode::Incremental(id) => {
-                let session = sessions.get_mut(id).expect("the session is still there");
+                // While this request waited, the client may have closed or replaced the
+                // session from another connection, the cache may have evicted it, or a
+                // concurrent request with the same epoch may have been served: the client
+                // then starts over, as after any session error.
+                let epoch = req.session_epoch;
+                let Some(session) = sessions.get_mut(id).filter(|s| s.next_epoch == epoch) else {
+                    let code = if sessions.get_mut(id).is_some() {
+                        E::InvalidFetchSessionEpoch.code()
+                    } else {
+                        E::FetchSessionIdNotFound.code()
+                    };
+                    return (
+                        FetchResponse::default()
+                            .with_error_code(code)
+                            .with_session_id(0),
+                        Vec::new(),
+                    );
+                };
                 let mut keep = Vec::with_capacity(got.len());
                 for (a, g) in asked.iter().zip(&got) {
                     let news = match &a.name {
