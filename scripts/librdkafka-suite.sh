@@ -248,7 +248,12 @@ first_failure() {
 }
 
 write_findings() {
-    local b num name status kstatus
+    local b num name status kstatus notes=""
+    # Hand-written analysis below the marker line survives regeneration.
+    local marker='<!-- hand-written notes below: kept when the script rewrites this file -->'
+    if [[ -f $FINDINGS ]] && grep -qF "$marker" "$FINDINGS"; then
+        notes=$(sed -n "/^$marker\$/,\$p" "$FINDINGS" | tail -n +2)
+    fi
     {
         echo "# librdkafka test suite against kmirror"
         echo
@@ -317,6 +322,9 @@ write_findings() {
             <(awk -F'\t' '{print $2"\t"$3"\t"$4}' "$CACHE/results-kmirror.tsv" 2>/dev/null | sort) \
             <(awk -F'\t' '{print $2"\t"$3"\t"$4}' "$CACHE/results-kafka.tsv" 2>/dev/null | sort) \
             | awk -F'\t' '{printf "| %s | %s (%ss) | %s (%ss) |\n", $1, $2, $3, $4, $5}'
+        echo
+        echo "$marker"
+        [[ -z $notes ]] || echo "$notes"
     } >"$FINDINGS"
     log "wrote $FINDINGS"
 }
