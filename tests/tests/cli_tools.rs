@@ -37,6 +37,13 @@ fn run(class: &str, args: &[&str]) -> proc::Ran {
     proc::run(&mut cmd, Duration::from_secs(120))
 }
 
+/// [`run`] with `--bootstrap-server bootstrap` in front of `args`.
+fn run_at(class: &str, bootstrap: &str, args: &[&str]) -> proc::Ran {
+    let mut all = vec!["--bootstrap-server", bootstrap];
+    all.extend_from_slice(args);
+    run(class, &all)
+}
+
 /// `exit N` and the lines of stdout for which `keep` returns a normalized line.
 fn outcome(ran: &proc::Ran, keep: impl Fn(&str) -> Option<String>) -> String {
     let code = ran.status.code().unwrap_or(-1);
@@ -112,11 +119,10 @@ fn describe_line(l: &str) -> Option<String> {
 fn topics(t: &Target<'_>, m: &mut Matrix) {
     let tc = java::tools::TOPIC_COMMAND;
     let b = t.bootstrap;
-    let ran = run(
+    let ran = run_at(
         tc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--create",
             "--topic",
             TOPIC,
@@ -131,61 +137,24 @@ fn topics(t: &Target<'_>, m: &mut Matrix) {
     push(m, "topics.create", &ran, |l| {
         l.starts_with("Created topic").then(|| l.to_string())
     });
-    let ran = run(
-        tc,
-        &[
-            "--bootstrap-server",
-            b,
-            "--create",
-            "--topic",
-            TOPIC,
-            "--partitions",
-            "3",
-        ],
-    );
+    let ran = run_at(tc, b, &["--create", "--topic", TOPIC, "--partitions", "3"]);
     push(m, "topics.create-existing", &ran, |_| None);
-    let ran = run(tc, &["--bootstrap-server", b, "--list"]);
+    let ran = run_at(tc, b, &["--list"]);
     push(m, "topics.list", &ran, |l| {
         (l == TOPIC).then(|| l.to_string())
     });
-    let ran = run(
-        tc,
-        &["--bootstrap-server", b, "--describe", "--topic", TOPIC],
-    );
+    let ran = run_at(tc, b, &["--describe", "--topic", TOPIC]);
     push(m, "topics.describe", &ran, describe_line);
-    let ran = run(
-        tc,
-        &[
-            "--bootstrap-server",
-            b,
-            "--alter",
-            "--topic",
-            TOPIC,
-            "--partitions",
-            "4",
-        ],
-    );
+    let ran = run_at(tc, b, &["--alter", "--topic", TOPIC, "--partitions", "4"]);
     push(m, "topics.alter-partitions", &ran, |_| None);
-    let ran = run(
-        tc,
-        &["--bootstrap-server", b, "--describe", "--topic", TOPIC],
-    );
+    let ran = run_at(tc, b, &["--describe", "--topic", TOPIC]);
     push(m, "topics.describe-after-alter", &ran, describe_line);
-    let ran = run(
-        tc,
-        &[
-            "--bootstrap-server",
-            b,
-            "--describe",
-            "--under-replicated-partitions",
-        ],
-    );
+    let ran = run_at(tc, b, &["--describe", "--under-replicated-partitions"]);
     push(m, "topics.under-replicated", &ran, describe_line);
-    let ran = run(
+    let ran = run_at(
         tc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--create",
             "--topic",
             "cli-matrix-doomed",
@@ -194,19 +163,10 @@ fn topics(t: &Target<'_>, m: &mut Matrix) {
         ],
     );
     push(m, "topics.create-second", &ran, |_| None);
-    let ran = run(
-        tc,
-        &[
-            "--bootstrap-server",
-            b,
-            "--delete",
-            "--topic",
-            "cli-matrix-doomed",
-        ],
-    );
+    let ran = run_at(tc, b, &["--delete", "--topic", "cli-matrix-doomed"]);
     push(m, "topics.delete", &ran, |_| None);
     proc::wait_for(Duration::from_secs(30), "deleted topic gone", || {
-        let ran = run(tc, &["--bootstrap-server", b, "--list"]);
+        let ran = run_at(tc, b, &["--list"]);
         (!ran.stdout.lines().any(|l| l.trim() == "cli-matrix-doomed")).then_some(())
     });
 }
@@ -219,11 +179,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
         let first = l.split_whitespace().next()?;
         (first.contains('=') && !first.starts_with("synonyms")).then(|| first.to_string())
     };
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--alter",
             "--entity-type",
             "topics",
@@ -236,11 +195,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
     push(m, "configs.topic-add", &ran, |l| {
         l.starts_with("Completed").then(|| l.to_string())
     });
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--describe",
             "--entity-type",
             "topics",
@@ -249,11 +207,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
         ],
     );
     push(m, "configs.topic-describe", &ran, cfg_line);
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--alter",
             "--entity-type",
             "topics",
@@ -264,11 +221,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
         ],
     );
     push(m, "configs.topic-delete", &ran, |_| None);
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--describe",
             "--entity-type",
             "topics",
@@ -277,11 +233,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
         ],
     );
     push(m, "configs.topic-describe-after-delete", &ran, cfg_line);
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--alter",
             "--entity-type",
             "topics",
@@ -294,11 +249,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
     push(m, "configs.topic-unknown-key", &ran, |_| None);
     // Brokers: a per-broker dynamic rate, set, described, deleted.
     let rate = format!("{}=5000000", t.rate_key);
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--alter",
             "--entity-type",
             "brokers",
@@ -318,11 +272,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
                 .replacen(key, "<rate>", 1)
         })
     };
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--describe",
             "--entity-type",
             "brokers",
@@ -331,11 +284,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
         ],
     );
     push(m, "configs.broker-describe", &ran, rate_line);
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--alter",
             "--entity-type",
             "brokers",
@@ -347,11 +299,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
     );
     push(m, "configs.broker-delete", &ran, |_| None);
     // Users: a SCRAM credential.
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--alter",
             "--entity-type",
             "users",
@@ -362,11 +313,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
         ],
     );
     push(m, "configs.user-scram-add", &ran, |_| None);
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--describe",
             "--entity-type",
             "users",
@@ -378,11 +328,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
         l.contains("SCRAM").then(|| l.to_string())
     });
     // Clients: a byte-rate quota.
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--alter",
             "--entity-type",
             "clients",
@@ -393,11 +342,10 @@ fn configs(t: &Target<'_>, m: &mut Matrix) {
         ],
     );
     push(m, "configs.client-quota-add", &ran, |_| None);
-    let ran = run(
+    let ran = run_at(
         cc,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--describe",
             "--entity-type",
             "clients",
@@ -434,18 +382,10 @@ fn produce_consume(t: &Target<'_>, m: &mut Matrix) {
         l.split_once(" records sent")
             .map(|(n, _)| format!("{} records sent", n.trim()))
     });
-    let ran = run(
+    let ran = run_at(
         "org.apache.kafka.tools.VerifiableProducer",
-        &[
-            "--bootstrap-server",
-            b,
-            "--topic",
-            TOPIC,
-            "--max-messages",
-            &n,
-            "--acks",
-            "-1",
-        ],
+        b,
+        &["--topic", TOPIC, "--max-messages", &n, "--acks", "-1"],
     );
     let acked = json_events(&ran.stdout, "producer_send_success");
     let errors = json_events(&ran.stdout, "producer_send_error");
@@ -458,11 +398,10 @@ fn produce_consume(t: &Target<'_>, m: &mut Matrix) {
             errors.len()
         ),
     ));
-    let ran = run(
+    let ran = run_at(
         "org.apache.kafka.tools.VerifiableConsumer",
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--topic",
             TOPIC,
             "--group-id",
@@ -488,9 +427,10 @@ fn produce_consume(t: &Target<'_>, m: &mut Matrix) {
             ran.status.code().unwrap_or(-1)
         ),
     ));
-    let ran = run(
+    let ran = run_at(
         "org.apache.kafka.tools.GetOffsetShell",
-        &["--bootstrap-server", b, "--topic", TOPIC],
+        b,
+        &["--topic", TOPIC],
     );
     let total: i64 = ran
         .stdout
@@ -516,30 +456,18 @@ fn produce_consume(t: &Target<'_>, m: &mut Matrix) {
         ),
     )
     .expect("write offsets json");
-    let ran = run(
+    let ran = run_at(
         "org.apache.kafka.tools.DeleteRecordsCommand",
-        &[
-            "--bootstrap-server",
-            b,
-            "--offset-json-file",
-            json.to_str().expect("utf-8 path"),
-        ],
+        b,
+        &["--offset-json-file", json.to_str().expect("utf-8 path")],
     );
     push(m, "delete-records", &ran, |l| {
         l.contains("low_watermark").then(|| l.replace('\t', " "))
     });
-    let ran = run(
+    let ran = run_at(
         "org.apache.kafka.tools.GetOffsetShell",
-        &[
-            "--bootstrap-server",
-            b,
-            "--topic",
-            TOPIC,
-            "--partitions",
-            "0",
-            "--time",
-            "-2",
-        ],
+        b,
+        &["--topic", TOPIC, "--partitions", "0", "--time", "-2"],
     );
     push(m, "get-offsets.earliest", &ran, |l| {
         l.starts_with(TOPIC).then(|| l.to_string())
@@ -549,20 +477,16 @@ fn produce_consume(t: &Target<'_>, m: &mut Matrix) {
 fn consumer_groups(t: &Target<'_>, m: &mut Matrix) {
     let b = t.bootstrap;
     let cg = java::tools::CONSUMER_GROUP_COMMAND;
-    let ran = run(cg, &["--bootstrap-server", b, "--list"]);
+    let ran = run_at(cg, b, &["--list"]);
     push(m, "consumer-groups.list", &ran, |l| {
         (l == GROUP).then(|| l.to_string())
     });
-    let ran = run(
-        cg,
-        &["--bootstrap-server", b, "--describe", "--group", GROUP],
-    );
+    let ran = run_at(cg, b, &["--describe", "--group", GROUP]);
     m.push(("consumer-groups.describe".into(), group_lag(&ran)));
-    let ran = run(
+    let ran = run_at(
         cg,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--reset-offsets",
             "--group",
             GROUP,
@@ -576,19 +500,15 @@ fn consumer_groups(t: &Target<'_>, m: &mut Matrix) {
         let f: Vec<&str> = l.split_whitespace().collect();
         (f.first() == Some(&GROUP)).then(|| format!("{} {} {}", f[1], f[2], f[3]))
     });
-    let ran = run(
-        cg,
-        &["--bootstrap-server", b, "--describe", "--group", GROUP],
-    );
+    let ran = run_at(cg, b, &["--describe", "--group", GROUP]);
     m.push((
         "consumer-groups.describe-after-reset".into(),
         group_lag(&ran),
     ));
-    let ran = run(
+    let ran = run_at(
         cg,
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--delete-offsets",
             "--group",
             GROUP,
@@ -600,19 +520,16 @@ fn consumer_groups(t: &Target<'_>, m: &mut Matrix) {
         l.starts_with(TOPIC)
             .then(|| l.split_whitespace().collect::<Vec<_>>().join(" "))
     });
-    let ran = run(
-        "org.apache.kafka.tools.GroupsCommand",
-        &["--bootstrap-server", b, "--list"],
-    );
+    let ran = run_at("org.apache.kafka.tools.GroupsCommand", b, &["--list"]);
     push(m, "groups.list", &ran, |l| {
         l.starts_with(GROUP)
             .then(|| l.split_whitespace().collect::<Vec<_>>().join(" "))
     });
-    let ran = run(cg, &["--bootstrap-server", b, "--delete", "--group", GROUP]);
+    let ran = run_at(cg, b, &["--delete", "--group", GROUP]);
     push(m, "consumer-groups.delete", &ran, |l| {
         l.contains("successful").then(|| l.to_string())
     });
-    let ran = run(cg, &["--bootstrap-server", b, "--list"]);
+    let ran = run_at(cg, b, &["--list"]);
     push(m, "consumer-groups.list-after-delete", &ran, |l| {
         (l == GROUP).then(|| l.to_string())
     });
@@ -652,37 +569,21 @@ fn transactions(t: &Target<'_>, m: &mut Matrix) {
     );
     let txn_id = format!("py-txn-{TOPIC}");
     let tx = "org.apache.kafka.tools.TransactionsCommand";
-    let ran = run(tx, &["--bootstrap-server", b, "list"]);
+    let ran = run_at(tx, b, &["list"]);
     push(m, "transactions.list", &ran, |l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         (f.first() == Some(&txn_id.as_str())).then(|| format!("{} {}", f[0], f[3]))
     });
-    let ran = run(
-        tx,
-        &[
-            "--bootstrap-server",
-            b,
-            "describe",
-            "--transactional-id",
-            &txn_id,
-        ],
-    );
+    let ran = run_at(tx, b, &["describe", "--transactional-id", &txn_id]);
     push(m, "transactions.describe", &ran, |l| {
         let f: Vec<&str> = l.split_whitespace().collect();
         // CoordinatorId TransactionalId ProducerId ProducerEpoch TransactionState ...
         (f.get(1) == Some(&txn_id.as_str())).then(|| format!("{} {}", f[1], f[4]))
     });
-    let ran = run(
+    let ran = run_at(
         tx,
-        &[
-            "--bootstrap-server",
-            b,
-            "describe-producers",
-            "--topic",
-            TOPIC,
-            "--partition",
-            "0",
-        ],
+        b,
+        &["describe-producers", "--topic", TOPIC, "--partition", "0"],
     );
     push(m, "transactions.describe-producers", &ran, |l| {
         let f: Vec<&str> = l.split_whitespace().collect();
@@ -694,9 +595,10 @@ fn transactions(t: &Target<'_>, m: &mut Matrix) {
 
 fn cluster_tools(t: &Target<'_>, m: &mut Matrix) {
     let b = t.bootstrap;
-    let ran = run(
+    let ran = run_at(
         "org.apache.kafka.tools.LogDirsCommand",
-        &["--bootstrap-server", b, "--describe", "--topic-list", TOPIC],
+        b,
+        &["--describe", "--topic-list", TOPIC],
     );
     let parts = ran
         .stdout
@@ -724,10 +626,7 @@ fn cluster_tools(t: &Target<'_>, m: &mut Matrix) {
             outcome(&ran, |_| None)
         },
     ));
-    let ran = run(
-        "org.apache.kafka.tools.FeatureCommand",
-        &["--bootstrap-server", b, "describe"],
-    );
+    let ran = run_at("org.apache.kafka.tools.FeatureCommand", b, &["describe"]);
     push(m, "features.describe", &ran, |l| {
         // Only the features both sides must have; kmirror adds mirror.version.
         l.split_whitespace()
@@ -735,11 +634,10 @@ fn cluster_tools(t: &Target<'_>, m: &mut Matrix) {
             .filter(|f| *f == "metadata.version" || *f == "kraft.version")
             .map(|f| f.to_string())
     });
-    let ran = run(
+    let ran = run_at(
         "org.apache.kafka.tools.LeaderElectionCommand",
+        b,
         &[
-            "--bootstrap-server",
-            b,
             "--election-type",
             "preferred",
             "--topic",
@@ -751,10 +649,7 @@ fn cluster_tools(t: &Target<'_>, m: &mut Matrix) {
     push(m, "leader-election.preferred", &ran, |l| {
         l.contains(TOPIC).then(|| l.to_string())
     });
-    let ran = run(
-        "org.apache.kafka.tools.BrokerApiVersionsCommand",
-        &["--bootstrap-server", b],
-    );
+    let ran = run_at("org.apache.kafka.tools.BrokerApiVersionsCommand", b, &[]);
     push(m, "broker-api-versions", &ran, |l| {
         // Whether the APIs a 4.x client needs are listed as usable.
         [
@@ -768,10 +663,7 @@ fn cluster_tools(t: &Target<'_>, m: &mut Matrix) {
         .map(|api| format!("{api} usable={}", l.contains("[usable")))
     });
     // kafka-acls against a broker without an authorizer.
-    let ran = run(
-        "org.apache.kafka.tools.AclCommand",
-        &["--bootstrap-server", b, "--list"],
-    );
+    let ran = run_at("org.apache.kafka.tools.AclCommand", b, &["--list"]);
     push(m, "acls.list-no-authorizer", &ran, |_| None);
 }
 
