@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::{mirror, proc, KafkaCluster, KmirrorNode};
+use kmirror_tests::{mirror, proc, python, KafkaCluster, KmirrorNode};
 
 const CONFIGS: &str = "kafka.admin.ConfigCommand";
 
@@ -371,6 +371,49 @@ fn create_topic(boot: &str, topic: &str) {
     );
 }
 
+/// librdkafka (`tests/python/quota_client.py`) producing or consuming `records` as
+/// `client_id`: (seconds taken, throttle responses seen, largest throttle ms).
+fn librdkafka(mode: &str, boot: &str, client_id: &str, records: u32) -> (f64, f64, f64) {
+    let ran = proc::run_ok(
+        python::script("quota_client.py").args([
+            mode,
+            boot,
+            "quota-t",
+            client_id,
+            &records.to_string(),
+        ]),
+        Duration::from_secs(240),
+    );
+    let field = |key: &str, i: usize| -> f64 {
+        ran.stdout
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .and_then(|rest| rest.split_whitespace().nth(i)?.parse().ok())
+            .unwrap_or_else(|| panic!("no {key} in {}", ran.stdout))
+    };
+    (
+        field("SECONDS ", 0),
+        field("THROTTLES ", 0),
+        field("THROTTLES ", 1),
+    )
+}
+
+/// Records librdkafka's quota-limited clients move: 1 MB passes in the first windows, the
+/// other 0.8 MB at the quota (about 8 s).
+const RDK_RECORDS: u32 = 1800;
+
+/// librdkafka's quota-limited producer and consumer: [produce s, throttle responses,
+/// consume s, throttle responses].
+fn librdkafka_enforcement(boot: &str) -> [f64; 4] {
+    set_client_quota(boot, "slow-p-rdk", "producer_byte_rate");
+    set_client_quota(boot, "slow-c-rdk", "consumer_byte_rate");
+    std::thread::sleep(Duration::from_secs(2));
+    let (p_s, p_n, p_max) = librdkafka("produce", boot, "slow-p-rdk", RDK_RECORDS);
+    let (c_s, c_n, c_max) = librdkafka("consume", boot, "slow-c-rdk", RDK_RECORDS);
+    eprintln!("{boot}: librdkafka produce {p_s:.1}s ({p_n} throttles, max {p_max} ms), consume {c_s:.1}s ({c_n} throttles, max {c_max} ms)");
+    [p_s, p_n, c_s, c_n]
+}
+
 /// (slow produce s, its throttle, fast produce s, slow consume s, its throttle, fast consume s)
 fn enforcement(boot: &str) -> [f64; 6] {
     create_topic(boot, "quota-t");
@@ -392,10 +435,12 @@ fn produce_and_fetch_byte_rate_quotas_hold_a_client_id_near_its_quota_like_kafka
     let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::single();
     let want = enforcement(&kafka.bootstrap());
+    let want_rdk = librdkafka_enforcement(&kafka.bootstrap());
     drop(kafka);
     let maddr = format!("127.0.0.1:{}", proc::free_port());
     let node = KmirrorNode::start_with(&["--metrics", &maddr]);
     let got = enforcement(&node.addr());
+    let got_rdk = librdkafka_enforcement(&node.addr());
     let m = kmirror_tests::metrics::scrape(&maddr);
     for name in [
         "kmirror_quota_throttled_produce_requests_total",
@@ -427,6 +472,31 @@ fn produce_and_fetch_byte_rate_quotas_hold_a_client_id_near_its_quota_like_kafka
                 "{who} {what}: the unlimited client took {fast:.1}s vs {slow:.1}s"
             );
         }
+    }
+    eprintln!(
+        "librdkafka [produce s, throttles, consume s, throttles]\n Kafka:   {want_rdk:?}\n kmirror: {got_rdk:?}"
+    );
+    let rdk_at_quota_s =
+        (f64::from(RDK_RECORDS) * 1000.0 - 10.0 * f64::from(QUOTA)) / f64::from(QUOTA);
+    for (who, r) in [("Kafka", &want_rdk), ("kmirror", &got_rdk)] {
+        for (what, secs, throttles) in [("produce", r[0], r[1]), ("consume", r[2], r[3])] {
+            assert!(
+                secs >= rdk_at_quota_s * 0.7,
+                "{who} librdkafka {what}: took {secs:.1}s, expected >= {:.1}s",
+                rdk_at_quota_s * 0.7
+            );
+            assert!(
+                throttles > 0.0,
+                "{who} librdkafka {what}: no throttle_time_ms reported"
+            );
+        }
+    }
+    for (i, what) in [(0, "librdkafka produce"), (2, "librdkafka consume")] {
+        let (g, w) = (got_rdk[i], want_rdk[i]);
+        assert!(
+            (g - w).abs() <= w * 0.3 + 2.0,
+            "{what}: kmirror took {g:.1}s, Kafka {w:.1}s (more than 30% apart)"
+        );
     }
     for (i, what) in [(0, "produce"), (3, "consume")] {
         let (g, w) = (got[i], want[i]);

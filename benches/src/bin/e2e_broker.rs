@@ -17,6 +17,9 @@
 //! the mapping instead of sendfile) all run; each gets the same topic once, then ROUNDS rounds
 //! of ConsumerPerformance read it, the order rotating each round. Prints MB/s, fetch MB/s and
 //! broker CPU s/GB per round, and the median ratios with their spread.
+//! `KMIRROR_BENCH_ALT="--pin-cores false"` replaces the sendfile-off side with a kmirror
+//! started with those `serve` arguments; `KMIRROR_BENCH_METRICS=1` prints the consumer's
+//! fetch metrics (sizes, latencies, records per request) after each read.
 
 mod common;
 
@@ -108,7 +111,23 @@ fn consume_with(
     if let Some(c) = &cfg {
         args.extend(["--consumer.config", c.as_str()]);
     }
+    // KMIRROR_BENCH_METRICS=1: the consumer's own fetch metrics (sizes, latencies, records per
+    // request), to see why one broker feeds the same consumer faster than the other.
+    let metrics = std::env::var_os("KMIRROR_BENCH_METRICS").is_some();
+    if metrics {
+        args.push("--print-metrics");
+    }
     let ran = common::run_tool(tools::CONSUMER_PERFORMANCE, &args, Duration::from_secs(900));
+    if metrics {
+        for l in ran.stdout.lines().filter(|l| {
+            (l.starts_with("consumer-fetch-manager-metrics:")
+                || l.starts_with("consumer-node-metrics:request-latency")
+                || l.starts_with("consumer-node-metrics:incoming-byte-rate"))
+                && !l.contains("topic=")
+        }) {
+            eprintln!("  {l}");
+        }
+    }
     let row = ran
         .stdout
         .lines()
@@ -384,11 +403,25 @@ fn main_consume(records: u64, partitions: i32, rounds: usize) {
     eprintln!("kmirror binary: {}", bin.display());
     let mut kafka = common::Kafka::start("1g", &[]);
     let mut node = KmirrorNode::start();
-    let mut copying = KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", "0")]);
+    // The third side: sendfile off by default, or other `serve` arguments to compare
+    // (KMIRROR_BENCH_ALT="--pin-cores false").
+    let alt = std::env::var("KMIRROR_BENCH_ALT").unwrap_or_default();
+    let alt_args: Vec<&str> = alt.split_whitespace().collect();
+    let (mut copying, alt_name): (KmirrorNode, &'static str) = if alt_args.is_empty() {
+        (
+            KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", "0")]),
+            "kmirror, sendfile off",
+        )
+    } else {
+        (
+            KmirrorNode::start_with(&alt_args),
+            Box::leak(format!("kmirror {alt}").into_boxed_str()),
+        )
+    };
     let sides: [(&'static str, String, u32); 3] = [
         ("Apache Kafka 4.1.1", kafka.bootstrap(), kafka.pid()),
         ("kmirror", node.addr(), node.pid()),
-        ("kmirror, sendfile off", copying.addr(), copying.pid()),
+        (alt_name, copying.addr(), copying.pid()),
     ];
     for (name, boot, _) in &sides {
         common::create_topic(boot, "bench", partitions, &[]);
@@ -439,7 +472,8 @@ fn main_consume(records: u64, partitions: i32, rounds: usize) {
     };
     for (a, b) in [
         ("kmirror", "Apache Kafka 4.1.1"),
-        ("kmirror", "kmirror, sendfile off"),
+        (alt_name, "Apache Kafka 4.1.1"),
+        ("kmirror", alt_name),
     ] {
         let ratio = |f: fn(&ConsumeRow) -> f64| -> Vec<f64> {
             (1..=rounds).map(|r| f(of(r, a)) / f(of(r, b))).collect()
