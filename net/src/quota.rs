@@ -170,7 +170,36 @@ pub struct QuotaRegistry {
     id: u64,
     store: Mutex<QuotaStore>,
     snapshot: ArcSwap<Snapshot>,
-    budgets: Mutex<HashMap<(QuotaKind, BudgetKey), Arc<Budget>>>,
+    budgets: Mutex<Budgets>,
+}
+
+/// The shared budgets, swept of idle ones as the map grows.
+///
+/// A default quota (`--entity-default` clients) gives every client-id its own budget, so a
+/// client cycling client-ids would otherwise grow the map forever (Kafka expires such
+/// sensors after an hour of inactivity). Dropping a budget is exact when it holds no bytes in
+/// its live windows (a fresh one measures the same) and nobody else holds it: the per-core
+/// caches take their clones from the map under this lock, so a count of one cannot rise
+/// while the sweep runs.
+#[derive(Default)]
+struct Budgets {
+    map: HashMap<(QuotaKind, BudgetKey), Arc<Budget>>,
+    /// The map size that triggers the next sweep.
+    sweep_at: usize,
+}
+
+/// The smallest map worth sweeping.
+const SWEEP_MIN: usize = 1024;
+
+impl Budgets {
+    fn get(&mut self, key: (QuotaKind, BudgetKey), now_ms: u64) -> Arc<Budget> {
+        if !self.map.contains_key(&key) && self.map.len() >= self.sweep_at.max(SWEEP_MIN) {
+            self.map
+                .retain(|_, b| Arc::strong_count(b) > 1 || b.measure(now_ms).0 > 0);
+            self.sweep_at = (self.map.len() * 2).max(SWEEP_MIN);
+        }
+        self.map.entry(key).or_default().clone()
+    }
 }
 
 impl std::fmt::Debug for QuotaRegistry {
@@ -191,7 +220,7 @@ impl QuotaRegistry {
                 all: Arc::new(store.all()),
             }),
             store: Mutex::new(store),
-            budgets: Mutex::new(HashMap::new()),
+            budgets: Mutex::new(Budgets::default()),
         }
     }
 
@@ -237,7 +266,8 @@ impl QuotaRegistry {
             }
             let found = resolve_in(&snap.all, user, client_id, kind.key()).map(|(bk, q)| {
                 let mut budgets = self.budgets.lock().unwrap_or_else(|p| p.into_inner());
-                (budgets.entry((kind, bk)).or_default().clone(), q)
+                let now = kmirror_engine::now_ms().max(0) as u64;
+                (budgets.get((kind, bk), now), q)
             });
             if c.1.len() > 10_000 {
                 c.1.clear();
@@ -514,6 +544,43 @@ mod tests {
         assert_eq!(b.measure(t0), (1000, 10_000));
         // Samples older than 11 windows are forgotten.
         assert_eq!(b.measure(t0 + 11_000).0, 0);
+    }
+
+    #[test]
+    fn idle_budgets_nobody_holds_are_swept_so_cycling_client_ids_stay_bounded() {
+        let mut budgets = Budgets::default();
+        let key = |i: usize| {
+            (
+                QuotaKind::Produce,
+                BudgetKey {
+                    user: None,
+                    client_id: Some(format!("c{i}")),
+                },
+            )
+        };
+        let t0 = 5_000_000u64;
+        // One busy budget held by a cache, one busy only in the map.
+        let held = budgets.get(key(0), t0);
+        held.record(10, 1.0, t0);
+        budgets.get(key(1), t0).record(10, 1.0, t0);
+        for i in 2..100_000 {
+            budgets.get(key(i), t0);
+        }
+        assert!(
+            budgets.map.len() < 3 * SWEEP_MIN,
+            "{} budgets kept",
+            budgets.map.len()
+        );
+        // Busy ones survive the sweeps: the same budget, with its bytes.
+        assert!(Arc::ptr_eq(&budgets.get(key(0), t0), &held));
+        assert_eq!(budgets.get(key(1), t0).measure(t0).0, 10);
+        // Once their windows pass, they go too (the cache's clone keeps key 0 alive).
+        let later = t0 + 20_000;
+        for i in 100_000..100_000 + 4 * SWEEP_MIN {
+            budgets.get(key(i), later);
+        }
+        assert!(budgets.map.contains_key(&key(0)));
+        assert!(!budgets.map.contains_key(&key(1)));
     }
 
     #[test]
