@@ -1179,11 +1179,12 @@ mod tests {
         assert_eq!(log.log_end_offset(), Offset(41));
     }
 
-    /// A segment left holding only an empty batch is passed over by reads when a later
-    /// segment has records (librdkafka fails on answers without any record), and served as
-    /// is when nothing follows below the bound.
+    /// A segment left holding only an empty batch is not answered alone when a later
+    /// segment has records (librdkafka fails on answers without any record): the read joins
+    /// it to the next segment's batches, so a mirror of this log copies the empty batch
+    /// too. It is served alone when nothing follows below the bound.
     #[test]
-    fn reads_pass_over_a_slice_of_only_empty_batches() {
+    fn reads_join_a_slice_of_only_empty_batches_to_the_next_segments_batches() {
         let dir = tempfile::tempdir().unwrap();
         let mut log = Log::open(
             dir.path(),
@@ -1215,6 +1216,12 @@ mod tests {
         log.set_high_watermark(log.log_end_offset());
         log.clean(2000).unwrap().unwrap();
         let r = log.read(Offset(0), 1 << 20, Offset(3)).unwrap();
+        let h = BatchHeader::parse(&r.records).unwrap();
+        assert_eq!((r.first_offset, h.records_count()), (Offset(0), 0));
+        let next = BatchHeader::parse(&r.records[h.total_size()..]).unwrap();
+        assert_eq!((next.base_offset(), next.records_count()), (1, 1));
+        // Reading from the record after it starts there, as before.
+        let r = log.read(Offset(1), 1 << 20, Offset(3)).unwrap();
         let h = BatchHeader::parse(&r.records).unwrap();
         assert_eq!((r.first_offset, h.records_count()), (Offset(1), 1));
         // Bound below the next segment: the empty batch itself is the answer.

@@ -6,7 +6,7 @@ use std::io::{self, IoSlice};
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use kmirror_types::{LeaderEpoch, Offset, ProducerId};
 
 use crate::batch::{
@@ -879,11 +879,14 @@ impl Log {
             .range(..=from)
             .next_back()
             .map_or(i64::MIN, |(b, _)| *b);
-        // A slice holding only empty batches (what compaction leaves of a segment) is passed
-        // over for the next segment's batches when there are any: librdkafka treats a fetch
-        // answer without a record or control batch as "message too large" and, after a few,
-        // fails the partition. Consumers skip the gap as they skip any compaction gap.
-        let mut only_empty: Option<ReadResult> = None;
+        // A slice holding only empty batches (what compaction leaves of a segment) is not
+        // answered alone when a later segment has batches below the bound: librdkafka treats
+        // a fetch answer without a record or control batch as "message too large" and, after
+        // a few, fails the partition. The empty batches still go out, in front of the next
+        // segment's batches, so a kmirror mirroring this log copies them too (log-equal): the
+        // two slices are joined into one owned buffer. That copy is rare (a read starting in
+        // such a segment) and bounded by `max_bytes` plus one batch.
+        let mut empties: Option<(Offset, BytesMut)> = None;
         for seg in self.segments.range(start_base..).map(|(_, s)| s) {
             let Some((start, h)) = seg.find(from) else {
                 continue;
@@ -892,6 +895,7 @@ impl Log {
                 break;
             }
             let first_offset = h.base_offset();
+            let budget = max_bytes.saturating_sub(empties.as_ref().map_or(0, |(_, b)| b.len()));
             let data = seg.data();
             let mut end = start;
             let mut has_records = false;
@@ -900,23 +904,42 @@ impl Log {
                     break;
                 };
                 let size = h.total_size();
-                if h.last_offset() >= upper || (end > start && end + size - start > max_bytes) {
+                if h.last_offset() >= upper || (end > start && end + size - start > budget) {
                     break;
                 }
                 has_records |= h.records_count() != 0 || h.is_control();
                 end += size;
             }
-            let found = ReadResult {
-                records: seg.slice(start, end),
-                first_offset: Offset(first_offset),
-                file: (end > start).then(|| seg.region(start)),
-            };
-            if has_records {
-                return Ok(found);
+            match (&mut empties, has_records) {
+                (None, true) => {
+                    return Ok(ReadResult {
+                        records: seg.slice(start, end),
+                        first_offset: Offset(first_offset),
+                        file: (end > start).then(|| seg.region(start)),
+                    })
+                }
+                (Some((first, joined)), true) => {
+                    joined.extend_from_slice(&data[start..end]);
+                    return Ok(ReadResult {
+                        records: std::mem::take(joined).freeze(),
+                        first_offset: *first,
+                        file: None,
+                    });
+                }
+                (None, false) => {
+                    empties = Some((Offset(first_offset), BytesMut::from(&data[start..end])));
+                }
+                (Some((_, joined)), false) => joined.extend_from_slice(&data[start..end]),
             }
-            only_empty.get_or_insert(found);
         }
-        Ok(only_empty.unwrap_or(empty))
+        Ok(match empties {
+            Some((first_offset, joined)) if !joined.is_empty() => ReadResult {
+                records: joined.freeze(),
+                first_offset,
+                file: None,
+            },
+            _ => empty,
+        })
     }
 
     pub fn log_start_offset(&self) -> Offset {
