@@ -3,8 +3,10 @@
 //! Owns: one glommio executor per core (pinned when possible), the partition → core
 //! assignment, each core's [`Shard`] (the partitions it owns, their [`kmirror_log::Log`]s and
 //! their long-poll waiters), the bounded cross-core job channels ([`Router`]), the generic
-//! control-plane thread ([`ControlThread`]), the stop signal, and log compaction scheduling
-//! (the `cleaner` module: one cleaner thread, passes installed by the owning core).
+//! control-plane thread ([`ControlThread`]), the stop signal, log compaction scheduling
+//! (the `cleaner` module: one cleaner thread, passes installed by the owning core), and the
+//! leader's replica state of a replicated partition ([`ReplicaSet`]: follower log ends, ISR
+//! changes to propose, high watermark, `acks=all` completion; not wired yet, issue 12).
 //!
 //! Must not depend on: the Kafka wire protocol (`net`) or cluster-metadata policy (`control`);
 //! it learns which partitions exist through the [`Catalog`] trait.
@@ -34,6 +36,7 @@
 mod assign;
 mod cleaner;
 mod control;
+mod replica;
 mod router;
 mod runtime;
 mod shard;
@@ -41,6 +44,7 @@ mod shard;
 pub use assign::{Assignment, Routing, TopicRule};
 pub use cleaner::CleanerConfig;
 pub use control::ControlThread;
+pub use replica::{AckState, IsrChange, ReplicaSet};
 pub use router::{Moved, Pending, Router};
 pub use runtime::{CoreContext, Engine, EngineConfig, StopToken};
 pub use shard::{Catalog, Partition, PartitionSpec, Shard};
