@@ -17,8 +17,8 @@
 //! the mapping instead of sendfile) all run; each gets the same topic once, then ROUNDS rounds
 //! of ConsumerPerformance read it, the order rotating each round. Prints MB/s, fetch MB/s and
 //! broker CPU s/GB per round, and the median ratios with their spread.
-//! `KMIRROR_BENCH_ALT="--pin-cores false"` replaces the sendfile-off side with a kmirror
-//! started with those `serve` arguments; `KMIRROR_BENCH_METRICS=1` prints the consumer's
+//! `KMIRROR_BENCH_ALT="KMIRROR_SENDFILE=0 --pin-cores false"` replaces the sendfile-off side
+//! with a kmirror started with those environment variables and `serve` arguments; `KMIRROR_BENCH_METRICS=1` prints the consumer's
 //! fetch metrics (sizes, latencies, records per request) after each read.
 
 mod common;
@@ -406,15 +406,18 @@ fn main_consume(records: u64, partitions: i32, rounds: usize) {
     // The third side: sendfile off by default, or other `serve` arguments to compare
     // (KMIRROR_BENCH_ALT="--pin-cores false").
     let alt = std::env::var("KMIRROR_BENCH_ALT").unwrap_or_default();
-    let alt_args: Vec<&str> = alt.split_whitespace().collect();
-    let (mut copying, alt_name): (KmirrorNode, &'static str) = if alt_args.is_empty() {
+    // Words of the form NAME=VALUE are environment variables, the rest `serve` arguments.
+    let (alt_env, alt_args): (Vec<&str>, Vec<&str>) =
+        alt.split_whitespace().partition(|w| w.contains('='));
+    let alt_env: Vec<(&str, &str)> = alt_env.iter().filter_map(|w| w.split_once('=')).collect();
+    let (mut copying, alt_name): (KmirrorNode, &'static str) = if alt.trim().is_empty() {
         (
             KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", "0")]),
             "kmirror, sendfile off",
         )
     } else {
         (
-            KmirrorNode::start_with(&alt_args),
+            KmirrorNode::start_with_env(&alt_args, &alt_env),
             Box::leak(format!("kmirror {alt}").into_boxed_str()),
         )
     };
