@@ -76,7 +76,7 @@ mod segment;
 
 use bytes::Bytes;
 pub use cleaner::{CleanJob, CleanStats, Cleaned};
-pub use config::{CompactionConfig, FlushPolicy, LogConfig};
+pub use config::{CompactionConfig, FlushPolicy, LogConfig, TopicCodec};
 pub use error::LogError;
 pub use kmirror_types::{LeaderEpoch, Offset, ProducerId};
 pub use log::Log;

@@ -11,7 +11,7 @@ use kmirror_types::{LeaderEpoch, Offset, ProducerId};
 
 use crate::batch::{
     self, BatchHeader, BatchIter, Compression, CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT,
-    CONTROL_TYPE_MIRROR_PID_RESET, PARTITION_LEADER_EPOCH_POS,
+    CONTROL_TYPE_MIRROR_PID_RESET, HEADER_SIZE, PARTITION_LEADER_EPOCH_POS,
 };
 use crate::checkpoint::{sync_dir, Checkpoint};
 use crate::cleaner::{CleanJob, CleanStats, Cleaned, SegmentInput};
@@ -80,6 +80,19 @@ struct Pending {
     first: i64,
     last: i64,
     max_ts: i64,
+    /// How the batch is written: as produced, or rewritten for the topic's configs.
+    form: Form,
+}
+
+/// A produced batch's stored form (Kafka's LogValidator: in place or re-built).
+enum Form {
+    /// As produced; only base offset and leader epoch are stamped.
+    AsProduced,
+    /// message.timestamp.type=LogAppendTime, codec unchanged: a new header prefix (with its
+    /// CRC), the rest written from the request's bytes.
+    Stamped([u8; batch::STAMPED_PREFIX]),
+    /// Re-compressed into the topic's compression.type (owned; fresh CRC).
+    Rebuilt(Vec<u8>),
 }
 
 impl Log {
@@ -502,7 +515,8 @@ impl Log {
                 now_ms.saturating_sub(self.config.timestamp_before_max_ms),
                 now_ms.saturating_add(self.config.timestamp_after_max_ms),
             );
-            let create_time = !h.is_log_append_time();
+            let lat = self.config.log_append_time;
+            let create_time = !lat && !h.is_log_append_time();
             let base_ts = h.base_timestamp();
             let mut bad_ts: Vec<(i32, String)> = Vec::new();
             batch::validate_client_records_with(
@@ -569,31 +583,71 @@ impl Log {
                         first_offset: Offset(dup.first_offset),
                         last_offset: Offset(dup.last_offset),
                         max_timestamp: dup.max_timestamp,
-                        log_append_time: -1,
+                        // The stored batch's append time, as Kafka answers a duplicate.
+                        log_append_time: if lat { dup.max_timestamp } else { -1 },
                         duplicate: true,
                     });
                 }
                 p.apply_data(&h, first, last);
             }
-            max_ts = max_ts.max(h.max_timestamp());
+            // Kafka's LogValidator: a topic codec other than `producer` that differs from the
+            // batch's re-compresses it; LogAppendTime stamps it. Matching codecs on a
+            // CreateTime topic (the common case) write the request's bytes as they are.
+            let recompress = self
+                .config
+                .compression
+                .filter(|c| c.codec != h.compression());
+            let append_time = lat.then_some(now_ms);
+            let form = match (recompress, append_time) {
+                (Some(c), t) => {
+                    let b = batch::recompress_client_batch(
+                        &batches[start..end],
+                        c.codec,
+                        c.level,
+                        t,
+                        decompressed_limit,
+                    )
+                    .map_err(|e| record_error(next, e))?;
+                    if b.len() > max as usize {
+                        return Err(LogError::RecordTooLarge { size: b.len(), max });
+                    }
+                    Form::Rebuilt(b)
+                }
+                (None, Some(t)) => {
+                    Form::Stamped(batch::stamp_log_append_time(&batches[start..end], t))
+                }
+                (None, None) => Form::AsProduced,
+            };
+            let batch_max_ts = append_time.unwrap_or(h.max_timestamp());
+            max_ts = max_ts.max(batch_max_ts);
             messages += h.records_count() as u64;
             pending.push(Pending {
                 start,
                 end,
                 first,
                 last,
-                max_ts: h.max_timestamp(),
+                max_ts: batch_max_ts,
+                form,
             });
             next = last + 1;
         }
-        let mut prefixes: Vec<[u8; PARTITION_LEADER_EPOCH_POS + 4]> =
-            Vec::with_capacity(pending.len());
-        for p in &pending {
-            const PRE: usize = PARTITION_LEADER_EPOCH_POS + 4;
-            let mut pre = [0u8; PRE];
-            pre.copy_from_slice(&batches[p.start..p.start + PRE]);
-            pre[..8].copy_from_slice(&p.first.to_be_bytes());
-            pre[PARTITION_LEADER_EPOCH_POS..].copy_from_slice(&epoch.0.to_be_bytes());
+        // Base offset and leader epoch go into each batch's first bytes (outside the CRC).
+        let stamp = |pre: &mut [u8], first: i64| {
+            pre[..8].copy_from_slice(&first.to_be_bytes());
+            pre[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + 4]
+                .copy_from_slice(&epoch.0.to_be_bytes());
+        };
+        let mut prefixes: Vec<[u8; batch::STAMPED_PREFIX]> = Vec::with_capacity(pending.len());
+        for p in pending.iter_mut() {
+            let mut pre = [0u8; batch::STAMPED_PREFIX];
+            match &mut p.form {
+                Form::AsProduced => {
+                    pre.copy_from_slice(&batches[p.start..p.start + batch::STAMPED_PREFIX])
+                }
+                Form::Stamped(s) => pre = *s,
+                Form::Rebuilt(b) => stamp(b, p.first),
+            }
+            stamp(&mut pre, p.first);
             prefixes.push(pre);
         }
         let tracked: Vec<Tracked> = pending
@@ -602,13 +656,21 @@ impl Log {
                 base: p.first,
                 next: p.last + 1,
                 max_ts: p.max_ts,
-                size: p.end - p.start,
+                size: match &p.form {
+                    Form::Rebuilt(b) => b.len(),
+                    _ => p.end - p.start,
+                },
             })
             .collect();
         let mut bufs = Vec::with_capacity(pending.len() * 2);
         for (p, pre) in pending.iter().zip(&prefixes) {
-            bufs.push(IoSlice::new(pre));
-            bufs.push(IoSlice::new(&batches[p.start + pre.len()..p.end]));
+            match &p.form {
+                Form::Rebuilt(b) => bufs.push(IoSlice::new(b)),
+                _ => {
+                    bufs.push(IoSlice::new(pre));
+                    bufs.push(IoSlice::new(&batches[p.start + pre.len()..p.end]));
+                }
+            }
         }
         let first = self.leo;
         let last = next - 1;
@@ -618,15 +680,31 @@ impl Log {
             self.undo_append(first, tracked.iter().map(|t| t.size).sum());
             return Err(e);
         }
-        for p in &pending {
-            let h = BatchHeader::parse(&batches[p.start..p.end]).expect("validated");
+        let mut hdr = Vec::new();
+        for (p, pre) in pending.iter().zip(&prefixes) {
+            // The stored header (a retry is answered with the stored max timestamp).
+            let stored = match &p.form {
+                Form::Rebuilt(b) => &b[..HEADER_SIZE],
+                Form::Stamped(_) => {
+                    hdr.clear();
+                    hdr.extend_from_slice(pre);
+                    hdr.extend_from_slice(&batches[p.start + pre.len()..p.start + HEADER_SIZE]);
+                    &hdr[..]
+                }
+                Form::AsProduced => &batches[p.start..p.end],
+            };
+            let h = BatchHeader::parse(stored).expect("validated");
             self.producers.apply(&h, p.first, p.last, None);
         }
         Ok(AppendInfo {
             first_offset: Offset(first),
             last_offset: Offset(last),
             max_timestamp: max_ts,
-            log_append_time: -1,
+            log_append_time: if self.config.log_append_time {
+                now_ms
+            } else {
+                -1
+            },
             duplicate: false,
         })
     }
