@@ -1575,6 +1575,138 @@ mod tests {
         ));
     }
 
+    /// compression.type and message.timestamp.type=LogAppendTime on the produce path: every
+    /// (produced codec, topic codec, timestamp type) pair stores a batch whose CRC is valid,
+    /// whose codec is the topic's, whose records are the produced ones byte for byte, and
+    /// (LogAppendTime) whose timestamp type and max timestamp are the append time's.
+    #[test]
+    fn produced_batches_are_recompressed_and_stamped_as_the_topic_says() {
+        use crate::batch::tests::{raw_batch, records_of};
+        use crate::batch::{Compression as C, HEADER_SIZE};
+        use crate::TopicCodec;
+        let records = records_of(5);
+        let codecs = [
+            (C::None, 0),
+            (C::Gzip, 1),
+            (C::Snappy, 2),
+            (C::Lz4, 3),
+            (C::Zstd, 4),
+        ];
+        let now = 1_700_000_000_000;
+        for (target, _) in codecs
+            .iter()
+            .copied()
+            .map(|(c, b)| (Some(c), b))
+            .chain([(None, 0)])
+        {
+            for (source, bits) in codecs {
+                for lat in [false, true] {
+                    let case = format!("{source:?} into {target:?}, LogAppendTime {lat}");
+                    let section = batch::compress_records(source, &records).unwrap();
+                    let produced = raw_batch(bits, 5, 4, &section);
+                    let dir = tempfile::tempdir().unwrap();
+                    let config = LogConfig {
+                        compression: target.map(|codec| TopicCodec {
+                            codec,
+                            level: Some(if codec == C::Zstd { 9 } else { 1 }),
+                        }),
+                        log_append_time: lat,
+                        ..LogConfig::default()
+                    };
+                    let mut log = Log::open(dir.path(), config).unwrap();
+                    // One batch first, so the rewritten one gets a non-zero base offset.
+                    log.append_leader(Bytes::from(produced.clone()), LeaderEpoch(3), now)
+                        .unwrap();
+                    let info = log
+                        .append_leader(Bytes::from(produced.clone()), LeaderEpoch(3), now + 1)
+                        .unwrap();
+                    assert_eq!(info.first_offset, Offset(5), "{case}");
+                    assert_eq!(
+                        info.log_append_time,
+                        if lat { now + 1 } else { -1 },
+                        "{case}"
+                    );
+                    let r = log.read(Offset(5), 1 << 20, Offset(10)).unwrap();
+                    let (h, n) = batch::validate(&r.records).expect(&case); // CRC valid
+                    assert_eq!(n, r.records.len(), "{case}");
+                    assert_eq!(h.compression(), target.unwrap_or(source), "{case}");
+                    assert_eq!(
+                        (
+                            h.base_offset(),
+                            h.partition_leader_epoch(),
+                            h.last_offset_delta()
+                        ),
+                        (5, 3, 4),
+                        "{case}"
+                    );
+                    let p = BatchHeader::parse(&produced).unwrap();
+                    assert_eq!(
+                        (h.base_timestamp(), h.producer_id(), h.records_count()),
+                        (p.base_timestamp(), p.producer_id(), p.records_count()),
+                        "{case}"
+                    );
+                    assert_eq!(h.is_log_append_time(), lat, "{case}");
+                    let max_ts = if lat { now + 1 } else { p.max_timestamp() };
+                    assert_eq!(h.max_timestamp(), max_ts, "{case}");
+                    assert_eq!(
+                        batch::decompress_records(&r.records, 1 << 26).unwrap(),
+                        records,
+                        "{case}"
+                    );
+                    batch::validate_client_records(&r.records, 1 << 26).expect(&case);
+                    if target.is_none_or(|t| t == source) {
+                        // Not re-compressed: the records section is the request's bytes.
+                        assert_eq!(
+                            &r.records[HEADER_SIZE..],
+                            &produced[HEADER_SIZE..],
+                            "{case}"
+                        );
+                        if !lat {
+                            assert_eq!(&r.records[16..], &produced[16..], "{case}");
+                        }
+                    }
+                    // A reopened log (recovery re-validates every batch) serves the same bytes.
+                    let before = r.records.clone();
+                    drop(log);
+                    std::fs::remove_file(dir.path().join(crate::checkpoint::CHECKPOINT_FILE)).ok();
+                    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+                    assert_eq!(
+                        log.read(Offset(5), 1 << 20, Offset(10)).unwrap().records,
+                        before,
+                        "{case}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// A re-compressed batch larger than max.message.bytes is refused (Kafka's
+    /// RecordTooLargeException after re-compression), and nothing is written.
+    #[test]
+    fn a_recompressed_batch_over_max_message_bytes_is_refused() {
+        use crate::batch::tests::{raw_batch, records_of};
+        use crate::batch::Compression as C;
+        let records = records_of(50);
+        let section = batch::compress_records(C::Zstd, &records).unwrap();
+        let produced = raw_batch(4, 50, 49, &section);
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            compression: Some(crate::TopicCodec {
+                codec: C::None,
+                level: None,
+            }),
+            max_message_bytes: (produced.len() + 1) as u32,
+            ..LogConfig::default()
+        };
+        assert!(records.len() > produced.len(), "zstd shrinks the sample");
+        let mut log = Log::open(dir.path(), config).unwrap();
+        let e = log
+            .append_leader(Bytes::from(produced), LeaderEpoch(0), 5)
+            .unwrap_err();
+        assert!(matches!(e, LogError::RecordTooLarge { .. }), "{e}");
+        assert_eq!(log.log_end_offset(), Offset(0));
+    }
+
     #[test]
     fn a_valid_batch_with_crc_zero_is_stored_recovered_and_served() {
         let dir = tempfile::tempdir().unwrap();
