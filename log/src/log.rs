@@ -482,7 +482,10 @@ impl Log {
     /// One or more concatenated batches from a producer. All are validated (frame, CRC,
     /// counts, size, producer sequence/epoch/transaction state) before anything is written;
     /// then each gets base offset = log end offset and partition leader epoch `epoch` stamped
-    /// in its header (both outside the CRC's range, so the CRC stays valid).
+    /// in its header (both outside the CRC's range, so the CRC stays valid). As Kafka's
+    /// LogValidator, a batch is re-compressed when [`LogConfig::compression`] names a codec
+    /// other than its own, and stamped with `now_ms` (timestamp type, maxTimestamp, new CRC)
+    /// when [`LogConfig::log_append_time`]; otherwise its bytes are written as they came.
     pub fn append_leader(
         &mut self,
         batches: Bytes,

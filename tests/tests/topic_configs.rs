@@ -536,5 +536,35 @@ fn log_append_time_topics_stamp_batches_and_clients_see_the_append_time() {
                 .all(|((_, _, _, _, t), ty)| ty == "CreateTime" && *t == ts),
             "{boot}: {j:?}"
         );
+        // Altered later (IncrementalAlterConfigs): the next produce follows the new configs.
+        assert_eq!(
+            incremental_alter(
+                &mut c,
+                "ct",
+                &[
+                    ("message.timestamp.type", "LogAppendTime"),
+                    ("compression.type", "gzip")
+                ],
+                false
+            ),
+            0,
+            "{boot}"
+        );
+        let before = now_ms();
+        let altered = c
+            .produce_response("ct", 0, records::batch(&[b"d"], ts))
+            .expect("produce");
+        let after = now_ms();
+        assert_eq!(altered.error_code, 0, "{boot}");
+        let t1 = altered.log_append_time_ms;
+        assert!(
+            (before..=after).contains(&t1),
+            "{boot}: {before} <= {t1} <= {after}"
+        );
+        assert_eq!(
+            stored_batches(&mut c, "ct"),
+            vec![(0, false, ts), (1, true, t1)],
+            "{boot}"
+        );
     }
 }
