@@ -1683,6 +1683,32 @@ mod tests {
         }
     }
 
+    /// The mirror path never re-encodes: a log configured to re-compress and stamp
+    /// LogAppendTime stores a mirrored batch byte for byte.
+    #[test]
+    fn mirrored_batches_are_never_recompressed_or_stamped() {
+        use crate::batch::tests::{raw_batch, records_of};
+        use crate::batch::Compression as C;
+        let section = batch::compress_records(C::Lz4, &records_of(5)).unwrap();
+        let mirrored = Bytes::from(raw_batch(3, 5, 4, &section));
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            compression: Some(crate::TopicCodec {
+                codec: C::Zstd,
+                level: None,
+            }),
+            log_append_time: true,
+            ..LogConfig::default()
+        };
+        let mut log = Log::open(dir.path(), config).unwrap();
+        let info = log.append_mirror(mirrored.clone()).unwrap();
+        assert_eq!(info.log_append_time, -1);
+        assert_eq!(
+            log.read(Offset(0), 1 << 20, Offset(5)).unwrap().records,
+            mirrored
+        );
+    }
+
     /// A re-compressed batch larger than max.message.bytes is refused (Kafka's
     /// RecordTooLargeException after re-compression), and nothing is written.
     #[test]
