@@ -16,7 +16,7 @@ use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::records::{self, split_batches};
-use kmirror_tests::{proc, python, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient};
+use kmirror_tests::{mirror, proc, python, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient};
 
 fn s(x: &str) -> StrBytes {
     StrBytes::from_string(x.to_string())
@@ -567,4 +567,82 @@ fn log_append_time_topics_stamp_batches_and_clients_see_the_append_time() {
             "{boot}"
         );
     }
+}
+
+/// Mirror topics carry the source's compression.type but never re-compress: batches the
+/// source stored in another codec (before the source's topic changed codec) arrive and stay
+/// as the source wrote them (log-equal). After failover the topic is a normal one, and a
+/// producer's batches are re-compressed into its codec as Kafka does.
+#[test]
+fn a_mirror_topic_is_never_recompressed_and_recompresses_after_failover() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = brokers();
+    let src = kafka.bootstrap();
+    let dst = node.addr();
+    kafka.create_topic("zs", 1, &[]);
+    produce_lz4(&src, "zs");
+    mirror::create(
+        &dst,
+        "dr",
+        &src,
+        &[
+            ("mirror.metadata.sync.interval.ms", "1000"),
+            ("mirror.retry.backoff.ms", "100"),
+        ],
+    );
+    mirror::add_topics(&dst, "dr", &["zs"]);
+    mirror::wait_caught_up(&src, &dst, "zs", 1, false, Duration::from_secs(60));
+    assert_eq!(
+        mirror::set_topic_configs(&src, "zs", &[("compression.type", "zstd")]),
+        0
+    );
+    proc::wait_for(Duration::from_secs(30), "compression.type synced", || {
+        (mirror::topic_configs(&dst, "zs").get("compression.type")
+            == Some(&Some("zstd".to_string())))
+        .then_some(())
+    });
+    produce_lz4(&src, "zs");
+    let ends = mirror::wait_caught_up(&src, &dst, "zs", 1, false, Duration::from_secs(60));
+    mirror::assert_log_equal(&src, &dst, "zs", &ends);
+    let mut k = WireClient::connect(&src).expect("kafka");
+    let mut m = WireClient::connect(&dst).expect("kmirror");
+    let source = stored_batches(&mut k, "zs");
+    let mirrored = stored_batches(&mut m, "zs");
+    assert_eq!(mirrored, source);
+    let codecs: Vec<i16> = mirrored.iter().map(|b| b.0).collect();
+    assert!(
+        codecs.contains(&3) && codecs.contains(&4),
+        "lz4 batches from before the change and zstd after: {codecs:?}"
+    );
+    // Failover: the topic takes produce, re-compressed into zstd like on the source.
+    let ran = mirror::remove_topics(&dst, "dr", &["zs"]);
+    assert!(
+        ran.status.success(),
+        "failover: {}{}",
+        ran.stdout,
+        ran.stderr
+    );
+    proc::wait_for(Duration::from_secs(60), "zs writable", || {
+        let mut c = WireClient::connect(&dst).ok()?;
+        let r = c
+            .produce_response("zs", 0, records::batch(&[b"after"], now_ms()))
+            .ok()?;
+        (r.error_code == 0).then_some(())
+    });
+    let before = stored_batches(&mut m, "zs").len();
+    produce_lz4(&dst, "zs");
+    let after = stored_batches(&mut m, "zs");
+    // Everything after failover (the probe's uncompressed batch included) is zstd.
+    assert!(
+        after[before - 1..].iter().all(|b| b.0 == 4),
+        "after failover: {:?}",
+        &after[before - 1..]
+    );
+    let j: Vec<Rec> = java_dump(&dst, "zs").into_iter().map(|(r, _)| r).collect();
+    let r: Vec<Rec> = rdkafka_dump(&dst, "zs")
+        .into_iter()
+        .map(|(r, _)| r)
+        .collect();
+    assert_eq!(j.len(), 301, "200 mirrored, 1 probe, 100 after failover");
+    assert_eq!(j, r, "Java and librdkafka read the same records");
 }
