@@ -32,7 +32,8 @@ pub enum MetadataError {
     InvalidPartitions(String),
     #[error("invalid replication factor {0}: this cluster has a single broker")]
     InvalidReplicationFactor(i16),
-    #[error("invalid config {key}: {reason}")]
+    /// `reason` names the key and reads like Kafka's message for the same refusal.
+    #[error("{reason}")]
     InvalidConfig { key: String, reason: String },
     #[error("topic '{0}' is a mirror topic and is read-only")]
     MirrorReadOnly(String),
@@ -309,7 +310,9 @@ impl MetadataStore {
                     if !topic_config::is_list(k) {
                         return Err(MetadataError::InvalidConfig {
                             key: k.clone(),
-                            reason: "APPEND/SUBTRACT only apply to list-valued configs".into(),
+                            reason: format!(
+                                "APPEND/SUBTRACT only apply to list-valued configs, not {k}"
+                            ),
                         });
                     }
                     let current = configs
