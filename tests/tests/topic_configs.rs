@@ -376,14 +376,14 @@ fn stored_batches(c: &mut WireClient, topic: &str) -> Vec<(i16, bool, i64)> {
 /// Produces 50 librdkafka records, then 50 Java ConsoleProducer records, both lz4, each with a
 /// key and two headers.
 fn produce_lz4(boot: &str, topic: &str) {
+    produce_with(boot, topic, "lz4")
+}
+
+/// [`produce_lz4`] with another producer codec.
+fn produce_with(boot: &str, topic: &str, codec: &str) {
+    let compression = format!("compression.type={codec}");
     let ran = proc::run_ok(
-        python::script("topic_records.py").args([
-            "produce",
-            boot,
-            topic,
-            "50",
-            "compression.type=lz4",
-        ]),
+        python::script("topic_records.py").args(["produce", boot, topic, "50", &compression]),
         Duration::from_secs(120),
     );
     assert!(ran.stdout.contains("DONE"), "{}", ran.stdout);
@@ -402,7 +402,7 @@ fn produce_lz4(boot: &str, topic: &str) {
         "parse.headers=true",
         // ConsoleProducer's own option (its default, none, overrides a producer property).
         "--compression-codec",
-        "lz4",
+        codec,
         "--producer-property",
         "linger.ms=50",
     ]);
@@ -413,25 +413,26 @@ fn produce_lz4(boot: &str, topic: &str) {
 fn compression_type_recompresses_and_clients_read_the_same_records() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let (kafka, node) = brokers();
-    // (topic, compression.type, stored codec bits for lz4 producers)
+    // (topic, compression.type, producers' codec, stored codec bits)
     let topics = [
-        ("c-zstd", "zstd", 4),
-        ("c-gzip", "gzip", 1),
-        ("c-snappy", "snappy", 2),
-        ("c-uncompressed", "uncompressed", 0),
-        ("c-producer", "producer", 3),
+        ("c-zstd", "zstd", "lz4", 4),
+        ("c-gzip", "gzip", "lz4", 1),
+        ("c-snappy", "snappy", "lz4", 2),
+        ("c-lz4", "lz4", "gzip", 3),
+        ("c-uncompressed", "uncompressed", "lz4", 0),
+        ("c-producer", "producer", "lz4", 3),
     ];
     let mut seen: Vec<Vec<Vec<Rec>>> = Vec::new();
     for boot in [kafka.bootstrap(), node.bootstrap()] {
         let mut c = WireClient::connect(&boot).expect("connect");
         let mut per_topic = Vec::new();
-        for (topic, codec, bits) in topics {
+        for (topic, codec, producers, bits) in topics {
             assert_eq!(
                 c.create_topic(topic, 1, 1, &[("compression.type", codec)])
                     .expect("create"),
                 0
             );
-            produce_lz4(&boot, topic);
+            produce_with(&boot, topic, producers);
             let stored = stored_batches(&mut c, topic);
             assert!(
                 stored.iter().all(|(b, ..)| *b == bits),
