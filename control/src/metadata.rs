@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use kmirror_log::{CompactionConfig, FlushPolicy, LogConfig};
+use kmirror_log::{CompactionConfig, FlushPolicy, LogConfig, TopicCodec};
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
@@ -32,7 +32,8 @@ pub enum MetadataError {
     InvalidPartitions(String),
     #[error("invalid replication factor {0}: this cluster has a single broker")]
     InvalidReplicationFactor(i16),
-    #[error("invalid config {key}: {reason}")]
+    /// `reason` names the key and reads like Kafka's message for the same refusal.
+    #[error("{reason}")]
     InvalidConfig { key: String, reason: String },
     #[error("topic '{0}' is a mirror topic and is read-only")]
     MirrorReadOnly(String),
@@ -309,7 +310,9 @@ impl MetadataStore {
                     if !topic_config::is_list(k) {
                         return Err(MetadataError::InvalidConfig {
                             key: k.clone(),
-                            reason: "APPEND/SUBTRACT only apply to list-valued configs".into(),
+                            reason: format!(
+                                "APPEND/SUBTRACT only apply to list-valued configs, not {k}"
+                            ),
                         });
                     }
                     let current = configs
@@ -457,105 +460,71 @@ pub fn validate_topic_name(name: &str) -> Result<(), MetadataError> {
 pub mod topic_config {
     use super::*;
 
-    /// How a known key is treated.
+    /// How a known key is validated, with Kafka's type (DescribeConfigs `config_type`).
     #[derive(Debug, Clone, Copy, PartialEq, Eq)]
     pub enum Kind {
-        /// Non-negative integer (or -1 where Kafka allows "unlimited").
+        /// Kafka LONG at least `min`.
         Long { min: i64 },
-        /// One of a fixed set of values.
+        /// Kafka INT in [min, max].
+        Int { min: i64, max: i64 },
+        /// compression.gzip.level: INT, -1 or 1..=9.
+        GzipLevel,
+        /// Kafka BOOLEAN ("true"/"false", any case).
+        Bool,
+        /// Kafka STRING, one of a fixed set (case-sensitive, as Kafka's ValidString).
         Choice(&'static [&'static str]),
-        /// Accepted and stored for client compatibility; no effect on a single broker.
-        Inert,
+        /// Kafka LIST whose items are each one of a fixed set; the empty list is allowed.
+        ListOf(&'static [&'static str]),
+        /// Kafka LIST: `*` or `partition:broker` pairs (replication throttles).
+        ThrottledReplicas,
         /// A number in [0, 1] (Kafka DOUBLE).
         Ratio,
+        /// remote.storage.enable: BOOLEAN, but `true` is refused (no tiered storage here, as
+        /// on a Kafka broker without `remote.log.storage.system.enable`).
+        RemoteStorage,
     }
 
-    /// (name, default, kind, documentation)
+    /// The codecs compression.type accepts (Kafka's BrokerCompressionType names).
+    pub const COMPRESSION_TYPES: &[&str] =
+        &["uncompressed", "zstd", "lz4", "snappy", "gzip", "producer"];
+
+    /// (name, default, kind, documentation): every topic config Apache Kafka 4.1 lists for a
+    /// topic (DescribeConfigs), with its default and validator.
     pub const KNOWN: &[(&str, &str, Kind, &str)] = &[
         (
             "cleanup.policy",
             "delete",
-            Kind::Choice(&["delete", "compact"]),
+            Kind::ListOf(&["compact", "delete"]),
             "'delete' (retention removes old segments), 'compact' (the log cleaner keeps the \
-             latest record per key) or both.",
+             latest record per key), both, or none (empty).",
         ),
         (
-            "retention.ms",
-            "604800000",
-            Kind::Long { min: -1 },
-            "Delete segments older than this (-1: no time limit).",
-        ),
-        (
-            "retention.bytes",
+            "compression.gzip.level",
             "-1",
-            Kind::Long { min: -1 },
-            "Delete old segments when the partition exceeds this size (-1: unlimited).",
+            Kind::GzipLevel,
+            "Level used when the broker re-compresses into gzip (-1: the codec's default).",
         ),
         (
-            "segment.bytes",
-            "1073741824",
-            Kind::Long { min: 1048576 },
-            "Segment file size before rolling (at least 1 MiB, as Kafka 4.x requires).",
-        ),
-        (
-            "segment.ms",
-            "604800000",
-            Kind::Long { min: 1 },
-            "Roll a segment after this time.",
-        ),
-        (
-            "max.message.bytes",
-            "1048588",
-            Kind::Long { min: 0 },
-            "Largest record batch accepted.",
-        ),
-        (
-            "index.interval.bytes",
-            "4096",
-            Kind::Long { min: 0 },
-            "Bytes between offset index entries.",
-        ),
-        (
-            "flush.messages",
-            "9223372036854775807",
-            Kind::Long { min: 1 },
-            "fsync after this many messages.",
-        ),
-        (
-            "flush.ms",
-            "9223372036854775807",
-            Kind::Long { min: 0 },
-            "fsync after this much time.",
-        ),
-        (
-            "message.timestamp.type",
-            "CreateTime",
-            Kind::Choice(&["CreateTime"]),
-            "Only CreateTime: batches are stored as produced.",
+            "compression.lz4.level",
+            "9",
+            Kind::Int { min: 1, max: 17 },
+            "Level used when the broker re-compresses into lz4.",
         ),
         (
             "compression.type",
             "producer",
-            Kind::Choice(&["producer"]),
-            "Batches keep the producer's codec; kmirror never re-compresses.",
+            Kind::Choice(COMPRESSION_TYPES),
+            "Codec of stored batches: 'producer' keeps the producer's; any other codec makes \
+             the broker re-compress produced batches that use a different one.",
         ),
         (
-            "min.insync.replicas",
-            "1",
-            Kind::Long { min: 1 },
-            "Single broker: always satisfied by the leader.",
-        ),
-        (
-            "unclean.leader.election.enable",
-            "false",
-            Kind::Choice(&["true", "false"]),
-            "No effect on a single broker.",
-        ),
-        (
-            "min.cleanable.dirty.ratio",
-            "0.5",
-            Kind::Ratio,
-            "Compacted topics: clean when dirty bytes reach this share of the cleanable log.",
+            "compression.zstd.level",
+            "3",
+            Kind::Int {
+                min: -131072,
+                max: 22,
+            },
+            "Level used when the broker re-compresses into zstd.",
         ),
         (
             "delete.retention.ms",
@@ -571,40 +540,37 @@ pub mod topic_config {
             "No effect.",
         ),
         (
-            "message.timestamp.before.max.ms",
+            "flush.messages",
+            "9223372036854775807",
+            Kind::Long { min: 1 },
+            "fsync after this many messages.",
+        ),
+        (
+            "flush.ms",
             "9223372036854775807",
             Kind::Long { min: 0 },
-            "Enforced on produce (INVALID_TIMESTAMP with per-record errors).",
+            "fsync after this much time.",
         ),
         (
-            "message.timestamp.after.max.ms",
-            "3600000",
-            Kind::Long { min: 0 },
-            "Enforced on produce (INVALID_TIMESTAMP with per-record errors).",
+            "follower.replication.throttled.replicas",
+            "",
+            Kind::ThrottledReplicas,
+            "No effect on a single broker.",
         ),
         (
-            "preallocate",
-            "false",
-            Kind::Choice(&["true", "false"]),
-            "No effect.",
+            "index.interval.bytes",
+            "4096",
+            Kind::Int {
+                min: 0,
+                max: i32::MAX as i64,
+            },
+            "Bytes between offset index entries.",
         ),
         (
-            "segment.index.bytes",
-            "10485760",
-            Kind::Long { min: 4 },
-            "Accepted; index size is managed by the log.",
-        ),
-        (
-            "segment.jitter.ms",
-            "0",
-            Kind::Long { min: 0 },
-            "No effect.",
-        ),
-        (
-            "local.retention.ms",
-            "-2",
-            Kind::Long { min: -2 },
-            "No tiered storage: no effect.",
+            "leader.replication.throttled.replicas",
+            "",
+            Kind::ThrottledReplicas,
+            "No effect on a single broker.",
         ),
         (
             "local.retention.bytes",
@@ -613,28 +579,10 @@ pub mod topic_config {
             "No tiered storage: no effect.",
         ),
         (
-            "remote.storage.enable",
-            "false",
-            Kind::Choice(&["false"]),
-            "Tiered storage is not supported.",
-        ),
-        (
-            "follower.replication.throttled.replicas",
-            "",
-            Kind::Inert,
-            "No effect on a single broker.",
-        ),
-        (
-            "leader.replication.throttled.replicas",
-            "",
-            Kind::Inert,
-            "No effect on a single broker.",
-        ),
-        (
-            "message.downconversion.enable",
-            "true",
-            Kind::Choice(&["true", "false"]),
-            "No effect.",
+            "local.retention.ms",
+            "-2",
+            Kind::Long { min: -2 },
+            "No tiered storage: no effect.",
         ),
         (
             "max.compaction.lag.ms",
@@ -644,10 +592,120 @@ pub mod topic_config {
              the dirty ratio).",
         ),
         (
+            "max.message.bytes",
+            "1048588",
+            Kind::Int {
+                min: 0,
+                max: i32::MAX as i64,
+            },
+            "Largest record batch accepted.",
+        ),
+        (
+            "message.timestamp.after.max.ms",
+            "3600000",
+            Kind::Long { min: 0 },
+            "Enforced on produce (INVALID_TIMESTAMP with per-record errors).",
+        ),
+        (
+            "message.timestamp.before.max.ms",
+            "9223372036854775807",
+            Kind::Long { min: 0 },
+            "Enforced on produce (INVALID_TIMESTAMP with per-record errors).",
+        ),
+        (
+            "message.timestamp.type",
+            "CreateTime",
+            Kind::Choice(&["CreateTime", "LogAppendTime"]),
+            "CreateTime: the producer's timestamps are kept; LogAppendTime: the broker stamps \
+             each batch with its append time.",
+        ),
+        (
+            "min.cleanable.dirty.ratio",
+            "0.5",
+            Kind::Ratio,
+            "Compacted topics: clean when dirty bytes reach this share of the cleanable log.",
+        ),
+        (
             "min.compaction.lag.ms",
             "0",
             Kind::Long { min: 0 },
             "Compacted topics: a record stays uncompacted at least this long.",
+        ),
+        (
+            "min.insync.replicas",
+            "1",
+            Kind::Int {
+                min: 1,
+                max: i32::MAX as i64,
+            },
+            "Single broker: always satisfied by the leader.",
+        ),
+        ("preallocate", "false", Kind::Bool, "No effect."),
+        (
+            "remote.log.copy.disable",
+            "false",
+            Kind::Bool,
+            "No tiered storage: no effect.",
+        ),
+        (
+            "remote.log.delete.on.disable",
+            "false",
+            Kind::Bool,
+            "No tiered storage: no effect.",
+        ),
+        (
+            "remote.storage.enable",
+            "false",
+            Kind::RemoteStorage,
+            "Tiered storage is not supported: only false.",
+        ),
+        (
+            "retention.bytes",
+            "-1",
+            Kind::Long { min: i64::MIN },
+            "Delete old segments when the partition exceeds this size (negative: unlimited).",
+        ),
+        (
+            "retention.ms",
+            "604800000",
+            Kind::Long { min: -1 },
+            "Delete segments older than this (-1: no time limit).",
+        ),
+        (
+            "segment.bytes",
+            "1073741824",
+            Kind::Int {
+                min: 1048576,
+                max: i32::MAX as i64,
+            },
+            "Segment file size before rolling (at least 1 MiB, as Kafka 4.x requires).",
+        ),
+        (
+            "segment.index.bytes",
+            "10485760",
+            Kind::Int {
+                min: 4,
+                max: i32::MAX as i64,
+            },
+            "Accepted; index size is managed by the log.",
+        ),
+        (
+            "segment.jitter.ms",
+            "0",
+            Kind::Long { min: 0 },
+            "No effect.",
+        ),
+        (
+            "segment.ms",
+            "604800000",
+            Kind::Long { min: 1 },
+            "Roll a segment after this time.",
+        ),
+        (
+            "unclean.leader.election.enable",
+            "false",
+            Kind::Bool,
+            "No effect on a single broker.",
         ),
     ];
 
@@ -665,74 +723,152 @@ pub mod topic_config {
 
     pub fn is_list(key: &str) -> bool {
         matches!(
-            key,
-            "cleanup.policy"
-                | "follower.replication.throttled.replicas"
-                | "leader.replication.throttled.replicas"
+            find(key).map(|e| e.2),
+            Some(Kind::ListOf(_) | Kind::ThrottledReplicas)
         )
     }
 
-    /// Kafka config type codes for DescribeConfigs v3+ (LONG=5, STRING=2, LIST=7, BOOLEAN=1).
+    /// Kafka config type codes for DescribeConfigs v3+ (BOOLEAN=1, STRING=2, INT=3, LONG=5,
+    /// DOUBLE=6, LIST=7).
     pub fn type_code(key: &str) -> i8 {
         match find(key).map(|e| e.2) {
+            Some(Kind::Bool | Kind::RemoteStorage) => 1,
+            Some(Kind::Choice(_)) => 2,
+            Some(Kind::Int { .. } | Kind::GzipLevel) => 3,
             Some(Kind::Long { .. }) => 5,
             Some(Kind::Ratio) => 6,
-            _ if is_list(key) => 7,
-            Some(Kind::Choice(c)) if c.contains(&"true") || c == ["false"] => 1,
-            _ => 2,
+            Some(Kind::ListOf(_) | Kind::ThrottledReplicas) => 7,
+            None => 0,
+        }
+    }
+
+    fn unknown(key: &str) -> MetadataError {
+        MetadataError::InvalidConfig {
+            key: key.to_string(),
+            reason: format!("Unknown topic config name: {key}"),
         }
     }
 
     pub fn check_known(key: &str) -> Result<(), MetadataError> {
-        if find(key).is_none() {
-            return Err(MetadataError::InvalidConfig {
-                key: key.to_string(),
-                reason: "unknown topic config".into(),
-            });
-        }
-        Ok(())
+        find(key).map(|_| ()).ok_or_else(|| unknown(key))
     }
 
+    /// Validates like Kafka 4.1's topic ConfigDef (values are trimmed first, as Kafka parses
+    /// them); the reason reads like Kafka's ConfigException message.
     pub fn validate(key: &str, value: &str) -> Result<(), MetadataError> {
         let Some((_, _, kind, _)) = find(key) else {
-            return Err(MetadataError::InvalidConfig {
-                key: key.to_string(),
-                reason: "unknown topic config".into(),
-            });
+            return Err(unknown(key));
         };
-        let err = |reason: String| {
-            Err(MetadataError::InvalidConfig {
-                key: key.to_string(),
-                reason,
-            })
+        let invalid = |shown: &str, why: String| MetadataError::InvalidConfig {
+            key: key.to_string(),
+            reason: format!("Invalid value {shown} for configuration {key}: {why}"),
+        };
+        let v = value.trim();
+        let int = |ty: &str, lo: i64, hi: i64| -> Result<Option<i64>, MetadataError> {
+            match v.parse::<i64>() {
+                Ok(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
+                _ => Err(invalid(v, format!("Not a number of type {ty}"))),
+            }
+        };
+        let range = |n: i64, min: i64, max: i64| {
+            if n < min {
+                Err(invalid(v, format!("Value must be at least {min}")))
+            } else if n > max {
+                Err(invalid(v, format!("Value must be no more than {max}")))
+            } else {
+                Ok(())
+            }
         };
         match kind {
-            Kind::Long { min } => match value.trim().parse::<i64>() {
-                Ok(v) if v >= *min => Ok(()),
-                Ok(v) => err(format!("value {v} is below the minimum {min}")),
-                Err(_) => err(format!("'{value}' is not an integer")),
-            },
-            Kind::Choice(allowed) => {
-                let items: Vec<&str> = if is_list(key) {
-                    value.split(',').map(str::trim).collect()
+            Kind::Long { min } => {
+                let n = int("LONG", i64::MIN, i64::MAX)?.unwrap_or_default();
+                range(n, *min, i64::MAX)
+            }
+            Kind::Int { min, max } => {
+                let n = int("INT", i32::MIN as i64, i32::MAX as i64)?.unwrap_or_default();
+                range(n, *min, *max)
+            }
+            Kind::GzipLevel => {
+                let n = int("INT", i32::MIN as i64, i32::MAX as i64)?.unwrap_or_default();
+                if n == -1 || (1..=9).contains(&n) {
+                    Ok(())
                 } else {
-                    vec![value.trim()]
-                };
-                for item in items {
-                    if !allowed.iter().any(|a| a.eq_ignore_ascii_case(item)) {
-                        return err(format!(
-                            "'{item}' is not supported by kmirror (supported: {})",
-                            allowed.join(", ")
+                    Err(invalid(
+                        v,
+                        "Value must be between 1 and 9 or equal to -1".into(),
+                    ))
+                }
+            }
+            Kind::Bool | Kind::RemoteStorage => {
+                if v.eq_ignore_ascii_case("false") {
+                    Ok(())
+                } else if v.eq_ignore_ascii_case("true") {
+                    if *kind == Kind::RemoteStorage {
+                        return Err(MetadataError::InvalidConfig {
+                            key: key.to_string(),
+                            reason: "Tiered Storage functionality is disabled in the broker. \
+                                     Topic cannot be configured with remote log storage."
+                                .into(),
+                        });
+                    }
+                    Ok(())
+                } else {
+                    Err(invalid(
+                        v,
+                        "Expected value to be either true or false".into(),
+                    ))
+                }
+            }
+            Kind::Choice(allowed) => {
+                if allowed.contains(&v) {
+                    Ok(())
+                } else {
+                    Err(invalid(
+                        v,
+                        format!("String must be one of: {}", allowed.join(", ")),
+                    ))
+                }
+            }
+            Kind::ListOf(allowed) => {
+                if v.is_empty() {
+                    return Ok(());
+                }
+                for item in v.split(',').map(str::trim) {
+                    if !allowed.contains(&item) {
+                        return Err(invalid(
+                            item,
+                            format!("String must be one of: {}", allowed.join(", ")),
                         ));
                     }
                 }
                 Ok(())
             }
-            Kind::Inert => Ok(()),
-            Kind::Ratio => match value.trim().parse::<f64>() {
-                Ok(v) if (0.0..=1.0).contains(&v) => Ok(()),
-                Ok(v) => err(format!("value {v} is not in [0, 1]")),
-                Err(_) => err(format!("'{value}' is not a number")),
+            Kind::ThrottledReplicas => {
+                if v.is_empty() || v == "*" {
+                    return Ok(());
+                }
+                let pair = |item: &str| {
+                    item.split_once(':').is_some_and(|(p, b)| {
+                        p.trim().parse::<u32>().is_ok() && b.trim().parse::<u32>().is_ok()
+                    })
+                };
+                if v.split(',').map(str::trim).all(pair) {
+                    Ok(())
+                } else {
+                    Err(invalid(
+                        &format!("[{v}]"),
+                        format!(
+                            "{key} must be the literal '*' or a list of replicas in the \
+                             following format: [partitionId]:[brokerId],[partitionId]:[brokerId],..."
+                        ),
+                    ))
+                }
+            }
+            Kind::Ratio => match v.parse::<f64>() {
+                Ok(n) if n < 0.0 => Err(invalid(v, "Value must be at least 0".into())),
+                Ok(n) if n > 1.0 => Err(invalid(v, "Value must be no more than 1".into())),
+                Ok(_) => Ok(()),
+                Err(_) => Err(invalid(v, "Not a number of type DOUBLE".into())),
             },
         }
     }
@@ -779,6 +915,21 @@ pub mod topic_config {
             .or_else(|| default_value(key))
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or(-1)
+    }
+
+    /// compression.type as the log's target codec (None for `producer`), with its level.
+    fn topic_codec(configs: &BTreeMap<String, String>) -> Option<TopicCodec> {
+        use kmirror_log::batch::Compression as C;
+        let (codec, level_key) = match configs.get("compression.type").map(|v| v.trim()) {
+            Some("uncompressed") => (C::None, None),
+            Some("gzip") => (C::Gzip, Some("compression.gzip.level")),
+            Some("snappy") => (C::Snappy, None),
+            Some("lz4") => (C::Lz4, Some("compression.lz4.level")),
+            Some("zstd") => (C::Zstd, Some("compression.zstd.level")),
+            _ => return None,
+        };
+        let level = level_key.map(|k| long(configs, k) as i32);
+        Some(TopicCodec { codec, level })
     }
 
     /// Builds the log settings from a topic's dynamic configs plus defaults.
@@ -832,6 +983,10 @@ pub mod topic_config {
             }),
             timestamp_before_max_ms: long(configs, "message.timestamp.before.max.ms").max(0),
             timestamp_after_max_ms: long(configs, "message.timestamp.after.max.ms").max(0),
+            compression: topic_codec(configs),
+            log_append_time: configs
+                .get("message.timestamp.type")
+                .is_some_and(|v| v.trim() == "LogAppendTime"),
             ..defaults
         }
     }
@@ -895,6 +1050,134 @@ mod tests {
         assert_eq!(both.retention_ms, Some(1000));
         let forever = log_config(&cfg(&[("retention.ms", "-1")]));
         assert_eq!(forever.retention_ms, None);
+    }
+
+    /// The outcomes measured on Apache Kafka 4.1.1 (CreateTopics, validate_only and real).
+    #[test]
+    fn values_are_accepted_and_refused_as_kafka_4_1_does() {
+        use topic_config::*;
+        let ok = [
+            ("compression.type", "lz4"),
+            ("compression.type", " lz4"),
+            ("compression.type", "uncompressed"),
+            ("compression.zstd.level", "-131072"),
+            ("compression.zstd.level", "22"),
+            ("compression.gzip.level", "1"),
+            ("compression.gzip.level", "-1"),
+            ("compression.lz4.level", "1"),
+            ("message.timestamp.type", "LogAppendTime"),
+            ("message.timestamp.type", " LogAppendTime"),
+            ("remote.storage.enable", "false"),
+            ("cleanup.policy", ""),
+            ("cleanup.policy", "compact, delete"),
+            ("cleanup.policy", "compact,compact"),
+            ("preallocate", "TRUE"),
+            ("retention.ms", " 100 "),
+            ("retention.bytes", "-5"),
+            ("min.insync.replicas", "5"),
+            ("remote.log.copy.disable", "true"),
+            ("remote.log.delete.on.disable", "true"),
+            ("local.retention.ms", "100"),
+            ("segment.index.bytes", "4"),
+            ("max.message.bytes", "0"),
+            ("follower.replication.throttled.replicas", "*"),
+            ("leader.replication.throttled.replicas", "0:1,1:2"),
+            ("segment.bytes", " 1048576"),
+        ];
+        for (k, v) in ok {
+            assert!(validate(k, v).is_ok(), "{k}={v:?}: {:?}", validate(k, v));
+        }
+        let bad = [
+            ("compression.type", "foo"),
+            ("compression.type", "LZ4"),
+            ("compression.type", "none"),
+            ("compression.zstd.level", "99"),
+            ("compression.zstd.level", "-131073"),
+            ("compression.zstd.level", "abc"),
+            ("compression.gzip.level", "10"),
+            ("compression.gzip.level", "0"),
+            ("compression.gzip.level", "-2"),
+            ("compression.lz4.level", "18"),
+            ("compression.lz4.level", "0"),
+            ("message.timestamp.type", "Foo"),
+            ("message.timestamp.type", "logappendtime"),
+            ("remote.storage.enable", "true"),
+            ("message.format.version", "3.0"),
+            ("message.downconversion.enable", "true"),
+            ("message.timestamp.difference.max.ms", "1000"),
+            ("unknown.key", "1"),
+            ("cleanup.policy", "bogus"),
+            ("cleanup.policy", "Compact"),
+            ("cleanup.policy", "delete,,"),
+            ("preallocate", "yes"),
+            ("retention.ms", "-2"),
+            ("retention.ms", "abc"),
+            ("retention.bytes", "abc"),
+            ("min.insync.replicas", "0"),
+            ("min.insync.replicas", "abc"),
+            ("segment.bytes", "100"),
+            ("segment.bytes", "3000000000"),
+            ("max.message.bytes", "3000000000"),
+            ("max.message.bytes", "-1"),
+            ("local.retention.ms", "-3"),
+            ("local.retention.bytes", "-3"),
+            ("min.cleanable.dirty.ratio", "1.5"),
+            ("min.cleanable.dirty.ratio", "abc"),
+            ("segment.jitter.ms", "-1"),
+            ("flush.messages", "0"),
+            ("flush.ms", "-1"),
+            ("index.interval.bytes", "-1"),
+            ("segment.index.bytes", "3"),
+            ("segment.ms", "0"),
+            ("delete.retention.ms", "-1"),
+            ("max.compaction.lag.ms", "0"),
+            ("min.compaction.lag.ms", "-1"),
+            ("message.timestamp.before.max.ms", "-1"),
+            ("message.timestamp.after.max.ms", "-1"),
+            ("file.delete.delay.ms", "-1"),
+            ("follower.replication.throttled.replicas", "foo"),
+            ("unclean.leader.election.enable", "maybe"),
+        ];
+        for (k, v) in bad {
+            assert!(
+                matches!(validate(k, v), Err(MetadataError::InvalidConfig { .. })),
+                "{k}={v:?} accepted"
+            );
+        }
+        let e = validate("compression.zstd.level", "99").unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("Invalid value 99 for configuration compression.zstd.level: Value must be no more than 22"),
+            "{e}"
+        );
+        let codec = |kv: &[(&str, &str)]| {
+            log_config(
+                &kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
+        };
+        assert_eq!(codec(&[]).compression, None);
+        assert!(!codec(&[]).log_append_time);
+        assert_eq!(
+            codec(&[
+                ("compression.type", "zstd"),
+                ("compression.zstd.level", "7")
+            ])
+            .compression,
+            Some(TopicCodec {
+                codec: kmirror_log::batch::Compression::Zstd,
+                level: Some(7)
+            })
+        );
+        assert_eq!(
+            codec(&[("compression.type", "gzip")]).compression,
+            Some(TopicCodec {
+                codec: kmirror_log::batch::Compression::Gzip,
+                level: Some(-1)
+            })
+        );
+        assert!(codec(&[("message.timestamp.type", "LogAppendTime")]).log_append_time);
     }
 
     #[test]
@@ -975,7 +1258,7 @@ mod tests {
                 false,
             )
             .unwrap_err();
-        assert!(e.to_string().contains("not supported"), "{e}");
+        assert!(e.to_string().contains("must be one of"), "{e}");
         let e = s
             .alter_configs(
                 "t",
@@ -983,7 +1266,7 @@ mod tests {
                 false,
             )
             .unwrap_err();
-        assert!(e.to_string().contains("not an integer"), "{e}");
+        assert!(e.to_string().contains("Not a number of type LONG"), "{e}");
         // Nothing was applied.
         assert!(s.topic("t").unwrap().configs.is_empty());
     }

@@ -604,11 +604,25 @@ pub(crate) fn decompress_records(
 /// snappy-java's framing, lz4 frames with independent blocks (Kafka's lz4 reader decodes each
 /// block on its own), zstd. `Compression::None` returns the bytes as they are.
 pub(crate) fn compress_records(codec: Compression, raw: &[u8]) -> io::Result<Vec<u8>> {
+    compress_records_at(codec, raw, None)
+}
+
+/// [`compress_records`] at a level (Kafka's compression.gzip.level, compression.lz4.level,
+/// compression.zstd.level; None or gzip's -1: the codec's default).
+pub(crate) fn compress_records_at(
+    codec: Compression,
+    raw: &[u8],
+    level: Option<i32>,
+) -> io::Result<Vec<u8>> {
     use std::io::Write;
     match codec {
         Compression::None => Ok(raw.to_vec()),
         Compression::Gzip => {
-            let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+            let level = match level {
+                Some(l @ 1..=9) => flate2::Compression::new(l as u32),
+                _ => flate2::Compression::default(),
+            };
+            let mut e = flate2::write::GzEncoder::new(Vec::new(), level);
             e.write_all(raw)?;
             e.finish()
         }
@@ -629,6 +643,7 @@ pub(crate) fn compress_records(codec: Compression, raw: &[u8]) -> io::Result<Vec
         }
         Compression::Lz4 => {
             let mut e = lz4::EncoderBuilder::new()
+                .level(level.unwrap_or(0).max(0) as u32)
                 .block_size(lz4::BlockSize::Max64KB)
                 .block_mode(lz4::BlockMode::Independent)
                 .checksum(lz4::ContentChecksum::NoChecksum)
@@ -637,10 +652,82 @@ pub(crate) fn compress_records(codec: Compression, raw: &[u8]) -> io::Result<Vec
             let (out, res) = e.finish();
             res.map(|()| out)
         }
-        Compression::Zstd => zstd::stream::encode_all(raw, 3),
+        Compression::Zstd => zstd::stream::encode_all(raw, level.unwrap_or(3)),
         Compression::Unknown(n) => Err(io::Error::other(format!("unknown codec {n}"))),
     }
 }
+
+/// The attribute bits of a codec.
+fn codec_bits(codec: Compression) -> i16 {
+    match codec {
+        Compression::None => 0,
+        Compression::Gzip => 1,
+        Compression::Snappy => 2,
+        Compression::Lz4 => 3,
+        Compression::Zstd => 4,
+        Compression::Unknown(n) => i16::from(n & 0x07),
+    }
+}
+
+/// Kafka's LogValidator re-encoding of a producer's batch (already validated) for a topic
+/// whose compression.type names a codec other than the batch's: the records section is
+/// decompressed and compressed again with `codec` at `level`; the records themselves
+/// (offset and timestamp deltas, keys, values, headers) and every other header field stay as
+/// they were. With `log_append_time`, the batch is also stamped as [`stamp_log_append_time`]
+/// does. The result has a fresh CRC; base offset and leader epoch are left to the caller
+/// (they are outside the CRC).
+pub fn recompress_client_batch(
+    batch: &[u8],
+    codec: Compression,
+    level: Option<i32>,
+    log_append_time: Option<i64>,
+    max_decompressed: usize,
+) -> Result<Vec<u8>, BatchError> {
+    let raw = decompress_records(batch, max_decompressed)?;
+    let section = compress_records_at(codec, &raw, level)
+        .map_err(|e| BatchError::Undecodable(format!("re-compression failed: {e}")))?;
+    let mut out = Vec::with_capacity(HEADER_SIZE + section.len());
+    out.extend_from_slice(&batch[..HEADER_SIZE]);
+    out.extend_from_slice(&section);
+    let length = (out.len() - LENGTH_POS - 4) as i32;
+    out[LENGTH_POS..LENGTH_POS + 4].copy_from_slice(&length.to_be_bytes());
+    let attrs = (be_i16(&out, ATTRIBUTES_POS) & !COMPRESSION_MASK) | codec_bits(codec);
+    out[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].copy_from_slice(&attrs.to_be_bytes());
+    if let Some(t) = log_append_time {
+        set_log_append_time(&mut out[..HEADER_SIZE], t);
+    }
+    let crc = crc32c::crc32c(&out[ATTRIBUTES_POS..]);
+    out[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+    Ok(out)
+}
+
+/// Sets the LogAppendTime bit and maxTimestamp = `t` in a batch header (no CRC update).
+fn set_log_append_time(header: &mut [u8], t: i64) {
+    let attrs = be_i16(header, ATTRIBUTES_POS) | TIMESTAMP_TYPE_MASK;
+    header[ATTRIBUTES_POS..ATTRIBUTES_POS + 2].copy_from_slice(&attrs.to_be_bytes());
+    header[MAX_TIMESTAMP_POS..MAX_TIMESTAMP_POS + 8].copy_from_slice(&t.to_be_bytes());
+}
+
+/// The first [`STAMPED_PREFIX`] bytes of a validated batch as Kafka's LogValidator leaves them
+/// on a message.timestamp.type=LogAppendTime topic when no re-compression is needed: the
+/// timestamp-type bit set, maxTimestamp = the append time `t`, the CRC recomputed over the
+/// changed header and the untouched rest (`batch[STAMPED_PREFIX..]`, which the caller writes
+/// as it is: no copy of the records). Record timestamps are not rewritten; readers take
+/// maxTimestamp as every record's timestamp in a LogAppendTime batch.
+pub fn stamp_log_append_time(batch: &[u8], t: i64) -> [u8; STAMPED_PREFIX] {
+    let mut pre = [0u8; STAMPED_PREFIX];
+    pre.copy_from_slice(&batch[..STAMPED_PREFIX]);
+    set_log_append_time(&mut pre, t);
+    let crc = crc32c::crc32c_append(
+        crc32c::crc32c(&pre[ATTRIBUTES_POS..]),
+        &batch[STAMPED_PREFIX..],
+    );
+    pre[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
+    pre
+}
+
+/// Header bytes [`stamp_log_append_time`] rewrites (up to and including maxTimestamp).
+pub const STAMPED_PREFIX: usize = MAX_TIMESTAMP_POS + 8;
 
 /// Buffer between a decompressor and the record walker.
 const DECOMPRESS_BUF: usize = 16 << 10;

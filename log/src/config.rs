@@ -34,6 +34,21 @@ pub struct LogConfig {
     /// unbounded / one hour).
     pub timestamp_before_max_ms: i64,
     pub timestamp_after_max_ms: i64,
+    /// compression.type: None for `producer` (batches are stored in the producer's codec);
+    /// Some: a produced batch in another codec is re-compressed into this one (never a
+    /// mirrored batch: the mirror path stores bytes as the source wrote them).
+    pub compression: Option<TopicCodec>,
+    /// message.timestamp.type=LogAppendTime: produced batches are stamped with the append
+    /// time (timestamp-type bit, maxTimestamp) and the Produce response carries it.
+    pub log_append_time: bool,
+}
+
+/// A topic's compression.type codec with its compression.*.level.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TopicCodec {
+    pub codec: crate::batch::Compression,
+    /// None: the codec's default.
+    pub level: Option<i32>,
 }
 
 /// The compaction settings of a `cleanup.policy=compact` (or `compact,delete`) topic, with
@@ -78,6 +93,8 @@ impl Default for LogConfig {
             compaction: None,
             timestamp_before_max_ms: i64::MAX,
             timestamp_after_max_ms: 3_600_000,
+            compression: None,
+            log_append_time: false,
         }
     }
 }

@@ -1,5 +1,7 @@
 //! kmirror-log: one partition's crash-safe, segmented log of Kafka RecordBatch v2 bytes,
-//! stored and served exactly as they arrived (never re-encoded).
+//! stored and served exactly as they arrived. The only re-encoding is Kafka's, on the leader
+//! (produce) path: into the topic's compression.type when it names another codec, and the
+//! LogAppendTime stamp; mirrored batches are never re-encoded.
 //!
 //! Owns: segment files and their indexes, append (leader and mirror paths), zero-copy reads,
 //! truncation, delete-records, retention, compaction (the `cleaner` module: Kafka's log
@@ -14,7 +16,9 @@
 //! # On-disk layout (one directory per partition)
 //! ```text
 //! <dir>/<base offset, 20 digits>.log        batches back to back, as received (leader path:
-//!                                           baseOffset and partitionLeaderEpoch stamped)
+//!                                           baseOffset and partitionLeaderEpoch stamped;
+//!                                           re-compressed / LogAppendTime-stamped as the
+//!                                           topic says)
 //! <dir>/<base offset>.index                 sparse offset index: (u32 offset-base, u32 position)
 //!                                           big endian, one entry per index.interval.bytes
 //! <dir>/<base offset>.timeindex             (i64 max timestamp before, u32 offset-base) entries
@@ -76,7 +80,7 @@ mod segment;
 
 use bytes::Bytes;
 pub use cleaner::{CleanJob, CleanStats, Cleaned};
-pub use config::{CompactionConfig, FlushPolicy, LogConfig};
+pub use config::{CompactionConfig, FlushPolicy, LogConfig, TopicCodec};
 pub use error::LogError;
 pub use kmirror_types::{LeaderEpoch, Offset, ProducerId};
 pub use log::Log;

@@ -11,7 +11,7 @@ use kmirror_types::{LeaderEpoch, Offset, ProducerId};
 
 use crate::batch::{
     self, BatchHeader, BatchIter, Compression, CONTROL_TYPE_ABORT, CONTROL_TYPE_COMMIT,
-    CONTROL_TYPE_MIRROR_PID_RESET, PARTITION_LEADER_EPOCH_POS,
+    CONTROL_TYPE_MIRROR_PID_RESET, HEADER_SIZE, PARTITION_LEADER_EPOCH_POS,
 };
 use crate::checkpoint::{sync_dir, Checkpoint};
 use crate::cleaner::{CleanJob, CleanStats, Cleaned, SegmentInput};
@@ -80,6 +80,19 @@ struct Pending {
     first: i64,
     last: i64,
     max_ts: i64,
+    /// How the batch is written: as produced, or rewritten for the topic's configs.
+    form: Form,
+}
+
+/// A produced batch's stored form (Kafka's LogValidator: in place or re-built).
+enum Form {
+    /// As produced; only base offset and leader epoch are stamped.
+    AsProduced,
+    /// message.timestamp.type=LogAppendTime, codec unchanged: a new header prefix (with its
+    /// CRC), the rest written from the request's bytes.
+    Stamped([u8; batch::STAMPED_PREFIX]),
+    /// Re-compressed into the topic's compression.type (owned; fresh CRC).
+    Rebuilt(Vec<u8>),
 }
 
 impl Log {
@@ -469,7 +482,10 @@ impl Log {
     /// One or more concatenated batches from a producer. All are validated (frame, CRC,
     /// counts, size, producer sequence/epoch/transaction state) before anything is written;
     /// then each gets base offset = log end offset and partition leader epoch `epoch` stamped
-    /// in its header (both outside the CRC's range, so the CRC stays valid).
+    /// in its header (both outside the CRC's range, so the CRC stays valid). As Kafka's
+    /// LogValidator, a batch is re-compressed when [`LogConfig::compression`] names a codec
+    /// other than its own, and stamped with `now_ms` (timestamp type, maxTimestamp, new CRC)
+    /// when [`LogConfig::log_append_time`]; otherwise its bytes are written as they came.
     pub fn append_leader(
         &mut self,
         batches: Bytes,
@@ -502,7 +518,8 @@ impl Log {
                 now_ms.saturating_sub(self.config.timestamp_before_max_ms),
                 now_ms.saturating_add(self.config.timestamp_after_max_ms),
             );
-            let create_time = !h.is_log_append_time();
+            let lat = self.config.log_append_time;
+            let create_time = !lat && !h.is_log_append_time();
             let base_ts = h.base_timestamp();
             let mut bad_ts: Vec<(i32, String)> = Vec::new();
             batch::validate_client_records_with(
@@ -569,31 +586,71 @@ impl Log {
                         first_offset: Offset(dup.first_offset),
                         last_offset: Offset(dup.last_offset),
                         max_timestamp: dup.max_timestamp,
-                        log_append_time: -1,
+                        // The stored batch's append time, as Kafka answers a duplicate.
+                        log_append_time: if lat { dup.max_timestamp } else { -1 },
                         duplicate: true,
                     });
                 }
                 p.apply_data(&h, first, last);
             }
-            max_ts = max_ts.max(h.max_timestamp());
+            // Kafka's LogValidator: a topic codec other than `producer` that differs from the
+            // batch's re-compresses it; LogAppendTime stamps it. Matching codecs on a
+            // CreateTime topic (the common case) write the request's bytes as they are.
+            let recompress = self
+                .config
+                .compression
+                .filter(|c| c.codec != h.compression());
+            let append_time = lat.then_some(now_ms);
+            let form = match (recompress, append_time) {
+                (Some(c), t) => {
+                    let b = batch::recompress_client_batch(
+                        &batches[start..end],
+                        c.codec,
+                        c.level,
+                        t,
+                        decompressed_limit,
+                    )
+                    .map_err(|e| record_error(next, e))?;
+                    if b.len() > max as usize {
+                        return Err(LogError::RecordTooLarge { size: b.len(), max });
+                    }
+                    Form::Rebuilt(b)
+                }
+                (None, Some(t)) => {
+                    Form::Stamped(batch::stamp_log_append_time(&batches[start..end], t))
+                }
+                (None, None) => Form::AsProduced,
+            };
+            let batch_max_ts = append_time.unwrap_or(h.max_timestamp());
+            max_ts = max_ts.max(batch_max_ts);
             messages += h.records_count() as u64;
             pending.push(Pending {
                 start,
                 end,
                 first,
                 last,
-                max_ts: h.max_timestamp(),
+                max_ts: batch_max_ts,
+                form,
             });
             next = last + 1;
         }
-        let mut prefixes: Vec<[u8; PARTITION_LEADER_EPOCH_POS + 4]> =
-            Vec::with_capacity(pending.len());
-        for p in &pending {
-            const PRE: usize = PARTITION_LEADER_EPOCH_POS + 4;
-            let mut pre = [0u8; PRE];
-            pre.copy_from_slice(&batches[p.start..p.start + PRE]);
-            pre[..8].copy_from_slice(&p.first.to_be_bytes());
-            pre[PARTITION_LEADER_EPOCH_POS..].copy_from_slice(&epoch.0.to_be_bytes());
+        // Base offset and leader epoch go into each batch's first bytes (outside the CRC).
+        let stamp = |pre: &mut [u8], first: i64| {
+            pre[..8].copy_from_slice(&first.to_be_bytes());
+            pre[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + 4]
+                .copy_from_slice(&epoch.0.to_be_bytes());
+        };
+        let mut prefixes: Vec<[u8; batch::STAMPED_PREFIX]> = Vec::with_capacity(pending.len());
+        for p in pending.iter_mut() {
+            let mut pre = [0u8; batch::STAMPED_PREFIX];
+            match &mut p.form {
+                Form::AsProduced => {
+                    pre.copy_from_slice(&batches[p.start..p.start + batch::STAMPED_PREFIX])
+                }
+                Form::Stamped(s) => pre = *s,
+                Form::Rebuilt(b) => stamp(b, p.first),
+            }
+            stamp(&mut pre, p.first);
             prefixes.push(pre);
         }
         let tracked: Vec<Tracked> = pending
@@ -602,13 +659,21 @@ impl Log {
                 base: p.first,
                 next: p.last + 1,
                 max_ts: p.max_ts,
-                size: p.end - p.start,
+                size: match &p.form {
+                    Form::Rebuilt(b) => b.len(),
+                    _ => p.end - p.start,
+                },
             })
             .collect();
         let mut bufs = Vec::with_capacity(pending.len() * 2);
         for (p, pre) in pending.iter().zip(&prefixes) {
-            bufs.push(IoSlice::new(pre));
-            bufs.push(IoSlice::new(&batches[p.start + pre.len()..p.end]));
+            match &p.form {
+                Form::Rebuilt(b) => bufs.push(IoSlice::new(b)),
+                _ => {
+                    bufs.push(IoSlice::new(pre));
+                    bufs.push(IoSlice::new(&batches[p.start + pre.len()..p.end]));
+                }
+            }
         }
         let first = self.leo;
         let last = next - 1;
@@ -618,15 +683,31 @@ impl Log {
             self.undo_append(first, tracked.iter().map(|t| t.size).sum());
             return Err(e);
         }
-        for p in &pending {
-            let h = BatchHeader::parse(&batches[p.start..p.end]).expect("validated");
+        let mut hdr = Vec::new();
+        for (p, pre) in pending.iter().zip(&prefixes) {
+            // The stored header (a retry is answered with the stored max timestamp).
+            let stored = match &p.form {
+                Form::Rebuilt(b) => &b[..HEADER_SIZE],
+                Form::Stamped(_) => {
+                    hdr.clear();
+                    hdr.extend_from_slice(pre);
+                    hdr.extend_from_slice(&batches[p.start + pre.len()..p.start + HEADER_SIZE]);
+                    &hdr[..]
+                }
+                Form::AsProduced => &batches[p.start..p.end],
+            };
+            let h = BatchHeader::parse(stored).expect("validated");
             self.producers.apply(&h, p.first, p.last, None);
         }
         Ok(AppendInfo {
             first_offset: Offset(first),
             last_offset: Offset(last),
             max_timestamp: max_ts,
-            log_append_time: -1,
+            log_append_time: if self.config.log_append_time {
+                now_ms
+            } else {
+                -1
+            },
             duplicate: false,
         })
     }
@@ -1518,6 +1599,164 @@ mod tests {
             log.append_mirror(Bytes::from(c)),
             Err(LogError::Corrupt { .. })
         ));
+    }
+
+    /// compression.type and message.timestamp.type=LogAppendTime on the produce path: every
+    /// (produced codec, topic codec, timestamp type) pair stores a batch whose CRC is valid,
+    /// whose codec is the topic's, whose records are the produced ones byte for byte, and
+    /// (LogAppendTime) whose timestamp type and max timestamp are the append time's.
+    #[test]
+    fn produced_batches_are_recompressed_and_stamped_as_the_topic_says() {
+        use crate::batch::tests::{raw_batch, records_of};
+        use crate::batch::{Compression as C, HEADER_SIZE};
+        use crate::TopicCodec;
+        let records = records_of(5);
+        let codecs = [
+            (C::None, 0),
+            (C::Gzip, 1),
+            (C::Snappy, 2),
+            (C::Lz4, 3),
+            (C::Zstd, 4),
+        ];
+        let now = 1_700_000_000_000;
+        for (target, _) in codecs
+            .iter()
+            .copied()
+            .map(|(c, b)| (Some(c), b))
+            .chain([(None, 0)])
+        {
+            for (source, bits) in codecs {
+                for lat in [false, true] {
+                    let case = format!("{source:?} into {target:?}, LogAppendTime {lat}");
+                    let section = batch::compress_records(source, &records).unwrap();
+                    let produced = raw_batch(bits, 5, 4, &section);
+                    let dir = tempfile::tempdir().unwrap();
+                    let config = LogConfig {
+                        compression: target.map(|codec| TopicCodec {
+                            codec,
+                            level: Some(if codec == C::Zstd { 9 } else { 1 }),
+                        }),
+                        log_append_time: lat,
+                        ..LogConfig::default()
+                    };
+                    let mut log = Log::open(dir.path(), config).unwrap();
+                    // One batch first, so the rewritten one gets a non-zero base offset.
+                    log.append_leader(Bytes::from(produced.clone()), LeaderEpoch(3), now)
+                        .unwrap();
+                    let info = log
+                        .append_leader(Bytes::from(produced.clone()), LeaderEpoch(3), now + 1)
+                        .unwrap();
+                    assert_eq!(info.first_offset, Offset(5), "{case}");
+                    assert_eq!(
+                        info.log_append_time,
+                        if lat { now + 1 } else { -1 },
+                        "{case}"
+                    );
+                    let r = log.read(Offset(5), 1 << 20, Offset(10)).unwrap();
+                    let (h, n) = batch::validate(&r.records).expect(&case); // CRC valid
+                    assert_eq!(n, r.records.len(), "{case}");
+                    assert_eq!(h.compression(), target.unwrap_or(source), "{case}");
+                    assert_eq!(
+                        (
+                            h.base_offset(),
+                            h.partition_leader_epoch(),
+                            h.last_offset_delta()
+                        ),
+                        (5, 3, 4),
+                        "{case}"
+                    );
+                    let p = BatchHeader::parse(&produced).unwrap();
+                    assert_eq!(
+                        (h.base_timestamp(), h.producer_id(), h.records_count()),
+                        (p.base_timestamp(), p.producer_id(), p.records_count()),
+                        "{case}"
+                    );
+                    assert_eq!(h.is_log_append_time(), lat, "{case}");
+                    let max_ts = if lat { now + 1 } else { p.max_timestamp() };
+                    assert_eq!(h.max_timestamp(), max_ts, "{case}");
+                    assert_eq!(
+                        batch::decompress_records(&r.records, 1 << 26).unwrap(),
+                        records,
+                        "{case}"
+                    );
+                    batch::validate_client_records(&r.records, 1 << 26).expect(&case);
+                    if target.is_none_or(|t| t == source) {
+                        // Not re-compressed: the records section is the request's bytes.
+                        assert_eq!(
+                            &r.records[HEADER_SIZE..],
+                            &produced[HEADER_SIZE..],
+                            "{case}"
+                        );
+                        if !lat {
+                            assert_eq!(&r.records[16..], &produced[16..], "{case}");
+                        }
+                    }
+                    // A reopened log (recovery re-validates every batch) serves the same bytes.
+                    let before = r.records.clone();
+                    drop(log);
+                    std::fs::remove_file(dir.path().join(crate::checkpoint::CHECKPOINT_FILE)).ok();
+                    let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+                    assert_eq!(
+                        log.read(Offset(5), 1 << 20, Offset(10)).unwrap().records,
+                        before,
+                        "{case}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// The mirror path never re-encodes: a log configured to re-compress and stamp
+    /// LogAppendTime stores a mirrored batch byte for byte.
+    #[test]
+    fn mirrored_batches_are_never_recompressed_or_stamped() {
+        use crate::batch::tests::{raw_batch, records_of};
+        use crate::batch::Compression as C;
+        let section = batch::compress_records(C::Lz4, &records_of(5)).unwrap();
+        let mirrored = Bytes::from(raw_batch(3, 5, 4, &section));
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            compression: Some(crate::TopicCodec {
+                codec: C::Zstd,
+                level: None,
+            }),
+            log_append_time: true,
+            ..LogConfig::default()
+        };
+        let mut log = Log::open(dir.path(), config).unwrap();
+        let info = log.append_mirror(mirrored.clone()).unwrap();
+        assert_eq!(info.log_append_time, -1);
+        assert_eq!(
+            log.read(Offset(0), 1 << 20, Offset(5)).unwrap().records,
+            mirrored
+        );
+    }
+
+    /// A re-compressed batch larger than max.message.bytes is refused (Kafka's
+    /// RecordTooLargeException after re-compression), and nothing is written.
+    #[test]
+    fn a_recompressed_batch_over_max_message_bytes_is_refused() {
+        use crate::batch::tests::{raw_batch, records_of};
+        use crate::batch::Compression as C;
+        let records = records_of(50);
+        let section = batch::compress_records(C::Zstd, &records).unwrap();
+        let produced = raw_batch(4, 50, 49, &section);
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            compression: Some(crate::TopicCodec {
+                codec: C::None,
+                level: None,
+            }),
+            max_message_bytes: (produced.len() + 1) as u32,
+            ..LogConfig::default()
+        };
+        assert!(records.len() > produced.len(), "zstd shrinks the sample");
+        let mut log = Log::open(dir.path(), config).unwrap();
+        let e = log
+            .append_leader(Bytes::from(produced), LeaderEpoch(0), 5)
+            .unwrap_err();
+        assert!(matches!(e, LogError::RecordTooLarge { .. }), "{e}");
+        assert_eq!(log.log_end_offset(), Offset(0));
     }
 
     #[test]

@@ -119,6 +119,35 @@ pub struct Ran {
 /// Runs `cmd` to completion with its output captured in temp files (no pipe deadlocks);
 /// SIGKILLs it and panics after `timeout`.
 pub fn run(cmd: &mut std::process::Command, timeout: Duration) -> Ran {
+    run_stdin(cmd, std::process::Stdio::null(), timeout)
+}
+
+/// [`run_ok`] with `input` on the command's stdin (read from a temp file).
+pub fn run_with_stdin_ok(cmd: &mut std::process::Command, input: &[u8], timeout: Duration) -> Ran {
+    let dir = tempfile::tempdir().expect("temp dir");
+    let path = dir.path().join("in");
+    std::fs::write(&path, input).expect("stdin file");
+    let what = format!("{cmd:?}");
+    let ran = run_stdin(
+        cmd,
+        std::fs::File::open(&path).expect("stdin file").into(),
+        timeout,
+    );
+    assert!(
+        ran.status.success(),
+        "{what} failed ({}):\nstdout tail:\n{}\nstderr tail:\n{}",
+        ran.status,
+        last_lines(&ran.stdout, 20),
+        last_lines(&ran.stderr, 40)
+    );
+    ran
+}
+
+fn run_stdin(
+    cmd: &mut std::process::Command,
+    stdin: std::process::Stdio,
+    timeout: Duration,
+) -> Ran {
     let dir = tempfile::tempdir().expect("temp dir");
     let out_path = dir.path().join("out");
     let err_path = dir.path().join("err");
@@ -126,7 +155,7 @@ pub fn run(cmd: &mut std::process::Command, timeout: Duration) -> Ran {
     let err = std::fs::File::create(&err_path).expect("stderr file");
     let what = format!("{cmd:?}");
     let mut child = cmd
-        .stdin(std::process::Stdio::null())
+        .stdin(stdin)
         .stdout(out)
         .stderr(err)
         .spawn()

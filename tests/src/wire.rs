@@ -418,13 +418,47 @@ impl WireClient {
             self.write_frame(&body)?;
             return Ok((0, -1));
         }
-        let resp = self.send_at(req, v)?;
-        let p = resp
-            .responses
-            .first()
-            .and_then(|t| t.partition_responses.first())
-            .ok_or_else(|| WireError::Codec("empty produce response".into()))?;
+        let p = self.produce_at(req, v)?;
         Ok((p.error_code, p.base_offset))
+    }
+
+    /// Produces one raw batch blob to one partition (acks=all) and returns the partition's
+    /// whole response (error code, base offset, log_append_time_ms, ...).
+    pub fn produce_response(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> Result<produce_response::PartitionProduceResponse> {
+        let v = self.version_of::<ProduceRequest>()?;
+        let topic_id = if v >= 13 {
+            self.partition_info(topic, partition)?.topic_id
+        } else {
+            uuid::Uuid::nil()
+        };
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_topic_id(topic_id)
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))])]);
+        self.produce_at(req, v)
+    }
+
+    fn produce_at(
+        &mut self,
+        req: ProduceRequest,
+        v: i16,
+    ) -> Result<produce_response::PartitionProduceResponse> {
+        let resp = self.send_at(req, v)?;
+        resp.responses
+            .into_iter()
+            .next()
+            .and_then(|t| t.partition_responses.into_iter().next())
+            .ok_or_else(|| WireError::Codec("empty produce response".into()))
     }
 
     /// One Fetch of one partition from `offset` (consumer: replica id -1), read_uncommitted

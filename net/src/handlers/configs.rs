@@ -1,7 +1,8 @@
-//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs. Topic configs that kmirror
-//! honours are listed in `kmirror_control::metadata::topic_config`; anything else (or an
-//! unsupported value such as `message.timestamp.type=LogAppendTime`) is refused with INVALID_CONFIG and
-//! a message saying why. Broker configs are static (config file / flags) and read-only.
+//! DescribeConfigs, AlterConfigs and IncrementalAlterConfigs. Topic configs are those of
+//! Apache Kafka 4.1, listed with their defaults and validators in
+//! `kmirror_control::metadata::topic_config`; an unknown key or a value Kafka refuses (e.g.
+//! `remote.storage.enable=true` without tiered storage) is INVALID_CONFIG with Kafka's message.
+//! Broker configs are static (config file / flags) and read-only.
 
 use std::collections::BTreeMap;
 

@@ -1,5 +1,7 @@
 //! Produce: batches are validated and appended by the owning core's log (CRC, sizes,
-//! idempotent sequence checks); nothing is re-encoded.
+//! idempotent sequence checks). The log re-compresses a batch only when the topic's
+//! compression.type names another codec, and stamps it on a LogAppendTime topic (whose append
+//! time the response carries in log_append_time_ms); otherwise the bytes are stored as sent.
 
 use kafka_protocol::messages::produce_response::*;
 use kafka_protocol::messages::ProduceRequest;

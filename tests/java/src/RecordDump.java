@@ -1,10 +1,11 @@
 // Reads every partition of a topic from the beginning to its end offset (the LSO under
 // read_committed) with a plain KafkaConsumer (assign + seekToBeginning, no group).
-// Usage: RecordDump BOOTSTRAP TOPIC read_committed|read_uncommitted records|digest
+// Usage: RecordDump BOOTSTRAP TOPIC read_committed|read_uncommitted records|timestamps|digest
 //        [key=value consumer props...] (e.g. security.protocol=SSL)
 // "records" prints "R <partition> <offset> <key> <value> <header-keys>" per record; both modes
 // print "D <partition> <count> <first> <last> <hash>" per partition, where hash folds offset,
 // timestamp, key, value and headers of every record in order, and "END" at the end.
+// "timestamps" prints the R lines with " <timestampType> <timestamp>" appended.
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -28,7 +29,8 @@ public class RecordDump {
         String bootstrap = args[0];
         String topic = args[1];
         String isolation = args[2];
-        boolean records = args[3].equals("records");
+        boolean timestamps = args[3].equals("timestamps");
+        boolean records = args[3].equals("records") || timestamps;
         Properties props = new Properties();
         props.put("bootstrap.servers", bootstrap);
         props.put("isolation.level", isolation);
@@ -83,7 +85,11 @@ public class RecordDump {
                     if (records) {
                         out.append("R ").append(r.partition()).append(' ').append(r.offset()).append(' ')
                             .append(text(r.key())).append(' ').append(text(r.value())).append(' ')
-                            .append(hk.length() == 0 ? "-" : hk.toString()).append('\n');
+                            .append(hk.length() == 0 ? "-" : hk.toString());
+                        if (timestamps) {
+                            out.append(' ').append(r.timestampType().name).append(' ').append(r.timestamp());
+                        }
+                        out.append('\n');
                     }
                 }
             }
