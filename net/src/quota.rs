@@ -45,7 +45,9 @@ use kmirror_control::quota::{
     Values,
 };
 
-use kafka_protocol::messages::{FetchRequest, FetchResponse, ProduceResponse, RequestHeader};
+use kafka_protocol::messages::{
+    FetchRequest, FetchResponse, ProduceResponse, RequestHeader, ResponseKind,
+};
 
 use crate::broker::Ctx;
 use crate::errors;
@@ -63,13 +65,37 @@ const MAX_THROTTLE_MS: u64 = WINDOWS * WINDOW_MS;
 pub enum QuotaKind {
     Produce,
     Fetch,
+    /// `request_percentage`: the broker's working time on the client's requests.
+    Request,
 }
+
+/// A `request_percentage` of 1 is 1% of one thread's second: 10 ms of work per second,
+/// recorded in nanoseconds (Kafka's `nanosToPercentage` is nanos x 100 / 1e9).
+const NANOS_PER_PERCENT: f64 = 1e9 / 100.0;
 
 impl QuotaKind {
     fn key(self) -> &'static str {
         match self {
             QuotaKind::Produce => keys::PRODUCER_BYTE_RATE,
             QuotaKind::Fetch => keys::CONSUMER_BYTE_RATE,
+            QuotaKind::Request => keys::REQUEST_PERCENTAGE,
+        }
+    }
+
+    /// The configured quota in the budget's units per second (bytes, or nanoseconds of work).
+    fn per_second(self, quota: f64) -> f64 {
+        match self {
+            QuotaKind::Produce | QuotaKind::Fetch => quota,
+            QuotaKind::Request => quota * NANOS_PER_PERCENT,
+        }
+    }
+
+    /// Byte-rate throttles are bounded by the whole quota window; Kafka's
+    /// `ClientRequestQuotaManager` bounds a request-quota throttle by one window (1 s).
+    fn max_throttle_ms(self) -> u64 {
+        match self {
+            QuotaKind::Produce | QuotaKind::Fetch => MAX_THROTTLE_MS,
+            QuotaKind::Request => WINDOW_MS,
         }
     }
 }
@@ -141,8 +167,13 @@ impl Budget {
 
     /// Records `bytes` and returns the throttle time (0 within the quota).
     pub fn record(&self, bytes: u64, quota: f64, now_ms: u64) -> u64 {
-        self.add(bytes, now_ms, false);
-        throttle_ms(self.measure(now_ms), quota)
+        self.record_bounded(bytes, quota, now_ms, MAX_THROTTLE_MS)
+    }
+
+    /// [`Budget::record`] with the throttle time bounded by `max_ms`.
+    pub fn record_bounded(&self, n: u64, quota: f64, now_ms: u64, max_ms: u64) -> u64 {
+        self.add(n, now_ms, false);
+        throttle_ms(self.measure(now_ms), quota).min(max_ms)
     }
 
     /// Takes back bytes recorded at `now_ms` (a throttled fetch sends no data).
@@ -277,11 +308,17 @@ impl QuotaRegistry {
         })
     }
 
-    /// Charges `bytes` to the (user, client-id)'s `kind` budget; the throttle time in ms.
-    pub fn record(&self, kind: QuotaKind, user: &str, client_id: &str, bytes: u64) -> u64 {
+    /// Charges `n` (bytes, or nanoseconds for [`QuotaKind::Request`]) to the (user,
+    /// client-id)'s `kind` budget; the throttle time in ms.
+    pub fn record(&self, kind: QuotaKind, user: &str, client_id: &str, n: u64) -> u64 {
         match self.budget(kind, user, client_id) {
             None => 0,
-            Some((b, q)) => b.record(bytes, q, kmirror_engine::now_ms().max(0) as u64),
+            Some((b, q)) => b.record_bounded(
+                n,
+                kind.per_second(q),
+                kmirror_engine::now_ms().max(0) as u64,
+                kind.max_throttle_ms(),
+            ),
         }
     }
 
@@ -346,21 +383,122 @@ impl<'a> Charge<'a> {
         }
     }
 
-    /// Charges a Fetch response's size. Over the quota the response is emptied (its bytes
-    /// taken back) and carries the throttle time, as Kafka answers a throttled fetch.
-    pub fn fetch(&self, response_bytes: u64, resp: &mut FetchResponse) -> u64 {
+    /// Charges a Fetch response's size. Over the byte quota, or when the request quota
+    /// already throttles the request (`request_throttle`), the response is emptied (its bytes
+    /// taken back: they are not sent) and carries the larger throttle time, as Kafka answers
+    /// a throttled fetch. Returns that throttle time.
+    pub fn fetch(
+        &self,
+        response_bytes: u64,
+        resp: &mut FetchResponse,
+        request_throttle: u64,
+    ) -> u64 {
         let r = self.registry;
         let t = r.record(QuotaKind::Fetch, self.user, self.client_id, response_bytes);
         if t > 0 {
             let m = self.metrics;
             m.quota_throttled_fetch.fetch_add(1, Ordering::Relaxed);
             m.quota_fetch_throttle_ms.fetch_add(t, Ordering::Relaxed);
+        }
+        let t = t.max(request_throttle);
+        if t > 0 {
             r.unrecord(QuotaKind::Fetch, self.user, self.client_id, response_bytes);
             resp.responses.clear();
             resp.throttle_time_ms = resp.throttle_time_ms.max(t as i32);
         }
         t
     }
+
+    /// Charges `nanos` of the broker's working time on this request to the
+    /// `request_percentage` budget; the throttle time in ms (at most one window).
+    pub fn request(&self, nanos: u64) -> u64 {
+        self.registry
+            .record(QuotaKind::Request, self.user, self.client_id, nanos)
+    }
+}
+
+/// Runs `f`, adding the time spent inside its polls to `busy` (nanoseconds).
+///
+/// This is kmirror's analogue of Kafka's request time (`requestThreadTimeNanos` plus the
+/// network thread's time): a core is one thread doing both jobs, and a request costs it only
+/// while its future is being polled. Time the future spends parked (a Fetch long poll, a
+/// produce waiting for acks, a hop to another core's queue) is not work on this core, just
+/// as Kafka's purgatory time is not I/O-thread time. Work done for it on another core is not
+/// counted (Kafka's replica fetchers likewise do not charge the client).
+pub async fn timed<F: std::future::Future>(busy: &std::cell::Cell<u64>, f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    std::future::poll_fn(|cx| {
+        let start = std::time::Instant::now();
+        let r = f.as_mut().poll(cx);
+        busy.set(busy.get() + start.elapsed().as_nanos() as u64);
+        r
+    })
+    .await
+}
+
+/// Raises a response's `throttle_time_ms` to `ms` (KIP-219: the client throttles itself
+/// too). Every response type kmirror serves that has the field; the rest have none.
+pub fn set_throttle(resp: &mut ResponseKind, ms: u64) {
+    if ms == 0 {
+        return;
+    }
+    let ms = ms.min(i32::MAX as u64) as i32;
+    macro_rules! raise {
+        ($($v:ident),* $(,)?) => {
+            match resp {
+                $(ResponseKind::$v(r) => r.throttle_time_ms = r.throttle_time_ms.max(ms),)*
+                _ => {}
+            }
+        };
+    }
+    raise!(
+        AddOffsetsToTxn,
+        AddPartitionsToTxn,
+        AlterClientQuotas,
+        AlterConfigs,
+        AlterUserScramCredentials,
+        ApiVersions,
+        ConsumerGroupDescribe,
+        ConsumerGroupHeartbeat,
+        CreateAcls,
+        CreatePartitions,
+        CreateTopics,
+        DeleteAcls,
+        DeleteGroups,
+        DeleteRecords,
+        DeleteTopics,
+        DescribeAcls,
+        DescribeClientQuotas,
+        DescribeCluster,
+        DescribeConfigs,
+        DescribeGroups,
+        DescribeLogDirs,
+        DescribeProducers,
+        DescribeTopicPartitions,
+        DescribeTransactions,
+        DescribeUserScramCredentials,
+        ElectLeaders,
+        EndTxn,
+        Fetch,
+        FindCoordinator,
+        Heartbeat,
+        IncrementalAlterConfigs,
+        InitProducerId,
+        JoinGroup,
+        LeaveGroup,
+        ListGroups,
+        ListOffsets,
+        ListTransactions,
+        Metadata,
+        OffsetCommit,
+        OffsetDelete,
+        OffsetFetch,
+        OffsetForLeaderEpoch,
+        Produce,
+        SyncGroup,
+        TxnOffsetCommit,
+        UpdateFeatures,
+    );
 }
 
 /// Keeps a throttled connection muted for `ms` (or until the broker stops).
@@ -581,6 +719,24 @@ mod tests {
         }
         assert!(budgets.map.contains_key(&key(0)));
         assert!(!budgets.map.contains_key(&key(1)));
+    }
+
+    #[test]
+    fn request_time_is_charged_in_percent_of_a_second_and_throttled_at_most_one_window() {
+        let b = Budget::default();
+        let t0 = 7_000_000u64;
+        let k = QuotaKind::Request;
+        // 1% is 10 ms of work per second: 100 ms within the 10 s minimum window is the quota.
+        let q = k.per_second(1.0);
+        assert_eq!(q, 10_000_000.0);
+        assert_eq!(b.record_bounded(100_000_000, q, t0, k.max_throttle_ms()), 0);
+        // 5 ms more: (105 - 100) / 100 x 10 s = 500 ms.
+        assert_eq!(b.record_bounded(5_000_000, q, t0, k.max_throttle_ms()), 500);
+        // Far over: bounded by one window, as Kafka's ClientRequestQuotaManager does.
+        assert_eq!(
+            b.record_bounded(1_000_000_000, q, t0, k.max_throttle_ms()),
+            1000
+        );
     }
 
     #[test]

@@ -418,6 +418,9 @@ async fn handle_frame(
     }
     ctx.broker.metrics.count_request(api_key);
     let frame_len = frame.len() as u64 + 4;
+    // The request quota charges the core's working time on the request: decoding, the
+    // handler's polls (not its waits) and encoding the response.
+    let decode_start = std::time::Instant::now();
     let (header, mut req) =
         decode_request(api_key, p.api_version, frame).map_err(ConnError::Protocol)?;
     let quota = crate::quota::Charge::new(ctx, session, &header);
@@ -425,16 +428,25 @@ async fn handle_frame(
         quota.cap_fetch(f);
     }
     let mut files = Vec::new();
-    let resp = dispatch(ctx, session, api_key, &header, req, &mut files).await?;
-    match resp {
+    let busy = Cell::new(decode_start.elapsed().as_nanos() as u64);
+    let resp = crate::quota::timed(
+        &busy,
+        dispatch(ctx, session, api_key, &header, req, &mut files),
+    )
+    .await?;
+    let request_throttle = quota.request(busy.get());
+    let encode_start = std::time::Instant::now();
+    let out = match resp {
         None => {
+            *throttle_ms = request_throttle;
             if api_key == ApiKey::Produce {
-                *throttle_ms = quota.produce(frame_len, None);
+                *throttle_ms = quota.produce(frame_len, None).max(request_throttle);
             }
             Ok(None)
         }
         Some(ResponseKind::Produce(mut r)) => {
-            *throttle_ms = quota.produce(frame_len, Some(&mut r));
+            r.throttle_time_ms = r.throttle_time_ms.max(request_throttle as i32);
+            *throttle_ms = quota.produce(frame_len, Some(&mut r)).max(request_throttle);
             encode_response(
                 api_key,
                 p.api_version,
@@ -455,16 +467,24 @@ async fn handle_frame(
                 .map_err(|e| ConnError::Protocol(format!("encode Fetch: {e}")))
             };
             let frames = enc(&f, &files)?;
-            *throttle_ms = quota.fetch(frames.len() as u64, &mut f);
+            *throttle_ms = quota.fetch(frames.len() as u64, &mut f, request_throttle);
             if *throttle_ms > 0 {
-                // Over quota: the answer went empty, so no file region applies.
-                return enc(&f, &[]).map(Some);
+                // Throttled: the answer went empty, so no file region applies.
+                enc(&f, &[]).map(Some)
+            } else {
+                Ok(Some(frames))
             }
-            Ok(Some(frames))
         }
-        Some(resp) => encode_response(api_key, p.api_version, p.correlation_id, &resp)
-            .map(|b| Some(Frames::one(b))),
-    }
+        Some(mut resp) => {
+            crate::quota::set_throttle(&mut resp, request_throttle);
+            *throttle_ms = request_throttle;
+            encode_response(api_key, p.api_version, p.correlation_id, &resp)
+                .map(|b| Some(Frames::one(b)))
+        }
+    };
+    // Kafka records the network thread's share without throttling this response.
+    quota.request(encode_start.elapsed().as_nanos() as u64);
+    out
 }
 
 /// Decodes the request header and body of a frame (without its length prefix) whose API key
