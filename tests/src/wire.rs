@@ -56,6 +56,8 @@ pub struct WireClient {
     correlation: i32,
     /// api key -> max version supported by the broker.
     versions: HashMap<i16, (i16, i16)>,
+    /// The client-id of the request headers.
+    client_id: StrBytes,
 }
 
 /// Partition leader and topic id as seen in Metadata.
@@ -140,6 +142,7 @@ impl WireClient {
             stream,
             correlation: 0,
             versions: HashMap::new(),
+            client_id: StrBytes::from_static_str("kmirror-tests"),
         };
         let resp: ApiVersionsResponse = c.send_at(
             ApiVersionsRequest::default()
@@ -177,6 +180,11 @@ impl WireClient {
         &self.addr
     }
 
+    /// Sends later requests with `client_id` in their headers (quotas are per client-id).
+    pub fn set_client_id(&mut self, client_id: &str) {
+        self.client_id = StrBytes::from_string(client_id.to_owned());
+    }
+
     /// The broker's supported version range of `key`, if any.
     pub fn version_range(&self, key: i16) -> Option<(i16, i16)> {
         self.versions.get(&key).copied()
@@ -210,7 +218,7 @@ impl WireClient {
             .with_request_api_key(R::KEY)
             .with_request_api_version(version)
             .with_correlation_id(correlation)
-            .with_client_id(Some(StrBytes::from_static_str("kmirror-tests")));
+            .with_client_id(Some(self.client_id.clone()));
         let mut body = BytesMut::new();
         header
             .encode(&mut body, R::header_version(version))

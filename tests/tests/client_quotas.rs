@@ -836,3 +836,115 @@ fn alter_and_describe_client_quotas_answer_every_filter_and_error_like_kafka() {
     );
     assert_eq!(got, want, "kmirror's answers differ from Kafka's");
 }
+
+/// What one broker did to clients under a tiny `request_percentage` quota.
+#[derive(Debug)]
+struct RequestQuotaSeen {
+    /// Metadata requests the limited client-id sent before its first throttled answer.
+    until_throttled: usize,
+    /// The largest `throttle_time_ms` it was answered with.
+    max_throttle_ms: i32,
+    /// A throttle time, and how long the answer to the next request then took (the channel
+    /// is muted for that long, KIP-219).
+    muted: (i32, Duration),
+    /// The largest throttle time the unlimited client-id saw.
+    other_max_throttle_ms: i32,
+    /// librdkafka's throttle_cb under the same quota: (callbacks, largest ms).
+    rdk: (f64, f64),
+}
+
+/// Sets `request_percentage=0.01` (100 µs of broker time per second) for `req-slow` and
+/// `req-rdk`, then drives Metadata requests as `req-slow` and as `req-fast` over the wire,
+/// and a librdkafka producer as `req-rdk`.
+fn request_quota(boot: &str) -> RequestQuotaSeen {
+    use kmirror_tests::wire::WireClient;
+    create_topic(boot, "quota-t");
+    for client in ["req-slow", "req-rdk"] {
+        let ran = configs(
+            boot,
+            &[
+                "--alter",
+                "--add-config",
+                "request_percentage=0.01",
+                "--entity-type",
+                "clients",
+                "--entity-name",
+                client,
+            ],
+        );
+        assert!(ran.status.success(), "{}\n{}", ran.stdout, ran.stderr);
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    let mut slow = WireClient::connect(boot).expect("connect");
+    slow.set_client_id("req-slow");
+    let mut fast = WireClient::connect(boot).expect("connect");
+    fast.set_client_id("req-fast");
+    let (mut until_throttled, mut max_throttle_ms, mut other) = (None, 0, 0);
+    let mut prev = 0;
+    let mut muted = None;
+    let end = Instant::now() + Duration::from_secs(30);
+    for n in 1.. {
+        if Instant::now() > end {
+            break;
+        }
+        let sent = Instant::now();
+        let t = slow.metadata(None).expect("metadata").throttle_time_ms;
+        let took = sent.elapsed();
+        if prev >= 300 {
+            muted = Some((prev, took));
+            break;
+        }
+        if t > 0 && until_throttled.is_none() {
+            until_throttled = Some(n);
+        }
+        max_throttle_ms = max_throttle_ms.max(t);
+        prev = t;
+        let f = fast.metadata(None).expect("metadata").throttle_time_ms;
+        other = other.max(f);
+    }
+    let (rdk_s, rdk_n, rdk_max) = librdkafka("produce", boot, "req-rdk", 100);
+    let seen = RequestQuotaSeen {
+        until_throttled: until_throttled.unwrap_or(usize::MAX),
+        max_throttle_ms,
+        muted: muted.unwrap_or((prev, Duration::ZERO)),
+        other_max_throttle_ms: other,
+        rdk: (rdk_n, rdk_max),
+    };
+    eprintln!("{boot}: {seen:?} (librdkafka took {rdk_s:.1}s)");
+    seen
+}
+
+#[test]
+fn request_percentage_quota_throttles_a_client_ids_requests_and_mutes_its_channel_like_kafka() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let want = request_quota(&kafka.bootstrap());
+    drop(kafka);
+    let node = KmirrorNode::start();
+    let got = request_quota(&node.addr());
+    for (who, s) in [("Kafka", &want), ("kmirror", &got)] {
+        assert!(
+            s.until_throttled < usize::MAX,
+            "{who}: the limited client-id was never throttled: {s:?}"
+        );
+        // Kafka bounds a request-quota throttle by one quota window (1 s).
+        assert!(
+            s.max_throttle_ms > 0 && s.max_throttle_ms <= 1000,
+            "{who}: {s:?}"
+        );
+        let (t, took) = s.muted;
+        assert!(
+            t >= 300 && took.as_millis() as i32 >= t * 8 / 10 && took < Duration::from_secs(3),
+            "{who}: the answer after a {t} ms throttle took {took:?} (channel not muted?)"
+        );
+        assert_eq!(
+            s.other_max_throttle_ms, 0,
+            "{who}: the unlimited client-id was throttled"
+        );
+        assert!(
+            s.rdk.0 > 0.0 && s.rdk.1 <= 1000.0,
+            "{who}: librdkafka's throttle_cb: {:?}",
+            s.rdk
+        );
+    }
+}
