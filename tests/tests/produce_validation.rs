@@ -6,7 +6,9 @@
 use std::time::Duration;
 
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::{proc, python, BrokerUnderTest, KmirrorNode, WireClient};
+use kmirror_tests::{
+    proc, python, records, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient,
+};
 
 const CODECS: [&str; 5] = ["none", "gzip", "snappy", "lz4", "zstd"];
 
@@ -84,4 +86,120 @@ fn real_clients_batches_of_every_codec_pass_record_validation() {
             "rdkafka {codec}"
         );
     }
+}
+
+/// Produce of a zstd batch at `version` to partition 0 of `topic`: the partition's error.
+fn produce_at(c: &mut WireClient, topic: &str, batch: bytes::Bytes, version: i16) -> i16 {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch))])]);
+    let resp = c.send_at(req, version).expect("produce");
+    resp.responses[0].partition_responses[0].error_code
+}
+
+/// Fetch of partition 0 of `topic` from offset 0 at `version`: (error, has records).
+fn fetch_at(c: &mut WireClient, topic: &str, version: i16) -> (i16, bool) {
+    use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
+    use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let req = FetchRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_max_wait_ms(0)
+        .with_min_bytes(0)
+        .with_max_bytes(1 << 20)
+        .with_session_epoch(-1)
+        .with_topics(vec![FetchTopic::default()
+            .with_topic(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![FetchPartition::default()
+                .with_partition(0)
+                .with_current_leader_epoch(-1)
+                .with_fetch_offset(0)
+                .with_partition_max_bytes(1 << 20)])]);
+    let resp = c.send_at(req, version).expect("fetch");
+    let p = &resp.responses[0].partitions[0];
+    (
+        p.error_code,
+        p.records.as_ref().is_some_and(|r| !r.is_empty()),
+    )
+}
+
+/// KIP-110's rules, as one broker answers them: zstd batches need Produce v7. Fetch below v10
+/// of a zstd topic is served as it is: Kafka 4 (no down-conversion left) dropped the
+/// UNSUPPORTED_COMPRESSION_TYPE answer Kafka 2.1-3.x gave it.
+fn zstd_version_rules(boot: &str) -> Vec<(&'static str, i16, bool)> {
+    let mut c = WireClient::connect(boot).expect("connect");
+    assert_eq!(c.create_topic("plain-t", 1, 1, &[]).expect("create"), 0);
+    assert_eq!(
+        c.create_topic("zstd-t", 1, 1, &[("compression.type", "zstd")])
+            .expect("create"),
+        0
+    );
+    // Kafka applies a create a moment after answering it.
+    std::thread::sleep(Duration::from_secs(2));
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as i64;
+    let plain = records::batch(&[b"a", b"b"], now);
+    let zstd = bytes::Bytes::from(
+        kmirror_log::batch::recompress_client_batch(
+            &plain,
+            kmirror_log::batch::Compression::Zstd,
+            None,
+            None,
+            1 << 20,
+        )
+        .expect("zstd batch"),
+    );
+    let mut seen = Vec::new();
+    let mut p = |what, code| seen.push((what, code, false));
+    p(
+        "produce v3 zstd batch",
+        produce_at(&mut c, "plain-t", zstd.clone(), 3),
+    );
+    p(
+        "produce v6 zstd batch",
+        produce_at(&mut c, "plain-t", zstd.clone(), 6),
+    );
+    p(
+        "produce v7 zstd batch",
+        produce_at(&mut c, "plain-t", zstd, 7),
+    );
+    p(
+        "produce v3 plain batch to zstd topic",
+        produce_at(&mut c, "zstd-t", plain, 3),
+    );
+    for (what, topic, v) in [
+        ("fetch v4 zstd topic", "zstd-t", 4),
+        ("fetch v9 zstd topic", "zstd-t", 9),
+        ("fetch v10 zstd topic", "zstd-t", 10),
+        ("fetch v9 plain topic (zstd batch)", "plain-t", 9),
+    ] {
+        let (code, data) = fetch_at(&mut c, topic, v);
+        seen.push((what, code, data));
+    }
+    eprintln!("{boot}: {seen:?}");
+    seen
+}
+
+#[test]
+fn zstd_batches_need_produce_v7_and_old_fetches_of_zstd_topics_are_served_like_kafka() {
+    let kafka = KafkaCluster::single();
+    let want = zstd_version_rules(&kafka.bootstrap());
+    drop(kafka);
+    let node = KmirrorNode::start();
+    let got = zstd_version_rules(&node.bootstrap());
+    assert_eq!(got, want);
+    // UNSUPPORTED_COMPRESSION_TYPE (76) for zstd below Produce v7; every fetch has data.
+    let codes: Vec<i16> = want.iter().map(|w| w.1).collect();
+    assert_eq!(codes, [76, 76, 0, 0, 0, 0, 0, 0], "{want:?}");
+    assert!(want[4..].iter().all(|w| w.2), "{want:?}");
 }

@@ -58,6 +58,14 @@ fn with_record_errors(
     )
 }
 
+/// Whether the first batch of a record set is a v2 batch compressed with zstd (Kafka looks
+/// at the first batch only).
+fn first_batch_is_zstd(records: &[u8]) -> bool {
+    use kmirror_log::batch::{BatchHeader, Compression, MAGIC_POS};
+    BatchHeader::parse(records)
+        .is_ok_and(|h| records[MAGIC_POS] == 2 && matches!(h.compression(), Compression::Zstd))
+}
+
 /// Returns None for acks=0 (the client expects no response).
 pub async fn produce(
     ctx: &Ctx,
@@ -125,6 +133,15 @@ pub async fn produce(
                 )));
                 continue;
             };
+            if version < 7 && first_batch_is_zstd(&records) {
+                // Kafka's ProduceRequest.validateRecords: zstd needs Produce v7 (KIP-110).
+                slots.push(Slot::Done(failed(
+                    pd.index,
+                    E::UnsupportedCompressionType.code(),
+                    None,
+                )));
+                continue;
+            }
             let tp = TopicPartition::new(t.name.clone(), pd.index);
             let now = now_ms();
             match ctx
