@@ -1,6 +1,6 @@
 //! Client quotas: DescribeClientQuotas (key 48) and AlterClientQuotas (key 49) over the
 //! broker's durable [`QuotaStore`], and enforcement of `producer_byte_rate` and
-//! `consumer_byte_rate` on Produce and Fetch.
+//! `consumer_byte_rate` on Produce and Fetch, and of `request_percentage` on every request.
 //!
 //! One [`QuotaRegistry`] per data directory, shared by every core and the mirror control thread
 //! (the quota sync). Changes are serialized behind a mutex (rare admin operations) and run on
@@ -27,6 +27,13 @@
 //! `max_bytes` is first capped at quota x 10 s, as Kafka does. Clients older than KIP-219
 //! (Produce < v6, Fetch < v8) get the same treatment: the mute delays their next response
 //! rather than this one, which is the same pacing for a client that waits for answers.
+//!
+//! Request quotas follow Kafka's `ClientRequestQuotaManager`: `request_percentage` is a share
+//! of one thread's second (1 = 10 ms/s). Every request served past the SASL gate (ApiVersions
+//! too, as in Kafka) is charged the core's working time on it ([`timed`]), in nanoseconds, to
+//! its own budget with the same windows; the throttle is bounded by one window (1 s). The
+//! response carries the larger of the byte-rate and request throttles and the channel is
+//! muted for it; a Fetch throttled by either is answered empty.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
