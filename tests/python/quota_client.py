@@ -2,7 +2,8 @@
 throttle times the broker sent back (librdkafka's throttle_cb), for the client-quota tests.
 
 Usage:
-  quota_client.py produce BOOTSTRAP TOPIC CLIENT_ID RECORDS   (records of 1000 bytes, acks=1)
+  quota_client.py produce BOOTSTRAP TOPIC CLIENT_ID RECORDS [BATCH_SIZE]
+                                                  (records of 1000 bytes, acks=1)
   quota_client.py consume BOOTSTRAP TOPIC CLIENT_ID RECORDS   (from the start, group g-CLIENT_ID)
 Prints "SECONDS <s>", "THROTTLES <count> <max ms>", then "DONE <records delivered or read>".
 Exits 1 on any delivery error or if fewer records were read than asked within 120 s.
@@ -16,6 +17,7 @@ from confluent_kafka import Consumer, Producer
 def main():
     mode, bootstrap, topic, client_id = sys.argv[1:5]
     records = int(sys.argv[5])
+    batch_size = int(sys.argv[6]) if len(sys.argv) > 6 else 16384
     throttles = []
 
     def on_throttle(event):
@@ -24,7 +26,7 @@ def main():
 
     start = time.monotonic()
     if mode == "produce":
-        done = produce(bootstrap, topic, client_id, records, on_throttle)
+        done = produce(bootstrap, topic, client_id, records, batch_size, on_throttle)
     else:
         done = consume(bootstrap, topic, client_id, records, on_throttle)
     print(f"SECONDS {time.monotonic() - start:.3f}")
@@ -34,7 +36,7 @@ def main():
         sys.exit(1)
 
 
-def produce(bootstrap, topic, client_id, records, on_throttle):
+def produce(bootstrap, topic, client_id, records, batch_size, on_throttle):
     producer = Producer({
         "bootstrap.servers": bootstrap,
         "client.id": client_id,
@@ -42,7 +44,7 @@ def produce(bootstrap, topic, client_id, records, on_throttle):
         "linger.ms": 5,
         # Java-sized batches: many requests, so the quota's throttling is felt (two 1 MB
         # requests would be answered at once, the throttle landing after the last).
-        "batch.size": 16384,
+        "batch.size": batch_size,
         "throttle_cb": on_throttle,
     })
     delivered, errors = [0], []

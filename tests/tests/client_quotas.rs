@@ -374,6 +374,17 @@ fn create_topic(boot: &str, topic: &str) {
 /// librdkafka (`tests/python/quota_client.py`) producing or consuming `records` as
 /// `client_id`: (seconds taken, throttle responses seen, largest throttle ms).
 fn librdkafka(mode: &str, boot: &str, client_id: &str, records: u32) -> (f64, f64, f64) {
+    librdkafka_sized(mode, boot, client_id, records, 16384)
+}
+
+/// [`librdkafka`] with the producer's `batch.size`.
+fn librdkafka_sized(
+    mode: &str,
+    boot: &str,
+    client_id: &str,
+    records: u32,
+    batch_size: u32,
+) -> (f64, f64, f64) {
     let ran = proc::run_ok(
         python::script("quota_client.py").args([
             mode,
@@ -381,6 +392,7 @@ fn librdkafka(mode: &str, boot: &str, client_id: &str, records: u32) -> (f64, f6
             "quota-t",
             client_id,
             &records.to_string(),
+            &batch_size.to_string(),
         ]),
         Duration::from_secs(240),
     );
@@ -854,18 +866,19 @@ struct RequestQuotaSeen {
 }
 
 /// Sets `request_percentage=0.01` (100 µs of broker time per second) for `req-slow` and
-/// `req-rdk`, then drives Metadata requests as `req-slow` and as `req-fast` over the wire,
-/// and a librdkafka producer as `req-rdk`.
+/// 0.001 for `req-rdk`, then drives Metadata requests as `req-slow` and as `req-fast` over the
+/// wire, and a librdkafka producer as `req-rdk` (3 MB in requests of up to 900 KB: enough work
+/// for the tighter quota on either broker, and few requests to wait out on Kafka).
 fn request_quota(boot: &str) -> RequestQuotaSeen {
     use kmirror_tests::wire::WireClient;
     create_topic(boot, "quota-t");
-    for client in ["req-slow", "req-rdk"] {
+    for (client, pct) in [("req-slow", "0.01"), ("req-rdk", "0.001")] {
         let ran = configs(
             boot,
             &[
                 "--alter",
                 "--add-config",
-                "request_percentage=0.01",
+                &format!("request_percentage={pct}"),
                 "--entity-type",
                 "clients",
                 "--entity-name",
@@ -890,7 +903,7 @@ fn request_quota(boot: &str) -> RequestQuotaSeen {
         let sent = Instant::now();
         let t = slow.metadata(None).expect("metadata").throttle_time_ms;
         let took = sent.elapsed();
-        if prev >= 300 {
+        if prev >= 100 {
             muted = Some((prev, took));
             break;
         }
@@ -902,7 +915,7 @@ fn request_quota(boot: &str) -> RequestQuotaSeen {
         let f = fast.metadata(None).expect("metadata").throttle_time_ms;
         other = other.max(f);
     }
-    let (rdk_s, rdk_n, rdk_max) = librdkafka("produce", boot, "req-rdk", 100);
+    let (rdk_s, rdk_n, rdk_max) = librdkafka_sized("produce", boot, "req-rdk", 3000, 900_000);
     let seen = RequestQuotaSeen {
         until_throttled: until_throttled.unwrap_or(usize::MAX),
         max_throttle_ms,
@@ -934,7 +947,7 @@ fn request_percentage_quota_throttles_a_client_ids_requests_and_mutes_its_channe
         );
         let (t, took) = s.muted;
         assert!(
-            t >= 300 && took.as_millis() as i32 >= t * 8 / 10 && took < Duration::from_secs(3),
+            t >= 100 && took.as_millis() as i32 >= t * 8 / 10 && took < Duration::from_secs(3),
             "{who}: the answer after a {t} ms throttle took {took:?} (channel not muted?)"
         );
         assert_eq!(
