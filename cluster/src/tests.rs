@@ -274,3 +274,111 @@ fn a_partitioned_node_commits_nothing_and_converges_after_healing() {
     }
     assert!(wait_until(Duration::from_secs(5), || agreed_leader(&nodes).is_some()));
 }
+
+#[test]
+fn a_fourth_controller_joins_over_tcp_and_a_voter_is_removed() {
+    use kmirror_control::quorum::MembershipChange;
+    let mut nodes = cluster();
+    assert!(wait_until(Duration::from_secs(10), || agreed_leader(
+        &nodes
+    )
+    .is_some()));
+    for i in 0..25 {
+        nodes[0]
+            .driver()
+            .handle()
+            .propose(create(&format!("t{i}")), Duration::from_secs(5))
+            .unwrap();
+    }
+    // Node 4 starts empty ("join") and knows everyone; everyone learns its address.
+    let mut voters = nodes[0].cfg.voters.clone();
+    let four = Voter {
+        id: 4,
+        addr: format!("127.0.0.1:{}", free_port()),
+    };
+    voters.push(four.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = DriverConfig::new(
+        4,
+        dir.path().join("__cluster_metadata-0"),
+        four.addr.clone(),
+        voters,
+    );
+    cfg.tick = TICK;
+    cfg.join = true;
+    cfg.snapshot_every = 20;
+    let mut joiner = Node {
+        id: 4,
+        dir,
+        cfg,
+        driver: None,
+        published: Arc::new(Mutex::new(nodes[0].published())),
+    };
+    joiner.start();
+    for n in &nodes {
+        n.driver().add_peer(&four);
+    }
+    let leader = agreed_leader(&nodes).unwrap();
+    let lead = nodes.iter().find(|n| n.id == leader).unwrap();
+    let out = lead
+        .driver()
+        .handle()
+        .change_membership(MembershipChange::AddVoter(4), Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(out, Outcome::Voters(vec![1, 2, 3, 4]));
+    nodes.push(joiner);
+    assert!(wait_until(Duration::from_secs(10), || same_everywhere(
+        &nodes
+    ) && nodes[3]
+        .published()
+        .topics
+        .len()
+        == 25));
+    assert_eq!(nodes[3].driver().handle().status().voters, vec![1, 2, 3, 4]);
+    // A follower is not where membership changes are made.
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let r = follower
+        .driver()
+        .handle()
+        .change_membership(MembershipChange::RemoveVoter(4), Duration::from_secs(1));
+    assert!(
+        matches!(r, Err(ProposalError::NoLeader { leader: Some(l) }) if l == leader),
+        "{r:?}"
+    );
+    // Remove a founding follower; the three others go on committing (node 4 included).
+    let gone = nodes
+        .iter()
+        .find(|n| n.id != leader && n.id != 4)
+        .unwrap()
+        .id;
+    let out = lead_handle(&nodes, leader)
+        .change_membership(MembershipChange::RemoveVoter(gone), Duration::from_secs(5))
+        .unwrap();
+    let mut rest: Vec<u64> = [1, 2, 3, 4].into_iter().filter(|i| *i != gone).collect();
+    rest.sort();
+    assert_eq!(out, Outcome::Voters(rest.clone()));
+    let gone_idx = nodes.iter().position(|n| n.id == gone).unwrap();
+    nodes[gone_idx].driver = None;
+    nodes[3]
+        .driver()
+        .handle()
+        .propose(create("after-removal"), Duration::from_secs(5))
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || same_everywhere(
+        &nodes
+    ) && nodes[3]
+        .published()
+        .topics
+        .len()
+        == 26));
+    assert_eq!(nodes[3].driver().handle().status().voters, rest);
+}
+
+fn lead_handle(nodes: &[Node], leader: u64) -> crate::driver::DriverHandle {
+    nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .unwrap()
+        .driver()
+        .handle()
+}
