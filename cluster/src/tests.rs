@@ -161,6 +161,7 @@ fn three_controllers_elect_and_a_follower_proposal_is_published_everywhere() {
         matches!(again, Err(ProposalError::Rejected(_))),
         "{again:?}"
     );
+    eprintln!("rejected at {:?}", t1.elapsed());
     assert!(wait_until(Duration::from_secs(5), || same_everywhere(
         &nodes
     ) && nodes
@@ -171,6 +172,9 @@ fn three_controllers_elect_and_a_follower_proposal_is_published_everywhere() {
     let status = nodes[0].driver().handle().status();
     assert_eq!(status.voters, vec![1, 2, 3]);
     assert_eq!(status.leader, Some(leader));
+    let t2 = Instant::now();
+    drop(nodes);
+    eprintln!("stopped in {:?}", t2.elapsed());
 }
 
 #[test]

@@ -170,7 +170,8 @@ fn read_loop(
         stream,
         stop: stop.clone(),
     });
-    loop {
+    // The stop flag is checked between frames too: a busy peer never lets a read time out.
+    while !stop.load(Ordering::SeqCst) {
         match read_frame(&mut r) {
             Ok(Some(m)) => {
                 if !blocked.contains(m.from) {
