@@ -200,7 +200,7 @@ pub struct Driver {
 impl Driver {
     /// Opens the quorum storage, binds the listener and starts the driver thread. `publish`
     /// is called on the driver thread with the applied metadata: once at start and after
-    /// every change.
+    /// every change. It must be quick and must not propose (the driver would wait on itself).
     pub fn start(
         cfg: DriverConfig,
         publish: impl Fn(Arc<ClusterMetadata>) + Send + 'static,

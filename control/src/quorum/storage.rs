@@ -313,9 +313,11 @@ impl DurableStorage {
                 self.snapshot.get_metadata().index
             )));
         }
+        // Durable order: the snapshot, then the emptied log. Memory follows only on success,
+        // so a failure leaves it matching what a reopen would find.
         self.write_snapshot(&snap)?;
-        self.snapshot = snap;
         self.rewrite_entries(Vec::new())?;
+        self.snapshot = snap;
         let mut hs = self.hard_state.clone();
         hs.term = hs.term.max(term);
         hs.commit = hs.commit.max(index);
@@ -337,9 +339,9 @@ impl DurableStorage {
         }
         self.write_snapshot(&snap)?;
         let drop = (index - self.first() + 1) as usize;
-        self.snapshot = snap;
-        let rest = self.entries.split_off(drop);
+        let rest = self.entries[drop..].to_vec();
         self.rewrite_entries(rest)?;
+        self.snapshot = snap;
         self.snapshot_wanted.set(false);
         Ok(())
     }
@@ -617,6 +619,31 @@ mod tests {
         assert_eq!(s.last_index().unwrap(), 5);
         assert_eq!(s.hard_state().commit, 5);
         assert_eq!(s.hard_state().term, 3);
+    }
+
+    #[test]
+    fn a_failed_append_is_not_in_the_log_and_later_appends_survive() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut s = boot(dir.path());
+            s.append(&[entry(2, 1, "a")]).unwrap();
+            let faults = s.file.faults();
+            // Half a frame reaches the disk, then the disk is full.
+            faults.disk_full_after(5);
+            assert!(s.append(&[entry(3, 1, "b")]).is_err());
+            faults.disk_freed();
+            faults.fail_syncs(1);
+            assert!(s.append(&[entry(3, 1, "b")]).is_err());
+            // Raft would stop the node here; the storage itself stays consistent.
+            s.append(&[entry(3, 1, "c")]).unwrap();
+            assert_eq!(all(&s), vec![(2, 1), (3, 1)]);
+        }
+        let s = DurableStorage::open(dir.path()).unwrap();
+        assert_eq!(all(&s), vec![(2, 1), (3, 1)]);
+        let e = s
+            .entries(3, 4, None, GetEntriesContext::empty(false))
+            .unwrap();
+        assert_eq!(e[0].get_data(), b"c");
     }
 
     #[test]
