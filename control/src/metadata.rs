@@ -96,7 +96,7 @@ impl ClusterMetadata {
 }
 
 /// A config change, as IncrementalAlterConfigs expresses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ConfigOp {
     Set(String, String),
     Delete(String),
@@ -107,7 +107,8 @@ pub enum ConfigOp {
 /// The durable metadata store. Single owner; not thread-safe by itself.
 #[derive(Debug)]
 pub struct MetadataStore {
-    path: PathBuf,
+    /// `None` for an in-memory store (the Raft state machine: its log is the durable copy).
+    path: Option<PathBuf>,
     state: ClusterMetadata,
 }
 
@@ -125,10 +126,13 @@ impl MetadataStore {
                     path: path.clone(),
                     reason: e.to_string(),
                 })?;
-            return Ok(MetadataStore { path, state });
+            return Ok(MetadataStore {
+                path: Some(path),
+                state,
+            });
         }
         let store = MetadataStore {
-            path,
+            path: Some(path),
             state: ClusterMetadata {
                 cluster_id: new_cluster_id(),
                 version: 0,
@@ -139,8 +143,39 @@ impl MetadataStore {
         Ok(store)
     }
 
+    /// A store that is never written to disk: the replicated state machine, whose durability
+    /// is the Raft log and its snapshots. Every method behaves as on a durable store.
+    pub fn in_memory(state: ClusterMetadata) -> MetadataStore {
+        MetadataStore { path: None, state }
+    }
+
     pub fn state(&self) -> &ClusterMetadata {
         &self.state
+    }
+
+    /// Sets the cluster id of a store that has none (a replicated cluster's first command);
+    /// returns whether it was set.
+    pub fn init_cluster_id(&mut self, cluster_id: &str) -> Result<bool, MetadataError> {
+        if !self.state.cluster_id.is_empty() {
+            return Ok(false);
+        }
+        self.state.cluster_id = cluster_id.to_string();
+        if let Err(e) = self.commit() {
+            self.state.cluster_id.clear();
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// A random topic id no topic has: chosen by whoever proposes a topic creation, so that
+    /// applying the creation is deterministic.
+    pub fn unused_topic_id(&self) -> Uuid {
+        loop {
+            let id = Uuid::new_v4();
+            if self.state.topic_by_id(id).is_none() && !id.is_nil() {
+                break id;
+            }
+        }
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
@@ -218,12 +253,7 @@ impl MetadataStore {
         for (k, v) in &configs {
             topic_config::validate(k, v)?;
         }
-        let id = id.unwrap_or_else(|| loop {
-            let id = Uuid::new_v4();
-            if self.state.topic_by_id(id).is_none() && !id.is_nil() {
-                break id;
-            }
-        });
+        let id = id.unwrap_or_else(|| self.unused_topic_id());
         let meta = TopicMeta {
             name: name.to_string(),
             id,
@@ -401,24 +431,27 @@ impl MetadataStore {
     }
 
     fn persist(&self) -> Result<(), MetadataError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
         let text = serde_json::to_vec_pretty(&self.state).map_err(|e| MetadataError::Corrupt {
-            path: self.path.clone(),
+            path: path.clone(),
             reason: e.to_string(),
         })?;
-        crate::replace_file::replace_durably(&self.path, &text)?;
+        crate::replace_file::replace_durably(path, &text)?;
         Ok(())
     }
 }
 
-mod uuid_text {
+pub(crate) mod uuid_text {
     use serde::{Deserialize, Deserializer, Serializer};
     use uuid::Uuid;
 
-    pub(super) fn serialize<S: Serializer>(u: &Uuid, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(u: &Uuid, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&u.to_string())
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Uuid, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Uuid, D::Error> {
         let text = String::deserialize(d)?;
         Uuid::parse_str(&text).map_err(serde::de::Error::custom)
     }

@@ -130,6 +130,13 @@ pub(crate) struct ServeArgs {
     /// KIP-368 session lifetime, ms (0 = no re-authentication required).
     #[arg(long)]
     pub connections_max_reauth_ms: Option<i64>,
+    /// Controller listener HOST:PORT of a clustered node (issue 12; not running yet).
+    #[arg(long)]
+    pub controller_listen: Option<String>,
+    /// Metadata quorum voters, ID@HOST:PORT,... (Kafka's controller.quorum.voters; issue 12,
+    /// not running yet). Without it, one node as always.
+    #[arg(long)]
+    pub quorum: Option<String>,
 }
 
 fn main() -> ExitCode {
