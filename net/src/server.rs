@@ -199,20 +199,28 @@ impl Transport for TcpStream {
     const GATHER: bool = false;
     fn sendfile_socket(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
-        sendfile_enabled().then(|| self.as_raw_fd())
+        Some(self.as_raw_fd())
     }
 }
 
-/// `KMIRROR_SENDFILE=0` makes Fetch copy record bytes out of the mapping instead (to compare
-/// the two in benchmarks, or on a file system whose sendfile misbehaves).
-fn sendfile_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("KMIRROR_SENDFILE").as_deref(),
-            Ok("0") | Ok("false")
-        )
-    })
+/// Whether Fetch sends record bytes to this peer with sendfile(2) rather than copying them out
+/// of the mapping: to peers across a network, not to loopback ones.
+///
+/// Why not loopback: there sendfile only moves the copy to the receiver, and costs more than
+/// the copy it saves. Measured on the consume benchmark (docs/BENCHMARKS.md): with sendfile,
+/// ConsumerPerformance on the same host read 0.82–0.96× as fast and the broker spent
+/// 1.28–1.6× the CPU per GB (a 1 MiB sendfile took ~300 µs, strace). With a NIC, sendfile
+/// spares the broker the copy, which is why Kafka uses it.
+/// `KMIRROR_SENDFILE=0` (never) or `=1` (always, loopback too: tests and benchmarks of the
+/// sendfile path) overrides the choice.
+pub(crate) fn sendfile_for(peer: Option<std::net::SocketAddr>) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| match std::env::var("KMIRROR_SENDFILE").as_deref() {
+        Ok("0") | Ok("false") => Some(false),
+        Ok("1") | Ok("true") => Some(true),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| peer.is_some_and(|p| !p.ip().is_loopback()))
 }
 
 impl Transport for TlsStream<TcpStream> {
@@ -266,10 +274,14 @@ async fn send_region<S: Transport>(
 /// Under TLS, chunks are gathered into writes of about this size (the largest TLS record).
 const TLS_GATHER_BYTES: usize = 16 << 10;
 
-async fn write_response<S: Transport>(w: &mut S, frames: &Frames) -> std::io::Result<()> {
+async fn write_response<S: Transport>(
+    w: &mut S,
+    frames: &Frames,
+    sendfile: bool,
+) -> std::io::Result<()> {
     let chunks = &frames.chunks;
     if !S::GATHER {
-        let socket = w.sendfile_socket();
+        let socket = w.sendfile_socket().filter(|_| sendfile);
         let mut files = frames.files.iter().peekable();
         for (i, c) in chunks.iter().enumerate() {
             match (socket, files.next_if(|(at, _)| *at == i)) {
@@ -307,6 +319,7 @@ async fn connection<S: Transport>(
     // Small per-connection buffer: large frames are read straight into their own buffer.
     let mut reader = BufReader::with_capacity(16 << 10, stream);
     let mut auth = ConnAuth::new(&session);
+    let sendfile = sendfile_for(session.peer);
     loop {
         let frame =
             futures_lite::future::or(async { Some(read_frame(&mut reader, max).await) }, async {
@@ -335,7 +348,7 @@ async fn connection<S: Transport>(
             Gate::Close(reason) => return Err(ConnError::Auth(reason)),
         };
         if let Some(chunks) = chunks {
-            write_response(reader.get_mut(), &chunks).await?;
+            write_response(reader.get_mut(), &chunks, sendfile).await?;
             let n = chunks.len();
             ctx.broker.metrics.bytes_out.fetch_add(n as u64, Relaxed);
         }
