@@ -45,6 +45,11 @@ pub(crate) struct ServeConfig {
     /// Kafka's `group.initial.rebalance.delay.ms`: how long a new classic group waits for
     /// more members before its first rebalance (0, as Kafka's shipped server.properties).
     pub group_initial_rebalance_delay_ms: i32,
+    /// Kafka's `offsets.topic.num.partitions`: partitions `__consumer_offsets` is described
+    /// with in Metadata (kmirror keeps offsets in one store).
+    pub offsets_topic_num_partitions: i32,
+    /// Kafka's `transaction.state.log.num.partitions`, likewise for `__transaction_state`.
+    pub transaction_state_log_num_partitions: i32,
     /// Seconds between retention passes over each core's partitions.
     pub retention_check_secs: u64,
     /// Kafka's log.cleaner.backoff.ms: pause between each core's log compaction rounds.
@@ -96,6 +101,8 @@ impl Default for ServeConfig {
             auto_create_topics: true,
             num_partitions: 1,
             group_initial_rebalance_delay_ms: 0,
+            offsets_topic_num_partitions: 50,
+            transaction_state_log_num_partitions: 50,
             retention_check_secs: 30,
             log_cleaner_backoff_ms: 15_000,
             log_cleaner_io_max_bytes_per_second: 64 << 20,
@@ -185,6 +192,11 @@ impl ServeConfig {
         if self.group_initial_rebalance_delay_ms < 0 {
             return Err(ConfigError::Invalid(
                 "group_initial_rebalance_delay_ms must not be negative".into(),
+            ));
+        }
+        if self.offsets_topic_num_partitions < 1 || self.transaction_state_log_num_partitions < 1 {
+            return Err(ConfigError::Invalid(
+                "offsets_topic_num_partitions and transaction_state_log_num_partitions must be at least 1".into(),
             ));
         }
         if self.num_partitions < 1 {

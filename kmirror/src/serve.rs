@@ -66,6 +66,12 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.group_initial_rebalance_delay_ms {
         c.group_initial_rebalance_delay_ms = v;
     }
+    if let Some(v) = args.offsets_topic_num_partitions {
+        c.offsets_topic_num_partitions = v;
+    }
+    if let Some(v) = args.transaction_state_log_num_partitions {
+        c.transaction_state_log_num_partitions = v;
+    }
     if let Some(v) = args.retention_check_secs {
         c.retention_check_secs = v;
     }
@@ -156,6 +162,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             sasl: c.sasl_config()?,
             groups: kmirror_control::group::GroupConfig {
                 initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
+                offsets_topic_num_partitions: c.offsets_topic_num_partitions,
+                transaction_state_num_partitions: c.transaction_state_log_num_partitions,
                 ..Default::default()
             },
         },

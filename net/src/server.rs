@@ -771,6 +771,19 @@ async fn group_request(
             "{api_key:?}: no group coordinator"
         )));
     };
+    if let RequestKind::FindCoordinator(f) = &req {
+        // Kafka creates its internal topic on the first lookup of a coordinator of its kind.
+        let topic = match f.key_type {
+            0 => Some("__consumer_offsets"),
+            1 => Some("__transaction_state"),
+            _ => None,
+        };
+        if let Some(topic) = topic {
+            if let Err((code, msg)) = ctx.ensure_internal_topic(topic).await {
+                tracing::warn!(topic, code, %msg, "cannot record the internal topic");
+            }
+        }
+    }
     let resp = groups.handle(api_key, v, header, req).await;
     if !response_matches(api_key, &resp) {
         return Err(ConnError::Protocol(format!(

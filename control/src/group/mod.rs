@@ -53,6 +53,11 @@ pub struct GroupConfig {
     pub consumer_heartbeat_interval_ms: i32,
     /// group.consumer.max.size
     pub consumer_max_size: usize,
+    /// offsets.topic.num.partitions: partitions `__consumer_offsets` is described with
+    /// (kmirror keeps offsets in one store, so only Metadata shows the count).
+    pub offsets_topic_num_partitions: i32,
+    /// transaction.state.log.num.partitions, likewise for `__transaction_state`.
+    pub transaction_state_num_partitions: i32,
 }
 
 impl Default for GroupConfig {
@@ -67,6 +72,8 @@ impl Default for GroupConfig {
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
             consumer_max_size: i32::MAX as usize,
+            offsets_topic_num_partitions: 50,
+            transaction_state_num_partitions: 50,
         }
     }
 }

@@ -154,6 +154,20 @@ pub async fn produce(
                 continue;
             }
             let Some(t) = topic else {
+                let internal = if version >= 13 {
+                    meta.described_by_id(td.topic_id)
+                } else {
+                    meta.described(td.name.as_str())
+                };
+                if let Some(i) = internal {
+                    // Kafka's ReplicaManager: clients never append to an internal topic.
+                    slots.push(Slot::Done(failed(
+                        pd.index,
+                        E::InvalidTopicException.code(),
+                        Some(format!("Cannot append to internal topic {}", i.name)),
+                    )));
+                    continue;
+                }
                 let code = if version >= 13 {
                     E::UnknownTopicId.code()
                 } else {
