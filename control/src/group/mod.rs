@@ -58,6 +58,13 @@ pub struct GroupConfig {
     pub offsets_topic_num_partitions: i32,
     /// transaction.state.log.num.partitions, likewise for `__transaction_state`.
     pub transaction_state_num_partitions: i32,
+    /// offsets.retention.minutes, in ms (Kafka default 7 days): committed offsets of a group
+    /// expire this long after the group became Empty (classic groups) or after their commit
+    /// (groups that never had members, KIP-848 groups without members, and topics a Stable
+    /// classic consumer group no longer subscribes to), as Kafka 4.1 (KIP-211).
+    pub offsets_retention_ms: i64,
+    /// offsets.retention.check.interval.ms: how often expired offsets are looked for.
+    pub offsets_retention_check_interval_ms: i64,
 }
 
 impl Default for GroupConfig {
@@ -74,6 +81,8 @@ impl Default for GroupConfig {
             consumer_max_size: i32::MAX as usize,
             offsets_topic_num_partitions: 50,
             transaction_state_num_partitions: 50,
+            offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
+            offsets_retention_check_interval_ms: 600_000,
         }
     }
 }
