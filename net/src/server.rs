@@ -92,20 +92,41 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
         glommio::spawn_local(async move {
             let peer = stream.peer_addr().ok();
             let _ = stream.set_nodelay(true);
-            let r = match &lctx.tls {
-                None => {
-                    let session =
-                        Session::new(&lctx.name, lctx.protocol, Principal::anonymous(), peer);
-                    connection(ctx.clone(), stream, session).await
-                }
-                Some(acceptor) => match tls_handshake(&ctx, acceptor, stream).await {
-                    Ok((tls, principal)) => {
-                        let session = Session::new(&lctx.name, lctx.protocol, principal, peer);
-                        tracing::debug!(?peer, listener = %lctx.name, principal = %session.principal, "TLS connection");
-                        connection(ctx.clone(), tls, session).await
+            let serve = async {
+                match &lctx.tls {
+                    None => {
+                        let session =
+                            Session::new(&lctx.name, lctx.protocol, Principal::anonymous(), peer);
+                        connection(ctx.clone(), stream, session).await
                     }
-                    Err(e) => Err(e),
-                },
+                    Some(acceptor) => match tls_handshake(&ctx, acceptor, stream).await {
+                        Ok((tls, principal)) => {
+                            let session = Session::new(&lctx.name, lctx.protocol, principal, peer);
+                            tracing::debug!(?peer, listener = %lctx.name, principal = %session.principal, "TLS connection");
+                            connection(ctx.clone(), tls, session).await
+                        }
+                        Err(e) => Err(e),
+                    },
+                }
+            };
+            // A bug in one request's handling must cost that connection only: unwinding out
+            // of this task would end the core's executor and every connection and partition
+            // on it. (Per-core state touched by the handler is behind RefCells whose guards
+            // unwind, and partition state is changed on the owning core's own tasks.)
+            let r = match futures_lite::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(serve))
+                .await
+            {
+                Ok(r) => r,
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    ctx.broker.metrics.protocol_errors.fetch_add(1, Relaxed);
+                    tracing::error!(?peer, panic = %what, "closing connection: its request handling panicked");
+                    Ok(())
+                }
             };
             let m = &ctx.broker.metrics;
             m.connections_active.fetch_sub(1, Relaxed);
