@@ -55,6 +55,7 @@ pub fn engine_error_code(e: &EngineError) -> i16 {
         EngineError::ShuttingDown => E::NotLeaderOrFollower.code(),
         // Moving between cores: retry after a metadata refresh, as after a leader change.
         EngineError::NotOwner(_) => E::NotLeaderOrFollower.code(),
+        EngineError::JobPanicked { .. } => E::UnknownServerError.code(),
         EngineError::Log(l) => log_error_code(l),
         EngineError::Io(_) => E::KafkaStorageError.code(),
         _ => E::UnknownServerError.code(),

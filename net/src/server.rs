@@ -541,6 +541,11 @@ async fn dispatch(
     fetch_files: &mut Vec<Option<kmirror_log::FileRegion>>,
 ) -> Result<Option<ResponseKind>, ConnError> {
     let v = header.request_api_version;
+    if let Some(id) = kmirror_control::mirror::failpoint::armed_arg("panic-on-client-id") {
+        if header.client_id.as_deref() == Some(id) {
+            panic!("failpoint panic-on-client-id:{id}");
+        }
+    }
     let access = ctx.broker.authz.access(session);
     let access = &access;
     let resp = match req {

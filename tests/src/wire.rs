@@ -57,6 +57,8 @@ pub struct WireClient {
     correlation: i32,
     /// api key -> max version supported by the broker.
     versions: HashMap<i16, (i16, i16)>,
+    /// The request header's client id.
+    client_id: String,
 }
 
 /// Partition leader and topic id as seen in Metadata.
@@ -141,6 +143,7 @@ impl WireClient {
             stream,
             correlation: 0,
             versions: HashMap::new(),
+            client_id: "kmirror-tests".into(),
         };
         let resp: ApiVersionsResponse = c.send_at(
             ApiVersionsRequest::default()
@@ -178,6 +181,12 @@ impl WireClient {
         &self.addr
     }
 
+    /// Sends the following requests with `client_id` in their header (after the connect's
+    /// ApiVersions, which used "kmirror-tests").
+    pub fn set_client_id(&mut self, client_id: &str) {
+        self.client_id = client_id.to_string();
+    }
+
     /// The broker's supported version range of `key`, if any.
     pub fn version_range(&self, key: i16) -> Option<(i16, i16)> {
         self.versions.get(&key).copied()
@@ -211,7 +220,7 @@ impl WireClient {
             .with_request_api_key(R::KEY)
             .with_request_api_version(version)
             .with_correlation_id(correlation)
-            .with_client_id(Some(StrBytes::from_static_str("kmirror-tests")));
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
         let mut body = BytesMut::new();
         header
             .encode(&mut body, R::header_version(version))
@@ -441,7 +450,7 @@ impl WireClient {
                 .with_request_api_key(ProduceRequest::KEY)
                 .with_request_api_version(v)
                 .with_correlation_id(self.correlation)
-                .with_client_id(Some(StrBytes::from_static_str("kmirror-tests")));
+                .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
             let mut body = BytesMut::new();
             header
                 .encode(&mut body, ProduceRequest::header_version(v))

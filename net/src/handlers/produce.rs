@@ -197,6 +197,11 @@ pub async fn produce(
             match ctx
                 .router()
                 .submit_partition(tp, move |p| {
+                    if kmirror_control::mirror::failpoint::armed_arg("panic-in-append")
+                        == Some(p.tp.topic.as_str())
+                    {
+                        panic!("failpoint panic-in-append:{}", p.tp.topic);
+                    }
                     let r = p.append_leader(records, now);
                     (r, p.log.log_start_offset().get())
                 })
