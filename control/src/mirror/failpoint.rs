@@ -32,7 +32,7 @@ pub fn init() {
     if let Some(step) = armed() {
         tracing::warn!(
             step,
-            "{ENV} is set: the process will abort after that failover step"
+            "{ENV} is set: test failpoint armed (abort after a failover step, or inject panics)"
         );
     }
 }
