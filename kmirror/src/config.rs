@@ -45,6 +45,16 @@ pub(crate) struct ServeConfig {
     /// Kafka's `group.initial.rebalance.delay.ms`: how long a new classic group waits for
     /// more members before its first rebalance (0, as Kafka's shipped server.properties).
     pub group_initial_rebalance_delay_ms: i32,
+    /// Kafka's `offsets.topic.num.partitions`: partitions `__consumer_offsets` is described
+    /// with in Metadata (kmirror keeps offsets in one store).
+    pub offsets_topic_num_partitions: i32,
+    /// Kafka's `transaction.state.log.num.partitions`, likewise for `__transaction_state`.
+    pub transaction_state_log_num_partitions: i32,
+    /// Kafka's `offsets.retention.minutes` (default 10080, 7 days): committed offsets of an
+    /// empty group expire this long after it became empty (or after the commit).
+    pub offsets_retention_minutes: i64,
+    /// Kafka's `offsets.retention.check.interval.ms` (default 600000).
+    pub offsets_retention_check_interval_ms: i64,
     /// Seconds between retention passes over each core's partitions.
     pub retention_check_secs: u64,
     /// Kafka's log.cleaner.backoff.ms: pause between each core's log compaction rounds.
@@ -101,6 +111,10 @@ impl Default for ServeConfig {
             auto_create_topics: true,
             num_partitions: 1,
             group_initial_rebalance_delay_ms: 0,
+            offsets_topic_num_partitions: 50,
+            transaction_state_log_num_partitions: 50,
+            offsets_retention_minutes: 10_080,
+            offsets_retention_check_interval_ms: 600_000,
             retention_check_secs: 30,
             log_cleaner_backoff_ms: 15_000,
             log_cleaner_io_max_bytes_per_second: 64 << 20,
@@ -192,6 +206,16 @@ impl ServeConfig {
         if self.group_initial_rebalance_delay_ms < 0 {
             return Err(ConfigError::Invalid(
                 "group_initial_rebalance_delay_ms must not be negative".into(),
+            ));
+        }
+        if self.offsets_topic_num_partitions < 1 || self.transaction_state_log_num_partitions < 1 {
+            return Err(ConfigError::Invalid(
+                "offsets_topic_num_partitions and transaction_state_log_num_partitions must be at least 1".into(),
+            ));
+        }
+        if self.offsets_retention_minutes < 1 || self.offsets_retention_check_interval_ms < 1 {
+            return Err(ConfigError::Invalid(
+                "offsets_retention_minutes and offsets_retention_check_interval_ms must be at least 1".into(),
             ));
         }
         if self.num_partitions < 1 {

@@ -92,20 +92,41 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
         glommio::spawn_local(async move {
             let peer = stream.peer_addr().ok();
             let _ = stream.set_nodelay(true);
-            let r = match &lctx.tls {
-                None => {
-                    let session =
-                        Session::new(&lctx.name, lctx.protocol, Principal::anonymous(), peer);
-                    connection(ctx.clone(), stream, session).await
-                }
-                Some(acceptor) => match tls_handshake(&ctx, acceptor, stream).await {
-                    Ok((tls, principal)) => {
-                        let session = Session::new(&lctx.name, lctx.protocol, principal, peer);
-                        tracing::debug!(?peer, listener = %lctx.name, principal = %session.principal, "TLS connection");
-                        connection(ctx.clone(), tls, session).await
+            let serve = async {
+                match &lctx.tls {
+                    None => {
+                        let session =
+                            Session::new(&lctx.name, lctx.protocol, Principal::anonymous(), peer);
+                        connection(ctx.clone(), stream, session).await
                     }
-                    Err(e) => Err(e),
-                },
+                    Some(acceptor) => match tls_handshake(&ctx, acceptor, stream).await {
+                        Ok((tls, principal)) => {
+                            let session = Session::new(&lctx.name, lctx.protocol, principal, peer);
+                            tracing::debug!(?peer, listener = %lctx.name, principal = %session.principal, "TLS connection");
+                            connection(ctx.clone(), tls, session).await
+                        }
+                        Err(e) => Err(e),
+                    },
+                }
+            };
+            // A bug in one request's handling must cost that connection only: unwinding out
+            // of this task would end the core's executor and every connection and partition
+            // on it. (Per-core state touched by the handler is behind RefCells whose guards
+            // unwind, and partition state is changed on the owning core's own tasks.)
+            let r = match futures_lite::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(serve))
+                .await
+            {
+                Ok(r) => r,
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    ctx.broker.metrics.protocol_errors.fetch_add(1, Relaxed);
+                    tracing::error!(?peer, panic = %what, "closing connection: its request handling panicked");
+                    Ok(())
+                }
             };
             let m = &ctx.broker.metrics;
             m.connections_active.fetch_sub(1, Relaxed);
@@ -533,6 +554,11 @@ async fn dispatch(
     fetch_files: &mut Vec<Option<kmirror_log::FileRegion>>,
 ) -> Result<Option<ResponseKind>, ConnError> {
     let v = header.request_api_version;
+    if let Some(id) = kmirror_control::mirror::failpoint::armed_arg("panic-on-client-id") {
+        if header.client_id.as_deref() == Some(id) {
+            panic!("failpoint panic-on-client-id:{id}");
+        }
+    }
     let access = ctx.broker.authz.access(session);
     let access = &access;
     let resp = match req {
@@ -784,6 +810,19 @@ async fn group_request(
             "{api_key:?}: no group coordinator"
         )));
     };
+    if let RequestKind::FindCoordinator(f) = &req {
+        // Kafka creates its internal topic on the first lookup of a coordinator of its kind.
+        let topic = match f.key_type {
+            0 => Some("__consumer_offsets"),
+            1 => Some("__transaction_state"),
+            _ => None,
+        };
+        if let Some(topic) = topic {
+            if let Err((code, msg)) = ctx.ensure_internal_topic(topic).await {
+                tracing::warn!(topic, code, %msg, "cannot record the internal topic");
+            }
+        }
+    }
     let resp = groups.handle(api_key, v, header, req).await;
     if !response_matches(api_key, &resp) {
         return Err(ConnError::Protocol(format!(
