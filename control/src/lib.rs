@@ -1,6 +1,6 @@
 //! kmirror control plane: state owned by the single control-plane thread.
 //!
-//! Owns the durable cluster metadata (`metadata`), the durable ACL store (`acl`), the pure ACL evaluator (`authz`), the SCRAM credential store (`scram`), the client quota store (`quota`), the mirror definitions and partition state
+//! Owns the durable cluster metadata (`metadata`) and its Raft-replicated form (`quorum`), the durable ACL store (`acl`), the pure ACL evaluator (`authz`), the SCRAM credential store (`scram`), the client quota store (`quota`), the mirror definitions and partition state
 //! machine (`mirror`), the classic consumer-group coordinator with its durable committed-offset store
 //! (`group`), the producer-id allocator and transaction coordinator (`txn`), and the small
 //! CRC-framed record file both persist into (`offsets_log`), written through `append_file`, which
@@ -17,6 +17,7 @@ pub mod group;
 pub mod metadata;
 pub mod mirror;
 pub mod offsets_log;
+pub mod quorum;
 pub mod quota;
 pub mod replace_file;
 pub mod scram;

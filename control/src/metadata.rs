@@ -87,16 +87,42 @@ pub struct ClusterMetadata {
     /// Bumped on every change; lets readers cache snapshots cheaply.
     pub version: u64,
     pub topics: BTreeMap<String, TopicMeta>,
+    /// `__consumer_offsets` and `__transaction_state` once Kafka would have created them
+    /// (first FindCoordinator for a group / a transactional id). Described in Metadata as
+    /// internal topics led by this node; they have no partition logs (the coordinators keep
+    /// their state in their own stores), so the data path never sees them.
+    #[serde(default)]
+    pub internal_topics: BTreeMap<String, TopicMeta>,
 }
+
+/// Kafka's internal topics (Topic.isInternal).
+pub const INTERNAL_TOPICS: [&str; 2] = ["__consumer_offsets", "__transaction_state"];
 
 impl ClusterMetadata {
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
         self.topics.values().find(|t| t.id == id)
     }
+
+    /// Every topic a client may see described: the topics, then the internal topics.
+    pub fn described_topics(&self) -> impl Iterator<Item = &TopicMeta> {
+        self.topics.values().chain(self.internal_topics.values())
+    }
+
+    /// A topic or internal topic by name, for describing it.
+    pub fn described(&self, name: &str) -> Option<&TopicMeta> {
+        self.topics
+            .get(name)
+            .or_else(|| self.internal_topics.get(name))
+    }
+
+    /// A topic or internal topic by id, for describing it.
+    pub fn described_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
+        self.described_topics().find(|t| t.id == id)
+    }
 }
 
 /// A config change, as IncrementalAlterConfigs expresses it.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ConfigOp {
     Set(String, String),
     Delete(String),
@@ -107,7 +133,8 @@ pub enum ConfigOp {
 /// The durable metadata store. Single owner; not thread-safe by itself.
 #[derive(Debug)]
 pub struct MetadataStore {
-    path: PathBuf,
+    /// `None` for an in-memory store (the Raft state machine: its log is the durable copy).
+    path: Option<PathBuf>,
     state: ClusterMetadata,
 }
 
@@ -125,22 +152,57 @@ impl MetadataStore {
                     path: path.clone(),
                     reason: e.to_string(),
                 })?;
-            return Ok(MetadataStore { path, state });
+            return Ok(MetadataStore {
+                path: Some(path),
+                state,
+            });
         }
         let store = MetadataStore {
-            path,
+            path: Some(path),
             state: ClusterMetadata {
                 cluster_id: new_cluster_id(),
                 version: 0,
                 topics: BTreeMap::new(),
+                internal_topics: BTreeMap::new(),
             },
         };
         store.persist()?;
         Ok(store)
     }
 
+    /// A store that is never written to disk: the replicated state machine, whose durability
+    /// is the Raft log and its snapshots. Every method behaves as on a durable store.
+    pub fn in_memory(state: ClusterMetadata) -> MetadataStore {
+        MetadataStore { path: None, state }
+    }
+
     pub fn state(&self) -> &ClusterMetadata {
         &self.state
+    }
+
+    /// Sets the cluster id of a store that has none (a replicated cluster's first command);
+    /// returns whether it was set.
+    pub fn init_cluster_id(&mut self, cluster_id: &str) -> Result<bool, MetadataError> {
+        if !self.state.cluster_id.is_empty() {
+            return Ok(false);
+        }
+        self.state.cluster_id = cluster_id.to_string();
+        if let Err(e) = self.commit() {
+            self.state.cluster_id.clear();
+            return Err(e);
+        }
+        Ok(true)
+    }
+
+    /// A random topic id no topic has: chosen by whoever proposes a topic creation, so that
+    /// applying the creation is deterministic.
+    pub fn unused_topic_id(&self) -> Uuid {
+        loop {
+            let id = Uuid::new_v4();
+            if self.state.topic_by_id(id).is_none() && !id.is_nil() {
+                break id;
+            }
+        }
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicMeta> {
@@ -202,8 +264,15 @@ impl MetadataStore {
         id: Option<Uuid>,
     ) -> Result<TopicMeta, MetadataError> {
         validate_topic_name(name)?;
-        if self.state.topics.contains_key(name) {
+        if self.state.topics.contains_key(name) || self.state.internal_topics.contains_key(name) {
             return Err(MetadataError::TopicExists(name.to_string()));
+        }
+        if INTERNAL_TOPICS.contains(&name) {
+            // Its partition directories would be the coordinators' stores.
+            return Err(MetadataError::InvalidTopicName {
+                name: name.to_string(),
+                reason: "reserved for kmirror's internal topic".into(),
+            });
         }
         if partitions < 1 {
             return Err(MetadataError::InvalidPartitions(format!(
@@ -218,12 +287,7 @@ impl MetadataStore {
         for (k, v) in &configs {
             topic_config::validate(k, v)?;
         }
-        let id = id.unwrap_or_else(|| loop {
-            let id = Uuid::new_v4();
-            if self.state.topic_by_id(id).is_none() && !id.is_nil() {
-                break id;
-            }
-        });
+        let id = id.unwrap_or_else(|| self.unused_topic_id());
         let meta = TopicMeta {
             name: name.to_string(),
             id,
@@ -233,6 +297,41 @@ impl MetadataStore {
             internal: name.starts_with("__"),
         };
         Ok(meta)
+    }
+
+    /// Records internal topic `name` (one of [`INTERNAL_TOPICS`]) with `partitions`
+    /// partitions, if not yet there. Returns whether it was created.
+    pub fn ensure_internal_topic(
+        &mut self,
+        name: &str,
+        partitions: i32,
+    ) -> Result<bool, MetadataError> {
+        if !INTERNAL_TOPICS.contains(&name) {
+            return Err(MetadataError::UnknownTopic(name.to_string()));
+        }
+        if self.state.internal_topics.contains_key(name) {
+            return Ok(false);
+        }
+        let id = loop {
+            let id = Uuid::new_v4();
+            if self.state.described_by_id(id).is_none() && !id.is_nil() {
+                break id;
+            }
+        };
+        let meta = TopicMeta {
+            name: name.to_string(),
+            id,
+            leader_epochs: vec![0; partitions.max(1) as usize],
+            configs: BTreeMap::new(),
+            mirror: None,
+            internal: true,
+        };
+        self.state.internal_topics.insert(name.to_string(), meta);
+        if let Err(e) = self.commit() {
+            self.state.internal_topics.remove(name);
+            return Err(e);
+        }
+        Ok(true)
     }
 
     pub fn delete_topic(&mut self, name: &str) -> Result<TopicMeta, MetadataError> {
@@ -401,24 +500,27 @@ impl MetadataStore {
     }
 
     fn persist(&self) -> Result<(), MetadataError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
         let text = serde_json::to_vec_pretty(&self.state).map_err(|e| MetadataError::Corrupt {
-            path: self.path.clone(),
+            path: path.clone(),
             reason: e.to_string(),
         })?;
-        crate::replace_file::replace_durably(&self.path, &text)?;
+        crate::replace_file::replace_durably(path, &text)?;
         Ok(())
     }
 }
 
-mod uuid_text {
+pub(crate) mod uuid_text {
     use serde::{Deserialize, Deserializer, Serializer};
     use uuid::Uuid;
 
-    pub(super) fn serialize<S: Serializer>(u: &Uuid, s: S) -> Result<S::Ok, S::Error> {
+    pub(crate) fn serialize<S: Serializer>(u: &Uuid, s: S) -> Result<S::Ok, S::Error> {
         s.serialize_str(&u.to_string())
     }
 
-    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Uuid, D::Error> {
+    pub(crate) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Uuid, D::Error> {
         let text = String::deserialize(d)?;
         Uuid::parse_str(&text).map_err(serde::de::Error::custom)
     }
@@ -995,6 +1097,30 @@ pub mod topic_config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn internal_topics_are_recorded_once_durably_and_never_created_as_data_topics() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = MetadataStore::open(dir.path()).unwrap();
+        assert!(m.state().described("__consumer_offsets").is_none());
+        assert!(m.ensure_internal_topic("__consumer_offsets", 50).unwrap());
+        assert!(!m.ensure_internal_topic("__consumer_offsets", 7).unwrap());
+        assert!(m.ensure_internal_topic("__other", 1).is_err());
+        let t = m.state().described("__consumer_offsets").unwrap().clone();
+        assert_eq!((t.internal, t.partition_count()), (true, 50));
+        assert!(m.state().topics.is_empty(), "no partition logs for it");
+        assert!(matches!(
+            m.create_topic("__consumer_offsets", 1, BTreeMap::new(), None, false),
+            Err(MetadataError::TopicExists(_))
+        ));
+        assert!(matches!(
+            m.create_topic("__transaction_state", 1, BTreeMap::new(), None, false),
+            Err(MetadataError::InvalidTopicName { .. })
+        ));
+        drop(m);
+        let m = MetadataStore::open(dir.path()).unwrap();
+        assert_eq!(m.state().described_by_id(t.id), Some(&t));
+    }
 
     #[test]
     fn compact_from_a_source_is_kept_and_never_deleted_by_retention() {

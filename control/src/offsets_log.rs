@@ -118,7 +118,7 @@ impl RecordFile {
     }
 }
 
-fn frame(payload: &[u8]) -> Vec<u8> {
+pub(crate) fn frame(payload: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(HEADER + payload.len());
     out.extend_from_slice(&(payload.len() as u32).to_be_bytes());
     out.extend_from_slice(&crc32c::crc32c(payload).to_be_bytes());
@@ -127,7 +127,7 @@ fn frame(payload: &[u8]) -> Vec<u8> {
 }
 
 /// Returns the intact payloads and the byte length of the intact prefix.
-fn parse_frames(data: &[u8]) -> (Vec<Vec<u8>>, usize) {
+pub(crate) fn parse_frames(data: &[u8]) -> (Vec<Vec<u8>>, usize) {
     let mut pos = 0;
     let mut out = Vec::new();
     while data.len() - pos >= HEADER {

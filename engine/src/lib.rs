@@ -69,6 +69,10 @@ pub enum EngineError {
     NoSuchCore(usize),
     #[error("executor: {0}")]
     Executor(String),
+    /// The job panicked on its core; the core and its other partitions keep running (a
+    /// partition job's partition is reopened from its files on next use).
+    #[error("internal error: a job panicked on core {core}: {message}")]
+    JobPanicked { core: usize, message: String },
     #[error(transparent)]
     Log(#[from] kmirror_log::LogError),
     #[error("i/o: {0}")]

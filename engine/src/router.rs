@@ -20,6 +20,33 @@ use crate::{Assignment, EngineError};
 
 pub(crate) type Job = Box<dyn FnOnce(&mut Shard) + Send>;
 
+/// The text of a panic payload, for the error and the log.
+pub(crate) fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// Runs a job's closure, turning a panic into [`EngineError::JobPanicked`] so it fails that
+/// job only instead of unwinding through the core's executor (which would end every
+/// connection and partition on the core).
+///
+/// Unwind safety (why `AssertUnwindSafe` is acceptable): the closure has `&mut Shard`, and a
+/// panic may leave what it was changing half-updated. Partition jobs
+/// ([`Router::submit_partition`]) discard their partition's in-memory state on a panic, so a
+/// log between writing a batch and advancing its end offset, or with staged producer state,
+/// is reopened from its files by the same recovery a crash runs. Other shard state is
+/// changed by whole-map inserts and removes, which a panic in the closure cannot leave half
+/// done. RefCell guards unwind, so the shard is not left borrowed.
+fn run_caught<R>(core: usize, f: impl FnOnce() -> R) -> Result<R, EngineError> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).map_err(|p| {
+        let message = panic_message(p.as_ref());
+        tracing::error!(core, panic = %message, "a job panicked; it fails alone");
+        EngineError::JobPanicked { core, message }
+    })
+}
+
 thread_local! {
     /// The shard of the core running on this thread (None off the engine's threads).
     pub(crate) static LOCAL_SHARD: RefCell<Option<Rc<RefCell<Shard>>>> = const { RefCell::new(None) };
@@ -61,15 +88,19 @@ pub struct Moved {
 
 /// A submitted job's result, to be awaited later (lets a caller fan out to many cores first).
 pub enum Pending<R> {
-    Ready(R),
-    Waiting(flume::Receiver<R>),
+    Ready(Result<R, EngineError>),
+    Waiting(flume::Receiver<Result<R, EngineError>>),
 }
 
 impl<R> Pending<R> {
+    /// The job's result; [`EngineError::JobPanicked`] if it panicked.
     pub async fn wait(self) -> Result<R, EngineError> {
         match self {
-            Pending::Ready(r) => Ok(r),
-            Pending::Waiting(rx) => rx.recv_async().await.map_err(|_| EngineError::ShuttingDown),
+            Pending::Ready(r) => r,
+            Pending::Waiting(rx) => rx
+                .recv_async()
+                .await
+                .map_err(|_| EngineError::ShuttingDown)?,
         }
     }
 }
@@ -230,7 +261,7 @@ impl Router {
         f: impl FnOnce(&mut Shard) -> R + Send + 'static,
     ) -> Result<Pending<R>, EngineError> {
         if let Some(shard) = Self::local_shard(core) {
-            let r = f(&mut shard.borrow_mut());
+            let r = run_caught(core, || f(&mut shard.borrow_mut()));
             return Ok(Pending::Ready(r));
         }
         let tx = self
@@ -240,7 +271,7 @@ impl Router {
             .ok_or(EngineError::NoSuchCore(core))?;
         let (rtx, rrx) = flume::bounded(1);
         tx.send_async(Box::new(move |s: &mut Shard| {
-            let _ = rtx.send(f(s));
+            let _ = rtx.send(run_caught(core, || f(s)));
         }))
         .await
         .map_err(|_| EngineError::ShuttingDown)?;
@@ -263,8 +294,18 @@ impl Router {
         f: impl FnOnce(&mut Partition) -> R + Send + 'static,
     ) -> Result<Pending<Result<R, EngineError>>, EngineError> {
         let core = self.owner(&tp);
-        self.submit(core, move |s: &mut Shard| s.partition(&tp).map(f))
-            .await
+        self.submit(core, move |s: &mut Shard| {
+            match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.partition(&tp).map(f)))
+            {
+                Ok(r) => r,
+                Err(p) => {
+                    // See `run_caught`: this partition's state may be half-updated.
+                    s.discard_partition(&tp);
+                    std::panic::resume_unwind(p)
+                }
+            }
+        })
+        .await
     }
 
     /// Runs `f` on the partition, on its owning core.
@@ -314,9 +355,9 @@ impl Router {
             .ok_or(EngineError::NoSuchCore(core))?;
         let (rtx, rrx) = flume::bounded(1);
         tx.send(Box::new(move |s: &mut Shard| {
-            let _ = rtx.send(f(s));
+            let _ = rtx.send(run_caught(core, || f(s)));
         }))
         .map_err(|_| EngineError::ShuttingDown)?;
-        rrx.recv().map_err(|_| EngineError::ShuttingDown)
+        rrx.recv().map_err(|_| EngineError::ShuttingDown)?
     }
 }

@@ -205,6 +205,16 @@ impl Shard {
         Ok(())
     }
 
+    /// Drops a partition's in-memory state without closing it (no flush, no checkpoint of
+    /// state that may be inconsistent after a panic): the next use reopens it from its files
+    /// with crash recovery. Long-poll waiters are woken and find it reopened or gone.
+    pub(crate) fn discard_partition(&mut self, tp: &TopicPartition) {
+        if let Some(mut p) = self.partitions.remove(tp) {
+            p.notify_waiters();
+            tracing::error!(core = self.core, %tp, "partition state discarded after a panic; reopening on next use");
+        }
+    }
+
     /// Closes the partition and, if `delete_files`, removes its directory.
     pub fn remove_partition(
         &mut self,

@@ -45,6 +45,16 @@ pub(crate) struct ServeConfig {
     /// Kafka's `group.initial.rebalance.delay.ms`: how long a new classic group waits for
     /// more members before its first rebalance (0, as Kafka's shipped server.properties).
     pub group_initial_rebalance_delay_ms: i32,
+    /// Kafka's `offsets.topic.num.partitions`: partitions `__consumer_offsets` is described
+    /// with in Metadata (kmirror keeps offsets in one store).
+    pub offsets_topic_num_partitions: i32,
+    /// Kafka's `transaction.state.log.num.partitions`, likewise for `__transaction_state`.
+    pub transaction_state_log_num_partitions: i32,
+    /// Kafka's `offsets.retention.minutes` (default 10080, 7 days): committed offsets of an
+    /// empty group expire this long after it became empty (or after the commit).
+    pub offsets_retention_minutes: i64,
+    /// Kafka's `offsets.retention.check.interval.ms` (default 600000).
+    pub offsets_retention_check_interval_ms: i64,
     /// Seconds between retention passes over each core's partitions.
     pub retention_check_secs: u64,
     /// Kafka's log.cleaner.backoff.ms: pause between each core's log compaction rounds.
@@ -76,6 +86,11 @@ pub(crate) struct ServeConfig {
     /// KIP-368: a SASL session lasts at most this long, then the client must re-authenticate
     /// (0 = no limit but a token's own expiry).
     pub connections_max_reauth_ms: i64,
+    /// Issue 12 (not running yet): the controller listener of a clustered node, `HOST:PORT`.
+    pub controller_listen: String,
+    /// Issue 12 (not running yet): the metadata quorum, Kafka's `controller.quorum.voters`
+    /// format `ID@HOST:PORT,...`; empty = a single node, as always.
+    pub quorum: String,
 }
 
 impl Default for ServeConfig {
@@ -96,6 +111,10 @@ impl Default for ServeConfig {
             auto_create_topics: true,
             num_partitions: 1,
             group_initial_rebalance_delay_ms: 0,
+            offsets_topic_num_partitions: 50,
+            transaction_state_log_num_partitions: 50,
+            offsets_retention_minutes: 10_080,
+            offsets_retention_check_interval_ms: 600_000,
             retention_check_secs: 30,
             log_cleaner_backoff_ms: 15_000,
             log_cleaner_io_max_bytes_per_second: 64 << 20,
@@ -110,6 +129,8 @@ impl Default for ServeConfig {
             sasl_oauthbearer_expected_issuer: None,
             sasl_oauthbearer_expected_audience: None,
             connections_max_reauth_ms: 0,
+            controller_listen: String::new(),
+            quorum: String::new(),
         }
     }
 }
@@ -187,6 +208,16 @@ impl ServeConfig {
                 "group_initial_rebalance_delay_ms must not be negative".into(),
             ));
         }
+        if self.offsets_topic_num_partitions < 1 || self.transaction_state_log_num_partitions < 1 {
+            return Err(ConfigError::Invalid(
+                "offsets_topic_num_partitions and transaction_state_log_num_partitions must be at least 1".into(),
+            ));
+        }
+        if self.offsets_retention_minutes < 1 || self.offsets_retention_check_interval_ms < 1 {
+            return Err(ConfigError::Invalid(
+                "offsets_retention_minutes and offsets_retention_check_interval_ms must be at least 1".into(),
+            ));
+        }
         if self.num_partitions < 1 {
             return Err(ConfigError::Invalid(
                 "num_partitions must be at least 1".into(),
@@ -210,7 +241,54 @@ impl ServeConfig {
         }
         self.sasl_config()?;
         self.authz()?;
+        self.quorum_voters()?;
         Ok(())
+    }
+
+    /// The metadata quorum's voters; empty for a single node. With a quorum, this node must
+    /// be one of its voters and have a controller listener on its voter address's port.
+    pub(crate) fn quorum_voters(&self) -> Result<Vec<kmirror_cluster::Voter>, ConfigError> {
+        if self.quorum.trim().is_empty() {
+            if !self.controller_listen.trim().is_empty() {
+                return Err(ConfigError::Invalid(
+                    "controller_listen is set but quorum is not (--quorum ID@HOST:PORT,...)".into(),
+                ));
+            }
+            return Ok(Vec::new());
+        }
+        let voters = kmirror_cluster::parse_quorum(&self.quorum)
+            .map_err(|e| ConfigError::Invalid(format!("quorum: {e}")))?;
+        let me = voters
+            .iter()
+            .find(|v| i64::from(self.node_id) == v.id as i64)
+            .ok_or_else(|| {
+                ConfigError::Invalid(format!(
+                    "node_id {} is not one of the quorum's voters ({})",
+                    self.node_id, self.quorum
+                ))
+            })?;
+        let listen = self.controller_listen.trim();
+        let port = |a: &str| a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
+        if listen.is_empty() {
+            return Err(ConfigError::Invalid(
+                "a quorum needs controller_listen (--controller-listen HOST:PORT)".into(),
+            ));
+        }
+        match port(listen) {
+            Some(p) if Some(p) == port(&me.addr) => {}
+            Some(_) => {
+                return Err(ConfigError::Invalid(format!(
+                    "controller_listen {listen} is not on the port of this node's voter \
+                     address {me}"
+                )))
+            }
+            None => {
+                return Err(ConfigError::Invalid(format!(
+                    "controller_listen '{listen}' is not HOST:PORT"
+                )))
+            }
+        }
+        Ok(voters)
     }
 
     /// The authorizer settings.
@@ -316,5 +394,39 @@ mod tests {
         let c: ServeConfig =
             toml::from_str("authorizer = true\nsuper_users = \"User:admin;User:ops\"").unwrap();
         assert_eq!(c.authz().unwrap().super_users, ["User:admin", "User:ops"]);
+    }
+
+    #[test]
+    fn quorum_settings_are_validated() {
+        let q = "quorum = \"1@127.0.0.1:9093,2@127.0.0.1:9095,3@127.0.0.1:9097\"\n";
+        let ok: ServeConfig = toml::from_str(&format!(
+            "{q}node_id = 2\ncontroller_listen = \"0.0.0.0:9095\""
+        ))
+        .unwrap();
+        ok.validate().unwrap();
+        assert_eq!(ok.quorum_voters().unwrap().len(), 3);
+        for (extra, why) in [
+            (
+                "node_id = 4\ncontroller_listen = \"0.0.0.0:9095\"",
+                "not one of",
+            ),
+            ("node_id = 2", "needs controller_listen"),
+            (
+                "node_id = 2\ncontroller_listen = \"0.0.0.0:9093\"",
+                "not on the port",
+            ),
+            ("node_id = 2\ncontroller_listen = \"nope\"", "not HOST:PORT"),
+        ] {
+            let c: ServeConfig = toml::from_str(&format!("{q}{extra}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(why), "{extra}: {e}");
+        }
+        let c: ServeConfig = toml::from_str("quorum = \"1@h\"").unwrap();
+        assert!(c.validate().unwrap_err().to_string().contains("no :PORT"));
+        let c: ServeConfig = toml::from_str("controller_listen = \"127.0.0.1:9093\"").unwrap();
+        assert!(c.validate().is_err());
+        // No quorum: a single node, exactly as before.
+        let c = ServeConfig::default();
+        assert!(c.quorum_voters().unwrap().is_empty());
     }
 }

@@ -92,6 +92,18 @@ pub(crate) struct ServeArgs {
     /// members before its first rebalance.
     #[arg(long)]
     pub group_initial_rebalance_delay_ms: Option<i32>,
+    /// Kafka's offsets.topic.num.partitions (how `__consumer_offsets` is described).
+    #[arg(long)]
+    pub offsets_topic_num_partitions: Option<i32>,
+    /// Kafka's transaction.state.log.num.partitions (how `__transaction_state` is described).
+    #[arg(long)]
+    pub transaction_state_log_num_partitions: Option<i32>,
+    /// Kafka's offsets.retention.minutes: committed offsets of an empty group expire.
+    #[arg(long)]
+    pub offsets_retention_minutes: Option<i64>,
+    /// Kafka's offsets.retention.check.interval.ms.
+    #[arg(long)]
+    pub offsets_retention_check_interval_ms: Option<i64>,
     #[arg(long)]
     pub retention_check_secs: Option<u64>,
     /// Pause between log compaction rounds, ms (Kafka's log.cleaner.backoff.ms).
@@ -130,6 +142,13 @@ pub(crate) struct ServeArgs {
     /// KIP-368 session lifetime, ms (0 = no re-authentication required).
     #[arg(long)]
     pub connections_max_reauth_ms: Option<i64>,
+    /// Controller listener HOST:PORT of a clustered node (issue 12; not running yet).
+    #[arg(long)]
+    pub controller_listen: Option<String>,
+    /// Metadata quorum voters, ID@HOST:PORT,... (Kafka's controller.quorum.voters; issue 12,
+    /// not running yet). Without it, one node as always.
+    #[arg(long)]
+    pub quorum: Option<String>,
 }
 
 fn main() -> ExitCode {

@@ -220,14 +220,24 @@ struct Rec<'a> {
     has_value: bool,
 }
 
-/// Whether every record of a (validated) producer batch has a key: Kafka refuses keyless
-/// records on compacted topics. Compressed batches are decompressed under `max_decompressed`.
-pub(crate) fn all_keyed(
+/// The indexes (in the batch) of a (validated) producer batch's records that have no key:
+/// Kafka refuses them on compacted topics. Compressed batches are decompressed under
+/// `max_decompressed`. An unparsable section counts as all keyless (validation ran first, so
+/// it cannot happen).
+pub(crate) fn keyless_indexes(
     batch_bytes: &[u8],
     max_decompressed: usize,
-) -> Result<bool, batch::BatchError> {
+) -> Result<Vec<i32>, batch::BatchError> {
     let raw = batch::decompress_records(batch_bytes, max_decompressed)?;
-    Ok(parse_records(&raw).is_some_and(|recs| recs.iter().all(|r| r.key.is_some())))
+    Ok(match parse_records(&raw) {
+        Some(recs) => recs
+            .iter()
+            .enumerate()
+            .filter(|(_, r)| r.key.is_none())
+            .map(|(i, _)| i as i32)
+            .collect(),
+        None => vec![0],
+    })
 }
 
 fn parse_records(section: &[u8]) -> Option<Vec<Rec<'_>>> {
@@ -1095,7 +1105,12 @@ mod tests {
                 Bytes::from(out)
             };
             let e = log.append_leader(b, LeaderEpoch(0), 1).unwrap_err();
-            assert!(matches!(e, LogError::InvalidRecord(_)), "{e}");
+            // Only the keyless record (index 1) is named (KIP-467).
+            assert!(
+                matches!(&e, LogError::KeylessRecords { keyless, bad_timestamps }
+                    if keyless == &[1] && bad_timestamps.is_empty()),
+                "{e}"
+            );
         }
         assert_eq!(log.log_end_offset(), Offset(0));
         let keyed_ok = keyed(

@@ -17,6 +17,15 @@ pub enum LogError {
     /// INVALID_TIMESTAMP, with (index in the batch, message) of each (KIP-467 record errors).
     #[error("One or more records have been rejected due to invalid timestamp")]
     InvalidTimestamp { records: Vec<(i32, String)> },
+    /// Keyless records to a compacted topic (index in the batch of each), and the other
+    /// records whose timestamp is out of range -> INVALID_RECORD, or INVALID_TIMESTAMP when
+    /// `bad_timestamps` is not empty (Kafka's LogValidator); the broker names the topic
+    /// partition in each record's KIP-467 message.
+    #[error("{} record(s) without key to a compacted topic", keyless.len())]
+    KeylessRecords {
+        keyless: Vec<i32>,
+        bad_timestamps: Vec<(i32, String)>,
+    },
     /// -> MESSAGE_TOO_LARGE.
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     RecordTooLarge { size: usize, max: u32 },

@@ -538,21 +538,29 @@ impl Log {
                 },
             )
             .map_err(|e| record_error(next, e))?;
+            // Kafka's LogValidator checks each record's key (compacted topics: the cleaner
+            // could never keep a keyless record) before its timestamp, and reports every
+            // record at fault (KIP-467), so a client fails only those records.
+            let keyless = match self.config.compaction {
+                Some(_) => {
+                    crate::cleaner::keyless_indexes(&batches[start..end], decompressed_limit)
+                        .map_err(|e| record_error(next, e))?
+                }
+                None => Vec::new(),
+            };
+            if !keyless.is_empty() {
+                bad_ts.retain(|(i, _)| !keyless.contains(i));
+                return Err(LogError::KeylessRecords {
+                    keyless,
+                    bad_timestamps: bad_ts,
+                });
+            }
             if !bad_ts.is_empty() {
                 return Err(LogError::InvalidTimestamp { records: bad_ts });
             }
             if h.is_control() {
                 return Err(LogError::InvalidRecord(
                     "producers may not write control batches".into(),
-                ));
-            }
-            if self.config.compaction.is_some()
-                && !crate::cleaner::all_keyed(&batches[start..end], decompressed_limit)
-                    .map_err(|e| record_error(next, e))?
-            {
-                // Kafka's LogValidator: the cleaner could never keep such a record.
-                return Err(LogError::InvalidRecord(
-                    "Compacted topic cannot accept message without key".into(),
                 ));
             }
             if h.is_transactional() && !h.has_producer_id() {

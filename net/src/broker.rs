@@ -33,6 +33,10 @@ pub struct BrokerConfig {
     pub auto_create_topics: bool,
     /// `num.partitions` for auto-created topics and CreateTopics with -1.
     pub default_partitions: i32,
+    /// `offsets.topic.num.partitions`: partitions `__consumer_offsets` is described with.
+    pub offsets_topic_partitions: i32,
+    /// `transaction.state.log.num.partitions`: partitions of `__transaction_state`.
+    pub transaction_state_partitions: i32,
 }
 
 impl BrokerConfig {
@@ -218,6 +222,27 @@ impl Ctx {
         Ok(t)
     }
 
+    /// Records internal topic `name` (`__consumer_offsets` or `__transaction_state`) the
+    /// first time Kafka would have created it; a cheap snapshot check afterwards.
+    pub async fn ensure_internal_topic(&self, name: &str) -> Result<(), ItemError> {
+        if self.meta().internal_topics.contains_key(name) {
+            return Ok(());
+        }
+        let partitions = if name == "__transaction_state" {
+            self.broker.config.transaction_state_partitions
+        } else {
+            self.broker.config.offsets_topic_partitions
+        };
+        let n = name.to_string();
+        self.broker
+            .cluster
+            .mutate(move |s| s.ensure_internal_topic(&n, partitions))
+            .await
+            .map_err(engine_err)?
+            .map_err(meta_err)?;
+        Ok(())
+    }
+
     /// Opens fresh logs for partitions `from..count` of `t` (wiping stale directories).
     pub async fn create_partitions_on_cores(
         &self,
@@ -288,8 +313,15 @@ impl Ctx {
         name: &str,
         allow_create: bool,
     ) -> Result<TopicMeta, ItemError> {
-        if let Some(t) = self.meta().topics.get(name) {
+        if let Some(t) = self.meta().described(name) {
             return Ok(t.clone());
+        }
+        if kmirror_control::metadata::INTERNAL_TOPICS.contains(&name) && allow_create {
+            // Kafka's auto topic creation makes an internal topic with its own partition count.
+            self.ensure_internal_topic(name).await?;
+            if let Some(t) = self.meta().described(name) {
+                return Ok(t.clone());
+            }
         }
         if !(allow_create && self.broker.config.auto_create_topics) {
             return Err((

@@ -28,6 +28,10 @@ pub fn log_error_code(e: &LogError) -> i16 {
         LogError::Corrupt { .. } => E::CorruptMessage.code(),
         LogError::InvalidRecord(_) => E::InvalidRecord.code(),
         LogError::InvalidTimestamp { .. } => E::InvalidTimestamp.code(),
+        LogError::KeylessRecords { bad_timestamps, .. } if !bad_timestamps.is_empty() => {
+            E::InvalidTimestamp.code()
+        }
+        LogError::KeylessRecords { .. } => E::InvalidRecord.code(),
         LogError::RecordTooLarge { .. } => E::MessageTooLarge.code(),
         // Only mirror appends can hit this; the fetcher treats it as a request problem.
         LogError::NonMonotonicMirrorOffset { .. } => E::InvalidRequest.code(),
@@ -51,6 +55,7 @@ pub fn engine_error_code(e: &EngineError) -> i16 {
         EngineError::ShuttingDown => E::NotLeaderOrFollower.code(),
         // Moving between cores: retry after a metadata refresh, as after a leader change.
         EngineError::NotOwner(_) => E::NotLeaderOrFollower.code(),
+        EngineError::JobPanicked { .. } => E::UnknownServerError.code(),
         EngineError::Log(l) => log_error_code(l),
         EngineError::Io(_) => E::KafkaStorageError.code(),
         _ => E::UnknownServerError.code(),

@@ -245,6 +245,8 @@ pub fn start(
             max_request_bytes: cfg.max_request_bytes,
             auto_create_topics: cfg.auto_create_topics,
             default_partitions: cfg.default_partitions,
+            offsets_topic_partitions: cfg.groups.offsets_topic_num_partitions,
+            transaction_state_partitions: cfg.groups.transaction_state_num_partitions,
         },
         cluster: cluster.clone(),
         groups: Some(groups),

@@ -92,20 +92,41 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
         glommio::spawn_local(async move {
             let peer = stream.peer_addr().ok();
             let _ = stream.set_nodelay(true);
-            let r = match &lctx.tls {
-                None => {
-                    let session =
-                        Session::new(&lctx.name, lctx.protocol, Principal::anonymous(), peer);
-                    connection(ctx.clone(), stream, session).await
-                }
-                Some(acceptor) => match tls_handshake(&ctx, acceptor, stream).await {
-                    Ok((tls, principal)) => {
-                        let session = Session::new(&lctx.name, lctx.protocol, principal, peer);
-                        tracing::debug!(?peer, listener = %lctx.name, principal = %session.principal, "TLS connection");
-                        connection(ctx.clone(), tls, session).await
+            let serve = async {
+                match &lctx.tls {
+                    None => {
+                        let session =
+                            Session::new(&lctx.name, lctx.protocol, Principal::anonymous(), peer);
+                        connection(ctx.clone(), stream, session).await
                     }
-                    Err(e) => Err(e),
-                },
+                    Some(acceptor) => match tls_handshake(&ctx, acceptor, stream).await {
+                        Ok((tls, principal)) => {
+                            let session = Session::new(&lctx.name, lctx.protocol, principal, peer);
+                            tracing::debug!(?peer, listener = %lctx.name, principal = %session.principal, "TLS connection");
+                            connection(ctx.clone(), tls, session).await
+                        }
+                        Err(e) => Err(e),
+                    },
+                }
+            };
+            // A bug in one request's handling must cost that connection only: unwinding out
+            // of this task would end the core's executor and every connection and partition
+            // on it. (Per-core state touched by the handler is behind RefCells whose guards
+            // unwind, and partition state is changed on the owning core's own tasks.)
+            let r = match futures_lite::FutureExt::catch_unwind(std::panic::AssertUnwindSafe(serve))
+                .await
+            {
+                Ok(r) => r,
+                Err(panic) => {
+                    let what = panic
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| panic.downcast_ref::<String>().cloned())
+                        .unwrap_or_default();
+                    ctx.broker.metrics.protocol_errors.fetch_add(1, Relaxed);
+                    tracing::error!(?peer, panic = %what, "closing connection: its request handling panicked");
+                    Ok(())
+                }
             };
             let m = &ctx.broker.metrics;
             m.connections_active.fetch_sub(1, Relaxed);
@@ -199,20 +220,28 @@ impl Transport for TcpStream {
     const GATHER: bool = false;
     fn sendfile_socket(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
-        sendfile_enabled().then(|| self.as_raw_fd())
+        Some(self.as_raw_fd())
     }
 }
 
-/// `KMIRROR_SENDFILE=0` makes Fetch copy record bytes out of the mapping instead (to compare
-/// the two in benchmarks, or on a file system whose sendfile misbehaves).
-fn sendfile_enabled() -> bool {
-    static ON: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *ON.get_or_init(|| {
-        !matches!(
-            std::env::var("KMIRROR_SENDFILE").as_deref(),
-            Ok("0") | Ok("false")
-        )
-    })
+/// Whether Fetch sends record bytes to this peer with sendfile(2) rather than copying them out
+/// of the mapping: to peers across a network, not to loopback ones.
+///
+/// Why not loopback: there sendfile only moves the copy to the receiver, and costs more than
+/// the copy it saves. Measured on the consume benchmark (docs/BENCHMARKS.md): with sendfile,
+/// ConsumerPerformance on the same host read 0.82–0.96× as fast and the broker spent
+/// 1.28–1.6× the CPU per GB (a 1 MiB sendfile took ~300 µs, strace). With a NIC, sendfile
+/// spares the broker the copy, which is why Kafka uses it.
+/// `KMIRROR_SENDFILE=0` (never) or `=1` (always, loopback too: tests and benchmarks of the
+/// sendfile path) overrides the choice.
+pub(crate) fn sendfile_for(peer: Option<std::net::SocketAddr>) -> bool {
+    static FORCED: std::sync::OnceLock<Option<bool>> = std::sync::OnceLock::new();
+    let forced = *FORCED.get_or_init(|| match std::env::var("KMIRROR_SENDFILE").as_deref() {
+        Ok("0") | Ok("false") => Some(false),
+        Ok("1") | Ok("true") => Some(true),
+        _ => None,
+    });
+    forced.unwrap_or_else(|| peer.is_some_and(|p| !p.ip().is_loopback()))
 }
 
 impl Transport for TlsStream<TcpStream> {
@@ -266,10 +295,14 @@ async fn send_region<S: Transport>(
 /// Under TLS, chunks are gathered into writes of about this size (the largest TLS record).
 const TLS_GATHER_BYTES: usize = 16 << 10;
 
-async fn write_response<S: Transport>(w: &mut S, frames: &Frames) -> std::io::Result<()> {
+async fn write_response<S: Transport>(
+    w: &mut S,
+    frames: &Frames,
+    sendfile: bool,
+) -> std::io::Result<()> {
     let chunks = &frames.chunks;
     if !S::GATHER {
-        let socket = w.sendfile_socket();
+        let socket = w.sendfile_socket().filter(|_| sendfile);
         let mut files = frames.files.iter().peekable();
         for (i, c) in chunks.iter().enumerate() {
             match (socket, files.next_if(|(at, _)| *at == i)) {
@@ -307,6 +340,7 @@ async fn connection<S: Transport>(
     // Small per-connection buffer: large frames are read straight into their own buffer.
     let mut reader = BufReader::with_capacity(16 << 10, stream);
     let mut auth = ConnAuth::new(&session);
+    let sendfile = sendfile_for(session.peer);
     loop {
         let frame =
             futures_lite::future::or(async { Some(read_frame(&mut reader, max).await) }, async {
@@ -335,7 +369,7 @@ async fn connection<S: Transport>(
             Gate::Close(reason) => return Err(ConnError::Auth(reason)),
         };
         if let Some(chunks) = chunks {
-            write_response(reader.get_mut(), &chunks).await?;
+            write_response(reader.get_mut(), &chunks, sendfile).await?;
             let n = chunks.len();
             ctx.broker.metrics.bytes_out.fetch_add(n as u64, Relaxed);
         }
@@ -540,6 +574,11 @@ async fn dispatch(
     fetch_files: &mut Vec<Option<kmirror_log::FileRegion>>,
 ) -> Result<Option<ResponseKind>, ConnError> {
     let v = header.request_api_version;
+    if let Some(id) = kmirror_control::mirror::failpoint::armed_arg("panic-on-client-id") {
+        if header.client_id.as_deref() == Some(id) {
+            panic!("failpoint panic-on-client-id:{id}");
+        }
+    }
     let access = ctx.broker.authz.access(session);
     let access = &access;
     let resp = match req {
@@ -791,6 +830,19 @@ async fn group_request(
             "{api_key:?}: no group coordinator"
         )));
     };
+    if let RequestKind::FindCoordinator(f) = &req {
+        // Kafka creates its internal topic on the first lookup of a coordinator of its kind.
+        let topic = match f.key_type {
+            0 => Some("__consumer_offsets"),
+            1 => Some("__transaction_state"),
+            _ => None,
+        };
+        if let Some(topic) = topic {
+            if let Err((code, msg)) = ctx.ensure_internal_topic(topic).await {
+                tracing::warn!(topic, code, %msg, "cannot record the internal topic");
+            }
+        }
+    }
     let resp = groups.handle(api_key, v, header, req).await;
     if !response_matches(api_key, &resp) {
         return Err(ConnError::Protocol(format!(

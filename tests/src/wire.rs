@@ -15,6 +15,7 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
@@ -56,8 +57,8 @@ pub struct WireClient {
     correlation: i32,
     /// api key -> max version supported by the broker.
     versions: HashMap<i16, (i16, i16)>,
-    /// The client-id of the request headers.
-    client_id: StrBytes,
+    /// The request header's client id.
+    client_id: String,
 }
 
 /// Partition leader and topic id as seen in Metadata.
@@ -142,7 +143,7 @@ impl WireClient {
             stream,
             correlation: 0,
             versions: HashMap::new(),
-            client_id: StrBytes::from_static_str("kmirror-tests"),
+            client_id: "kmirror-tests".into(),
         };
         let resp: ApiVersionsResponse = c.send_at(
             ApiVersionsRequest::default()
@@ -180,9 +181,10 @@ impl WireClient {
         &self.addr
     }
 
-    /// Sends later requests with `client_id` in their headers (quotas are per client-id).
+    /// Sends the following requests with `client_id` in their header (after the connect's
+    /// ApiVersions, which used "kmirror-tests").
     pub fn set_client_id(&mut self, client_id: &str) {
-        self.client_id = StrBytes::from_string(client_id.to_owned());
+        self.client_id = client_id.to_string();
     }
 
     /// The broker's supported version range of `key`, if any.
@@ -218,7 +220,7 @@ impl WireClient {
             .with_request_api_key(R::KEY)
             .with_request_api_version(version)
             .with_correlation_id(correlation)
-            .with_client_id(Some(self.client_id.clone()));
+            .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
         let mut body = BytesMut::new();
         header
             .encode(&mut body, R::header_version(version))
@@ -386,6 +388,37 @@ impl WireClient {
         Ok(code)
     }
 
+    /// Produces one raw record-batch blob to one partition (acks=-1) and returns the whole
+    /// partition response (error message, KIP-467 record errors, log start offset).
+    pub fn produce_raw_response(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+    ) -> Result<PartitionProduceResponse> {
+        let v = self.version_of::<ProduceRequest>()?;
+        let topic_id = if v >= 13 {
+            self.partition_info(topic, partition)?.topic_id
+        } else {
+            uuid::Uuid::nil()
+        };
+        let req = ProduceRequest::default()
+            .with_acks(-1)
+            .with_timeout_ms(30_000)
+            .with_topic_data(vec![TopicProduceData::default()
+                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+                .with_topic_id(topic_id)
+                .with_partition_data(vec![PartitionProduceData::default()
+                    .with_index(partition)
+                    .with_records(Some(records))])]);
+        let resp = self.send_at(req, v)?;
+        resp.responses
+            .into_iter()
+            .next()
+            .and_then(|t| t.partition_responses.into_iter().next())
+            .ok_or_else(|| WireError::Codec("empty produce response".into()))
+    }
+
     /// Produces one raw record-batch blob (one or more batches) to one partition.
     /// Returns (error code, base offset).
     pub fn produce_raw(
@@ -417,7 +450,7 @@ impl WireClient {
                 .with_request_api_key(ProduceRequest::KEY)
                 .with_request_api_version(v)
                 .with_correlation_id(self.correlation)
-                .with_client_id(Some(StrBytes::from_static_str("kmirror-tests")));
+                .with_client_id(Some(StrBytes::from_string(self.client_id.clone())));
             let mut body = BytesMut::new();
             header
                 .encode(&mut body, ProduceRequest::header_version(v))

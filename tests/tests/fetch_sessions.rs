@@ -5,6 +5,7 @@
 //! must be the same. (The Java consumer opens sessions by default, so `real_clients`' group
 //! scenarios read through them end to end.)
 
+use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -235,10 +236,20 @@ fn the_response_limit_caps_a_partition_with_a_larger_limit_like_kafka() {
         assert_eq!(admin.create_topic("limits", 1, 1, &[]).expect("create"), 0);
         let value = vec![b'x'; 10_000];
         for _ in 0..4 {
-            let (err, _) = admin
-                .produce_raw("limits", 0, records::batch(&[&value], now_ms()), -1)
-                .expect("produce");
-            assert_eq!(err, 0);
+            // Kafka answers CreateTopics before the partition has a leader: retry the
+            // retriable answers (3, 6) for a while.
+            let mut tries = 0;
+            loop {
+                let (err, _) = admin
+                    .produce_raw("limits", 0, records::batch(&[&value], now_ms()), -1)
+                    .expect("produce");
+                if err == 0 {
+                    break;
+                }
+                tries += 1;
+                assert!((err == 3 || err == 6) && tries < 100, "produce error {err}");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
         }
         let mut c = WireClient::connect_leader(bootstrap, "limits", 0).expect("connect");
         let mut out = Vec::new();
@@ -278,4 +289,87 @@ fn the_response_limit_caps_a_partition_with_a_larger_limit_like_kafka() {
     let got = sizes(&node.addr());
     println!("batches per response (25 kB, 5 kB, 1 MiB limits): kafka {want:?}, kmirror {got:?}");
     assert_eq!(got, want);
+}
+
+/// Record bytes go out by sendfile(2) to network peers and by copy to loopback ones (which is
+/// faster there: docs/BENCHMARKS.md); both paths must serve the same bytes. Every test
+/// connects over loopback, so this one forces each path (`KMIRROR_SENDFILE=1` / `=0`) and
+/// reads batches large enough to be sent on their own (not copied into the frame), across a
+/// response that spans several of them and ends in a partial one.
+#[test]
+fn sendfile_and_copying_serve_identical_record_bytes() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let values: Vec<Vec<u8>> = (0..24u8)
+        .map(|i| {
+            (0..70_000u32)
+                .map(|j| i.wrapping_mul(31).wrapping_add(j as u8))
+                .collect()
+        })
+        .collect();
+    let serve = |forced: &str| -> (Bytes, Vec<(i64, Option<Bytes>)>) {
+        let node = KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", forced)]);
+        let mut admin = WireClient::connect(&node.addr()).expect("connect");
+        assert_eq!(admin.create_topic("big", 1, 1, &[]).expect("create"), 0);
+        for v in &values {
+            let (err, _) = admin
+                .produce_raw("big", 0, records::batch(&[v.as_slice()], now_ms()), -1)
+                .expect("produce");
+            assert_eq!(err, 0);
+        }
+        let mut c = WireClient::connect_leader(&node.addr(), "big", 0).expect("connect");
+        let v = c.version_range(1).expect("Fetch").1.min(16);
+        let topic_id = c.partition_info("big", 0).expect("metadata").topic_id;
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(0)
+            .with_max_bytes(50 << 20)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_static_str("big")))
+                .with_topic_id(topic_id)
+                .with_partitions(vec![FetchPartition::default()
+                    .with_partition(0)
+                    .with_current_leader_epoch(-1)
+                    .with_fetch_offset(3)
+                    .with_partition_max_bytes(1_000_000)])]);
+        let resp = c.send_at(req, v).expect("Fetch");
+        let bytes = resp.responses[0].partitions[0]
+            .records
+            .clone()
+            .unwrap_or_default();
+        let decoded = records::decode_values(&bytes).expect("decode");
+        (bytes, decoded)
+    };
+    let (sent, sent_records) = serve("1");
+    let (copied, copied_records) = serve("0");
+    println!(
+        "sendfile: {} bytes, {} records; copy: {} bytes, {} records",
+        sent.len(),
+        sent_records.len(),
+        copied.len(),
+        copied_records.len()
+    );
+    // The 1 MB partition limit holds 14 whole batches of 70 kB from offset 3.
+    assert_eq!(
+        sent_records.len(),
+        14,
+        "whole batches within the 1 MB limit"
+    );
+    for (i, (offset, value)) in sent_records.iter().enumerate() {
+        assert_eq!(*offset, 3 + i as i64);
+        assert_eq!(
+            value.as_deref(),
+            Some(values[3 + i].as_slice()),
+            "offset {offset}"
+        );
+    }
+    for b in records::split_batches(&sent) {
+        assert!(b.crc_ok(), "batch at {} has a bad CRC", b.base_offset);
+    }
+    // The two nodes hold different batches (their own timestamps), so compare what a
+    // consumer reads, and the sizes.
+    assert_eq!(sent_records, copied_records);
+    assert_eq!(sent.len(), copied.len());
 }

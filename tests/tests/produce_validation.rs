@@ -203,3 +203,98 @@ fn zstd_batches_need_produce_v7_and_old_fetches_of_zstd_topics_are_served_like_k
     assert_eq!(codes, [76, 76, 0, 0, 0, 0, 0, 0], "{want:?}");
     assert!(want[4..].iter().all(|w| w.2), "{want:?}");
 }
+
+/// What a broker answers to keyless records in a batch to a compacted topic: (partition
+/// error code, error message, KIP-467 record errors as (index, message)), and each
+/// librdkafka message's delivery outcome (index, error code).
+type KeylessOutcome = ((i16, Option<String>, Vec<(i32, String)>), Vec<(i32, i32)>);
+
+fn keyless_scenario(boot: &str) -> KeylessOutcome {
+    let mut c = WireClient::connect(boot).expect("connect");
+    for t in ["compacted-raw", "compacted-rdk"] {
+        assert_eq!(
+            c.create_topic(t, 1, 1, &[("cleanup.policy", "compact")])
+                .expect("create"),
+            0
+        );
+    }
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let batch = kmirror_tests::records::keyed_batch(
+        &[
+            (Some(b"a"), b"0"),
+            (None, b"1"),
+            (Some(b"b"), b"2"),
+            (None, b"3"),
+            (None, b"4"),
+            (None, b"5"),
+        ],
+        now,
+    );
+    let p = c
+        .produce_raw_response("compacted-raw", 0, batch)
+        .expect("produce");
+    let raw = (
+        p.error_code,
+        p.error_message.map(|m| m.to_string()),
+        p.record_errors
+            .iter()
+            .map(|r| {
+                (
+                    r.batch_index,
+                    r.batch_index_error_message
+                        .as_ref()
+                        .map(|m| m.to_string())
+                        .unwrap_or_default(),
+                )
+            })
+            .collect(),
+    );
+    let ran = proc::run_ok(
+        python::script("keyless_batch.py").args([boot, "compacted-rdk", "10"]),
+        Duration::from_secs(90),
+    );
+    assert!(ran.stdout.contains("DONE"), "{}", ran.stdout);
+    let rdk = ran
+        .stdout
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split(' ').collect();
+            (f.len() == 3 && f[0] == "M").then(|| (f[1].parse().unwrap(), f[2].parse().unwrap()))
+        })
+        .collect();
+    assert_eq!(c.log_bounds("compacted-raw", 0).expect("bounds"), (0, 0));
+    (raw, rdk)
+}
+
+/// Issue 11: a batch to a cleanup.policy=compact topic holding keyless records is refused
+/// with INVALID_RECORD and KIP-467 record errors naming only the keyless records (Kafka's
+/// LogValidator), so librdkafka fails those with INVALID_RECORD and the others of the batch
+/// with its "invalid record in the same batch" error. Same answer from Apache Kafka 4.1.1 and
+/// kmirror, raw and through librdkafka (its suite test 0011).
+#[test]
+fn keyless_records_to_a_compacted_topic_get_kafkas_record_errors() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let expected = {
+        let kafka = kmirror_tests::KafkaCluster::single();
+        keyless_scenario(&kafka.bootstrap())
+    };
+    eprintln!("Apache Kafka answered: {expected:#?}");
+    let ((code, _, records), rdk) = &expected;
+    assert_eq!(*code, 87, "INVALID_RECORD");
+    let indexes: Vec<i32> = records.iter().map(|r| r.0).collect();
+    assert_eq!(indexes, [1, 3, 4, 5], "only the keyless records");
+    assert_eq!(
+        rdk.iter().filter(|(_, e)| *e == 87).count(),
+        5,
+        "librdkafka fails the keyless ones with INVALID_RECORD: {rdk:?}"
+    );
+    let node = KmirrorNode::start();
+    let got = keyless_scenario(&node.bootstrap());
+    assert_eq!(
+        got, expected,
+        "kmirror (left) differs from Apache Kafka (right)"
+    );
+}

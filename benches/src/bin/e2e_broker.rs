@@ -13,11 +13,11 @@
 //! their spread.
 //!
 //! `… --bin e2e_broker -- --consume [RECORDS] [PARTITIONS] [ROUNDS]`: the consume side alone.
-//! Kafka, kmirror, and a second kmirror with `KMIRROR_SENDFILE=0` (record bytes copied out of
-//! the mapping instead of sendfile) all run; each gets the same topic once, then ROUNDS rounds
+//! Kafka, kmirror, and a second kmirror with `KMIRROR_SENDFILE=1` (sendfile to the loopback
+//! consumer, which by default gets copies) all run; each gets the same topic once, then ROUNDS rounds
 //! of ConsumerPerformance read it, the order rotating each round. Prints MB/s, fetch MB/s and
 //! broker CPU s/GB per round, and the median ratios with their spread.
-//! `KMIRROR_BENCH_ALT="KMIRROR_SENDFILE=0 --pin-cores false"` replaces the sendfile-off side
+//! `KMIRROR_BENCH_ALT="--pin-cores false"` replaces the sendfile side
 //! with a kmirror started with those environment variables and `serve` arguments; `KMIRROR_BENCH_METRICS=1` prints the consumer's
 //! fetch metrics (sizes, latencies, records per request) after each read.
 
@@ -403,7 +403,8 @@ fn main_consume(records: u64, partitions: i32, rounds: usize) {
     eprintln!("kmirror binary: {}", bin.display());
     let mut kafka = common::Kafka::start("1g", &[]);
     let mut node = KmirrorNode::start();
-    // The third side: sendfile off by default, or other `serve` arguments to compare
+    // The third side: sendfile forced on (loopback peers get copies by default), or other
+    // `serve` arguments to compare
     // (KMIRROR_BENCH_ALT="--pin-cores false").
     let alt = std::env::var("KMIRROR_BENCH_ALT").unwrap_or_default();
     // Words of the form NAME=VALUE are environment variables, the rest `serve` arguments.
@@ -412,8 +413,8 @@ fn main_consume(records: u64, partitions: i32, rounds: usize) {
     let alt_env: Vec<(&str, &str)> = alt_env.iter().filter_map(|w| w.split_once('=')).collect();
     let (mut copying, alt_name): (KmirrorNode, &'static str) = if alt.trim().is_empty() {
         (
-            KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", "0")]),
-            "kmirror, sendfile off",
+            KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", "1")]),
+            "kmirror, sendfile forced",
         )
     } else {
         (

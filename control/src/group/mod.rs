@@ -53,6 +53,18 @@ pub struct GroupConfig {
     pub consumer_heartbeat_interval_ms: i32,
     /// group.consumer.max.size
     pub consumer_max_size: usize,
+    /// offsets.topic.num.partitions: partitions `__consumer_offsets` is described with
+    /// (kmirror keeps offsets in one store, so only Metadata shows the count).
+    pub offsets_topic_num_partitions: i32,
+    /// transaction.state.log.num.partitions, likewise for `__transaction_state`.
+    pub transaction_state_num_partitions: i32,
+    /// offsets.retention.minutes, in ms (Kafka default 7 days): committed offsets of a group
+    /// expire this long after the group became Empty (classic groups) or after their commit
+    /// (groups that never had members, KIP-848 groups without members, and topics a Stable
+    /// classic consumer group no longer subscribes to), as Kafka 4.1 (KIP-211).
+    pub offsets_retention_ms: i64,
+    /// offsets.retention.check.interval.ms: how often expired offsets are looked for.
+    pub offsets_retention_check_interval_ms: i64,
 }
 
 impl Default for GroupConfig {
@@ -67,6 +79,10 @@ impl Default for GroupConfig {
             consumer_session_timeout_ms: 45_000,
             consumer_heartbeat_interval_ms: 5_000,
             consumer_max_size: i32::MAX as usize,
+            offsets_topic_num_partitions: 50,
+            transaction_state_num_partitions: 50,
+            offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
+            offsets_retention_check_interval_ms: 600_000,
         }
     }
 }

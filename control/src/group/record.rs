@@ -27,6 +27,9 @@ pub(crate) enum Rec {
         protocol: Option<String>,
         leader: Option<String>,
         members: Vec<MemberRec>,
+        /// When the group became Empty (Kafka's currentStateTimestamp), for offset expiry.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        empty_since: Option<i64>,
     },
     /// DeleteGroups: the group and all its offsets are gone.
     GroupDeleted { group: String },

@@ -122,6 +122,9 @@ struct Group {
     txn_offsets: HashMap<i64, BTreeMap<(String, i32), CommittedOffset>>,
     /// Set while this is a KIP-848 consumer group (then the classic part stays Empty).
     consumer: Option<ConsumerGroup>,
+    /// When the classic group last became Empty (its last member left), durable in the
+    /// group record; offsets of an Empty group expire counting from it.
+    empty_since: Option<i64>,
 }
 
 /// Mutable context of one coordinator call: collected replies and records to persist.
@@ -151,6 +154,7 @@ impl Group {
             offsets: BTreeMap::new(),
             txn_offsets: HashMap::new(),
             consumer: None,
+            empty_since: None,
         }
     }
 
@@ -324,6 +328,7 @@ impl Group {
             protocol_type: self.protocol_type.clone(),
             protocol: self.protocol_name.clone(),
             leader: self.leader.clone(),
+            empty_since: self.empty_since.filter(|_| self.state == GroupState::Empty),
             members: self
                 .members
                 .iter()
@@ -452,6 +457,7 @@ fn complete_join(g: &mut Group, cx: &mut Cx<'_>) {
         // as a "consumer" group); only the chosen protocol is forgotten.
         g.protocol_name = None;
         g.transition(GroupState::Empty);
+        g.empty_since = Some(cx.now);
         cx.records.push(g.group_record());
         return;
     }
@@ -660,6 +666,7 @@ pub struct GroupCoordinator {
     appends_since_compact: u64,
     write_error: Option<StoreError>,
     next_cleanup_ms: i64,
+    next_offsets_check_ms: i64,
 }
 
 impl GroupCoordinator {
@@ -694,6 +701,7 @@ impl GroupCoordinator {
             appends_since_compact: n as u64,
             write_error: None,
             next_cleanup_ms: now_ms + CLEANUP_INTERVAL_MS,
+            next_offsets_check_ms: 0,
         };
         let live = c.live_records().len();
         if n > 2 * live + 1000 {
@@ -1035,11 +1043,84 @@ impl GroupCoordinator {
                 }
             })
             .1;
+        if now_ms >= self.next_offsets_check_ms {
+            self.next_offsets_check_ms = now_ms + self.cfg.offsets_retention_check_interval_ms;
+            if self.expire_offsets(now_ms) {
+                self.drop_forgotten_groups();
+            }
+        }
         if now_ms >= self.next_cleanup_ms {
             self.next_cleanup_ms = now_ms + CLEANUP_INTERVAL_MS;
             self.drop_forgotten_groups();
         }
         replies
+    }
+
+    /// Kafka 4.1's offset expiry (KIP-211, `OffsetMetadataManager.cleanupExpiredOffsets`):
+    /// each committed offset whose base time is `offsets_retention_ms` old is deleted durably,
+    /// unless a transactional commit of that partition is pending. Base time: when an Empty
+    /// classic group became Empty (else the commit time); the commit time for a group that
+    /// never had a protocol (standalone commits), a KIP-848 group without members, and topics
+    /// a Stable classic consumer group does not subscribe to. Other groups keep their
+    /// offsets. Returns whether anything expired.
+    pub fn expire_offsets(&mut self, now_ms: i64) -> bool {
+        let retention = self.cfg.offsets_retention_ms;
+        let mut expired: Vec<(String, String, i32)> = Vec::new();
+        for g in self.groups.values() {
+            let subscribed: Option<HashSet<String>>;
+            let empty_since = match &g.consumer {
+                Some(c) if !c.members.is_empty() => continue,
+                Some(_) => {
+                    subscribed = None;
+                    None
+                }
+                None => match (&g.protocol_type, g.state) {
+                    (None, _) => {
+                        subscribed = None;
+                        None
+                    }
+                    (Some(_), GroupState::Empty) => {
+                        subscribed = None;
+                        g.empty_since
+                    }
+                    (Some(p), GroupState::Stable) if p == "consumer" => {
+                        match g.subscribed_topics() {
+                            Some(s) => subscribed = Some(s),
+                            None => continue,
+                        }
+                        None
+                    }
+                    _ => continue,
+                },
+            };
+            for ((topic, partition), o) in &g.offsets {
+                if subscribed.as_ref().is_some_and(|s| s.contains(topic)) {
+                    continue;
+                }
+                let pending = g
+                    .txn_offsets
+                    .values()
+                    .any(|p| p.contains_key(&(topic.clone(), *partition)));
+                let base = empty_since.unwrap_or(o.commit_timestamp_ms);
+                if !pending && now_ms.saturating_sub(base) >= retention {
+                    expired.push((g.id.clone(), topic.clone(), *partition));
+                }
+            }
+        }
+        for (group, topic, partition) in &expired {
+            if let Some(g) = self.groups.get_mut(group) {
+                g.offsets.remove(&(topic.clone(), *partition));
+            }
+            self.persist(&Rec::OffsetDeleted {
+                group: group.clone(),
+                topic: topic.clone(),
+                partition: *partition,
+            });
+        }
+        if !expired.is_empty() {
+            tracing::info!(offsets = expired.len(), "expired committed offsets");
+        }
+        !expired.is_empty()
     }
 
     /// Forgets groups with no members and no offsets (Kafka's periodic group cleanup), so
@@ -1740,11 +1821,13 @@ fn replay(groups: &mut BTreeMap<String, Group>, rec: Rec, now: i64) {
             protocol,
             leader,
             members,
+            empty_since,
         } => {
             let g = groups
                 .entry(group.clone())
                 .or_insert_with(|| Group::new(&group));
             g.consumer = None;
+            g.empty_since = empty_since;
             g.generation = generation;
             g.protocol_type = protocol_type.clone();
             g.protocol_name = protocol.clone();

@@ -694,3 +694,114 @@ fn commit_between_join_and_sync_answers_rebalance_in_progress() {
     assert_eq!(sync_reply(&r, 12).unwrap().error, NONE);
     assert_eq!(c.commit_offsets(&ctx, &off, 3_300), Ok(vec![NONE]));
 }
+
+const RETENTION: i64 = 60_000;
+
+fn open_retaining(dir: &Path, now: i64) -> GroupCoordinator {
+    GroupCoordinator::open(
+        dir,
+        GroupConfig {
+            offsets_retention_ms: RETENTION,
+            offsets_retention_check_interval_ms: 1,
+            ..cfg()
+        },
+        now,
+    )
+    .unwrap()
+}
+
+fn committed(c: &GroupCoordinator, group: &str) -> Vec<(String, i32, i64)> {
+    c.fetch_offsets(group, None, false)
+        .into_iter()
+        .map(|f| (f.topic, f.partition, f.offset))
+        .collect()
+}
+
+fn listed(c: &GroupCoordinator) -> Vec<String> {
+    c.list_groups(&[], &[])
+        .into_iter()
+        .map(|g| g.group_id)
+        .collect()
+}
+
+#[test]
+fn standalone_commits_expire_retention_after_their_commit_durably_with_the_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open_retaining(dir.path(), 0);
+    assert_eq!(commit(&mut c, "simple", "t", 0, 100, 1_000), Ok(vec![NONE]));
+    assert_eq!(
+        commit(&mut c, "simple", "t", 1, 200, 20_000),
+        Ok(vec![NONE])
+    );
+    c.tick(60_999);
+    assert_eq!(committed(&c, "simple").len(), 2, "not yet");
+    c.tick(61_000);
+    assert_eq!(committed(&c, "simple"), [("t".to_string(), 1, 200)]);
+    c.tick(80_000);
+    assert!(committed(&c, "simple").is_empty());
+    assert!(listed(&c).is_empty(), "the group goes with its last offset");
+    c.flush().unwrap();
+    drop(c);
+    let c = open_retaining(dir.path(), 80_001);
+    assert!(committed(&c, "simple").is_empty(), "the expiry is durable");
+    assert!(listed(&c).is_empty());
+}
+
+#[test]
+fn classic_group_offsets_expire_retention_after_it_became_empty() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open_retaining(dir.path(), 0);
+    let (a, b) = stable_pair(&mut c, 0);
+    let ctx = CommitContext {
+        group_id: "g".into(),
+        member_id: a.clone(),
+        generation_id: 1,
+        api_version: 9,
+        ..Default::default()
+    };
+    let off = |topic: &str| OffsetToCommit {
+        topic: topic.into(),
+        partition: 0,
+        offset: 5,
+        leader_epoch: 0,
+        metadata: None,
+    };
+    assert_eq!(
+        c.commit_offsets(&ctx, &[off("t"), off("gone")], 7_000),
+        Ok(vec![NONE, NONE])
+    );
+    // Stable and subscribed to "t" only: "gone" expires after its commit, "t" stays.
+    assert!(!c.expire_offsets(66_999));
+    assert!(c.expire_offsets(67_000));
+    assert_eq!(committed(&c, "g"), [("t".to_string(), 0, 5)]);
+    let leave = |c: &mut GroupCoordinator, m: &str, now| {
+        c.leave(
+            "g",
+            &[LeavingMember {
+                member_id: m.to_string(),
+                group_instance_id: None,
+            }],
+            now,
+        )
+        .0
+    };
+    assert_eq!(leave(&mut c, &b, 68_000), Ok(vec![NONE]));
+    assert_eq!(leave(&mut c, &a, 68_000), Ok(vec![NONE]));
+    assert_eq!(c.group_state("g"), Some(GroupState::Empty));
+    c.flush().unwrap();
+    drop(c);
+    // The time it became Empty is durable: a restart does not restart the clock.
+    let mut c = open_retaining(dir.path(), 100_000);
+    c.tick(127_999);
+    assert_eq!(
+        committed(&c, "g").len(),
+        1,
+        "an offset committed long ago, but empty 59.9 s"
+    );
+    c.tick(128_000);
+    assert!(committed(&c, "g").is_empty());
+    assert!(
+        listed(&c).is_empty(),
+        "the empty group without offsets is removed"
+    );
+}

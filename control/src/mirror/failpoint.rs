@@ -8,6 +8,10 @@
 //! `after_pid_reset_append` (control record appended, step not yet recorded),
 //! `after_pid_reset` (step recorded, STOPPED not yet).
 //!
+//! Panic-isolation hooks take an argument, `<name>:<arg>`: `panic-on-client-id:<id>` panics
+//! inside the handling of every request whose client id is `<id>`; `panic-in-append:<topic>`
+//! panics inside the append job (on the partition's owning core) of a produce to `<topic>`.
+//!
 //! The variable is read once, on first use; when unset each check is one load of a
 //! `OnceLock`. Not for production use.
 
@@ -28,7 +32,7 @@ pub fn init() {
     if let Some(step) = armed() {
         tracing::warn!(
             step,
-            "{ENV} is set: the process will abort after that failover step"
+            "{ENV} is set: test failpoint armed (abort after a failover step, or inject panics)"
         );
     }
 }
@@ -37,6 +41,11 @@ pub fn init() {
 /// `slow_fetcher_stop`: a stopped mirror fetcher keeps running for 40 s more).
 pub fn is_armed(name: &str) -> bool {
     armed() == Some(name)
+}
+
+/// The argument of the armed failpoint if it is `name:<arg>`.
+pub fn armed_arg(name: &str) -> Option<&'static str> {
+    armed()?.strip_prefix(name)?.strip_prefix(':')
 }
 
 /// Aborts the process if `step` is the armed failpoint.

@@ -96,7 +96,7 @@ pub fn describe_configs(
             .with_resource_type(r.resource_type)
             .with_resource_name(r.resource_name.clone());
         match r.resource_type {
-            TOPIC => match meta.topics.get(&name) {
+            TOPIC => match meta.described(&name) {
                 Some(t) => {
                     // Known keys, plus any other stored key (e.g. synced from a mirror
                     // source); `mirror.name` is internal and never shown.

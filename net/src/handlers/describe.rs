@@ -51,7 +51,7 @@ pub fn describe_topic_partitions(
         .map(|c| c.topic_name.to_string())
         .unwrap_or_default();
     let mut names: Vec<String> = if all {
-        meta.topics.keys().cloned().collect()
+        meta.described_topics().map(|t| t.name.clone()).collect()
     } else {
         req.topics.iter().map(|t| t.name.to_string()).collect()
     };
@@ -93,7 +93,7 @@ pub fn describe_topic_partitions(
             );
             break;
         }
-        let Some(t) = meta.topics.get(&name) else {
+        let Some(t) = meta.described(&name) else {
             if !all {
                 // Kafka fills in the authorized operations of an unknown (but describable)
                 // topic too.

@@ -34,8 +34,7 @@ pub async fn metadata(
             let meta = ctx.meta();
             // Topics the principal may not describe are left out of the listing.
             for t in meta
-                .topics
-                .values()
+                .described_topics()
                 .filter(|t| access.allows(table::METADATA, &t.name))
             {
                 topics.push(topic_entry(
@@ -80,7 +79,7 @@ pub async fn metadata(
                     None => {
                         let meta = ctx.meta();
                         match meta
-                            .topic_by_id(want.topic_id)
+                            .described_by_id(want.topic_id)
                             .filter(|t| access.allows(table::METADATA, &t.name))
                         {
                             Some(t) => topics.push(topic_entry(
@@ -120,7 +119,7 @@ pub async fn metadata(
 /// CREATE on the cluster or on the topic. `Ok(allow_create)`, or the refusal's code.
 fn authorized(ctx: &Ctx, access: &Access<'_>, name: &str, allow_create: bool) -> Result<bool, i16> {
     access.check(table::METADATA, name)?;
-    let exists = ctx.meta().topics.contains_key(name);
+    let exists = ctx.meta().described(name).is_some();
     if exists || !allow_create || !ctx.broker.config.auto_create_topics {
         return Ok(allow_create);
     }

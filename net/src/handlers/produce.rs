@@ -32,30 +32,85 @@ fn failed(index: i32, code: i16, msg: Option<String>) -> PartitionProduceRespons
         .with_error_message(msg.map(|m| s(&m)))
 }
 
-/// KIP-467 (Produce v8+): the records at fault, each with its message.
-fn with_record_errors(
-    resp: PartitionProduceResponse,
+/// The records at fault of a record-validation refusal, with Kafka's messages, in batch
+/// order; the partition's error message as Kafka words it. None for other errors.
+fn record_faults(
+    e: &EngineError,
+    topic: &str,
+    partition: i32,
+) -> Option<(Vec<(i32, String)>, String)> {
+    match e {
+        EngineError::Log(kmirror_log::LogError::InvalidTimestamp { records }) => Some((
+            records.clone(),
+            "One or more records have been rejected due to invalid timestamp".into(),
+        )),
+        EngineError::Log(kmirror_log::LogError::KeylessRecords {
+            keyless,
+            bad_timestamps,
+        }) => {
+            let mut all: Vec<(i32, String)> = keyless
+                .iter()
+                .map(|i| {
+                    (
+                        *i,
+                        format!(
+                            "Compacted topic cannot accept message without key in topic partition {}-{}",
+                            topic, partition
+                        ),
+                    )
+                })
+                .chain(bad_timestamps.iter().cloned())
+                .collect();
+            all.sort_by_key(|(i, _)| *i);
+            let message = if bad_timestamps.is_empty() {
+                // Kafka's LogValidator.processRecordErrors, RecordError's toString included.
+                let shown: Vec<String> = all
+                    .iter()
+                    .take(3)
+                    .map(|(i, m)| format!("RecordError(batchIndex={i}, message='{m}')"))
+                    .collect();
+                format!(
+                    "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: [{}]",
+                    all.len(),
+                    shown.join(", ")
+                )
+            } else {
+                "One or more records have been rejected due to invalid timestamp".into()
+            };
+            Some((all, message))
+        }
+        _ => None,
+    }
+}
+
+/// A refused partition; for a record-validation refusal at Produce v8+, KIP-467's record
+/// errors naming the records at fault and the log start offset, as Kafka answers.
+fn refused(
+    index: i32,
     e: &EngineError,
     version: i16,
     log_start: i64,
+    topic: &str,
 ) -> PartitionProduceResponse {
-    let EngineError::Log(kmirror_log::LogError::InvalidTimestamp { records }) = e else {
-        return resp;
+    let code = errors::engine_error_code(e);
+    let Some((records, message)) = record_faults(e, topic, index) else {
+        return failed(index, code, Some(e.to_string()));
     };
     if version < 8 {
-        return resp;
+        return failed(index, code, Some(message));
     }
-    // Kafka reports the log start offset with a record-validation refusal.
-    resp.with_log_start_offset(log_start).with_record_errors(
-        records
-            .iter()
-            .map(|(i, m)| {
-                BatchIndexAndErrorMessage::default()
-                    .with_batch_index(*i)
-                    .with_batch_index_error_message(Some(s(m)))
-            })
-            .collect(),
-    )
+    failed(index, code, Some(message))
+        .with_log_start_offset(log_start)
+        .with_record_errors(
+            records
+                .iter()
+                .map(|(i, m)| {
+                    BatchIndexAndErrorMessage::default()
+                        .with_batch_index(*i)
+                        .with_batch_index_error_message(Some(s(m)))
+                })
+                .collect(),
+        )
 }
 
 /// Whether the first batch of a record set is a v2 batch compressed with zstd (Kafka looks
@@ -109,6 +164,20 @@ pub async fn produce(
                 continue;
             }
             let Some(t) = topic else {
+                let internal = if version >= 13 {
+                    meta.described_by_id(td.topic_id)
+                } else {
+                    meta.described(td.name.as_str())
+                };
+                if let Some(i) = internal {
+                    // Kafka's ReplicaManager: clients never append to an internal topic.
+                    slots.push(Slot::Done(failed(
+                        pd.index,
+                        E::InvalidTopicException.code(),
+                        Some(format!("Cannot append to internal topic {}", i.name)),
+                    )));
+                    continue;
+                }
                 let code = if version >= 13 {
                     E::UnknownTopicId.code()
                 } else {
@@ -147,6 +216,11 @@ pub async fn produce(
             match ctx
                 .router()
                 .submit_partition(tp, move |p| {
+                    if kmirror_control::mirror::failpoint::armed_arg("panic-in-append")
+                        == Some(p.tp.topic.as_str())
+                    {
+                        panic!("failpoint panic-in-append:{}", p.tp.topic);
+                    }
                     let r = p.append_leader(records, now);
                     (r, p.log.log_start_offset().get())
                 })
@@ -176,9 +250,14 @@ pub async fn produce(
                         .with_log_start_offset(log_start),
                     Ok((Err(e), log_start)) => {
                         tracing::debug!(index, error = %e, "produce refused");
-                        let refused =
-                            failed(index, errors::engine_error_code(&e), Some(e.to_string()));
-                        with_record_errors(refused, &e, version, log_start)
+                        let topic = if version >= 13 {
+                            meta.topic_by_id(id)
+                                .map(|t| t.name.clone())
+                                .unwrap_or_default()
+                        } else {
+                            name.to_string()
+                        };
+                        refused(index, &e, version, log_start, &topic)
                     }
                     Err(e) => {
                         tracing::debug!(index, error = %e, "produce refused");

@@ -1,0 +1,393 @@
+//! Three controllers in one process on loopback TCP: election, proposals through followers,
+//! a crashed leader, a restart from disk, and a network partition.
+
+use std::collections::BTreeMap;
+use std::net::TcpListener;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kmirror_control::metadata::ClusterMetadata;
+use kmirror_control::quorum::{ClusterCommand, MetadataCommand, Outcome};
+use uuid::Uuid;
+
+use crate::driver::{Driver, DriverConfig, ProposalError};
+use crate::voters::Voter;
+
+const TICK: Duration = Duration::from_millis(30);
+
+struct Node {
+    id: u64,
+    dir: tempfile::TempDir,
+    cfg: DriverConfig,
+    driver: Option<Driver>,
+    published: Arc<Mutex<Arc<ClusterMetadata>>>,
+}
+
+impl Node {
+    fn start(&mut self) {
+        let published = self.published.clone();
+        let driver = Driver::start(self.cfg.clone(), move |m| {
+            *published.lock().unwrap() = m;
+        })
+        .unwrap();
+        self.driver = Some(driver);
+    }
+
+    fn driver(&self) -> &Driver {
+        self.driver.as_ref().expect("running")
+    }
+
+    fn published(&self) -> Arc<ClusterMetadata> {
+        self.published.lock().unwrap().clone()
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn cluster() -> Vec<Node> {
+    let voters: Vec<Voter> = (1..=3)
+        .map(|id| Voter {
+            id,
+            addr: format!("127.0.0.1:{}", free_port()),
+        })
+        .collect();
+    let mut nodes: Vec<Node> = voters
+        .iter()
+        .map(|v| {
+            let dir = tempfile::tempdir().unwrap();
+            let mut cfg = DriverConfig::new(
+                v.id,
+                dir.path().join("__cluster_metadata-0"),
+                v.addr.clone(),
+                voters.clone(),
+            );
+            cfg.tick = TICK;
+            cfg.snapshot_every = 20;
+            Node {
+                id: v.id,
+                dir,
+                cfg,
+                driver: None,
+                published: Arc::new(Mutex::new(Arc::new(ClusterMetadata {
+                    cluster_id: String::new(),
+                    version: 0,
+                    topics: BTreeMap::new(),
+                }))),
+            }
+        })
+        .collect();
+    for n in &mut nodes {
+        n.start();
+    }
+    nodes
+}
+
+fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    while Instant::now() < end {
+        if cond() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    cond()
+}
+
+/// The leader all running nodes agree on.
+fn agreed_leader(nodes: &[Node]) -> Option<u64> {
+    let leaders: Vec<Option<u64>> = nodes
+        .iter()
+        .filter_map(|n| n.driver.as_ref())
+        .map(|d| d.handle().status().leader)
+        .collect();
+    let first = *leaders.first()?;
+    (first.is_some() && leaders.iter().all(|l| *l == first)).then_some(first?)
+}
+
+fn create(name: &str) -> ClusterCommand {
+    ClusterCommand::Metadata(MetadataCommand::CreateTopic {
+        name: name.into(),
+        partitions: 3,
+        configs: BTreeMap::new(),
+        id: Uuid::new_v4(),
+    })
+}
+
+fn same_everywhere(nodes: &[Node]) -> bool {
+    let states: Vec<Vec<u8>> = nodes
+        .iter()
+        .filter(|n| n.driver.is_some())
+        .map(|n| serde_json::to_vec(&*n.published()).unwrap())
+        .collect();
+    states.windows(2).all(|w| w[0] == w[1])
+}
+
+#[test]
+fn three_controllers_elect_and_a_follower_proposal_is_published_everywhere() {
+    let nodes = cluster();
+    let t0 = Instant::now();
+    assert!(wait_until(Duration::from_secs(10), || agreed_leader(
+        &nodes
+    )
+    .is_some()));
+    eprintln!("leader elected in {:?}", t0.elapsed());
+    let leader = agreed_leader(&nodes).unwrap();
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let t1 = Instant::now();
+    let out = follower
+        .driver()
+        .handle()
+        .propose(create("orders"), Duration::from_secs(5))
+        .unwrap();
+    eprintln!("follower proposal committed in {:?}", t1.elapsed());
+    let Outcome::Topic(t) = out else {
+        panic!("{out:?}")
+    };
+    assert_eq!(t.partition_count(), 3);
+    // Answered after applying: the proposer's published metadata already has it.
+    assert!(follower.published().topics.contains_key("orders"));
+    // Refused identically: the topic exists.
+    let again = nodes[0]
+        .driver()
+        .handle()
+        .propose(create("orders"), Duration::from_secs(5));
+    assert!(
+        matches!(again, Err(ProposalError::Rejected(_))),
+        "{again:?}"
+    );
+    eprintln!("rejected at {:?}", t1.elapsed());
+    assert!(wait_until(Duration::from_secs(5), || same_everywhere(
+        &nodes
+    ) && nodes
+        .iter()
+        .all(|n| n.published().topics.len() == 1)));
+    let cluster_id = nodes[0].published().cluster_id.clone();
+    assert!(!cluster_id.is_empty());
+    let status = nodes[0].driver().handle().status();
+    assert_eq!(status.voters, vec![1, 2, 3]);
+    assert_eq!(status.leader, Some(leader));
+    let t2 = Instant::now();
+    drop(nodes);
+    eprintln!("stopped in {:?}", t2.elapsed());
+}
+
+#[test]
+fn a_crashed_leader_is_replaced_and_catches_up_after_restart() {
+    let mut nodes = cluster();
+    assert!(wait_until(Duration::from_secs(10), || agreed_leader(
+        &nodes
+    )
+    .is_some()));
+    let old = agreed_leader(&nodes).unwrap();
+    nodes[0]
+        .driver()
+        .handle()
+        .propose(create("before"), Duration::from_secs(5))
+        .unwrap();
+    // Crash the leader.
+    let old_idx = nodes.iter().position(|n| n.id == old).unwrap();
+    let t0 = Instant::now();
+    nodes[old_idx].driver = None;
+    assert!(wait_until(Duration::from_secs(5), || agreed_leader(&nodes)
+        .is_some_and(|l| l != old)));
+    eprintln!("new leader after a leader crash in {:?}", t0.elapsed());
+    let survivor = nodes.iter().find(|n| n.driver.is_some()).unwrap();
+    let t2 = Instant::now();
+    for i in 0..30 {
+        survivor
+            .driver()
+            .handle()
+            .propose(create(&format!("after-{i}")), Duration::from_secs(5))
+            .unwrap();
+    }
+    eprintln!(
+        "30 sequential proposals on two of three nodes in {:?}",
+        t2.elapsed()
+    );
+    // Restart it from its data dir: it catches up (by snapshot: 30 > snapshot_every).
+    nodes[old_idx].start();
+    let t1 = Instant::now();
+    assert!(wait_until(Duration::from_secs(10), || same_everywhere(
+        &nodes
+    ) && nodes[old_idx]
+        .published()
+        .topics
+        .len()
+        == 31));
+    eprintln!("restarted node caught up in {:?}", t1.elapsed());
+    let s = nodes[old_idx].driver().handle().status();
+    assert!(s.snapshot_index > 20, "{s:?}");
+    let _ = &nodes[old_idx].dir;
+}
+
+#[test]
+fn a_partitioned_node_commits_nothing_and_converges_after_healing() {
+    let nodes = cluster();
+    assert!(wait_until(Duration::from_secs(10), || agreed_leader(
+        &nodes
+    )
+    .is_some()));
+    // Isolate the leader: the worst case for the majority.
+    let isolated = agreed_leader(&nodes).unwrap();
+    let set_partition = |on: bool| {
+        for n in &nodes {
+            if n.id == isolated {
+                for peer in [1, 2, 3].into_iter().filter(|p| *p != isolated) {
+                    n.driver().block(peer, on);
+                }
+            } else {
+                n.driver().block(isolated, on);
+            }
+        }
+    };
+    set_partition(true);
+    let minority = nodes.iter().find(|n| n.id == isolated).unwrap();
+    let majority: Vec<&Node> = nodes.iter().filter(|n| n.id != isolated).collect();
+    // The minority cannot commit.
+    let r = minority
+        .driver()
+        .handle()
+        .propose(create("minority"), Duration::from_secs(2));
+    assert!(
+        matches!(
+            r,
+            Err(ProposalError::NoLeader { .. }) | Err(ProposalError::Unknown)
+        ),
+        "{r:?}"
+    );
+    // The majority elects a leader among itself and keeps committing.
+    for i in 0..5 {
+        majority[i % 2]
+            .driver()
+            .handle()
+            .propose(create(&format!("majority-{i}")), Duration::from_secs(5))
+            .unwrap();
+    }
+    assert!(!minority.published().topics.contains_key("majority-0"));
+    set_partition(false);
+    assert!(wait_until(Duration::from_secs(10), || same_everywhere(
+        &nodes
+    ) && nodes[0]
+        .published()
+        .topics
+        .len()
+        == 5));
+    for n in &nodes {
+        assert!(!n.published().topics.contains_key("minority"));
+    }
+    assert!(wait_until(Duration::from_secs(5), || agreed_leader(&nodes).is_some()));
+}
+
+#[test]
+fn a_fourth_controller_joins_over_tcp_and_a_voter_is_removed() {
+    use kmirror_control::quorum::MembershipChange;
+    let mut nodes = cluster();
+    assert!(wait_until(Duration::from_secs(10), || agreed_leader(
+        &nodes
+    )
+    .is_some()));
+    for i in 0..25 {
+        nodes[0]
+            .driver()
+            .handle()
+            .propose(create(&format!("t{i}")), Duration::from_secs(5))
+            .unwrap();
+    }
+    // Node 4 starts empty ("join") and knows everyone; everyone learns its address.
+    let mut voters = nodes[0].cfg.voters.clone();
+    let four = Voter {
+        id: 4,
+        addr: format!("127.0.0.1:{}", free_port()),
+    };
+    voters.push(four.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = DriverConfig::new(
+        4,
+        dir.path().join("__cluster_metadata-0"),
+        four.addr.clone(),
+        voters,
+    );
+    cfg.tick = TICK;
+    cfg.join = true;
+    cfg.snapshot_every = 20;
+    let mut joiner = Node {
+        id: 4,
+        dir,
+        cfg,
+        driver: None,
+        published: Arc::new(Mutex::new(nodes[0].published())),
+    };
+    joiner.start();
+    for n in &nodes {
+        n.driver().add_peer(&four);
+    }
+    let leader = agreed_leader(&nodes).unwrap();
+    let lead = nodes.iter().find(|n| n.id == leader).unwrap();
+    let out = lead
+        .driver()
+        .handle()
+        .change_membership(MembershipChange::AddVoter(4), Duration::from_secs(5))
+        .unwrap();
+    assert_eq!(out, Outcome::Voters(vec![1, 2, 3, 4]));
+    nodes.push(joiner);
+    assert!(wait_until(Duration::from_secs(10), || same_everywhere(
+        &nodes
+    ) && nodes[3]
+        .published()
+        .topics
+        .len()
+        == 25));
+    assert_eq!(nodes[3].driver().handle().status().voters, vec![1, 2, 3, 4]);
+    // A follower is not where membership changes are made.
+    let follower = nodes.iter().find(|n| n.id != leader).unwrap();
+    let r = follower
+        .driver()
+        .handle()
+        .change_membership(MembershipChange::RemoveVoter(4), Duration::from_secs(1));
+    assert!(
+        matches!(r, Err(ProposalError::NoLeader { leader: Some(l) }) if l == leader),
+        "{r:?}"
+    );
+    // Remove a founding follower; the three others go on committing (node 4 included).
+    let gone = nodes
+        .iter()
+        .find(|n| n.id != leader && n.id != 4)
+        .unwrap()
+        .id;
+    let out = lead_handle(&nodes, leader)
+        .change_membership(MembershipChange::RemoveVoter(gone), Duration::from_secs(5))
+        .unwrap();
+    let mut rest: Vec<u64> = [1, 2, 3, 4].into_iter().filter(|i| *i != gone).collect();
+    rest.sort();
+    assert_eq!(out, Outcome::Voters(rest.clone()));
+    let gone_idx = nodes.iter().position(|n| n.id == gone).unwrap();
+    nodes[gone_idx].driver = None;
+    nodes[3]
+        .driver()
+        .handle()
+        .propose(create("after-removal"), Duration::from_secs(5))
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || same_everywhere(
+        &nodes
+    ) && nodes[3]
+        .published()
+        .topics
+        .len()
+        == 26));
+    assert_eq!(nodes[3].driver().handle().status().voters, rest);
+}
+
+fn lead_handle(nodes: &[Node], leader: u64) -> crate::driver::DriverHandle {
+    nodes
+        .iter()
+        .find(|n| n.id == leader)
+        .unwrap()
+        .driver()
+        .handle()
+}

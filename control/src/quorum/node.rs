@@ -1,0 +1,672 @@
+//! One member of the metadata quorum: raft-rs's `RawNode` over [`DurableStorage`], with the
+//! metadata state machine it applies committed entries to.
+//!
+//! Sans-IO and single-threaded: the owner calls [`QuorumNode::tick`] on a clock,
+//! [`QuorumNode::step`] with each message from a peer, and [`QuorumNode::poll`] after either;
+//! `poll` makes everything raft produced durable, applies committed entries and returns the
+//! messages to send and the proposals that finished.
+//!
+//! Proposals: [`QuorumNode::propose`] works on the leader and on a follower that knows the
+//! leader (raft forwards it; the entry carries the proposer's [`ProposalId`], so the proposer
+//! recognises it when it applies the entry itself: a completed proposal is visible in this
+//! node's state). Each proposal ends exactly once as
+//! - `Committed(result)`: applied (with this apply result, the same on every node);
+//! - `Dropped`: it will never be applied. Decided when an entry of a later term than the
+//!   proposal's is applied first: terms never decrease along the log, so the proposal's entry
+//!   (of its term, appended by that term's leader) can no longer follow;
+//! - `Unknown`: a snapshot skipped over it, or it timed out (e.g. the forwarded message was
+//!   lost). It may or may not be applied; callers answer "timed out" and clients retry, as
+//!   Kafka's do after a controller failover.
+//!
+//! A forwarded proposal is stamped with the proposer's term and a leader takes it only in
+//! that same term, so no proposal can be appended in a later term than the one its `Dropped`
+//! decision is based on.
+//!
+//! Membership: one voter added or removed at a time ([`QuorumNode::propose_membership`], on the
+//! leader). A node joining an existing cluster opens with no initial voters and waits for the
+//! leader's snapshot.
+
+use std::collections::{BTreeSet, HashMap};
+use std::path::Path;
+
+use protobuf::Message as _;
+use raft::eraftpb::{
+    ConfChangeSingle, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message,
+    MessageType, Snapshot,
+};
+use raft::{RawNode, StateRole, Storage as _};
+use serde::{Deserialize, Serialize};
+
+use super::command::{self, ClusterCommand, MetadataCommand, Outcome};
+use super::storage::{DurableStorage, StorageError};
+use crate::metadata::{ClusterMetadata, MetadataError, MetadataStore};
+
+/// Settings of one quorum member.
+#[derive(Debug, Clone)]
+pub struct QuorumConfig {
+    /// This node's id (> 0).
+    pub id: u64,
+    /// The founding voters, identical on each of them; used only when the storage is empty.
+    /// Empty for a node that joins an existing cluster.
+    pub initial_voters: Vec<u64>,
+    /// Ticks without a leader before an election (randomised up to twice this).
+    pub election_tick: usize,
+    /// Ticks between leader heartbeats.
+    pub heartbeat_tick: usize,
+    /// Take a snapshot (and drop the log before it) once this many entries were applied
+    /// since the last one.
+    pub snapshot_every: u64,
+    /// Ticks after which a proposal still undecided is reported `Unknown`.
+    pub proposal_timeout_ticks: u64,
+}
+
+impl QuorumConfig {
+    pub fn new(id: u64, initial_voters: Vec<u64>) -> QuorumConfig {
+        QuorumConfig {
+            id,
+            initial_voters,
+            election_tick: 10,
+            heartbeat_tick: 1,
+            snapshot_every: 1000,
+            proposal_timeout_ticks: 300,
+        }
+    }
+}
+
+/// Identifies one proposal across the whole cluster and across restarts of its proposer
+/// (the nonce is fresh on every open).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct ProposalId {
+    pub node: u64,
+    pub nonce: u64,
+    pub seq: u64,
+}
+
+impl ProposalId {
+    fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(24);
+        for v in [self.node, self.nonce, self.seq] {
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<ProposalId> {
+        if bytes.len() != 24 {
+            return None;
+        }
+        let word = |i: usize| u64::from_be_bytes(bytes[i * 8..i * 8 + 8].try_into().expect("8"));
+        Some(ProposalId {
+            node: word(0),
+            nonce: word(1),
+            seq: word(2),
+        })
+    }
+}
+
+/// Why a committed command did not apply (identically on every node).
+#[derive(Debug, thiserror::Error)]
+pub enum ApplyError {
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+    #[error("membership change refused: {0}")]
+    Membership(String),
+}
+
+/// How a proposal ended.
+#[derive(Debug)]
+pub enum ProposalResult {
+    Committed(Result<Outcome, ApplyError>),
+    Dropped,
+    Unknown,
+}
+
+/// Why a proposal was not accepted.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeError {
+    #[error("not the leader (leader: {leader:?})")]
+    NotLeader { leader: Option<u64> },
+    #[error("proposal refused: {0}")]
+    Refused(String),
+}
+
+/// A failure that stops the node (its storage or its log is unusable).
+#[derive(Debug, thiserror::Error)]
+pub enum QuorumError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("raft: {0}")]
+    Raft(#[from] raft::Error),
+    #[error("entry {index} cannot be applied: {reason}")]
+    BadEntry { index: u64, reason: String },
+}
+
+/// A membership change.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MembershipChange {
+    AddVoter(u64),
+    RemoveVoter(u64),
+}
+
+/// What one [`QuorumNode::poll`] produced.
+#[derive(Debug, Default)]
+pub struct Polled {
+    /// Messages for peers (`to` names the peer).
+    pub messages: Vec<Message>,
+    /// Proposals of this node that ended.
+    pub completed: Vec<(ProposalId, ProposalResult)>,
+    /// Whether the applied metadata changed (publish [`QuorumNode::metadata`]).
+    pub metadata_changed: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+struct SnapshotData {
+    metadata: ClusterMetadata,
+}
+
+#[derive(Debug)]
+struct Pending {
+    term: u64,
+    age: u64,
+}
+
+/// A member of the metadata quorum.
+pub struct QuorumNode {
+    raw: RawNode<DurableStorage>,
+    cfg: QuorumConfig,
+    store: MetadataStore,
+    conf_state: ConfState,
+    applied: u64,
+    pending: HashMap<ProposalId, Pending>,
+    timed_out: Vec<ProposalId>,
+    nonce: u64,
+    next_seq: u64,
+    /// The term in which this node, as leader, last proposed the cluster id.
+    init_proposed_in: u64,
+    /// Set when this leader applied its own removal.
+    step_down: bool,
+}
+
+impl std::fmt::Debug for QuorumNode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuorumNode")
+            .field("id", &self.cfg.id)
+            .field("term", &self.term())
+            .field("leader", &self.leader_id())
+            .field("applied", &self.applied)
+            .finish()
+    }
+}
+
+fn empty_metadata() -> ClusterMetadata {
+    ClusterMetadata {
+        cluster_id: String::new(),
+        version: 0,
+        topics: Default::default(),
+    }
+}
+
+fn encode_state(metadata: &ClusterMetadata) -> Vec<u8> {
+    serde_json::to_vec(&SnapshotData {
+        metadata: metadata.clone(),
+    })
+    .expect("metadata serializes")
+}
+
+fn decode_state(snap: &Snapshot) -> Result<ClusterMetadata, QuorumError> {
+    let data: SnapshotData =
+        serde_json::from_slice(snap.get_data()).map_err(|e| QuorumError::BadEntry {
+            index: snap.get_metadata().index,
+            reason: format!("snapshot data: {e}"),
+        })?;
+    Ok(data.metadata)
+}
+
+impl QuorumNode {
+    /// Opens the node's storage in `dir` (bootstrapping a founding voter's empty storage) and
+    /// restores the state machine from the latest snapshot; the log after it is applied again
+    /// by the first polls.
+    pub fn open(dir: &Path, cfg: QuorumConfig) -> Result<QuorumNode, QuorumError> {
+        let mut storage = DurableStorage::open(dir)?;
+        if storage.is_empty() && !cfg.initial_voters.is_empty() {
+            let mut voters = cfg.initial_voters.clone();
+            voters.sort_unstable();
+            voters.dedup();
+            storage.bootstrap(&voters, encode_state(&empty_metadata()))?;
+        }
+        let snap = storage.snapshot_ref().clone();
+        let applied = snap.get_metadata().index;
+        let metadata = if applied > 0 {
+            decode_state(&snap)?
+        } else {
+            empty_metadata()
+        };
+        let raft_cfg = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_tick,
+            heartbeat_tick: cfg.heartbeat_tick,
+            applied,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            // A leader cut off from a majority steps down; a partitioned node rejoining does
+            // not disrupt the others with a higher term.
+            check_quorum: true,
+            pre_vote: true,
+            ..Default::default()
+        };
+        raft_cfg.validate()?;
+        let raw = RawNode::new(&raft_cfg, storage, &logger(cfg.id))?;
+        let uuid = uuid::Uuid::new_v4();
+        Ok(QuorumNode {
+            raw,
+            store: MetadataStore::in_memory(metadata),
+            conf_state: snap.get_metadata().get_conf_state().clone(),
+            applied,
+            pending: HashMap::new(),
+            timed_out: Vec::new(),
+            nonce: uuid.as_u64_pair().0,
+            next_seq: 0,
+            init_proposed_in: 0,
+            step_down: false,
+            cfg,
+        })
+    }
+
+    pub fn id(&self) -> u64 {
+        self.cfg.id
+    }
+
+    /// The applied metadata.
+    pub fn metadata(&self) -> &ClusterMetadata {
+        self.store.state()
+    }
+
+    /// The applied metadata store, for proposers that need a fresh id (`unused_topic_id`) or a
+    /// dry run of a command against a copy.
+    pub fn store(&self) -> &MetadataStore {
+        &self.store
+    }
+
+    pub fn leader_id(&self) -> Option<u64> {
+        Some(self.raw.raft.leader_id).filter(|id| *id != raft::INVALID_ID)
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.raw.raft.state == StateRole::Leader
+    }
+
+    pub fn term(&self) -> u64 {
+        self.raw.raft.term
+    }
+
+    pub fn commit_index(&self) -> u64 {
+        self.raw.raft.raft_log.committed
+    }
+
+    pub fn applied_index(&self) -> u64 {
+        self.applied
+    }
+
+    /// The voters as of the applied index.
+    pub fn voters(&self) -> Vec<u64> {
+        let mut v = self.conf_state.voters.clone();
+        v.sort_unstable();
+        v
+    }
+
+    /// Index of the latest snapshot on disk.
+    pub fn snapshot_index(&self) -> u64 {
+        self.raw.store().snapshot_ref().get_metadata().index
+    }
+
+    /// Proposes `cmd`. On `Ok` the proposal ends exactly once in a later `poll`'s `completed`.
+    pub fn propose(&mut self, cmd: &ClusterCommand) -> Result<ProposalId, ProposeError> {
+        let term = self.term();
+        let leader = self
+            .leader_id()
+            .ok_or(ProposeError::NotLeader { leader: None })?;
+        let id = self.next_id();
+        let before = self.raw.raft.msgs.len();
+        self.raw
+            .propose(id.encode(), cmd.encode())
+            .map_err(|_| ProposeError::NotLeader {
+                leader: Some(leader).filter(|l| *l != self.cfg.id),
+            })?;
+        // A forwarded proposal carries the proposer's term (see the module doc).
+        for m in &mut self.raw.raft.msgs[before..] {
+            if m.get_msg_type() == MessageType::MsgPropose {
+                m.term = term;
+            }
+        }
+        self.pending.insert(id, Pending { term, age: 0 });
+        Ok(id)
+    }
+
+    /// Proposes adding or removing one voter; only on the leader, one change at a time.
+    pub fn propose_membership(
+        &mut self,
+        change: MembershipChange,
+    ) -> Result<ProposalId, ProposeError> {
+        if !self.is_leader() {
+            return Err(ProposeError::NotLeader {
+                leader: self.leader_id(),
+            });
+        }
+        if self.raw.raft.has_pending_conf() {
+            return Err(ProposeError::Refused(
+                "a membership change is still being applied".into(),
+            ));
+        }
+        let (kind, node) = match change {
+            MembershipChange::AddVoter(n) => (ConfChangeType::AddNode, n),
+            MembershipChange::RemoveVoter(n) => (ConfChangeType::RemoveNode, n),
+        };
+        let mut single = ConfChangeSingle::default();
+        single.set_change_type(kind);
+        single.node_id = node;
+        let mut cc = ConfChangeV2::default();
+        cc.mut_changes().push(single);
+        let id = self.next_id();
+        self.raw
+            .propose_conf_change(id.encode(), cc)
+            .map_err(|e| ProposeError::Refused(e.to_string()))?;
+        self.pending.insert(
+            id,
+            Pending {
+                term: self.term(),
+                age: 0,
+            },
+        );
+        Ok(id)
+    }
+
+    /// Hands a peer's message to raft. Messages for another node, from an unknown peer, or
+    /// stale forwarded proposals are dropped (raft tolerates loss).
+    pub fn step(&mut self, mut msg: Message) -> Result<(), QuorumError> {
+        if msg.to != self.cfg.id {
+            return Ok(());
+        }
+        if msg.get_msg_type() == MessageType::MsgPropose {
+            if msg.term != self.term() || !self.is_leader() {
+                return Ok(());
+            }
+            msg.term = 0;
+        }
+        match self.raw.step(msg) {
+            Ok(())
+            | Err(raft::Error::StepPeerNotFound)
+            | Err(raft::Error::StepLocalMsg)
+            | Err(raft::Error::ProposalDropped) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Advances raft's clock by one tick and ages pending proposals.
+    pub fn tick(&mut self) {
+        self.raw.tick();
+        let limit = self.cfg.proposal_timeout_ticks;
+        let mut expired = Vec::new();
+        for (id, p) in &mut self.pending {
+            p.age += 1;
+            if p.age >= limit {
+                expired.push(*id);
+            }
+        }
+        for id in expired {
+            self.pending.remove(&id);
+            self.timed_out.push(id);
+        }
+    }
+
+    /// Tells raft a peer could not be reached (it stops pipelining to it until it answers).
+    pub fn report_unreachable(&mut self, peer: u64) {
+        self.raw.report_unreachable(peer);
+    }
+
+    /// Persists, applies and collects everything raft has ready.
+    pub fn poll(&mut self) -> Result<Polled, QuorumError> {
+        let mut out = Polled::default();
+        for id in self.timed_out.drain(..) {
+            out.completed.push((id, ProposalResult::Unknown));
+        }
+        self.maybe_name_cluster();
+        // A few rounds: applying a conf change or persisting can make more ready at once.
+        for _ in 0..4 {
+            if self.raw.store().snapshot_wanted() {
+                self.take_snapshot()?;
+            }
+            if !self.raw.has_ready() {
+                break;
+            }
+            self.handle_ready(&mut out)?;
+        }
+        // Raft waits for a report on every snapshot it sends. The transport cannot know
+        // whether one arrived, so report it sent right away: the leader then probes, and a
+        // follower that did not get it is sent it again (a lost report would stall it forever).
+        let snapshot_targets: BTreeSet<u64> = out
+            .messages
+            .iter()
+            .filter(|m| m.get_msg_type() == MessageType::MsgSnapshot)
+            .map(|m| m.to)
+            .collect();
+        for to in snapshot_targets {
+            self.raw.report_snapshot(to, raft::SnapshotStatus::Finish);
+        }
+        if self.applied >= self.snapshot_index() + self.cfg.snapshot_every {
+            self.take_snapshot()?;
+        }
+        Ok(out)
+    }
+
+    fn handle_ready(&mut self, out: &mut Polled) -> Result<(), QuorumError> {
+        let mut rd = self.raw.ready();
+        // A leader may send before persisting (raft thesis 10.2.1); raft says which are safe.
+        out.messages.extend(rd.take_messages());
+        if !rd.snapshot().is_empty() {
+            let snap = rd.snapshot().clone();
+            self.raw.mut_store().apply_snapshot(snap.clone())?;
+            self.restore(&snap, out)?;
+        }
+        let committed = rd.take_committed_entries();
+        self.apply_entries(committed, out)?;
+        self.raw.mut_store().append(rd.entries())?;
+        if let Some(hs) = rd.hs() {
+            self.raw.mut_store().set_hard_state(hs)?;
+        }
+        out.messages.extend(rd.take_persisted_messages());
+        let mut light = self.raw.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            self.raw.mut_store().set_commit(commit)?;
+        }
+        out.messages.extend(light.take_messages());
+        let committed = light.take_committed_entries();
+        self.apply_entries(committed, out)?;
+        self.raw.advance_apply();
+        if std::mem::take(&mut self.step_down) && self.is_leader() {
+            let term = self.term();
+            self.raw.raft.become_follower(term + 1, raft::INVALID_ID);
+        }
+        Ok(())
+    }
+
+    fn restore(&mut self, snap: &Snapshot, out: &mut Polled) -> Result<(), QuorumError> {
+        let meta = snap.get_metadata();
+        self.store = MetadataStore::in_memory(decode_state(snap)?);
+        self.conf_state = meta.get_conf_state().clone();
+        self.applied = meta.index;
+        // Whatever of ours is inside the snapshot cannot be told apart from what is not.
+        let snap_term = meta.term;
+        let mut unknown: Vec<ProposalId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.term <= snap_term)
+            .map(|(id, _)| *id)
+            .collect();
+        unknown.sort();
+        for id in unknown {
+            self.pending.remove(&id);
+            out.completed.push((id, ProposalResult::Unknown));
+        }
+        out.metadata_changed = true;
+        Ok(())
+    }
+
+    fn apply_entries(&mut self, entries: Vec<Entry>, out: &mut Polled) -> Result<(), QuorumError> {
+        for e in entries {
+            self.apply_entry(e, out)?;
+        }
+        Ok(())
+    }
+
+    fn apply_entry(&mut self, e: Entry, out: &mut Polled) -> Result<(), QuorumError> {
+        let bad = |reason: String| QuorumError::BadEntry {
+            index: e.index,
+            reason,
+        };
+        let result: Option<Result<Outcome, ApplyError>> = match e.get_entry_type() {
+            EntryType::EntryNormal if e.get_data().is_empty() => None,
+            EntryType::EntryNormal => {
+                let cmd = ClusterCommand::decode(e.get_data()).map_err(|x| bad(x.to_string()))?;
+                let ClusterCommand::Metadata(cmd) = cmd;
+                let r = command::apply(&mut self.store, &cmd);
+                if r.is_ok() {
+                    out.metadata_changed = true;
+                }
+                Some(r.map_err(ApplyError::from))
+            }
+            // This node only proposes V2 changes; a V1 entry means a foreign log.
+            EntryType::EntryConfChange => {
+                return Err(bad("a version 1 conf change in the log".into()));
+            }
+            EntryType::EntryConfChangeV2 => {
+                let cc =
+                    ConfChangeV2::parse_from_bytes(e.get_data()).map_err(|x| bad(x.to_string()))?;
+                Some(self.apply_membership(&cc))
+            }
+        };
+        self.applied = e.index;
+        if let Some(id) = ProposalId::decode(e.get_context()) {
+            if self.pending.remove(&id).is_some() {
+                let r = result.unwrap_or_else(|| {
+                    // Raft replaced a refused conf change with an empty entry.
+                    Err(ApplyError::Membership("dropped by the leader".into()))
+                });
+                out.completed.push((id, ProposalResult::Committed(r)));
+            }
+        }
+        // See the module doc: an applied entry of a later term decides older proposals.
+        let mut dropped: Vec<ProposalId> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| p.term < e.term)
+            .map(|(id, _)| *id)
+            .collect();
+        dropped.sort();
+        for id in dropped {
+            self.pending.remove(&id);
+            out.completed.push((id, ProposalResult::Dropped));
+        }
+        Ok(())
+    }
+
+    fn apply_membership(&mut self, cc: &ConfChangeV2) -> Result<Outcome, ApplyError> {
+        match self.raw.apply_conf_change(cc) {
+            Ok(cs) => {
+                self.conf_state = cs;
+                if self.is_leader() && !self.conf_state.voters.contains(&self.cfg.id) {
+                    // Removed while leading: step down (after this ready) so the others
+                    // elect a leader.
+                    self.step_down = true;
+                }
+                Ok(Outcome::Voters(self.voters()))
+            }
+            Err(e) => Err(ApplyError::Membership(e.to_string())),
+        }
+    }
+
+    /// As leader of a cluster without a name, proposes one (once per term; the first applied
+    /// wins, later ones are no-ops).
+    fn maybe_name_cluster(&mut self) {
+        if !self.is_leader()
+            || !self.store.state().cluster_id.is_empty()
+            || self.init_proposed_in == self.term()
+        {
+            return;
+        }
+        self.init_proposed_in = self.term();
+        let cluster_id = uuid::Uuid::new_v4().simple().to_string()[..22].to_string();
+        let cmd = ClusterCommand::Metadata(MetadataCommand::InitCluster { cluster_id });
+        if let Err(e) = self.raw.propose(Vec::new(), cmd.encode()) {
+            tracing::debug!(error = %e, "cannot propose the cluster id yet");
+        }
+    }
+
+    /// Snapshots the applied state and drops the log up to it.
+    fn take_snapshot(&mut self) -> Result<(), QuorumError> {
+        let index = self.applied;
+        if index <= self.snapshot_index() {
+            return Ok(());
+        }
+        let term = self.raw.store().term(index)?;
+        let mut snap = Snapshot {
+            data: encode_state(self.store.state()).into(),
+            ..Default::default()
+        };
+        let meta = snap.mut_metadata();
+        meta.index = index;
+        meta.term = term;
+        meta.set_conf_state(self.conf_state.clone());
+        self.raw.mut_store().compact_to(snap)?;
+        Ok(())
+    }
+
+    fn next_id(&mut self) -> ProposalId {
+        self.next_seq += 1;
+        ProposalId {
+            node: self.cfg.id,
+            nonce: self.nonce,
+            seq: self.next_seq,
+        }
+    }
+}
+
+/// raft-rs logs through slog; this forwards its records to `tracing`.
+fn logger(id: u64) -> slog::Logger {
+    slog::Logger::root(TracingDrain, slog::o!("raft_id" => id))
+}
+
+struct TracingDrain;
+
+impl slog::Drain for TracingDrain {
+    type Ok = ();
+    type Err = slog::Never;
+
+    fn log(
+        &self,
+        record: &slog::Record<'_>,
+        values: &slog::OwnedKVList,
+    ) -> Result<(), slog::Never> {
+        use slog::KV as _;
+        let mut kv = KvText(String::new());
+        let _ = record.kv().serialize(record, &mut kv);
+        let _ = values.serialize(record, &mut kv);
+        let msg = record.msg();
+        match record.level() {
+            slog::Level::Critical | slog::Level::Error => tracing::error!("raft: {msg}{}", kv.0),
+            slog::Level::Warning => tracing::warn!("raft: {msg}{}", kv.0),
+            slog::Level::Info => tracing::info!("raft: {msg}{}", kv.0),
+            _ => tracing::trace!("raft: {msg}{}", kv.0),
+        }
+        Ok(())
+    }
+}
+
+struct KvText(String);
+
+impl slog::Serializer for KvText {
+    fn emit_arguments(&mut self, key: slog::Key, val: &std::fmt::Arguments<'_>) -> slog::Result {
+        use std::fmt::Write as _;
+        let _ = write!(self.0, " {key}={val}");
+        Ok(())
+    }
+}
