@@ -215,6 +215,7 @@ mod tests {
             cluster_id: String::new(),
             version: 0,
             topics: BTreeMap::new(),
+            internal_topics: BTreeMap::new(),
         })
     }
 
