@@ -78,6 +78,7 @@ fn cluster() -> Vec<Node> {
                     cluster_id: String::new(),
                     version: 0,
                     topics: BTreeMap::new(),
+                    internal_topics: BTreeMap::new(),
                 }))),
             }
         })
