@@ -78,6 +78,7 @@ fn cluster() -> Vec<Node> {
                     cluster_id: String::new(),
                     version: 0,
                     topics: BTreeMap::new(),
+                    brokers: BTreeMap::new(),
                 }))),
             }
         })
@@ -116,6 +117,7 @@ fn create(name: &str) -> ClusterCommand {
         partitions: 3,
         configs: BTreeMap::new(),
         id: Uuid::new_v4(),
+        assignments: Vec::new(),
     })
 }
 

@@ -10,6 +10,7 @@
 //! [`MetadataStore`]: crate::metadata::MetadataStore
 
 pub mod command;
+pub mod controller;
 pub mod node;
 pub mod storage;
 

@@ -203,6 +203,7 @@ fn empty_metadata() -> ClusterMetadata {
         cluster_id: String::new(),
         version: 0,
         topics: Default::default(),
+        brokers: Default::default(),
     }
 }
 

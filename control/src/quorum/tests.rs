@@ -199,6 +199,7 @@ impl Sim {
             partitions: 1,
             configs: BTreeMap::new(),
             id,
+            assignments: Vec::new(),
         });
         let pid = node.propose(&cmd)?;
         self.proposed.insert(pid, (name, id));
