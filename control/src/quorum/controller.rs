@@ -86,7 +86,7 @@ pub fn place_replicas(
     let mut out = Vec::with_capacity(partitions.max(0) as usize);
     for i in 0..partitions.max(0) {
         let p = (start_partition.max(0) + i) as usize;
-        if p > 0 && p % n == 0 {
+        if p > 0 && p.is_multiple_of(n) {
             shift += 1;
         }
         let first = (p + start_index) % n;
@@ -402,4 +402,69 @@ pub fn elect_preferred(
     a.partition_epoch += 1;
     *epoch += 1;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn striped_placement_gives_kafkas_assignment_for_the_same_start_and_shift() {
+        // Five brokers, RF 3, ten partitions, start index 0, shift 0: the assignment Kafka's
+        // rack-unaware algorithm produces (the shift grows when partition 5 wraps around).
+        let expect: [[i32; 3]; 10] = [
+            [0, 1, 2],
+            [1, 2, 3],
+            [2, 3, 4],
+            [3, 4, 0],
+            [4, 0, 1],
+            [0, 2, 3],
+            [1, 3, 4],
+            [2, 4, 0],
+            [3, 0, 1],
+            [4, 1, 2],
+        ];
+        let got = place_replicas(&[0, 1, 2, 3, 4], 0, 10, 3, 0, 0).unwrap();
+        assert_eq!(got, expect.map(|r| r.to_vec()).to_vec());
+        // A start index and shift move the first replica and the followers' distance.
+        let got = place_replicas(&[10, 20, 30], 0, 4, 2, 2, 1).unwrap();
+        assert_eq!(
+            got,
+            [vec![30, 20], vec![10, 30], vec![20, 10], vec![30, 10]]
+        );
+        // Continuing a topic (CreatePartitions) counts from its partition count; as in Kafka,
+        // the shift grows only at wraps after that start (partition 10 here).
+        let tail = place_replicas(&[0, 1, 2, 3, 4], 7, 5, 2, 3, 2).unwrap();
+        assert_eq!(
+            tail,
+            [vec![0, 3], vec![1, 4], vec![2, 0], vec![3, 2], vec![4, 3]]
+        );
+        // One broker, RF 1: the one-node case.
+        assert_eq!(
+            place_replicas(&[5], 0, 3, 1, 0, 0).unwrap(),
+            vec![vec![5]; 3]
+        );
+    }
+
+    #[test]
+    fn the_replication_factor_comes_from_the_request_or_the_default_and_is_bounded() {
+        assert_eq!(replication_factor(-1, 2, 3).unwrap(), 2);
+        assert_eq!(replication_factor(3, 1, 3).unwrap(), 3);
+        assert!(matches!(
+            replication_factor(4, 1, 3),
+            Err(MetadataError::ReplicationFactorTooLarge {
+                requested: 4,
+                available: 3
+            })
+        ));
+        assert!(matches!(
+            replication_factor(-1, 3, 1),
+            Err(MetadataError::ReplicationFactorTooLarge { .. })
+        ));
+        assert!(matches!(
+            replication_factor(0, 1, 3),
+            Err(MetadataError::InvalidReplicationFactor(0))
+        ));
+        assert!(place_replicas(&[], 0, 1, 1, 0, 0).is_err());
+    }
 }
