@@ -1352,6 +1352,54 @@ mod tests {
     }
 
     #[test]
+    fn a_one_node_document_from_before_replication_loads_and_is_written_unchanged() {
+        // The document as a one-node broker wrote it before assignments and brokers existed.
+        let old = r#"{
+  "cluster_id": "q1w2e3r4t5y6u7i8o9p0aa",
+  "version": 4,
+  "topics": {
+    "orders": {
+      "name": "orders",
+      "id": "0f0e0d0c-0b0a-0908-0706-050403020100",
+      "leader_epochs": [
+        0,
+        3
+      ],
+      "configs": {
+        "retention.ms": "1000"
+      },
+      "mirror": null,
+      "internal": false
+    }
+  }
+}"#;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE_NAME), old).unwrap();
+        let mut s = MetadataStore::open(dir.path()).unwrap();
+        // Byte for byte the same document when written back.
+        assert_eq!(serde_json::to_string_pretty(s.state()).unwrap(), old);
+        let t = s.topic("orders").unwrap();
+        assert!(t.assignments.is_empty() && s.state().brokers.is_empty());
+        // Every partition resolves to the local node.
+        assert_eq!(t.assignment(1, 7), Some(PartitionAssignment::local(7)));
+        assert_eq!(t.assignment(2, 7), None);
+        // And behaves as before: growing, epochs, a new topic; still no new keys on disk.
+        s.create_partitions("orders", 3, false).unwrap();
+        s.update_topic("orders", |t| t.leader_epochs[2] = 5)
+            .unwrap();
+        s.create_topic("more", 1, BTreeMap::new(), None, false)
+            .unwrap();
+        let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
+        assert!(
+            !text.contains("assignments") && !text.contains("brokers"),
+            "{text}"
+        );
+        let s = MetadataStore::open(dir.path()).unwrap();
+        assert_eq!(s.topic("orders").unwrap().leader_epochs, [0, 3, 5]);
+        assert_eq!(s.state().version, 7);
+    }
+
+    #[test]
     fn topics_ids_configs_and_epochs_survive_reopen() {
         let dir = tempfile::tempdir().unwrap();
         let id;
