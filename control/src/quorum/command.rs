@@ -17,13 +17,41 @@ use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
 use super::controller;
+use crate::acl::{AclBinding, AclFilter, AclStore};
 use crate::metadata::{BrokerRegistration, ConfigOp, MetadataError, MetadataStore, TopicMeta};
 
-/// Everything the cluster log carries. Only metadata exists so far; ACLs, SCRAM credentials,
-/// quotas and mirror definitions become further variants.
+/// Everything the cluster log carries. SCRAM credentials, quotas and mirror definitions
+/// become further variants.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ClusterCommand {
     Metadata(MetadataCommand),
+    Acl(AclCommand),
+}
+
+/// One mutation of the ACL set. The proposer validates (`acl::validate_binding`,
+/// `AclFilter::validate`) and answers invalid items itself; apply skips an invalid item
+/// identically on every node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AclCommand {
+    Create { bindings: Vec<AclBinding> },
+    Delete { filters: Vec<AclFilter> },
+}
+
+/// Applies one ACL command to the replicated ACL set: per filter of a deletion, the bindings
+/// it removed (empty for a creation).
+pub fn apply_acl(acls: &mut AclStore, cmd: &AclCommand) -> Vec<Vec<AclBinding>> {
+    match cmd {
+        AclCommand::Create { bindings } => {
+            // An in-memory store has no I/O to fail; invalid bindings are skipped.
+            let _ = acls.create(bindings);
+            Vec::new()
+        }
+        AclCommand::Delete { filters } => acls
+            .delete(filters)
+            .into_iter()
+            .map(|r| r.unwrap_or_default())
+            .collect(),
+    }
 }
 
 /// One mutation of the topic metadata.
@@ -140,6 +168,8 @@ pub enum Outcome {
     Voters(Vec<u64>),
     /// A broker registration, fencing or unregistration was applied.
     Brokers,
+    /// An ACL command: per filter of a deletion, the bindings it removed.
+    Acls(Vec<Vec<AclBinding>>),
 }
 
 impl ClusterCommand {
@@ -452,7 +482,9 @@ mod tests {
             // Through the wire form, as a follower sees it.
             let wire =
                 ClusterCommand::decode(&ClusterCommand::Metadata(cmd.clone()).encode()).unwrap();
-            let ClusterCommand::Metadata(decoded) = wire;
+            let ClusterCommand::Metadata(decoded) = wire else {
+                unreachable!()
+            };
             assert_eq!(decoded, cmd);
             let ra = apply(&mut a, &cmd).map_err(|e| e.to_string());
             let rb = apply(&mut b, &decoded).map_err(|e| e.to_string());
