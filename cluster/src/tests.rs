@@ -79,6 +79,7 @@ fn cluster() -> Vec<Node> {
                     version: 0,
                     topics: BTreeMap::new(),
                     internal_topics: BTreeMap::new(),
+                    brokers: BTreeMap::new(),
                 }))),
             }
         })
@@ -117,6 +118,7 @@ fn create(name: &str) -> ClusterCommand {
         partitions: 3,
         configs: BTreeMap::new(),
         id: Uuid::new_v4(),
+        assignments: Vec::new(),
     })
 }
 

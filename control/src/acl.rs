@@ -45,7 +45,7 @@ pub enum AclError {
 }
 
 /// A DescribeAcls / DeleteAcls filter. `None` strings match anything.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct AclFilter {
     pub resource_type: i8,
     pub resource_name: Option<String>,
@@ -187,7 +187,8 @@ struct Stored {
 /// The set of ACL bindings of this broker, persisted in `<dir>/acls.json`.
 #[derive(Debug)]
 pub struct AclStore {
-    path: PathBuf,
+    /// `None` for the replicated cluster's in-memory copy (its Raft log is the durable one).
+    path: Option<PathBuf>,
     acls: BTreeSet<AclBinding>,
 }
 
@@ -218,7 +219,19 @@ impl AclStore {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeSet::new(),
             Err(e) => return Err(e.into()),
         };
-        Ok(AclStore { path, acls })
+        Ok(AclStore {
+            path: Some(path),
+            acls,
+        })
+    }
+
+    /// A store never written to disk (the Raft state machine's copy); it validates and
+    /// matches exactly as the durable one.
+    pub fn in_memory(acls: impl IntoIterator<Item = AclBinding>) -> AclStore {
+        AclStore {
+            path: None,
+            acls: acls.into_iter().collect(),
+        }
     }
 
     pub fn all(&self) -> Vec<AclBinding> {
@@ -288,6 +301,9 @@ impl AclStore {
     }
 
     fn persist(&self) -> Result<(), AclError> {
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
         let rows: Vec<Stored> = self
             .acls
             .iter()
@@ -302,7 +318,7 @@ impl AclStore {
             })
             .collect();
         let bytes = serde_json::to_vec_pretty(&rows).map_err(std::io::Error::other)?;
-        crate::replace_file::replace_durably(&self.path, &bytes)?;
+        crate::replace_file::replace_durably(path, &bytes)?;
         Ok(())
     }
 }

@@ -32,6 +32,52 @@ pub enum MetadataError {
     InvalidPartitions(String),
     #[error("invalid replication factor {0}: this cluster has a single broker")]
     InvalidReplicationFactor(i16),
+    /// A replicated cluster: more replicas asked for than unfenced brokers exist.
+    #[error("replication factor {requested} is larger than the {available} available brokers")]
+    ReplicationFactorTooLarge { requested: i32, available: usize },
+    /// An assignment or command names a broker that is not registered.
+    #[error("broker {0} is not registered")]
+    BrokerNotRegistered(i32),
+    /// AlterPartition from a broker that does not lead the partition (NOT_LEADER_OR_FOLLOWER).
+    #[error("broker {broker} is not the leader of {topic}-{partition}")]
+    NotLeader {
+        topic: String,
+        partition: i32,
+        broker: i32,
+    },
+    /// AlterPartition with a leader epoch other than the current one (FENCED_LEADER_EPOCH).
+    #[error("leader epoch {given} of {topic}-{partition} is not the current {current}")]
+    FencedLeaderEpoch {
+        topic: String,
+        partition: i32,
+        given: i32,
+        current: i32,
+    },
+    /// AlterPartition with a stale partition epoch (INVALID_UPDATE_VERSION).
+    #[error("partition epoch {given} of {topic}-{partition} is not the current {current}")]
+    InvalidUpdateVersion {
+        topic: String,
+        partition: i32,
+        given: i32,
+        current: i32,
+    },
+    /// A proposed ISR member that is not an unfenced, registered replica (INELIGIBLE_REPLICA).
+    #[error("broker {broker} cannot join the ISR of {topic}-{partition}: {reason}")]
+    IneligibleReplica {
+        topic: String,
+        partition: i32,
+        broker: i32,
+        reason: String,
+    },
+    /// A malformed controller request (INVALID_REQUEST).
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// ElectLeaders PREFERRED where the preferred replica already leads (ELECTION_NOT_NEEDED).
+    #[error("{topic}-{partition} is already led by its preferred replica")]
+    ElectionNotNeeded { topic: String, partition: i32 },
+    /// The preferred replica is fenced or out of the ISR (PREFERRED_LEADER_NOT_AVAILABLE).
+    #[error("the preferred leader of {topic}-{partition} is not available")]
+    PreferredLeaderNotAvailable { topic: String, partition: i32 },
     /// `reason` names the key and reads like Kafka's message for the same refusal.
     #[error("{reason}")]
     InvalidConfig { key: String, reason: String },
@@ -59,11 +105,82 @@ pub struct TopicMeta {
     pub mirror: Option<String>,
     #[serde(default)]
     pub internal: bool,
+    /// Per partition: replicas, ISR, leader and partition epoch, in a replicated cluster.
+    /// Empty for a one-node broker's topic (the sentinel "every partition lives on the local
+    /// node alone": replicas = ISR = leader = this node, partition epoch 0), which keeps the
+    /// one-node document and behaviour unchanged; otherwise as long as `leader_epochs`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub assignments: Vec<PartitionAssignment>,
+}
+
+/// "No leader" (Kafka's `-1`): no live ISR member, until one returns.
+pub const NO_LEADER: i32 = -1;
+
+/// Where one partition lives in a replicated cluster (Kafka's PartitionRecord fields).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PartitionAssignment {
+    /// Broker ids in preference order; the first is the preferred leader.
+    pub replicas: Vec<i32>,
+    /// The in-sync replicas; never empty (KRaft keeps the last member when it is fenced).
+    pub isr: Vec<i32>,
+    /// The leader's broker id, or [`NO_LEADER`].
+    pub leader: i32,
+    /// Kafka's partition epoch: bumped on every change of replicas, ISR or leader, so an
+    /// AlterPartition built on an older state is refused (INVALID_UPDATE_VERSION).
+    pub partition_epoch: i32,
+}
+
+impl PartitionAssignment {
+    /// The one-node sentinel made explicit for `node`.
+    pub fn local(node: i32) -> PartitionAssignment {
+        PartitionAssignment {
+            replicas: vec![node],
+            isr: vec![node],
+            leader: node,
+            partition_epoch: 0,
+        }
+    }
+}
+
+/// One listener a broker registered (Kafka's BrokerEndpoint).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerEndpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+    pub security_protocol: i16,
+}
+
+/// A registered broker (Kafka's RegisterBrokerRecord and its fencing state).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRegistration {
+    pub id: i32,
+    /// Changes on every start of the broker process; a new one replaces the registration.
+    #[serde(with = "uuid_text")]
+    pub incarnation: Uuid,
+    pub endpoints: Vec<BrokerEndpoint>,
+    #[serde(default)]
+    pub rack: Option<String>,
+    /// A fenced broker leads nothing and is in no ISR it could leave (missed heartbeats,
+    /// controlled shutdown, or not yet caught up after registering).
+    pub fenced: bool,
 }
 
 impl TopicMeta {
     pub fn partition_count(&self) -> i32 {
         self.leader_epochs.len() as i32
+    }
+
+    /// Partition `p`'s assignment; a one-node topic's partitions resolve to `local`.
+    pub fn assignment(&self, p: i32, local: i32) -> Option<PartitionAssignment> {
+        let idx = usize::try_from(p).ok()?;
+        if idx >= self.leader_epochs.len() {
+            return None;
+        }
+        Some(match self.assignments.get(idx) {
+            Some(a) => a.clone(),
+            None => PartitionAssignment::local(local),
+        })
     }
 
     /// The effective value of a topic config (dynamic value, else the default).
@@ -90,9 +207,15 @@ pub struct ClusterMetadata {
     /// `__consumer_offsets` and `__transaction_state` once Kafka would have created them
     /// (first FindCoordinator for a group / a transactional id). Described in Metadata as
     /// internal topics led by this node; they have no partition logs (the coordinators keep
-    /// their state in their own stores), so the data path never sees them.
-    #[serde(default)]
+    /// their state in their own stores), so the data path never sees them. Left out of the
+    /// document while empty, as `brokers` is, so an older one-node document reads and writes
+    /// back unchanged.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub internal_topics: BTreeMap<String, TopicMeta>,
+    /// The registered brokers of a replicated cluster (empty on a one-node broker, whose
+    /// document keeps its old form).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub brokers: BTreeMap<i32, BrokerRegistration>,
 }
 
 /// Kafka's internal topics (Topic.isInternal).
@@ -164,6 +287,7 @@ impl MetadataStore {
                 version: 0,
                 topics: BTreeMap::new(),
                 internal_topics: BTreeMap::new(),
+                brokers: BTreeMap::new(),
             },
         };
         store.persist()?;
@@ -295,6 +419,7 @@ impl MetadataStore {
             configs,
             mirror: None,
             internal: name.starts_with("__"),
+            assignments: Vec::new(),
         };
         Ok(meta)
     }
@@ -492,6 +617,21 @@ impl MetadataStore {
             return Err(e);
         }
         Ok(after)
+    }
+
+    /// Changes the whole document at once (the replicated controller's commands touch brokers
+    /// and many topics together): all of `f` or, when it fails, nothing. Persisted before
+    /// return.
+    pub fn update_cluster<R>(
+        &mut self,
+        f: impl FnOnce(&mut ClusterMetadata) -> Result<R, MetadataError>,
+    ) -> Result<R, MetadataError> {
+        let before = self.state.clone();
+        let r = f(&mut self.state).and_then(|r| self.commit().map(|()| r));
+        if r.is_err() {
+            self.state = before;
+        }
+        r
     }
 
     fn commit(&mut self) -> Result<(), MetadataError> {
@@ -1304,6 +1444,54 @@ mod tests {
             })
         );
         assert!(codec(&[("message.timestamp.type", "LogAppendTime")]).log_append_time);
+    }
+
+    #[test]
+    fn a_one_node_document_from_before_replication_loads_and_is_written_unchanged() {
+        // The document as a one-node broker wrote it before assignments and brokers existed.
+        let old = r#"{
+  "cluster_id": "q1w2e3r4t5y6u7i8o9p0aa",
+  "version": 4,
+  "topics": {
+    "orders": {
+      "name": "orders",
+      "id": "0f0e0d0c-0b0a-0908-0706-050403020100",
+      "leader_epochs": [
+        0,
+        3
+      ],
+      "configs": {
+        "retention.ms": "1000"
+      },
+      "mirror": null,
+      "internal": false
+    }
+  }
+}"#;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(FILE_NAME), old).unwrap();
+        let mut s = MetadataStore::open(dir.path()).unwrap();
+        // Byte for byte the same document when written back.
+        assert_eq!(serde_json::to_string_pretty(s.state()).unwrap(), old);
+        let t = s.topic("orders").unwrap();
+        assert!(t.assignments.is_empty() && s.state().brokers.is_empty());
+        // Every partition resolves to the local node.
+        assert_eq!(t.assignment(1, 7), Some(PartitionAssignment::local(7)));
+        assert_eq!(t.assignment(2, 7), None);
+        // And behaves as before: growing, epochs, a new topic; still no new keys on disk.
+        s.create_partitions("orders", 3, false).unwrap();
+        s.update_topic("orders", |t| t.leader_epochs[2] = 5)
+            .unwrap();
+        s.create_topic("more", 1, BTreeMap::new(), None, false)
+            .unwrap();
+        let text = std::fs::read_to_string(dir.path().join(FILE_NAME)).unwrap();
+        assert!(
+            !text.contains("assignments") && !text.contains("brokers"),
+            "{text}"
+        );
+        let s = MetadataStore::open(dir.path()).unwrap();
+        assert_eq!(s.topic("orders").unwrap().leader_epochs, [0, 3, 5]);
+        assert_eq!(s.state().version, 7);
     }
 
     #[test]

@@ -118,6 +118,15 @@ pub fn metadata_error_code(e: &MetadataError) -> i16 {
         MetadataError::InvalidConfig { .. } => E::InvalidConfig.code(),
         MetadataError::MirrorReadOnly(_) => keys::error::READ_ONLY_TOPIC,
         MetadataError::Io(_) | MetadataError::Corrupt { .. } => E::KafkaStorageError.code(),
+        MetadataError::ReplicationFactorTooLarge { .. } => E::InvalidReplicationFactor.code(),
+        MetadataError::BrokerNotRegistered(_) => E::BrokerIdNotRegistered.code(),
+        MetadataError::NotLeader { .. } => E::NotLeaderOrFollower.code(),
+        MetadataError::FencedLeaderEpoch { .. } => E::FencedLeaderEpoch.code(),
+        MetadataError::InvalidUpdateVersion { .. } => E::InvalidUpdateVersion.code(),
+        MetadataError::IneligibleReplica { .. } => E::IneligibleReplica.code(),
+        MetadataError::InvalidRequest(_) => E::InvalidRequest.code(),
+        MetadataError::ElectionNotNeeded { .. } => E::ElectionNotNeeded.code(),
+        MetadataError::PreferredLeaderNotAvailable { .. } => E::PreferredLeaderNotAvailable.code(),
         _ => E::UnknownServerError.code(),
     }
 }
@@ -170,5 +179,47 @@ mod tests {
             metadata_error_code(&MetadataError::InvalidReplicationFactor(3)),
             38
         );
+        // The replicated controller's refusals (AlterPartition, elections).
+        let (topic, partition) = (String::from("t"), 0);
+        for (e, code) in [
+            (
+                MetadataError::FencedLeaderEpoch {
+                    topic: topic.clone(),
+                    partition,
+                    given: 1,
+                    current: 2,
+                },
+                74,
+            ),
+            (
+                MetadataError::InvalidUpdateVersion {
+                    topic: topic.clone(),
+                    partition,
+                    given: 1,
+                    current: 2,
+                },
+                95,
+            ),
+            (
+                MetadataError::IneligibleReplica {
+                    topic: topic.clone(),
+                    partition,
+                    broker: 3,
+                    reason: "fenced".into(),
+                },
+                107,
+            ),
+            (MetadataError::ElectionNotNeeded { topic, partition }, 84),
+            (MetadataError::BrokerNotRegistered(9), 102),
+            (
+                MetadataError::ReplicationFactorTooLarge {
+                    requested: 4,
+                    available: 3,
+                },
+                38,
+            ),
+        ] {
+            assert_eq!(metadata_error_code(&e), code, "{e}");
+        }
     }
 }

@@ -369,7 +369,9 @@ pub fn plan_group_sync(
 
 /// One ACL binding (Kafka's resource pattern + access control entry), as DescribeAcls lists
 /// it. Codes are Kafka's (resource type, pattern type, operation, permission type).
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize,
+)]
 pub struct AclBinding {
     pub resource_type: i8,
     pub resource_name: String,

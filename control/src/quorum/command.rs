@@ -16,13 +16,42 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use uuid::Uuid;
 
-use crate::metadata::{ConfigOp, MetadataError, MetadataStore, TopicMeta};
+use super::controller;
+use crate::acl::{AclBinding, AclFilter, AclStore};
+use crate::metadata::{BrokerRegistration, ConfigOp, MetadataError, MetadataStore, TopicMeta};
 
-/// Everything the cluster log carries. Only metadata exists so far; ACLs, SCRAM credentials,
-/// quotas and mirror definitions become further variants.
+/// Everything the cluster log carries. SCRAM credentials, quotas and mirror definitions
+/// become further variants.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ClusterCommand {
     Metadata(MetadataCommand),
+    Acl(AclCommand),
+}
+
+/// One mutation of the ACL set. The proposer validates (`acl::validate_binding`,
+/// `AclFilter::validate`) and answers invalid items itself; apply skips an invalid item
+/// identically on every node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum AclCommand {
+    Create { bindings: Vec<AclBinding> },
+    Delete { filters: Vec<AclFilter> },
+}
+
+/// Applies one ACL command to the replicated ACL set: per filter of a deletion, the bindings
+/// it removed (empty for a creation).
+pub fn apply_acl(acls: &mut AclStore, cmd: &AclCommand) -> Vec<Vec<AclBinding>> {
+    match cmd {
+        AclCommand::Create { bindings } => {
+            // An in-memory store has no I/O to fail; invalid bindings are skipped.
+            let _ = acls.create(bindings);
+            Vec::new()
+        }
+        AclCommand::Delete { filters } => acls
+            .delete(filters)
+            .into_iter()
+            .map(|r| r.unwrap_or_default())
+            .collect(),
+    }
 }
 
 /// One mutation of the topic metadata.
@@ -39,6 +68,11 @@ pub enum MetadataCommand {
         configs: BTreeMap<String, String>,
         #[serde(with = "crate::metadata::uuid_text")]
         id: Uuid,
+        /// Replica lists per partition, chosen by the proposer
+        /// ([`controller::propose_placement`]); empty for a one-node topic (the local-node
+        /// sentinel of `TopicMeta::assignments`).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     CreateMirrorTopic {
         name: String,
@@ -56,6 +90,9 @@ pub enum MetadataCommand {
     CreatePartitions {
         name: String,
         total: i32,
+        /// Replica lists of the new partitions (empty for a one-node topic).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     AlterConfigs {
         name: String,
@@ -88,6 +125,34 @@ pub enum MetadataCommand {
         set: BTreeMap<String, String>,
         delete: Vec<String>,
     },
+    /// A broker registers (or re-registers after a restart).
+    RegisterBroker(BrokerRegistration),
+    /// The broker missed its heartbeats or shuts down: out of ISRs, leaderships moved.
+    FenceBroker {
+        id: i32,
+    },
+    /// The broker caught up again: leaderless partitions it is in the ISR of may elect it.
+    UnfenceBroker {
+        id: i32,
+    },
+    UnregisterBroker {
+        id: i32,
+    },
+    /// Kafka's AlterPartition: the leader `broker` proposes a new ISR, built on the given
+    /// leader epoch and partition epoch.
+    AlterPartition {
+        name: String,
+        partition: i32,
+        broker: i32,
+        leader_epoch: i32,
+        partition_epoch: i32,
+        isr: Vec<i32>,
+    },
+    /// ElectLeaders PREFERRED for one partition.
+    ElectPreferredLeader {
+        name: String,
+        partition: i32,
+    },
 }
 
 /// What a successfully applied command did.
@@ -101,6 +166,10 @@ pub enum Outcome {
     ClusterId(String),
     /// A membership change (see `node`): the voters after it.
     Voters(Vec<u64>),
+    /// A broker registration, fencing or unregistration was applied.
+    Brokers,
+    /// An ACL command: per filter of a deletion, the bindings it removed.
+    Acls(Vec<Vec<AclBinding>>),
 }
 
 impl ClusterCommand {
@@ -127,13 +196,35 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             partitions,
             configs,
             id,
-        } => Outcome::Topic(store.create_topic(
+            assignments,
+        } if assignments.is_empty() => Outcome::Topic(store.create_topic(
             name,
             *partitions,
             configs.clone(),
             Some(*id),
             false,
         )?),
+        C::CreateTopic {
+            name,
+            partitions,
+            configs,
+            id,
+            assignments,
+        } => {
+            if assignments.len() != usize::try_from(*partitions).unwrap_or(0) {
+                return Err(MetadataError::InvalidRequest(format!(
+                    "{} replica lists for {partitions} partitions",
+                    assignments.len()
+                )));
+            }
+            let mut meta =
+                store.create_topic(name, *partitions, configs.clone(), Some(*id), true)?;
+            meta.assignments = controller::new_partitions(store.state(), assignments)?;
+            Outcome::Topic(store.update_cluster(|s| {
+                s.topics.insert(meta.name.clone(), meta.clone());
+                Ok(meta)
+            })?)
+        }
         C::CreateMirrorTopic {
             name,
             partitions,
@@ -150,8 +241,36 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             mirror,
         )?),
         C::DeleteTopic { name } => Outcome::Deleted(store.delete_topic(name)?),
-        C::CreatePartitions { name, total } => {
-            Outcome::Topic(store.create_partitions(name, *total, false)?)
+        C::CreatePartitions {
+            name,
+            total,
+            assignments,
+        } => {
+            let replicated = store.topic(name).is_some_and(|t| !t.assignments.is_empty());
+            if !replicated && assignments.is_empty() {
+                Outcome::Topic(store.create_partitions(name, *total, false)?)
+            } else {
+                let mut meta = store.create_partitions(name, *total, true)?;
+                let current = meta.assignments.len();
+                if !replicated || current + assignments.len() != meta.leader_epochs.len() {
+                    return Err(MetadataError::InvalidRequest(format!(
+                        "{} replica lists for {} new partitions",
+                        assignments.len(),
+                        meta.leader_epochs.len() - current
+                    )));
+                }
+                let new = controller::new_partitions(store.state(), assignments)?;
+                if new[0].replicas.len() != meta.assignments[0].replicas.len() {
+                    return Err(MetadataError::InvalidRequest(
+                        "new partitions need the topic's replication factor".into(),
+                    ));
+                }
+                meta.assignments.extend(new);
+                Outcome::Topic(store.update_cluster(|s| {
+                    s.topics.insert(meta.name.clone(), meta.clone());
+                    Ok(meta)
+                })?)
+            }
         }
         C::AlterConfigs { name, ops } => Outcome::Topic(store.alter_configs(name, ops, false)?),
         C::ReplaceConfigs { name, configs } => {
@@ -202,6 +321,47 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
                 t.configs.extend(set);
             })?)
         }
+        C::RegisterBroker(reg) => {
+            store.update_cluster(|s| controller::register_broker(s, reg))?;
+            Outcome::Brokers
+        }
+        C::FenceBroker { id } => {
+            store.update_cluster(|s| controller::set_fenced(s, *id, true))?;
+            Outcome::Brokers
+        }
+        C::UnfenceBroker { id } => {
+            store.update_cluster(|s| controller::set_fenced(s, *id, false))?;
+            Outcome::Brokers
+        }
+        C::UnregisterBroker { id } => {
+            store.update_cluster(|s| controller::unregister_broker(s, *id))?;
+            Outcome::Brokers
+        }
+        C::AlterPartition {
+            name,
+            partition,
+            broker,
+            leader_epoch,
+            partition_epoch,
+            isr,
+        } => Outcome::Topic(store.update_cluster(|s| {
+            controller::alter_partition(
+                s,
+                name,
+                *partition,
+                *broker,
+                *leader_epoch,
+                *partition_epoch,
+                isr,
+            )?;
+            Ok(s.topics[name].clone())
+        })?),
+        C::ElectPreferredLeader { name, partition } => {
+            Outcome::Topic(store.update_cluster(|s| {
+                controller::elect_preferred(s, name, *partition)?;
+                Ok(s.topics[name].clone())
+            })?)
+        }
     })
 }
 
@@ -216,6 +376,7 @@ mod tests {
             version: 0,
             topics: BTreeMap::new(),
             internal_topics: BTreeMap::new(),
+            brokers: BTreeMap::new(),
         })
     }
 
@@ -235,18 +396,21 @@ mod tests {
                 partitions: 2,
                 configs: cfg.clone(),
                 id,
+                assignments: Vec::new(),
             },
             C::CreateTopic {
                 name: "a".into(),
                 partitions: 2,
                 configs: BTreeMap::new(),
                 id: Uuid::from_u128(9),
+                assignments: Vec::new(),
             },
             C::CreateTopic {
                 name: "bad/name".into(),
                 partitions: 1,
                 configs: BTreeMap::new(),
                 id: Uuid::from_u128(10),
+                assignments: Vec::new(),
             },
             C::CreateMirrorTopic {
                 name: "m".into(),
@@ -259,10 +423,12 @@ mod tests {
             C::CreatePartitions {
                 name: "a".into(),
                 total: 4,
+                assignments: Vec::new(),
             },
             C::CreatePartitions {
                 name: "m".into(),
                 total: 4,
+                assignments: Vec::new(),
             },
             C::AlterConfigs {
                 name: "a".into(),
@@ -317,7 +483,9 @@ mod tests {
             // Through the wire form, as a follower sees it.
             let wire =
                 ClusterCommand::decode(&ClusterCommand::Metadata(cmd.clone()).encode()).unwrap();
-            let ClusterCommand::Metadata(decoded) = wire;
+            let ClusterCommand::Metadata(decoded) = wire else {
+                unreachable!()
+            };
             assert_eq!(decoded, cmd);
             let ra = apply(&mut a, &cmd).map_err(|e| e.to_string());
             let rb = apply(&mut b, &decoded).map_err(|e| e.to_string());
@@ -356,6 +524,7 @@ mod tests {
                 partitions: 1,
                 configs: BTreeMap::new(),
                 id: Uuid::from_u128(1),
+                assignments: Vec::new(),
             },
         )
         .unwrap();
@@ -376,6 +545,7 @@ mod tests {
             MetadataCommand::CreatePartitions {
                 name: "t".into(),
                 total: 1,
+                assignments: Vec::new(),
             },
         ] {
             assert!(apply(&mut s, &cmd).is_err(), "{cmd:?}");

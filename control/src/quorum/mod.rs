@@ -10,10 +10,11 @@
 //! [`MetadataStore`]: crate::metadata::MetadataStore
 
 pub mod command;
+pub mod controller;
 pub mod node;
 pub mod storage;
 
-pub use command::{ClusterCommand, MetadataCommand, Outcome};
+pub use command::{AclCommand, ClusterCommand, MetadataCommand, Outcome};
 pub use node::{
     ApplyError, MembershipChange, Polled, ProposalId, ProposalResult, ProposeError, QuorumConfig,
     QuorumError, QuorumNode,

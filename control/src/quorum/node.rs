@@ -39,6 +39,7 @@ use serde::{Deserialize, Serialize};
 
 use super::command::{self, ClusterCommand, MetadataCommand, Outcome};
 use super::storage::{DurableStorage, StorageError};
+use crate::acl::{AclBinding, AclStore};
 use crate::metadata::{ClusterMetadata, MetadataError, MetadataStore};
 
 /// Settings of one quorum member.
@@ -157,11 +158,15 @@ pub struct Polled {
     pub completed: Vec<(ProposalId, ProposalResult)>,
     /// Whether the applied metadata changed (publish [`QuorumNode::metadata`]).
     pub metadata_changed: bool,
+    /// Whether an ACL command was applied (publish [`QuorumNode::acls`]).
+    pub acls_changed: bool,
 }
 
 #[derive(Serialize, Deserialize)]
 struct SnapshotData {
     metadata: ClusterMetadata,
+    #[serde(default)]
+    acls: Vec<AclBinding>,
 }
 
 #[derive(Debug)]
@@ -175,6 +180,8 @@ pub struct QuorumNode {
     raw: RawNode<DurableStorage>,
     cfg: QuorumConfig,
     store: MetadataStore,
+    /// The replicated ACL set.
+    acls: AclStore,
     conf_state: ConfState,
     applied: u64,
     pending: HashMap<ProposalId, Pending>,
@@ -204,23 +211,25 @@ fn empty_metadata() -> ClusterMetadata {
         version: 0,
         topics: Default::default(),
         internal_topics: Default::default(),
+        brokers: Default::default(),
     }
 }
 
-fn encode_state(metadata: &ClusterMetadata) -> Vec<u8> {
+fn encode_state(metadata: &ClusterMetadata, acls: &AclStore) -> Vec<u8> {
     serde_json::to_vec(&SnapshotData {
         metadata: metadata.clone(),
+        acls: acls.all(),
     })
     .expect("metadata serializes")
 }
 
-fn decode_state(snap: &Snapshot) -> Result<ClusterMetadata, QuorumError> {
+fn decode_state(snap: &Snapshot) -> Result<SnapshotData, QuorumError> {
     let data: SnapshotData =
         serde_json::from_slice(snap.get_data()).map_err(|e| QuorumError::BadEntry {
             index: snap.get_metadata().index,
             reason: format!("snapshot data: {e}"),
         })?;
-    Ok(data.metadata)
+    Ok(data)
 }
 
 impl QuorumNode {
@@ -233,14 +242,20 @@ impl QuorumNode {
             let mut voters = cfg.initial_voters.clone();
             voters.sort_unstable();
             voters.dedup();
-            storage.bootstrap(&voters, encode_state(&empty_metadata()))?;
+            storage.bootstrap(
+                &voters,
+                encode_state(&empty_metadata(), &AclStore::in_memory([])),
+            )?;
         }
         let snap = storage.snapshot_ref().clone();
         let applied = snap.get_metadata().index;
-        let metadata = if applied > 0 {
+        let state = if applied > 0 {
             decode_state(&snap)?
         } else {
-            empty_metadata()
+            SnapshotData {
+                metadata: empty_metadata(),
+                acls: Vec::new(),
+            }
         };
         let raft_cfg = raft::Config {
             id: cfg.id,
@@ -260,7 +275,8 @@ impl QuorumNode {
         let uuid = uuid::Uuid::new_v4();
         Ok(QuorumNode {
             raw,
-            store: MetadataStore::in_memory(metadata),
+            store: MetadataStore::in_memory(state.metadata),
+            acls: AclStore::in_memory(state.acls),
             conf_state: snap.get_metadata().get_conf_state().clone(),
             applied,
             pending: HashMap::new(),
@@ -284,6 +300,11 @@ impl QuorumNode {
 
     /// The applied metadata store, for proposers that need a fresh id (`unused_topic_id`) or a
     /// dry run of a command against a copy.
+    /// The replicated ACL set.
+    pub fn acls(&self) -> &AclStore {
+        &self.acls
+    }
+
     pub fn store(&self) -> &MetadataStore {
         &self.store
     }
@@ -492,7 +513,9 @@ impl QuorumNode {
 
     fn restore(&mut self, snap: &Snapshot, out: &mut Polled) -> Result<(), QuorumError> {
         let meta = snap.get_metadata();
-        self.store = MetadataStore::in_memory(decode_state(snap)?);
+        let state = decode_state(snap)?;
+        self.store = MetadataStore::in_memory(state.metadata);
+        self.acls = AclStore::in_memory(state.acls);
         self.conf_state = meta.get_conf_state().clone();
         self.applied = meta.index;
         // Whatever of ours is inside the snapshot cannot be told apart from what is not.
@@ -509,6 +532,7 @@ impl QuorumNode {
             out.completed.push((id, ProposalResult::Unknown));
         }
         out.metadata_changed = true;
+        out.acls_changed = true;
         Ok(())
     }
 
@@ -528,12 +552,19 @@ impl QuorumNode {
             EntryType::EntryNormal if e.get_data().is_empty() => None,
             EntryType::EntryNormal => {
                 let cmd = ClusterCommand::decode(e.get_data()).map_err(|x| bad(x.to_string()))?;
-                let ClusterCommand::Metadata(cmd) = cmd;
-                let r = command::apply(&mut self.store, &cmd);
-                if r.is_ok() {
-                    out.metadata_changed = true;
+                match cmd {
+                    ClusterCommand::Metadata(cmd) => {
+                        let r = command::apply(&mut self.store, &cmd);
+                        if r.is_ok() {
+                            out.metadata_changed = true;
+                        }
+                        Some(r.map_err(ApplyError::from))
+                    }
+                    ClusterCommand::Acl(cmd) => {
+                        out.acls_changed = true;
+                        Some(Ok(Outcome::Acls(command::apply_acl(&mut self.acls, &cmd))))
+                    }
                 }
-                Some(r.map_err(ApplyError::from))
             }
             // This node only proposes V2 changes; a V1 entry means a foreign log.
             EntryType::EntryConfChange => {
@@ -610,7 +641,7 @@ impl QuorumNode {
         }
         let term = self.raw.store().term(index)?;
         let mut snap = Snapshot {
-            data: encode_state(self.store.state()).into(),
+            data: encode_state(self.store.state(), &self.acls).into(),
             ..Default::default()
         };
         let meta = snap.mut_metadata();

@@ -199,6 +199,7 @@ impl Sim {
             partitions: 1,
             configs: BTreeMap::new(),
             id,
+            assignments: Vec::new(),
         });
         let pid = node.propose(&cmd)?;
         self.proposed.insert(pid, (name, id));
@@ -530,4 +531,345 @@ fn run_random(seed: u64) -> Sim {
     }
     sim.check();
     sim
+}
+
+// ---- the controller's replicated-cluster state (brokers, assignments, elections) ----
+
+impl Sim {
+    /// Commits `cmd` through the leader (retrying a proposal a leader change dropped) and
+    /// waits until every node applied it; returns the apply result.
+    fn commit(&mut self, cmd: MetadataCommand) -> Result<(), String> {
+        let cmd = ClusterCommand::Metadata(cmd);
+        for _ in 0..5 {
+            let leader = self.elect();
+            let Ok(p) = self.node(leader).propose(&cmd) else {
+                self.tick();
+                continue;
+            };
+            assert!(self.run_until(500, |s| s.seen.contains_key(&p) && s.converged()));
+            match self.seen[&p].clone() {
+                Seen::Ok => return Ok(()),
+                Seen::Err(e) => return Err(e),
+                Seen::Dropped | Seen::Unknown => continue,
+            }
+        }
+        panic!("{cmd:?} never committed");
+    }
+
+    /// The state every node agrees on (asserted byte-identical).
+    fn agreed(&mut self) -> crate::metadata::ClusterMetadata {
+        assert!(self.converged());
+        let states: BTreeSet<Vec<u8>> = self
+            .nodes
+            .values()
+            .flatten()
+            .map(|n| serde_json::to_vec(n.metadata()).unwrap())
+            .collect();
+        assert_eq!(states.len(), 1, "nodes diverged");
+        self.nodes
+            .values()
+            .flatten()
+            .next()
+            .unwrap()
+            .metadata()
+            .clone()
+    }
+
+    fn partition(&mut self, topic: &str, p: usize) -> (PartitionAssignment, i32) {
+        let s = self.agreed();
+        let t = &s.topics[topic];
+        (t.assignments[p].clone(), t.leader_epochs[p])
+    }
+}
+
+use crate::metadata::{
+    BrokerEndpoint, BrokerRegistration, MetadataError, PartitionAssignment, NO_LEADER,
+};
+
+fn register(id: i32) -> MetadataCommand {
+    MetadataCommand::RegisterBroker(BrokerRegistration {
+        id,
+        incarnation: Uuid::from_u128(id as u128),
+        endpoints: vec![BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host: format!("broker{id}"),
+            port: 9092,
+            security_protocol: 0,
+        }],
+        rack: None,
+        fenced: false,
+    })
+}
+
+fn create(name: &str, assignments: Vec<Vec<i32>>) -> MetadataCommand {
+    MetadataCommand::CreateTopic {
+        name: name.into(),
+        partitions: assignments.len() as i32,
+        configs: BTreeMap::new(),
+        id: Uuid::from_u128(name.len() as u128 + 77),
+        assignments,
+    }
+}
+
+fn alter(
+    name: &str,
+    partition: i32,
+    broker: i32,
+    leader_epoch: i32,
+    partition_epoch: i32,
+    isr: &[i32],
+) -> MetadataCommand {
+    MetadataCommand::AlterPartition {
+        name: name.into(),
+        partition,
+        broker,
+        leader_epoch,
+        partition_epoch,
+        isr: isr.to_vec(),
+    }
+}
+
+fn pa(replicas: &[i32], isr: &[i32], leader: i32, partition_epoch: i32) -> PartitionAssignment {
+    PartitionAssignment {
+        replicas: replicas.to_vec(),
+        isr: isr.to_vec(),
+        leader,
+        partition_epoch,
+    }
+}
+
+#[test]
+fn brokers_placement_fencing_and_elections_apply_identically_on_every_node() {
+    let mut sim = Sim::new(&[1, 2, 3], 42, 1000);
+    sim.elect();
+    for b in [1, 2, 3] {
+        sim.commit(register(b)).unwrap();
+    }
+    let s = sim.agreed();
+    assert_eq!(s.brokers.keys().copied().collect::<Vec<_>>(), [1, 2, 3]);
+    assert_eq!(s.brokers[&2].endpoints[0].host, "broker2");
+
+    // Placement as Kafka's striped placer gives it for start index 0, shift 0.
+    let placed = controller::place_replicas(&[1, 2, 3], 0, 6, 3, 0, 0).unwrap();
+    sim.commit(create("t", placed)).unwrap();
+    let t = sim.agreed().topics["t"].clone();
+    let expect = [
+        [1, 2, 3],
+        [2, 3, 1],
+        [3, 1, 2],
+        [1, 3, 2],
+        [2, 1, 3],
+        [3, 2, 1],
+    ];
+    for (p, r) in expect.iter().enumerate() {
+        assert_eq!(t.assignments[p], pa(r, r, r[0], 0), "partition {p}");
+    }
+    assert_eq!(t.leader_epochs, [0; 6]);
+    // The proposer's random placement is refused beyond the unfenced brokers.
+    let e = controller::propose_placement(&sim.agreed(), 0, 1, 4, 1).unwrap_err();
+    assert!(matches!(
+        e,
+        MetadataError::ReplicationFactorTooLarge {
+            requested: 4,
+            available: 3
+        }
+    ));
+    // An assignment naming an unregistered broker is refused at apply.
+    let e = sim.commit(create("bad", vec![vec![1, 9]])).unwrap_err();
+    assert!(e.contains("broker 9 is not registered"), "{e}");
+
+    // Fence broker 1: it leaves every ISR; p0 and p3 (led by 1) elect the first live ISR
+    // member in replica order and bump both epochs; the others bump the partition epoch.
+    sim.commit(MetadataCommand::FenceBroker { id: 1 }).unwrap();
+    let s = sim.agreed();
+    assert!(s.brokers[&1].fenced);
+    let t = &s.topics["t"];
+    assert_eq!(t.assignments[0], pa(&[1, 2, 3], &[2, 3], 2, 1));
+    assert_eq!(t.assignments[1], pa(&[2, 3, 1], &[2, 3], 2, 1));
+    assert_eq!(t.assignments[3], pa(&[1, 3, 2], &[3, 2], 3, 1));
+    assert_eq!(t.assignments[5], pa(&[3, 2, 1], &[3, 2], 3, 1));
+    assert_eq!(t.leader_epochs, [1, 0, 0, 1, 0, 0]);
+
+    // AlterPartition: Kafka's checks, refused identically everywhere and changing nothing.
+    let before = sim.agreed();
+    let refusals = [
+        (alter("t", 1, 3, 0, 1, &[3, 2]), "is not the leader"),
+        (alter("t", 0, 2, 0, 1, &[2, 3]), "leader epoch 0"),
+        (alter("t", 1, 2, 0, 0, &[2, 3]), "partition epoch 0"),
+        (alter("t", 1, 2, 0, 1, &[2, 3, 1]), "it is fenced"),
+        (alter("t", 1, 2, 0, 1, &[3]), "must hold the leader"),
+        (alter("t", 1, 2, 0, 1, &[2, 4]), "not a replica"),
+    ];
+    for (cmd, why) in refusals {
+        let e = sim.commit(cmd.clone()).unwrap_err();
+        assert!(e.contains(why), "{cmd:?}: {e}");
+        let mut after = sim.agreed();
+        after.version = before.version;
+        assert_eq!(after, before, "{cmd:?} changed the state");
+    }
+    // The error kinds map to Kafka's codes in `net`; check the variants behind the texts.
+    let mut probe = sim.agreed();
+    assert!(matches!(
+        controller::alter_partition(&mut probe, "t", 1, 2, 0, 0, &[2, 3]),
+        Err(MetadataError::InvalidUpdateVersion { current: 1, .. })
+    ));
+    assert!(matches!(
+        controller::alter_partition(&mut probe, "t", 0, 2, 0, 1, &[2, 3]),
+        Err(MetadataError::FencedLeaderEpoch { current: 1, .. })
+    ));
+    assert!(matches!(
+        controller::alter_partition(&mut probe, "t", 1, 2, 0, 1, &[2, 3, 1]),
+        Err(MetadataError::IneligibleReplica { broker: 1, .. })
+    ));
+
+    // Broker 1 returns; the leader of p0 expands the ISR, then the preferred leader is elected.
+    sim.commit(MetadataCommand::UnfenceBroker { id: 1 })
+        .unwrap();
+    assert_eq!(sim.partition("t", 0), (pa(&[1, 2, 3], &[2, 3], 2, 1), 1));
+    sim.commit(alter("t", 0, 2, 1, 1, &[2, 3, 1])).unwrap();
+    assert_eq!(sim.partition("t", 0), (pa(&[1, 2, 3], &[2, 3, 1], 2, 2), 1));
+    let elect = MetadataCommand::ElectPreferredLeader {
+        name: "t".into(),
+        partition: 0,
+    };
+    sim.commit(elect.clone()).unwrap();
+    assert_eq!(sim.partition("t", 0), (pa(&[1, 2, 3], &[2, 3, 1], 1, 3), 2));
+    let e = sim.commit(elect).unwrap_err();
+    assert!(e.contains("already led by its preferred replica"), "{e}");
+    // p3's preferred replica (1) is not in its ISR yet.
+    let e = sim
+        .commit(MetadataCommand::ElectPreferredLeader {
+            name: "t".into(),
+            partition: 3,
+        })
+        .unwrap_err();
+    assert!(e.contains("not available"), "{e}");
+
+    // Unclean election is off: a partition whose only ISR member is fenced has no leader
+    // (its ISR keeps that member) until it returns.
+    sim.commit(create("single", vec![vec![3]])).unwrap();
+    sim.commit(MetadataCommand::FenceBroker { id: 3 }).unwrap();
+    assert_eq!(
+        sim.partition("single", 0),
+        (pa(&[3], &[3], NO_LEADER, 1), 1)
+    );
+    // p5 [3,2,1] was led by 3: 2 is the first live ISR member.
+    assert_eq!(sim.partition("t", 5), (pa(&[3, 2, 1], &[2], 2, 2), 1));
+    sim.commit(MetadataCommand::UnfenceBroker { id: 3 })
+        .unwrap();
+    assert_eq!(sim.partition("single", 0), (pa(&[3], &[3], 3, 2), 2));
+
+    // Growing a replicated topic takes the new partitions' replica lists.
+    let more = controller::place_replicas(&[1, 2, 3], 6, 2, 3, 0, 0).unwrap();
+    // Partition 6 wraps around the three brokers: the shift grows.
+    assert_eq!(more, [vec![1, 3, 2], vec![2, 1, 3]]);
+    let grow = |assignments| MetadataCommand::CreatePartitions {
+        name: "t".into(),
+        total: 8,
+        assignments,
+    };
+    let e = sim.commit(grow(vec![vec![1, 2]; 2])).unwrap_err();
+    assert!(e.contains("replication factor"), "{e}");
+    sim.commit(grow(more)).unwrap();
+    let s = sim.agreed();
+    assert_eq!(s.topics["t"].partition_count(), 8);
+    assert_eq!(
+        s.topics["t"].assignments[7],
+        pa(&[2, 1, 3], &[2, 1, 3], 2, 0)
+    );
+
+    // Unregistering moves leaderships like fencing does.
+    sim.commit(MetadataCommand::UnregisterBroker { id: 2 })
+        .unwrap();
+    let s = sim.agreed();
+    assert!(!s.brokers.contains_key(&2));
+    assert_eq!(s.topics["t"].assignments[7], pa(&[2, 1, 3], &[1, 3], 1, 1));
+    assert!(s.topics["t"].assignments.iter().all(|a| a.leader != 2));
+    sim.check();
+}
+
+#[test]
+fn the_controller_state_survives_a_snapshot_and_a_restart() {
+    // snapshot_every = 3: the brokers and assignments travel in snapshots too.
+    let mut sim = Sim::new(&[1, 2, 3], 43, 3);
+    sim.elect();
+    for b in [1, 2, 3] {
+        sim.commit(register(b)).unwrap();
+    }
+    sim.commit(create(
+        "t",
+        controller::place_replicas(&[1, 2, 3], 0, 3, 2, 1, 1).unwrap(),
+    ))
+    .unwrap();
+    sim.commit(MetadataCommand::FenceBroker { id: 2 }).unwrap();
+    let before = sim.agreed();
+    sim.crash(3);
+    sim.restart(3);
+    assert!(sim.run_until(500, |s| s.converged()));
+    let mut after = sim.agreed();
+    after.version = before.version;
+    assert_eq!(after, before);
+    assert!(after.brokers[&2].fenced);
+}
+
+#[test]
+fn acl_commands_apply_identically_and_survive_snapshots_and_restarts() {
+    use crate::acl::AclFilter;
+    use crate::mirror::AclBinding;
+    let binding = |name: &str, principal: &str| AclBinding {
+        resource_type: 2, // TOPIC
+        resource_name: name.into(),
+        pattern_type: 3, // LITERAL
+        principal: principal.into(),
+        host: "*".into(),
+        operation: 3,       // READ
+        permission_type: 3, // ALLOW
+    };
+    let acls = |sim: &Sim| -> Vec<Vec<AclBinding>> {
+        sim.nodes
+            .values()
+            .flatten()
+            .map(|n| n.acls().all())
+            .collect()
+    };
+    let mut sim = Sim::new(&[1, 2, 3], 44, 2);
+    sim.elect();
+    let create = ClusterCommand::Acl(AclCommand::Create {
+        bindings: vec![
+            binding("a", "User:alice"),
+            binding("b", "User:bob"),
+            // Invalid (empty resource name): skipped identically everywhere.
+            binding("", "User:eve"),
+        ],
+    });
+    let leader = sim.elect();
+    let p = sim.node(leader).propose(&create).unwrap();
+    assert!(sim.run_until(500, |s| s.seen.contains_key(&p) && s.converged()));
+    assert_eq!(sim.seen[&p], Seen::Ok);
+    let all = acls(&sim);
+    assert!(all.windows(2).all(|w| w[0] == w[1]), "{all:?}");
+    assert_eq!(
+        all[0],
+        [binding("a", "User:alice"), binding("b", "User:bob")]
+    );
+
+    let delete = ClusterCommand::Acl(AclCommand::Delete {
+        filters: vec![AclFilter {
+            principal: Some("User:bob".into()),
+            ..AclFilter::any()
+        }],
+    });
+    let leader = sim.elect();
+    let p = sim.node(leader).propose(&delete).unwrap();
+    assert!(sim.run_until(500, |s| s.seen.contains_key(&p) && s.converged()));
+    // A few more entries so that snapshots (every 2) hold the ACLs; then a restart.
+    sim.commit(register(1)).unwrap();
+    sim.commit(register(2)).unwrap();
+    sim.crash(2);
+    sim.restart(2);
+    assert!(sim.run_until(500, |s| s.converged()));
+    for set in acls(&sim) {
+        assert_eq!(set, [binding("a", "User:alice")]);
+    }
+    assert!(sim.nodes.values().flatten().all(|n| n.snapshot_index() > 0));
 }
