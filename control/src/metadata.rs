@@ -218,12 +218,28 @@ pub struct ClusterMetadata {
     pub brokers: BTreeMap<i32, BrokerRegistration>,
 }
 
-/// Kafka's internal topics (Topic.isInternal).
+/// The internal topics kmirror describes itself (its coordinators' topics).
 pub const INTERNAL_TOPICS: [&str; 2] = ["__consumer_offsets", "__transaction_state"];
+
+/// Kafka 4.1's internal topics (Topic.INTERNAL_TOPICS): described with is_internal.
+pub const KAFKA_INTERNAL_TOPICS: [&str; 3] = [
+    "__consumer_offsets",
+    "__transaction_state",
+    "__share_group_state",
+];
 
 impl ClusterMetadata {
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
         self.topics.values().find(|t| t.id == id)
+    }
+
+    /// The leader epoch of partition `partition` of internal topic `name`, if both exist.
+    /// kmirror serves these partitions as existing and empty (it keeps no records there).
+    pub fn internal_partition_epoch(&self, name: &str, partition: i32) -> Option<i32> {
+        let t = self.internal_topics.get(name)?;
+        usize::try_from(partition)
+            .ok()
+            .and_then(|p| t.leader_epochs.get(p).copied())
     }
 
     /// Every topic a client may see described: the topics, then the internal topics.
@@ -418,7 +434,9 @@ impl MetadataStore {
             leader_epochs: vec![0; partitions as usize],
             configs,
             mirror: None,
-            internal: name.starts_with("__"),
+            // Kafka marks only its own internal topics (Topic.isInternal); `__mine` is a
+            // normal topic.
+            internal: KAFKA_INTERNAL_TOPICS.contains(&name),
             assignments: Vec::new(),
         };
         Ok(meta)

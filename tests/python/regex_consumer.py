@@ -3,7 +3,7 @@
 Usage: regex_consumer.py BOOTSTRAP GROUP REGEX RECORDS [key=value consumer config...]
 Subscribes to REGEX (e.g. "^.*"), reads from the beginning until RECORDS records arrived or
 20 s passed. Prints "A <topic>" per distinct topic ever assigned, "R <topic>" per record,
-"E <code>" per consume error, "DONE <records>".
+"E <topic> <code>" per consume error, "X <code>" per error callback, "DONE <records>".
 """
 import sys
 import time
@@ -18,6 +18,7 @@ def main():
         "group.id": group,
         "auto.offset.reset": "earliest",
         "topic.metadata.refresh.interval.ms": 1000,
+        "error_cb": lambda err: print(f"X {err.code()} {err}", flush=True),
     }
     for kv in sys.argv[5:]:
         k, v = kv.split("=", 1)
@@ -37,7 +38,7 @@ def main():
         if m is None:
             continue
         if m.error():
-            print(f"E {m.error().code()}", flush=True)
+            print(f"E {m.topic()} {m.error().code()}", flush=True)
             continue
         got += 1
         print(f"R {m.topic()}", flush=True)
@@ -45,7 +46,11 @@ def main():
     end = time.time() + 3
     while time.time() < end:
         m = c.poll(0.5)
-        if m is not None and not m.error():
+        if m is None:
+            continue
+        if m.error():
+            print(f"E {m.topic()} {m.error().code()}", flush=True)
+        else:
             print(f"R {m.topic()}", flush=True)
     for t in sorted(assigned):
         print(f"A {t}", flush=True)

@@ -5,9 +5,10 @@
 //! after, `kafka-topics --list` with and without `--exclude-internal`, `--describe` of the
 //! internal topic, a Produce to `__consumer_offsets` (refused), and regex subscriptions of the
 //! Java consumer (console consumer `--include`) and librdkafka (`^.*`) reading only the data
-//! topic. kmirror keeps offsets and transactions in its own stores, so ListOffsets/Fetch on the
-//! internal topics differ from Kafka (documented in COMPATIBILITY.md); they are printed, not
-//! compared.
+//! topic, with no consume error or error callback. kmirror keeps offsets and transactions in
+//! its own stores, so it serves the internal partitions as existing and empty (Kafka serves
+//! its records there, documented in COMPATIBILITY.md): ListOffsets error codes are compared,
+//! the offsets are not.
 
 use std::time::Duration;
 
@@ -31,6 +32,10 @@ struct Outcome {
     /// librdkafka has no exclude.internal.topics: `^.*` is assigned the internal topics too
     /// (on Kafka it then reads their records, on kmirror they hold none: see the module doc).
     rdkafka_regex_assigned: Vec<String>,
+    /// librdkafka's consume errors ("E topic code") and error callbacks ("X code ...").
+    rdkafka_errors: Vec<String>,
+    /// (partition, timestamp, error code) of ListOffsets on the internal topics.
+    internal_list_offsets_codes: Vec<(String, i64, i16)>,
 }
 
 fn topics_tool(boot: &str, args: &[&str]) -> Vec<String> {
@@ -121,6 +126,12 @@ fn scenario(boot: &str) -> Outcome {
         .filter_map(|l| l.strip_prefix("A "))
         .map(str::to_string)
         .collect();
+    let rdkafka_errors = ran
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("E ") || l.starts_with("X "))
+        .map(str::to_string)
+        .collect();
     let internal_after = internal_in_metadata(&mut c);
     let list = topics_tool(boot, &["--list"]);
     let list_exclude_internal = topics_tool(boot, &["--list", "--exclude-internal"]);
@@ -146,11 +157,18 @@ fn scenario(boot: &str) -> Outcome {
         .produce_raw("__consumer_offsets", 0, batch, -1)
         .expect("produce")
         .0;
+    let mut internal_list_offsets_codes = Vec::new();
     for (t, p) in [("__consumer_offsets", 0), ("__transaction_state", 0)] {
-        eprintln!(
-            "{boot}: ListOffsets {t}-{p}: latest {:?}",
-            c.list_offset(t, p, -1)
-        );
+        for ts in [-2, -1] {
+            let r = c.list_offset(t, p, ts);
+            eprintln!("{boot}: ListOffsets {t}-{p} ts {ts}: {r:?}");
+            let code = match r {
+                Ok(_) => 0,
+                Err(kmirror_tests::wire::WireError::Broker { code, .. }) => code,
+                Err(e) => panic!("ListOffsets {t}-{p}: {e}"),
+            };
+            internal_list_offsets_codes.push((format!("{t}-{p}"), ts, code));
+        }
     }
     Outcome {
         internal_before,
@@ -161,6 +179,8 @@ fn scenario(boot: &str) -> Outcome {
         produce_code,
         java_regex_values,
         rdkafka_regex_assigned,
+        rdkafka_errors,
+        internal_list_offsets_codes,
     }
 }
 
@@ -188,6 +208,52 @@ fn internal_topics_are_described_as_kafka_describes_them() {
         "8",
     ]);
     let got = scenario(&node.addr());
+    assert!(got.rdkafka_errors.is_empty(), "{:?}", got.rdkafka_errors);
+    assert!(
+        got.internal_list_offsets_codes.iter().all(|c| c.2 == 0),
+        "{:?}",
+        got.internal_list_offsets_codes
+    );
+    let mut c = WireClient::connect(&node.addr()).expect("connect");
+    for ts in [-2, -1] {
+        assert_eq!(c.list_offset("__consumer_offsets", 0, ts).unwrap(), 0);
+    }
+    assert_eq!(
+        got, expected,
+        "kmirror (left) differs from Apache Kafka (right)"
+    );
+}
+
+/// (topic, CreateTopics code, is_internal in Metadata) for user-created `__` topics.
+fn user_dunder_topics(boot: &str) -> Vec<(String, i16, bool)> {
+    let mut c = WireClient::connect(boot).expect("connect");
+    let mut out = Vec::new();
+    for name in ["__mine", "__share_group_state"] {
+        let code = c.create_topic(name, 1, 1, &[]).expect("create");
+        let md = c.metadata(Some(&[name])).expect("metadata");
+        let internal = md
+            .topics
+            .iter()
+            .find(|t| t.name.as_ref().is_some_and(|n| n.as_str() == name))
+            .is_some_and(|t| t.is_internal);
+        out.push((name.to_string(), code, internal));
+    }
+    out
+}
+
+/// Kafka marks only its own internal topics (Topic.INTERNAL_TOPICS) is_internal; a user topic
+/// named `__mine` is a normal topic.
+#[test]
+fn only_kafkas_internal_topics_are_internal() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let expected = {
+        let kafka = KafkaCluster::single();
+        user_dunder_topics(&kafka.bootstrap())
+    };
+    eprintln!("Apache Kafka: {expected:?}");
+    assert_eq!(expected[0], ("__mine".to_string(), 0, false));
+    let node = KmirrorNode::start();
+    let got = user_dunder_topics(&node.addr());
     assert_eq!(
         got, expected,
         "kmirror (left) differs from Apache Kafka (right)"

@@ -125,16 +125,45 @@ fn read_partition(
     got
 }
 
+/// A partition of an internal topic: it exists, led here, and is empty (kmirror keeps the
+/// coordinators' state in their own stores, not as records there).
+fn internal_partition(w: &Want, epoch: i32, read_committed: bool) -> Got {
+    let le = w.current_leader_epoch;
+    let error = if le >= 0 && le < epoch {
+        E::FencedLeaderEpoch.code()
+    } else if le > epoch {
+        E::UnknownLeaderEpoch.code()
+    } else if w.fetch_offset != 0 {
+        E::OffsetOutOfRange.code()
+    } else {
+        0
+    };
+    if error != 0 && error != E::OffsetOutOfRange.code() {
+        return Got::error(error);
+    }
+    Got {
+        error,
+        hw: 0,
+        lso: 0,
+        log_start: 0,
+        aborted: read_committed.then(Vec::new),
+        records: Bytes::new(),
+        file: None,
+    }
+}
+
 async fn read_all(
     ctx: &Ctx,
     wants: &[Want],
     read_committed: bool,
     watch: Option<&flume::Sender<()>>,
 ) -> Vec<Got> {
+    let meta = ctx.meta();
+    let internal = |w: &Want| meta.internal_partition_epoch(&w.topic, w.partition);
     let mut pending: Vec<Result<Pending<Result<Got, EngineError>>, EngineError>> =
         Vec::with_capacity(wants.len());
     for w in wants {
-        if w.topic.is_empty() || w.denied.is_some() {
+        if w.topic.is_empty() || w.denied.is_some() || internal(w).is_some() {
             pending.push(Err(EngineError::ShuttingDown)); // placeholder, replaced below
             continue;
         }
@@ -157,6 +186,10 @@ async fn read_all(
         }
         if w.topic.is_empty() {
             out.push(Got::error(E::UnknownTopicId.code()));
+            continue;
+        }
+        if let Some(epoch) = internal(w) {
+            out.push(internal_partition(w, epoch, read_committed));
             continue;
         }
         let r = match p {
@@ -189,10 +222,9 @@ fn asked(ctx: &Ctx, version: i16, req: &FetchRequest) -> Vec<Asked> {
     let mut out = Vec::new();
     for t in &req.topics {
         let name = if version >= 13 {
-            meta.topic_by_id(t.topic_id).map(|m| m.name.clone())
+            meta.described_by_id(t.topic_id).map(|m| m.name.clone())
         } else {
-            meta.topics
-                .get(t.topic.as_str())
+            meta.described(t.topic.as_str())
                 .map(|m| m.name.clone())
                 .or_else(|| Some(t.topic.to_string()))
         };
@@ -221,7 +253,7 @@ fn forgotten(ctx: &Ctx, version: i16, req: &FetchRequest) -> Vec<(String, i32)> 
     let mut out = Vec::new();
     for t in &req.forgotten_topics_data {
         let name = if version >= 13 {
-            meta.topic_by_id(t.topic_id).map(|m| m.name.to_string())
+            meta.described_by_id(t.topic_id).map(|m| m.name.to_string())
         } else {
             Some(t.topic.to_string())
         };

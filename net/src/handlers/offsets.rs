@@ -62,6 +62,7 @@ pub async fn list_offsets(
     // carries one, so older clients (librdkafka 2.0 asks v1-v3) would lose the connection.
     let epoch_in = |e: i32| if version >= 4 { e } else { -1 };
     let read_committed = req.isolation_level == 1;
+    let meta = ctx.meta();
     let mut pending = Vec::new();
     for t in req
         .topics
@@ -73,33 +74,44 @@ pub async fn list_offsets(
         for p in &t.partitions {
             let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
             let (ts, cle) = (p.timestamp, p.current_leader_epoch);
-            pending.push(
-                ctx.router()
-                    .submit_partition(tp, move |part| -> Result<(i64, i64, i32), i16> {
-                        epoch_check(part, cle)?;
-                        let log = &part.log;
-                        let epoch = part.leader_epoch.get();
-                        let upper = if read_committed {
-                            log.last_stable_offset()
-                        } else {
-                            log.high_watermark()
-                        };
-                        Ok(match ts {
-                            EARLIEST | EARLIEST_LOCAL => (-1, log.log_start_offset().get(), epoch),
-                            LATEST | LATEST_TIERED => (-1, upper.get(), epoch),
-                            MAX_TIMESTAMP => match log.max_timestamp_offset() {
-                                Some((o, t)) if o < upper => (t, o.get(), epoch),
-                                _ => (-1, -1, -1),
-                            },
-                            ts if ts >= 0 => match log.offset_for_timestamp(ts) {
-                                Some((o, t)) if o < upper => (t, o.get(), epoch),
-                                _ => (-1, -1, -1),
-                            },
-                            _ => return Err(E::InvalidRequest.code()),
-                        })
+            if let Some(epoch) = meta.internal_partition_epoch(t.name.as_str(), p.partition_index) {
+                // An internal partition: existing and empty (log start = end = 0).
+                pending.push(Err(match ts {
+                    _ if cle >= 0 && cle < epoch => Err(E::FencedLeaderEpoch.code()),
+                    _ if cle > epoch => Err(E::UnknownLeaderEpoch.code()),
+                    EARLIEST | EARLIEST_LOCAL | LATEST | LATEST_TIERED => Ok((-1, 0, epoch)),
+                    MAX_TIMESTAMP => Ok((-1, -1, -1)),
+                    ts if ts >= 0 => Ok((-1, -1, -1)),
+                    _ => Err(E::InvalidRequest.code()),
+                }));
+                continue;
+            }
+            pending.push(Ok(ctx
+                .router()
+                .submit_partition(tp, move |part| -> Result<(i64, i64, i32), i16> {
+                    epoch_check(part, cle)?;
+                    let log = &part.log;
+                    let epoch = part.leader_epoch.get();
+                    let upper = if read_committed {
+                        log.last_stable_offset()
+                    } else {
+                        log.high_watermark()
+                    };
+                    Ok(match ts {
+                        EARLIEST | EARLIEST_LOCAL => (-1, log.log_start_offset().get(), epoch),
+                        LATEST | LATEST_TIERED => (-1, upper.get(), epoch),
+                        MAX_TIMESTAMP => match log.max_timestamp_offset() {
+                            Some((o, t)) if o < upper => (t, o.get(), epoch),
+                            _ => (-1, -1, -1),
+                        },
+                        ts if ts >= 0 => match log.offset_for_timestamp(ts) {
+                            Some((o, t)) if o < upper => (t, o.get(), epoch),
+                            _ => (-1, -1, -1),
+                        },
+                        _ => return Err(E::InvalidRequest.code()),
                     })
-                    .await,
-            );
+                })
+                .await));
         }
     }
     let mut pending = pending.into_iter();
@@ -109,7 +121,10 @@ pub async fn list_offsets(
         for p in t.partitions {
             let r = match denied {
                 Some(code) => Err(code),
-                None => settle(pending.next().expect("one per partition")).await,
+                None => match pending.next().expect("one per partition") {
+                    Ok(p) => settle(p).await,
+                    Err(internal) => internal,
+                },
             };
             parts.push(match r {
                 Ok((ts, off, ep)) => ListOffsetsPartitionResponse::default()
