@@ -468,6 +468,7 @@ impl MetadataStore {
             configs: BTreeMap::new(),
             mirror: None,
             internal: true,
+            assignments: Vec::new(),
         };
         self.state.internal_topics.insert(name.to_string(), meta);
         if let Err(e) = self.commit() {
