@@ -388,37 +388,6 @@ impl WireClient {
         Ok(code)
     }
 
-    /// Produces one raw record-batch blob to one partition (acks=-1) and returns the whole
-    /// partition response (error message, KIP-467 record errors, log start offset).
-    pub fn produce_raw_response(
-        &mut self,
-        topic: &str,
-        partition: i32,
-        records: Bytes,
-    ) -> Result<PartitionProduceResponse> {
-        let v = self.version_of::<ProduceRequest>()?;
-        let topic_id = if v >= 13 {
-            self.partition_info(topic, partition)?.topic_id
-        } else {
-            uuid::Uuid::nil()
-        };
-        let req = ProduceRequest::default()
-            .with_acks(-1)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_topic_id(topic_id)
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records))])]);
-        let resp = self.send_at(req, v)?;
-        resp.responses
-            .into_iter()
-            .next()
-            .and_then(|t| t.partition_responses.into_iter().next())
-            .ok_or_else(|| WireError::Codec("empty produce response".into()))
-    }
-
     /// Produces one raw record-batch blob (one or more batches) to one partition.
     /// Returns (error code, base offset).
     pub fn produce_raw(
@@ -464,7 +433,8 @@ impl WireClient {
     }
 
     /// Produces one raw batch blob to one partition (acks=all) and returns the partition's
-    /// whole response (error code, base offset, log_append_time_ms, ...).
+    /// whole response (error code and message, base offset, log_append_time_ms, KIP-467
+    /// record errors, log start offset).
     pub fn produce_response(
         &mut self,
         topic: &str,

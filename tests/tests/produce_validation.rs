@@ -234,7 +234,7 @@ fn keyless_scenario(boot: &str) -> KeylessOutcome {
         now,
     );
     let p = c
-        .produce_raw_response("compacted-raw", 0, batch)
+        .produce_response("compacted-raw", 0, batch)
         .expect("produce");
     let raw = (
         p.error_code,
