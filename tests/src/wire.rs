@@ -15,7 +15,6 @@ use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
-use kafka_protocol::messages::produce_response::PartitionProduceResponse;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Request, StrBytes};
 
@@ -397,21 +396,7 @@ impl WireClient {
         records: Bytes,
         acks: i16,
     ) -> Result<(i16, i64)> {
-        let v = self.version_of::<ProduceRequest>()?;
-        let topic_id = if v >= 13 {
-            self.partition_info(topic, partition)?.topic_id
-        } else {
-            uuid::Uuid::nil()
-        };
-        let req = ProduceRequest::default()
-            .with_acks(acks)
-            .with_timeout_ms(30_000)
-            .with_topic_data(vec![TopicProduceData::default()
-                .with_name(TopicName(StrBytes::from_string(topic.to_string())))
-                .with_topic_id(topic_id)
-                .with_partition_data(vec![PartitionProduceData::default()
-                    .with_index(partition)
-                    .with_records(Some(records))])]);
+        let (req, v) = self.produce_request(topic, partition, records, acks)?;
         if acks == 0 {
             // No response comes for acks=0.
             self.correlation += 1;
@@ -441,6 +426,19 @@ impl WireClient {
         partition: i32,
         records: Bytes,
     ) -> Result<produce_response::PartitionProduceResponse> {
+        let (req, v) = self.produce_request(topic, partition, records, -1)?;
+        self.produce_at(req, v)
+    }
+
+    /// A Produce of `records` to one partition at the highest version both sides speak
+    /// (naming the topic by id from v13).
+    fn produce_request(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        records: Bytes,
+        acks: i16,
+    ) -> Result<(ProduceRequest, i16)> {
         let v = self.version_of::<ProduceRequest>()?;
         let topic_id = if v >= 13 {
             self.partition_info(topic, partition)?.topic_id
@@ -448,7 +446,7 @@ impl WireClient {
             uuid::Uuid::nil()
         };
         let req = ProduceRequest::default()
-            .with_acks(-1)
+            .with_acks(acks)
             .with_timeout_ms(30_000)
             .with_topic_data(vec![TopicProduceData::default()
                 .with_name(TopicName(StrBytes::from_string(topic.to_string())))
@@ -456,7 +454,7 @@ impl WireClient {
                 .with_partition_data(vec![PartitionProduceData::default()
                     .with_index(partition)
                     .with_records(Some(records))])]);
-        self.produce_at(req, v)
+        Ok((req, v))
     }
 
     fn produce_at(
