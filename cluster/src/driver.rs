@@ -426,6 +426,9 @@ impl Run {
             self.senders.send(m);
         }
         if polled.metadata_changed {
+            // Status first: whoever sees the new metadata also sees the voters and indexes
+            // that came with it.
+            self.update_status();
             (self.publish)(Arc::new(self.node.metadata().clone()));
         }
         for (id, result) in polled.completed {
