@@ -152,6 +152,8 @@ pub struct Cluster {
     data_dir: PathBuf,
     /// Cluster mode: this node's id (partitions are hosted only where it is a replica).
     local: Option<i32>,
+    /// Cluster mode: the quorum's voters and their controller addresses.
+    voters: Arc<Vec<kmirror_cluster::Voter>>,
 }
 
 /// `serve --quorum`: the settings of this node's part in the metadata quorum.
@@ -196,6 +198,7 @@ impl Cluster {
             view,
             data_dir: data_dir.to_path_buf(),
             local: None,
+            voters: Arc::default(),
         })
     }
 
@@ -206,13 +209,20 @@ impl Cluster {
         view: Arc<MetaView>,
         handle: DriverHandle,
         node_id: i32,
+        voters: Vec<kmirror_cluster::Voter>,
     ) -> Cluster {
         Cluster {
             backend: Backend::Quorum(handle),
             view,
             data_dir: data_dir.to_path_buf(),
             local: Some(node_id),
+            voters: Arc::new(voters),
         }
+    }
+
+    /// The quorum's voters (empty on a one-node broker).
+    pub fn voters(&self) -> &[kmirror_cluster::Voter] {
+        &self.voters
     }
 
     /// Whether this node holds a replica of partition `p` of `t` (one node: every one).

@@ -394,7 +394,13 @@ fn start_quorum(
         move |all| acls.publish(all),
     )
     .map_err(|e| NetError::Quorum(e.to_string()))?;
-    let cluster = Cluster::replicated(&cfg.data_dir, view, driver.handle(), cfg.node_id);
+    let cluster = Cluster::replicated(
+        &cfg.data_dir,
+        view,
+        driver.handle(),
+        cfg.node_id,
+        q.voters.clone(),
+    );
     Ok((cluster, driver, rx))
 }
 

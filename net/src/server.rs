@@ -722,6 +722,9 @@ async fn dispatch(
         RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(
             handlers::describe::describe_producers(ctx, access, r).await,
         ),
+        RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(
+            handlers::quorum::describe_quorum(ctx, access, header.client_id.as_deref(), v, r).await,
+        ),
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
         }
