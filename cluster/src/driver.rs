@@ -14,7 +14,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -149,7 +151,7 @@ struct Waiter {
 #[derive(Clone)]
 pub struct DriverHandle {
     tx: SyncSender<Event>,
-    status: Arc<Mutex<QuorumStatus>>,
+    status: Arc<ArcSwap<QuorumStatus>>,
 }
 
 impl DriverHandle {
@@ -171,8 +173,9 @@ impl DriverHandle {
         self.submit(Request::Membership(change), timeout)
     }
 
-    pub fn status(&self) -> QuorumStatus {
-        self.status.lock().expect("status lock").clone()
+    /// The latest status (lock-free: engine cores read it for Metadata's controller id).
+    pub fn status(&self) -> Arc<QuorumStatus> {
+        self.status.load_full()
     }
 
     fn submit(&self, request: Request, timeout: Duration) -> Result<Outcome, ProposalError> {
@@ -256,7 +259,7 @@ impl Driver {
         for v in &cfg.voters {
             senders.add_peer(v.id, &v.addr);
         }
-        let status = Arc::new(Mutex::new(QuorumStatus::default()));
+        let status = Arc::new(ArcSwap::from_pointee(QuorumStatus::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let mut run = Run {
@@ -332,7 +335,7 @@ struct Run {
     node: QuorumNode,
     rx: Receiver<Event>,
     senders: Arc<Senders>,
-    status: Arc<Mutex<QuorumStatus>>,
+    status: Arc<ArcSwap<QuorumStatus>>,
     stop: Arc<AtomicBool>,
     tick: Duration,
     waiting: HashMap<ProposalId, Waiter>,
@@ -582,6 +585,8 @@ impl Run {
                 Vec::new()
             },
         };
-        *self.status.lock().expect("status lock") = s;
+        if **self.status.load() != s {
+            self.status.store(Arc::new(s));
+        }
     }
 }

@@ -230,12 +230,15 @@ impl Cluster {
         hosts(self.local, t, p)
     }
 
-    /// This node's role for `tp` in `meta` (None: no such partition). One node: leader of
-    /// everything, at the topic's leader epoch.
-    pub fn role(&self, meta: &ClusterMetadata, node: i32, tp: &TopicPartition) -> Option<Role> {
+    /// This node's role for `tp` in `meta` (None: no such partition). One node (or a topic
+    /// without assignments): leader of everything, at the topic's leader epoch.
+    pub fn role(&self, meta: &ClusterMetadata, tp: &TopicPartition) -> Option<Role> {
         let t = meta.topics.get(&tp.topic)?;
-        let a = t.assignment(tp.partition, node)?;
-        let epoch = t.leader_epochs[tp.partition as usize];
+        let i = usize::try_from(tp.partition).ok()?;
+        let epoch = *t.leader_epochs.get(i)?;
+        let (Some(node), Some(a)) = (self.local, t.assignments.get(i)) else {
+            return Some(Role::Leader { epoch });
+        };
         Some(if a.leader == node {
             Role::Leader { epoch }
         } else if a.replicas.contains(&node) {
@@ -249,6 +252,11 @@ impl Cluster {
                 epoch,
             }
         })
+    }
+
+    /// This node's id in a cluster (None on a one-node broker).
+    pub fn local_node(&self) -> Option<i32> {
+        self.local
     }
 
     /// The brokers Metadata lists, by id, with their endpoint on `listener` (Kafka lists
@@ -311,7 +319,7 @@ impl Cluster {
     }
 
     /// The metadata quorum as this node sees it (cluster mode only).
-    pub fn quorum_status(&self) -> Option<QuorumStatus> {
+    pub fn quorum_status(&self) -> Option<Arc<QuorumStatus>> {
         match &self.backend {
             Backend::Quorum(h) => Some(h.status()),
             Backend::Local(_) => None,
