@@ -92,9 +92,16 @@ fn ids(list: &str) -> Vec<i32> {
 
 /// `kafka-topics --describe --topic TOPIC` through `addr`, by partition.
 fn describe(addr: &str) -> BTreeMap<i32, Described> {
+    let d = describe_topic(addr, TOPIC);
+    assert_eq!(d.len(), PARTITIONS as usize, "describe via {addr}: {d:?}");
+    d
+}
+
+/// `kafka-topics --describe --topic topic` through `addr`, by partition.
+fn describe_topic(addr: &str, topic: &str) -> BTreeMap<i32, Described> {
     let ran = java::run_tool(
         tools::TOPIC_COMMAND,
-        &["--bootstrap-server", addr, "--describe", "--topic", TOPIC],
+        &["--bootstrap-server", addr, "--describe", "--topic", topic],
         Duration::from_secs(60),
     );
     let mut out = BTreeMap::new();
@@ -119,12 +126,6 @@ fn describe(addr: &str) -> BTreeMap<i32, Described> {
             },
         );
     }
-    assert_eq!(
-        out.len(),
-        PARTITIONS as usize,
-        "describe via {addr}:\n{}",
-        ran.stdout
-    );
     out
 }
 
@@ -415,4 +416,150 @@ fn the_same_scenario_on_three_kafka_nodes() {
         ..KafkaOptions::default()
     });
     scenario(&mut k);
+}
+
+/// kmirror only: ACLs and deletions proposed through one node reach every node (the ACL set
+/// and the replicas' directories), and the replicated metadata survives restarting every
+/// node (same topic id and replica lists, same ACLs).
+#[test]
+fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut extra: Vec<String> = ClusterOpts::default().extra;
+    extra.extend(["--authorizer", "true", "--super-users", "User:ANONYMOUS"].map(String::from));
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            extra,
+            session_timeout_ms: SESSION_MS,
+        },
+    );
+    let acls = |c: &KmirrorCluster, id: usize| {
+        java::run_tool(
+            "org.apache.kafka.tools.AclCommand",
+            &["--bootstrap-server", &c.node(id).addr(), "--list"],
+            Duration::from_secs(60),
+        )
+        .stdout
+    };
+    let topic_id = |c: &KmirrorCluster, id: usize, topic: &str| {
+        WireClient::connect(&c.node(id).addr())
+            .and_then(|mut w| w.partition_info(topic, 0))
+            .map(|p| p.topic_id)
+            .ok()
+    };
+    let dirs = |c: &KmirrorCluster, topic: &str| -> Vec<(usize, String)> {
+        let mut out = Vec::new();
+        for id in 1..=3 {
+            let d = c.node(id).data_dir().join("topics");
+            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.starts_with(&format!("{topic}-")) {
+                    out.push((id, name));
+                }
+            }
+        }
+        out.sort();
+        out
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for (topic, rf) in [("kept", "3"), ("dropped", "2")] {
+            java::run_tool(
+                tools::TOPIC_COMMAND,
+                &[
+                    "--bootstrap-server",
+                    &c.node(1).addr(),
+                    "--create",
+                    "--topic",
+                    topic,
+                    "--partitions",
+                    "3",
+                    "--replication-factor",
+                    rf,
+                ],
+                Duration::from_secs(60),
+            );
+        }
+        // RF 2 x 3 partitions: six replica directories, two per node.
+        let placed = proc::wait_for(Duration::from_secs(20), "six replica dirs", || {
+            let d = dirs(&c, "dropped");
+            (d.len() == 6).then_some(d)
+        });
+        for id in 1..=3 {
+            assert_eq!(
+                placed.iter().filter(|(n, _)| *n == id).count(),
+                2,
+                "{placed:?}"
+            );
+        }
+        java::run_tool(
+            "org.apache.kafka.tools.AclCommand",
+            &[
+                "--bootstrap-server",
+                &c.node(1).addr(),
+                "--add",
+                "--allow-principal",
+                "User:alice",
+                "--operation",
+                "Read",
+                "--topic",
+                "kept",
+            ],
+            Duration::from_secs(60),
+        );
+        for id in 1..=3 {
+            let l = acls(&c, id);
+            assert!(
+                l.contains("principal=User:alice") && l.contains("name=kept"),
+                "node {id}: {l}"
+            );
+        }
+        java::run_tool(
+            tools::TOPIC_COMMAND,
+            &[
+                "--bootstrap-server",
+                &c.node(3).addr(),
+                "--delete",
+                "--topic",
+                "dropped",
+            ],
+            Duration::from_secs(60),
+        );
+        proc::wait_for(
+            Duration::from_secs(20),
+            "replica dirs deleted everywhere",
+            || dirs(&c, "dropped").is_empty().then_some(()),
+        );
+        let id = topic_id(&c, 2, "kept").expect("topic id");
+        let before = describe_topic(&c.node(2).addr(), "kept");
+        for n in 1..=3 {
+            assert!(c.stop(n), "node {n} stops cleanly on SIGTERM");
+        }
+        for n in 1..=3 {
+            c.restart(n);
+        }
+        for n in 1..=3 {
+            c.wait_brokers(n, 3, Duration::from_secs(60));
+            proc::wait_for(Duration::from_secs(30), "topic after restart", || {
+                (topic_id(&c, n, "kept") == Some(id)).then_some(())
+            });
+            assert!(
+                topic_id(&c, n, "dropped").is_none(),
+                "node {n} still has the deleted topic"
+            );
+            let l = acls(&c, n);
+            assert!(
+                l.contains("principal=User:alice"),
+                "node {n} after restart: {l}"
+            );
+        }
+        let after = describe_topic(&c.node(3).addr(), "kept");
+        let replicas = |d: &BTreeMap<i32, Described>| {
+            d.values().map(|p| p.replicas.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(replicas(&after), replicas(&before));
+    }));
+    if let Err(e) = r {
+        eprintln!("{}", c.logs(40));
+        std::panic::resume_unwind(e);
+    }
 }
