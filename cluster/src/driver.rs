@@ -278,6 +278,7 @@ impl Driver {
                     last_heard: HashMap::new(),
                     leading: false,
                     proposed: HashMap::new(),
+                    may_unfence: Default::default(),
                 },
             };
             thread::Builder::new()
@@ -357,6 +358,10 @@ struct Liveness {
     leading: bool,
     /// Fence/unfence proposals in flight: not proposed again before this instant.
     proposed: HashMap<(i32, bool), Instant>,
+    /// Fenced brokers this leader may unfence when heard: those fenced for silence (by this
+    /// leader, or before it led). A broker that fenced itself while this node leads (a
+    /// controlled shutdown) stays fenced until it registers again.
+    may_unfence: std::collections::HashSet<i32>,
 }
 
 impl Run {
@@ -522,6 +527,14 @@ impl Run {
                 self.liveness.last_heard.insert(id, now);
             }
             self.liveness.proposed.clear();
+            self.liveness.may_unfence = self
+                .node
+                .metadata()
+                .brokers
+                .values()
+                .filter(|b| b.fenced)
+                .map(|b| b.id)
+                .collect();
         }
         self.liveness.proposed.retain(|_, until| *until > now);
         let me = self.node.id();
@@ -533,8 +546,13 @@ impl Run {
                     .last_heard
                     .get(&(b.id as u64))
                     .is_some_and(|t| now.saturating_duration_since(*t) < timeout);
-            if alive == b.fenced && !self.liveness.proposed.contains_key(&(b.id, alive)) {
+            let wanted = alive == b.fenced && (!alive || self.liveness.may_unfence.contains(&b.id));
+            if wanted && !self.liveness.proposed.contains_key(&(b.id, alive)) {
                 cmds.push((b.id, alive));
+            }
+            if !b.fenced {
+                // Registered again or unfenced: a later self-fencing is a controlled shutdown.
+                self.liveness.may_unfence.remove(&b.id);
             }
         }
         for (id, alive) in cmds {
@@ -545,6 +563,9 @@ impl Run {
             };
             match self.node.propose(&ClusterCommand::Metadata(cmd)) {
                 Ok(_) => {
+                    if !alive {
+                        self.liveness.may_unfence.insert(id);
+                    }
                     tracing::info!(broker = id, fenced = !alive, "broker liveness changed");
                     self.liveness
                         .proposed

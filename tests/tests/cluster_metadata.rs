@@ -419,8 +419,9 @@ fn the_same_scenario_on_three_kafka_nodes() {
 }
 
 /// kmirror only: ACLs and deletions proposed through one node reach every node (the ACL set
-/// and the replicas' directories), and the replicated metadata survives restarting every
-/// node (same topic id and replica lists, same ACLs).
+/// and the replicas' directories), SIGTERM is a controlled shutdown (leaderships move at
+/// once), and the replicated metadata survives restarting every node (same topic id and
+/// replica lists, same ACLs).
 #[test]
 fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
     let _heavy = kmirror_tests::heavy_test_lock();
@@ -529,6 +530,27 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
             "replica dirs deleted everywhere",
             || dirs(&c, "dropped").is_empty().then_some(()),
         );
+        // Controlled shutdown (SIGTERM): node 1 fences itself before it exits, so right
+        // after, without waiting for the session timeout, it leads nothing and is not listed.
+        assert!(c.stop(1), "node 1 stops cleanly on SIGTERM");
+        let m = WireClient::connect(&c.node(2).addr())
+            .and_then(|mut w| w.metadata(Some(&["kept"])))
+            .expect("Metadata via node 2");
+        let brokers: Vec<i32> = m.brokers.iter().map(|b| b.node_id.0).collect();
+        assert!(!brokers.contains(&1), "node 1 still listed: {brokers:?}");
+        let leaders: Vec<i32> = m.topics[0]
+            .partitions
+            .iter()
+            .map(|p| p.leader_id.0)
+            .collect();
+        assert!(
+            leaders.iter().all(|l| *l == 2 || *l == 3),
+            "leaders right after node 1's controlled shutdown: {leaders:?}"
+        );
+        c.restart(1);
+        for n in 1..=3 {
+            c.wait_brokers(n, 3, Duration::from_secs(60));
+        }
         let id = topic_id(&c, 2, "kept").expect("topic id");
         let before = describe_topic(&c.node(2).addr(), "kept");
         for n in 1..=3 {
