@@ -5,6 +5,8 @@
 //!   `--describe` through every node shows the same leaders, replicas and ISR, leaders spread
 //!   over the three brokers;
 //! - replication factor 4 on three brokers is INVALID_REPLICATION_FACTOR;
+//! - `kafka-leader-election --election-type preferred` where the preferred replica leads is
+//!   ELECTION_NOT_NEEDED;
 //! - `kafka-metadata-quorum describe --status / --replication` shows three voters and a leader;
 //! - a Java producer and a librdkafka producer route to the leaders and read back what they
 //!   wrote at the acknowledged offsets;
@@ -236,6 +238,29 @@ fn scenario(c: &mut dyn Under) {
         leaders,
         BTreeSet::from([1, 2, 3]),
         "{name}: leaders {first:?}"
+    );
+
+    // A preferred election where the preferred replica already leads: nothing to do.
+    let ran = proc::run(
+        java::tool("org.apache.kafka.tools.LeaderElectionCommand").args([
+            "--bootstrap-server",
+            &c.addr(3),
+            "--election-type",
+            "preferred",
+            "--topic",
+            TOPIC,
+            "--partition",
+            "0",
+        ]),
+        Duration::from_secs(60),
+    );
+    assert!(
+        ran.stdout.contains(&format!(
+            "Valid replica already elected for partitions {TOPIC}-0"
+        )),
+        "{name}: kafka-leader-election answered:\n{}\n{}",
+        ran.stdout,
+        proc::last_lines(&ran.stderr, 10)
     );
 
     // Replication factor 4 on three brokers.
