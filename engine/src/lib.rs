@@ -6,7 +6,8 @@
 //! control-plane thread ([`ControlThread`]), the stop signal, log compaction scheduling
 //! (the `cleaner` module: one cleaner thread, passes installed by the owning core), and the
 //! leader's replica state of a replicated partition ([`ReplicaSet`]: follower log ends, ISR
-//! changes to propose, high watermark, `acks=all` completion; not wired yet, issue 12).
+//! changes to propose, high watermark, `acks=all` completion) and its [`Role`] on the
+//! [`Partition`] (alone, leader, follower; issue 12).
 //!
 //! Must not depend on: the Kafka wire protocol (`net`) or cluster-metadata policy (`control`);
 //! it learns which partitions exist through the [`Catalog`] trait.
@@ -44,10 +45,10 @@ mod shard;
 pub use assign::{Assignment, Routing, TopicRule};
 pub use cleaner::CleanerConfig;
 pub use control::ControlThread;
-pub use replica::{AckState, IsrChange, ReplicaSet};
+pub use replica::{AckState, FollowerState, IsrChange, LeaderState, ReplicaSet, Role};
 pub use router::{Moved, Pending, Router};
 pub use runtime::{CoreContext, Engine, EngineConfig, StopToken};
-pub use shard::{Catalog, Partition, PartitionSpec, Shard};
+pub use shard::{Catalog, Partition, PartitionSpec, ReplicaFetchError, Shard};
 
 /// Engine errors.
 #[non_exhaustive]
