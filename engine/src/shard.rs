@@ -618,7 +618,7 @@ mod tests {
     }
 
     fn batch(base: i64, epoch: i32, n: usize) -> Bytes {
-        let recs: Vec<(Option<&[u8]>, Option<&[u8]>)> =
+        let recs: Vec<kmirror_log::batch::KeyValue<'_>> =
             (0..n).map(|_| (None, Some(&b"v"[..]))).collect();
         Bytes::from(build_batch(
             &BatchSpec {
