@@ -61,6 +61,15 @@ pub enum EngineError {
         tp: kmirror_types::TopicPartition,
         mirror: String,
     },
+    /// This node follows the partition: writes and consumer reads go to the leader.
+    #[error("this node is not the leader of {0}")]
+    NotLeader(kmirror_types::TopicPartition),
+    /// `acks=all` refused before the append: the ISR is smaller than `min.insync.replicas`.
+    #[error("the in-sync replicas of {tp} are fewer than min.insync.replicas={min_insync}")]
+    NotEnoughReplicas {
+        tp: kmirror_types::TopicPartition,
+        min_insync: usize,
+    },
     /// The partition is owned by another core, or is moving between cores: retriable.
     #[error("partition {0} is not owned by this core (moving between cores?)")]
     NotOwner(kmirror_types::TopicPartition),

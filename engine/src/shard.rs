@@ -73,6 +73,7 @@ impl Partition {
                 mirror: m.clone(),
             });
         }
+        self.check_leader()?;
         let info = self.log.append_leader(batches, self.leader_epoch, now_ms)?;
         self.after_append();
         Ok(info)
@@ -102,6 +103,7 @@ impl Partition {
                 mirror: m.clone(),
             });
         }
+        self.check_leader()?;
         let info = self.log.append_control(
             kind,
             producer_id,
@@ -127,6 +129,14 @@ impl Partition {
             Role::Follower(_) => {}
         }
         self.notify_waiters();
+    }
+
+    /// NOT_LEADER_OR_FOLLOWER for writes and consumer reads on a follower.
+    pub fn check_leader(&self) -> Result<(), EngineError> {
+        match self.role {
+            Role::Follower(_) => Err(EngineError::NotLeader(self.tp.clone())),
+            _ => Ok(()),
+        }
     }
 
     pub fn role(&self) -> &Role {

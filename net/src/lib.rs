@@ -37,6 +37,7 @@ pub mod keys;
 pub mod listeners;
 pub mod metrics;
 pub mod quota;
+pub mod replication;
 pub mod sasl;
 pub mod server;
 pub mod session;
@@ -247,6 +248,7 @@ pub fn start(
             default_partitions: cfg.default_partitions,
             offsets_topic_partitions: cfg.groups.offsets_topic_num_partitions,
             transaction_state_partitions: cfg.groups.transaction_state_num_partitions,
+            replica_lag_time_max_ms: cfg.engine.replica_lag_time_max_ms as i64,
         },
         cluster: cluster.clone(),
         groups: Some(groups),
@@ -293,6 +295,7 @@ pub fn start(
             }
             let _ = bound_tx.send(Ok(()));
             let ctx = Rc::new(Ctx::new(broker, core));
+            glommio::spawn_local(replication::run(ctx.clone())).detach();
             let tasks: Vec<_> = bound
                 .into_iter()
                 .map(|(listener, lctx)| {
