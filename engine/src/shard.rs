@@ -224,13 +224,33 @@ impl Partition {
         self.notify_waiters();
     }
 
-    /// Cuts the follower's log at `offset` (the OffsetsForLeaderEpoch answer) and lets the
-    /// fetcher go on.
-    pub fn truncate_as_follower(&mut self, offset: Offset) -> Result<(), EngineError> {
+    /// Cuts the follower's log at `offset` (from the OffsetsForLeaderEpoch answer). With
+    /// `complete` the fetcher goes on fetching; otherwise it asks again with the epoch the
+    /// log now ends in (KIP-279's intermediate step).
+    pub fn truncate_as_follower(
+        &mut self,
+        offset: Offset,
+        complete: bool,
+    ) -> Result<(), EngineError> {
         self.log.truncate_to(offset)?;
         if let Role::Follower(f) = &mut self.role {
-            f.truncated = true;
+            f.truncated = complete;
         }
+        Ok(())
+    }
+
+    /// The leader no longer has the follower's fetch position: truncate again after an
+    /// OffsetsForLeaderEpoch round (the follower is ahead of the leader's log end).
+    pub fn retruncate_as_follower(&mut self) {
+        if let Role::Follower(f) = &mut self.role {
+            f.truncated = false;
+        }
+    }
+
+    /// The leader's log starts after the follower's end (retention, DeleteRecords): the
+    /// follower empties its log and starts at the leader's log start, as Kafka's does.
+    pub fn restart_follower_at(&mut self, log_start: Offset) -> Result<(), EngineError> {
+        self.log.truncate_fully_and_start_at(log_start)?;
         Ok(())
     }
 
@@ -808,7 +828,7 @@ mod tests {
         assert_eq!(p.log.high_watermark(), Offset(4));
         // A new leader at epoch 2 whose log ends at 3: truncate, then fetch on.
         p.become_follower(NodeId(3), LeaderEpoch(2));
-        p.truncate_as_follower(Offset(3)).unwrap();
+        p.truncate_as_follower(Offset(3), true).unwrap();
         assert_eq!(p.log.log_end_offset(), Offset(3));
         assert!(matches!(p.role(), Role::Follower(f) if f.truncated));
         // Becoming leader at epoch 3: the replica state starts at the log end.
