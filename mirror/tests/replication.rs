@@ -1,0 +1,257 @@
+//! Partition replication on three real brokers in one process (issue 12, step 2), before
+//! `serve --quorum` exists: every node's metadata store gets the same commands (brokers,
+//! an RF=3 topic) through the quorum's own apply function, so the nodes agree on replicas,
+//! ISR and leader as a Raft-published document would make them. Everything after that is
+//! the real data path over loopback TCP: followers' replica fetchers, the leader's replica
+//! state, acks=all, ISR shrink through AlterPartition, OffsetsForLeaderEpoch truncation.
+//! Logs are compared byte for byte by opening each node's segment files after a stop.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kmirror_control::metadata::{BrokerEndpoint, BrokerRegistration};
+use kmirror_control::quorum::command::{self, MetadataCommand};
+use kmirror_engine::EngineConfig;
+use kmirror_log::{Log, LogConfig};
+use kmirror_mirror::host::{MirrorBroker, MirrorSettings};
+use kmirror_net::{RunningBroker, ServerConfig};
+use kmirror_tests::records::batch;
+use kmirror_tests::wire::{WireClient, WireError};
+use kmirror_types::Offset;
+
+const TOPIC: &str = "replicated";
+const LAG_MS: u64 = 1_500;
+
+struct Node {
+    id: i32,
+    dir: PathBuf,
+    running: Option<(RunningBroker, Arc<MirrorBroker>)>,
+}
+
+impl Node {
+    fn start(id: i32, dir: PathBuf) -> Node {
+        let mut n = Node {
+            id,
+            dir,
+            running: None,
+        };
+        n.restart();
+        n
+    }
+
+    fn restart(&mut self) {
+        std::fs::create_dir_all(&self.dir).unwrap();
+        let mirror = MirrorBroker::open(&self.dir, MirrorSettings::default()).unwrap();
+        let broker = kmirror_net::start(
+            ServerConfig {
+                listeners: vec![kmirror_net::ListenerSpec::plaintext("127.0.0.1:0").unwrap()],
+                tls: Default::default(),
+                node_id: self.id,
+                data_dir: self.dir.clone(),
+                max_request_bytes: 8 << 20,
+                auto_create_topics: false,
+                default_partitions: 1,
+                engine: EngineConfig {
+                    cores: 1,
+                    pin: false,
+                    replica_lag_time_max_ms: LAG_MS,
+                    ..EngineConfig::default()
+                },
+                authz: Default::default(),
+                sasl: Default::default(),
+                groups: Default::default(),
+            },
+            Some(mirror.clone()),
+        )
+        .unwrap();
+        self.running = Some((broker, mirror));
+    }
+
+    fn broker(&self) -> &RunningBroker {
+        &self.running.as_ref().expect("running").0
+    }
+
+    fn addr(&self) -> String {
+        self.broker().addr().to_string()
+    }
+
+    fn stop(&mut self) {
+        if let Some((b, m)) = self.running.take() {
+            m.shutdown();
+            b.stop();
+        }
+    }
+
+    fn apply(&self, cmd: MetadataCommand) {
+        self.broker()
+            .broker()
+            .cluster
+            .mutate_blocking(move |s| command::apply(s, &cmd).map(|_| ()))
+            .unwrap()
+            .unwrap();
+    }
+
+    fn isr(&self) -> Vec<i32> {
+        let m = self.broker().broker().cluster.snapshot();
+        let mut isr = m.topics[TOPIC].assignments[0].isr.clone();
+        isr.sort();
+        isr
+    }
+
+    /// The partition's records as stored: every byte from the log start to the log end.
+    fn log_bytes(&self) -> (i64, Bytes) {
+        assert!(self.running.is_none(), "read the files of a stopped node");
+        let log = Log::open(
+            &self.dir.join("topics").join(format!("{TOPIC}-0")),
+            LogConfig::default(),
+        )
+        .unwrap();
+        let end = log.log_end_offset();
+        let mut out = Vec::new();
+        let mut at = log.log_start_offset();
+        while at < end {
+            let r = log.read(at, 1 << 20, end).unwrap();
+            assert!(!r.records.is_empty());
+            let mut next = at;
+            for (h, _, _) in kmirror_log::batch::BatchIter::headers(&r.records).map(|r| r.unwrap())
+            {
+                next = Offset(h.base_offset() + i64::from(h.last_offset_delta()) + 1);
+            }
+            out.extend_from_slice(&r.records);
+            at = next;
+        }
+        (end.get(), Bytes::from(out))
+    }
+}
+
+fn registration(id: i32, addr: &str) -> BrokerRegistration {
+    let (host, port) = addr.rsplit_once(':').unwrap();
+    BrokerRegistration {
+        id,
+        incarnation: uuid::Uuid::new_v4(),
+        endpoints: vec![BrokerEndpoint {
+            name: "PLAINTEXT".into(),
+            host: host.into(),
+            port: port.parse().unwrap(),
+            security_protocol: 0,
+        }],
+        rack: None,
+        fenced: false,
+    }
+}
+
+/// Three nodes that agree on brokers and on an RF=3 topic led by node 1.
+fn cluster(root: &Path, min_insync: &str) -> Vec<Node> {
+    let nodes: Vec<Node> = (1..=3)
+        .map(|id| Node::start(id, root.join(format!("node{id}"))))
+        .collect();
+    let regs: Vec<BrokerRegistration> = nodes
+        .iter()
+        .map(|n| registration(n.id, &n.addr()))
+        .collect();
+    let id = uuid::Uuid::new_v4();
+    for n in &nodes {
+        for r in &regs {
+            n.apply(MetadataCommand::RegisterBroker(r.clone()));
+        }
+        n.apply(MetadataCommand::CreateTopic {
+            name: TOPIC.into(),
+            partitions: 1,
+            configs: BTreeMap::from([("min.insync.replicas".into(), min_insync.into())]),
+            id,
+            assignments: vec![vec![1, 2, 3]],
+        });
+    }
+    nodes
+}
+
+fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
+    let t = Instant::now();
+    while !f() {
+        assert!(t.elapsed() < timeout, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn values(round: usize) -> Vec<Vec<u8>> {
+    (0..5)
+        .map(|i| format!("r{round}-{i}").into_bytes())
+        .collect()
+}
+
+fn produce(c: &mut WireClient, round: usize) -> (i16, i64, Duration) {
+    let v = values(round);
+    let refs: Vec<&[u8]> = v.iter().map(|v| v.as_slice()).collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let t = Instant::now();
+    let r = c.produce_response(TOPIC, 0, batch(&refs, now)).unwrap();
+    (r.error_code, r.base_offset, t.elapsed())
+}
+
+#[test]
+fn three_nodes_replicate_acks_all_shrink_the_isr_and_refuse_below_min_insync() {
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes = cluster(root.path(), "2");
+    let mut leader = WireClient::connect(&nodes[0].addr()).unwrap();
+
+    // acks=all answers only once the followers have the batch: 20 rounds of 5 records.
+    for round in 0..20 {
+        let (code, base, _) = produce(&mut leader, round);
+        assert_eq!((code, base), (0, round as i64 * 5), "round {round}");
+    }
+    // The high watermark (ListOffsets latest) is the replicated end.
+    assert_eq!(leader.list_offset(TOPIC, 0, -1).unwrap(), 100);
+    // Followers refuse consumers: NOT_LEADER_OR_FOLLOWER (6).
+    let mut follower = WireClient::connect(&nodes[1].addr()).unwrap();
+    match follower.list_offset(TOPIC, 0, -1) {
+        Err(WireError::Broker { code, .. }) => assert_eq!(code, 6),
+        other => panic!("a follower answered ListOffsets: {other:?}"),
+    }
+
+    // Node 3 goes away: the next acks=all produce waits until the leader shrinks the ISR to
+    // {1,2} (replica.lag.time.max.ms) through AlterPartition, then succeeds (min.insync 2).
+    nodes[2].stop();
+    let (code, base, took) = produce(&mut leader, 20);
+    assert_eq!((code, base), (0, 100));
+    assert!(
+        took >= Duration::from_millis(500),
+        "waited for the shrink: {took:?}"
+    );
+    eventually("ISR {1,2}", Duration::from_secs(10), || {
+        nodes[0].isr() == vec![1, 2]
+    });
+
+    // min.insync.replicas=3 with two in sync: NOT_ENOUGH_REPLICAS (19), nothing appended.
+    nodes[0].apply(MetadataCommand::ReplaceConfigs {
+        name: TOPIC.into(),
+        configs: BTreeMap::from([("min.insync.replicas".into(), "3".into())]),
+    });
+    let (code, _, _) = produce(&mut leader, 21);
+    assert_eq!(code, 19);
+    assert_eq!(leader.list_offset(TOPIC, 0, -1).unwrap(), 105);
+
+    // Node 3 comes back: it catches up from its log end and rejoins the ISR; acks=all with
+    // min.insync 3 works again.
+    nodes[2].restart();
+    eventually("ISR {1,2,3}", Duration::from_secs(20), || {
+        nodes[0].isr() == vec![1, 2, 3]
+    });
+    let (code, base, _) = produce(&mut leader, 22);
+    assert_eq!((code, base), (0, 105));
+
+    drop((leader, follower));
+    for n in &mut nodes {
+        n.stop();
+    }
+    let logs: Vec<(i64, Bytes)> = nodes.iter().map(|n| n.log_bytes()).collect();
+    assert_eq!(logs[0].0, 110);
+    for (i, l) in logs.iter().enumerate() {
+        assert_eq!(l, &logs[0], "node {} is log-equal with the leader", i + 1);
+    }
+}
