@@ -22,6 +22,10 @@ pub struct PartitionSpec {
     pub topic_id: u128,
     /// Set while the topic is mirrored: client writes are refused.
     pub mirror: Option<String>,
+    /// The partition has other replicas (issue 12): it opens without a leader (writes and
+    /// consumer reads refused, NOT_LEADER_OR_FOLLOWER) until its role is applied, so nothing
+    /// is acknowledged as if it had a single replica.
+    pub replicated: bool,
 }
 
 /// Which partitions exist. Implemented over the cluster metadata by the broker.
@@ -479,7 +483,7 @@ impl Shard {
         // (Kafka's leader sets HW to its LEO when the ISR is only itself). The checkpointed
         // HW can lag after a crash, which would hide acknowledged records.
         let leo = log.log_end_offset();
-        log.set_high_watermark(leo);
+        log.set_high_watermark(if spec.replicated { recovered_hw } else { leo });
         tracing::debug!(core = self.core, %tp, "opened partition");
         self.partitions.insert(
             tp.clone(),
@@ -490,7 +494,14 @@ impl Shard {
                 leader_epoch: spec.leader_epoch,
                 mirror: spec.mirror,
                 waiters: Vec::new(),
-                role: Role::Alone,
+                role: if spec.replicated {
+                    Role::Follower(FollowerState {
+                        leader: NodeId(-1),
+                        truncated: false,
+                    })
+                } else {
+                    Role::Alone
+                },
                 recovered_hw,
             },
         );

@@ -27,15 +27,20 @@ const LAG_MS: u64 = 1_500;
 
 struct Node {
     id: i32,
+    lag_ms: u64,
     dir: PathBuf,
+    /// The listener address, kept across restarts (it is registered in the metadata).
+    listen: String,
     running: Option<(RunningBroker, Arc<MirrorBroker>)>,
 }
 
 impl Node {
-    fn start(id: i32, dir: PathBuf) -> Node {
+    fn start(id: i32, dir: PathBuf, lag_ms: u64) -> Node {
         let mut n = Node {
             id,
+            lag_ms,
             dir,
+            listen: "127.0.0.1:0".into(),
             running: None,
         };
         n.restart();
@@ -47,7 +52,7 @@ impl Node {
         let mirror = MirrorBroker::open(&self.dir, MirrorSettings::default()).unwrap();
         let broker = kmirror_net::start(
             ServerConfig {
-                listeners: vec![kmirror_net::ListenerSpec::plaintext("127.0.0.1:0").unwrap()],
+                listeners: vec![kmirror_net::ListenerSpec::plaintext(&self.listen).unwrap()],
                 tls: Default::default(),
                 node_id: self.id,
                 data_dir: self.dir.clone(),
@@ -57,7 +62,7 @@ impl Node {
                 engine: EngineConfig {
                     cores: 1,
                     pin: false,
-                    replica_lag_time_max_ms: LAG_MS,
+                    replica_lag_time_max_ms: self.lag_ms,
                     ..EngineConfig::default()
                 },
                 authz: Default::default(),
@@ -67,6 +72,7 @@ impl Node {
             Some(mirror.clone()),
         )
         .unwrap();
+        self.listen = broker.addr().to_string();
         self.running = Some((broker, mirror));
     }
 
@@ -92,6 +98,12 @@ impl Node {
             .mutate_blocking(move |s| command::apply(s, &cmd).map(|_| ()))
             .unwrap()
             .unwrap();
+    }
+
+    fn leader_and_epoch(&self) -> (i32, i32) {
+        let m = self.broker().broker().cluster.snapshot();
+        let t = &m.topics[TOPIC];
+        (t.assignments[0].leader, t.leader_epochs[0])
     }
 
     fn isr(&self) -> Vec<i32> {
@@ -144,9 +156,15 @@ fn registration(id: i32, addr: &str) -> BrokerRegistration {
 }
 
 /// Three nodes that agree on brokers and on an RF=3 topic led by node 1.
-fn cluster(root: &Path, min_insync: &str) -> Vec<Node> {
+fn cluster(root: &Path, min_insync: &str, lag_ms: u64) -> Vec<Node> {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_test_writer()
+            .try_init();
+    }
     let nodes: Vec<Node> = (1..=3)
-        .map(|id| Node::start(id, root.join(format!("node{id}"))))
+        .map(|id| Node::start(id, root.join(format!("node{id}")), lag_ms))
         .collect();
     let regs: Vec<BrokerRegistration> = nodes
         .iter()
@@ -197,7 +215,7 @@ fn produce(c: &mut WireClient, round: usize) -> (i16, i64, Duration) {
 #[test]
 fn three_nodes_replicate_acks_all_shrink_the_isr_and_refuse_below_min_insync() {
     let root = tempfile::tempdir().unwrap();
-    let mut nodes = cluster(root.path(), "2");
+    let mut nodes = cluster(root.path(), "2", LAG_MS);
     let mut leader = WireClient::connect(&nodes[0].addr()).unwrap();
 
     // acks=all answers only once the followers have the batch: 20 rounds of 5 records.
@@ -253,5 +271,72 @@ fn three_nodes_replicate_acks_all_shrink_the_isr_and_refuse_below_min_insync() {
     assert_eq!(logs[0].0, 110);
     for (i, l) in logs.iter().enumerate() {
         assert_eq!(l, &logs[0], "node {} is log-equal with the leader", i + 1);
+    }
+}
+
+#[test]
+fn a_new_leader_makes_the_old_leaders_unreplicated_tail_go_and_every_replica_ends_log_equal() {
+    let root = tempfile::tempdir().unwrap();
+    // A long lag limit: no ISR change happens unless the test makes it.
+    let mut nodes = cluster(root.path(), "1", 30_000);
+    let mut c = WireClient::connect(&nodes[0].addr()).unwrap();
+    for round in 0..10 {
+        assert_eq!(produce(&mut c, round).0, 0);
+    }
+    // The followers stop; the leader takes two more batches with acks=1 that nobody else has.
+    nodes[1].stop();
+    nodes[2].stop();
+    let v = values(99);
+    let refs: Vec<&[u8]> = v.iter().map(|v| v.as_slice()).collect();
+    for _ in 0..2 {
+        let (code, _) = c
+            .produce_raw(TOPIC, 0, batch(&refs, kmirror_engine::now_ms()), 1)
+            .unwrap();
+        assert_eq!(code, 0);
+    }
+    assert_eq!(
+        c.list_offset(TOPIC, 0, -1).unwrap(),
+        50,
+        "the HW stays at the replicated end"
+    );
+    drop(c);
+    nodes[0].stop();
+
+    // The controller fences node 1: node 2 leads at epoch 1 (every store gets the command).
+    nodes[1].restart();
+    nodes[2].restart();
+    for n in &nodes[1..] {
+        n.apply(MetadataCommand::FenceBroker { id: 1 });
+        assert_eq!(n.leader_and_epoch(), (2, 1));
+    }
+    let mut c = WireClient::connect(&nodes[1].addr()).unwrap();
+    eventually("node 2 leads", Duration::from_secs(10), || {
+        produce(&mut c, 10).0 == 0
+    });
+    for round in 11..15 {
+        assert_eq!(produce(&mut c, round).0, 0);
+    }
+    assert_eq!(c.list_offset(TOPIC, 0, -1).unwrap(), 75);
+
+    // Node 1 comes back as a follower at epoch 1: OffsetsForLeaderEpoch tells it epoch 0
+    // ended at 50, so its two unreplicated batches go; it fetches the new leader's records
+    // and, unfenced, rejoins the ISR.
+    nodes[0].restart();
+    nodes[0].apply(MetadataCommand::FenceBroker { id: 1 });
+    for n in &nodes {
+        n.apply(MetadataCommand::UnfenceBroker { id: 1 });
+    }
+    eventually("ISR {1,2,3} on the leader", Duration::from_secs(20), || {
+        nodes[1].isr() == vec![1, 2, 3]
+    });
+    assert_eq!(produce(&mut c, 15).0, 0);
+    drop(c);
+    for n in &mut nodes {
+        n.stop();
+    }
+    let logs: Vec<(i64, Bytes)> = nodes.iter().map(|n| n.log_bytes()).collect();
+    assert_eq!(logs[1].0, 80);
+    for (i, l) in logs.iter().enumerate() {
+        assert_eq!(l, &logs[1], "node {} is log-equal with the leader", i + 1);
     }
 }
