@@ -212,6 +212,29 @@ fn produce(c: &mut WireClient, round: usize) -> (i16, i64, Duration) {
     (r.error_code, r.base_offset, t.elapsed())
 }
 
+/// One acks=all Produce of one batch with `timeout_ms`; returns the partition's error code.
+fn produce_with_timeout(c: &mut WireClient, timeout_ms: i32) -> i16 {
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{ProduceRequest, TopicName};
+    use kafka_protocol::protocol::StrBytes;
+    let v = c.version_of::<ProduceRequest>().unwrap();
+    let topic = if v >= 13 {
+        TopicProduceData::default().with_topic_id(c.partition_info(TOPIC, 0).unwrap().topic_id)
+    } else {
+        TopicProduceData::default().with_name(TopicName(StrBytes::from_static_str(TOPIC)))
+    };
+    let req = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(timeout_ms)
+        .with_topic_data(vec![topic.with_partition_data(vec![
+            PartitionProduceData::default()
+                .with_index(0)
+                .with_records(Some(batch(&[b"t"], kmirror_engine::now_ms()))),
+        ])]);
+    let resp = c.send_at(req, v).unwrap();
+    resp.responses[0].partition_responses[0].error_code
+}
+
 #[test]
 fn three_nodes_replicate_acks_all_shrink_the_isr_and_refuse_below_min_insync() {
     let root = tempfile::tempdir().unwrap();
@@ -294,6 +317,11 @@ fn a_new_leader_makes_the_old_leaders_unreplicated_tail_go_and_every_replica_end
             .unwrap();
         assert_eq!(code, 0);
     }
+    // acks=all with nobody to replicate to: REQUEST_TIMED_OUT (7) at the request timeout
+    // (the batch stays in the leader's log, unreplicated, like Kafka's).
+    let t = Instant::now();
+    assert_eq!(produce_with_timeout(&mut c, 500), 7);
+    assert!(t.elapsed() >= Duration::from_millis(450));
     assert_eq!(
         c.list_offset(TOPIC, 0, -1).unwrap(),
         50,
