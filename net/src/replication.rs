@@ -40,9 +40,18 @@ pub async fn run(ctx: Rc<Ctx>) {
     let lag = ctx.broker.config.replica_lag_time_max_ms.max(2);
     let check_every = Duration::from_millis((lag / 2) as u64);
     let mut last_check = std::time::Instant::now();
+    // Whether any topic has assignments, per metadata version (one-node mode: never, and then
+    // this task does nothing but look at the version).
+    let mut replicated = (u64::MAX, false);
     while !ctx.core.stop.is_stopped() {
         let meta = ctx.meta();
-        let replicated = meta.topics.values().any(|t| !t.assignments.is_empty());
+        if replicated.0 != meta.version {
+            replicated = (
+                meta.version,
+                meta.topics.values().any(|t| !t.assignments.is_empty()),
+            );
+        }
+        let replicated = replicated.1;
         if replicated && (meta.version != applied || last_sync.elapsed() >= RESYNC) {
             applied = meta.version;
             last_sync = std::time::Instant::now();
