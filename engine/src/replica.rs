@@ -74,6 +74,8 @@ pub enum Role {
 #[derive(Debug)]
 pub struct LeaderState {
     pub set: ReplicaSet,
+    /// The leader epoch this node took the lead at.
+    pub epoch: kmirror_types::LeaderEpoch,
     /// The partition epoch of the assignment the ISR was taken from (AlterPartition's base).
     pub partition_epoch: i32,
     /// An ISR change sent to the controller and not answered yet: one at a time, as Kafka's
@@ -91,9 +93,14 @@ struct AckWaiter {
 }
 
 impl LeaderState {
-    pub fn new(set: ReplicaSet, partition_epoch: i32) -> LeaderState {
+    pub fn new(
+        set: ReplicaSet,
+        epoch: kmirror_types::LeaderEpoch,
+        partition_epoch: i32,
+    ) -> LeaderState {
         LeaderState {
             set,
+            epoch,
             partition_epoch,
             pending_isr: None,
             waiters: Vec::new(),
@@ -150,6 +157,8 @@ impl LeaderState {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FollowerState {
     pub leader: NodeId,
+    /// The leader epoch this node follows at.
+    pub epoch: kmirror_types::LeaderEpoch,
     pub truncated: bool,
 }
 

@@ -180,7 +180,7 @@ impl Partition {
     ) {
         let leo = self.log.log_end_offset();
         if let Role::Leader(l) = &mut self.role {
-            if epoch == self.leader_epoch {
+            if epoch == l.epoch {
                 if partition_epoch > l.partition_epoch {
                     l.partition_epoch = partition_epoch;
                     l.pending_isr = None;
@@ -201,7 +201,7 @@ impl Partition {
         let mut set = ReplicaSet::new(node, replicas, isr, hw, leo, lag_max_ms, now_ms);
         set.advance(leo, now_ms);
         self.log.set_high_watermark(set.high_watermark());
-        self.role = Role::Leader(LeaderState::new(set, partition_epoch));
+        self.role = Role::Leader(LeaderState::new(set, epoch, partition_epoch));
         self.notify_waiters();
     }
 
@@ -210,7 +210,7 @@ impl Partition {
     /// answered NOT_LEADER_OR_FOLLOWER.
     pub fn become_follower(&mut self, leader: NodeId, epoch: LeaderEpoch) {
         if let Role::Follower(f) = &self.role {
-            if f.leader == leader && epoch == self.leader_epoch {
+            if f.leader == leader && epoch == f.epoch {
                 return;
             }
         }
@@ -223,6 +223,7 @@ impl Partition {
         self.leader_epoch = self.leader_epoch.max(epoch);
         self.role = Role::Follower(FollowerState {
             leader,
+            epoch,
             truncated: false,
         });
         self.notify_waiters();
@@ -497,6 +498,7 @@ impl Shard {
                 role: if spec.replicated {
                     Role::Follower(FollowerState {
                         leader: NodeId(-1),
+                        epoch: LeaderEpoch(-1),
                         truncated: false,
                     })
                 } else {
