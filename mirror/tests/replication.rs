@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kmirror_control::metadata::{BrokerEndpoint, BrokerRegistration};
-use kmirror_control::quorum::command::{self, MetadataCommand};
+use kmirror_control::quorum::command::{ClusterCommand, MetadataCommand};
 use kmirror_engine::EngineConfig;
 use kmirror_log::{Log, LogConfig};
 use kmirror_mirror::host::{MirrorBroker, MirrorSettings};
@@ -95,8 +95,7 @@ impl Node {
         self.broker()
             .broker()
             .cluster
-            .mutate_blocking(move |s| command::apply(s, &cmd).map(|_| ()))
-            .unwrap()
+            .propose_blocking(ClusterCommand::Metadata(cmd))
             .unwrap();
     }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 
 use kafka_protocol::ResponseError as E;
 use kmirror_control::metadata::{ClusterMetadata, TopicMeta};
-use kmirror_control::quorum::command::{self, MetadataCommand, Outcome};
+use kmirror_control::quorum::command::MetadataCommand;
 use kmirror_engine::{now_ms, IsrChange, Router, Shard};
 use kmirror_types::{LeaderEpoch, NodeId, TopicPartition};
 
@@ -208,19 +208,13 @@ pub fn propose_isr_change(
     glommio::spawn_local(task).detach();
 }
 
-/// The one place AlterPartition goes out. Applied to the local store through the
-/// control-plane thread with the quorum's own apply function: in one-node mode this is the
-/// whole path (no ISR change arises there: every partition is alone); in a cluster it is
-/// replaced by `Cluster::propose` (the Raft log) when that lands. Returns the topic as
-/// committed, or Kafka's code for the refusal.
+/// The one place AlterPartition goes out: proposed to the controller (the Raft log in a
+/// cluster; the local store, with the same apply function, on one node, where no ISR change
+/// arises since every partition is alone). Returns the topic as committed, or Kafka's code
+/// for the refusal.
 async fn send_alter_partition(cluster: &Cluster, cmd: MetadataCommand) -> Result<TopicMeta, i16> {
-    let r = cluster
-        .mutate(move |store| command::apply(store, &cmd))
-        .await;
-    match r {
-        Ok(Ok(Outcome::Topic(t))) => Ok(t),
-        Ok(Ok(_)) => Err(errors::code(E::UnknownServerError)),
-        Ok(Err(e)) => Err(errors::metadata_error_code(&e)),
-        Err(e) => Err(errors::engine_error_code(&e)),
-    }
+    cluster
+        .propose_topic(cmd)
+        .await
+        .map_err(|e| errors::propose_failure_code(&e))
 }
