@@ -326,6 +326,7 @@ fn scenario(c: &mut dyn Under) {
         &[
             "enable.idempotence=false",
             "retries=0",
+            "request.timeout.ms=10000",
             "delivery.timeout.ms=20000",
         ],
     );
