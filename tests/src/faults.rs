@@ -537,3 +537,194 @@ fn judge(
         second.len()
     );
 }
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_millis() as i64
+}
+
+/// `Replicas: 1,2,3 … Isr: 1,2` of `topic`-`partition` as `kafka-topics --describe` prints
+/// them (sorted), and whether `--under-replicated-partitions` lists it.
+fn topics_tool_describe(boot: &str, topic: &str, partition: i32) -> (Vec<i32>, Vec<i32>, bool) {
+    use crate::java::{run_tool, tools};
+    let first = boot.split(',').next().expect("a node");
+    let ids = |line: &str, key: &str| -> Vec<i32> {
+        let mut v: Vec<i32> = line
+            .split('\t')
+            .find_map(|f| f.trim().strip_prefix(key))
+            .unwrap_or_else(|| panic!("no {key} in kafka-topics line {line:?}"))
+            .split(',')
+            .filter(|s| !s.trim().is_empty())
+            .map(|s| s.trim().parse().expect("replica id"))
+            .collect();
+        v.sort_unstable();
+        v
+    };
+    let want = format!("Partition: {partition}\t");
+    let described = run_tool(
+        tools::TOPIC_COMMAND,
+        &["--bootstrap-server", first, "--describe", "--topic", topic],
+        Duration::from_secs(60),
+    );
+    let line = described
+        .stdout
+        .lines()
+        .find(|l| l.contains(&want))
+        .unwrap_or_else(|| panic!("kafka-topics --describe:\n{}", described.stdout))
+        .to_string();
+    let under = run_tool(
+        tools::TOPIC_COMMAND,
+        &[
+            "--bootstrap-server",
+            first,
+            "--describe",
+            "--under-replicated-partitions",
+        ],
+        Duration::from_secs(60),
+    );
+    let listed = under
+        .stdout
+        .lines()
+        .any(|l| l.contains(&format!("Topic: {topic}\t")) && l.contains(&want));
+    (ids(&line, "Replicas: "), ids(&line, "Isr: "), listed)
+}
+
+/// Issue 12, steps 2 and 5: what the Kafka tools and a producer see of replication.
+/// `kafka-topics --describe` shows 3 replicas and the ISR; `kafka-metadata-quorum describe
+/// --status` names the same quorum leader as DescribeQuorum and 3 voters; with
+/// `min.insync.replicas=3`, once a killed follower has left the ISR, acks=all is refused with
+/// NOT_ENOUGH_REPLICAS (19) and writes nothing, acks=1 is accepted, the partition is listed
+/// as under-replicated; after the follower is back in the ISR, acks=all is accepted again.
+pub fn replication_seen_by_tools_and_producers(cluster: &mut dyn ClusterUnderTest) {
+    use crate::java::{run_tool, tools};
+    let name = cluster.name();
+    let topic = "isr-probe";
+    cluster.create_topic(topic, 1, 3, &[("min.insync.replicas", "3")]);
+    cluster.wait_fully_replicated(Duration::from_secs(60));
+    let info = cluster.partition(topic, 0);
+    let mut replicas = info.replicas.clone();
+    replicas.sort_unstable();
+    let boot = cluster.bootstrap();
+    let (tool_replicas, tool_isr, under) = topics_tool_describe(&boot, topic, 0);
+    assert_eq!(tool_replicas, replicas, "{name}: kafka-topics replicas");
+    assert_eq!(
+        tool_isr, replicas,
+        "{name}: kafka-topics ISR of a healthy partition"
+    );
+    assert!(
+        !under,
+        "{name}: a healthy partition listed as under-replicated"
+    );
+
+    let quorum = run_tool(
+        tools::METADATA_QUORUM_COMMAND,
+        &[
+            "--bootstrap-server",
+            boot.split(',').next().expect("a node"),
+            "describe",
+            "--status",
+        ],
+        Duration::from_secs(60),
+    );
+    let field = |key: &str| -> String {
+        quorum
+            .stdout
+            .lines()
+            .find_map(|l| l.trim().strip_prefix(key).map(|v| v.trim().to_string()))
+            .unwrap_or_else(|| panic!("{name}: no {key} in:\n{}", quorum.stdout))
+    };
+    let leader: i32 = field("LeaderId:").parse().expect("LeaderId");
+    assert_eq!(leader, cluster.controller(), "{name}: quorum leader");
+    let voters = field("CurrentVoters:");
+    eprintln!("{name}: LeaderId {leader}, CurrentVoters {voters}");
+    for id in cluster.node_ids() {
+        assert!(
+            voters.contains(&format!("\"id\": {id},")),
+            "{name}: voter {id} missing from CurrentVoters {voters}"
+        );
+    }
+
+    let produce = |cluster: &dyn ClusterUnderTest, acks: i16, value: &[u8]| -> i16 {
+        let mut c = WireClient::connect_leader(&cluster.bootstrap(), topic, 0).expect("leader");
+        c.produce_raw(topic, 0, crate::records::batch(&[value], now_ms()), acks)
+            .expect("Produce")
+            .0
+    };
+    assert_eq!(
+        produce(cluster, -1, b"first"),
+        0,
+        "{name}: acks=all, full ISR"
+    );
+
+    // Kill a follower (not the quorum leader, so the controller stays put).
+    let controller = cluster.controller();
+    let follower = *info
+        .replicas
+        .iter()
+        .find(|r| **r != info.leader_id && **r != controller)
+        .or_else(|| info.replicas.iter().find(|r| **r != info.leader_id))
+        .expect("a follower");
+    eprintln!("{name}: SIGKILL follower {follower} of {topic}-0");
+    cluster.kill(follower);
+    proc::wait_for(Duration::from_secs(60), "the ISR to shrink to 2", || {
+        (cluster.partition(topic, 0).isr.len() == 2).then_some(())
+    });
+    let before = WireClient::connect_leader(&cluster.bootstrap(), topic, 0)
+        .and_then(|mut c| c.log_bounds(topic, 0))
+        .expect("log bounds")
+        .1;
+    assert_eq!(
+        produce(cluster, -1, b"refused"),
+        19,
+        "{name}: acks=all with ISR 2 < min.insync.replicas 3 must be NOT_ENOUGH_REPLICAS"
+    );
+    assert_eq!(
+        produce(cluster, 1, b"acks-one"),
+        0,
+        "{name}: acks=1 with ISR 2"
+    );
+    // Kafka 4.1 (KIP-966, eligible leader replicas, on by default for new clusters) does not
+    // advance the high watermark while the ISR is below min.insync.replicas: the acks=1
+    // record is in the leader's log but invisible (ListOffsets latest = HW) until the
+    // follower is back. The refused acks=all record is never written.
+    std::thread::sleep(Duration::from_secs(3));
+    let end = WireClient::connect_leader(&cluster.bootstrap(), topic, 0)
+        .and_then(|mut c| c.log_bounds(topic, 0))
+        .expect("log bounds")
+        .1;
+    assert_eq!(
+        end, before,
+        "{name}: the high watermark moved ({before} -> {end}) with the ISR below min.insync.replicas"
+    );
+    let (_, isr, under) = topics_tool_describe(&cluster.bootstrap(), topic, 0);
+    assert_eq!(
+        isr.len(),
+        2,
+        "{name}: kafka-topics ISR with a follower down: {isr:?}"
+    );
+    assert!(
+        !isr.contains(&follower),
+        "{name}: dead follower {follower} still in ISR"
+    );
+    assert!(under, "{name}: {topic}-0 not listed as under-replicated");
+
+    cluster.restart(follower);
+    cluster.wait_fully_replicated(Duration::from_secs(120));
+    assert_eq!(
+        produce(cluster, -1, b"last"),
+        0,
+        "{name}: acks=all after the follower rejoined the ISR"
+    );
+    let got: Vec<Vec<u8>> = crate::oracle::read_records(&cluster.bootstrap(), topic, 0)
+        .expect("read back")
+        .into_iter()
+        .filter_map(|(_, v)| v.map(|v| v.to_vec()))
+        .collect();
+    assert_eq!(
+        got,
+        vec![b"first".to_vec(), b"acks-one".to_vec(), b"last".to_vec()],
+        "{name}: the partition's records"
+    );
+}

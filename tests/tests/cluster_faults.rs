@@ -8,7 +8,9 @@
 //! every expectation it asserts; the kmirror variant runs the same function.
 
 use kmirror_tests::clients::Client;
-use kmirror_tests::faults::acked_records_survive_node_faults;
+use kmirror_tests::faults::{
+    acked_records_survive_node_faults, replication_seen_by_tools_and_producers,
+};
 use kmirror_tests::{heavy_test_lock, KafkaCluster};
 
 #[test]
@@ -16,4 +18,11 @@ fn kafka_acked_records_survive_leader_kill_controller_kill_and_partition() {
     let _lock = heavy_test_lock();
     let mut kafka = KafkaCluster::three_replicated();
     acked_records_survive_node_faults(&mut kafka, &[Client::Java, Client::Librdkafka]);
+}
+
+#[test]
+fn kafka_replicas_isr_quorum_and_not_enough_replicas() {
+    let _lock = heavy_test_lock();
+    let mut kafka = KafkaCluster::three_replicated();
+    replication_seen_by_tools_and_producers(&mut kafka);
 }
