@@ -15,6 +15,7 @@
 
 pub mod badinput;
 pub mod clients;
+pub mod cluster;
 pub mod conformance;
 pub mod deps;
 pub mod faultproxy;

@@ -167,6 +167,13 @@ async fn read_all(
             pending.push(Err(EngineError::ShuttingDown)); // placeholder, replaced below
             continue;
         }
+        if ctx.not_leader(&meta, &w.topic, w.partition).is_some() {
+            // A consumer reads from the leader only (no KIP-392 rack-aware follower reads):
+            // NOT_LEADER_OR_FOLLOWER, which also ends a long poll at once.
+            let tp = TopicPartition::new(w.topic.clone(), w.partition);
+            pending.push(Err(EngineError::NotOwner(tp)));
+            continue;
+        }
         let tp = TopicPartition::new(w.topic.clone(), w.partition);
         let (off, ep, mb) = (w.fetch_offset, w.current_leader_epoch, w.max_bytes);
         let watch = watch.cloned();
@@ -294,12 +301,27 @@ fn cached(a: &Asked) -> Cached {
 /// The response, and per partition (in response order) where its records lie on disk.
 /// With a fetch session (v7+, KIP-227) an incremental request names only what changed, and
 /// the response carries only partitions with news.
+/// The follower broker a Fetch comes from (replica id >= 0), or None for a consumer.
+fn follower_replica_id(version: i16, req: &FetchRequest) -> Option<i32> {
+    let id = if version >= 15 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    (id >= 0).then_some(id)
+}
+
 pub async fn fetch(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,
     req: FetchRequest,
 ) -> (FetchResponse, Vec<Option<FileRegion>>) {
+    // Hook for follower fetches (helper "repl"): a request with a replica id >= 0 (v15+:
+    // ReplicaState.replica_id) comes from a follower broker and must be served by the
+    // replication path (it reads up to the log end and moves the follower's offset in the
+    // leader's ReplicaSet). Until that exists it is read like a consumer fetch on the leader.
+    let _follower = follower_replica_id(version, &req);
     let read_committed = req.isolation_level == 1;
     let mode = if version >= 7 {
         ctx.fetch_sessions
@@ -504,12 +526,24 @@ pub async fn fetch(
     }
     let mut responses = Vec::with_capacity(topics.len());
     let mut files = Vec::with_capacity(asked.len());
+    let meta = ctx.meta();
+    let mut leaders = Vec::new();
     for ((name, id), parts) in topics {
         let parts = parts
             .into_iter()
             .map(|(partition, g)| {
                 files.push(g.file);
+                // KIP-951 (v12+): a NOT_LEADER answer names the current leader.
+                let current = (g.error == E::NotLeaderOrFollower.code() && version >= 12)
+                    .then(|| ctx.not_leader(&meta, &name, partition))
+                    .flatten();
+                let mut leader = LeaderIdAndEpoch::default();
+                if let Some((id, epoch)) = current {
+                    leaders.push(id);
+                    leader = leader.with_leader_id(broker(id)).with_leader_epoch(epoch);
+                }
                 PartitionData::default()
+                    .with_current_leader(leader)
                     .with_partition_index(partition)
                     .with_error_code(g.error)
                     .with_high_watermark(g.hw)
@@ -527,8 +561,24 @@ pub async fn fetch(
                 .with_partitions(parts),
         );
     }
+    // Node endpoints exist from v16 on.
+    let endpoints = if version >= 16 {
+        ctx.node_endpoints(&meta, leaders)
+            .into_iter()
+            .map(|b| {
+                NodeEndpoint::default()
+                    .with_node_id(broker(b.id))
+                    .with_host(kafka_protocol::protocol::StrBytes::from_string(b.host))
+                    .with_port(b.port)
+                    .with_rack(b.rack.map(kafka_protocol::protocol::StrBytes::from_string))
+            })
+            .collect()
+    } else {
+        Vec::new()
+    };
     let resp = FetchResponse::default()
         .with_session_id(session_id)
-        .with_responses(responses);
+        .with_responses(responses)
+        .with_node_endpoints(endpoints);
     (resp, files)
 }

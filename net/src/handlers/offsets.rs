@@ -86,6 +86,10 @@ pub async fn list_offsets(
                 }));
                 continue;
             }
+            if ctx.not_leader(&meta, &tp.topic, tp.partition).is_some() {
+                pending.push(Err(Err(E::NotLeaderOrFollower.code())));
+                continue;
+            }
             pending.push(Ok(ctx
                 .router()
                 .submit_partition(tp, move |part| -> Result<(i64, i64, i32), i16> {
@@ -160,6 +164,7 @@ pub async fn offset_for_leader_epoch(
         .iter()
         .map(|t| access.check(table::OFFSET_FOR_LEADER_EPOCH, &t.topic).err())
         .collect();
+    let meta = ctx.meta();
     let mut pending = Vec::new();
     for t in req
         .topics
@@ -171,6 +176,12 @@ pub async fn offset_for_leader_epoch(
         for p in &t.partitions {
             let tp = TopicPartition::new(t.topic.to_string(), p.partition);
             let (cle, want) = (p.current_leader_epoch, p.leader_epoch);
+            // Only the leader answers (a follower's OffsetsForLeaderEpoch to the leader is
+            // served here too: it is the leader's log that is asked).
+            if ctx.not_leader(&meta, &tp.topic, tp.partition).is_some() {
+                pending.push(Err(EngineError::NotOwner(tp)));
+                continue;
+            }
             pending.push(
                 ctx.router()
                     .submit_partition(tp, move |part| -> Result<(i32, i64), i16> {
@@ -230,6 +241,7 @@ pub async fn delete_records(
         .iter()
         .map(|t| access.check(table::DELETE_RECORDS, &t.name).err())
         .collect();
+    let meta = ctx.meta();
     let mut pending = Vec::new();
     for t in req
         .topics
@@ -241,6 +253,11 @@ pub async fn delete_records(
         for p in &t.partitions {
             let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
             let offset = p.offset;
+            if ctx.not_leader(&meta, &tp.topic, tp.partition).is_some() {
+                // NOT_LEADER_OR_FOLLOWER: only the leader deletes records.
+                pending.push(Err(EngineError::NotOwner(tp)));
+                continue;
+            }
             pending.push(
                 ctx.router()
                     .submit_partition(tp, move |part| -> Result<i64, i16> {

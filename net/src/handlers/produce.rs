@@ -10,10 +10,11 @@ use kmirror_engine::{now_ms, EngineError, Pending};
 use kmirror_log::AppendInfo;
 use kmirror_types::TopicPartition;
 
-use super::{s, topic_name};
+use super::{broker, s, topic_name};
 use crate::authz::{table, Access};
 use crate::broker::Ctx;
 use crate::errors;
+use kafka_protocol::protocol::StrBytes;
 
 type AppendOutcome = Result<(Result<AppendInfo, EngineError>, i64), EngineError>;
 
@@ -137,6 +138,7 @@ pub async fn produce(
         .as_ref()
         .and_then(|t| access.check(table::TXN_WRITE, t).err());
     let mut topics = Vec::with_capacity(req.topic_data.len());
+    let mut leaders = Vec::new();
     for td in req.topic_data {
         let topic = if version >= 13 {
             meta.topic_by_id(td.topic_id)
@@ -192,6 +194,21 @@ pub async fn produce(
                     E::UnknownTopicOrPartition.code(),
                     None,
                 )));
+                continue;
+            }
+            if let Some((leader, epoch)) = ctx.not_leader(&meta, &t.name, pd.index) {
+                // Only the leader appends; KIP-951 (v10+) names the leader so the client
+                // reroutes without a Metadata round trip.
+                let mut r = failed(pd.index, E::NotLeaderOrFollower.code(), None);
+                if version >= 10 {
+                    leaders.push(leader);
+                    r = r.with_current_leader(
+                        LeaderIdAndEpoch::default()
+                            .with_leader_id(broker(leader))
+                            .with_leader_epoch(epoch),
+                    );
+                }
+                slots.push(Slot::Done(r));
                 continue;
             }
             let Some(records) = pd.records else {
@@ -283,5 +300,20 @@ pub async fn produce(
     if acks == 0 {
         return None;
     }
-    Some(ProduceResponse::default().with_responses(responses))
+    let endpoints = ctx
+        .node_endpoints(&meta, leaders)
+        .into_iter()
+        .map(|b| {
+            NodeEndpoint::default()
+                .with_node_id(broker(b.id))
+                .with_host(StrBytes::from_string(b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(StrBytes::from_string))
+        })
+        .collect();
+    Some(
+        ProduceResponse::default()
+            .with_responses(responses)
+            .with_node_endpoints(endpoints),
+    )
 }
