@@ -148,6 +148,46 @@ impl ClusterUnderTest for crate::KafkaCluster {
     }
 }
 
+impl ClusterUnderTest for crate::cluster::KmirrorCluster {
+    fn name(&self) -> String {
+        "kmirror".into()
+    }
+    fn bootstrap(&self) -> String {
+        self.reachable_bootstrap()
+    }
+    fn node_ids(&self) -> Vec<i32> {
+        (1..=self.len() as i32).collect()
+    }
+    fn kill(&mut self, id: i32) {
+        crate::cluster::KmirrorCluster::kill(self, id as usize);
+    }
+    fn restart(&mut self, id: i32) {
+        crate::cluster::KmirrorCluster::restart(self, id as usize);
+        let n = self.len();
+        // Back once it is registered and unfenced again, as KafkaCluster::start_node waits.
+        self.wait_brokers(id as usize, n, Duration::from_secs(60));
+    }
+    fn isolate(&mut self, id: i32) {
+        crate::cluster::KmirrorCluster::isolate(self, id as usize);
+    }
+    fn heal(&mut self, id: i32) {
+        crate::cluster::KmirrorCluster::heal(self, id as usize);
+    }
+}
+
+/// A three-node kmirror cluster for the fault scenarios, set up like
+/// [`crate::KafkaCluster::three_replicated`]: network namespaces, fencing after 4 s.
+pub fn kmirror_three_replicated() -> crate::cluster::KmirrorCluster {
+    crate::cluster::KmirrorCluster::start(
+        3,
+        crate::cluster::ClusterOpts {
+            session_timeout_ms: 4000,
+            netns: true,
+            ..crate::cluster::ClusterOpts::default()
+        },
+    )
+}
+
 /// One client family's producer and consumers on a topic of its own.
 struct Stream {
     client: Client,

@@ -312,6 +312,12 @@ impl KmirrorNode {
         }
     }
 
+    /// Whether the node was started and not killed or stopped since (without reaping: a
+    /// process that crashed on its own still counts; see [`KmirrorNode::alive`]).
+    pub fn started(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Whether the process is alive.
     pub fn alive(&mut self) -> bool {
         self.is_running()
