@@ -16,8 +16,9 @@
 //! ProducerPerformance acks=all into RF=3 topics (`min.insync.replicas=2`) on three Apache
 //! Kafka nodes and on three kmirror nodes, all on this machine, alternating which cluster is
 //! loaded first each round. Prints per-round rows (MB/s, p50/p99, CPU of all nodes per GB)
-//! and the median kmirror/Kafka ratios with their spread. `KMIRROR_BENCH_KAFKA_ONLY=1`: the
-//! Kafka side alone.
+//! and the median kmirror/Kafka ratios with their spread; a round counts only once every
+//! node's data directory holds the topic's payload (it really was replicated).
+//! `KMIRROR_BENCH_KAFKA_ONLY=1`: the Kafka side alone.
 //!
 //! `… --bin e2e_broker -- --consume [RECORDS] [PARTITIONS] [ROUNDS]`: the consume side alone.
 //! Kafka, kmirror, and a second kmirror with `KMIRROR_SENDFILE=1` (sendfile to the loopback
@@ -32,6 +33,7 @@ mod common;
 
 use std::time::Duration;
 
+use kmirror_tests::cluster::{ClusterOpts, KmirrorCluster};
 use kmirror_tests::java::tools;
 use kmirror_tests::KmirrorNode;
 
@@ -512,6 +514,55 @@ struct ClusterSide {
     name: &'static str,
     boot: String,
     pids: Vec<u32>,
+    /// Each node's data directory, to check that every replica holds the data.
+    data_dirs: Vec<std::path::PathBuf>,
+}
+
+/// Bytes of `<base>.log` segment files of `topic`'s partitions under `dir` (any depth: the
+/// partition directories are `<topic>-<p>` in Kafka and kmirror alike).
+fn segment_bytes(dir: &std::path::Path, topic: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let prefix = format!("{topic}-");
+    let in_partition = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|p| p.parse::<u32>().is_ok())
+    });
+    let mut total = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            total += segment_bytes(&path, topic);
+        } else if in_partition && path.extension().is_some_and(|x| x == "log") {
+            total += meta.len();
+        }
+    }
+    total
+}
+
+/// Waits until every node stores at least the produced payload of `topic` (RF 3 on 3 nodes:
+/// every node is a replica of every partition): the numbers are only worth printing if the
+/// cluster really replicated. Returns each node's bytes.
+fn check_replicated(side: &ClusterSide, topic: &str, payload: u64) -> Vec<u64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let bytes: Vec<u64> = side
+            .data_dirs
+            .iter()
+            .map(|d| segment_bytes(d, topic))
+            .collect();
+        if bytes.iter().all(|b| *b >= payload) {
+            return bytes;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: {topic} not on every replica after 60 s: node bytes {bytes:?}, payload {payload}",
+            side.name
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
 }
 
 impl ClusterSide {
@@ -553,6 +604,11 @@ fn cluster_round(side: &ClusterSide, round: usize, records: u64, partitions: i32
     let summary = produce(&side.boot, &topic, records);
     let cpu1 = side.cpu_seconds();
     eprintln!("[{} round {round}] {summary}", side.name);
+    let stored = check_replicated(side, &topic, records * 1024);
+    eprintln!(
+        "[{} round {round}] segment bytes per node: {stored:?}",
+        side.name
+    );
     ClusterRow {
         round,
         broker: side.name,
@@ -580,13 +636,15 @@ fn main_cluster(n: usize, records: u64, partitions: i32, rounds: usize) {
             .collect::<Vec<_>>()
             .join(","),
         pids: kafka.iter().map(common::Kafka::pid).collect(),
+        data_dirs: kafka.iter().map(common::Kafka::data_dir).collect(),
     }];
     let kmirror = (!kafka_only).then(|| start_kmirror_cluster(n));
     if let Some(k) = &kmirror {
         sides.push(ClusterSide {
             name: "kmirror",
-            boot: k.0.clone(),
-            pids: k.1.clone(),
+            boot: k.bootstrap(),
+            pids: (1..=n).map(|i| k.node(i).pid()).collect(),
+            data_dirs: (1..=n).map(|i| k.node(i).data_dir()).collect(),
         });
     }
     for side in &sides {
@@ -658,16 +716,11 @@ fn main_cluster(n: usize, records: u64, partitions: i32, rounds: usize) {
     }
 }
 
-/// The kmirror side of `--cluster`: `n` nodes of `kmirror serve --quorum` on loopback.
-/// Returns the bootstrap list and the node PIDs, and a guard that stops them on drop.
-fn start_kmirror_cluster(n: usize) -> (String, Vec<u32>, Box<dyn std::any::Any>) {
-    // Placeholder until tests/src/cluster.rs (KmirrorCluster, issue 12 helper wire) is on
-    // this branch: the nodes are started through it, not through a second harness.
-    let _ = n;
-    panic!(
-        "the kmirror side of --cluster needs kmirror_tests::cluster::KmirrorCluster (issue 12); \
-         run with KMIRROR_BENCH_KAFKA_ONLY=1 for the Kafka side alone"
-    )
+/// The kmirror side of `--cluster`: `n` nodes of `kmirror serve --quorum` on loopback
+/// (the test harness's [`KmirrorCluster`], one core each as each Kafka JVM gets no pinning
+/// either), returned once every node lists all `n` brokers.
+fn start_kmirror_cluster(n: usize) -> KmirrorCluster {
+    KmirrorCluster::start(n, ClusterOpts::default())
 }
 
 fn main() {
