@@ -278,6 +278,30 @@ mod tests {
     }
 
     #[test]
+    fn leftovers_of_a_dead_test_process_are_removed_on_create() {
+        // A pid that ran a moment ago and has exited: what a SIGKILLed test leaves behind.
+        let mut child = Command::new("true").spawn().expect("spawn true");
+        let dead = child.id();
+        child.wait().expect("wait");
+        assert!(!pid_alive(dead));
+        let ns = format!("{NS_PREFIX}{dead}-0-1");
+        let bridge = format!("{BRIDGE_PREFIX}{dead:06x}0");
+        ip(&["netns", "add", &ns]);
+        ip(&["link", "add", &bridge, "type", "bridge"]);
+        let net = NetNs::create(1);
+        assert!(
+            !ip_stdout(&["netns", "list"]).contains(&ns),
+            "stale namespace {ns} survived"
+        );
+        assert!(
+            !ip_stdout(&["-o", "link", "show"]).contains(&bridge),
+            "stale bridge {bridge} survived"
+        );
+        // The live set is untouched.
+        assert!(ip_stdout(&["netns", "list"]).contains(net.ns_of(1)));
+    }
+
+    #[test]
     fn isolate_cuts_one_node_and_heal_joins_it_again() {
         let net = NetNs::create(2);
         let _a = listen(&net, 1, 7000);
