@@ -1,6 +1,7 @@
 """librdkafka (confluent-kafka) twin of tests/java/src/SeqProducer.java.
 
 Usage: seq_producer.py BOOTSTRAP TOPIC PARTITIONS RECORDS [key=value producer config...]
+(seqproducer.rate=N is ours, not librdkafka's: send at most N records per second).
 Prints "ACK <partition> <seq> <offset>" per acknowledged record, "ERR <partition> <seq>
 <error>" per failed one, and "DONE <acked> <errors>" at the end.
 """
@@ -24,9 +25,13 @@ def main():
         "linger.ms": 5,
         "queue.buffering.max.messages": 200000,
     }
+    rate = 0.0
     for kv in sys.argv[5:]:
         k, v = kv.split("=", 1)
-        conf[k] = v
+        if k == "seqproducer.rate":
+            rate = float(v)
+        else:
+            conf[k] = v
     producer = Producer(conf)
     out = []
     counts = {"acked": 0, "errors": 0}
@@ -41,7 +46,12 @@ def main():
                 out.append(f"ERR {p} {seq} {err.name()}\n")
         return cb
 
+    started = time.monotonic()
     for i in range(records):
+        if rate > 0:
+            wait = started + i / rate - time.monotonic()
+            if wait > 0:
+                producer.poll(wait)
         p, seq = i % partitions, i // partitions
         while True:
             try:
@@ -49,7 +59,7 @@ def main():
                 break
             except BufferError:
                 producer.poll(0.05)
-        if i % 1000 == 0:
+        if i % 1000 == 0 or rate > 0:
             producer.poll(0)
             if out:
                 sys.stdout.write("".join(out))

@@ -201,6 +201,7 @@ fn librdkafka_produce(boot: &str, records: u64) -> Produced {
         &PARTITIONS.to_string(),
         &records.to_string(),
         "enable.idempotence=false",
+        "seqproducer.rate=1000",
     ]);
     produce(cmd, "librdkafka seq_producer.py")
 }
