@@ -539,7 +539,10 @@ impl Sim {
     /// Commits `cmd` through the leader (retrying a proposal a leader change dropped) and
     /// waits until every node applied it; returns the apply result.
     fn commit(&mut self, cmd: MetadataCommand) -> Result<(), String> {
-        let cmd = ClusterCommand::Metadata(cmd);
+        self.commit_cmd(ClusterCommand::Metadata(cmd))
+    }
+
+    fn commit_cmd(&mut self, cmd: ClusterCommand) -> Result<(), String> {
         for _ in 0..5 {
             let leader = self.elect();
             let Ok(p) = self.node(leader).propose(&cmd) else {
@@ -872,4 +875,217 @@ fn acl_commands_apply_identically_and_survive_snapshots_and_restarts() {
         assert_eq!(set, [binding("a", "User:alice")]);
     }
     assert!(sim.nodes.values().flatten().all(|n| n.snapshot_index() > 0));
+}
+
+// ---- SCRAM credentials, client quotas and mirror state on the log ----
+
+impl Sim {
+    /// Every live node's whole applied state, asserted byte-identical.
+    fn identical(&self) -> Vec<u8> {
+        assert!(self.converged());
+        let states: BTreeSet<Vec<u8>> = self
+            .nodes
+            .values()
+            .flatten()
+            .map(|n| n.state_bytes())
+            .collect();
+        assert_eq!(states.len(), 1, "nodes diverged");
+        states.into_iter().next().unwrap()
+    }
+
+    fn any(&self) -> &QuorumNode {
+        self.nodes.values().flatten().next().unwrap()
+    }
+}
+
+/// A committer that only records what the coordinator's store wants committed; the test
+/// commits it through the simulated quorum.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<ClusterCommand>>);
+
+impl crate::replicated::Committer for Recorder {
+    fn commit(&self, cmd: ClusterCommand) -> std::io::Result<()> {
+        self.0.lock().unwrap().push(cmd);
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<ClusterCommand> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+#[test]
+fn scram_quota_and_mirror_commands_apply_identically_and_survive_snapshots_and_restarts() {
+    use crate::mirror::{MirrorDefinition, MirrorStateStore, PartitionState};
+    use crate::quota::{keys, Alteration};
+    use crate::scram::{ScramChange, ScramEdit, ScramError, ScramMechanism};
+    use kmirror_types::TopicPartition;
+
+    // snapshot_every = 3: every kind of state travels in snapshots too.
+    let mut sim = Sim::new(&[1, 2, 3], 45, 3);
+    sim.elect();
+
+    // SCRAM: the proposer derives the keys; the log never holds the salted password.
+    let salt = b"salt-chosen-by-the-client".to_vec();
+    let upsert = |user: &str, pw: &str, iterations: i32| {
+        ScramEdit::from_change(&ScramChange::Upsert {
+            user: user.into(),
+            mechanism: ScramMechanism::Sha256.code(),
+            iterations,
+            salt: salt.clone(),
+            salted_password: ScramMechanism::Sha256.salted_password(
+                pw.as_bytes(),
+                &salt,
+                iterations as u32,
+            ),
+        })
+    };
+    let cmd = ClusterCommand::Scram {
+        edits: vec![
+            upsert("alice", "alice-pw", 4096),
+            upsert("bob", "bob-pw", 8192),
+            upsert("few", "x", 100),
+        ],
+    };
+    let salted = ScramMechanism::Sha256.salted_password(b"alice-pw", &salt, 4096);
+    let wire = cmd.encode();
+    assert!(!wire.windows(salted.len()).any(|w| w == salted.as_slice()));
+    sim.commit_cmd(cmd).unwrap();
+    sim.identical();
+    let creds = sim.any().scram().credentials().clone();
+    assert_eq!(creds.keys().collect::<Vec<_>>(), ["alice", "bob"]);
+    assert!(creds["alice"][&ScramMechanism::Sha256]
+        .matches_password(ScramMechanism::Sha256, "alice-pw"));
+    // Deleting a missing credential is refused identically (Kafka: RESOURCE_NOT_FOUND).
+    let leader = sim.elect();
+    let p = sim
+        .node(leader)
+        .propose(&ClusterCommand::Scram {
+            edits: vec![
+                ScramEdit::Delete {
+                    user: "bob".into(),
+                    mechanism: ScramMechanism::Sha256.code(),
+                },
+                ScramEdit::Delete {
+                    user: "ghost".into(),
+                    mechanism: ScramMechanism::Sha512.code(),
+                },
+            ],
+        })
+        .unwrap();
+    assert!(sim.run_until(500, |s| s.seen.contains_key(&p) && s.converged()));
+    assert_eq!(sim.seen[&p], Seen::Ok);
+    sim.identical();
+    let creds = sim.any().scram().credentials().clone();
+    assert_eq!(creds.keys().collect::<Vec<_>>(), ["alice"]);
+    let mut again = crate::scram::ScramStore::in_memory(creds);
+    let r = again.apply_edits(&[ScramEdit::Delete {
+        user: "ghost".into(),
+        mechanism: ScramMechanism::Sha512.code(),
+    }]);
+    assert!(matches!(r[0].1, Err(ScramError::NotFound(_))));
+
+    // Quotas: an invalid key is refused everywhere, the valid alteration applies.
+    let alt = |user: Option<&str>, key: &str, v: Option<f64>| Alteration {
+        entity: vec![(keys::USER.into(), user.map(str::to_owned))],
+        ops: vec![(key.into(), v)],
+    };
+    sim.commit_cmd(ClusterCommand::Quota {
+        alterations: vec![
+            alt(Some("alice"), keys::PRODUCER_BYTE_RATE, Some(1048576.0)),
+            alt(None, keys::CONSUMER_BYTE_RATE, Some(2097152.0)),
+            alt(Some("bob"), "no.such.quota", Some(1.0)),
+            alt(Some("carol"), keys::REQUEST_PERCENTAGE, Some(12.5)),
+        ],
+    })
+    .unwrap();
+    sim.commit_cmd(ClusterCommand::Quota {
+        alterations: vec![alt(Some("carol"), keys::REQUEST_PERCENTAGE, None)],
+    })
+    .unwrap();
+    sim.identical();
+    let q = sim.any().quotas();
+    assert_eq!(q.all().len(), 2);
+    assert_eq!(
+        q.resolve("alice", "any", keys::PRODUCER_BYTE_RATE)
+            .map(|r| r.1),
+        Some(1048576.0)
+    );
+    assert_eq!(
+        q.resolve("dave", "any", keys::CONSUMER_BYTE_RATE)
+            .map(|r| r.1),
+        Some(2097152.0)
+    );
+
+    // Mirror state: the coordinator's replicated store commits each record before its view
+    // changes; every node's copy ends equal to it.
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let mut coord = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone());
+    let mut settings = BTreeMap::new();
+    settings.insert("bootstrap.servers".to_owned(), "source:9092".to_owned());
+    coord
+        .create_mirror(MirrorDefinition::new("dr", settings).unwrap())
+        .unwrap();
+    let tp = |p: i32| TopicPartition::new("orders", p);
+    for p in 0..2 {
+        coord
+            .transition(&tp(p), "dr", PartitionState::Preparing, None)
+            .unwrap();
+        coord
+            .transition(&tp(p), "dr", PartitionState::Mirroring, None)
+            .unwrap();
+    }
+    coord.set_topic_id(&tp(0), "a-source-topic-id").unwrap();
+    coord.set_last_mirrored_epoch(&tp(1), 7).unwrap();
+    // Refused transitions commit nothing.
+    assert!(coord
+        .transition(&tp(0), "dr", PartitionState::Preparing, None)
+        .is_err());
+    let cmds = recorder.take();
+    assert_eq!(cmds.len(), 7);
+    for c in cmds {
+        sim.commit_cmd(c).unwrap();
+    }
+    sim.identical();
+    assert_eq!(sim.any().mirrors().live(), coord.live());
+    assert_eq!(
+        sim.any().mirrors().state_of(&tp(1)),
+        PartitionState::Mirroring
+    );
+    assert_eq!(sim.any().mirrors().last_mirrored_epoch(&tp(1)), Some(7));
+    // A new leader's coordinator starts from the applied copy.
+    let next = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone());
+    assert_eq!(next.live(), coord.live());
+    assert!(next.mirror("dr").is_some());
+
+    // Snapshots (every 3 entries) hold all of it; a restarted node and a whole-cluster
+    // restart come back byte-identical.
+    let before = sim.identical();
+    assert!(sim.nodes.values().flatten().all(|n| n.snapshot_index() > 1));
+    sim.crash(2);
+    sim.commit(register(1)).unwrap();
+    sim.restart(2);
+    assert!(sim.run_until(500, |s| s.converged()));
+    sim.identical();
+    for id in [1, 2, 3] {
+        sim.crash(id);
+    }
+    for id in [1, 2, 3] {
+        sim.restart(id);
+    }
+    sim.elect();
+    sim.commit(register(2)).unwrap();
+    let after = sim.identical();
+    let strip = |b: &[u8]| {
+        let mut v: serde_json::Value = serde_json::from_slice(b).unwrap();
+        v["metadata"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(strip(&after), strip(&before));
+    let n = sim.any();
+    assert!(n.scram().credentials().contains_key("alice"));
+    assert_eq!(n.quotas().all().len(), 2);
+    assert_eq!(n.mirrors().live(), coord.live());
 }
