@@ -408,6 +408,16 @@ impl QuorumNode {
         self.raw.raft.state == StateRole::Leader
     }
 
+    /// Whether this node may run the coordinators: it leads, an entry of its own term has
+    /// committed (so every entry of earlier terms has too) and it has applied everything
+    /// committed. Until then a new leader answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka
+    /// does while it loads a coordinator partition.
+    pub fn coordinator_ready(&self) -> bool {
+        self.is_leader()
+            && self.raw.raft.commit_to_current_term()
+            && self.applied >= self.commit_index()
+    }
+
     pub fn term(&self) -> u64 {
         self.raw.raft.term
     }

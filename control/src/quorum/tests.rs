@@ -1089,3 +1089,225 @@ fn scram_quota_and_mirror_commands_apply_identically_and_survive_snapshots_and_r
     assert_eq!(n.quotas().all().len(), 2);
     assert_eq!(n.mirrors().live(), coord.live());
 }
+
+// ---- coordinator state (groups, transactions) on the log ----
+
+/// A committer whose commits fail (a leader change left their fate unknown).
+struct Failing(std::sync::atomic::AtomicUsize);
+
+impl crate::replicated::Committer for Failing {
+    fn commit(&self, _: ClusterCommand) -> std::io::Result<()> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(std::io::Error::other("unknown"))
+    }
+}
+
+impl Sim {
+    /// The leader, once it may run the coordinators.
+    fn coordinator(&mut self) -> u64 {
+        assert!(self.run_until(500, |s| s
+            .leader()
+            .is_some_and(|l| s.nodes[&l].as_ref().unwrap().coordinator_ready())));
+        self.leader().unwrap()
+    }
+
+    fn commit_recorded(&mut self, recorder: &Recorder) -> usize {
+        let cmds = recorder.take();
+        let n = cmds.len();
+        for c in cmds {
+            self.commit_cmd(c).unwrap();
+        }
+        n
+    }
+}
+
+#[test]
+fn group_and_transaction_state_survives_the_loss_of_the_coordinator_node() {
+    use crate::group::{CommitContext, GroupConfig, GroupCoordinator, OffsetToCommit};
+    use crate::replicated::CoordinatorLog;
+    use crate::txn::{TxnConfig, TxnCoordinator, TxnState};
+
+    let mut sim = Sim::new(&[1, 2, 3], 46, 4);
+    let first = sim.coordinator();
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let logs = sim.node(first).coordinator_logs().clone();
+    let mut groups = GroupCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Offsets),
+        recorder.clone(),
+        GroupConfig::default(),
+        1_000,
+    )
+    .unwrap();
+    let txn_cfg = TxnConfig {
+        pid_block_size: 10,
+        ..TxnConfig::default()
+    };
+    let (mut txns, resume) = TxnCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Transactions),
+        recorder.clone(),
+        txn_cfg.clone(),
+    )
+    .unwrap();
+    assert!(resume.is_empty());
+
+    // A simple-consumer commit of two partitions: one flush, one entry.
+    let ctx = CommitContext {
+        group_id: "g".into(),
+        generation_id: -1,
+        api_version: 8,
+        ..Default::default()
+    };
+    let offset = |partition: i32, offset: i64| OffsetToCommit {
+        topic: "t".into(),
+        partition,
+        offset,
+        leader_epoch: 3,
+        metadata: Some("m".into()),
+    };
+    let codes = groups
+        .commit_offsets(&ctx, &[offset(0, 42), offset(1, 7)], 2_000)
+        .unwrap();
+    assert_eq!(codes, [0, 0]);
+    groups.flush().unwrap();
+    assert_eq!(sim.commit_recorded(&recorder), 1);
+
+    // A transaction left ongoing, and an idempotent producer id.
+    let (pid, epoch) = txns
+        .init_producer_id(Some("tx"), 60_000, None, 2_000)
+        .0
+        .unwrap();
+    assert_eq!(
+        txns.add_partitions("tx", pid, epoch, &[("t".into(), 0)], 2_001),
+        0
+    );
+    let (idempotent, _) = txns.init_producer_id(None, 0, None, 2_002).0.unwrap();
+    txns.flush().unwrap();
+    assert_eq!(sim.commit_recorded(&recorder), 1);
+    sim.identical();
+
+    // The coordinator's node dies; the new leader loads both coordinators from its copy.
+    sim.crash(first);
+    let second = sim.coordinator();
+    assert_ne!(second, first);
+    let logs = sim.node(second).coordinator_logs().clone();
+    let groups = GroupCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Offsets),
+        recorder.clone(),
+        GroupConfig::default(),
+        3_000,
+    )
+    .unwrap();
+    let fetched: Vec<(i32, i64, i32)> = groups
+        .fetch_offsets("g", None, false)
+        .into_iter()
+        .map(|f| (f.partition, f.offset, f.leader_epoch))
+        .collect();
+    assert_eq!(fetched, [(0, 42, 3), (1, 7, 3)]);
+    let (mut txns, resume) = TxnCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Transactions),
+        recorder.clone(),
+        txn_cfg,
+    )
+    .unwrap();
+    assert!(resume.is_empty());
+    assert_eq!(txns.state("tx"), Some((pid, epoch, TxnState::Ongoing)));
+    // A new producer instance with the same transactional.id fences the old one and aborts
+    // its transaction (CONCURRENT_TRANSACTIONS until the abort markers are written).
+    let (r, job) = txns.init_producer_id(Some("tx"), 60_000, None, 3_001);
+    assert_eq!(r, Err(crate::group::codes::CONCURRENT_TRANSACTIONS));
+    let job = job.expect("the ongoing transaction is aborted");
+    assert!(!job.commit);
+    assert_eq!(job.partitions, [("t".to_string(), 0)]);
+    // Producer ids never repeat across coordinators.
+    let (fresh, _) = txns.init_producer_id(None, 0, None, 3_002).0.unwrap();
+    assert!(fresh > idempotent && fresh > pid);
+    txns.flush().unwrap();
+    assert_eq!(sim.commit_recorded(&recorder), 1);
+    assert_eq!(
+        txns.state("tx"),
+        Some((pid, epoch + 1, TxnState::PrepareAbort))
+    );
+
+    // The dead node comes back and catches up (by snapshot: every 4 entries).
+    sim.restart(first);
+    assert!(sim.run_until(500, |s| s.converged()));
+    sim.identical();
+    assert!(sim.nodes.values().flatten().all(|n| n.snapshot_index() > 1));
+    // A leader that loads while the abort is still being written resumes it.
+    let logs = sim.any().coordinator_logs().clone();
+    let (_, resume) = TxnCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Transactions),
+        recorder.clone(),
+        TxnConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(resume, [job]);
+}
+
+#[test]
+fn a_failed_replicated_write_fences_the_coordinator_log() {
+    use crate::group::{CommitContext, GroupConfig, GroupCoordinator, OffsetToCommit};
+    let failing = std::sync::Arc::new(Failing(Default::default()));
+    let mut groups =
+        GroupCoordinator::open_replicated(&[], failing.clone(), GroupConfig::default(), 0).unwrap();
+    let ctx = CommitContext {
+        group_id: "g".into(),
+        generation_id: -1,
+        api_version: 8,
+        ..Default::default()
+    };
+    let o = OffsetToCommit {
+        topic: "t".into(),
+        partition: 0,
+        offset: 1,
+        leader_epoch: 0,
+        metadata: None,
+    };
+    groups.commit_offsets(&ctx, std::slice::from_ref(&o), 1).unwrap();
+    assert!(groups.flush().is_err());
+    assert!(groups.is_fenced());
+    // Not retried: the first entry may still commit, and a second copy could land after it.
+    groups.commit_offsets(&ctx, &[o], 2).unwrap();
+    assert!(groups.flush().is_err());
+    assert_eq!(failing.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_coordinator_compaction_replaces_the_replicated_log() {
+    use crate::offsets_log::RecordFile;
+    use crate::replicated::{CoordinatorLog, CoordinatorLogs, LogOp};
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let mut f = RecordFile::replicated(
+        CoordinatorLog::Offsets,
+        &[b"old".to_vec()],
+        recorder.clone(),
+    );
+    assert_eq!(f.len_bytes(), 11);
+    f.append(b"a").unwrap();
+    f.append(b"b").unwrap();
+    assert_eq!(f.len_bytes(), 11 + 18);
+    f.sync().unwrap();
+    f.rewrite(&[b"live".to_vec()]).unwrap();
+    assert_eq!(f.len_bytes(), 12);
+    let mut logs = CoordinatorLogs {
+        offsets: vec![b"old".to_vec()],
+        ..Default::default()
+    };
+    for c in recorder.take() {
+        let ClusterCommand::Coordinator { log, op } = &c else {
+            panic!("{c:?}")
+        };
+        // Through the wire form.
+        let ClusterCommand::Coordinator { op: decoded, .. } =
+            ClusterCommand::decode(&c.encode()).unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(&decoded, op);
+        logs.apply(*log, op);
+        if let LogOp::Append(r) = op {
+            assert_eq!(r, &[b"a".to_vec(), b"b".to_vec()]);
+        }
+    }
+    assert_eq!(logs.offsets, [b"live".to_vec()]);
+}
