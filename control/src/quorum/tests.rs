@@ -1263,7 +1263,9 @@ fn a_failed_replicated_write_fences_the_coordinator_log() {
         leader_epoch: 0,
         metadata: None,
     };
-    groups.commit_offsets(&ctx, std::slice::from_ref(&o), 1).unwrap();
+    groups
+        .commit_offsets(&ctx, std::slice::from_ref(&o), 1)
+        .unwrap();
     assert!(groups.flush().is_err());
     assert!(groups.is_fenced());
     // Not retried: the first entry may still commit, and a second copy could land after it.
