@@ -18,10 +18,11 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use kmirror_control::acl::AclBinding;
 use kmirror_control::metadata::ClusterMetadata;
 use kmirror_control::quorum::{
-    ApplyError, ClusterCommand, MembershipChange, Outcome, ProposalId, ProposalResult,
-    ProposeError, QuorumConfig, QuorumError, QuorumNode,
+    ApplyError, ClusterCommand, MembershipChange, MetadataCommand, Outcome, ProposalId,
+    ProposalResult, ProposeError, QuorumConfig, QuorumError, QuorumNode,
 };
 use raft::eraftpb::Message;
 
@@ -48,6 +49,10 @@ pub struct DriverConfig {
     pub election_ticks: usize,
     pub heartbeat_ticks: usize,
     pub snapshot_every: u64,
+    /// Kafka's `broker.session.timeout.ms`: while this node leads, a registered broker it has
+    /// not heard from for this long is fenced, and unfenced once it is heard again. `None`:
+    /// the driver never fences (brokers are managed by whoever proposes).
+    pub session_timeout: Option<Duration>,
 }
 
 impl DriverConfig {
@@ -62,6 +67,7 @@ impl DriverConfig {
             election_ticks: 10,
             heartbeat_ticks: 1,
             snapshot_every: 1000,
+            session_timeout: None,
         }
     }
 }
@@ -76,6 +82,10 @@ pub struct QuorumStatus {
     pub applied_index: u64,
     pub snapshot_index: u64,
     pub voters: Vec<u64>,
+    /// On the leader: each voter's replicated log end (`(id, index)`); empty on a follower.
+    pub progress: Vec<(u64, u64)>,
+    /// On the leader: how long ago each voter was last heard from (`(id, ms)`).
+    pub last_heard_ms: Vec<(u64, u64)>,
 }
 
 /// Why a proposal did not succeed.
@@ -119,7 +129,8 @@ enum Request {
 }
 
 enum Event {
-    Raft(Message),
+    /// A Raft message and when it arrived (the sender's liveness).
+    Raft(Message, Instant),
     Propose {
         request: Request,
         deadline: Instant,
@@ -205,6 +216,16 @@ impl Driver {
         cfg: DriverConfig,
         publish: impl Fn(Arc<ClusterMetadata>) + Send + 'static,
     ) -> Result<Driver, DriverError> {
+        Self::start_with_acls(cfg, publish, |_| {})
+    }
+
+    /// [`Driver::start`], also publishing the replicated ACL set through `publish_acls` (at
+    /// start and after every ACL command, before the proposer gets its answer).
+    pub fn start_with_acls(
+        cfg: DriverConfig,
+        publish: impl Fn(Arc<ClusterMetadata>) + Send + 'static,
+        publish_acls: impl Fn(Vec<AclBinding>) + Send + 'static,
+    ) -> Result<Driver, DriverError> {
         let initial: Vec<u64> = if cfg.join {
             Vec::new()
         } else {
@@ -224,7 +245,7 @@ impl Driver {
             let tx = tx.clone();
             Listener::bind(&cfg.listen, blocked.clone(), move |m| {
                 // A full queue drops the message; Raft retransmits.
-                let _ = tx.try_send(Event::Raft(m));
+                let _ = tx.try_send(Event::Raft(m, Instant::now()));
             })
             .map_err(|source| DriverError::Listen {
                 addr: cfg.listen.clone(),
@@ -248,6 +269,13 @@ impl Driver {
                 waiting: HashMap::new(),
                 retry: Vec::new(),
                 publish: Box::new(publish),
+                publish_acls: Box::new(publish_acls),
+                liveness: Liveness {
+                    session_timeout: cfg.session_timeout,
+                    last_heard: HashMap::new(),
+                    leading: false,
+                    proposed: HashMap::new(),
+                },
             };
             thread::Builder::new()
                 .name(format!("controller-{}", cfg.node_id))
@@ -311,11 +339,27 @@ struct Run {
     /// Proposals waiting for a leader, or to be proposed again after a drop.
     retry: Vec<Waiter>,
     publish: Box<dyn Fn(Arc<ClusterMetadata>) + Send>,
+    publish_acls: Box<dyn Fn(Vec<AclBinding>) + Send>,
+    liveness: Liveness,
+}
+
+/// The leader's broker liveness: every Raft message a peer sends (its answers to the leader's
+/// heartbeats, every tick) counts as that broker's heartbeat, Kafka's BrokerHeartbeat to the
+/// active controller. In KRaft combined mode, as here, each broker is also a voter.
+struct Liveness {
+    session_timeout: Option<Duration>,
+    last_heard: HashMap<u64, Instant>,
+    /// Whether this node led at the last check (a new leader gives every broker a full
+    /// session before fencing it, as Kafka's new active controller does).
+    leading: bool,
+    /// Fence/unfence proposals in flight: not proposed again before this instant.
+    proposed: HashMap<(i32, bool), Instant>,
 }
 
 impl Run {
     fn run(&mut self) {
         (self.publish)(Arc::new(self.node.metadata().clone()));
+        (self.publish_acls)(self.node.acls().all());
         self.update_status();
         let mut next_tick = Instant::now() + self.tick;
         while !self.stop.load(Ordering::SeqCst) {
@@ -341,6 +385,7 @@ impl Run {
                     next_tick = now + self.tick;
                 }
                 self.retry_and_expire(now);
+                self.fence_or_unfence(now);
             }
             if let Err(e) = self.poll() {
                 tracing::error!(node = self.node.id(), error = %e, "the metadata quorum node failed; controller stopped");
@@ -357,7 +402,8 @@ impl Run {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Raft(m) => {
+            Event::Raft(m, at) => {
+                self.liveness.last_heard.insert(m.from, at);
                 if let Err(e) = self.node.step(m) {
                     tracing::warn!(error = %e, "raft refused a message");
                 }
@@ -431,6 +477,9 @@ impl Run {
             self.update_status();
             (self.publish)(Arc::new(self.node.metadata().clone()));
         }
+        if polled.acls_changed {
+            (self.publish_acls)(self.node.acls().all());
+        }
         for (id, result) in polled.completed {
             let Some(w) = self.waiting.remove(&id) else {
                 continue;
@@ -453,6 +502,56 @@ impl Run {
         Ok(())
     }
 
+    /// On the leader, once per tick: fences registered brokers not heard from within the
+    /// session timeout and unfences those heard again. The commands are proposed here
+    /// directly (nobody waits for them); a lost one is proposed again after a while.
+    fn fence_or_unfence(&mut self, now: Instant) {
+        let Some(timeout) = self.liveness.session_timeout else {
+            return;
+        };
+        if !self.node.is_leader() {
+            self.liveness.leading = false;
+            return;
+        }
+        if !self.liveness.leading {
+            self.liveness.leading = true;
+            for id in self.node.voters() {
+                self.liveness.last_heard.insert(id, now);
+            }
+            self.liveness.proposed.clear();
+        }
+        self.liveness.proposed.retain(|_, until| *until > now);
+        let me = self.node.id();
+        let mut cmds = Vec::new();
+        for b in self.node.metadata().brokers.values() {
+            let alive = b.id as u64 == me
+                || self
+                    .liveness
+                    .last_heard
+                    .get(&(b.id as u64))
+                    .is_some_and(|t| now.saturating_duration_since(*t) < timeout);
+            if alive == b.fenced && !self.liveness.proposed.contains_key(&(b.id, alive)) {
+                cmds.push((b.id, alive));
+            }
+        }
+        for (id, alive) in cmds {
+            let cmd = if alive {
+                MetadataCommand::UnfenceBroker { id }
+            } else {
+                MetadataCommand::FenceBroker { id }
+            };
+            match self.node.propose(&ClusterCommand::Metadata(cmd)) {
+                Ok(_) => {
+                    tracing::info!(broker = id, fenced = !alive, "broker liveness changed");
+                    self.liveness
+                        .proposed
+                        .insert((id, alive), now + Duration::from_secs(2));
+                }
+                Err(e) => tracing::debug!(broker = id, error = %e, "cannot propose fencing"),
+            }
+        }
+    }
+
     fn update_status(&self) {
         let n = &self.node;
         let s = QuorumStatus {
@@ -463,6 +562,25 @@ impl Run {
             applied_index: n.applied_index(),
             snapshot_index: n.snapshot_index(),
             voters: n.voters(),
+            progress: n.progress(),
+            last_heard_ms: if n.is_leader() {
+                let now = Instant::now();
+                n.voters()
+                    .into_iter()
+                    .map(|id| {
+                        let ago = if id == n.id() {
+                            0
+                        } else {
+                            self.liveness.last_heard.get(&id).map_or(u64::MAX, |t| {
+                                now.saturating_duration_since(*t).as_millis() as u64
+                            })
+                        };
+                        (id, ago)
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            },
         };
         *self.status.lock().expect("status lock") = s;
     }

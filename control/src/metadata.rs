@@ -449,18 +449,35 @@ impl MetadataStore {
         name: &str,
         partitions: i32,
     ) -> Result<bool, MetadataError> {
+        let id = self.unused_described_id();
+        self.ensure_internal_topic_with_id(name, partitions, id)
+    }
+
+    /// A random id no topic (internal ones included) has: chosen by the proposer of an
+    /// internal topic's creation.
+    pub fn unused_described_id(&self) -> Uuid {
+        loop {
+            let id = Uuid::new_v4();
+            if self.state.described_by_id(id).is_none() && !id.is_nil() {
+                break id;
+            }
+        }
+    }
+
+    /// [`Self::ensure_internal_topic`] with the id chosen by the caller (the replicated
+    /// command carries it, so apply is deterministic).
+    pub fn ensure_internal_topic_with_id(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        id: Uuid,
+    ) -> Result<bool, MetadataError> {
         if !INTERNAL_TOPICS.contains(&name) {
             return Err(MetadataError::UnknownTopic(name.to_string()));
         }
         if self.state.internal_topics.contains_key(name) {
             return Ok(false);
         }
-        let id = loop {
-            let id = Uuid::new_v4();
-            if self.state.described_by_id(id).is_none() && !id.is_nil() {
-                break id;
-            }
-        };
         let meta = TopicMeta {
             name: name.to_string(),
             id,

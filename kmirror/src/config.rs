@@ -86,11 +86,16 @@ pub(crate) struct ServeConfig {
     /// KIP-368: a SASL session lasts at most this long, then the client must re-authenticate
     /// (0 = no limit but a token's own expiry).
     pub connections_max_reauth_ms: i64,
-    /// Issue 12 (not running yet): the controller listener of a clustered node, `HOST:PORT`.
+    /// The controller listener of a clustered node, `HOST:PORT` (issue 12).
     pub controller_listen: String,
-    /// Issue 12 (not running yet): the metadata quorum, Kafka's `controller.quorum.voters`
-    /// format `ID@HOST:PORT,...`; empty = a single node, as always.
+    /// The metadata quorum, Kafka's `controller.quorum.voters` format `ID@HOST:PORT,...`;
+    /// empty = a single node, as always.
     pub quorum: String,
+    /// Kafka's `broker.session.timeout.ms`: a clustered broker the active controller has not
+    /// heard from for this long is fenced (its leaderships move).
+    pub broker_session_timeout_ms: u64,
+    /// Kafka's `default.replication.factor` (a cluster; a single node always uses 1).
+    pub default_replication_factor: i16,
 }
 
 impl Default for ServeConfig {
@@ -131,6 +136,8 @@ impl Default for ServeConfig {
             connections_max_reauth_ms: 0,
             controller_listen: String::new(),
             quorum: String::new(),
+            broker_session_timeout_ms: 9000,
+            default_replication_factor: 1,
         }
     }
 }

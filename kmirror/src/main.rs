@@ -142,13 +142,19 @@ pub(crate) struct ServeArgs {
     /// KIP-368 session lifetime, ms (0 = no re-authentication required).
     #[arg(long)]
     pub connections_max_reauth_ms: Option<i64>,
-    /// Controller listener HOST:PORT of a clustered node (issue 12; not running yet).
+    /// Controller listener HOST:PORT of a clustered node.
     #[arg(long)]
     pub controller_listen: Option<String>,
-    /// Metadata quorum voters, ID@HOST:PORT,... (Kafka's controller.quorum.voters; issue 12,
-    /// not running yet). Without it, one node as always.
+    /// Metadata quorum voters, ID@HOST:PORT,... (Kafka's controller.quorum.voters). Without
+    /// it, one node as always.
     #[arg(long)]
     pub quorum: Option<String>,
+    /// broker.session.timeout.ms: a clustered broker silent this long is fenced (default 9000).
+    #[arg(long)]
+    pub broker_session_timeout_ms: Option<u64>,
+    /// default.replication.factor for topics created with -1 in a cluster (default 1).
+    #[arg(long)]
+    pub default_replication_factor: Option<i16>,
 }
 
 fn main() -> ExitCode {

@@ -126,20 +126,26 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.quorum {
         c.quorum = v;
     }
+    if let Some(v) = args.broker_session_timeout_ms {
+        c.broker_session_timeout_ms = v;
+    }
+    if let Some(v) = args.default_replication_factor {
+        c.default_replication_factor = v;
+    }
     c.validate()?;
     Ok(c)
 }
 
 pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let c = merge(args)?;
-    if !c.quorum_voters()?.is_empty() {
-        // The quorum (kmirror-cluster) exists and is tested, but serve does not run it yet.
-        return Err(
-            "a clustered serve (--quorum) is not available yet (issue 12: the metadata \
-                    quorum is built, serving from it is not); run without --quorum"
-                .into(),
-        );
-    }
+    let voters = c.quorum_voters()?;
+    // KRaft combined mode: this node is a voter of the metadata quorum and a broker.
+    let quorum = (!voters.is_empty()).then(|| kmirror_net::cluster::QuorumOptions {
+        controller_listen: c.controller_listen.trim().to_string(),
+        voters,
+        session_timeout: Duration::from_millis(c.broker_session_timeout_ms.max(100)),
+        default_replication_factor: c.default_replication_factor,
+    });
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&c.log_level));
     let _ = tracing_subscriber::fmt()
@@ -168,7 +174,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             ..Default::default()
         },
     )?;
-    let broker = kmirror_net::start(
+    let broker = kmirror_net::start_with(
         ServerConfig {
             listeners: c.listener_specs()?,
             tls: c.tls_files(),
@@ -190,6 +196,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             },
         },
         Some(mirror.clone()),
+        quorum,
     )?;
     if !c.metrics.is_empty() {
         start_metrics(&c.metrics, &broker, &mirror)?;

@@ -18,6 +18,7 @@
 //! extra, `mirror.acl.principals.exclude`) runs with the group offsets and writes the broker's
 //! ACL store (`kmirror_net::acl`); a source without an authorizer leaves the local ACLs alone.
 
+use kmirror_control::quorum::{AclCommand, ClusterCommand, MetadataCommand};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -402,17 +403,13 @@ impl BrokerHost {
             .map_err(|e| e.to_string())
     }
 
-    fn mutate_topic(
-        &self,
-        name: &str,
-        f: impl FnOnce(&mut TopicMeta) + Send + 'static,
-    ) -> Result<TopicMeta, String> {
-        let n = name.to_owned();
+    /// Proposes a topic change (the cluster's one mutation entry point), then pushes the
+    /// result to the open partitions.
+    fn propose_topic(&self, cmd: MetadataCommand) -> Result<TopicMeta, String> {
         let t = self
             .broker
             .cluster
-            .mutate_blocking(move |s| s.update_topic(&n, f))
-            .map_err(|e| e.to_string())?
+            .propose_topic_blocking(cmd)
             .map_err(|e| e.to_string())?;
         self.refresh(&t)?;
         Ok(t)
@@ -518,10 +515,10 @@ impl MirrorHost for BrokerHost {
             .and_then(|t| t.leader_epochs.get(idx).copied())
             .ok_or_else(|| format!("{tp} does not exist"))?;
         let new = local.max(durable) + 1;
-        self.mutate_topic(&tp.topic, move |t| {
-            if let Some(e) = t.leader_epochs.get_mut(idx) {
-                *e = (*e).max(new);
-            }
+        self.propose_topic(MetadataCommand::BumpLeaderEpoch {
+            name: tp.topic.clone(),
+            partition: tp.partition,
+            at_least: new,
         })?;
         self.on_partition(tp, move |p| {
             p.leader_epoch = p.leader_epoch.max(LeaderEpoch(new));
@@ -800,11 +797,10 @@ impl Control {
             FetchEvent::Recovered => self.coordinator().on_fetch_recovered(&tp),
             FetchEvent::EpochBumped { to } => {
                 // Durable so a restart never lowers the epoch under mirrored batches.
-                let idx = tp.partition as usize;
-                if let Err(e) = self.host.mutate_topic(&tp.topic, move |t| {
-                    if let Some(x) = t.leader_epochs.get_mut(idx) {
-                        *x = (*x).max(to);
-                    }
+                if let Err(e) = self.host.propose_topic(MetadataCommand::BumpLeaderEpoch {
+                    name: tp.topic.clone(),
+                    partition: tp.partition,
+                    at_least: to,
                 }) {
                     tracing::warn!(%tp, error = %e, "cannot persist leader epoch");
                 }
@@ -1015,8 +1011,10 @@ impl Control {
         }
         // Read-only before a fetcher starts; writable only once STOPPED everywhere.
         for (topic, owner) in flags {
-            let o = owner.clone();
-            match self.host.mutate_topic(&topic, move |t| t.mirror = o) {
+            match self.host.propose_topic(MetadataCommand::SetMirror {
+                name: topic.clone(),
+                mirror: owner.clone(),
+            }) {
                 Ok(_) => tracing::info!(%topic, mirror = ?owner, "mirror read-only flag updated"),
                 Err(e) => tracing::warn!(%topic, error = %e, "cannot update read-only flag"),
             }
@@ -1359,20 +1357,23 @@ impl Control {
             } => {
                 // The owner is kept in TopicMeta::mirror (hidden from DescribeConfigs).
                 configs.remove(kmirror_control::mirror::MIRROR_NAME_CONFIG);
-                let (n, m) = (name.clone(), mirror.to_owned());
+                // Values only a source may set skip the client validation of CreateTopics;
+                // they were checked by the sync.
+                let (source_configs, checked): (BTreeMap<_, _>, BTreeMap<_, _>) = configs
+                    .into_iter()
+                    .partition(|(k, v)| topic_config::validate(k, v).is_err());
                 let t = self
                     .host
                     .broker
                     .cluster
-                    .mutate_blocking(move |s| {
-                        // Values only a source may set skip the
-                        // client validation of CreateTopics; they were checked by the sync.
-                        let (from_source, checked): (BTreeMap<_, _>, BTreeMap<_, _>) = configs
-                            .into_iter()
-                            .partition(|(k, v)| topic_config::validate(k, v).is_err());
-                        s.create_mirror_topic(&n, partitions, checked, from_source, topic_id, &m)
+                    .propose_topic_blocking(MetadataCommand::CreateMirrorTopic {
+                        name: name.clone(),
+                        partitions,
+                        configs: checked,
+                        source_configs,
+                        id: topic_id,
+                        mirror: mirror.to_owned(),
                     })
-                    .map_err(|e| e.to_string())?
                     .map_err(|e| e.to_string())?;
                 self.host.create_partitions_on_cores(&t, 0)?;
                 tracing::info!(topic = %name, %topic_id, partitions, %mirror, "mirror topic created");
@@ -1392,22 +1393,17 @@ impl Control {
                     .map(|t| t.partition_count())
                     .unwrap_or(0);
                 // Bypasses the client path (which refuses mirror topics).
-                let t = self.host.mutate_topic(&name, move |t| {
-                    if (t.leader_epochs.len() as i32) < count {
-                        t.leader_epochs.resize(count as usize, 0);
-                    }
+                let t = self.host.propose_topic(MetadataCommand::GrowMirrorTopic {
+                    name: name.clone(),
+                    total: count,
                 })?;
                 self.host.create_partitions_on_cores(&t, before)?;
                 tracing::info!(topic = %name, from = before, to = count, "mirror topic expanded");
                 Ok(())
             }
             SyncAction::AlterConfigs { name, set, delete } => {
-                self.host.mutate_topic(&name, move |t| {
-                    for k in &delete {
-                        t.configs.remove(k);
-                    }
-                    t.configs.extend(set);
-                })?;
+                self.host
+                    .propose_topic(MetadataCommand::SyncSourceConfigs { name, set, delete })?;
                 Ok(())
             }
             SyncAction::Materialize(tp) => {
@@ -1421,8 +1417,10 @@ impl Control {
                     .topic(&tp.topic)
                     .is_some_and(|t| t.mirror.is_none())
                 {
-                    self.host
-                        .mutate_topic(&tp.topic, move |t| t.mirror = Some(m))?;
+                    self.host.propose_topic(MetadataCommand::SetMirror {
+                        name: tp.topic.clone(),
+                        mirror: Some(m),
+                    })?;
                 }
                 Ok(())
             }
@@ -1492,8 +1490,49 @@ impl Control {
     ) -> Result<(), String> {
         let registry = kmirror_net::acl::store_for(&self.host.broker.config.data_dir)
             .map_err(|e| e.to_string())?;
-        // Every change publishes a new snapshot, so the authorizer sees synced ACLs at once.
-        registry.mutate(|store| Self::apply_acl_plan(def, source, store))
+        // Planned against the published ACLs; every change goes through the cluster's one
+        // mutation entry point, whose publication the authorizer reads at once.
+        let plan = kmirror_control::mirror::plan_acl_sync(def, source, &registry.all())
+            .map_err(|e| e.to_string())?;
+        let cluster = &self.host.broker.cluster;
+        if !plan.create.is_empty() {
+            for b in &plan.create {
+                kmirror_control::acl::validate_binding(b).map_err(|e| e.to_string())?;
+            }
+            cluster
+                .propose_blocking(ClusterCommand::Acl(AclCommand::Create {
+                    bindings: plan.create.clone(),
+                }))
+                .map_err(|e| e.to_string())?;
+        }
+        if !plan.delete.is_empty() {
+            // One exact filter per binding to remove.
+            let filters: Vec<kmirror_control::acl::AclFilter> = plan
+                .delete
+                .iter()
+                .map(|b| kmirror_control::acl::AclFilter {
+                    resource_type: b.resource_type,
+                    resource_name: Some(b.resource_name.clone()),
+                    pattern_type: b.pattern_type,
+                    principal: Some(b.principal.clone()),
+                    host: Some(b.host.clone()),
+                    operation: b.operation,
+                    permission_type: b.permission_type,
+                })
+                .collect();
+            cluster
+                .propose_blocking(ClusterCommand::Acl(AclCommand::Delete { filters }))
+                .map_err(|e| e.to_string())?;
+        }
+        if !plan.create.is_empty() || !plan.delete.is_empty() {
+            tracing::info!(
+                mirror = %def.name,
+                created = plan.create.len(),
+                deleted = plan.delete.len(),
+                "ACLs synced from the source"
+            );
+        }
+        Ok(())
     }
 
     /// Makes the local client quotas (of the entities the filter selects) equal to the
@@ -1513,48 +1552,6 @@ impl Control {
             r.map_err(|e| e.to_string())?;
         }
         tracing::info!(mirror = %def.name, entities = plan.len(), "client quotas synced from the source");
-        Ok(())
-    }
-
-    fn apply_acl_plan(
-        def: &MirrorDefinition,
-        source: &[kmirror_control::mirror::AclBinding],
-        store: &mut kmirror_control::acl::AclStore,
-    ) -> Result<(), String> {
-        let plan = kmirror_control::mirror::plan_acl_sync(def, source, &store.all())
-            .map_err(|e| e.to_string())?;
-        if !plan.create.is_empty() {
-            for r in store.create(&plan.create) {
-                r.map_err(|e| e.to_string())?;
-            }
-        }
-        if !plan.delete.is_empty() {
-            // One exact filter per binding to remove.
-            let filters: Vec<kmirror_control::acl::AclFilter> = plan
-                .delete
-                .iter()
-                .map(|b| kmirror_control::acl::AclFilter {
-                    resource_type: b.resource_type,
-                    resource_name: Some(b.resource_name.clone()),
-                    pattern_type: b.pattern_type,
-                    principal: Some(b.principal.clone()),
-                    host: Some(b.host.clone()),
-                    operation: b.operation,
-                    permission_type: b.permission_type,
-                })
-                .collect();
-            for r in store.delete(&filters) {
-                r.map_err(|e| e.to_string())?;
-            }
-        }
-        if !plan.create.is_empty() || !plan.delete.is_empty() {
-            tracing::info!(
-                mirror = %def.name,
-                created = plan.create.len(),
-                deleted = plan.delete.len(),
-                "ACLs synced from the source"
-            );
-        }
         Ok(())
     }
 

@@ -21,9 +21,11 @@ use kafka_protocol::messages::{
     DescribeAclsRequest, DescribeAclsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kmirror_control::acl::{AclBinding, AclError, AclFilter, AclStore};
+use kmirror_control::acl::{validate_binding, AclBinding, AclError, AclFilter, AclStore};
 use kmirror_control::authz::AclSnapshot;
+use kmirror_control::quorum::{AclCommand, ClusterCommand, Outcome};
 
+use crate::cluster::Cluster;
 use crate::errors;
 
 /// The durable store plus its published snapshot.
@@ -52,6 +54,14 @@ impl AclRegistry {
     /// Every binding as of the last completed change (lock-free).
     pub fn all(&self) -> Arc<Vec<AclBinding>> {
         self.all.load_full()
+    }
+
+    /// Publishes the replicated ACL set (cluster mode: the Raft driver owns the ACLs; the
+    /// local store file is not used).
+    pub fn publish(&self, all: Vec<AclBinding>) {
+        self.snapshot
+            .store(Arc::new(AclSnapshot::new(all.iter().cloned())));
+        self.all.store(Arc::new(all));
     }
 
     /// Runs `f` on the store under its lock (it may persist: call from a blocking context),
@@ -102,8 +112,9 @@ fn err_parts(e: &AclError) -> (i16, Option<StrBytes>) {
     (errors::acl_error_code(e), Some(s(&e.to_string())))
 }
 
-/// CreateAcls; the store's fsync runs on a blocking thread, off the engine core.
-pub async fn create_acls(dir: &Path, req: CreateAclsRequest) -> CreateAclsResponse {
+/// CreateAcls through [`Cluster::propose`] (never on the engine core: the one-node store
+/// fsyncs on the control-plane thread).
+pub async fn create_acls(cluster: &Cluster, req: CreateAclsRequest) -> CreateAclsResponse {
     let bindings: Vec<AclBinding> = req
         .creations
         .iter()
@@ -117,31 +128,33 @@ pub async fn create_acls(dir: &Path, req: CreateAclsRequest) -> CreateAclsRespon
             permission_type: c.permission_type,
         })
         .collect();
-    let results: Vec<Result<(), AclError>> = match store_for(dir) {
-        Ok(st) => {
-            let b = bindings.clone();
-            glommio::executor()
-                .spawn_blocking(move || st.mutate(|s| s.create(&b)))
-                .await
-        }
-        Err(e) => {
-            let m = e.to_string();
-            bindings
-                .iter()
-                .map(|_| Err(AclError::Io(std::io::Error::other(m.clone()))))
-                .collect()
-        }
-    };
-    let results = results
+    // The proposer validates; the valid bindings go in one command (apply skips none).
+    let mut results: Vec<Result<(), (i16, String)>> = bindings
         .iter()
+        .map(|b| validate_binding(b).map_err(|e| (errors::acl_error_code(&e), e.to_string())))
+        .collect();
+    let valid: Vec<AclBinding> = bindings
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(b, _)| b.clone())
+        .collect();
+    if !valid.is_empty() {
+        let cmd = ClusterCommand::Acl(AclCommand::Create { bindings: valid });
+        if let Err(e) = cluster.propose(cmd).await {
+            let failed = (errors::propose_failure_code(&e), e.to_string());
+            for r in results.iter_mut().filter(|r| r.is_ok()) {
+                *r = Err(failed.clone());
+            }
+        }
+    }
+    let results = results
+        .into_iter()
         .map(|r| match r {
             Ok(()) => AclCreationResult::default(),
-            Err(e) => {
-                let (c, m) = err_parts(e);
-                AclCreationResult::default()
-                    .with_error_code(c)
-                    .with_error_message(m)
-            }
+            Err((c, m)) => AclCreationResult::default()
+                .with_error_code(c)
+                .with_error_message(Some(s(&m))),
         })
         .collect();
     CreateAclsResponse::default().with_results(results)
@@ -222,8 +235,8 @@ pub fn describe_acls(dir: &Path, req: DescribeAclsRequest) -> DescribeAclsRespon
     }
 }
 
-/// DeleteAcls; the store's fsync runs on a blocking thread, off the engine core.
-pub async fn delete_acls(dir: &Path, req: DeleteAclsRequest) -> DeleteAclsResponse {
+/// DeleteAcls through [`Cluster::propose`].
+pub async fn delete_acls(cluster: &Cluster, req: DeleteAclsRequest) -> DeleteAclsResponse {
     let filters: Vec<AclFilter> = req
         .filters
         .iter()
@@ -239,30 +252,52 @@ pub async fn delete_acls(dir: &Path, req: DeleteAclsRequest) -> DeleteAclsRespon
             )
         })
         .collect();
-    let results = match store_for(dir) {
-        Ok(st) => {
-            let f = filters.clone();
-            glommio::executor()
-                .spawn_blocking(move || st.mutate(|s| s.delete(&f)))
-                .await
+    let mut results: Vec<Result<Vec<AclBinding>, (i16, String)>> = filters
+        .iter()
+        .map(|f| {
+            f.validate()
+                .map(|()| Vec::new())
+                .map_err(|e| (errors::acl_error_code(&e), e.to_string()))
+        })
+        .collect();
+    let valid: Vec<AclFilter> = filters
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_ok())
+        .map(|(f, _)| f.clone())
+        .collect();
+    if !valid.is_empty() {
+        let cmd = ClusterCommand::Acl(AclCommand::Delete { filters: valid });
+        match cluster.propose(cmd).await {
+            Ok(Outcome::Acls(gone)) => {
+                let mut gone = gone.into_iter();
+                for r in results.iter_mut().filter(|r| r.is_ok()) {
+                    *r = Ok(gone.next().unwrap_or_default());
+                }
+            }
+            Ok(other) => {
+                let failed = (
+                    errors::code(kafka_protocol::ResponseError::UnknownServerError),
+                    format!("unexpected outcome {other:?}"),
+                );
+                for r in results.iter_mut().filter(|r| r.is_ok()) {
+                    *r = Err(failed.clone());
+                }
+            }
+            Err(e) => {
+                let failed = (errors::propose_failure_code(&e), e.to_string());
+                for r in results.iter_mut().filter(|r| r.is_ok()) {
+                    *r = Err(failed.clone());
+                }
+            }
         }
-        Err(e) => {
-            let m = e.to_string();
-            filters
-                .iter()
-                .map(|_| Err(AclError::Io(std::io::Error::other(m.clone()))))
-                .collect()
-        }
-    };
+    }
     let filter_results = results
         .into_iter()
         .map(|r| match r {
-            Err(e) => {
-                let (c, m) = err_parts(&e);
-                DeleteAclsFilterResult::default()
-                    .with_error_code(c)
-                    .with_error_message(m)
-            }
+            Err((c, m)) => DeleteAclsFilterResult::default()
+                .with_error_code(c)
+                .with_error_message(Some(s(&m))),
             Ok(gone) => DeleteAclsFilterResult::default().with_matching_acls(
                 gone.iter()
                     .map(|b| {

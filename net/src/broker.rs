@@ -13,9 +13,10 @@ use kmirror_log::ControlKind;
 use kmirror_types::{ProducerId, TopicPartition};
 use uuid::Uuid;
 
-use crate::cluster::{Cluster, MetaCache};
+use crate::cluster::{Cluster, MetaCache, ProposeFailure};
 use crate::errors;
 use crate::groups::{GroupsService, MarkerSink, TxnMarker};
+use kmirror_control::quorum::{ClusterCommand, MetadataCommand, Outcome};
 
 /// Static broker settings.
 #[derive(Debug, Clone)]
@@ -37,6 +38,9 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: i32,
     /// `transaction.state.log.num.partitions`: partitions of `__transaction_state`.
     pub transaction_state_partitions: i32,
+    /// `default.replication.factor` for CreateTopics with -1 and auto-created topics (1 on
+    /// a one-node broker).
+    pub default_replication_factor: i16,
 }
 
 impl BrokerConfig {
@@ -174,6 +178,21 @@ fn engine_err(e: EngineError) -> ItemError {
     (errors::engine_error_code(&e), e.to_string())
 }
 
+/// A failed proposal as an admin item's error.
+pub fn propose_err(e: ProposeFailure) -> ItemError {
+    (errors::propose_failure_code(&e), e.to_string())
+}
+
+/// A random id no topic has (the proposer chooses it, so apply is deterministic).
+fn unused_topic_id(meta: &ClusterMetadata) -> Uuid {
+    loop {
+        let id = Uuid::new_v4();
+        if meta.topic_by_id(id).is_none() && !id.is_nil() {
+            break id;
+        }
+    }
+}
+
 impl Ctx {
     pub fn new(broker: Arc<Broker>, core: CoreContext) -> Ctx {
         let meta = MetaCache::new(broker.cluster.view());
@@ -199,33 +218,86 @@ impl Ctx {
         self.broker.config.node_id
     }
 
-    /// Creates a topic durably, then its partitions on their owning cores.
+    /// Creates a topic (one node: durably; a cluster: through the quorum, with replicas
+    /// placed among the unfenced brokers), then opens its partitions this node hosts.
+    /// `replication_factor` -1 is `default.replication.factor`.
     pub async fn create_topic(
         &self,
         name: String,
         partitions: i32,
+        replication_factor: i16,
         configs: BTreeMap<String, String>,
         id: Option<Uuid>,
         validate_only: bool,
     ) -> Result<TopicMeta, ItemError> {
-        let n = name.clone();
-        let t = self
-            .broker
-            .cluster
-            .mutate(move |s| s.create_topic(&n, partitions, configs, id, validate_only))
-            .await
-            .map_err(engine_err)?
-            .map_err(meta_err)?;
-        if !validate_only {
-            self.create_partitions_on_cores(&t, 0).await?;
+        let cluster = &self.broker.cluster;
+        let meta = self.meta();
+        let assignments = if cluster.is_replicated() {
+            kmirror_control::quorum::controller::propose_placement(
+                &meta,
+                0,
+                partitions.clamp(0, 100_000),
+                replication_factor,
+                self.broker.config.default_replication_factor,
+            )
+            .map_err(meta_err)?
+        } else {
+            Vec::new()
+        };
+        let id = id.unwrap_or_else(|| unused_topic_id(&meta));
+        let cmd = MetadataCommand::CreateTopic {
+            name,
+            partitions,
+            configs,
+            id,
+            assignments,
+        };
+        self.create_from(cmd, validate_only).await
+    }
+
+    /// CreateTopics with explicit replica lists (a cluster only): apply checks the brokers.
+    pub async fn create_topic_assigned(
+        &self,
+        name: String,
+        assignments: Vec<Vec<i32>>,
+        configs: BTreeMap<String, String>,
+        validate_only: bool,
+    ) -> Result<TopicMeta, ItemError> {
+        let cmd = MetadataCommand::CreateTopic {
+            name,
+            partitions: assignments.len() as i32,
+            configs,
+            id: unused_topic_id(&self.meta()),
+            assignments,
+        };
+        self.create_from(cmd, validate_only).await
+    }
+
+    async fn create_from(
+        &self,
+        cmd: MetadataCommand,
+        validate_only: bool,
+    ) -> Result<TopicMeta, ItemError> {
+        let cluster = &self.broker.cluster;
+        if validate_only {
+            return match cluster.validate(&cmd).map_err(meta_err)? {
+                Outcome::Topic(t) => Ok(t),
+                other => Err((
+                    errors::code(kafka_protocol::ResponseError::UnknownServerError),
+                    format!("unexpected outcome {other:?}"),
+                )),
+            };
         }
+        let t = cluster.propose_topic(cmd).await.map_err(propose_err)?;
+        self.create_partitions_on_cores(&t, 0).await?;
         Ok(t)
     }
 
     /// Records internal topic `name` (`__consumer_offsets` or `__transaction_state`) the
     /// first time Kafka would have created it; a cheap snapshot check afterwards.
     pub async fn ensure_internal_topic(&self, name: &str) -> Result<(), ItemError> {
-        if self.meta().internal_topics.contains_key(name) {
+        let meta = self.meta();
+        if meta.internal_topics.contains_key(name) {
             return Ok(());
         }
         let partitions = if name == "__transaction_state" {
@@ -233,13 +305,23 @@ impl Ctx {
         } else {
             self.broker.config.offsets_topic_partitions
         };
-        let n = name.to_string();
+        let id = loop {
+            let id = Uuid::new_v4();
+            if meta.described_by_id(id).is_none() && !id.is_nil() {
+                break id;
+            }
+        };
         self.broker
             .cluster
-            .mutate(move |s| s.ensure_internal_topic(&n, partitions))
+            .propose(ClusterCommand::Metadata(
+                MetadataCommand::CreateInternalTopic {
+                    name: name.to_string(),
+                    partitions,
+                    id,
+                },
+            ))
             .await
-            .map_err(engine_err)?
-            .map_err(meta_err)?;
+            .map_err(propose_err)?;
         Ok(())
     }
 
@@ -251,7 +333,8 @@ impl Ctx {
     ) -> Result<(), ItemError> {
         let router = self.router();
         let mut pending = Vec::new();
-        for p in from..t.partition_count() {
+        // A node of a cluster opens only the partitions it is a replica of.
+        for p in (from..t.partition_count()).filter(|p| self.broker.cluster.hosts(t, *p)) {
             let tp = TopicPartition::new(t.name.clone(), p);
             pending.push(
                 router
@@ -269,22 +352,14 @@ impl Ctx {
     }
 
     /// Deletes a topic: metadata first (clients stop seeing it), then logs and directories.
+    /// A mirrored topic is refused (apply checks it): it is deleted only after failover.
     pub async fn delete_topic(&self, name: String) -> Result<TopicMeta, ItemError> {
-        let n = name.clone();
         let t = self
             .broker
             .cluster
-            .mutate(move |s| {
-                // A mirrored topic is deleted only after failover (remove) or once its source
-                // topic is gone: deleting it would silently drop the DR copy.
-                if s.topic(&n).is_some_and(|t| t.mirror.is_some()) {
-                    return Err(MetadataError::MirrorReadOnly(n.clone()));
-                }
-                s.delete_topic(&n)
-            })
+            .propose_topic(MetadataCommand::DeleteTopic { name })
             .await
-            .map_err(engine_err)?
-            .map_err(meta_err)?;
+            .map_err(propose_err)?;
         let router = self.router();
         let mut pending = Vec::new();
         for p in 0..t.partition_count() {
@@ -333,6 +408,7 @@ impl Ctx {
             .create_topic(
                 name.to_string(),
                 self.broker.config.default_partitions,
+                -1,
                 BTreeMap::new(),
                 None,
                 false,

@@ -1,13 +1,27 @@
-//! Cluster metadata as the broker sees it: the durable store runs on the control-plane
-//! thread; every change is published as an immutable snapshot that cores read lock-free
-//! in the steady state (a version check, then a cached `Arc`).
+//! Cluster metadata as the broker sees it, and the one way to change it.
+//!
+//! Reads: every change is published as an immutable snapshot ([`MetaView`]) that cores read
+//! lock-free in the steady state (a version check, then a cached `Arc`).
+//!
+//! Writes: [`Cluster::propose`] takes a [`ClusterCommand`] (data, never a closure). On a
+//! one-node broker it is applied on the control-plane thread to the durable `MetadataStore`
+//! (ACLs: the durable `AclStore`) with the quorum's own apply functions, so both modes
+//! validate and change state identically. On a node of a cluster (`serve --quorum`) it goes
+//! to the Raft driver (`kmirror_cluster::DriverHandle`) from a plain thread, and the answer
+//! comes once this node applied the command, so its published snapshot already holds it.
+//! Must never block an engine core: the async variant waits on a channel.
 
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Duration;
 
-use kmirror_control::metadata::{ClusterMetadata, MetadataStore, TopicMeta};
+use kmirror_cluster::{DriverHandle, ProposalError, QuorumStatus};
+use kmirror_control::acl::AclError;
+use kmirror_control::metadata::{ClusterMetadata, MetadataError, MetadataStore, TopicMeta};
+use kmirror_control::quorum::command;
+use kmirror_control::quorum::{AclCommand, ApplyError, ClusterCommand, MetadataCommand, Outcome};
 use kmirror_engine::{Catalog, ControlThread, EngineError, PartitionSpec, Router};
 use kmirror_types::{LeaderEpoch, TopicPartition};
 
@@ -43,6 +57,13 @@ impl MetaView {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(m.clone());
         self.version.store(m.version, Ordering::Release);
     }
+
+    /// Publishes a snapshot the Raft driver applied (its versions only grow).
+    pub fn publish_arc(&self, m: Arc<ClusterMetadata>) {
+        let v = m.version;
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = m;
+        self.version.store(v, Ordering::Release);
+    }
 }
 
 /// Per-thread cache of the snapshot (no lock unless the version moved).
@@ -66,25 +87,225 @@ impl MetaCache {
     }
 }
 
-/// Handle to the durable metadata (control-plane thread) plus its published snapshot.
+/// Why a proposed command did not take effect. Kafka codes: `errors::propose_failure_code`.
+#[derive(Debug, thiserror::Error)]
+pub enum ProposeFailure {
+    /// Applied and refused by the state machine (identically on every node).
+    #[error(transparent)]
+    Rejected(ApplyError),
+    /// The one-node broker's durable ACL store failed.
+    #[error(transparent)]
+    Acl(AclError),
+    /// No controller took it before the deadline; it was not applied.
+    #[error("no active controller (last known leader: {leader:?})")]
+    NoLeader { leader: Option<u64> },
+    /// Timed out in flight: it may or may not be applied.
+    #[error("the outcome of the metadata change is unknown (timed out)")]
+    Unknown,
+    /// The control plane is stopped or overloaded.
+    #[error("the controller is unavailable: {0}")]
+    Unavailable(String),
+}
+
+impl From<MetadataError> for ProposeFailure {
+    fn from(e: MetadataError) -> Self {
+        ProposeFailure::Rejected(ApplyError::Metadata(e))
+    }
+}
+
+impl From<ProposalError> for ProposeFailure {
+    fn from(e: ProposalError) -> Self {
+        match e {
+            ProposalError::Rejected(e) => ProposeFailure::Rejected(e),
+            ProposalError::NoLeader { leader } => ProposeFailure::NoLeader { leader },
+            ProposalError::Unknown => ProposeFailure::Unknown,
+            ProposalError::Refused(why) => ProposeFailure::Rejected(ApplyError::Membership(why)),
+            ProposalError::Unavailable => ProposeFailure::Unavailable("overloaded".into()),
+        }
+    }
+}
+
+impl From<EngineError> for ProposeFailure {
+    fn from(e: EngineError) -> Self {
+        ProposeFailure::Unavailable(e.to_string())
+    }
+}
+
+/// How long a proposal may wait for a leader and its commit (Kafka's admin requests time
+/// out on the controller similarly).
+const PROPOSE_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// Where mutations go.
+#[derive(Clone)]
+enum Backend {
+    /// One node: the durable store on the control-plane thread.
+    Local(ControlThread<MetadataStore>),
+    /// A node of a Raft cluster.
+    Quorum(DriverHandle),
+}
+
+/// Handle to the cluster metadata: its published snapshot plus the way to change it.
 #[derive(Clone)]
 pub struct Cluster {
-    control: ControlThread<MetadataStore>,
+    backend: Backend,
     view: Arc<MetaView>,
     data_dir: PathBuf,
+    /// Cluster mode: this node's id (partitions are hosted only where it is a replica).
+    local: Option<i32>,
+}
+
+/// `serve --quorum`: the settings of this node's part in the metadata quorum.
+#[derive(Debug, Clone)]
+pub struct QuorumOptions {
+    /// The controller listener, `HOST:PORT`.
+    pub controller_listen: String,
+    /// Every voter (this node among them) and its controller address.
+    pub voters: Vec<kmirror_cluster::Voter>,
+    /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard
+    /// from for this long.
+    pub session_timeout: Duration,
+    /// `default.replication.factor` for CreateTopics with -1 and auto-created topics.
+    pub default_replication_factor: i16,
+}
+
+/// This node's part in one partition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Leader { epoch: i32 },
+    Follower { leader: i32, epoch: i32 },
+    NotReplica { leader: i32, epoch: i32 },
+}
+
+/// A broker as Metadata lists it: id, advertised host and port on the asked listener, rack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ListedBroker {
+    pub id: i32,
+    pub host: String,
+    pub port: i32,
+    pub rack: Option<String>,
 }
 
 impl Cluster {
-    /// Opens the store and starts the control-plane thread.
+    /// One-node mode: opens the store and starts the control-plane thread.
     pub fn start(data_dir: &Path) -> Result<Cluster, crate::NetError> {
         let store = MetadataStore::open(data_dir)?;
         let view = Arc::new(MetaView::new(store.state().clone()));
         let (control, _join) = ControlThread::spawn("kmirror-control", store)?;
         Ok(Cluster {
-            control,
+            backend: Backend::Local(control),
             view,
             data_dir: data_dir.to_path_buf(),
+            local: None,
         })
+    }
+
+    /// Cluster mode: metadata comes from the Raft driver, which publishes into `view` (see
+    /// [`MetaView::publish_arc`]); mutations are proposed through `handle`.
+    pub fn replicated(
+        data_dir: &Path,
+        view: Arc<MetaView>,
+        handle: DriverHandle,
+        node_id: i32,
+    ) -> Cluster {
+        Cluster {
+            backend: Backend::Quorum(handle),
+            view,
+            data_dir: data_dir.to_path_buf(),
+            local: Some(node_id),
+        }
+    }
+
+    /// Whether this node holds a replica of partition `p` of `t` (one node: every one).
+    pub fn hosts(&self, t: &TopicMeta, p: i32) -> bool {
+        hosts(self.local, t, p)
+    }
+
+    /// This node's role for `tp` in `meta` (None: no such partition). One node: leader of
+    /// everything, at the topic's leader epoch.
+    pub fn role(&self, meta: &ClusterMetadata, node: i32, tp: &TopicPartition) -> Option<Role> {
+        let t = meta.topics.get(&tp.topic)?;
+        let a = t.assignment(tp.partition, node)?;
+        let epoch = t.leader_epochs[tp.partition as usize];
+        Some(if a.leader == node {
+            Role::Leader { epoch }
+        } else if a.replicas.contains(&node) {
+            Role::Follower {
+                leader: a.leader,
+                epoch,
+            }
+        } else {
+            Role::NotReplica {
+                leader: a.leader,
+                epoch,
+            }
+        })
+    }
+
+    /// The brokers Metadata lists, by id, with their endpoint on `listener` (Kafka lists
+    /// each broker at the listener the client came in through): the unfenced registered
+    /// brokers in a cluster; `None` on a one-node broker (the caller lists itself).
+    pub fn listed_brokers(
+        &self,
+        meta: &ClusterMetadata,
+        listener: &str,
+    ) -> Option<Vec<ListedBroker>> {
+        self.local?;
+        Some(
+            meta.brokers
+                .values()
+                .filter(|b| !b.fenced)
+                .filter_map(|b| {
+                    let e = b
+                        .endpoints
+                        .iter()
+                        .find(|e| e.name == listener)
+                        .or_else(|| b.endpoints.first())?;
+                    Some(ListedBroker {
+                        id: b.id,
+                        host: e.host.clone(),
+                        port: i32::from(e.port),
+                        rack: b.rack.clone(),
+                    })
+                })
+                .collect(),
+        )
+    }
+
+    /// The id Metadata and DescribeCluster give as the controller: the Raft leader in a
+    /// cluster (-1 while there is none), this node on a one-node broker.
+    pub fn controller_id(&self, node: i32) -> i32 {
+        match &self.backend {
+            Backend::Local(_) => node,
+            Backend::Quorum(h) => h
+                .status()
+                .leader
+                .and_then(|l| i32::try_from(l).ok())
+                .unwrap_or(-1),
+        }
+    }
+
+    /// An empty view for [`Cluster::replicated`], filled by the driver's first publish.
+    pub fn empty_view() -> Arc<MetaView> {
+        Arc::new(MetaView::new(ClusterMetadata {
+            cluster_id: String::new(),
+            version: 0,
+            topics: Default::default(),
+            internal_topics: Default::default(),
+            brokers: Default::default(),
+        }))
+    }
+
+    /// Whether this node is part of a replicated (Raft) cluster.
+    pub fn is_replicated(&self) -> bool {
+        matches!(self.backend, Backend::Quorum(_))
+    }
+
+    /// The metadata quorum as this node sees it (cluster mode only).
+    pub fn quorum_status(&self) -> Option<QuorumStatus> {
+        match &self.backend {
+            Backend::Quorum(h) => Some(h.status()),
+            Backend::Local(_) => None,
+        }
     }
 
     pub fn view(&self) -> &Arc<MetaView> {
@@ -95,34 +316,67 @@ impl Cluster {
         self.view.load()
     }
 
-    /// Runs `f` against the store on the control thread and publishes the result.
-    pub async fn mutate<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut MetadataStore) -> R + Send + 'static,
-    ) -> Result<R, EngineError> {
-        let view = self.view.clone();
-        self.control
-            .call(move |s| {
-                let r = f(s);
-                view.publish(s.state());
-                r
-            })
-            .await
+    /// Applies `cmd` (one node) or proposes it to the quorum and waits until this node
+    /// applied it. Never blocks the calling thread: the wait is on a channel.
+    pub async fn propose(&self, cmd: ClusterCommand) -> Result<Outcome, ProposeFailure> {
+        match &self.backend {
+            Backend::Local(control) => {
+                let (view, dir) = (self.view.clone(), self.data_dir.clone());
+                control
+                    .call(move |s| apply_local(s, &view, &dir, cmd))
+                    .await?
+            }
+            Backend::Quorum(handle) => {
+                // The driver's answer is a blocking std channel: wait for it on a plain
+                // thread (proposals are rare admin and mirror-plane changes).
+                let (tx, rx) = flume::bounded(1);
+                let handle = handle.clone();
+                std::thread::Builder::new()
+                    .name("kmirror-propose".into())
+                    .spawn(move || {
+                        let _ = tx.send(handle.propose(cmd, PROPOSE_TIMEOUT));
+                    })
+                    .map_err(|e| ProposeFailure::Unavailable(e.to_string()))?;
+                rx.recv_async()
+                    .await
+                    .map_err(|_| ProposeFailure::Unavailable("proposal thread died".into()))?
+                    .map_err(ProposeFailure::from)
+            }
+        }
     }
 
-    /// Blocking variant for plain threads.
-    pub fn mutate_blocking<R: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut MetadataStore) -> R + Send + 'static,
-    ) -> Result<R, EngineError> {
-        let view = self.view.clone();
-        self.control.call_blocking(move |s| {
-            let r = f(s);
-            view.publish(s.state());
-            r
-        })
+    /// [`Cluster::propose`] for plain threads (never an engine core).
+    pub fn propose_blocking(&self, cmd: ClusterCommand) -> Result<Outcome, ProposeFailure> {
+        match &self.backend {
+            Backend::Local(control) => {
+                let (view, dir) = (self.view.clone(), self.data_dir.clone());
+                control.call_blocking(move |s| apply_local(s, &view, &dir, cmd))?
+            }
+            Backend::Quorum(handle) => handle
+                .propose(cmd, PROPOSE_TIMEOUT)
+                .map_err(ProposeFailure::from),
+        }
     }
 
+    /// A metadata command proposed; the topic it leaves (or deleted).
+    pub async fn propose_topic(&self, cmd: MetadataCommand) -> Result<TopicMeta, ProposeFailure> {
+        topic_of(self.propose(ClusterCommand::Metadata(cmd)).await?)
+    }
+
+    /// [`Cluster::propose_topic`] for plain threads.
+    pub fn propose_topic_blocking(
+        &self,
+        cmd: MetadataCommand,
+    ) -> Result<TopicMeta, ProposeFailure> {
+        topic_of(self.propose_blocking(ClusterCommand::Metadata(cmd))?)
+    }
+
+    /// What `cmd` would do to the current snapshot, changing nothing (validate_only
+    /// requests): the same apply on a throwaway in-memory copy.
+    pub fn validate(&self, cmd: &MetadataCommand) -> Result<Outcome, MetadataError> {
+        let mut scratch = MetadataStore::in_memory((*self.snapshot()).clone());
+        command::apply(&mut scratch, cmd)
+    }
     /// Directory of a partition's log.
     pub fn partition_dir(&self, tp: &TopicPartition) -> PathBuf {
         partition_dir(&self.data_dir, tp)
@@ -132,6 +386,7 @@ impl Cluster {
         Arc::new(MetaCatalog {
             view: self.view.clone(),
             data_dir: self.data_dir.clone(),
+            local: self.local,
         })
     }
 
@@ -167,14 +422,72 @@ impl Cluster {
     }
 }
 
+/// The topic an applied topic command left (or deleted).
+fn topic_of(o: Outcome) -> Result<TopicMeta, ProposeFailure> {
+    match o {
+        Outcome::Topic(t) | Outcome::Deleted(t) => Ok(t),
+        other => Err(ProposeFailure::Unavailable(format!(
+            "unexpected outcome {other:?}"
+        ))),
+    }
+}
+
+/// One node: applies `cmd` to the durable stores with the quorum's apply, then publishes.
+fn apply_local(
+    store: &mut MetadataStore,
+    view: &MetaView,
+    data_dir: &Path,
+    cmd: ClusterCommand,
+) -> Result<Outcome, ProposeFailure> {
+    match cmd {
+        ClusterCommand::Metadata(c) => {
+            let r = command::apply(store, &c);
+            view.publish(store.state());
+            Ok(r?)
+        }
+        ClusterCommand::Acl(c) => {
+            let registry = crate::acl::store_for(data_dir).map_err(ProposeFailure::Acl)?;
+            // The durable store reports its I/O failures per item; the proposer validated.
+            registry.mutate(|acls| match &c {
+                AclCommand::Create { bindings } => {
+                    for r in acls.create(bindings) {
+                        r.map_err(ProposeFailure::Acl)?;
+                    }
+                    Ok(Outcome::Acls(Vec::new()))
+                }
+                AclCommand::Delete { filters } => {
+                    let mut gone = Vec::with_capacity(filters.len());
+                    for r in acls.delete(filters) {
+                        gone.push(r.map_err(ProposeFailure::Acl)?);
+                    }
+                    Ok(Outcome::Acls(gone))
+                }
+            })
+        }
+    }
+}
+
 /// Kafka's on-disk layout: `<data_dir>/topics/<topic>-<partition>/`.
 pub fn partition_dir(data_dir: &Path, tp: &TopicPartition) -> PathBuf {
     data_dir.join("topics").join(tp.to_string())
 }
 
+/// Whether node `local` (None: the one-node broker) holds a replica of `t`'s partition `p`.
+fn hosts(local: Option<i32>, t: &TopicMeta, p: i32) -> bool {
+    match (
+        local,
+        usize::try_from(p).ok().and_then(|i| t.assignments.get(i)),
+    ) {
+        (Some(node), Some(a)) => a.replicas.contains(&node),
+        // One node, or a topic without assignments (the local-node sentinel).
+        _ => true,
+    }
+}
+
 struct MetaCatalog {
     view: Arc<MetaView>,
     data_dir: PathBuf,
+    local: Option<i32>,
 }
 
 impl Catalog for MetaCatalog {
@@ -182,6 +495,10 @@ impl Catalog for MetaCatalog {
         let m = self.view.load();
         let t = m.topics.get(&tp.topic)?;
         let epoch = *t.leader_epochs.get(usize::try_from(tp.partition).ok()?)?;
+        // A node opens logs only for the partitions it is a replica of.
+        if !hosts(self.local, t, tp.partition) {
+            return None;
+        }
         Some(PartitionSpec {
             dir: partition_dir(&self.data_dir, tp),
             config: t.log_config(),
@@ -196,8 +513,103 @@ impl Catalog for MetaCatalog {
         m.topics
             .values()
             .flat_map(|t| {
-                (0..t.partition_count()).map(move |p| TopicPartition::new(t.name.clone(), p))
+                (0..t.partition_count())
+                    .filter(|p| hosts(self.local, t, *p))
+                    .map(move |p| TopicPartition::new(t.name.clone(), p))
             })
             .collect()
+    }
+}
+
+/// Cluster mode: brings this node's open partitions in line with each published metadata
+/// (a plain thread; blocking waits on the owning cores are fine here). Opens the partitions
+/// this node became a replica of, closes (and deletes) those it no longer hosts or whose
+/// topic was deleted or re-created, and pushes leader epoch, configs and the mirror flag to
+/// the ones that changed. Opening never wipes a directory, so a restarted node keeps its logs.
+pub fn spawn_reconciler(
+    cluster: Cluster,
+    router: Router,
+    updates: flume::Receiver<Arc<ClusterMetadata>>,
+) -> std::io::Result<()> {
+    std::thread::Builder::new()
+        .name("kmirror-replicas".into())
+        .spawn(move || {
+            let mut prev = cluster.snapshot();
+            reconcile(&cluster, &router, None, &prev);
+            while let Ok(mut next) = updates.recv() {
+                // Only the newest state matters.
+                while let Ok(n) = updates.try_recv() {
+                    next = n;
+                }
+                reconcile(&cluster, &router, Some(&prev), &next);
+                prev = next;
+            }
+        })
+        .map(|_| ())
+}
+
+fn reconcile(
+    cluster: &Cluster,
+    router: &Router,
+    prev: Option<&ClusterMetadata>,
+    next: &ClusterMetadata,
+) {
+    let remove = |tp: TopicPartition| {
+        let dir = cluster.partition_dir(&tp);
+        let owner = router.owner(&tp);
+        let t = tp.clone();
+        match router.run_on_blocking(owner, move |s| s.remove_partition(&t, Some(dir))) {
+            Ok(Ok(())) => tracing::info!(%tp, "replica removed"),
+            Ok(Err(e)) | Err(e) => tracing::warn!(%tp, error = %e, "cannot remove replica"),
+        }
+    };
+    if let Some(prev) = prev {
+        for (name, old) in &prev.topics {
+            let same = next.topics.get(name).filter(|t| t.id == old.id);
+            for p in 0..old.partition_count() {
+                if cluster.hosts(old, p) && !same.is_some_and(|t| cluster.hosts(t, p)) {
+                    remove(TopicPartition::new(name.clone(), p));
+                }
+            }
+        }
+    }
+    for (name, t) in &next.topics {
+        let old = prev
+            .and_then(|m| m.topics.get(name))
+            .filter(|o| o.id == t.id);
+        for p in 0..t.partition_count() {
+            if !cluster.hosts(t, p) {
+                continue;
+            }
+            let i = p as usize;
+            let changed = old.is_none_or(|o| {
+                o.leader_epochs.get(i) != t.leader_epochs.get(i)
+                    || o.assignments.get(i) != t.assignments.get(i)
+                    || o.configs != t.configs
+                    || o.mirror != t.mirror
+            });
+            if !changed {
+                continue;
+            }
+            let tp = TopicPartition::new(name.clone(), p);
+            let (cfg, epoch, mirror) = (
+                t.log_config(),
+                LeaderEpoch(t.leader_epochs[i]),
+                t.mirror.clone(),
+            );
+            let t2 = tp.clone();
+            // `partition` opens (or recovers) the log from its directory on first use.
+            let r = router.run_on_blocking(router.owner(&tp), move |s| {
+                s.partition(&t2).map(|part| {
+                    part.log.set_config(cfg);
+                    part.leader_epoch = part.leader_epoch.max(epoch);
+                    part.mirror = mirror;
+                })
+            });
+            match r {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) | Err(e) => tracing::warn!(%tp, error = %e, "cannot open replica"),
+            }
+        }
     }
 }

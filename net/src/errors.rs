@@ -131,6 +131,22 @@ pub fn metadata_error_code(e: &MetadataError) -> i16 {
     }
 }
 
+/// A failed proposal as a Kafka code: the state machine's refusal keeps its own code; no
+/// controller is NOT_CONTROLLER (clients retry admin requests on it, as on Kafka's forwarding
+/// to the active controller); an unknown outcome is REQUEST_TIMED_OUT, as Kafka answers around
+/// a controller failover.
+pub fn propose_failure_code(e: &crate::cluster::ProposeFailure) -> i16 {
+    use crate::cluster::ProposeFailure as F;
+    use kmirror_control::quorum::ApplyError;
+    match e {
+        F::Rejected(ApplyError::Metadata(m)) => metadata_error_code(m),
+        F::Rejected(ApplyError::Membership(_)) => E::InvalidRequest.code(),
+        F::Acl(a) => acl_error_code(a),
+        F::NoLeader { .. } | F::Unavailable(_) => E::NotController.code(),
+        F::Unknown => E::RequestTimedOut.code(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -79,6 +79,8 @@ pub enum NetError {
     Sasl(#[from] sasl::SaslError),
     #[error("listener {listener}: {reason}")]
     Tls { listener: String, reason: String },
+    #[error("metadata quorum: {0}")]
+    Quorum(String),
 }
 
 /// Everything needed to run a broker.
@@ -120,6 +122,8 @@ impl ServerConfig {
 pub struct RunningBroker {
     engine: Engine,
     broker: Arc<Broker>,
+    /// Cluster mode: the metadata quorum's controller (stopped after the engine).
+    driver: Option<kmirror_cluster::Driver>,
 }
 
 impl RunningBroker {
@@ -145,11 +149,16 @@ impl RunningBroker {
     /// Clean shutdown: stop accepting, finish in-flight requests, flush and close logs,
     /// flush the coordinator.
     pub fn stop(self) {
-        let RunningBroker { engine, broker, .. } = self;
+        let RunningBroker {
+            engine,
+            broker,
+            driver,
+        } = self;
         engine.stop();
         if let Some(g) = &broker.groups {
             g.shutdown();
         }
+        drop(driver);
     }
 }
 
@@ -220,11 +229,28 @@ pub fn start(
     cfg: ServerConfig,
     extension: Option<Arc<dyn ExtensionApis>>,
 ) -> Result<RunningBroker, NetError> {
+    start_with(cfg, extension, None)
+}
+
+/// [`start`], as a node of a replicated cluster when `quorum` is given (`serve --quorum`):
+/// the metadata comes from the Raft driver (storage in `<data-dir>/__cluster_metadata-0`),
+/// the broker registers itself and the active controller fences it when it goes silent.
+pub fn start_with(
+    cfg: ServerConfig,
+    extension: Option<Arc<dyn ExtensionApis>>,
+    quorum: Option<cluster::QuorumOptions>,
+) -> Result<RunningBroker, NetError> {
     let (endpoints, acceptors) = resolve(cfg.checked_listeners()?, &cfg.tls)?;
     let (host, port) = (endpoints[0].host.clone(), endpoints[0].port);
     std::fs::create_dir_all(&cfg.data_dir)?;
     let sasl = Arc::new(sasl::Sasl::open(cfg.sasl.clone(), &cfg.data_dir)?);
-    let cluster = Cluster::start(&cfg.data_dir)?;
+    let (cluster, driver, updates) = match &quorum {
+        None => (Cluster::start(&cfg.data_dir)?, None, None),
+        Some(q) => {
+            let (c, d, u) = start_quorum(&cfg, q)?;
+            (c, Some(d), Some(u))
+        }
+    };
     let router_cell = Arc::new(OnceLock::new());
     let groups = groups::GroupsService::start_with(
         &cfg.data_dir,
@@ -247,6 +273,7 @@ pub fn start(
             default_partitions: cfg.default_partitions,
             offsets_topic_partitions: cfg.groups.offsets_topic_num_partitions,
             transaction_state_partitions: cfg.groups.transaction_state_num_partitions,
+            default_replication_factor: quorum.as_ref().map_or(1, |q| q.default_replication_factor),
         },
         cluster: cluster.clone(),
         groups: Some(groups),
@@ -317,8 +344,101 @@ pub fn start(
             });
         }
     }
+    if let Some(updates) = updates {
+        cluster::spawn_reconciler(cluster.clone(), engine.router().clone(), updates)?;
+        register(&cluster, cfg.node_id, &endpoints)?;
+    }
     if let Some(ext) = &broker.extension {
         ext.started(&broker, engine.router());
     }
-    Ok(RunningBroker { engine, broker })
+    Ok(RunningBroker {
+        engine,
+        broker,
+        driver,
+    })
+}
+
+/// Starts this node's metadata quorum driver; its publications go into the cluster's view,
+/// the ACL registry and the returned channel (for the replica reconciler).
+#[allow(clippy::type_complexity)]
+fn start_quorum(
+    cfg: &ServerConfig,
+    q: &cluster::QuorumOptions,
+) -> Result<
+    (
+        Cluster,
+        kmirror_cluster::Driver,
+        flume::Receiver<Arc<kmirror_control::metadata::ClusterMetadata>>,
+    ),
+    NetError,
+> {
+    let node = u64::try_from(cfg.node_id)
+        .map_err(|_| NetError::Quorum(format!("node id {} is not a voter id", cfg.node_id)))?;
+    let mut dcfg = kmirror_cluster::DriverConfig::new(
+        node,
+        cfg.data_dir.join("__cluster_metadata-0"),
+        q.controller_listen.clone(),
+        q.voters.clone(),
+    );
+    dcfg.session_timeout = Some(q.session_timeout);
+    let view = Cluster::empty_view();
+    let acls = acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?;
+    let (tx, rx) = flume::unbounded();
+    let v = view.clone();
+    let driver = kmirror_cluster::Driver::start_with_acls(
+        dcfg,
+        move |m| {
+            v.publish_arc(m.clone());
+            let _ = tx.send(m);
+        },
+        move |all| acls.publish(all),
+    )
+    .map_err(|e| NetError::Quorum(e.to_string()))?;
+    let cluster = Cluster::replicated(&cfg.data_dir, view, driver.handle(), cfg.node_id);
+    Ok((cluster, driver, rx))
+}
+
+/// Registers this broker with the quorum (with its advertised listeners), in the
+/// background: until a leader exists the proposal is retried. A new incarnation id per start
+/// replaces the earlier registration.
+fn register(cluster: &Cluster, node_id: i32, endpoints: &[Endpoint]) -> Result<(), NetError> {
+    use kmirror_control::metadata::{BrokerEndpoint, BrokerRegistration};
+    use kmirror_control::quorum::{ClusterCommand, MetadataCommand};
+    let reg = BrokerRegistration {
+        id: node_id,
+        incarnation: uuid::Uuid::new_v4(),
+        endpoints: endpoints
+            .iter()
+            .map(|e| BrokerEndpoint {
+                name: e.name.clone(),
+                host: e.host.clone(),
+                port: e.port as u16,
+                security_protocol: match e.protocol {
+                    SecurityProtocol::Plaintext => 0,
+                    SecurityProtocol::Ssl => 1,
+                    SecurityProtocol::SaslPlaintext => 2,
+                    SecurityProtocol::SaslSsl => 3,
+                },
+            })
+            .collect(),
+        rack: None,
+        fenced: false,
+    };
+    let cluster = cluster.clone();
+    std::thread::Builder::new()
+        .name("kmirror-register".into())
+        .spawn(move || loop {
+            let cmd = ClusterCommand::Metadata(MetadataCommand::RegisterBroker(reg.clone()));
+            match cluster.propose_blocking(cmd) {
+                Ok(_) => {
+                    tracing::info!(node = node_id, "broker registered with the metadata quorum");
+                    return;
+                }
+                Err(e) => {
+                    tracing::info!(node = node_id, error = %e, "broker registration pending");
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+            }
+        })?;
+    Ok(())
 }

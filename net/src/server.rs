@@ -631,7 +631,7 @@ async fn dispatch(
         }
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(match acl_access(ctx, access, authz::table::CREATE_ACLS) {
-                Ok(()) => crate::acl::create_acls(&ctx.broker.config.data_dir, r).await,
+                Ok(()) => crate::acl::create_acls(&ctx.broker.cluster, r).await,
                 Err(code) => crate::acl::create_acls_refused(&r, code),
             })
         }
@@ -643,7 +643,7 @@ async fn dispatch(
         }
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(match acl_access(ctx, access, authz::table::DELETE_ACLS) {
-                Ok(()) => crate::acl::delete_acls(&ctx.broker.config.data_dir, r).await,
+                Ok(()) => crate::acl::delete_acls(&ctx.broker.cluster, r).await,
                 Err(code) => crate::acl::delete_acls_refused(&r, code),
             })
         }

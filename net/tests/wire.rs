@@ -1,6 +1,7 @@
 //! The broker over a real socket: framing defences, ApiVersions fallback, produce/fetch
 //! outcomes, and metadata durability. Requests are built with kafka-protocol like a client.
 
+use kmirror_control::quorum::MetadataCommand;
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
@@ -600,16 +601,24 @@ fn a_mirror_topic_refuses_client_writes_with_read_only_topic_and_appends_nothing
     produce(&mut s, "mirrored", batch(2));
     // What the mirror control plane does when a topic joins a mirror.
     let cluster = b.broker().cluster.clone();
-    let t = cluster
-        .mutate_blocking(|m| {
-            m.update_topic("mirrored", |t| {
-                t.mirror = Some("m1".into());
-                t.configs.insert("mirror.name".into(), "m1".into());
-                t.configs.insert("source.only.key".into(), "x".into());
-            })
-        })
-        .unwrap()
-        .unwrap();
+    for cmd in [
+        MetadataCommand::SyncSourceConfigs {
+            name: "mirrored".into(),
+            set: [
+                ("mirror.name".to_string(), "m1".to_string()),
+                ("source.only.key".to_string(), "x".to_string()),
+            ]
+            .into(),
+            delete: Vec::new(),
+        },
+        MetadataCommand::SetMirror {
+            name: "mirrored".into(),
+            mirror: Some("m1".into()),
+        },
+    ] {
+        cluster.propose_topic_blocking(cmd).unwrap();
+    }
+    let t = cluster.snapshot().topics["mirrored"].clone();
     futures_lite::future::block_on(cluster.refresh_partitions(b.router(), &t)).unwrap();
 
     let r = produce(&mut s, "mirrored", batch(1));
@@ -661,8 +670,10 @@ fn a_mirror_topic_refuses_client_writes_with_read_only_topic_and_appends_nothing
 
     // After failover (mirror cleared) the topic is writable again.
     let t = cluster
-        .mutate_blocking(|m| m.update_topic("mirrored", |t| t.mirror = None))
-        .unwrap()
+        .propose_topic_blocking(MetadataCommand::SetMirror {
+            name: "mirrored".into(),
+            mirror: None,
+        })
         .unwrap();
     futures_lite::future::block_on(cluster.refresh_partitions(b.router(), &t)).unwrap();
     assert_eq!(produce(&mut s, "mirrored", batch(1)).base_offset, 2);

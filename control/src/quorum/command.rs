@@ -104,6 +104,16 @@ pub enum MetadataCommand {
         id: Uuid,
         mirror: String,
     },
+    /// Records internal topic `name` (`__consumer_offsets`, `__transaction_state`) the first
+    /// time Kafka would create it; a no-op when it exists.
+    CreateInternalTopic {
+        name: String,
+        partitions: i32,
+        #[serde(with = "crate::metadata::uuid_text")]
+        id: Uuid,
+    },
+    /// A client's deletion: refused for a topic a mirror owns (deleting it would silently
+    /// drop the DR copy).
     DeleteTopic {
         name: String,
     },
@@ -115,6 +125,8 @@ pub enum MetadataCommand {
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         assignments: Vec<Vec<i32>>,
     },
+    /// A client's config change (AlterConfigs / IncrementalAlterConfigs): refused for a
+    /// mirror topic, whose configs come from its source.
     AlterConfigs {
         name: String,
         ops: Vec<ConfigOp>,
@@ -267,7 +279,18 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             *id,
             mirror,
         )?),
-        C::DeleteTopic { name } => Outcome::Deleted(store.delete_topic(name)?),
+        C::CreateInternalTopic {
+            name,
+            partitions,
+            id,
+        } => {
+            store.ensure_internal_topic_with_id(name, *partitions, *id)?;
+            Outcome::Topic(store.state().internal_topics[name].clone())
+        }
+        C::DeleteTopic { name } => {
+            refuse_mirror_topic(store, name)?;
+            Outcome::Deleted(store.delete_topic(name)?)
+        }
         C::CreatePartitions {
             name,
             total,
@@ -299,8 +322,12 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
                 })?)
             }
         }
-        C::AlterConfigs { name, ops } => Outcome::Topic(store.alter_configs(name, ops, false)?),
+        C::AlterConfigs { name, ops } => {
+            refuse_mirror_topic(store, name)?;
+            Outcome::Topic(store.alter_configs(name, ops, false)?)
+        }
         C::ReplaceConfigs { name, configs } => {
+            refuse_mirror_topic(store, name)?;
             Outcome::Topic(store.replace_configs(name, configs.clone(), false)?)
         }
         C::BumpLeaderEpoch {
@@ -390,6 +417,14 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             })?)
         }
     })
+}
+
+/// Client changes of a mirror topic are refused: it is read-only while mirrored.
+fn refuse_mirror_topic(store: &MetadataStore, name: &str) -> Result<(), MetadataError> {
+    if store.topic(name).is_some_and(|t| t.mirror.is_some()) {
+        return Err(MetadataError::MirrorReadOnly(name.to_string()));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -404,6 +404,24 @@ impl QuorumNode {
         Some(self.raw.raft.leader_id).filter(|id| *id != raft::INVALID_ID)
     }
 
+    /// On the leader: each voter's replicated log end (Raft's `matched` index, the leader's
+    /// own is its last index), for DescribeQuorum. Empty on a follower.
+    pub fn progress(&self) -> Vec<(u64, u64)> {
+        if !self.is_leader() {
+            return Vec::new();
+        }
+        let own = self.raw.raft.raft_log.last_index();
+        let mut out: Vec<(u64, u64)> = self
+            .raw
+            .raft
+            .prs()
+            .iter()
+            .map(|(id, p)| (*id, if *id == self.cfg.id { own } else { p.matched }))
+            .collect();
+        out.sort_unstable();
+        out
+    }
+
     pub fn is_leader(&self) -> bool {
         self.raw.raft.state == StateRole::Leader
     }

@@ -17,8 +17,10 @@ use uuid::Uuid;
 
 use super::{broker, s, topic_name, NO_AUTHORIZED_OPS};
 use crate::authz::{table, Access, CLUSTER_NAME};
-use crate::broker::{Ctx, ItemError};
+use crate::broker::{propose_err, Ctx, ItemError};
 use crate::errors;
+use kmirror_control::metadata::TopicMeta;
+use kmirror_control::quorum::MetadataCommand;
 
 pub async fn create_topics(
     ctx: &Ctx,
@@ -38,7 +40,8 @@ pub async fn create_topics(
                     .check(table::CREATE_TOPIC, &name)
                     .map_err(|c| (c, "Authorization failed.".to_string()))?;
             }
-            if t.replication_factor != -1 && t.replication_factor != 1 {
+            let replicated = ctx.broker.cluster.is_replicated();
+            if !replicated && t.replication_factor != -1 && t.replication_factor != 1 {
                 return Err((
                     E::InvalidReplicationFactor.code(),
                     format!(
@@ -55,9 +58,10 @@ pub async fn create_topics(
                         "give either assignments or partitions/replication factor".into(),
                     ));
                 }
-                if t.assignments
-                    .iter()
-                    .any(|a| a.broker_ids.iter().any(|b| b.0 != node) || a.broker_ids.len() != 1)
+                if !replicated
+                    && t.assignments.iter().any(|a| {
+                        a.broker_ids.iter().any(|b| b.0 != node) || a.broker_ids.len() != 1
+                    })
                 {
                     return Err((
                         E::InvalidReplicaAssignment.code(),
@@ -75,8 +79,25 @@ pub async fn create_topics(
                     configs.insert(c.name.to_string(), v.to_string());
                 }
             }
-            ctx.create_topic(name.clone(), partitions, configs, None, req.validate_only)
-                .await
+            if replicated && !t.assignments.is_empty() {
+                let lists: Vec<Vec<i32>> = t
+                    .assignments
+                    .iter()
+                    .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                    .collect();
+                return ctx
+                    .create_topic_assigned(name.clone(), lists, configs, req.validate_only)
+                    .await;
+            }
+            ctx.create_topic(
+                name.clone(),
+                partitions,
+                t.replication_factor,
+                configs,
+                None,
+                req.validate_only,
+            )
+            .await
         }
         .await;
         results.push(match r {
@@ -86,7 +107,7 @@ pub async fn create_topics(
                     .with_name(topic_name(&name))
                     .with_topic_id(meta.id)
                     .with_num_partitions(meta.partition_count())
-                    .with_replication_factor(1)
+                    .with_replication_factor(replication_factor(&meta))
                     .with_topic_config_error_code(errors::authorization_failed(
                         kmirror_control::authz::resource::TOPIC,
                     ))
@@ -105,7 +126,7 @@ pub async fn create_topics(
                     .with_name(topic_name(&name))
                     .with_topic_id(meta.id)
                     .with_num_partitions(meta.partition_count())
-                    .with_replication_factor(1)
+                    .with_replication_factor(replication_factor(&meta))
                     .with_configs(Some(configs))
             }
             Err((code, msg)) => CreatableTopicResult::default()
@@ -117,6 +138,11 @@ pub async fn create_topics(
         });
     }
     CreateTopicsResponse::default().with_topics(results)
+}
+
+/// A topic's replication factor (1 for a one-node topic).
+fn replication_factor(t: &TopicMeta) -> i16 {
+    t.assignments.first().map_or(1, |a| a.replicas.len() as i16)
 }
 
 pub async fn delete_topics(
@@ -189,7 +215,11 @@ pub async fn create_partitions(
             access
                 .check(table::CREATE_PARTITIONS, &name)
                 .map_err(|c| (c, "Authorization failed.".to_string()))?;
-            if let Some(a) = &t.assignments {
+            if let Some(a) = t
+                .assignments
+                .as_ref()
+                .filter(|_| !ctx.broker.cluster.is_replicated())
+            {
                 if a.iter()
                     .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node)
                 {
@@ -219,16 +249,44 @@ pub async fn create_partitions(
                     ));
                 }
             }
-            let meta = ctx
-                .broker
-                .cluster
-                .mutate(move |s| s.create_partitions(&n, total, vo))
-                .await
-                .map_err(|e| (errors::engine_error_code(&e), e.to_string()))?
-                .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))?;
-            if !req.validate_only {
-                ctx.create_partitions_on_cores(&meta, before).await?;
+            let cluster = &ctx.broker.cluster;
+            let snapshot = ctx.meta();
+            let assignments = match (cluster.is_replicated(), snapshot.topics.get(&n)) {
+                (true, Some(topic)) if total > before => match &t.assignments {
+                    Some(a) => a
+                        .iter()
+                        .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
+                        .collect(),
+                    None => {
+                        let rf = topic
+                            .assignments
+                            .first()
+                            .map_or(1, |a| a.replicas.len() as i16);
+                        kmirror_control::quorum::controller::propose_placement(
+                            &snapshot,
+                            before,
+                            total - before,
+                            rf,
+                            rf,
+                        )
+                        .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))?
+                    }
+                },
+                _ => Vec::new(),
+            };
+            let cmd = MetadataCommand::CreatePartitions {
+                name: n,
+                total,
+                assignments,
+            };
+            if vo {
+                cluster
+                    .validate(&cmd)
+                    .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))?;
+                return Ok(());
             }
+            let meta = cluster.propose_topic(cmd).await.map_err(propose_err)?;
+            ctx.create_partitions_on_cores(&meta, before).await?;
             Ok(())
         }
         .await;
@@ -252,14 +310,28 @@ pub fn describe_cluster(
     let cfg = &ctx.broker.config;
     let (host, port) = cfg.advertised(&session.listener);
     let meta = ctx.meta();
-    let mut resp = DescribeClusterResponse::default()
-        .with_cluster_id(s(&meta.cluster_id))
-        .with_controller_id(broker(cfg.node_id))
-        .with_endpoint_type(req.endpoint_type)
-        .with_brokers(vec![DescribeClusterBroker::default()
+    let cluster = &ctx.broker.cluster;
+    let brokers = match cluster.listed_brokers(&meta, &session.listener) {
+        Some(list) => list
+            .into_iter()
+            .map(|b| {
+                DescribeClusterBroker::default()
+                    .with_broker_id(broker(b.id))
+                    .with_host(s(&b.host))
+                    .with_port(b.port)
+                    .with_rack(b.rack.map(|r| s(&r)))
+            })
+            .collect(),
+        None => vec![DescribeClusterBroker::default()
             .with_broker_id(broker(cfg.node_id))
             .with_host(s(host))
-            .with_port(port)])
+            .with_port(port)],
+    };
+    let mut resp = DescribeClusterResponse::default()
+        .with_cluster_id(s(&meta.cluster_id))
+        .with_controller_id(broker(cluster.controller_id(cfg.node_id)))
+        .with_endpoint_type(req.endpoint_type)
+        .with_brokers(brokers)
         .with_cluster_authorized_operations(cluster_operations(
             access,
             req.include_cluster_authorized_operations,

@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError as E;
 use kmirror_control::metadata::{topic_config, ConfigOp, TopicMeta};
+use kmirror_control::quorum::MetadataCommand;
 
 use super::s;
 use crate::authz::{table, Access, CLUSTER_NAME};
@@ -212,30 +213,29 @@ async fn alter_topic(
     change: TopicChange,
     validate_only: bool,
 ) -> Result<(), ItemError> {
+    // A mirror topic is refused by apply (MirrorReadOnly): its configs come from the source.
+    let cmd = match change {
+        TopicChange::Incremental(ops) => MetadataCommand::AlterConfigs { name, ops },
+        TopicChange::Replace(configs) => MetadataCommand::ReplaceConfigs { name, configs },
+    };
+    if validate_only {
+        ctx.broker
+            .cluster
+            .validate(&cmd)
+            .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))?;
+        return Ok(());
+    }
     let t = ctx
         .broker
         .cluster
-        .mutate(move |s| {
-            if s.topic(&name).is_some_and(|t| t.mirror.is_some()) {
-                return Err(kmirror_control::metadata::MetadataError::MirrorReadOnly(
-                    name.clone(),
-                ));
-            }
-            match change {
-                TopicChange::Incremental(ops) => s.alter_configs(&name, &ops, validate_only),
-                TopicChange::Replace(map) => s.replace_configs(&name, map, validate_only),
-            }
-        })
+        .propose_topic(cmd)
         .await
-        .map_err(|e| (errors::engine_error_code(&e), e.to_string()))?
-        .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))?;
-    if !validate_only {
-        ctx.broker
-            .cluster
-            .refresh_partitions(ctx.router(), &t)
-            .await
-            .map_err(|e| (errors::engine_error_code(&e), e.to_string()))?;
-    }
+        .map_err(crate::broker::propose_err)?;
+    ctx.broker
+        .cluster
+        .refresh_partitions(ctx.router(), &t)
+        .await
+        .map_err(|e| (errors::engine_error_code(&e), e.to_string()))?;
     Ok(())
 }
 

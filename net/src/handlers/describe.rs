@@ -152,15 +152,18 @@ fn partitions_of(
     from: i32,
     to: i32,
 ) -> Vec<DescribeTopicPartitionsResponsePartition> {
-    let node = broker(ctx.node_id());
+    let meta = ctx.meta();
     (from.max(0)..to)
         .map(|i| {
+            let p = super::metadata::PartitionView::of(&meta, t, i, ctx.node_id());
             DescribeTopicPartitionsResponsePartition::default()
+                .with_error_code(p.error_code)
                 .with_partition_index(i)
-                .with_leader_id(node)
-                .with_leader_epoch(t.leader_epochs.get(i as usize).copied().unwrap_or(0))
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+                .with_leader_id(broker(p.leader))
+                .with_leader_epoch(p.leader_epoch)
+                .with_replica_nodes(p.replicas.iter().copied().map(broker).collect())
+                .with_isr_nodes(p.isr.iter().copied().map(broker).collect())
+                .with_offline_replicas(p.offline.iter().copied().map(broker).collect())
                 .with_eligible_leader_replicas(Some(Vec::new()))
                 .with_last_known_elr(Some(Vec::new()))
         })

@@ -101,13 +101,28 @@ pub async fn metadata(
         }
     }
     let meta = ctx.meta();
-    MetadataResponse::default()
-        .with_brokers(vec![MetadataResponseBroker::default()
+    let cluster = &ctx.broker.cluster;
+    let brokers = match cluster.listed_brokers(&meta, &session.listener) {
+        // A cluster: the unfenced registered brokers, each at this listener.
+        Some(list) => list
+            .into_iter()
+            .map(|b| {
+                MetadataResponseBroker::default()
+                    .with_node_id(broker(b.id))
+                    .with_host(s(&b.host))
+                    .with_port(b.port)
+                    .with_rack(b.rack.map(|r| s(&r)))
+            })
+            .collect(),
+        None => vec![MetadataResponseBroker::default()
             .with_node_id(broker(cfg.node_id))
             .with_host(s(host))
-            .with_port(port)])
+            .with_port(port)],
+    };
+    MetadataResponse::default()
+        .with_brokers(brokers)
         .with_cluster_id(Some(s(&meta.cluster_id)))
-        .with_controller_id(broker(cfg.node_id))
+        .with_controller_id(broker(cluster.controller_id(cfg.node_id)))
         .with_topics(topics)
         .with_cluster_authorized_operations(super::admin::cluster_operations(
             access,
@@ -135,18 +150,18 @@ fn topic_entry(
     t: &TopicMeta,
     with_ops: bool,
 ) -> MetadataResponseTopic {
-    let node = broker(ctx.node_id());
-    let partitions = t
-        .leader_epochs
-        .iter()
-        .enumerate()
-        .map(|(i, epoch)| {
+    let meta = ctx.meta();
+    let partitions = (0..t.partition_count())
+        .map(|i| {
+            let p = PartitionView::of(&meta, t, i, ctx.node_id());
             MetadataResponsePartition::default()
-                .with_partition_index(i as i32)
-                .with_leader_id(node)
-                .with_leader_epoch(*epoch)
-                .with_replica_nodes(vec![node])
-                .with_isr_nodes(vec![node])
+                .with_error_code(p.error_code)
+                .with_partition_index(i)
+                .with_leader_id(broker(p.leader))
+                .with_leader_epoch(p.leader_epoch)
+                .with_replica_nodes(p.replicas.iter().copied().map(broker).collect())
+                .with_isr_nodes(p.isr.iter().copied().map(broker).collect())
+                .with_offline_replicas(p.offline.iter().copied().map(broker).collect())
         })
         .collect();
     let ops = if with_ops {
@@ -160,4 +175,52 @@ fn topic_entry(
         .with_is_internal(t.internal)
         .with_partitions(partitions)
         .with_topic_authorized_operations(ops)
+}
+
+/// One partition as Metadata and DescribeTopicPartitions describe it: from its assignment
+/// in a cluster, this node alone on a one-node broker.
+pub(crate) struct PartitionView {
+    pub error_code: i16,
+    pub leader: i32,
+    pub leader_epoch: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+    /// Replicas on brokers that are fenced or not registered (Kafka's offline replicas).
+    pub offline: Vec<i32>,
+}
+
+impl PartitionView {
+    pub(crate) fn of(
+        meta: &kmirror_control::metadata::ClusterMetadata,
+        t: &TopicMeta,
+        p: i32,
+        local: i32,
+    ) -> PartitionView {
+        let a = t
+            .assignment(p, local)
+            .unwrap_or_else(|| kmirror_control::metadata::PartitionAssignment::local(local));
+        let replicated = !t.assignments.is_empty();
+        let offline = if replicated {
+            a.replicas
+                .iter()
+                .copied()
+                .filter(|r| meta.brokers.get(r).is_none_or(|b| b.fenced))
+                .collect()
+        } else {
+            Vec::new()
+        };
+        PartitionView {
+            // As Kafka: a partition without a live leader is LEADER_NOT_AVAILABLE.
+            error_code: if a.leader < 0 {
+                E::LeaderNotAvailable.code()
+            } else {
+                0
+            },
+            leader: a.leader,
+            leader_epoch: t.leader_epochs.get(p as usize).copied().unwrap_or(0),
+            replicas: a.replicas,
+            isr: a.isr,
+            offline,
+        }
+    }
 }
