@@ -63,6 +63,8 @@ enum Sink {
 
 struct Replicated {
     log: CoordinatorLog,
+    /// The quorum term this coordinator was loaded in (its writes are fenced by it).
+    term: u64,
     committer: Arc<dyn Committer>,
     /// The records buffered since the last sync (`pending` holds them framed, for `len_bytes`).
     records: Vec<Vec<u8>>,
@@ -114,16 +116,19 @@ impl RecordFile {
         ))
     }
 
-    /// The coordinator log `log` on the Raft log, holding `existing` (the applied copy the
+    /// The coordinator log `log` on the Raft log for a coordinator loaded in quorum `term`,
+    /// holding `existing` (the applied copy the
     /// caller replays, as it replays what [`RecordFile::open`] returns).
     pub fn replicated(
         log: CoordinatorLog,
+        term: u64,
         existing: &[Vec<u8>],
         committer: Arc<dyn Committer>,
     ) -> RecordFile {
         RecordFile {
             sink: Sink::Replicated(Replicated {
                 log,
+                term,
                 committer,
                 records: Vec::new(),
                 committed_len: existing.iter().map(|r| (HEADER + r.len()) as u64).sum(),
@@ -154,7 +159,8 @@ impl RecordFile {
                 return Ok(());
             }
             let op = LogOp::Append(std::mem::take(&mut r.records));
-            let cmd = ClusterCommand::Coordinator { log: r.log, op };
+            let (log, term) = (r.log, r.term);
+            let cmd = ClusterCommand::Coordinator { log, term, op };
             if let Err(e) = r.committer.commit(cmd) {
                 r.fenced = true;
                 return Err(StoreError::Io {
@@ -196,7 +202,8 @@ impl RecordFile {
                 return Err(fenced(r.log));
             }
             let op = LogOp::Replace(payloads.to_vec());
-            let cmd = ClusterCommand::Coordinator { log: r.log, op };
+            let (log, term) = (r.log, r.term);
+            let cmd = ClusterCommand::Coordinator { log, term, op };
             if let Err(e) = r.committer.commit(cmd) {
                 r.fenced = true;
                 return Err(StoreError::Io {

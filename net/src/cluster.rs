@@ -464,6 +464,14 @@ fn apply_local(
                 }
             })
         }
+        // One node keeps these in their own files, written by their owners directly
+        // (ScramRegistry, QuotaRegistry, MirrorStateStore, the coordinators' record files).
+        ClusterCommand::Scram { .. }
+        | ClusterCommand::Quota { .. }
+        | ClusterCommand::Mirror { .. }
+        | ClusterCommand::Coordinator { .. } => Err(ProposeFailure::Unavailable(
+            "replicated only in a cluster (serve --quorum)".into(),
+        )),
     }
 }
 

@@ -329,8 +329,9 @@ fn unloaded(
         }
     }
     let nowhere: Arc<dyn Committer> = Arc::new(Nowhere);
-    let groups = GroupCoordinator::open_replicated(&[], nowhere.clone(), group_cfg.clone(), now)?;
-    let (txns, _) = TxnCoordinator::open_replicated(&[], nowhere, txn_cfg.clone())?;
+    let groups =
+        GroupCoordinator::open_replicated(&[], nowhere.clone(), 0, group_cfg.clone(), now)?;
+    let (txns, _) = TxnCoordinator::open_replicated(&[], nowhere, 0, txn_cfg.clone())?;
     Ok((groups, txns))
 }
 
@@ -578,6 +579,7 @@ impl CoordinatorThread {
                 let opened = GroupCoordinator::open_replicated(
                     logs.log(CoordinatorLog::Offsets),
                     committer.clone(),
+                    *term,
                     self.group_cfg.clone(),
                     now,
                 )
@@ -585,6 +587,7 @@ impl CoordinatorThread {
                     let (t, resume) = TxnCoordinator::open_replicated(
                         logs.log(CoordinatorLog::Transactions),
                         committer,
+                        *term,
                         self.txn_cfg.clone(),
                     )?;
                     Ok((g, t, resume))
@@ -2286,7 +2289,7 @@ mod tests {
 
     impl Committer for LogCommitter {
         fn commit(&self, cmd: kmirror_control::quorum::ClusterCommand) -> std::io::Result<()> {
-            if let kmirror_control::quorum::ClusterCommand::Coordinator { log, op } = cmd {
+            if let kmirror_control::quorum::ClusterCommand::Coordinator { log, op, .. } = cmd {
                 self.0.lock().unwrap().apply(log, &op);
             }
             Ok(())

@@ -679,14 +679,16 @@ impl GroupCoordinator {
 
     /// The coordinator of a cluster's quorum leader: restores from the applied copy of the
     /// replicated offsets log (`QuorumNode::coordinator_logs`) and writes through `committer`.
+    /// `term` is the quorum term this node leads in (its writes are fenced by it).
     pub fn open_replicated(
         records: &[Vec<u8>],
         committer: std::sync::Arc<dyn crate::replicated::Committer>,
+        term: u64,
         cfg: GroupConfig,
         now_ms: i64,
     ) -> Result<GroupCoordinator, StoreError> {
         let log = crate::replicated::CoordinatorLog::Offsets;
-        let file = RecordFile::replicated(log, records, committer);
+        let file = RecordFile::replicated(log, term, records, committer);
         Self::restore(
             file,
             records,

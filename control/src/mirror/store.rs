@@ -115,7 +115,7 @@ enum Backend {
     /// The quorum's applied copy: records arrive through [`MirrorStateStore::apply`].
     Memory,
     /// The coordinator's store in a cluster: each record is committed on the Raft log first.
-    Replicated(std::sync::Arc<dyn Committer>),
+    Replicated(Replicated),
 }
 
 #[cfg(test)]
@@ -148,6 +148,9 @@ pub struct MirrorStateStore {
     /// Sequence number of the next record appended.
     next_seq: u64,
 }
+
+/// The replicated backend's committer and the quorum term its coordinator was loaded in.
+type Replicated = (std::sync::Arc<dyn Committer>, u64);
 
 impl MirrorStateStore {
     /// Open (creating if needed) `<data_dir>/__mirror_state/` and recover its contents.
@@ -237,11 +240,15 @@ impl MirrorStateStore {
         }
     }
 
-    /// The coordinator's store on the quorum leader: starts from the applied copy `from` and
-    /// commits every record through `committer` before applying it.
-    pub fn replicated(from: &MirrorStateStore, committer: std::sync::Arc<dyn Committer>) -> Self {
+    /// The coordinator's store on the quorum leader of `term`: starts from the applied copy
+    /// `from` and commits every record through `committer` before applying it.
+    pub fn replicated(
+        from: &MirrorStateStore,
+        committer: std::sync::Arc<dyn Committer>,
+        term: u64,
+    ) -> Self {
         MirrorStateStore {
-            file: Backend::Replicated(committer),
+            file: Backend::Replicated((committer, term)),
             mirrors: from.mirrors.clone(),
             partitions: from.partitions.clone(),
             records_in_file: 0,
@@ -313,9 +320,10 @@ impl MirrorStateStore {
                 self.apply(rec);
                 return Ok(());
             }
-            Backend::Replicated(c) => {
-                let c = c.clone();
-                c.commit(crate::quorum::ClusterCommand::Mirror(rec.clone()))?;
+            Backend::Replicated((c, term)) => {
+                let (c, term) = (c.clone(), *term);
+                let record = rec.clone();
+                c.commit(crate::quorum::ClusterCommand::Mirror { term, record })?;
                 self.apply(rec);
                 return Ok(());
             }

@@ -41,10 +41,19 @@ pub enum ClusterCommand {
     },
     /// One record of `__mirror_state` (a mirror definition or a mirror partition's state),
     /// committed by the mirror coordinator before its transition takes effect.
-    Mirror(MirrorRecord),
+    Mirror {
+        /// The quorum term the proposing coordinator was loaded in (see `Coordinator`).
+        term: u64,
+        record: MirrorRecord,
+    },
     /// Records of a group or transaction coordinator's log (see `replicated`).
     Coordinator {
         log: CoordinatorLog,
+        /// The quorum term the proposing coordinator was loaded in. Applied only from an
+        /// entry of that same term, i.e. appended while its node still led: a deposed
+        /// coordinator's late write is refused identically everywhere (Kafka fences a stale
+        /// coordinator by the leader epoch of its partition).
+        term: u64,
         op: LogOp,
     },
 }

@@ -116,6 +116,9 @@ pub enum ApplyError {
     Metadata(#[from] MetadataError),
     #[error("membership change refused: {0}")]
     Membership(String),
+    /// A coordinator write from a term that is over (its node no longer leads).
+    #[error("coordinator of term {coordinator} fenced by term {entry}")]
+    CoordinatorFenced { coordinator: u64, entry: u64 },
 }
 
 /// How a proposal ended.
@@ -698,12 +701,21 @@ impl QuorumNode {
                         let r = self.applied_state.quotas.alter(&alterations, false);
                         Some(Ok(Outcome::Quotas(r)))
                     }
-                    ClusterCommand::Mirror(rec) => {
+                    ClusterCommand::Mirror { term, .. }
+                    | ClusterCommand::Coordinator { term, .. }
+                        if term != e.term =>
+                    {
+                        Some(Err(ApplyError::CoordinatorFenced {
+                            coordinator: term,
+                            entry: e.term,
+                        }))
+                    }
+                    ClusterCommand::Mirror { record, .. } => {
                         out.mirrors_changed = true;
-                        self.applied_state.mirrors.apply(rec);
+                        self.applied_state.mirrors.apply(record);
                         Some(Ok(Outcome::Applied))
                     }
-                    ClusterCommand::Coordinator { log, op } => {
+                    ClusterCommand::Coordinator { log, op, .. } => {
                         out.coordinator_changed = true;
                         self.applied_state.coordinators.apply(log, &op);
                         Some(Ok(Outcome::Applied))

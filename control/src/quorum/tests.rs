@@ -1022,7 +1022,9 @@ fn scram_quota_and_mirror_commands_apply_identically_and_survive_snapshots_and_r
     // Mirror state: the coordinator's replicated store commits each record before its view
     // changes; every node's copy ends equal to it.
     let recorder = std::sync::Arc::new(Recorder::default());
-    let mut coord = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone());
+    let leader = sim.elect();
+    let term = sim.node(leader).term();
+    let mut coord = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone(), term);
     let mut settings = BTreeMap::new();
     settings.insert("bootstrap.servers".to_owned(), "source:9092".to_owned());
     coord
@@ -1056,7 +1058,7 @@ fn scram_quota_and_mirror_commands_apply_identically_and_survive_snapshots_and_r
     );
     assert_eq!(sim.any().mirrors().last_mirrored_epoch(&tp(1)), Some(7));
     // A new leader's coordinator starts from the applied copy.
-    let next = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone());
+    let next = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone(), term);
     assert_eq!(next.live(), coord.live());
     assert!(next.mirror("dr").is_some());
 
@@ -1131,9 +1133,11 @@ fn group_and_transaction_state_survives_the_loss_of_the_coordinator_node() {
     let first = sim.coordinator();
     let recorder = std::sync::Arc::new(Recorder::default());
     let logs = sim.node(first).coordinator_logs().clone();
+    let term = sim.node(first).term();
     let mut groups = GroupCoordinator::open_replicated(
         logs.log(CoordinatorLog::Offsets),
         recorder.clone(),
+        term,
         GroupConfig::default(),
         1_000,
     )
@@ -1145,6 +1149,7 @@ fn group_and_transaction_state_survives_the_loss_of_the_coordinator_node() {
     let (mut txns, resume) = TxnCoordinator::open_replicated(
         logs.log(CoordinatorLog::Transactions),
         recorder.clone(),
+        term,
         txn_cfg.clone(),
     )
     .unwrap();
@@ -1190,9 +1195,34 @@ fn group_and_transaction_state_survives_the_loss_of_the_coordinator_node() {
     let second = sim.coordinator();
     assert_ne!(second, first);
     let logs = sim.node(second).coordinator_logs().clone();
+    let term2 = sim.node(second).term();
+    assert!(term2 > term);
+    // The deposed coordinator's late write is fenced by its term, identically everywhere.
+    assert!(sim.run_until(500, |s| s.converged()));
+    let before = sim.identical();
+    let late = ClusterCommand::Coordinator {
+        log: CoordinatorLog::Offsets,
+        term,
+        op: crate::replicated::LogOp::Replace(Vec::new()),
+    };
+    let p = sim.node(second).propose(&late).unwrap();
+    assert!(sim.run_until(500, |s| s.seen.contains_key(&p) && s.converged()));
+    assert!(
+        matches!(&sim.seen[&p], Seen::Err(e) if e.contains("fenced")),
+        "{:?}",
+        sim.seen[&p]
+    );
+    let mut after = sim.identical();
+    let strip = |b: &mut Vec<u8>| {
+        let mut v: serde_json::Value = serde_json::from_slice(b).unwrap();
+        v["metadata"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(strip(&mut after), strip(&mut before.clone()));
     let groups = GroupCoordinator::open_replicated(
         logs.log(CoordinatorLog::Offsets),
         recorder.clone(),
+        term2,
         GroupConfig::default(),
         3_000,
     )
@@ -1206,6 +1236,7 @@ fn group_and_transaction_state_survives_the_loss_of_the_coordinator_node() {
     let (mut txns, resume) = TxnCoordinator::open_replicated(
         logs.log(CoordinatorLog::Transactions),
         recorder.clone(),
+        term2,
         txn_cfg,
     )
     .unwrap();
@@ -1238,6 +1269,7 @@ fn group_and_transaction_state_survives_the_loss_of_the_coordinator_node() {
     let (_, resume) = TxnCoordinator::open_replicated(
         logs.log(CoordinatorLog::Transactions),
         recorder.clone(),
+        term2,
         TxnConfig::default(),
     )
     .unwrap();
@@ -1249,7 +1281,8 @@ fn a_failed_replicated_write_fences_the_coordinator_log() {
     use crate::group::{CommitContext, GroupConfig, GroupCoordinator, OffsetToCommit};
     let failing = std::sync::Arc::new(Failing(Default::default()));
     let mut groups =
-        GroupCoordinator::open_replicated(&[], failing.clone(), GroupConfig::default(), 0).unwrap();
+        GroupCoordinator::open_replicated(&[], failing.clone(), 1, GroupConfig::default(), 0)
+            .unwrap();
     let ctx = CommitContext {
         group_id: "g".into(),
         generation_id: -1,
@@ -1281,6 +1314,7 @@ fn a_coordinator_compaction_replaces_the_replicated_log() {
     let recorder = std::sync::Arc::new(Recorder::default());
     let mut f = RecordFile::replicated(
         CoordinatorLog::Offsets,
+        1,
         &[b"old".to_vec()],
         recorder.clone(),
     );
@@ -1296,7 +1330,7 @@ fn a_coordinator_compaction_replaces_the_replicated_log() {
         ..Default::default()
     };
     for c in recorder.take() {
-        let ClusterCommand::Coordinator { log, op } = &c else {
+        let ClusterCommand::Coordinator { log, op, .. } = &c else {
             panic!("{c:?}")
         };
         // Through the wire form.

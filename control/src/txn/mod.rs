@@ -160,13 +160,15 @@ impl TxnCoordinator {
     /// The coordinator of a cluster's quorum leader: restores from the applied copy of the
     /// replicated transaction log and writes through `committer`. Producer ids continue after
     /// the last block any earlier leader reserved, so they never repeat across leaders.
+    /// `term` is the quorum term this node leads in (its writes are fenced by it).
     pub fn open_replicated(
         records: &[Vec<u8>],
         committer: std::sync::Arc<dyn crate::replicated::Committer>,
+        term: u64,
         cfg: TxnConfig,
     ) -> Result<(TxnCoordinator, Vec<MarkerJob>), StoreError> {
         let log = crate::replicated::CoordinatorLog::Transactions;
-        let file = RecordFile::replicated(log, records, committer);
+        let file = RecordFile::replicated(log, term, records, committer);
         let path = Path::new("<quorum>/__transaction_state");
         Self::restore(file, records, path, cfg)
     }
