@@ -300,6 +300,14 @@ impl Cluster {
         matches!(self.backend, Backend::Quorum(_))
     }
 
+    /// The Raft driver of this node (cluster mode only), for reads of the applied state.
+    pub fn driver(&self) -> Option<DriverHandle> {
+        match &self.backend {
+            Backend::Quorum(h) => Some(h.clone()),
+            Backend::Local(_) => None,
+        }
+    }
+
     /// The metadata quorum as this node sees it (cluster mode only).
     pub fn quorum_status(&self) -> Option<QuorumStatus> {
         match &self.backend {

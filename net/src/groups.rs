@@ -103,10 +103,87 @@ const COORDINATOR_EPOCH: i32 = 0;
 /// on the quorum.
 pub trait CoordinatorSeat: Send + Sync {
     fn seat(&self) -> Seat;
-    /// The applied coordinator logs, read when this node takes the seat.
-    fn logs(&self) -> CoordinatorLogs;
+    /// The applied coordinator logs, read when this node takes the seat (`None`: not
+    /// readable now; the seat is taken on a later batch).
+    fn logs(&self) -> Option<CoordinatorLogs>;
     /// Commits coordinator records through the quorum (blocks the coordinator thread).
     fn committer(&self) -> Arc<dyn Committer>;
+}
+
+/// The seat as the Raft driver of `serve --quorum` tells it: the coordinators follow the
+/// quorum leader; its broker is found in the published metadata on `listener`.
+pub struct QuorumSeat {
+    cluster: crate::cluster::Cluster,
+    node_id: i32,
+    listener: String,
+    committer: Arc<dyn Committer>,
+}
+
+/// Commits coordinator records through [`crate::cluster::Cluster::propose_blocking`].
+struct ClusterCommitter(crate::cluster::Cluster);
+
+impl Committer for ClusterCommitter {
+    fn commit(&self, cmd: kmirror_control::quorum::ClusterCommand) -> std::io::Result<()> {
+        self.0
+            .propose_blocking(cmd)
+            .map(|_| ())
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+}
+
+impl QuorumSeat {
+    pub fn new(cluster: crate::cluster::Cluster, node_id: i32, listener: String) -> QuorumSeat {
+        QuorumSeat {
+            committer: Arc::new(ClusterCommitter(cluster.clone())),
+            cluster,
+            node_id,
+            listener,
+        }
+    }
+}
+
+impl CoordinatorSeat for QuorumSeat {
+    fn seat(&self) -> Seat {
+        let Some(status) = self.cluster.quorum_status() else {
+            return Seat::Unknown;
+        };
+        let Some(leader) = status.leader.and_then(|l| i32::try_from(l).ok()) else {
+            return Seat::Unknown;
+        };
+        if leader == self.node_id {
+            return if status.coordinator_ready {
+                Seat::Here { term: status.term }
+            } else {
+                Seat::Loading
+            };
+        }
+        let meta = self.cluster.snapshot();
+        let endpoint = meta.brokers.get(&leader).and_then(|b| {
+            b.endpoints
+                .iter()
+                .find(|e| e.name == self.listener)
+                .or_else(|| b.endpoints.first())
+        });
+        match endpoint {
+            Some(e) => Seat::Elsewhere {
+                node_id: leader,
+                host: e.host.clone(),
+                port: i32::from(e.port),
+            },
+            // The leader has not registered its broker yet.
+            None => Seat::Unknown,
+        }
+    }
+
+    fn logs(&self) -> Option<CoordinatorLogs> {
+        self.cluster
+            .driver()?
+            .read(|n| n.coordinator_logs().clone(), Duration::from_secs(30))
+    }
+
+    fn committer(&self) -> Arc<dyn Committer> {
+        self.committer.clone()
+    }
 }
 
 /// This node's part in coordinating groups and transactions.
@@ -574,7 +651,9 @@ impl CoordinatorThread {
             Seat::Here { term } if self.loaded == Some(*term) && !fenced => return None,
             Seat::Here { term } => {
                 self.unload(out);
-                let logs = source.logs();
+                let Some(logs) = source.logs() else {
+                    return Some(Seat::Loading);
+                };
                 let committer = source.committer();
                 let opened = GroupCoordinator::open_replicated(
                     logs.log(CoordinatorLog::Offsets),
@@ -2300,8 +2379,8 @@ mod tests {
         fn seat(&self) -> Seat {
             self.seat.lock().unwrap().clone()
         }
-        fn logs(&self) -> CoordinatorLogs {
-            self.logs.lock().unwrap().clone()
+        fn logs(&self) -> Option<CoordinatorLogs> {
+            Some(self.logs.lock().unwrap().clone())
         }
         fn committer(&self) -> Arc<dyn Committer> {
             Arc::new(LogCommitter(self.logs.clone()))

@@ -252,15 +252,31 @@ pub fn start_with(
         }
     };
     let router_cell = Arc::new(OnceLock::new());
-    let groups = groups::GroupsService::start_with(
-        &cfg.data_dir,
-        cfg.node_id,
-        host.clone(),
-        port,
-        Arc::new(EngineMarkerSink::new(router_cell.clone())),
-        cfg.groups.clone(),
-        kmirror_control::txn::TxnConfig::default(),
-    )?;
+    let markers = Arc::new(EngineMarkerSink::new(router_cell.clone()));
+    let txn_cfg = kmirror_control::txn::TxnConfig::default();
+    let groups = if cluster.is_replicated() {
+        // The coordinators follow the quorum leader, their logs on the Raft log.
+        let seat = groups::QuorumSeat::new(cluster.clone(), cfg.node_id, endpoints[0].name.clone());
+        groups::GroupsService::start_clustered(
+            Arc::new(seat),
+            cfg.node_id,
+            host.clone(),
+            port,
+            markers,
+            cfg.groups.clone(),
+            txn_cfg,
+        )?
+    } else {
+        groups::GroupsService::start_with(
+            &cfg.data_dir,
+            cfg.node_id,
+            host.clone(),
+            port,
+            markers,
+            cfg.groups.clone(),
+            txn_cfg,
+        )?
+    };
     let broker = Arc::new(Broker {
         config: BrokerConfig {
             node_id: cfg.node_id,
