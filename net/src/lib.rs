@@ -41,6 +41,7 @@ pub mod sasl;
 pub mod server;
 pub mod session;
 pub mod tls;
+pub mod txn_markers;
 pub mod versions;
 
 use std::net::SocketAddr;
@@ -252,7 +253,18 @@ pub fn start_with(
         }
     };
     let router_cell = Arc::new(OnceLock::new());
-    let markers = Arc::new(EngineMarkerSink::new(router_cell.clone()));
+    let local_markers = EngineMarkerSink::new(router_cell.clone());
+    let markers: Arc<dyn groups::MarkerSink> = if cluster.is_replicated() {
+        // Markers go to each partition's leader (WriteTxnMarkers to the other nodes).
+        Arc::new(txn_markers::RoutingMarkerSink::new(
+            local_markers,
+            cluster.clone(),
+            cfg.node_id,
+            endpoints[0].name.clone(),
+        ))
+    } else {
+        Arc::new(local_markers)
+    };
     let txn_cfg = kmirror_control::txn::TxnConfig::default();
     let groups = if cluster.is_replicated() {
         // The coordinators follow the quorum leader, their logs on the Raft log.

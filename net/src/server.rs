@@ -722,6 +722,9 @@ async fn dispatch(
         RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(
             handlers::describe::describe_producers(ctx, access, r).await,
         ),
+        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(
+            crate::txn_markers::write_txn_markers(ctx, access, r).await,
+        ),
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
         }
