@@ -29,6 +29,11 @@ pub trait Committer: Send + Sync {
     fn commit(&self, cmd: ClusterCommand) -> std::io::Result<()>;
 }
 
+/// The first producer id of the quorum's replicated blocks (`AllocateProducerIds`). The
+/// transaction coordinator hands out ids from its own blocks below it (from 0 up, 1000 per
+/// block): reaching 2^32 would take four billion producer ids.
+pub const PRODUCER_ID_BLOCKS_START: i64 = 1 << 32;
+
 /// The replicated coordinator logs (the local files' counterparts).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum CoordinatorLog {
@@ -54,6 +59,13 @@ pub struct CoordinatorLogs {
     pub offsets: Vec<Vec<u8>>,
     #[serde(default, with = "records_b64")]
     pub transactions: Vec<Vec<u8>>,
+    /// The next id of the replicated producer-id blocks (0: none handed out yet).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub next_producer_id: i64,
+}
+
+fn is_zero(v: &i64) -> bool {
+    *v == 0
 }
 
 impl CoordinatorLogs {
@@ -77,7 +89,15 @@ impl CoordinatorLogs {
     }
 
     pub fn is_empty(&self) -> bool {
-        self.offsets.is_empty() && self.transactions.is_empty()
+        self.offsets.is_empty() && self.transactions.is_empty() && self.next_producer_id == 0
+    }
+
+    /// Hands out the next block of `count` producer ids (a pure function of state and count).
+    pub fn allocate_producer_ids(&mut self, count: u32) -> (i64, i64) {
+        let start = self.next_producer_id.max(PRODUCER_ID_BLOCKS_START);
+        let end = start + i64::from(count.clamp(1, 1_000_000));
+        self.next_producer_id = end;
+        (start, end)
     }
 }
 

@@ -477,6 +477,7 @@ fn apply_local(
         ClusterCommand::Scram { .. }
         | ClusterCommand::Quota { .. }
         | ClusterCommand::Mirror { .. }
+        | ClusterCommand::AllocateProducerIds { .. }
         | ClusterCommand::Coordinator { .. } => Err(ProposeFailure::Unavailable(
             "replicated only in a cluster (serve --quorum)".into(),
         )),

@@ -108,6 +108,12 @@ pub trait CoordinatorSeat: Send + Sync {
     fn logs(&self) -> Option<CoordinatorLogs>;
     /// Commits coordinator records through the quorum (blocks the coordinator thread).
     fn committer(&self) -> Arc<dyn Committer>;
+    /// A block of producer ids from the quorum (`start..end`), for idempotent producers
+    /// initialized on a node that does not coordinate (clients send that InitProducerId to
+    /// any broker). Blocks the coordinator thread.
+    fn allocate_producer_ids(&self, _count: u32) -> Option<(i64, i64)> {
+        None
+    }
 }
 
 /// The seat as the Raft driver of `serve --quorum` tells it: the coordinators follow the
@@ -184,6 +190,18 @@ impl CoordinatorSeat for QuorumSeat {
     fn committer(&self) -> Arc<dyn Committer> {
         self.committer.clone()
     }
+
+    fn allocate_producer_ids(&self, count: u32) -> Option<(i64, i64)> {
+        let cmd = kmirror_control::quorum::ClusterCommand::AllocateProducerIds { count };
+        match self.cluster.propose_blocking(cmd) {
+            Ok(kmirror_control::quorum::Outcome::ProducerIds { start, end }) => Some((start, end)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot allocate producer ids");
+                None
+            }
+        }
+    }
 }
 
 /// This node's part in coordinating groups and transactions.
@@ -205,6 +223,9 @@ pub enum Seat {
 const QUEUE_DEPTH: usize = 4096;
 const TICK: Duration = Duration::from_millis(50);
 const MARKER_RETRY: Duration = Duration::from_secs(1);
+/// Producer ids a non-coordinating node takes from the quorum at a time (Kafka's
+/// AllocateProducerIds block size).
+const PID_BLOCK: u32 = 1000;
 
 enum Msg {
     Request {
@@ -285,6 +306,7 @@ impl GroupsService {
             clock,
             seat: None,
             loaded: None,
+            pid_block: (0, 0),
             group_cfg: GroupConfig::default(),
             txn_cfg: TxnConfig::default(),
             coordinator_epoch: COORDINATOR_EPOCH,
@@ -329,6 +351,7 @@ impl GroupsService {
             clock,
             seat: Some(seat),
             loaded: None,
+            pid_block: (0, 0),
             group_cfg,
             txn_cfg,
             coordinator_epoch: COORDINATOR_EPOCH,
@@ -514,6 +537,8 @@ struct CoordinatorThread {
     /// Cluster mode: the quorum's answer, and the term whose coordinators are loaded.
     seat: Option<Arc<dyn CoordinatorSeat>>,
     loaded: Option<u64>,
+    /// Producer ids from the quorum for idempotent producers while not coordinating.
+    pid_block: (i64, i64),
     group_cfg: GroupConfig,
     txn_cfg: TxnConfig,
     coordinator_epoch: i32,
@@ -746,8 +771,30 @@ impl CoordinatorThread {
     }
 
     /// The answer of a node that does not coordinate now.
-    fn not_here(&self, seat: &Seat, req: &RequestKind, version: i16) -> ResponseKind {
+    fn not_here(&mut self, seat: &Seat, req: &RequestKind, version: i16) -> ResponseKind {
         match (seat, req) {
+            // Any broker serves an idempotent producer's InitProducerId, as in Kafka.
+            (_, RequestKind::InitProducerId(r)) if r.transactional_id.is_none() => {
+                if self.pid_block.0 >= self.pid_block.1 {
+                    let block = self
+                        .seat
+                        .as_ref()
+                        .and_then(|s| s.allocate_producer_ids(PID_BLOCK));
+                    match block {
+                        Some(b) => self.pid_block = b,
+                        None => {
+                            return error_response(req, version, codes::COORDINATOR_NOT_AVAILABLE)
+                        }
+                    }
+                }
+                let pid = self.pid_block.0;
+                self.pid_block.0 += 1;
+                ResponseKind::InitProducerId(
+                    InitProducerIdResponse::default()
+                        .with_producer_id(ProducerId(pid))
+                        .with_producer_epoch(0),
+                )
+            }
             (
                 Seat::Elsewhere {
                     node_id,
@@ -2385,6 +2432,9 @@ mod tests {
         fn committer(&self) -> Arc<dyn Committer> {
             Arc::new(LogCommitter(self.logs.clone()))
         }
+        fn allocate_producer_ids(&self, count: u32) -> Option<(i64, i64)> {
+            Some(self.logs.lock().unwrap().allocate_producer_ids(count))
+        }
     }
 
     fn fetch_offset(svc: &GroupsService, group: &str) -> (i16, i64) {
@@ -2449,6 +2499,15 @@ mod tests {
             init_pid(&svc, Some("tx")).error_code,
             codes::NOT_COORDINATOR
         );
+        // An idempotent producer's InitProducerId is served anywhere, from quorum blocks.
+        let a = init_pid(&svc, None);
+        let b = init_pid(&svc, None);
+        assert_eq!((a.error_code, b.error_code), (0, 0));
+        assert_eq!(
+            a.producer_id.0,
+            kmirror_control::replicated::PRODUCER_ID_BLOCKS_START
+        );
+        assert_eq!(b.producer_id.0, a.producer_id.0 + 1);
         // The new leader still applying its log: COORDINATOR_LOAD_IN_PROGRESS.
         set(Seat::Loading);
         let r = commit(&svc, "grp", 10);

@@ -46,6 +46,13 @@ pub enum ClusterCommand {
         term: u64,
         record: MirrorRecord,
     },
+    /// A block of `count` producer ids for the idempotent producers a node that is not the
+    /// coordinator initializes (Kafka's AllocateProducerIds to the controller). Blocks come
+    /// from a replicated counter starting at [`crate::replicated::PRODUCER_ID_BLOCKS_START`],
+    /// above the transaction coordinator's own blocks, so the two never meet.
+    AllocateProducerIds {
+        count: u32,
+    },
     /// Records of a group or transaction coordinator's log (see `replicated`).
     Coordinator {
         log: CoordinatorLog,
@@ -218,6 +225,8 @@ pub enum Outcome {
     Quotas(Vec<Result<(), QuotaError>>),
     /// A mirror record or coordinator records were applied.
     Applied,
+    /// `AllocateProducerIds`: the ids `start..end` are this proposer's.
+    ProducerIds { start: i64, end: i64 },
 }
 
 impl ClusterCommand {

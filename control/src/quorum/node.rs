@@ -715,6 +715,12 @@ impl QuorumNode {
                         self.applied_state.mirrors.apply(record);
                         Some(Ok(Outcome::Applied))
                     }
+                    ClusterCommand::AllocateProducerIds { count } => {
+                        out.coordinator_changed = true;
+                        let (start, end) =
+                            self.applied_state.coordinators.allocate_producer_ids(count);
+                        Some(Ok(Outcome::ProducerIds { start, end }))
+                    }
                     ClusterCommand::Coordinator { log, op, .. } => {
                         out.coordinator_changed = true;
                         self.applied_state.coordinators.apply(log, &op);

@@ -1259,6 +1259,17 @@ fn group_and_transaction_state_survives_the_loss_of_the_coordinator_node() {
         Some((pid, epoch + 1, TxnState::PrepareAbort))
     );
 
+    // Idempotent producer ids for non-coordinating nodes: disjoint blocks from the quorum.
+    for _ in 0..2 {
+        sim.commit_cmd(ClusterCommand::AllocateProducerIds { count: 1000 })
+            .unwrap();
+    }
+    assert_eq!(
+        sim.any().coordinator_logs().next_producer_id,
+        crate::replicated::PRODUCER_ID_BLOCKS_START + 2000
+    );
+    assert!(fresh < crate::replicated::PRODUCER_ID_BLOCKS_START);
+
     // The dead node comes back and catches up (by snapshot: every 4 entries).
     sim.restart(first);
     assert!(sim.run_until(500, |s| s.converged()));
