@@ -203,20 +203,15 @@ fn group_offsets_and_transactions_survive_the_loss_of_the_coordinator_node() {
 
     // read_committed: the three committed transactions (12 records) and the new one (4),
     // none of the open one's.
-    let read = proc::run_ok(
-        python::script("record_dump.py").args([
-            &boot,
-            &txn_topic,
-            "1",
-            "isolation.level=read_committed",
-        ]),
-        T,
-    );
+    let mut dump = java::program("RecordDump");
+    dump.args([&boot, &txn_topic, "read_committed", "records"]);
+    let read = proc::run_ok(&mut dump, T);
+    // "R <partition> <offset> <key> <value> <header-keys>"
     let values: Vec<&str> = read
         .stdout
         .lines()
-        .filter_map(|l| l.split_whitespace().last())
-        .filter(|v| v.starts_with("C:") || v.starts_with("O:") || v.starts_with("A:"))
+        .filter(|l| l.starts_with("R "))
+        .filter_map(|l| l.split_whitespace().nth(4))
         .collect();
     assert_eq!(
         values.iter().filter(|v| v.starts_with("C:")).count(),
