@@ -655,7 +655,14 @@ async fn dispatch(
         ),
         RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
             match access.check_cluster(authz::table::ALTER_CLIENT_QUOTAS) {
-                Ok(()) => crate::quota::alter_client_quotas(&ctx.broker.config.data_dir, r).await,
+                Ok(()) => {
+                    crate::quota::alter_client_quotas(
+                        &ctx.broker.cluster,
+                        &ctx.broker.config.data_dir,
+                        r,
+                    )
+                    .await
+                }
                 Err(code) => crate::quota::alter_client_quotas_refused(&r, code),
             },
         ),

@@ -232,3 +232,82 @@ fn group_offsets_and_transactions_survive_the_loss_of_the_coordinator_node() {
         read.stdout
     );
 }
+
+/// SCRAM credentials and client quotas altered through one node are served by every node
+/// (DescribeUserScramCredentials / DescribeClientQuotas), also after the leader is killed.
+#[test]
+fn scram_credentials_and_quotas_are_replicated_to_every_node() {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::describe_user_scram_credentials_request::UserName;
+    use kafka_protocol::messages::*;
+    use kafka_protocol::protocol::StrBytes;
+    use kmirror_tests::sasl;
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut cluster = Cluster::start();
+    let leader = cluster.coordinator(0);
+    let addr = |c: &Cluster, i: usize| c.nodes[i].as_ref().unwrap().addr();
+    let sb = |s: &str| StrBytes::from_string(s.to_string());
+    // Through a node that does not lead: the change is proposed to the leader.
+    let via = if leader == 1 { 1 } else { 0 };
+    let mut c = WireClient::connect(&addr(&cluster, via)).unwrap();
+    let r = c
+        .send(
+            AlterUserScramCredentialsRequest::default().with_upsertions(vec![sasl::upsertion(
+                "alice",
+                sasl::SCRAM_SHA_256,
+                "alice-pw",
+                8192,
+            )]),
+        )
+        .unwrap();
+    assert_eq!(r.results[0].error_code, 0, "{r:?}");
+    let r = c
+        .send(
+            AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()
+                .with_entity(vec![EntityData::default()
+                    .with_entity_type(sb("user"))
+                    .with_entity_name(Some(sb("alice")))])
+                .with_ops(vec![OpData::default()
+                    .with_key(sb("producer_byte_rate"))
+                    .with_value(1048576.0)])]),
+        )
+        .unwrap();
+    assert_eq!(r.entries[0].error_code, 0, "{r:?}");
+    let check = |c: &Cluster, i: usize| {
+        proc::wait_for(T, "the replicated credential and quota", || {
+            let mut w = WireClient::connect(&addr(c, i)).ok()?;
+            let d = w
+                .send(
+                    DescribeUserScramCredentialsRequest::default()
+                        .with_users(Some(vec![UserName::default().with_name(sb("alice"))])),
+                )
+                .ok()?;
+            let r = d.results.first()?;
+            let creds: Vec<(i8, i32)> = r
+                .credential_infos
+                .iter()
+                .map(|c| (c.mechanism, c.iterations))
+                .collect();
+            let q = w.send(DescribeClientQuotasRequest::default()).ok()?;
+            let quotas: Vec<(String, f64)> = q
+                .entries
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|e| e.values.iter().map(|v| (v.key.to_string(), v.value)))
+                .collect();
+            (r.error_code == 0
+                && creds == [(sasl::SCRAM_SHA_256, 8192)]
+                && quotas == [("producer_byte_rate".to_string(), 1048576.0)])
+            .then_some(())
+        })
+    };
+    for i in 0..3 {
+        check(&cluster, i);
+    }
+    cluster.nodes[leader - 1].as_mut().unwrap().kill_now();
+    cluster.nodes[leader - 1] = None;
+    cluster.coordinator(leader);
+    for i in (0..3).filter(|i| *i != leader - 1) {
+        check(&cluster, i);
+    }
+}
