@@ -14,7 +14,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TrySendError};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+
+use arc_swap::ArcSwap;
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
@@ -176,7 +178,7 @@ struct Waiter {
 #[derive(Clone)]
 pub struct DriverHandle {
     tx: SyncSender<Event>,
-    status: Arc<Mutex<QuorumStatus>>,
+    status: Arc<ArcSwap<QuorumStatus>>,
 }
 
 impl DriverHandle {
@@ -198,8 +200,9 @@ impl DriverHandle {
         self.submit(Request::Membership(change), timeout)
     }
 
-    pub fn status(&self) -> QuorumStatus {
-        self.status.lock().expect("status lock").clone()
+    /// The latest status (lock-free: engine cores read it for Metadata's controller id).
+    pub fn status(&self) -> Arc<QuorumStatus> {
+        self.status.load_full()
     }
 
     /// Runs `f` on the driver thread against the applied state and returns its result
@@ -311,7 +314,7 @@ impl Driver {
         for v in &cfg.voters {
             senders.add_peer(v.id, &v.addr);
         }
-        let status = Arc::new(Mutex::new(QuorumStatus::default()));
+        let status = Arc::new(ArcSwap::from_pointee(QuorumStatus::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let mut run = Run {
@@ -331,6 +334,7 @@ impl Driver {
                     last_heard: HashMap::new(),
                     leading: false,
                     proposed: HashMap::new(),
+                    may_unfence: Default::default(),
                 },
             };
             thread::Builder::new()
@@ -388,7 +392,7 @@ struct Run {
     node: QuorumNode,
     rx: Receiver<Event>,
     senders: Arc<Senders>,
-    status: Arc<Mutex<QuorumStatus>>,
+    status: Arc<ArcSwap<QuorumStatus>>,
     stop: Arc<AtomicBool>,
     tick: Duration,
     waiting: HashMap<ProposalId, Waiter>,
@@ -411,6 +415,10 @@ struct Liveness {
     leading: bool,
     /// Fence/unfence proposals in flight: not proposed again before this instant.
     proposed: HashMap<(i32, bool), Instant>,
+    /// Fenced brokers this leader may unfence when heard: those fenced for silence (by this
+    /// leader, or before it led). A broker that fenced itself while this node leads (a
+    /// controlled shutdown) stays fenced until it registers again.
+    may_unfence: std::collections::HashSet<i32>,
 }
 
 impl Run {
@@ -593,6 +601,14 @@ impl Run {
                 self.liveness.last_heard.insert(id, now);
             }
             self.liveness.proposed.clear();
+            self.liveness.may_unfence = self
+                .node
+                .metadata()
+                .brokers
+                .values()
+                .filter(|b| b.fenced)
+                .map(|b| b.id)
+                .collect();
         }
         self.liveness.proposed.retain(|_, until| *until > now);
         let me = self.node.id();
@@ -604,8 +620,13 @@ impl Run {
                     .last_heard
                     .get(&(b.id as u64))
                     .is_some_and(|t| now.saturating_duration_since(*t) < timeout);
-            if alive == b.fenced && !self.liveness.proposed.contains_key(&(b.id, alive)) {
+            let wanted = alive == b.fenced && (!alive || self.liveness.may_unfence.contains(&b.id));
+            if wanted && !self.liveness.proposed.contains_key(&(b.id, alive)) {
                 cmds.push((b.id, alive));
+            }
+            if !b.fenced {
+                // Registered again or unfenced: a later self-fencing is a controlled shutdown.
+                self.liveness.may_unfence.remove(&b.id);
             }
         }
         for (id, alive) in cmds {
@@ -616,6 +637,9 @@ impl Run {
             };
             match self.node.propose(&ClusterCommand::Metadata(cmd)) {
                 Ok(_) => {
+                    if !alive {
+                        self.liveness.may_unfence.insert(id);
+                    }
                     tracing::info!(broker = id, fenced = !alive, "broker liveness changed");
                     self.liveness
                         .proposed
@@ -657,6 +681,8 @@ impl Run {
                 Vec::new()
             },
         };
-        *self.status.lock().expect("status lock") = s;
+        if **self.status.load() != s {
+            self.status.store(Arc::new(s));
+        }
     }
 }

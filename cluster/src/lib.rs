@@ -5,7 +5,11 @@
 //! (`transport`: length-prefixed protobuf Raft messages over TCP, one bounded sender per peer,
 //! reconnect with backoff, drop when full) and the driver thread (`driver`) that owns a
 //! `kmirror_control::quorum::QuorumNode`, ticks it, carries its messages, runs proposals to
-//! their end and publishes the applied `ClusterMetadata` through a callback.
+//! their end and publishes the applied `ClusterMetadata` (and the replicated ACL set) through
+//! callbacks. While it leads, the driver also fences registered brokers it has not heard from
+//! within `broker.session.timeout.ms` and unfences them when heard again: Raft messages from a
+//! peer are its heartbeats (KRaft combined mode), and the decisions travel as ordinary
+//! `FenceBroker` / `UnfenceBroker` proposals.
 //!
 //! Plain std threads and std::net: it runs beside the control-plane thread and must never
 //! depend on glommio, the engine, net or mirror, nor run on an engine core. Invariants: the

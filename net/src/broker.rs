@@ -38,6 +38,8 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: i32,
     /// `transaction.state.log.num.partitions`: partitions of `__transaction_state`.
     pub transaction_state_partitions: i32,
+    /// `replica.lag.time.max.ms` (from the engine config).
+    pub replica_lag_time_max_ms: i64,
     /// `default.replication.factor` for CreateTopics with -1 and auto-created topics (1 on
     /// a one-node broker).
     pub default_replication_factor: i16,
@@ -208,6 +210,36 @@ impl Ctx {
 
     pub fn meta(&self) -> Arc<ClusterMetadata> {
         self.meta.get(self.broker.cluster.view())
+    }
+
+    /// A partition this node does not lead in a cluster: its leader and leader epoch (client
+    /// reads and writes answer NOT_LEADER_OR_FOLLOWER with them, KIP-951). None when this
+    /// node leads it, it does not exist, or on a one-node broker (the leader of everything).
+    pub fn not_leader(
+        &self,
+        meta: &ClusterMetadata,
+        topic: &str,
+        partition: i32,
+    ) -> Option<(i32, i32)> {
+        let t = meta.topics.get(topic)?;
+        let i = usize::try_from(partition).ok()?;
+        let a = t.assignments.get(i)?;
+        (a.leader != self.node_id()).then(|| (a.leader, t.leader_epochs[i]))
+    }
+
+    /// KIP-951's node endpoints of the brokers `ids` (the leaders named in a response), at
+    /// this node's first listener's name.
+    pub fn node_endpoints(
+        &self,
+        meta: &ClusterMetadata,
+        ids: impl IntoIterator<Item = i32>,
+    ) -> Vec<crate::cluster::ListedBroker> {
+        let listener = &self.broker.config.listeners[0].name;
+        let Some(all) = self.broker.cluster.listed_brokers(meta, listener) else {
+            return Vec::new();
+        };
+        let ids: std::collections::BTreeSet<i32> = ids.into_iter().collect();
+        all.into_iter().filter(|b| ids.contains(&b.id)).collect()
     }
 
     pub fn router(&self) -> &Router {

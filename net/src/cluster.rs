@@ -152,6 +152,8 @@ pub struct Cluster {
     data_dir: PathBuf,
     /// Cluster mode: this node's id (partitions are hosted only where it is a replica).
     local: Option<i32>,
+    /// Cluster mode: the quorum's voters and their controller addresses.
+    voters: Arc<Vec<kmirror_cluster::Voter>>,
 }
 
 /// `serve --quorum`: the settings of this node's part in the metadata quorum.
@@ -196,6 +198,7 @@ impl Cluster {
             view,
             data_dir: data_dir.to_path_buf(),
             local: None,
+            voters: Arc::default(),
         })
     }
 
@@ -206,13 +209,20 @@ impl Cluster {
         view: Arc<MetaView>,
         handle: DriverHandle,
         node_id: i32,
+        voters: Vec<kmirror_cluster::Voter>,
     ) -> Cluster {
         Cluster {
             backend: Backend::Quorum(handle),
             view,
             data_dir: data_dir.to_path_buf(),
             local: Some(node_id),
+            voters: Arc::new(voters),
         }
+    }
+
+    /// The quorum's voters (empty on a one-node broker).
+    pub fn voters(&self) -> &[kmirror_cluster::Voter] {
+        &self.voters
     }
 
     /// Whether this node holds a replica of partition `p` of `t` (one node: every one).
@@ -220,12 +230,15 @@ impl Cluster {
         hosts(self.local, t, p)
     }
 
-    /// This node's role for `tp` in `meta` (None: no such partition). One node: leader of
-    /// everything, at the topic's leader epoch.
-    pub fn role(&self, meta: &ClusterMetadata, node: i32, tp: &TopicPartition) -> Option<Role> {
+    /// This node's role for `tp` in `meta` (None: no such partition). One node (or a topic
+    /// without assignments): leader of everything, at the topic's leader epoch.
+    pub fn role(&self, meta: &ClusterMetadata, tp: &TopicPartition) -> Option<Role> {
         let t = meta.topics.get(&tp.topic)?;
-        let a = t.assignment(tp.partition, node)?;
-        let epoch = t.leader_epochs[tp.partition as usize];
+        let i = usize::try_from(tp.partition).ok()?;
+        let epoch = *t.leader_epochs.get(i)?;
+        let (Some(node), Some(a)) = (self.local, t.assignments.get(i)) else {
+            return Some(Role::Leader { epoch });
+        };
         Some(if a.leader == node {
             Role::Leader { epoch }
         } else if a.replicas.contains(&node) {
@@ -239,6 +252,11 @@ impl Cluster {
                 epoch,
             }
         })
+    }
+
+    /// This node's id in a cluster (None on a one-node broker).
+    pub fn local_node(&self) -> Option<i32> {
+        self.local
     }
 
     /// The brokers Metadata lists, by id, with their endpoint on `listener` (Kafka lists
@@ -309,7 +327,7 @@ impl Cluster {
     }
 
     /// The metadata quorum as this node sees it (cluster mode only).
-    pub fn quorum_status(&self) -> Option<QuorumStatus> {
+    pub fn quorum_status(&self) -> Option<Arc<QuorumStatus>> {
         match &self.backend {
             Backend::Quorum(h) => Some(h.status()),
             Backend::Local(_) => None,
@@ -522,6 +540,10 @@ impl Catalog for MetaCatalog {
             leader_epoch: LeaderEpoch(epoch),
             topic_id: t.id.as_u128(),
             mirror: t.mirror.clone(),
+            replicated: t
+                .assignments
+                .get(usize::try_from(tp.partition).ok()?)
+                .is_some_and(|a| a.replicas.len() > 1),
         })
     }
 

@@ -37,6 +37,7 @@ pub mod keys;
 pub mod listeners;
 pub mod metrics;
 pub mod quota;
+pub mod replication;
 pub mod sasl;
 pub mod server;
 pub mod session;
@@ -155,6 +156,9 @@ impl RunningBroker {
             broker,
             driver,
         } = self;
+        if let Some(d) = &driver {
+            controlled_shutdown(d, broker.config.node_id);
+        }
         engine.stop();
         if let Some(g) = &broker.groups {
             g.shutdown();
@@ -301,6 +305,7 @@ pub fn start_with(
             default_partitions: cfg.default_partitions,
             offsets_topic_partitions: cfg.groups.offsets_topic_num_partitions,
             transaction_state_partitions: cfg.groups.transaction_state_num_partitions,
+            replica_lag_time_max_ms: cfg.engine.replica_lag_time_max_ms as i64,
             default_replication_factor: quorum.as_ref().map_or(1, |q| q.default_replication_factor),
         },
         cluster: cluster.clone(),
@@ -348,6 +353,7 @@ pub fn start_with(
             }
             let _ = bound_tx.send(Ok(()));
             let ctx = Rc::new(Ctx::new(broker, core));
+            glommio::spawn_local(replication::run(ctx.clone())).detach();
             let tasks: Vec<_> = bound
                 .into_iter()
                 .map(|(listener, lctx)| {
@@ -384,6 +390,18 @@ pub fn start_with(
         broker,
         driver,
     })
+}
+
+/// Kafka's controlled shutdown: the broker fences itself first, so its leaderships move
+/// to the other ISR members now instead of after the session timeout. Bounded: without a
+/// quorum the shutdown goes on after a few seconds.
+fn controlled_shutdown(driver: &kmirror_cluster::Driver, node_id: i32) {
+    use kmirror_control::quorum::{ClusterCommand, MetadataCommand};
+    let cmd = ClusterCommand::Metadata(MetadataCommand::FenceBroker { id: node_id });
+    match driver.handle().propose(cmd, Duration::from_secs(5)) {
+        Ok(_) => tracing::info!(node = node_id, "fenced for a controlled shutdown"),
+        Err(e) => tracing::warn!(node = node_id, error = %e, "controlled shutdown: fencing failed"),
+    }
 }
 
 /// Starts this node's metadata quorum driver; its publications go into the cluster's view,
@@ -433,7 +451,13 @@ fn start_quorum(
         },
     )
     .map_err(|e| NetError::Quorum(e.to_string()))?;
-    let cluster = Cluster::replicated(&cfg.data_dir, view, driver.handle(), cfg.node_id);
+    let cluster = Cluster::replicated(
+        &cfg.data_dir,
+        view,
+        driver.handle(),
+        cfg.node_id,
+        q.voters.clone(),
+    );
     Ok((cluster, driver, rx))
 }
 

@@ -732,6 +732,14 @@ async fn dispatch(
         RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(
             crate::txn_markers::write_txn_markers(ctx, access, r).await,
         ),
+        RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(
+            handlers::quorum::describe_quorum(ctx, access, header.client_id.as_deref(), v, r).await,
+        ),
+        RequestKind::ElectLeaders(r) if ctx.broker.cluster.is_replicated() => {
+            ResponseKind::ElectLeaders(
+                handlers::admin::elect_leaders_replicated(ctx, access, v, r).await,
+            )
+        }
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
         }

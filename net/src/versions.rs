@@ -63,6 +63,7 @@ served! {
     ElectLeaders => ElectLeadersRequest,
     UpdateFeatures => UpdateFeaturesRequest,
     WriteTxnMarkers => WriteTxnMarkersRequest,
+    DescribeQuorum => DescribeQuorumRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).

@@ -109,6 +109,7 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::ListTransactions,
     ApiKey::ElectLeaders,
     ApiKey::UpdateFeatures,
+    ApiKey::DescribeQuorum,
 ];
 
 /// The fixed topic every read cell looks at: three one-record batches at `TS0`, `TS0+1000`,
@@ -343,6 +344,7 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::OffsetDelete => OffsetDeleteRequest::VERSIONS,
         ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
         ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
+        ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
         ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
         ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
         ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
@@ -441,6 +443,7 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::OffsetDelete => offset_delete(c, v),
         ApiKey::IncrementalAlterConfigs => incremental_alter_configs(c, v),
         ApiKey::DescribeCluster => describe_cluster(c, v),
+        ApiKey::DescribeQuorum => describe_quorum(c, v),
         ApiKey::CreateAcls => create_acls(c, v),
         ApiKey::DescribeAcls => describe_acls(c, v),
         ApiKey::DeleteAcls => delete_acls(c, v),
@@ -1531,6 +1534,29 @@ fn describe_cluster(c: &mut Conn, v: i16) -> R<()> {
         || format!("brokers {:?}", r.brokers),
     )?;
     check(!r.cluster_id.is_empty(), || "empty cluster id".into())
+}
+
+/// The metadata quorum of a one-node cluster: this node, the only voter, leads.
+fn describe_quorum(c: &mut Conn, v: i16) -> R<()> {
+    use kafka_protocol::messages::describe_quorum_request::*;
+    let req = DescribeQuorumRequest::default().with_topics(vec![TopicData::default()
+        .with_topic_name(tn("__cluster_metadata"))
+        .with_partitions(vec![PartitionData::default().with_partition_index(0)])]);
+    let r = c.send(&req, v)?;
+    code("DescribeQuorum", r.error_code)?;
+    let p = r
+        .topics
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or("no partition")?;
+    code("DescribeQuorum partition", p.error_code)?;
+    check(p.leader_id.0 == c.node_id, || {
+        format!("leader {:?}", p.leader_id)
+    })?;
+    check(
+        p.current_voters.len() == 1 && p.current_voters[0].replica_id.0 == c.node_id,
+        || format!("voters {:?}", p.current_voters),
+    )
 }
 
 // ---- ACLs ----

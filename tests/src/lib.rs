@@ -15,15 +15,18 @@
 
 pub mod badinput;
 pub mod clients;
+pub mod cluster;
 pub mod conformance;
 pub mod deps;
 pub mod faultproxy;
+pub mod faults;
 pub mod golang;
 pub mod java;
 pub mod kafka;
 pub mod kmirror;
 pub mod metrics;
 pub mod mirror;
+pub mod netns;
 pub mod oracle;
 pub mod pki;
 pub mod proc;

@@ -356,3 +356,117 @@ pub(crate) fn cluster_operations(access: &Access<'_>, asked: bool) -> i32 {
         0
     }
 }
+
+/// ElectLeaders in a cluster: each partition's preferred election is proposed to the quorum
+/// (`ElectPreferredLeader`; apply answers ELECTION_NOT_NEEDED when the preferred replica
+/// leads and PREFERRED_LEADER_NOT_AVAILABLE when it is fenced or out of the ISR, as Kafka's
+/// controller). Unclean elections stay off: with a leader, ELECTION_NOT_NEEDED; without one,
+/// ELIGIBLE_LEADERS_NOT_AVAILABLE. For all partitions (null) only those not led by their
+/// preferred replica are elected and listed. Needs ALTER on the cluster.
+pub async fn elect_leaders_replicated(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    version: i16,
+    req: kafka_protocol::messages::ElectLeadersRequest,
+) -> kafka_protocol::messages::ElectLeadersResponse {
+    use kafka_protocol::messages::elect_leaders_response::{
+        PartitionResult, ReplicaElectionResult,
+    };
+    let mut resp = kafka_protocol::messages::ElectLeadersResponse::default();
+    if let Err(code) = access.check_cluster(table::ELECT_LEADERS) {
+        if version >= 1 {
+            resp.error_code = code;
+        }
+        // Every named partition carries the refusal (as the one-node answer does).
+        for t in req.topic_partitions.unwrap_or_default() {
+            let results = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    PartitionResult::default()
+                        .with_partition_id(*p)
+                        .with_error_code(code)
+                })
+                .collect();
+            resp.replica_election_results.push(
+                ReplicaElectionResult::default()
+                    .with_topic(t.topic)
+                    .with_partition_result(results),
+            );
+        }
+        return resp;
+    }
+    let meta = ctx.meta();
+    let wanted: Vec<(String, Vec<i32>)> = match req.topic_partitions {
+        Some(list) => list
+            .into_iter()
+            .map(|t| (t.topic.to_string(), t.partitions))
+            .collect(),
+        None => meta
+            .topics
+            .values()
+            .map(|t| {
+                let ps = t
+                    .assignments
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, a)| a.replicas.first() != Some(&a.leader))
+                    .map(|(i, _)| i as i32)
+                    .collect();
+                (t.name.clone(), ps)
+            })
+            .collect(),
+    };
+    for (topic, partitions) in wanted {
+        let mut results = Vec::with_capacity(partitions.len());
+        for p in partitions {
+            let t = meta.topics.get(&topic);
+            let r: Result<(), (i16, String)> = match t.and_then(|t| t.assignment(p, ctx.node_id()))
+            {
+                None => Err((
+                    E::UnknownTopicOrPartition.code(),
+                    format!("No such topic partition {topic}-{p}"),
+                )),
+                Some(a) if req.election_type == 1 => Err(if a.leader >= 0 {
+                    (
+                        E::ElectionNotNeeded.code(),
+                        errors::ELECTION_NOT_NEEDED_MESSAGE.to_string(),
+                    )
+                } else {
+                    (
+                        E::EligibleLeadersNotAvailable.code(),
+                        "unclean leader election is disabled".to_string(),
+                    )
+                }),
+                Some(_) => ctx
+                    .broker
+                    .cluster
+                    .propose(kmirror_control::quorum::ClusterCommand::Metadata(
+                        MetadataCommand::ElectPreferredLeader {
+                            name: topic.clone(),
+                            partition: p,
+                        },
+                    ))
+                    .await
+                    .map(|_| ())
+                    .map_err(propose_err),
+            };
+            let mut pr = PartitionResult::default().with_partition_id(p);
+            if let Err((code, msg)) = r {
+                let msg = if code == E::ElectionNotNeeded.code() {
+                    errors::ELECTION_NOT_NEEDED_MESSAGE.to_string()
+                } else {
+                    msg
+                };
+                pr = pr.with_error_code(code).with_error_message(Some(s(&msg)));
+            }
+            results.push(pr);
+        }
+        resp.replica_election_results.push(
+            ReplicaElectionResult::default()
+                .with_topic(topic_name(&topic))
+                .with_partition_result(results),
+        );
+    }
+    resp
+}

@@ -9,6 +9,7 @@ pub mod metadata;
 pub mod offset_commit;
 pub mod offsets;
 pub mod produce;
+pub mod quorum;
 pub mod transactions;
 pub mod txn;
 

@@ -21,6 +21,7 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
+/// Kafka's localLogWithEpochOrThrow: the epoch first, then whether this node leads.
 fn epoch_check(p: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
     let cur = p.leader_epoch.get();
     if current_leader_epoch >= 0 && current_leader_epoch < cur {
@@ -29,7 +30,7 @@ fn epoch_check(p: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
     if current_leader_epoch > cur {
         return Err(E::UnknownLeaderEpoch.code());
     }
-    Ok(())
+    p.check_leader().map_err(|e| errors::engine_error_code(&e))
 }
 
 /// A submitted per-partition job whose closure answers a value or a Kafka code.
@@ -84,6 +85,10 @@ pub async fn list_offsets(
                     ts if ts >= 0 => Ok((-1, -1, -1)),
                     _ => Err(E::InvalidRequest.code()),
                 }));
+                continue;
+            }
+            if ctx.not_leader(&meta, &tp.topic, tp.partition).is_some() {
+                pending.push(Err(Err(E::NotLeaderOrFollower.code())));
                 continue;
             }
             pending.push(Ok(ctx
@@ -160,6 +165,7 @@ pub async fn offset_for_leader_epoch(
         .iter()
         .map(|t| access.check(table::OFFSET_FOR_LEADER_EPOCH, &t.topic).err())
         .collect();
+    let meta = ctx.meta();
     let mut pending = Vec::new();
     for t in req
         .topics
@@ -171,6 +177,12 @@ pub async fn offset_for_leader_epoch(
         for p in &t.partitions {
             let tp = TopicPartition::new(t.topic.to_string(), p.partition);
             let (cle, want) = (p.current_leader_epoch, p.leader_epoch);
+            // Only the leader answers (a follower's OffsetsForLeaderEpoch to the leader is
+            // served here too: it is the leader's log that is asked).
+            if ctx.not_leader(&meta, &tp.topic, tp.partition).is_some() {
+                pending.push(Err(EngineError::NotOwner(tp)));
+                continue;
+            }
             pending.push(
                 ctx.router()
                     .submit_partition(tp, move |part| -> Result<(i32, i64), i16> {
@@ -230,6 +242,7 @@ pub async fn delete_records(
         .iter()
         .map(|t| access.check(table::DELETE_RECORDS, &t.name).err())
         .collect();
+    let meta = ctx.meta();
     let mut pending = Vec::new();
     for t in req
         .topics
@@ -241,6 +254,11 @@ pub async fn delete_records(
         for p in &t.partitions {
             let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
             let offset = p.offset;
+            if ctx.not_leader(&meta, &tp.topic, tp.partition).is_some() {
+                // NOT_LEADER_OR_FOLLOWER: only the leader deletes records.
+                pending.push(Err(EngineError::NotOwner(tp)));
+                continue;
+            }
             pending.push(
                 ctx.router()
                     .submit_partition(tp, move |part| -> Result<i64, i16> {

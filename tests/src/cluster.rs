@@ -1,0 +1,229 @@
+//! A kmirror cluster of N nodes on loopback ports (issue 12): each node runs `kmirror serve
+//! --node-id I --listen 127.0.0.1:P --controller-listen 127.0.0.1:C --quorum
+//! 1@127.0.0.1:C1,... --data-dir D` (KRaft combined mode: every node is a voter and a
+//! broker). Nodes are [`KmirrorNode`]s, so each keeps its log file across restarts like the
+//! single-node harness, and its ports and data dir.
+//!
+//! With [`ClusterOpts::netns`] each node runs in a network namespace of its own
+//! ([`crate::netns`], needs root) on `10.x.y.(10+i):9092` (controller listener `:9093`), so
+//! [`KmirrorCluster::isolate`] can cut one node off the network while it keeps running.
+
+use std::time::Duration;
+
+use crate::kmirror::KmirrorNode;
+use crate::netns::NetNs;
+use crate::proc;
+use crate::wire::WireClient;
+
+/// Settings of a test cluster.
+#[derive(Debug, Clone)]
+pub struct ClusterOpts {
+    /// Extra `serve` arguments for every node (e.g. `["--cores", "1"]`).
+    pub extra: Vec<String>,
+    /// `--broker-session-timeout-ms` (Kafka's `broker.session.timeout.ms`).
+    pub session_timeout_ms: u64,
+    /// Each node in a network namespace of its own, for [`KmirrorCluster::isolate`].
+    pub netns: bool,
+}
+
+impl Default for ClusterOpts {
+    fn default() -> Self {
+        ClusterOpts {
+            extra: vec!["--cores".into(), "1".into()],
+            session_timeout_ms: 9000,
+            netns: false,
+        }
+    }
+}
+
+/// A running kmirror cluster; node ids are 1..=n. Dropping it kills every node.
+#[derive(Debug)]
+pub struct KmirrorCluster {
+    nodes: Vec<KmirrorNode>,
+    quorum: String,
+    /// Per node: cut off by [`KmirrorCluster::isolate`].
+    isolated: Vec<bool>,
+    /// After `nodes`: the processes die before their namespaces go.
+    net: Option<NetNs>,
+}
+
+impl KmirrorCluster {
+    /// Starts `n` nodes and waits until each one lists all `n` brokers in Metadata (all
+    /// registered and unfenced, a Raft leader elected).
+    pub fn start(n: usize, opts: ClusterOpts) -> Self {
+        assert!(n >= 1, "at least one node");
+        let net = opts.netns.then(|| NetNs::create(n));
+        // In a namespace every node has the ports to itself.
+        let host_of = |i: usize| -> String {
+            net.as_ref()
+                .map(|net| net.ip_of(i + 1).to_string())
+                .unwrap_or_else(|| "127.0.0.1".into())
+        };
+        let controller_ports: Vec<u16> = (0..n)
+            .map(|_| {
+                if net.is_some() {
+                    9093
+                } else {
+                    proc::free_port()
+                }
+            })
+            .collect();
+        let quorum = controller_ports
+            .iter()
+            .enumerate()
+            .map(|(i, p)| format!("{}@{}:{p}", i + 1, host_of(i)))
+            .collect::<Vec<_>>()
+            .join(",");
+        let session = opts.session_timeout_ms.to_string();
+        let nodes = controller_ports
+            .iter()
+            .enumerate()
+            .map(|(i, cport)| {
+                let id = (i + 1).to_string();
+                let controller = format!("{}:{cport}", host_of(i));
+                let mut extra: Vec<&str> = vec![
+                    "--node-id",
+                    &id,
+                    "--controller-listen",
+                    &controller,
+                    "--quorum",
+                    &quorum,
+                    "--broker-session-timeout-ms",
+                    &session,
+                ];
+                extra.extend(opts.extra.iter().map(String::as_str));
+                match &net {
+                    Some(net) => {
+                        KmirrorNode::start_in_netns(net.ns_of(i + 1), &host_of(i), 9092, &extra)
+                    }
+                    None => KmirrorNode::start_with(&extra),
+                }
+            })
+            .collect();
+        let c = KmirrorCluster {
+            nodes,
+            quorum,
+            isolated: vec![false; n],
+            net,
+        };
+        for i in 1..=n {
+            c.wait_brokers(i, n, Duration::from_secs(60));
+        }
+        c
+    }
+
+    /// The quorum string (`1@127.0.0.1:C1,...`).
+    pub fn quorum(&self) -> &str {
+        &self.quorum
+    }
+
+    /// Every node's client address, comma-separated.
+    pub fn bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .map(|n| n.addr())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// Node `id` (1-based).
+    pub fn node(&self, id: usize) -> &KmirrorNode {
+        &self.nodes[id - 1]
+    }
+
+    pub fn node_mut(&mut self, id: usize) -> &mut KmirrorNode {
+        &mut self.nodes[id - 1]
+    }
+
+    pub fn len(&self) -> usize {
+        self.nodes.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.nodes.is_empty()
+    }
+
+    /// SIGKILL node `id`.
+    pub fn kill(&mut self, id: usize) {
+        self.node_mut(id).kill_now();
+    }
+
+    /// SIGTERM node `id` and wait; whether it exited cleanly.
+    pub fn stop(&mut self, id: usize) -> bool {
+        self.node_mut(id).stop()
+    }
+
+    /// Starts node `id` again (after `kill` or `stop`; a running node is stopped first)
+    /// with its ports and data dir.
+    pub fn restart(&mut self, id: usize) {
+        let node = self.node_mut(id);
+        if node.alive() {
+            node.stop();
+        }
+        node.start_again();
+    }
+
+    /// Cuts node `id` off the network (from the other nodes and from clients); it keeps
+    /// running. Needs [`ClusterOpts::netns`].
+    pub fn isolate(&mut self, id: usize) {
+        self.net
+            .as_ref()
+            .expect("isolate needs ClusterOpts::netns")
+            .isolate(id);
+        self.isolated[id - 1] = true;
+    }
+
+    /// Joins node `id` to the network again after [`KmirrorCluster::isolate`].
+    pub fn heal(&mut self, id: usize) {
+        self.net
+            .as_ref()
+            .expect("heal needs ClusterOpts::netns")
+            .heal(id);
+        self.isolated[id - 1] = false;
+    }
+
+    /// Client addresses of the nodes that run and are not isolated, comma-separated.
+    pub fn reachable_bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, node)| !self.isolated[*i] && node.started())
+            .map(|(_, node)| node.addr())
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// The broker ids node `via` lists in Metadata (sorted).
+    pub fn listed_brokers(&self, via: usize) -> Option<Vec<i32>> {
+        let mut c = WireClient::connect(&self.node(via).addr()).ok()?;
+        let m = c.metadata(Some(&[])).ok()?;
+        let mut ids: Vec<i32> = m.brokers.iter().map(|b| b.node_id.0).collect();
+        ids.sort_unstable();
+        Some(ids)
+    }
+
+    /// Waits until node `via` lists `count` brokers.
+    pub fn wait_brokers(&self, via: usize, count: usize, timeout: Duration) -> Vec<i32> {
+        proc::wait_for(
+            timeout,
+            &format!("node {via} to list {count} brokers"),
+            || self.listed_brokers(via).filter(|b| b.len() == count),
+        )
+    }
+
+    /// The last `n` lines of every node's log (for assertion messages).
+    pub fn logs(&self, n: usize) -> String {
+        self.nodes
+            .iter()
+            .enumerate()
+            .map(|(i, node)| {
+                format!(
+                    "---- node {} ----\n{}",
+                    i + 1,
+                    proc::tail(&node.log_path(), n)
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+}
