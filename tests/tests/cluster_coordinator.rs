@@ -11,10 +11,11 @@
 //! - a read_committed reader sees every committed transaction's records and none of the
 //!   open one's: the open transaction ended aborted, never both.
 //!
-//! The data partition is led by another node than the coordinator: partition replication
-//! (issue 12 step 2) is a separate branch, and this test is about the coordinator state.
-//! The same scenario on a three-node Apache Kafka needs tests/src/kafka.rs's 3-node cluster
-//! (helper cfault), not on this branch yet.
+//! The data partitions are led by other nodes than the coordinator: this test is about the
+//! coordinator state, not the replication data path. The same scenario runs on a three-node
+//! Apache Kafka (RF 3 internal topics), where FindCoordinator names the node to kill and the
+//! topic names are chosen so that one node coordinates both the group and the transactional
+//! id.
 
 use std::time::{Duration, Instant};
 
