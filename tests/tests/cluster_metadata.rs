@@ -5,6 +5,8 @@
 //!   `--describe` through every node shows the same leaders, replicas and ISR, leaders spread
 //!   over the three brokers;
 //! - replication factor 4 on three brokers is INVALID_REPLICATION_FACTOR;
+//! - Produce and ListOffsets on a follower: NOT_LEADER_OR_FOLLOWER, Produce naming the
+//!   current leader (KIP-951); a consumer Fetch v11+ is served by a follower, as Kafka does;
 //! - `kafka-leader-election --election-type preferred` where the preferred replica leads is
 //!   ELECTION_NOT_NEEDED;
 //! - `kafka-metadata-quorum describe --status / --replication` shows three voters and a leader;
@@ -239,6 +241,35 @@ fn scenario(c: &mut dyn Under) {
         BTreeSet::from([1, 2, 3]),
         "{name}: leaders {first:?}"
     );
+
+    // A follower of partition 0 refuses client reads and writes with NOT_LEADER_OR_FOLLOWER
+    // and names the leader (KIP-951), so clients reroute without a Metadata round trip.
+    let (leader0, follower0) = (first[&0].leader, first[&0].replicas[1]);
+    let mut w = WireClient::connect(&c.addr(follower0)).expect("connect to a follower");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let r = w
+        .produce_response(TOPIC, 0, kmirror_tests::records::batch(&[b"x"], now))
+        .expect("Produce to a follower");
+    assert_eq!(r.error_code, 6, "{name}: Produce to a follower: {r:?}");
+    assert_eq!(r.current_leader.leader_id.0, leader0, "{name}: {r:?}");
+    // A consumer Fetch v11+ may read a follower (KIP-392's fetchOnlyFromLeader is false
+    // once the request carries client metadata): answered, not refused, by both.
+    let f = w
+        .fetch_raw(TOPIC, 0, 0, 1 << 20, false)
+        .expect("Fetch from a follower");
+    assert_eq!(
+        f.error_code, 0,
+        "{name}: consumer Fetch v11+ from a follower: {f:?}"
+    );
+    match w.list_offset(TOPIC, 0, -1) {
+        Err(kmirror_tests::wire::WireError::Broker { code, .. }) => {
+            assert_eq!(code, 6, "{name}: ListOffsets on a follower")
+        }
+        other => panic!("{name}: ListOffsets on a follower answered {other:?}"),
+    }
 
     // A preferred election where the preferred replica already leads: nothing to do.
     let ran = proc::run(

@@ -17,6 +17,7 @@ use uuid::Uuid;
 use super::{broker, topic_name};
 use crate::authz::{table, Access};
 use crate::broker::Ctx;
+use crate::cluster::Role;
 use crate::errors;
 use crate::fetch_session::{changed, Cached, Mode};
 use indexmap::IndexMap;
@@ -155,6 +156,7 @@ fn internal_partition(w: &Want, epoch: i32, read_committed: bool) -> Got {
 async fn read_all(
     ctx: &Ctx,
     wants: &[Want],
+    follower_reads: bool,
     read_committed: bool,
     watch: Option<&flume::Sender<()>>,
 ) -> Vec<Got> {
@@ -167,14 +169,20 @@ async fn read_all(
             pending.push(Err(EngineError::ShuttingDown)); // placeholder, replaced below
             continue;
         }
-        if ctx.not_leader(&meta, &w.topic, w.partition).is_some() {
-            // A consumer reads from the leader only (no KIP-392 rack-aware follower reads):
-            // NOT_LEADER_OR_FOLLOWER, which also ends a long poll at once.
-            let tp = TopicPartition::new(w.topic.clone(), w.partition);
+        let tp = TopicPartition::new(w.topic.clone(), w.partition);
+        // As Kafka's fetchOnlyFromLeader: a consumer Fetch from v11 on (it carries client
+        // metadata, KIP-392) may read a follower's log up to its high watermark; before v11,
+        // or on a broker that holds no replica, NOT_LEADER_OR_FOLLOWER (which also ends a
+        // long poll at once).
+        let refused = match ctx.broker.cluster.role(&meta, &tp) {
+            Some(Role::Follower { .. }) => !follower_reads,
+            Some(Role::NotReplica { .. }) => true,
+            Some(Role::Leader { .. }) | None => false,
+        };
+        if refused {
             pending.push(Err(EngineError::NotOwner(tp)));
             continue;
         }
-        let tp = TopicPartition::new(w.topic.clone(), w.partition);
         let (off, ep, mb) = (w.fetch_offset, w.current_leader_epoch, w.max_bytes);
         let watch = watch.cloned();
         pending.push(
@@ -399,7 +407,14 @@ pub async fn fetch(
     let (wtx, wrx) = flume::bounded::<()>(1);
     let waiting_allowed = !max_wait.is_zero() && min_bytes > 0;
     let mut got = loop {
-        let got = read_all(ctx, &wants, read_committed, waiting_allowed.then_some(&wtx)).await;
+        let got = read_all(
+            ctx,
+            &wants,
+            version >= 11,
+            read_committed,
+            waiting_allowed.then_some(&wtx),
+        )
+        .await;
         let bytes: usize = got.iter().map(|g| g.records.len()).sum();
         // A refused partition does not end the wait for the others (it never changes).
         let any_error = got
