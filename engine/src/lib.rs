@@ -6,7 +6,8 @@
 //! control-plane thread ([`ControlThread`]), the stop signal, log compaction scheduling
 //! (the `cleaner` module: one cleaner thread, passes installed by the owning core), and the
 //! leader's replica state of a replicated partition ([`ReplicaSet`]: follower log ends, ISR
-//! changes to propose, high watermark, `acks=all` completion; not wired yet, issue 12).
+//! changes to propose, high watermark, `acks=all` completion) and its [`Role`] on the
+//! [`Partition`] (alone, leader, follower; issue 12).
 //!
 //! Must not depend on: the Kafka wire protocol (`net`) or cluster-metadata policy (`control`);
 //! it learns which partitions exist through the [`Catalog`] trait.
@@ -44,10 +45,10 @@ mod shard;
 pub use assign::{Assignment, Routing, TopicRule};
 pub use cleaner::CleanerConfig;
 pub use control::ControlThread;
-pub use replica::{AckState, IsrChange, ReplicaSet};
+pub use replica::{AckState, FollowerState, IsrChange, LeaderState, ReplicaSet, Role};
 pub use router::{Moved, Pending, Router};
 pub use runtime::{CoreContext, Engine, EngineConfig, StopToken};
-pub use shard::{Catalog, Partition, PartitionSpec, Shard};
+pub use shard::{Catalog, Partition, PartitionSpec, ReplicaFetchError, Shard};
 
 /// Engine errors.
 #[non_exhaustive]
@@ -59,6 +60,15 @@ pub enum EngineError {
     ReadOnly {
         tp: kmirror_types::TopicPartition,
         mirror: String,
+    },
+    /// This node follows the partition: writes and consumer reads go to the leader.
+    #[error("this node is not the leader of {0}")]
+    NotLeader(kmirror_types::TopicPartition),
+    /// `acks=all` refused before the append: the ISR is smaller than `min.insync.replicas`.
+    #[error("the in-sync replicas of {tp} are fewer than min.insync.replicas={min_insync}")]
+    NotEnoughReplicas {
+        tp: kmirror_types::TopicPartition,
+        min_insync: usize,
     },
     /// The partition is owned by another core, or is moving between cores: retriable.
     #[error("partition {0} is not owned by this core (moving between cores?)")]

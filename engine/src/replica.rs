@@ -56,6 +56,110 @@ pub enum AckState {
     /// Replicated, but the ISR shrank below `min.insync.replicas` meanwhile
     /// (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
     NotEnoughReplicasAfterAppend,
+    /// This node stopped leading the partition before the append was replicated
+    /// (NOT_LEADER_OR_FOLLOWER, as Kafka completes a pending produce on a leader change).
+    NotLeader,
+}
+
+/// How this node holds a partition (issue 12). `Alone` is one node or a single replica: the
+/// high watermark is the log end at once, exactly the behaviour before replication.
+#[derive(Debug)]
+pub enum Role {
+    Alone,
+    Leader(LeaderState),
+    Follower(FollowerState),
+}
+
+/// A leader's replica state plus what waits on it.
+#[derive(Debug)]
+pub struct LeaderState {
+    pub set: ReplicaSet,
+    /// The leader epoch this node took the lead at.
+    pub epoch: kmirror_types::LeaderEpoch,
+    /// The partition epoch of the assignment the ISR was taken from (AlterPartition's base).
+    pub partition_epoch: i32,
+    /// An ISR change sent to the controller and not answered yet: one at a time, as Kafka's
+    /// pending ISR state, so two proposals never race on the same partition epoch.
+    pub pending_isr: Option<IsrChange>,
+    waiters: Vec<AckWaiter>,
+}
+
+/// An `acks=all` produce waiting for the high watermark to pass `required`.
+#[derive(Debug)]
+struct AckWaiter {
+    required: Offset,
+    min_insync: usize,
+    tx: flume::Sender<AckState>,
+}
+
+impl LeaderState {
+    pub fn new(
+        set: ReplicaSet,
+        epoch: kmirror_types::LeaderEpoch,
+        partition_epoch: i32,
+    ) -> LeaderState {
+        LeaderState {
+            set,
+            epoch,
+            partition_epoch,
+            pending_isr: None,
+            waiters: Vec::new(),
+        }
+    }
+
+    /// Registers an `acks=all` wait; answered at once when it is already decided.
+    pub fn wait_ack(&mut self, required: Offset, min_insync: usize) -> flume::Receiver<AckState> {
+        let (tx, rx) = flume::bounded(1);
+        match self.set.ack_state(required, min_insync) {
+            AckState::Waiting => {
+                // Waiters whose produce timed out are dropped here, so the list stays short.
+                self.waiters.retain(|w| !w.tx.is_disconnected());
+                self.waiters.push(AckWaiter {
+                    required,
+                    min_insync,
+                    tx,
+                });
+            }
+            done => {
+                let _ = tx.try_send(done);
+            }
+        }
+        rx
+    }
+
+    /// Answers every waiter the current state decides.
+    pub fn complete_waiters(&mut self) {
+        let set = &self.set;
+        self.waiters
+            .retain(|w| match set.ack_state(w.required, w.min_insync) {
+                AckState::Waiting => !w.tx.is_disconnected(),
+                done => {
+                    let _ = w.tx.try_send(done);
+                    false
+                }
+            });
+    }
+
+    /// Answers every waiter with `state` (leadership lost).
+    pub fn fail_waiters(&mut self, state: AckState) {
+        for w in self.waiters.drain(..) {
+            let _ = w.tx.try_send(state);
+        }
+    }
+
+    pub fn waiting(&self) -> usize {
+        self.waiters.len()
+    }
+}
+
+/// A follower's state: whom it fetches from, and whether it has truncated its log for the
+/// current leader epoch yet (KIP-101/KIP-279: OffsetsForLeaderEpoch first, then fetch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FollowerState {
+    pub leader: NodeId,
+    /// The leader epoch this node follows at.
+    pub epoch: kmirror_types::LeaderEpoch,
+    pub truncated: bool,
 }
 
 /// The leader's replica state for one partition.

@@ -30,6 +30,8 @@ pub struct EngineConfig {
     pub retention_check: Duration,
     /// Log compaction scheduling and throttle.
     pub cleaner: crate::cleaner::CleanerConfig,
+    /// `replica.lag.time.max.ms`: a follower not caught up for this long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
 }
 
 impl Default for EngineConfig {
@@ -42,6 +44,7 @@ impl Default for EngineConfig {
             io_memory: 512 << 10,
             retention_check: Duration::from_secs(30),
             cleaner: crate::cleaner::CleanerConfig::default(),
+            replica_lag_time_max_ms: 30_000,
         }
     }
 }

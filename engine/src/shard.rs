@@ -7,9 +7,10 @@ use std::sync::Arc;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use kmirror_log::{AppendInfo, CleanJob, Cleaned, ControlKind, Log, LogConfig};
-use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
+use kmirror_types::{LeaderEpoch, NodeId, Offset, ProducerId, TopicPartition};
 
 use crate::assign::Routing;
+use crate::replica::{AckState, FollowerState, IsrChange, LeaderState, ReplicaSet, Role};
 use crate::EngineError;
 
 /// What the engine needs to open a partition; provided by the cluster metadata.
@@ -21,6 +22,10 @@ pub struct PartitionSpec {
     pub topic_id: u128,
     /// Set while the topic is mirrored: client writes are refused.
     pub mirror: Option<String>,
+    /// The partition has other replicas (issue 12): it opens without a leader (writes and
+    /// consumer reads refused, NOT_LEADER_OR_FOLLOWER) until its role is applied, so nothing
+    /// is acknowledged as if it had a single replica.
+    pub replicated: bool,
 }
 
 /// Which partitions exist. Implemented over the cluster metadata by the broker.
@@ -40,6 +45,22 @@ pub struct Partition {
     /// Mirror name while mirrored (read-only for clients).
     pub mirror: Option<String>,
     waiters: Vec<flume::Sender<()>>,
+    /// Alone, leader of replicas, or follower (issue 12); `Alone` until the cluster says
+    /// otherwise.
+    role: Role,
+    /// The high watermark checkpointed before this open: what a replica takes over with
+    /// (as `Alone` the recovered log end counts instead, see [`Shard`]'s open).
+    recovered_hw: Offset,
+}
+
+/// Why a replica's Fetch was not recorded: Kafka's answers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ReplicaFetchError {
+    /// This node does not lead the partition (NOT_LEADER_OR_FOLLOWER).
+    NotLeader,
+    /// The fetching node is not one of the replicas (UNKNOWN_LEADER_EPOCH when the request
+    /// named a leader epoch, else NOT_LEADER_OR_FOLLOWER, as Kafka's Partition does).
+    NotReplica,
 }
 
 impl Partition {
@@ -56,6 +77,7 @@ impl Partition {
                 mirror: m.clone(),
             });
         }
+        self.check_leader()?;
         let info = self.log.append_leader(batches, self.leader_epoch, now_ms)?;
         self.after_append();
         Ok(info)
@@ -85,6 +107,7 @@ impl Partition {
                 mirror: m.clone(),
             });
         }
+        self.check_leader()?;
         let info = self.log.append_control(
             kind,
             producer_id,
@@ -99,8 +122,279 @@ impl Partition {
 
     fn after_append(&mut self) {
         let leo = self.log.log_end_offset();
+        match &mut self.role {
+            Role::Alone => self.log.set_high_watermark(leo),
+            Role::Leader(l) => {
+                l.set.advance(leo, crate::now_ms());
+                self.log.set_high_watermark(l.set.high_watermark());
+                l.complete_waiters();
+            }
+            // A follower's high watermark moves with the leader's (append_follower).
+            Role::Follower(_) => {}
+        }
+        self.notify_waiters();
+    }
+
+    /// NOT_LEADER_OR_FOLLOWER for writes and consumer reads on a follower.
+    pub fn check_leader(&self) -> Result<(), EngineError> {
+        match self.role {
+            Role::Follower(_) => Err(EngineError::NotLeader(self.tp.clone())),
+            _ => Ok(()),
+        }
+    }
+
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    /// The leader of this partition, as far as this node knows: itself unless following.
+    pub fn is_leader(&self) -> bool {
+        !matches!(self.role, Role::Follower(_))
+    }
+
+    /// Back to a single replica (one node, or RF 1): the high watermark is the log end.
+    pub fn become_alone(&mut self, epoch: LeaderEpoch) {
+        if let Role::Leader(l) = &mut self.role {
+            l.fail_waiters(AckState::Done);
+        }
+        self.role = Role::Alone;
+        self.leader_epoch = self.leader_epoch.max(epoch);
+        let leo = self.log.log_end_offset();
         self.log.set_high_watermark(leo);
         self.notify_waiters();
+    }
+
+    /// Takes (or keeps) the lead at `epoch` with the controller's replicas and ISR. At a new
+    /// epoch the replica state starts over from the log end (the epoch start, Kafka's
+    /// makeLeader); at the same epoch only a newer committed ISR is applied.
+    #[allow(clippy::too_many_arguments)]
+    pub fn become_leader(
+        &mut self,
+        node: NodeId,
+        epoch: LeaderEpoch,
+        replicas: &[NodeId],
+        isr: std::collections::BTreeSet<NodeId>,
+        partition_epoch: i32,
+        lag_max_ms: i64,
+        now_ms: i64,
+    ) {
+        let leo = self.log.log_end_offset();
+        if let Role::Leader(l) = &mut self.role {
+            if epoch == l.epoch {
+                if partition_epoch > l.partition_epoch {
+                    l.partition_epoch = partition_epoch;
+                    l.pending_isr = None;
+                    l.set.set_isr(isr, leo, now_ms);
+                    self.log.set_high_watermark(l.set.high_watermark());
+                    l.complete_waiters();
+                }
+                return;
+            }
+            l.fail_waiters(AckState::NotLeader);
+        }
+        let hw = match &self.role {
+            Role::Alone => self.recovered_hw,
+            _ => self.log.high_watermark(),
+        }
+        .min(leo);
+        self.leader_epoch = self.leader_epoch.max(epoch);
+        let mut set = ReplicaSet::new(node, replicas, isr, hw, leo, lag_max_ms, now_ms);
+        set.advance(leo, now_ms);
+        self.log.set_high_watermark(set.high_watermark());
+        self.role = Role::Leader(LeaderState::new(set, epoch, partition_epoch));
+        self.notify_waiters();
+    }
+
+    /// Follows `leader` at `epoch`. At a new epoch (or leader) the log must be truncated
+    /// before fetching ([`Partition::truncate_as_follower`]); pending `acks=all` produces are
+    /// answered NOT_LEADER_OR_FOLLOWER.
+    pub fn become_follower(&mut self, leader: NodeId, epoch: LeaderEpoch) {
+        if let Role::Follower(f) = &self.role {
+            if f.leader == leader && epoch == f.epoch {
+                return;
+            }
+        }
+        if let Role::Leader(l) = &mut self.role {
+            l.fail_waiters(AckState::NotLeader);
+        }
+        if matches!(self.role, Role::Alone) {
+            self.log.set_high_watermark(self.recovered_hw);
+        }
+        self.leader_epoch = self.leader_epoch.max(epoch);
+        self.role = Role::Follower(FollowerState {
+            leader,
+            epoch,
+            truncated: false,
+        });
+        self.notify_waiters();
+    }
+
+    /// Cuts the follower's log at `offset` (from the OffsetsForLeaderEpoch answer). With
+    /// `complete` the fetcher goes on fetching; otherwise it asks again with the epoch the
+    /// log now ends in (KIP-279's intermediate step).
+    pub fn truncate_as_follower(
+        &mut self,
+        offset: Offset,
+        complete: bool,
+    ) -> Result<(), EngineError> {
+        self.log.truncate_to(offset)?;
+        if let Role::Follower(f) = &mut self.role {
+            f.truncated = complete;
+        }
+        Ok(())
+    }
+
+    /// The leader no longer has the follower's fetch position: truncate again after an
+    /// OffsetsForLeaderEpoch round (the follower is ahead of the leader's log end).
+    pub fn retruncate_as_follower(&mut self) {
+        if let Role::Follower(f) = &mut self.role {
+            f.truncated = false;
+        }
+    }
+
+    /// The leader's log starts after the follower's end (retention, DeleteRecords): the
+    /// follower empties its log and starts at the leader's log start, as Kafka's does.
+    pub fn restart_follower_at(&mut self, log_start: Offset) -> Result<(), EngineError> {
+        self.log.truncate_fully_and_start_at(log_start)?;
+        Ok(())
+    }
+
+    /// Appends the leader's batches as they arrived (same offsets, never re-encoded) and
+    /// moves the follower's high watermark to min(leader's, own log end).
+    pub fn append_follower(
+        &mut self,
+        batches: Bytes,
+        leader_hw: Offset,
+    ) -> Result<Option<AppendInfo>, EngineError> {
+        let info = if batches.is_empty() {
+            None
+        } else {
+            Some(self.log.append_mirror(batches)?)
+        };
+        let hw = leader_hw.min(self.log.log_end_offset());
+        if hw > self.log.high_watermark() {
+            self.log.set_high_watermark(hw);
+        }
+        if info.is_some() {
+            self.notify_waiters();
+        }
+        Ok(info)
+    }
+
+    /// Records a replica's Fetch at `fetch_offset` on the leader. Returns an ISR expansion to
+    /// propose (none while another change is pending).
+    pub fn on_replica_fetch(
+        &mut self,
+        node: NodeId,
+        fetch_offset: Offset,
+        now_ms: i64,
+    ) -> Result<Option<IsrChange>, ReplicaFetchError> {
+        let Role::Leader(l) = &mut self.role else {
+            return Err(ReplicaFetchError::NotLeader);
+        };
+        if l.set.follower_log_end(node).is_none() {
+            return Err(ReplicaFetchError::NotReplica);
+        }
+        let leo = self.log.log_end_offset();
+        let change = l.set.on_follower_fetch(node, fetch_offset, leo, now_ms);
+        if l.set.high_watermark() > self.log.high_watermark() {
+            self.log.set_high_watermark(l.set.high_watermark());
+            l.complete_waiters();
+            // Consumers long-polling at the old high watermark can read now.
+            for w in self.waiters.drain(..) {
+                let _ = w.try_send(());
+            }
+        }
+        Ok(match l.pending_isr {
+            Some(_) => None,
+            None => {
+                l.pending_isr = change.clone();
+                change
+            }
+        })
+    }
+
+    /// The periodic ISR check (Kafka's isr-expiration): a shrink to propose, if any and
+    /// if no other change is pending.
+    pub fn isr_expiration(&mut self, now_ms: i64) -> Option<(IsrChange, i32)> {
+        let Role::Leader(l) = &mut self.role else {
+            return None;
+        };
+        if l.pending_isr.is_some() {
+            return None;
+        }
+        let change = l.set.shrink(self.log.log_end_offset(), now_ms)?;
+        l.pending_isr = Some(change.clone());
+        Some((change, l.partition_epoch))
+    }
+
+    /// The partition epoch the pending ISR change is based on.
+    pub fn partition_epoch(&self) -> Option<i32> {
+        match &self.role {
+            Role::Leader(l) => Some(l.partition_epoch),
+            _ => None,
+        }
+    }
+
+    /// The controller committed an ISR change (`partition_epoch` is the new one): applied
+    /// now, as Kafka applies AlterPartition's answer.
+    pub fn isr_committed(
+        &mut self,
+        isr: std::collections::BTreeSet<NodeId>,
+        partition_epoch: i32,
+        now_ms: i64,
+    ) {
+        let leo = self.log.log_end_offset();
+        if let Role::Leader(l) = &mut self.role {
+            if partition_epoch < l.partition_epoch {
+                return;
+            }
+            l.partition_epoch = partition_epoch;
+            l.pending_isr = None;
+            l.set.set_isr(isr, leo, now_ms);
+            self.log.set_high_watermark(l.set.high_watermark());
+            l.complete_waiters();
+        }
+    }
+
+    /// The controller refused or lost the pending change: it may be proposed again.
+    pub fn isr_change_failed(&mut self) {
+        if let Role::Leader(l) = &mut self.role {
+            l.pending_isr = None;
+        }
+    }
+
+    /// Whether an `acks=all` append may go ahead: ISR at least `min.insync.replicas`
+    /// (NOT_ENOUGH_REPLICAS otherwise). Alone, the ISR is this node.
+    pub fn enough_replicas(&self, min_insync: usize) -> bool {
+        match &self.role {
+            Role::Leader(l) => l.set.enough_replicas_to_append(min_insync),
+            _ => min_insync <= 1,
+        }
+    }
+
+    /// Waits for an `acks=all` append ending before `required`: None when it is already
+    /// acknowledged (alone, or the high watermark is past it), else the state once decided.
+    pub fn wait_ack(
+        &mut self,
+        required: Offset,
+        min_insync: usize,
+    ) -> Result<(), flume::Receiver<AckState>> {
+        match &mut self.role {
+            Role::Leader(l) => {
+                let rx = l.wait_ack(required, min_insync);
+                match rx.try_recv() {
+                    Ok(AckState::Done) => Ok(()),
+                    Ok(other) => {
+                        let (tx, rx) = flume::bounded(1);
+                        let _ = tx.try_send(other);
+                        Err(rx)
+                    }
+                    Err(_) => Err(rx),
+                }
+            }
+            _ => Ok(()),
+        }
     }
 
     /// Registers a long-poll waiter, woken (one `()` message) on the next append.
@@ -185,11 +479,12 @@ impl Shard {
             return Err(EngineError::NotOwner(tp.clone()));
         }
         let mut log = Log::open(&spec.dir, spec.config)?;
+        let recovered_hw = log.high_watermark();
         // Single replica: as leader with ISR = {self}, everything recovered is committed
         // (Kafka's leader sets HW to its LEO when the ISR is only itself). The checkpointed
         // HW can lag after a crash, which would hide acknowledged records.
         let leo = log.log_end_offset();
-        log.set_high_watermark(leo);
+        log.set_high_watermark(if spec.replicated { recovered_hw } else { leo });
         tracing::debug!(core = self.core, %tp, "opened partition");
         self.partitions.insert(
             tp.clone(),
@@ -200,6 +495,16 @@ impl Shard {
                 leader_epoch: spec.leader_epoch,
                 mirror: spec.mirror,
                 waiters: Vec::new(),
+                role: if spec.replicated {
+                    Role::Follower(FollowerState {
+                        leader: NodeId(-1),
+                        epoch: LeaderEpoch(-1),
+                        truncated: false,
+                    })
+                } else {
+                    Role::Alone
+                },
+                recovered_hw,
             },
         );
         Ok(())
@@ -331,5 +636,231 @@ impl Shard {
                 tracing::error!(%tp, error = %e, "closing partition failed");
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kmirror_log::batch::{build_batch, BatchSpec};
+    use std::collections::BTreeSet;
+
+    fn open(dir: &std::path::Path) -> Partition {
+        let log = Log::open(dir, LogConfig::default()).unwrap();
+        let recovered_hw = log.high_watermark();
+        Partition {
+            tp: TopicPartition::new("t".to_string(), 0),
+            topic_id: 1,
+            log,
+            leader_epoch: LeaderEpoch(0),
+            mirror: None,
+            waiters: Vec::new(),
+            role: Role::Alone,
+            recovered_hw,
+        }
+    }
+
+    fn batch(base: i64, epoch: i32, n: usize) -> Bytes {
+        let recs: Vec<kmirror_log::batch::KeyValue<'_>> =
+            (0..n).map(|_| (None, Some(&b"v"[..]))).collect();
+        Bytes::from(build_batch(
+            &BatchSpec {
+                base_offset: base,
+                partition_leader_epoch: epoch,
+                attributes: 0,
+                base_timestamp: crate::now_ms(),
+                producer_id: -1,
+                producer_epoch: -1,
+                base_sequence: -1,
+            },
+            &recs,
+        ))
+    }
+
+    fn ids(v: &[i32]) -> Vec<NodeId> {
+        v.iter().map(|i| NodeId(*i)).collect()
+    }
+
+    fn set(v: &[i32]) -> BTreeSet<NodeId> {
+        v.iter().map(|i| NodeId(*i)).collect()
+    }
+
+    fn leader_of_three(p: &mut Partition) {
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(1),
+            &ids(&[1, 2, 3]),
+            set(&[1, 2, 3]),
+            1,
+            30_000,
+            crate::now_ms(),
+        );
+    }
+
+    #[test]
+    fn alone_the_high_watermark_is_the_log_end_and_acks_all_needs_no_wait() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        p.append_leader(batch(0, 0, 3), crate::now_ms()).unwrap();
+        assert_eq!(p.log.high_watermark(), Offset(3));
+        assert!(p.enough_replicas(1));
+        assert!(
+            !p.enough_replicas(2),
+            "Kafka: ISR {{self}} is below min.insync.replicas=2"
+        );
+        assert!(p.wait_ack(Offset(3), 1).is_ok());
+    }
+
+    #[test]
+    fn as_leader_the_high_watermark_waits_for_the_isr_and_acks_all_waiters_are_woken() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        leader_of_three(&mut p);
+        let now = crate::now_ms();
+        p.append_leader(batch(0, 1, 5), now).unwrap();
+        assert_eq!(
+            p.log.high_watermark(),
+            Offset(0),
+            "followers have not fetched"
+        );
+        let rx = p.wait_ack(Offset(5), 2).unwrap_err();
+        assert!(rx.try_recv().is_err(), "still waiting");
+        assert_eq!(p.on_replica_fetch(NodeId(2), Offset(5), now), Ok(None));
+        assert_eq!(
+            p.log.high_watermark(),
+            Offset(0),
+            "3 is in the ISR and holds it"
+        );
+        p.on_replica_fetch(NodeId(3), Offset(5), now).unwrap();
+        assert_eq!(p.log.high_watermark(), Offset(5));
+        assert_eq!(rx.try_recv(), Ok(AckState::Done));
+        // A node that is no replica, and a fetch on a non-leader, get Kafka's refusals.
+        assert_eq!(
+            p.on_replica_fetch(NodeId(9), Offset(5), now),
+            Err(ReplicaFetchError::NotReplica)
+        );
+        p.become_follower(NodeId(2), LeaderEpoch(2));
+        assert_eq!(
+            p.on_replica_fetch(NodeId(2), Offset(5), now),
+            Err(ReplicaFetchError::NotLeader)
+        );
+    }
+
+    #[test]
+    fn a_shrink_is_proposed_once_and_applied_only_when_committed() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        let t0 = crate::now_ms();
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(1),
+            &ids(&[1, 2, 3]),
+            set(&[1, 2, 3]),
+            1,
+            30_000,
+            t0,
+        );
+        p.append_leader(batch(0, 1, 2), t0).unwrap();
+        p.on_replica_fetch(NodeId(2), Offset(2), t0).unwrap();
+        let rx = p.wait_ack(Offset(2), 2).unwrap_err();
+        // Follower 3 never fetches: after the lag limit the shrink is proposed, once.
+        assert_eq!(p.isr_expiration(t0 + 10_000), None);
+        let (change, base) = p.isr_expiration(t0 + 31_000).unwrap();
+        assert_eq!(change, IsrChange::Shrink(set(&[1, 2])));
+        assert_eq!(base, 1);
+        assert_eq!(
+            p.isr_expiration(t0 + 32_000),
+            None,
+            "one pending change at a time"
+        );
+        assert_eq!(
+            p.log.high_watermark(),
+            Offset(0),
+            "not applied before the commit"
+        );
+        p.isr_committed(set(&[1, 2]), 2, t0 + 32_000);
+        assert_eq!(p.log.high_watermark(), Offset(2));
+        assert_eq!(rx.try_recv(), Ok(AckState::Done));
+        assert_eq!(p.partition_epoch(), Some(2));
+    }
+
+    #[test]
+    fn an_isr_below_min_insync_refuses_appends_and_answers_waiters_not_enough_after_append() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        let t0 = crate::now_ms();
+        // Took the lead a minute ago: follower 3 (never fetched) is no longer caught up.
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(1),
+            &ids(&[1, 2, 3]),
+            set(&[1, 2, 3]),
+            1,
+            30_000,
+            t0 - 60_000,
+        );
+        p.append_leader(batch(0, 1, 1), t0).unwrap();
+        let rx = p.wait_ack(Offset(1), 3).unwrap_err();
+        p.on_replica_fetch(NodeId(2), Offset(1), t0).unwrap();
+        // 3 leaves the ISR (committed); the HW passes the batch with ISR {1,2} < 3.
+        p.isr_committed(set(&[1, 2]), 2, t0);
+        assert_eq!(rx.try_recv(), Ok(AckState::NotEnoughReplicasAfterAppend));
+        assert!(!p.enough_replicas(3));
+        assert!(p.enough_replicas(2));
+    }
+
+    #[test]
+    fn losing_the_lead_answers_waiters_not_leader() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        leader_of_three(&mut p);
+        p.append_leader(batch(0, 1, 1), crate::now_ms()).unwrap();
+        let rx = p.wait_ack(Offset(1), 1).unwrap_err();
+        p.become_follower(NodeId(2), LeaderEpoch(2));
+        assert_eq!(rx.try_recv(), Ok(AckState::NotLeader));
+        assert_eq!(p.leader_epoch, LeaderEpoch(2));
+        assert!(matches!(p.role(), Role::Follower(f) if !f.truncated && f.leader == NodeId(2)));
+    }
+
+    #[test]
+    fn a_follower_appends_the_leaders_batches_verbatim_truncates_and_follows_the_leaders_hw() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        p.become_follower(NodeId(1), LeaderEpoch(1));
+        let b = batch(0, 1, 4);
+        p.append_follower(b.clone(), Offset(2)).unwrap();
+        assert_eq!(p.log.log_end_offset(), Offset(4));
+        assert_eq!(
+            p.log.high_watermark(),
+            Offset(2),
+            "min(leader HW, own log end)"
+        );
+        let read = p.log.read(Offset(0), 1 << 20, Offset(4)).unwrap();
+        assert_eq!(read.records, b, "bytes as the leader sent them");
+        p.append_follower(Bytes::new(), Offset(9)).unwrap();
+        assert_eq!(p.log.high_watermark(), Offset(4));
+        // A new leader at epoch 2 whose log ends at 3: truncate, then fetch on.
+        p.become_follower(NodeId(3), LeaderEpoch(2));
+        p.truncate_as_follower(Offset(3), true).unwrap();
+        assert_eq!(p.log.log_end_offset(), Offset(3));
+        assert!(matches!(p.role(), Role::Follower(f) if f.truncated));
+        // Becoming leader at epoch 3: the replica state starts at the log end.
+        p.append_follower(batch(3, 2, 2), Offset(5)).unwrap();
+        assert_eq!(
+            p.log.epoch_entries().last(),
+            Some(&(LeaderEpoch(2), Offset(3)))
+        );
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(3),
+            &ids(&[1, 2, 3]),
+            set(&[1, 2]),
+            5,
+            30_000,
+            crate::now_ms(),
+        );
+        assert_eq!(p.leader_epoch, LeaderEpoch(3));
+        assert_eq!(p.log.high_watermark(), Offset(5));
+        assert!(p.is_leader());
     }
 }

@@ -18,6 +18,7 @@ struct Fixed {
 impl Catalog for Fixed {
     fn partition_spec(&self, tp: &TopicPartition) -> Option<PartitionSpec> {
         self.partitions.contains(tp).then(|| PartitionSpec {
+            replicated: false,
             dir: self.dir.join(tp.to_string()),
             config: LogConfig::default(),
             leader_epoch: LeaderEpoch(3),

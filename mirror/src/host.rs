@@ -205,6 +205,7 @@ impl ExtensionApis for MirrorBroker {
 
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
         let _ = self.broker.set(broker.clone());
+        crate::replica_fetcher::start(broker.clone(), router.clone(), self.stop.clone());
         let Some((rx, mut service, settings)) = self
             .pending
             .lock()

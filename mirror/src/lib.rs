@@ -26,6 +26,7 @@ pub mod fetcher;
 pub mod host;
 pub mod manager;
 pub mod metrics;
+pub mod replica_fetcher;
 pub mod service;
 pub mod session;
 pub mod throttle;

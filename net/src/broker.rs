@@ -38,6 +38,8 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: i32,
     /// `transaction.state.log.num.partitions`: partitions of `__transaction_state`.
     pub transaction_state_partitions: i32,
+    /// `replica.lag.time.max.ms` (from the engine config).
+    pub replica_lag_time_max_ms: i64,
     /// `default.replication.factor` for CreateTopics with -1 and auto-created topics (1 on
     /// a one-node broker).
     pub default_replication_factor: i16,

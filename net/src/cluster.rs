@@ -523,6 +523,10 @@ impl Catalog for MetaCatalog {
             leader_epoch: LeaderEpoch(epoch),
             topic_id: t.id.as_u128(),
             mirror: t.mirror.clone(),
+            replicated: t
+                .assignments
+                .get(usize::try_from(tp.partition).ok()?)
+                .is_some_and(|a| a.replicas.len() > 1),
         })
     }
 

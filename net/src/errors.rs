@@ -55,10 +55,34 @@ pub fn engine_error_code(e: &EngineError) -> i16 {
         EngineError::ShuttingDown => E::NotLeaderOrFollower.code(),
         // Moving between cores: retry after a metadata refresh, as after a leader change.
         EngineError::NotOwner(_) => E::NotLeaderOrFollower.code(),
+        EngineError::NotLeader(_) => E::NotLeaderOrFollower.code(),
+        EngineError::NotEnoughReplicas { .. } => E::NotEnoughReplicas.code(),
         EngineError::JobPanicked { .. } => E::UnknownServerError.code(),
         EngineError::Log(l) => log_error_code(l),
         EngineError::Io(_) => E::KafkaStorageError.code(),
         _ => E::UnknownServerError.code(),
+    }
+}
+
+/// How an `acks=all` produce ends when it did not simply succeed.
+pub fn ack_state_code(s: kmirror_engine::AckState) -> i16 {
+    use kmirror_engine::AckState as A;
+    match s {
+        A::Done => 0,
+        A::Waiting => E::RequestTimedOut.code(),
+        A::NotEnoughReplicasAfterAppend => E::NotEnoughReplicasAfterAppend.code(),
+        A::NotLeader => E::NotLeaderOrFollower.code(),
+    }
+}
+
+/// A replica's Fetch the leader cannot record: Kafka's Partition answers UNKNOWN_LEADER_EPOCH
+/// to a non-replica that named the current leader epoch (it may be a replica being added),
+/// NOT_LEADER_OR_FOLLOWER otherwise.
+pub fn replica_fetch_code(e: kmirror_engine::ReplicaFetchError, named_epoch: bool) -> i16 {
+    use kmirror_engine::ReplicaFetchError as R;
+    match e {
+        R::NotReplica if named_epoch => E::UnknownLeaderEpoch.code(),
+        R::NotReplica | R::NotLeader => E::NotLeaderOrFollower.code(),
     }
 }
 

@@ -37,6 +37,7 @@ pub mod keys;
 pub mod listeners;
 pub mod metrics;
 pub mod quota;
+pub mod replication;
 pub mod sasl;
 pub mod server;
 pub mod session;
@@ -276,6 +277,7 @@ pub fn start_with(
             default_partitions: cfg.default_partitions,
             offsets_topic_partitions: cfg.groups.offsets_topic_num_partitions,
             transaction_state_partitions: cfg.groups.transaction_state_num_partitions,
+            replica_lag_time_max_ms: cfg.engine.replica_lag_time_max_ms as i64,
             default_replication_factor: quorum.as_ref().map_or(1, |q| q.default_replication_factor),
         },
         cluster: cluster.clone(),
@@ -323,6 +325,7 @@ pub fn start_with(
             }
             let _ = bound_tx.send(Ok(()));
             let ctx = Rc::new(Ctx::new(broker, core));
+            glommio::spawn_local(replication::run(ctx.clone())).detach();
             let tasks: Vec<_> = bound
                 .into_iter()
                 .map(|(listener, lctx)| {

@@ -15,6 +15,22 @@ def ids(parts):
     return ",".join(sorted(str(tp.partition) for tp in parts))
 
 
+def commit(consumer):
+    """Synchronous commit; a retriable failure (the coordinator moved or is loading, as when
+    a broker dies) is retried for up to a minute, as the Java consumer's commitSync does."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            consumer.commit(asynchronous=False)
+            return
+        except KafkaException as e:
+            err = e.args[0]
+            if not err.retriable() or time.monotonic() > deadline:
+                raise
+            print(f"commit retry after: {err}", file=sys.stderr, flush=True)
+            time.sleep(0.2)
+
+
 def main():
     bootstrap, group, topic, stop_file, rate = sys.argv[1:6]
     rate = int(rate)
@@ -69,7 +85,7 @@ def main():
             sys.stdout.write("".join(lines))
             sys.stdout.flush()
         if got:
-            consumer.commit(asynchronous=False)
+            commit(consumer)
         if rate > 0:
             due = consumed / rate
             lag = due - (time.monotonic() - started)

@@ -1,9 +1,12 @@
 """librdkafka (confluent-kafka) twin of tests/java/src/SeqProducer.java.
 
 Usage: seq_producer.py BOOTSTRAP TOPIC PARTITIONS RECORDS [key=value producer config...]
+(seqproducer.rate=N: at most N records per second; seqproducer.stop=PATH: stop sending once
+PATH exists, then flush and finish; both ours, not librdkafka's.)
 Prints "ACK <partition> <seq> <offset>" per acknowledged record, "ERR <partition> <seq>
 <error>" per failed one, and "DONE <acked> <errors>" at the end.
 """
+import os
 import sys
 import time
 
@@ -27,7 +30,10 @@ def main():
     for kv in sys.argv[5:]:
         k, v = kv.split("=", 1)
         conf[k] = v
+    rate = float(conf.pop("seqproducer.rate", 0))
+    stop = conf.pop("seqproducer.stop", None)
     producer = Producer(conf)
+    started = time.monotonic()
     out = []
     counts = {"acked": 0, "errors": 0}
 
@@ -42,6 +48,15 @@ def main():
         return cb
 
     for i in range(records):
+        if stop is not None and i % 50 == 0 and os.path.exists(stop):
+            break
+        # Serve delivery reports while pacing, so acks keep flowing out.
+        while rate > 0 and (wait := started + i / rate - time.monotonic()) > 0:
+            producer.poll(wait)
+            if out:
+                sys.stdout.write("".join(out))
+                sys.stdout.flush()
+                out.clear()
         p, seq = i % partitions, i // partitions
         while True:
             try:

@@ -20,7 +20,7 @@ pub enum Client {
 }
 
 impl Client {
-    fn producer(
+    pub(crate) fn producer(
         self,
         bootstrap: &str,
         topic: &str,
@@ -42,7 +42,14 @@ impl Client {
         c
     }
 
-    fn consumer(self, bootstrap: &str, group: &str, topic: &str, stop: &str, rate: u32) -> Command {
+    pub(crate) fn consumer(
+        self,
+        bootstrap: &str,
+        group: &str,
+        topic: &str,
+        stop: &str,
+        rate: u32,
+    ) -> Command {
         let mut c = match self {
             Client::Java => java::program("GroupConsumer"),
             Client::Librdkafka => python::script("group_consumer.py"),
@@ -150,7 +157,7 @@ pub struct Seq {
     pub offset: i64,
 }
 
-fn parse_acks(lines: &[String]) -> (Vec<Seq>, usize) {
+pub(crate) fn parse_acks(lines: &[String]) -> (Vec<Seq>, usize) {
     let mut acks = Vec::new();
     let mut errors = 0;
     for l in lines {
@@ -159,7 +166,13 @@ fn parse_acks(lines: &[String]) -> (Vec<Seq>, usize) {
             ["ACK", p, s, o] => acks.push(Seq {
                 partition: p.parse().expect("ack partition"),
                 seq: s.parse().expect("ack seq"),
-                offset: o.parse().expect("ack offset"),
+                // librdkafka acks a retried batch the broker already had
+                // (DUPLICATE_SEQUENCE_NUMBER) without its offset: Python prints None.
+                offset: if *o == "None" {
+                    -1
+                } else {
+                    o.parse().expect("ack offset")
+                },
             }),
             ["ERR", ..] => errors += 1,
             _ => {}
@@ -169,7 +182,7 @@ fn parse_acks(lines: &[String]) -> (Vec<Seq>, usize) {
 }
 
 /// Parses a consumer's "R <partition> <offset> <p>:<seq>" lines.
-fn parse_consumed(lines: &[String]) -> Vec<Seq> {
+pub(crate) fn parse_consumed(lines: &[String]) -> Vec<Seq> {
     lines
         .iter()
         .filter_map(|l| {

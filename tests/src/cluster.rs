@@ -3,10 +3,15 @@
 //! 1@127.0.0.1:C1,... --data-dir D` (KRaft combined mode: every node is a voter and a
 //! broker). Nodes are [`KmirrorNode`]s, so each keeps its log file across restarts like the
 //! single-node harness, and its ports and data dir.
+//!
+//! With [`ClusterOpts::netns`] each node runs in a network namespace of its own
+//! ([`crate::netns`], needs root) on `10.x.y.(10+i):9092` (controller listener `:9093`), so
+//! [`KmirrorCluster::isolate`] can cut one node off the network while it keeps running.
 
 use std::time::Duration;
 
 use crate::kmirror::KmirrorNode;
+use crate::netns::NetNs;
 use crate::proc;
 use crate::wire::WireClient;
 
@@ -17,6 +22,8 @@ pub struct ClusterOpts {
     pub extra: Vec<String>,
     /// `--broker-session-timeout-ms` (Kafka's `broker.session.timeout.ms`).
     pub session_timeout_ms: u64,
+    /// Each node in a network namespace of its own, for [`KmirrorCluster::isolate`].
+    pub netns: bool,
 }
 
 impl Default for ClusterOpts {
@@ -24,6 +31,7 @@ impl Default for ClusterOpts {
         ClusterOpts {
             extra: vec!["--cores".into(), "1".into()],
             session_timeout_ms: 9000,
+            netns: false,
         }
     }
 }
@@ -33,6 +41,10 @@ impl Default for ClusterOpts {
 pub struct KmirrorCluster {
     nodes: Vec<KmirrorNode>,
     quorum: String,
+    /// Per node: cut off by [`KmirrorCluster::isolate`].
+    isolated: Vec<bool>,
+    /// After `nodes`: the processes die before their namespaces go.
+    net: Option<NetNs>,
 }
 
 impl KmirrorCluster {
@@ -40,11 +52,26 @@ impl KmirrorCluster {
     /// registered and unfenced, a Raft leader elected).
     pub fn start(n: usize, opts: ClusterOpts) -> Self {
         assert!(n >= 1, "at least one node");
-        let controller_ports: Vec<u16> = (0..n).map(|_| proc::free_port()).collect();
+        let net = opts.netns.then(|| NetNs::create(n));
+        // In a namespace every node has the ports to itself.
+        let host_of = |i: usize| -> String {
+            net.as_ref()
+                .map(|net| net.ip_of(i + 1).to_string())
+                .unwrap_or_else(|| "127.0.0.1".into())
+        };
+        let controller_ports: Vec<u16> = (0..n)
+            .map(|_| {
+                if net.is_some() {
+                    9093
+                } else {
+                    proc::free_port()
+                }
+            })
+            .collect();
         let quorum = controller_ports
             .iter()
             .enumerate()
-            .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+            .map(|(i, p)| format!("{}@{}:{p}", i + 1, host_of(i)))
             .collect::<Vec<_>>()
             .join(",");
         let session = opts.session_timeout_ms.to_string();
@@ -53,7 +80,7 @@ impl KmirrorCluster {
             .enumerate()
             .map(|(i, cport)| {
                 let id = (i + 1).to_string();
-                let controller = format!("127.0.0.1:{cport}");
+                let controller = format!("{}:{cport}", host_of(i));
                 let mut extra: Vec<&str> = vec![
                     "--node-id",
                     &id,
@@ -65,10 +92,20 @@ impl KmirrorCluster {
                     &session,
                 ];
                 extra.extend(opts.extra.iter().map(String::as_str));
-                KmirrorNode::start_with(&extra)
+                match &net {
+                    Some(net) => {
+                        KmirrorNode::start_in_netns(net.ns_of(i + 1), &host_of(i), 9092, &extra)
+                    }
+                    None => KmirrorNode::start_with(&extra),
+                }
             })
             .collect();
-        let c = KmirrorCluster { nodes, quorum };
+        let c = KmirrorCluster {
+            nodes,
+            quorum,
+            isolated: vec![false; n],
+            net,
+        };
         for i in 1..=n {
             c.wait_brokers(i, n, Duration::from_secs(60));
         }
@@ -124,6 +161,36 @@ impl KmirrorCluster {
             node.stop();
         }
         node.start_again();
+    }
+
+    /// Cuts node `id` off the network (from the other nodes and from clients); it keeps
+    /// running. Needs [`ClusterOpts::netns`].
+    pub fn isolate(&mut self, id: usize) {
+        self.net
+            .as_ref()
+            .expect("isolate needs ClusterOpts::netns")
+            .isolate(id);
+        self.isolated[id - 1] = true;
+    }
+
+    /// Joins node `id` to the network again after [`KmirrorCluster::isolate`].
+    pub fn heal(&mut self, id: usize) {
+        self.net
+            .as_ref()
+            .expect("heal needs ClusterOpts::netns")
+            .heal(id);
+        self.isolated[id - 1] = false;
+    }
+
+    /// Client addresses of the nodes that run and are not isolated, comma-separated.
+    pub fn reachable_bootstrap(&self) -> String {
+        self.nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, node)| !self.isolated[*i] && node.started())
+            .map(|(_, node)| node.addr())
+            .collect::<Vec<_>>()
+            .join(",")
     }
 
     /// The broker ids node `via` lists in Metadata (sorted).

@@ -21,6 +21,8 @@ pub mod tools {
     pub const CONSOLE_PRODUCER: &str = "org.apache.kafka.tools.ConsoleProducer";
     /// kafka-topics
     pub const TOPIC_COMMAND: &str = "org.apache.kafka.tools.TopicCommand";
+    /// kafka-metadata-quorum
+    pub const METADATA_QUORUM_COMMAND: &str = "org.apache.kafka.tools.MetadataQuorumCommand";
     /// kafka-consumer-groups
     pub const CONSUMER_GROUP_COMMAND: &str =
         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";

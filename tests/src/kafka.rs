@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use crate::deps;
+use crate::netns::NetNs;
 use crate::pki::Identity;
 use crate::proc::{self, ChildGuard};
 use crate::wire::WireClient;
@@ -25,7 +26,11 @@ use crate::wire::WireClient;
 #[derive(Debug)]
 struct Node {
     id: i32,
+    /// The address the node binds and advertises: 127.0.0.1, or its namespace's address.
+    host: String,
     port: u16,
+    /// Cut off by [`KafkaCluster::isolate_node`] (still running).
+    isolated: bool,
     /// The PROXIED listener's real port, when [`KafkaOptions::proxied_ports`] asked for one.
     proxied: Option<(u16, u16)>,
     /// The SECURE listener's port, when [`KafkaOptions::security`] asked for one.
@@ -44,6 +49,9 @@ pub struct KafkaCluster {
     security: Option<KafkaSecurity>,
     /// Java client properties of the admin identity on the SECURE listener.
     admin_config: Option<PathBuf>,
+    /// The nodes' network namespaces ([`KafkaOptions::netns`]); after `nodes`, so the
+    /// processes die before their namespaces go.
+    net: Option<NetNs>,
 }
 
 /// Settings for [`KafkaCluster::start_with`].
@@ -65,6 +73,10 @@ pub struct KafkaOptions {
     pub proxied_ports: Vec<u16>,
     /// A secured client listener (SECURE) on every node, the authorizer, SCRAM users.
     pub security: Option<KafkaSecurity>,
+    /// Run each node in a network namespace of its own ([`crate::netns`]), so
+    /// [`KafkaCluster::isolate_node`] can partition it. Needs root. Not combinable with
+    /// `proxied_ports` or `security` (their listeners are on 127.0.0.1).
+    pub netns: bool,
 }
 
 impl Default for KafkaOptions {
@@ -75,6 +87,7 @@ impl Default for KafkaOptions {
             heap: "512m".into(),
             proxied_ports: Vec::new(),
             security: None,
+            netns: false,
         }
     }
 }
@@ -423,18 +436,26 @@ fn cluster_id() -> String {
 /// A `java` command with the Kafka classpath, small heap and quiet logging.
 pub fn java_cmd(heap: &str, main_class: &str) -> Command {
     let mut c = Command::new(deps::java());
-    c.arg(format!("-Xmx{heap}"))
-        .arg("-XX:+UseSerialGC")
-        .arg("-XX:TieredStopAtLevel=1")
-        .arg("-Djava.awt.headless=true")
-        .arg(format!(
+    c.args(java_args(heap, main_class));
+    c
+}
+
+/// The arguments of [`java_cmd`] after `java` (to run it under another launcher).
+fn java_args(heap: &str, main_class: &str) -> Vec<std::ffi::OsString> {
+    vec![
+        format!("-Xmx{heap}").into(),
+        "-XX:+UseSerialGC".into(),
+        "-XX:TieredStopAtLevel=1".into(),
+        "-Djava.awt.headless=true".into(),
+        format!(
             "-Dlog4j2.configurationFile={}",
             deps::log4j_config().display()
-        ))
-        .arg("-cp")
-        .arg(deps::kafka_classpath())
-        .arg(main_class);
-    c
+        )
+        .into(),
+        "-cp".into(),
+        deps::kafka_classpath().into(),
+        main_class.into(),
+    ]
 }
 
 impl KafkaCluster {
@@ -451,6 +472,37 @@ impl KafkaCluster {
         })
     }
 
+    /// Three nodes for replication fault tests (issue 12): RF 3 everywhere,
+    /// `min.insync.replicas=2`, each node in its own network namespace (needs root) so a test
+    /// can partition it, and shorter failure-detection timeouts than Kafka's defaults (same
+    /// semantics, seconds instead of tens of seconds): a broker is fenced after 4 s without
+    /// heartbeats, a follower leaves the ISR after 5 s behind.
+    pub fn three_replicated() -> Self {
+        Self::start_with(Self::three_replicated_options())
+    }
+
+    /// The options of [`KafkaCluster::three_replicated`], to extend.
+    pub fn three_replicated_options() -> KafkaOptions {
+        let props = [
+            ("min.insync.replicas", "2"),
+            ("transaction.state.log.min.isr", "2"),
+            ("share.coordinator.state.topic.min.isr", "2"),
+            ("broker.heartbeat.interval.ms", "500"),
+            ("broker.session.timeout.ms", "4000"),
+            ("replica.lag.time.max.ms", "5000"),
+            ("unclean.leader.election.enable", "false"),
+        ];
+        KafkaOptions {
+            nodes: 3,
+            props: props
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
+            netns: true,
+            ..KafkaOptions::default()
+        }
+    }
+
     /// Formats storage and starts every node; returns once all brokers are in Metadata.
     pub fn start_with(opts: KafkaOptions) -> Self {
         assert!(opts.nodes >= 1);
@@ -459,19 +511,30 @@ impl KafkaCluster {
             .tempdir()
             .expect("temp dir for Kafka");
         let n = opts.nodes;
+        assert!(
+            !opts.netns || (opts.proxied_ports.is_empty() && opts.security.is_none()),
+            "KafkaOptions::netns does not combine with proxied_ports or security"
+        );
+        let net = opts.netns.then(|| NetNs::create(n));
+        let host_of = |i: usize| -> String {
+            net.as_ref()
+                .map(|net| net.ip_of(i + 1).to_string())
+                .unwrap_or_else(|| "127.0.0.1".into())
+        };
         let ports: Vec<(u16, u16)> = (0..n)
             .map(|_| (proc::free_port(), proc::free_port()))
             .collect();
         let voters: Vec<String> = ports
             .iter()
             .enumerate()
-            .map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1))
+            .map(|(i, (_, c))| format!("{}@{}:{c}", i + 1, host_of(i)))
             .collect();
         let rf = n.min(3);
         let cid = cluster_id();
         let mut nodes = Vec::new();
         for (i, (port, cport)) in ports.iter().enumerate() {
             let id = i as i32 + 1;
+            let host = host_of(i);
             let ndir = dir.path().join(format!("node{id}"));
             std::fs::create_dir_all(&ndir).expect("node dir");
             let proxied = opts
@@ -499,12 +562,12 @@ impl KafkaCluster {
                 (
                     "listeners".into(),
                     format!(
-                        "PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}{extra_listener}"
+                        "PLAINTEXT://{host}:{port},CONTROLLER://{host}:{cport}{extra_listener}"
                     ),
                 ),
                 (
                     "advertised.listeners".into(),
-                    format!("PLAINTEXT://127.0.0.1:{port}{extra_advertised}"),
+                    format!("PLAINTEXT://{host}:{port}{extra_advertised}"),
                 ),
                 ("controller.listener.names".into(), "CONTROLLER".into()),
                 (
@@ -546,7 +609,9 @@ impl KafkaCluster {
             std::fs::write(&config, text).expect("write server.properties");
             nodes.push(Node {
                 id,
+                host,
                 port: *port,
+                isolated: false,
                 proxied,
                 secure,
                 config,
@@ -579,6 +644,7 @@ impl KafkaCluster {
             heap: opts.heap.clone(),
             security: opts.security.clone(),
             admin_config,
+            net,
         };
         for i in 0..n {
             cluster.spawn_node(i);
@@ -595,7 +661,15 @@ impl KafkaCluster {
             .append(true)
             .open(&node.log)
             .expect("open kafka log");
-        let child = java_cmd(&heap, "kafka.Kafka")
+        let mut cmd = match &self.net {
+            Some(net) => {
+                let mut c = net.command(i + 1, deps::java().as_ref());
+                c.args(java_args(&heap, "kafka.Kafka"));
+                c
+            }
+            None => java_cmd(&heap, "kafka.Kafka"),
+        };
+        let child = cmd
             .arg(&node.config)
             .stdin(Stdio::null())
             .stdout(log.try_clone().expect("dup log"))
@@ -609,14 +683,14 @@ impl KafkaCluster {
         let want: Vec<i32> = self
             .nodes
             .iter()
-            .filter(|n| n.child.is_some())
+            .filter(|n| n.child.is_some() && !n.isolated)
             .map(|n| n.id)
             .collect();
         let addrs: Vec<String> = self
             .nodes
             .iter()
-            .filter(|n| n.child.is_some())
-            .map(|n| format!("127.0.0.1:{}", n.port))
+            .filter(|n| n.child.is_some() && !n.isolated)
+            .map(|n| format!("{}:{}", n.host, n.port))
             .collect();
         let logs: Vec<PathBuf> = self.nodes.iter().map(|n| n.log.clone()).collect();
         let deadline = std::time::Instant::now() + timeout;
@@ -655,12 +729,13 @@ impl KafkaCluster {
         }
     }
 
-    /// `127.0.0.1:p1,127.0.0.1:p2,…` of the nodes that are running.
+    /// `host:p1,host:p2,…` of the nodes that are running and not isolated (the host is
+    /// 127.0.0.1, or each node's namespace address with [`KafkaOptions::netns`]).
     pub fn bootstrap(&self) -> String {
         self.nodes
             .iter()
-            .filter(|n| n.child.is_some())
-            .map(|n| format!("127.0.0.1:{}", n.port))
+            .filter(|n| n.child.is_some() && !n.isolated)
+            .map(|n| format!("{}:{}", n.host, n.port))
             .collect::<Vec<_>>()
             .join(",")
     }
@@ -668,7 +743,7 @@ impl KafkaCluster {
     /// Address of node `id` (1-based, as Kafka's node.id).
     pub fn addr_of(&self, id: i32) -> String {
         let n = self.node(id);
-        format!("127.0.0.1:{}", n.port)
+        format!("{}:{}", n.host, n.port)
     }
 
     /// The real address of node `id`'s PROXIED listener: where its proxy forwards to.
@@ -716,6 +791,32 @@ impl KafkaCluster {
             .and_then(|mut c| c.partition_info(topic, partition))
             .unwrap_or_else(|e| panic!("leader of {topic}-{partition}: {e}"))
             .leader_id
+    }
+
+    /// Cuts node `id` off the network (it keeps running): from the other nodes and from the
+    /// test's clients. Needs [`KafkaOptions::netns`].
+    pub fn isolate_node(&mut self, id: i32) {
+        let i = self.index(id);
+        self.net
+            .as_ref()
+            .expect("isolate_node needs KafkaOptions::netns")
+            .isolate(i + 1);
+        self.nodes[i].isolated = true;
+    }
+
+    /// Joins node `id` to the network again after [`KafkaCluster::isolate_node`].
+    pub fn heal_node(&mut self, id: i32) {
+        let i = self.index(id);
+        self.net
+            .as_ref()
+            .expect("heal_node needs KafkaOptions::netns")
+            .heal(i + 1);
+        self.nodes[i].isolated = false;
+    }
+
+    /// The network namespaces of the nodes, with [`KafkaOptions::netns`].
+    pub fn netns(&self) -> Option<&NetNs> {
+        self.net.as_ref()
     }
 
     /// SIGKILL one node.

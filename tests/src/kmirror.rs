@@ -26,6 +26,10 @@ pub struct KmirrorNode {
     data: Option<PathBuf>,
     child: Option<ChildGuard>,
     starts: u32,
+    /// The address it binds and advertises: 127.0.0.1, or its network namespace's address.
+    host: String,
+    /// The network namespace it runs in ([`KmirrorNode::start_in_netns`]).
+    netns: Option<String>,
 }
 
 impl KmirrorNode {
@@ -69,6 +73,30 @@ impl KmirrorNode {
         Self::start_inner(Vec::new(), extra, env, data)
     }
 
+    /// Starts a node inside network namespace `ns` (see [`crate::netns::NetNs`]), listening
+    /// on `host` (the namespace's address) at `port`, with extra `serve` arguments. Restarts
+    /// stay in the namespace.
+    pub fn start_in_netns(ns: &str, host: &str, port: u16, extra: &[&str]) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("kmirror-node-")
+            .tempdir()
+            .expect("temp dir for kmirror");
+        let mut node = KmirrorNode {
+            dir,
+            port,
+            listeners: Vec::new(),
+            extra: extra.iter().map(|s| s.to_string()).collect(),
+            env: Vec::new(),
+            data: None,
+            child: None,
+            starts: 0,
+            host: host.to_string(),
+            netns: Some(ns.to_string()),
+        };
+        node.spawn();
+        node
+    }
+
     fn start_inner(
         listeners: Vec<(String, u16)>,
         extra: &[&str],
@@ -94,6 +122,8 @@ impl KmirrorNode {
             data,
             child: None,
             starts: 0,
+            host: "127.0.0.1".into(),
+            netns: None,
         };
         node.spawn();
         node
@@ -112,9 +142,9 @@ impl KmirrorNode {
         self.extra = extra.iter().map(|s| s.to_string()).collect();
     }
 
-    /// `127.0.0.1:PORT`.
+    /// `127.0.0.1:PORT` (or the namespace address with [`KmirrorNode::start_in_netns`]).
     pub fn addr(&self) -> String {
-        format!("127.0.0.1:{}", self.port)
+        format!("{}:{}", self.host, self.port)
     }
 
     /// `127.0.0.1:PORT` of the listener named `name` ("PLAINTEXT", "SSL", …); panics if the
@@ -128,7 +158,7 @@ impl KmirrorNode {
             .iter()
             .find(|(n, _)| n == name)
             .unwrap_or_else(|| panic!("kmirror node has no {name} listener"));
-        format!("127.0.0.1:{port}")
+        format!("{}:{port}", self.host)
     }
 
     /// The data dir (kept across restarts).
@@ -160,7 +190,7 @@ impl KmirrorNode {
             let list: Vec<String> = self
                 .listeners
                 .iter()
-                .map(|(n, p)| format!("{n}://127.0.0.1:{p}"))
+                .map(|(n, p)| format!("{n}://{}:{p}", self.host))
                 .collect();
             vec!["--listeners".into(), list.join(",")]
         };
@@ -170,7 +200,15 @@ impl KmirrorNode {
             .listeners
             .last()
             .map(|(n, _)| format!("kmirror listener {n} on"));
-        let mut child = Command::new(bin)
+        let mut cmd = match &self.netns {
+            Some(ns) => {
+                let mut c = Command::new("ip");
+                c.args(["netns", "exec", ns]).arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        };
+        let mut child = cmd
             .arg("serve")
             .args(&listen_args)
             .arg("--data-dir")
@@ -272,6 +310,12 @@ impl KmirrorNode {
         if let Some(mut c) = self.child.take() {
             proc::kill_now(&mut c.0);
         }
+    }
+
+    /// Whether the node was started and not killed or stopped since (without reaping: a
+    /// process that crashed on its own still counts; see [`KmirrorNode::alive`]).
+    pub fn started(&self) -> bool {
+        self.child.is_some()
     }
 
     /// Whether the process is alive.

@@ -71,6 +71,10 @@ pub struct PartitionInfo {
     pub leader_id: i32,
     /// Leader epoch.
     pub leader_epoch: i32,
+    /// Replica ids, in the assignment's (preferred) order.
+    pub replicas: Vec<i32>,
+    /// In-sync replica ids, sorted.
+    pub isr: Vec<i32>,
 }
 
 impl WireClient {
@@ -341,6 +345,12 @@ impl WireClient {
             leader: format!("{}:{}", b.host.as_str(), b.port),
             leader_id: p.leader_id.0,
             leader_epoch: p.leader_epoch,
+            replicas: p.replica_nodes.iter().map(|r| r.0).collect(),
+            isr: {
+                let mut isr: Vec<i32> = p.isr_nodes.iter().map(|r| r.0).collect();
+                isr.sort_unstable();
+                isr
+            },
         })
     }
 
@@ -540,6 +550,38 @@ impl WireClient {
             });
         }
         Ok(p.offset)
+    }
+
+    /// The metadata quorum's leader (the active controller) and its epoch, from
+    /// DescribeQuorum on `__cluster_metadata-0` (a broker forwards it to the controller,
+    /// as `kafka-metadata-quorum --bootstrap-server` relies on).
+    pub fn quorum_leader(&mut self) -> Result<(i32, i32)> {
+        let req = DescribeQuorumRequest::default().with_topics(vec![
+            describe_quorum_request::TopicData::default()
+                .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+                .with_partitions(vec![
+                    describe_quorum_request::PartitionData::default().with_partition_index(0)
+                ]),
+        ]);
+        let resp = self.send(req)?;
+        if resp.error_code != 0 {
+            return Err(WireError::Broker {
+                what: "DescribeQuorum".into(),
+                code: resp.error_code,
+            });
+        }
+        let p = resp
+            .topics
+            .first()
+            .and_then(|t| t.partitions.first())
+            .ok_or_else(|| WireError::Codec("empty DescribeQuorum response".into()))?;
+        if p.error_code != 0 {
+            return Err(WireError::Broker {
+                what: "DescribeQuorum __cluster_metadata-0".into(),
+                code: p.error_code,
+            });
+        }
+        Ok((p.leader_id.0, p.leader_epoch))
     }
 
     /// Log start and log end offset of one partition.

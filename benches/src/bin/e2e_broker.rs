@@ -12,6 +12,14 @@
 //! TLS on the fetch path. Prints per-round rows and the median kmirror/Kafka ratios with
 //! their spread.
 //!
+//! `… --bin e2e_broker -- --cluster 3 [RECORDS] [PARTITIONS] [ROUNDS]` (issue 12):
+//! ProducerPerformance acks=all into RF=3 topics (`min.insync.replicas=2`) on three Apache
+//! Kafka nodes and on three kmirror nodes, all on this machine, alternating which cluster is
+//! loaded first each round. Prints per-round rows (MB/s, p50/p99, CPU of all nodes per GB)
+//! and the median kmirror/Kafka ratios with their spread; a round counts only once every
+//! node's data directory holds the topic's payload (it really was replicated).
+//! `KMIRROR_BENCH_KAFKA_ONLY=1`: the Kafka side alone.
+//!
 //! `… --bin e2e_broker -- --consume [RECORDS] [PARTITIONS] [ROUNDS]`: the consume side alone.
 //! Kafka, kmirror, and a second kmirror with `KMIRROR_SENDFILE=1` (sendfile to the loopback
 //! consumer, which by default gets copies) all run; each gets the same topic once, then ROUNDS rounds
@@ -25,6 +33,7 @@ mod common;
 
 use std::time::Duration;
 
+use kmirror_tests::cluster::{ClusterOpts, KmirrorCluster};
 use kmirror_tests::java::tools;
 use kmirror_tests::KmirrorNode;
 
@@ -500,7 +509,230 @@ fn main_consume(records: u64, partitions: i32, rounds: usize) {
     }
 }
 
+/// A running multi-node cluster as the `--cluster` benchmark sees it.
+struct ClusterSide {
+    name: &'static str,
+    boot: String,
+    pids: Vec<u32>,
+    /// Each node's data directory, to check that every replica holds the data.
+    data_dirs: Vec<std::path::PathBuf>,
+}
+
+/// Bytes of `<base>.log` segment files of `topic`'s partitions under `dir` (any depth: the
+/// partition directories are `<topic>-<p>` in Kafka and kmirror alike).
+fn segment_bytes(dir: &std::path::Path, topic: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let prefix = format!("{topic}-");
+    let in_partition = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|p| p.parse::<u32>().is_ok())
+    });
+    let mut total = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            total += segment_bytes(&path, topic);
+        } else if in_partition && path.extension().is_some_and(|x| x == "log") {
+            total += meta.len();
+        }
+    }
+    total
+}
+
+/// Waits until every node stores at least the produced payload of `topic` (RF 3 on 3 nodes:
+/// every node is a replica of every partition): the numbers are only worth printing if the
+/// cluster really replicated. Returns each node's bytes.
+fn check_replicated(side: &ClusterSide, topic: &str, payload: u64) -> Vec<u64> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let bytes: Vec<u64> = side
+            .data_dirs
+            .iter()
+            .map(|d| segment_bytes(d, topic))
+            .collect();
+        if bytes.iter().all(|b| *b >= payload) {
+            return bytes;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}: {topic} not on every replica after 60 s: node bytes {bytes:?}, payload {payload}",
+            side.name
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+}
+
+impl ClusterSide {
+    fn cpu_seconds(&self) -> f64 {
+        self.pids.iter().map(|p| common::cpu_seconds(*p)).sum()
+    }
+    fn peak_rss_mib(&self) -> f64 {
+        self.pids.iter().map(|p| common::peak_rss_mib(*p)).sum()
+    }
+}
+
+/// One cluster's numbers in one `--cluster` round.
+struct ClusterRow {
+    round: usize,
+    broker: &'static str,
+    produce_mb_s: f64,
+    p50_ms: f64,
+    p99_ms: f64,
+    /// CPU seconds of all the cluster's nodes per GB produced (each GB is stored 3 times).
+    cpu_s_gb: f64,
+    load: String,
+}
+
+fn cluster_round(side: &ClusterSide, round: usize, records: u64, partitions: i32) -> ClusterRow {
+    let topic = format!("rf3-{round}");
+    common::create_topic_rf(
+        &side.boot,
+        &topic,
+        partitions,
+        3,
+        &[("min.insync.replicas", "2")],
+    );
+    let load = common::load_avg();
+    eprintln!(
+        "[{} round {round}] produce {records} records, RF 3 (load {load})",
+        side.name
+    );
+    let cpu0 = side.cpu_seconds();
+    let summary = produce(&side.boot, &topic, records);
+    let cpu1 = side.cpu_seconds();
+    eprintln!("[{} round {round}] {summary}", side.name);
+    let stored = check_replicated(side, &topic, records * 1024);
+    eprintln!(
+        "[{} round {round}] segment bytes per node: {stored:?}",
+        side.name
+    );
+    ClusterRow {
+        round,
+        broker: side.name,
+        produce_mb_s: before(&summary, "MB/sec"),
+        p50_ms: before(&summary, "ms 50th"),
+        p99_ms: before(&summary, "ms 99th"),
+        cpu_s_gb: (cpu1 - cpu0) / (records as f64 * 1024.0 / 1e9),
+        load,
+    }
+}
+
+/// `--cluster N`: ProducerPerformance, acks=all, into RF=3 topics (`min.insync.replicas=2`)
+/// on N Apache Kafka nodes and on N kmirror nodes on this machine (both clusters running,
+/// one loaded at a time, the order alternating each round). `KMIRROR_BENCH_KAFKA_ONLY=1`
+/// runs the Kafka side alone.
+fn main_cluster(n: usize, records: u64, partitions: i32, rounds: usize) {
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    let kafka_only = std::env::var_os("KMIRROR_BENCH_KAFKA_ONLY").is_some();
+    let mut kafka = common::Kafka::start_cluster(n, "1g", &[("min.insync.replicas", "2")]);
+    let mut sides = vec![ClusterSide {
+        name: "Apache Kafka 4.1.1",
+        boot: kafka
+            .iter()
+            .map(common::Kafka::bootstrap)
+            .collect::<Vec<_>>()
+            .join(","),
+        pids: kafka.iter().map(common::Kafka::pid).collect(),
+        data_dirs: kafka.iter().map(common::Kafka::data_dir).collect(),
+    }];
+    let kmirror = (!kafka_only).then(|| start_kmirror_cluster(n));
+    if let Some(k) = &kmirror {
+        sides.push(ClusterSide {
+            name: "kmirror",
+            boot: k.bootstrap(),
+            pids: (1..=n).map(|i| k.node(i).pid()).collect(),
+            data_dirs: (1..=n).map(|i| k.node(i).data_dir()).collect(),
+        });
+    }
+    for side in &sides {
+        common::create_topic_rf(&side.boot, "warmup", partitions, 3, &[]);
+        eprintln!("[{}] warm-up: {} records", side.name, records / 5);
+        produce(&side.boot, "warmup", records / 5);
+    }
+    let mut rows = Vec::new();
+    for round in 1..=rounds {
+        for k in 0..sides.len() {
+            let side = &sides[(k + round - 1) % sides.len()];
+            rows.push(cluster_round(side, round, records, partitions));
+        }
+    }
+    let rss: Vec<f64> = sides.iter().map(ClusterSide::peak_rss_mib).collect();
+    for k in kafka.iter_mut() {
+        k.stop();
+    }
+    drop(kmirror);
+    println!(
+        "\n{records} records x 1024 B, {partitions} partitions, RF 3, min.insync.replicas=2, \
+         acks=all, --throughput -1, {n} nodes per cluster on one machine, {rounds} rounds \
+         (order alternating), {cores} cores\n"
+    );
+    println!("| round | cluster | produce MB/s | p50 ms | p99 ms | cluster CPU s/GB | load avg |");
+    println!("|---:|---|---:|---:|---:|---:|---|");
+    for r in &rows {
+        println!(
+            "| {} | {} | {:.1} | {:.0} | {:.0} | {:.2} | {} |",
+            r.round, r.broker, r.produce_mb_s, r.p50_ms, r.p99_ms, r.cpu_s_gb, r.load
+        );
+    }
+    for (side, rss) in sides.iter().zip(&rss) {
+        let mine: Vec<&ClusterRow> = rows.iter().filter(|r| r.broker == side.name).collect();
+        let mb: Vec<f64> = mine.iter().map(|r| r.produce_mb_s).collect();
+        println!(
+            "{}: produce median {:.1} MB/s ({}), peak RSS of all nodes {rss:.0} MiB",
+            side.name,
+            median(mb.clone()),
+            spread(&mb)
+        );
+    }
+    if sides.len() == 2 {
+        let of = |round: usize, b: &str| -> &ClusterRow {
+            rows.iter()
+                .find(|r| r.round == round && r.broker == b)
+                .expect("row")
+        };
+        let ratio = |f: fn(&ClusterRow) -> f64| -> Vec<f64> {
+            (1..=rounds)
+                .map(|r| f(of(r, sides[1].name)) / f(of(r, sides[0].name)))
+                .collect()
+        };
+        let (mb, p99, cpu) = (
+            ratio(|r| r.produce_mb_s),
+            ratio(|r| r.p99_ms),
+            ratio(|r| r.cpu_s_gb),
+        );
+        println!(
+            "\nkmirror / Kafka, {n} nodes, RF 3, median of {rounds} rounds (min–max): produce \
+             {:.2}x ({}), p99 latency {:.2}x ({}), cluster CPU per GB {:.2}x ({})",
+            median(mb.clone()),
+            spread(&mb),
+            median(p99.clone()),
+            spread(&p99),
+            median(cpu.clone()),
+            spread(&cpu)
+        );
+    }
+}
+
+/// The kmirror side of `--cluster`: `n` nodes of `kmirror serve --quorum` on loopback
+/// (the test harness's [`KmirrorCluster`], one core each as each Kafka JVM gets no pinning
+/// either), returned once every node lists all `n` brokers.
+fn start_kmirror_cluster(n: usize) -> KmirrorCluster {
+    KmirrorCluster::start(n, ClusterOpts::default())
+}
+
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--cluster") {
+        let mut args = std::env::args().skip(2);
+        let n: usize = args.next().map_or(3, |a| a.parse().expect("NODES"));
+        let records: u64 = args.next().map_or(300_000, |a| a.parse().expect("RECORDS"));
+        let partitions: i32 = args.next().map_or(6, |a| a.parse().expect("PARTITIONS"));
+        let rounds: usize = args.next().map_or(3, |a| a.parse().expect("ROUNDS"));
+        main_cluster(n, records, partitions, rounds.max(1));
+        return;
+    }
     if std::env::args().nth(1).as_deref() == Some("--consume") {
         let mut args = std::env::args().skip(2);
         let records: u64 = args.next().map_or(500_000, |a| a.parse().expect("RECORDS"));

@@ -9,9 +9,9 @@ use bytes::Bytes;
 use kafka_protocol::messages::fetch_response::*;
 use kafka_protocol::messages::{FetchRequest, ProducerId as WireProducerId};
 use kafka_protocol::ResponseError as E;
-use kmirror_engine::{EngineError, Partition, Pending};
+use kmirror_engine::{EngineError, IsrChange, Partition, Pending};
 use kmirror_log::FileRegion;
-use kmirror_types::{Offset, TopicPartition};
+use kmirror_types::{NodeId, Offset, TopicPartition};
 use uuid::Uuid;
 
 use super::{broker, topic_name};
@@ -42,6 +42,9 @@ struct Got {
     aborted: Option<Vec<AbortedTransaction>>,
     records: Bytes,
     file: Option<FileRegion>,
+    /// A replica's fetch earned it a place in the ISR: (change, leader epoch, partition epoch)
+    /// to propose.
+    isr_change: Option<(IsrChange, i32, i32)>,
 }
 
 impl Got {
@@ -54,12 +57,15 @@ impl Got {
             aborted: None,
             records: Bytes::new(),
             file: None,
+            isr_change: None,
         }
     }
 }
 
 /// Reads one partition on its owning core. Registers `watch` for a wake-up on the next
-/// append when nothing was available.
+/// append when nothing was available. A replica's fetch (`replica`: its node id) reads up to
+/// the log end instead of the high watermark and is recorded in the leader's replica state.
+#[allow(clippy::too_many_arguments)]
 fn read_partition(
     p: &mut Partition,
     fetch_offset: i64,
@@ -67,6 +73,8 @@ fn read_partition(
     max_bytes: usize,
     read_committed: bool,
     watch: Option<flume::Sender<()>>,
+    replica: Option<NodeId>,
+    now: i64,
 ) -> Got {
     let current = p.leader_epoch.get();
     if leader_epoch >= 0 && leader_epoch < current {
@@ -74,6 +82,24 @@ fn read_partition(
     }
     if leader_epoch > current {
         return Got::error(E::UnknownLeaderEpoch.code());
+    }
+    if replica.is_none() && !p.is_leader() {
+        return Got::error(E::NotLeaderOrFollower.code());
+    }
+    let mut isr_change = None;
+    if let Some(node) = replica {
+        let leo = p.log.log_end_offset().get();
+        if fetch_offset >= p.log.log_start_offset().get() && fetch_offset <= leo {
+            match p.on_replica_fetch(node, Offset(fetch_offset), now) {
+                Ok(change) => {
+                    isr_change =
+                        change.map(|c| (c, p.leader_epoch.get(), p.partition_epoch().unwrap_or(-1)))
+                }
+                Err(e) => return Got::error(errors::replica_fetch_code(e, leader_epoch >= 0)),
+            }
+        } else if !matches!(p.role(), kmirror_engine::Role::Leader(_)) {
+            return Got::error(E::NotLeaderOrFollower.code());
+        }
     }
     let log = &p.log;
     let hw = log.high_watermark().get();
@@ -88,12 +114,17 @@ fn read_partition(
         aborted: read_committed.then(Vec::new),
         records: Bytes::new(),
         file: None,
+        isr_change,
     };
     if fetch_offset < log_start || fetch_offset > leo {
         got.error = E::OffsetOutOfRange.code();
         return got;
     }
-    let upper = if read_committed { lso } else { hw };
+    let upper = match (replica, read_committed) {
+        (Some(_), _) => leo,
+        (None, true) => lso,
+        (None, false) => hw,
+    };
     if fetch_offset < upper {
         match log.read(Offset(fetch_offset), max_bytes, Offset(upper)) {
             Ok(r) => {
@@ -150,6 +181,7 @@ fn internal_partition(w: &Want, epoch: i32, read_committed: bool) -> Got {
         aborted: read_committed.then(Vec::new),
         records: Bytes::new(),
         file: None,
+        isr_change: None,
     }
 }
 
@@ -159,7 +191,9 @@ async fn read_all(
     follower_reads: bool,
     read_committed: bool,
     watch: Option<&flume::Sender<()>>,
+    replica: Option<NodeId>,
 ) -> Vec<Got> {
+    let now = kmirror_engine::now_ms();
     let meta = ctx.meta();
     let internal = |w: &Want| meta.internal_partition_epoch(&w.topic, w.partition);
     let mut pending: Vec<Result<Pending<Result<Got, EngineError>>, EngineError>> =
@@ -188,7 +222,7 @@ async fn read_all(
         pending.push(
             ctx.router()
                 .submit_partition(tp, move |p| {
-                    read_partition(p, off, ep, mb, read_committed, watch)
+                    read_partition(p, off, ep, mb, read_committed, watch, replica, now)
                 })
                 .await,
         );
@@ -306,30 +340,28 @@ fn cached(a: &Asked) -> Cached {
     }
 }
 
-/// The response, and per partition (in response order) where its records lie on disk.
-/// With a fetch session (v7+, KIP-227) an incremental request names only what changed, and
-/// the response carries only partitions with news.
-/// The follower broker a Fetch comes from (replica id >= 0), or None for a consumer.
-fn follower_replica_id(version: i16, req: &FetchRequest) -> Option<i32> {
+/// The follower broker a Fetch comes from (replica id >= 0; v15+: ReplicaState.replica_id,
+/// KIP-903), or None for a consumer.
+fn follower_replica_id(version: i16, req: &FetchRequest) -> Option<NodeId> {
     let id = if version >= 15 {
         req.replica_state.replica_id.0
     } else {
         req.replica_id.0
     };
-    (id >= 0).then_some(id)
+    (id >= 0).then_some(NodeId(id))
 }
 
+/// The response, and per partition (in response order) where its records lie on disk.
+/// With a fetch session (v7+, KIP-227) an incremental request names only what changed, and
+/// the response carries only partitions with news. A follower's Fetch reads up to the log
+/// end and moves its position in the leader's replica state.
 pub async fn fetch(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,
     req: FetchRequest,
 ) -> (FetchResponse, Vec<Option<FileRegion>>) {
-    // Hook for follower fetches (helper "repl"): a request with a replica id >= 0 (v15+:
-    // ReplicaState.replica_id) comes from a follower broker and must be served by the
-    // replication path (it reads up to the log end and moves the follower's offset in the
-    // leader's ReplicaSet). Until that exists it is read like a consumer fetch on the leader.
-    let _follower = follower_replica_id(version, &req);
+    let replica = follower_replica_id(version, &req);
     let read_committed = req.isolation_level == 1;
     let mode = if version >= 7 {
         ctx.fetch_sessions
@@ -407,14 +439,21 @@ pub async fn fetch(
     let (wtx, wrx) = flume::bounded::<()>(1);
     let waiting_allowed = !max_wait.is_zero() && min_bytes > 0;
     let mut got = loop {
-        let got = read_all(
+        let mut got = read_all(
             ctx,
             &wants,
             version >= 11,
             read_committed,
             waiting_allowed.then_some(&wtx),
+            replica,
         )
         .await;
+        for (g, w) in got.iter_mut().zip(&wants) {
+            if let Some((change, le, pe)) = g.isr_change.take() {
+                let tp = TopicPartition::new(w.topic.clone(), w.partition);
+                crate::replication::propose_isr_change(ctx, tp, change, le, pe);
+            }
+        }
         let bytes: usize = got.iter().map(|g| g.records.len()).sum();
         // A refused partition does not end the wait for the others (it never changes).
         let any_error = got

@@ -21,6 +21,7 @@ const MAX_TIMESTAMP: i64 = -3;
 const EARLIEST_LOCAL: i64 = -4;
 const LATEST_TIERED: i64 = -5;
 
+/// Kafka's localLogWithEpochOrThrow: the epoch first, then whether this node leads.
 fn epoch_check(p: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
     let cur = p.leader_epoch.get();
     if current_leader_epoch >= 0 && current_leader_epoch < cur {
@@ -29,7 +30,7 @@ fn epoch_check(p: &Partition, current_leader_epoch: i32) -> Result<(), i16> {
     if current_leader_epoch > cur {
         return Err(E::UnknownLeaderEpoch.code());
     }
-    Ok(())
+    p.check_leader().map_err(|e| errors::engine_error_code(&e))
 }
 
 /// A submitted per-partition job whose closure answers a value or a Kafka code.

@@ -6,7 +6,7 @@
 use kafka_protocol::messages::produce_response::*;
 use kafka_protocol::messages::ProduceRequest;
 use kafka_protocol::ResponseError as E;
-use kmirror_engine::{now_ms, EngineError, Pending};
+use kmirror_engine::{now_ms, AckState, EngineError, Pending};
 use kmirror_log::AppendInfo;
 use kmirror_types::TopicPartition;
 
@@ -16,7 +16,18 @@ use crate::broker::Ctx;
 use crate::errors;
 use kafka_protocol::protocol::StrBytes;
 
-type AppendOutcome = Result<(Result<AppendInfo, EngineError>, i64), EngineError>;
+/// An append on the owning core: the append's result, the log start offset, and what an
+/// `acks=all` produce still waits for.
+type AppendOutcome = Result<(Result<AppendInfo, EngineError>, i64, Ack), EngineError>;
+
+/// The replication part of a produce answer (issue 12).
+enum Ack {
+    /// acks=0/1, a single replica, or the high watermark already covers the batch.
+    Now,
+    /// acks=all: answered once the high watermark passes the batch end (or the ISR shrank
+    /// below min.insync.replicas, or leadership moved), or REQUEST_TIMED_OUT at the timeout.
+    Wait(flume::Receiver<AckState>),
+}
 
 enum Slot {
     Done(PartitionProduceResponse),
@@ -120,6 +131,29 @@ fn first_batch_is_zstd(records: &[u8]) -> bool {
     use kmirror_log::batch::{BatchHeader, Compression, MAGIC_POS};
     BatchHeader::parse(records)
         .is_ok_and(|h| records[MAGIC_POS] == 2 && matches!(h.compression(), Compression::Zstd))
+}
+
+/// `min.insync.replicas` of the topic (Kafka's default 1).
+fn min_insync_replicas(t: &kmirror_control::metadata::TopicMeta) -> usize {
+    t.config_value("min.insync.replicas")
+        .and_then(|v| v.parse::<usize>().ok())
+        .unwrap_or(1)
+}
+
+/// Waits (without blocking the core) until an `acks=all` append is decided or `deadline`.
+async fn replicated(ack: Ack, deadline: std::time::Instant) -> AckState {
+    let Ack::Wait(rx) = ack else {
+        return AckState::Done;
+    };
+    let left = deadline.saturating_duration_since(std::time::Instant::now());
+    futures_lite::future::or(
+        async { rx.recv_async().await.unwrap_or(AckState::NotLeader) },
+        async {
+            glommio::timer::sleep(left).await;
+            AckState::Waiting
+        },
+    )
+    .await
 }
 
 /// Returns None for acks=0 (the client expects no response).
@@ -230,6 +264,11 @@ pub async fn produce(
             }
             let tp = TopicPartition::new(t.name.clone(), pd.index);
             let now = now_ms();
+            let min_insync = if acks == -1 {
+                min_insync_replicas(t)
+            } else {
+                0
+            };
             match ctx
                 .router()
                 .submit_partition(tp, move |p| {
@@ -238,8 +277,28 @@ pub async fn produce(
                     {
                         panic!("failpoint panic-in-append:{}", p.tp.topic);
                     }
+                    let log_start = p.log.log_start_offset().get();
+                    if acks == -1 {
+                        if let Err(e) = p.check_leader() {
+                            return (Err(e), log_start, Ack::Now);
+                        }
+                        if !p.enough_replicas(min_insync) {
+                            let e = EngineError::NotEnoughReplicas {
+                                tp: p.tp.clone(),
+                                min_insync,
+                            };
+                            return (Err(e), log_start, Ack::Now);
+                        }
+                    }
                     let r = p.append_leader(records, now);
-                    (r, p.log.log_start_offset().get())
+                    let ack = match (&r, acks) {
+                        (Ok(_), -1) => match p.wait_ack(p.log.log_end_offset(), min_insync) {
+                            Ok(()) => Ack::Now,
+                            Err(rx) => Ack::Wait(rx),
+                        },
+                        _ => Ack::Now,
+                    };
+                    (r, p.log.log_start_offset().get(), ack)
                 })
                 .await
             {
@@ -253,6 +312,9 @@ pub async fn produce(
         }
         topics.push((td.name, td.topic_id, slots));
     }
+    // One deadline for every acks=all wait of the request (Kafka's DelayedProduce timeout).
+    let deadline =
+        std::time::Instant::now() + std::time::Duration::from_millis(req.timeout_ms.max(0) as u64);
     let mut responses = Vec::with_capacity(topics.len());
     for (name, id, slots) in topics {
         let mut parts = Vec::with_capacity(slots.len());
@@ -260,12 +322,15 @@ pub async fn produce(
             parts.push(match slot {
                 Slot::Done(r) => r,
                 Slot::Waiting(index, pending) => match pending.wait().await.and_then(|r| r) {
-                    Ok((Ok(info), log_start)) => PartitionProduceResponse::default()
-                        .with_index(index)
-                        .with_base_offset(info.first_offset.get())
-                        .with_log_append_time_ms(info.log_append_time)
-                        .with_log_start_offset(log_start),
-                    Ok((Err(e), log_start)) => {
+                    Ok((Ok(info), log_start, ack)) => match replicated(ack, deadline).await {
+                        AckState::Done => PartitionProduceResponse::default()
+                            .with_index(index)
+                            .with_base_offset(info.first_offset.get())
+                            .with_log_append_time_ms(info.log_append_time)
+                            .with_log_start_offset(log_start),
+                        other => failed(index, errors::ack_state_code(other), None),
+                    },
+                    Ok((Err(e), log_start, _)) => {
                         tracing::debug!(index, error = %e, "produce refused");
                         let topic = if version >= 13 {
                             meta.topic_by_id(id)

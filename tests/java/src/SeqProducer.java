@@ -1,7 +1,8 @@
 // Produces records whose values carry their partition and per-partition sequence number, so
 // tests can check exactly-once and per-partition order on the consuming side.
 // Usage: SeqProducer BOOTSTRAP TOPIC PARTITIONS RECORDS [key=value producer props...]
-// (seqproducer.rate=N is ours, not the producer's: send at most N records per second).
+// (seqproducer.rate=N is ours, not the producer's: send at most N records per second;
+// seqproducer.stop=PATH too: stop sending once PATH exists, then flush and finish).
 // Prints "ACK <partition> <seq> <offset>" for every acknowledged record, "ERR <partition>
 // <seq> <error>" for every failed one, and "DONE <acked> <errors>" at the end.
 import java.io.BufferedWriter;
@@ -26,12 +27,15 @@ public class SeqProducer {
         props.put("key.serializer", ByteArraySerializer.class.getName());
         props.put("value.serializer", ByteArraySerializer.class.getName());
         double rate = 0;
+        java.nio.file.Path stop = null;
         for (int i = 4; i < args.length; i++) {
             int eq = args[i].indexOf('=');
             String k = args[i].substring(0, eq);
             String v = args[i].substring(eq + 1);
             if (k.equals("seqproducer.rate")) {
                 rate = Double.parseDouble(v);
+            } else if (k.equals("seqproducer.stop")) {
+                stop = java.nio.file.Paths.get(v);
             } else {
                 props.put(k, v);
             }
@@ -58,6 +62,7 @@ public class SeqProducer {
         try (KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(props)) {
             long started = System.nanoTime();
             for (long i = 0; i < records; i++) {
+                if (stop != null && i % 50 == 0 && java.nio.file.Files.exists(stop)) break;
                 if (rate > 0) {
                     long due = started + (long) (i * 1e9 / rate);
                     long wait = due - System.nanoTime();

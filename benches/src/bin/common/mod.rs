@@ -147,6 +147,79 @@ impl Kafka {
         Self::launch(dir, port, Some(cport), sport, heap, &props)
     }
 
+    /// Starts `n` broker+controller nodes (KRaft combined mode, a quorum of `n` voters) with
+    /// replication factor min(n, 3) for every topic and `extra` server properties; returns
+    /// once every node lists all `n` brokers.
+    pub(crate) fn start_cluster(n: usize, heap: &str, extra: &[(&str, &str)]) -> Vec<Self> {
+        let ports: Vec<(u16, u16)> = (0..n)
+            .map(|_| (proc::free_port(), proc::free_port()))
+            .collect();
+        let voters: Vec<String> = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, c))| format!("{}@127.0.0.1:{c}", i + 1))
+            .collect();
+        let voters = voters.join(",");
+        let rf = n.min(3).to_string();
+        // Each node waits for Metadata in launch, which needs a quorum: start them together.
+        let nodes: Vec<Self> = std::thread::scope(|s| {
+            let handles: Vec<_> = ports
+                .iter()
+                .enumerate()
+                .map(|(i, (port, cport))| {
+                    let (voters, rf) = (&voters, &rf);
+                    s.spawn(move || {
+                        let dir = tempfile::Builder::new()
+                            .prefix("kmirror-bench-kafka-")
+                            .tempdir()
+                            .expect("temp dir");
+                        let mut props = node_props_voters(
+                            "broker,controller",
+                            i as i32 + 1,
+                            voters,
+                            &format!("PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{cport}"),
+                            *port,
+                            dir.path(),
+                        );
+                        props.extend(
+                            [
+                                ("num.partitions", "1".to_string()),
+                                ("default.replication.factor", rf.clone()),
+                                ("offsets.topic.replication.factor", rf.clone()),
+                                ("offsets.topic.num.partitions", "8".into()),
+                                ("transaction.state.log.replication.factor", rf.clone()),
+                                (
+                                    "share.coordinator.state.topic.replication.factor",
+                                    rf.clone(),
+                                ),
+                                ("group.initial.rebalance.delay.ms", "0".into()),
+                            ]
+                            .into_iter()
+                            .map(|(k, v)| (k.to_string(), v)),
+                        );
+                        for (k, v) in extra {
+                            props.retain(|(pk, _)| pk != k);
+                            props.push((k.to_string(), v.to_string()));
+                        }
+                        Self::launch(dir, *port, Some(*cport), None, heap, &props)
+                    })
+                })
+                .collect();
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("Kafka node start"))
+                .collect()
+        });
+        for k in &nodes {
+            let addr = k.bootstrap();
+            proc::wait_for(Duration::from_secs(120), "every broker registered", || {
+                let md = WireClient::connect(&addr).ok()?.metadata(None).ok()?;
+                (md.brokers.len() == n).then_some(())
+            });
+        }
+        nodes
+    }
+
     /// Starts a broker-only node with `node.id` = `node_id` that joins `first`'s cluster (its
     /// controller), with `extra` server properties; returns once `first` lists it as a broker.
     pub(crate) fn start_broker(
@@ -280,9 +353,22 @@ impl Kafka {
 /// Creates `topic` with `partitions` partitions (replication 1) over the wire and waits for
 /// leaders; works on Kafka and kmirror alike.
 pub(crate) fn create_topic(addr: &str, topic: &str, partitions: i32, configs: &[(&str, &str)]) {
+    create_topic_rf(addr, topic, partitions, 1, configs)
+}
+
+/// [`create_topic`] with replication factor `rf`.
+pub(crate) fn create_topic_rf(
+    addr: &str,
+    topic: &str,
+    partitions: i32,
+    rf: i16,
+    configs: &[(&str, &str)],
+) {
+    // A bootstrap list: any node will do.
+    let addr = addr.split(',').next().unwrap_or(addr);
     let mut c = WireClient::connect(addr).expect("connect");
     let code = c
-        .create_topic(topic, partitions, 1, configs)
+        .create_topic(topic, partitions, rf, configs)
         .expect("CreateTopics");
     assert_eq!(code, 0, "CreateTopics {topic} on {addr}: error {code}");
     proc::wait_for(Duration::from_secs(30), "topic leaders", || {
@@ -539,10 +625,28 @@ fn node_props(
     port: u16,
     dir: &Path,
 ) -> Vec<(String, String)> {
+    node_props_voters(
+        roles,
+        node_id,
+        &format!("1@127.0.0.1:{cport}"),
+        listeners,
+        port,
+        dir,
+    )
+}
+
+fn node_props_voters(
+    roles: &str,
+    node_id: i32,
+    voters: &str,
+    listeners: &str,
+    port: u16,
+    dir: &Path,
+) -> Vec<(String, String)> {
     [
         ("process.roles", roles.to_string()),
         ("node.id", node_id.to_string()),
-        ("controller.quorum.voters", format!("1@127.0.0.1:{cport}")),
+        ("controller.quorum.voters", voters.to_string()),
         ("listeners", listeners.to_string()),
         (
             "advertised.listeners",

@@ -1,0 +1,431 @@
+//! Issue 12, step 2: records replicated between three `kmirror serve --quorum` nodes, with
+//! the same scenario on three Apache Kafka 4.1.1 nodes as the reference.
+//! - an RF=3 topic (min.insync.replicas=2); a Java idempotent producer and a librdkafka
+//!   producer write with acks=all while the leader of partition 0 is SIGKILLed mid-produce:
+//!   both finish without errors on the new leaders; consumed back, every acknowledged record
+//!   is at its acknowledged offset, the idempotent producer's exactly once and in order;
+//! - the killed node restarts, truncates if it must, catches up and rejoins every ISR
+//!   (`kafka-topics --describe`);
+//! - min.insync.replicas=3 with a node down: the Java producer gets
+//!   NotEnoughReplicasException (NOT_ENOUGH_REPLICAS, 19);
+//! - kmirror only: after a clean stop, every node's segment files of every partition are
+//!   byte-equal (read with the log crate; no replica-id reads needed).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kmirror_tests::cluster::{ClusterOpts, KmirrorCluster};
+use kmirror_tests::java::{self, tools};
+use kmirror_tests::kafka::{KafkaCluster, KafkaOptions};
+use kmirror_tests::proc;
+use kmirror_tests::python;
+
+const TOPIC: &str = "replicated";
+/// The librdkafka producer's topic (it runs without idempotence, so it gets its own topic:
+/// only the idempotent producer's records are checked for exactly once).
+const RD_TOPIC: &str = "replicated-rd";
+const STRICT: &str = "strict";
+const PARTITIONS: i32 = 3;
+const SESSION_MS: u64 = 3000;
+const RECORDS: u64 = 3000;
+
+trait Under {
+    fn name(&self) -> &'static str;
+    fn addr(&self, id: i32) -> String;
+    fn kill(&mut self, id: i32);
+    fn restart(&mut self, id: i32);
+}
+
+impl Under for KmirrorCluster {
+    fn name(&self) -> &'static str {
+        "kmirror"
+    }
+    fn addr(&self, id: i32) -> String {
+        self.node(id as usize).addr()
+    }
+    fn kill(&mut self, id: i32) {
+        KmirrorCluster::kill(self, id as usize)
+    }
+    fn restart(&mut self, id: i32) {
+        KmirrorCluster::restart(self, id as usize)
+    }
+}
+
+impl Under for KafkaCluster {
+    fn name(&self) -> &'static str {
+        "Kafka"
+    }
+    fn addr(&self, id: i32) -> String {
+        self.addr_of(id)
+    }
+    fn kill(&mut self, id: i32) {
+        self.kill_node(id)
+    }
+    fn restart(&mut self, id: i32) {
+        self.start_node(id)
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Described {
+    leader: i32,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+fn ids(list: &str) -> Vec<i32> {
+    let mut v: Vec<i32> = list
+        .split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().unwrap_or(-2))
+        .collect();
+    v.sort_unstable();
+    v
+}
+
+/// `kafka-topics --describe --topic topic` through `addr`, by partition (None: the tool
+/// failed or listed fewer partitions, e.g. while the node it asked is going away).
+fn describe(addr: &str, topic: &str, partitions: i32) -> Option<BTreeMap<i32, Described>> {
+    let ran = java::run_tool(
+        tools::TOPIC_COMMAND,
+        &["--bootstrap-server", addr, "--describe", "--topic", topic],
+        Duration::from_secs(60),
+    );
+    let mut out = BTreeMap::new();
+    for line in ran.stdout.lines() {
+        let f: BTreeMap<&str, &str> = line
+            .split('\t')
+            .filter_map(|f| f.split_once(':'))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
+        let Some(p) = f.get("Partition").and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        out.insert(
+            p,
+            Described {
+                leader: f.get("Leader").and_then(|l| l.parse().ok()).unwrap_or(-2),
+                replicas: ids(f.get("Replicas").copied().unwrap_or("")),
+                isr: ids(f.get("Isr").copied().unwrap_or("")),
+            },
+        );
+    }
+    (out.len() == partitions as usize).then_some(out)
+}
+
+fn create(c: &dyn Under, topic: &str, partitions: i32, min_insync: u32) {
+    let ran = java::run_tool(
+        tools::TOPIC_COMMAND,
+        &[
+            "--bootstrap-server",
+            &c.addr(1),
+            "--create",
+            "--topic",
+            topic,
+            "--partitions",
+            &partitions.to_string(),
+            "--replication-factor",
+            "3",
+            "--config",
+            &format!("min.insync.replicas={min_insync}"),
+        ],
+        Duration::from_secs(60),
+    );
+    assert!(
+        ran.status.success(),
+        "{}: create {topic}: {}",
+        c.name(),
+        ran.stderr
+    );
+}
+
+/// Waits until every partition of `topic` has all three replicas in its ISR.
+fn wait_full_isr(c: &dyn Under, via: i32, topic: &str, partitions: i32, timeout: Duration) {
+    proc::wait_for(timeout, "every replica in every ISR", || {
+        describe(&c.addr(via), topic, partitions)
+            .filter(|d| d.values().all(|p| p.isr == vec![1, 2, 3] && p.leader > 0))
+    });
+}
+
+/// (partition, seq, offset) acks, acked, errors, and the ERR lines' error names.
+type Produced = (Vec<(i32, u64, i64)>, u64, u64, Vec<String>);
+
+fn produce(mut cmd: std::process::Command, what: &str) -> Produced {
+    let ran = proc::run(&mut cmd, Duration::from_secs(240));
+    let mut acks = Vec::new();
+    let mut errs = Vec::new();
+    let mut done = None;
+    for l in ran.stdout.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.as_slice() {
+            ["ACK", p, s, o] => {
+                acks.push((p.parse().unwrap(), s.parse().unwrap(), o.parse().unwrap()))
+            }
+            ["ERR", _, _, e] => errs.push(e.to_string()),
+            ["DONE", a, e] => done = Some((a.parse().unwrap(), e.parse().unwrap())),
+            _ => {}
+        }
+    }
+    let (acked, errors) = done.unwrap_or_else(|| {
+        panic!(
+            "{what} did not finish:\n{}\n{}",
+            proc::last_lines(&ran.stdout, 20),
+            proc::last_lines(&ran.stderr, 30)
+        )
+    });
+    (acks, acked, errors, errs)
+}
+
+fn java_produce(
+    boot: &str,
+    topic: &str,
+    partitions: i32,
+    records: u64,
+    props: &[&str],
+) -> Produced {
+    let mut cmd = java::program("SeqProducer");
+    cmd.args([boot, topic, &partitions.to_string(), &records.to_string()]);
+    cmd.args(props);
+    produce(cmd, "Java SeqProducer")
+}
+
+fn librdkafka_produce(boot: &str, records: u64) -> Produced {
+    let mut cmd = python::script("seq_producer.py");
+    // Without idempotence: producer ids are not yet allocated cluster-wide (helper
+    // "cstate"), so a second idempotent producer could collide with the Java one.
+    cmd.args([
+        boot,
+        RD_TOPIC,
+        &PARTITIONS.to_string(),
+        &records.to_string(),
+        "enable.idempotence=false",
+    ]);
+    produce(cmd, "librdkafka seq_producer.py")
+}
+
+/// Every record of `topic` read back with librdkafka through `addr`: (partition, offset) ->
+/// value.
+fn read_back(addr: &str, topic: &str) -> BTreeMap<(i32, i64), String> {
+    let ran = proc::run(
+        python::script("record_dump.py").args([addr, topic, &PARTITIONS.to_string()]),
+        Duration::from_secs(180),
+    );
+    let mut stored = BTreeMap::new();
+    for l in ran.stdout.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if let ["R", p, o, _key, value] = f.as_slice() {
+            stored.insert((p.parse().unwrap(), o.parse().unwrap()), value.to_string());
+        }
+    }
+    assert!(
+        ran.stdout.contains("DONE"),
+        "read back: {}\n{}",
+        proc::last_lines(&ran.stdout, 10),
+        proc::last_lines(&ran.stderr, 10)
+    );
+    stored
+}
+
+fn scenario(c: &mut dyn Under) {
+    let name = c.name();
+    let started = Instant::now();
+    create(c, TOPIC, PARTITIONS, 2);
+    create(c, RD_TOPIC, PARTITIONS, 2);
+    create(c, STRICT, 1, 3);
+    wait_full_isr(c, 2, TOPIC, PARTITIONS, Duration::from_secs(60));
+    wait_full_isr(c, 2, RD_TOPIC, PARTITIONS, Duration::from_secs(60));
+    wait_full_isr(c, 2, STRICT, 1, Duration::from_secs(60));
+    let first = describe(&c.addr(2), TOPIC, PARTITIONS).unwrap();
+
+    // Both producers run while the leader of partition 0 is SIGKILLed.
+    let boot = (1..=3).map(|i| c.addr(i)).collect::<Vec<_>>().join(",");
+    let (b1, b2) = (boot.clone(), boot.clone());
+    let java = std::thread::spawn(move || {
+        java_produce(&b1, TOPIC, PARTITIONS, RECORDS, &["seqproducer.rate=1000"])
+    });
+    let rd = std::thread::spawn(move || librdkafka_produce(&b2, RECORDS));
+    std::thread::sleep(Duration::from_millis(1500));
+    let victim = first[&0].leader;
+    c.kill(victim);
+    let killed_at = Instant::now();
+    let (java_acks, acked, errors, errs) = java.join().unwrap();
+    assert_eq!(
+        (acked, errors),
+        (RECORDS, 0),
+        "{name}: Java producer: {errs:?}"
+    );
+    let (rd_acks, acked, errors, errs) = rd.join().unwrap();
+    assert_eq!(
+        (acked, errors),
+        (RECORDS, 0),
+        "{name}: librdkafka producer: {errs:?}"
+    );
+    let live = (1..=3).find(|i| *i != victim).unwrap();
+
+    // Every acknowledged record at its offset; the idempotent producer's exactly once and
+    // in order per partition (its partition p holds seq 0, 1, 2, ... and nothing else).
+    let stored = read_back(&c.addr(live), TOPIC);
+    let stored_rd = read_back(&c.addr(live), RD_TOPIC);
+    for ((p, seq, off), stored) in java_acks
+        .iter()
+        .map(|a| (a, &stored))
+        .chain(rd_acks.iter().map(|a| (a, &stored_rd)))
+    {
+        let v = stored.get(&(*p, *off)).map(String::as_str).unwrap_or("");
+        assert!(
+            v.starts_with(&format!("{p}:{seq}:")),
+            "{name}: p{p}@{off} holds {v:?}, want seq {seq}"
+        );
+    }
+    for p in 0..PARTITIONS {
+        let seqs: Vec<u64> = stored
+            .range((p, 0)..(p + 1, 0))
+            .map(|(_, v)| v.split(':').nth(1).unwrap().parse().unwrap())
+            .collect();
+        let want: Vec<u64> = (0..RECORDS / PARTITIONS as u64).collect();
+        assert_eq!(seqs, want, "{name}: p{p}: the Java records in offset order");
+    }
+    eprintln!(
+        "{name}: producers finished {:.1} s after the SIGKILL of node {victim}",
+        killed_at.elapsed().as_secs_f64()
+    );
+
+    // The killed node restarts and rejoins every ISR.
+    c.restart(victim);
+    let t = Instant::now();
+    wait_full_isr(c, live, TOPIC, PARTITIONS, Duration::from_secs(90));
+    eprintln!(
+        "{name}: node {victim} back in every ISR {:.1} s after its restart",
+        t.elapsed().as_secs_f64()
+    );
+
+    // min.insync.replicas=3 with a node down: NOT_ENOUGH_REPLICAS, as the Java client names it.
+    let down = (1..=3).find(|i| *i != victim).unwrap();
+    c.kill(down);
+    let up = (1..=3).find(|i| *i != down).unwrap();
+    proc::wait_for(
+        Duration::from_millis(SESSION_MS) + Duration::from_secs(60),
+        "the strict topic's ISR without the killed node",
+        || {
+            describe(&c.addr(up), STRICT, 1)
+                .filter(|d| !d[&0].isr.contains(&down) && d[&0].leader > 0)
+        },
+    );
+    let others = (1..=3)
+        .filter(|i| *i != down)
+        .map(|i| c.addr(i))
+        .collect::<Vec<_>>()
+        .join(",");
+    let (_, acked, errors, errs) = java_produce(
+        &others,
+        STRICT,
+        1,
+        5,
+        &[
+            "enable.idempotence=false",
+            "retries=0",
+            "request.timeout.ms=10000",
+            "delivery.timeout.ms=20000",
+        ],
+    );
+    assert_eq!(
+        (acked, errors),
+        (0, 5),
+        "{name}: min.insync.replicas=3 with two up"
+    );
+    assert!(
+        errs.iter().all(|e| e == "NotEnoughReplicasException"),
+        "{name}: {errs:?}"
+    );
+    c.restart(down);
+    wait_full_isr(c, up, TOPIC, PARTITIONS, Duration::from_secs(90));
+    eprintln!("{name}: scenario {:.1} s", started.elapsed().as_secs_f64());
+}
+
+/// Every byte of a partition's log in `dir` (a stopped node's files).
+fn log_bytes(dir: &Path) -> (i64, Bytes) {
+    use kmirror_log::{Log, LogConfig};
+    let log = Log::open(dir, LogConfig::default()).unwrap();
+    let end = log.log_end_offset();
+    let mut out = Vec::new();
+    let mut at = log.log_start_offset();
+    while at < end {
+        let r = log.read(at, 1 << 20, end).unwrap();
+        assert!(!r.records.is_empty(), "{} at {at:?}", dir.display());
+        for h in kmirror_log::batch::BatchIter::headers(&r.records) {
+            let (h, _, _) = h.unwrap();
+            at = kmirror_types::Offset(h.base_offset() + i64::from(h.last_offset_delta()) + 1);
+        }
+        out.extend_from_slice(&r.records);
+    }
+    (end.get(), Bytes::from(out))
+}
+
+#[test]
+fn three_kmirror_nodes_replicate_records_as_kafka_does() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            session_timeout_ms: SESSION_MS,
+            ..ClusterOpts::default()
+        },
+    );
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        scenario(&mut c);
+        // Let the followers fetch the last high watermark, then stop every node cleanly and
+        // compare the files.
+        std::thread::sleep(Duration::from_secs(2));
+        for id in 1..=3 {
+            assert!(c.stop(id), "node {id} stops cleanly");
+        }
+        for (topic, p) in [TOPIC, RD_TOPIC]
+            .into_iter()
+            .flat_map(|t| (0..PARTITIONS).map(move |p| (t, p)))
+        {
+            let logs: Vec<(i64, Bytes)> = (1..=3)
+                .map(|id| {
+                    log_bytes(
+                        &c.node(id)
+                            .data_dir()
+                            .join("topics")
+                            .join(format!("{topic}-{p}")),
+                    )
+                })
+                .collect();
+            assert!(
+                logs[0].0 >= (RECORDS / PARTITIONS as u64) as i64,
+                "{topic}-{p}: {}",
+                logs[0].0
+            );
+            for (i, l) in logs.iter().enumerate() {
+                assert_eq!(l.0, logs[0].0, "{topic}-{p}: node {} log end", i + 1);
+                assert!(
+                    l.1 == logs[0].1,
+                    "{topic}-{p}: node {} is not log-equal with node 1",
+                    i + 1
+                );
+            }
+        }
+    }));
+    if let Err(e) = r {
+        eprintln!("{}", c.logs(60));
+        std::panic::resume_unwind(e);
+    }
+}
+
+#[test]
+fn the_same_scenario_on_three_kafka_nodes() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut k = KafkaCluster::start_with(KafkaOptions {
+        nodes: 3,
+        props: vec![
+            ("broker.session.timeout.ms".into(), SESSION_MS.to_string()),
+            ("broker.heartbeat.interval.ms".into(), "500".into()),
+        ],
+        ..KafkaOptions::default()
+    });
+    scenario(&mut k);
+}
