@@ -42,6 +42,7 @@ pub mod sasl;
 pub mod server;
 pub mod session;
 pub mod tls;
+pub mod txn_markers;
 pub mod versions;
 
 use std::net::SocketAddr;
@@ -256,15 +257,42 @@ pub fn start_with(
         }
     };
     let router_cell = Arc::new(OnceLock::new());
-    let groups = groups::GroupsService::start_with(
-        &cfg.data_dir,
-        cfg.node_id,
-        host.clone(),
-        port,
-        Arc::new(EngineMarkerSink::new(router_cell.clone())),
-        cfg.groups.clone(),
-        kmirror_control::txn::TxnConfig::default(),
-    )?;
+    let local_markers = EngineMarkerSink::new(router_cell.clone());
+    let markers: Arc<dyn groups::MarkerSink> = if cluster.is_replicated() {
+        // Markers go to each partition's leader (WriteTxnMarkers to the other nodes).
+        Arc::new(txn_markers::RoutingMarkerSink::new(
+            local_markers,
+            cluster.clone(),
+            cfg.node_id,
+            endpoints[0].name.clone(),
+        ))
+    } else {
+        Arc::new(local_markers)
+    };
+    let txn_cfg = kmirror_control::txn::TxnConfig::default();
+    let groups = if cluster.is_replicated() {
+        // The coordinators follow the quorum leader, their logs on the Raft log.
+        let seat = groups::QuorumSeat::new(cluster.clone(), cfg.node_id, endpoints[0].name.clone());
+        groups::GroupsService::start_clustered(
+            Arc::new(seat),
+            cfg.node_id,
+            host.clone(),
+            port,
+            markers,
+            cfg.groups.clone(),
+            txn_cfg,
+        )?
+    } else {
+        groups::GroupsService::start_with(
+            &cfg.data_dir,
+            cfg.node_id,
+            host.clone(),
+            port,
+            markers,
+            cfg.groups.clone(),
+            txn_cfg,
+        )?
+    };
     let broker = Arc::new(Broker {
         config: BrokerConfig {
             node_id: cfg.node_id,

@@ -730,6 +730,9 @@ async fn dispatch(
                 handlers::admin::elect_leaders_replicated(ctx, access, v, r).await,
             )
         }
+        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(
+            crate::txn_markers::write_txn_markers(ctx, access, r).await,
+        ),
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
         }

@@ -63,6 +63,7 @@ served! {
     ElectLeaders => ElectLeadersRequest,
     UpdateFeatures => UpdateFeaturesRequest,
     DescribeQuorum => DescribeQuorumRequest,
+    WriteTxnMarkers => WriteTxnMarkersRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).
