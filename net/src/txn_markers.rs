@@ -54,7 +54,6 @@ pub async fn write_txn_markers(
         .check_cluster(crate::authz::table::TXN_CLUSTER_ACTION)
         .err();
     let meta = ctx.broker.cluster.snapshot();
-    let node = ctx.broker.config.node_id;
     let mut markers = Vec::with_capacity(req.markers.len());
     for mut m in req.markers {
         let mut topics = Vec::with_capacity(m.topics.len());
@@ -64,7 +63,7 @@ pub async fn write_txn_markers(
                 let tp = TopicPartition::new(t.name.0.to_string(), p);
                 let code = match refused {
                     Some(code) => code,
-                    None => match ctx.broker.cluster.role(&meta, node, &tp) {
+                    None => match ctx.broker.cluster.role(&meta, &tp) {
                         None => kafka_protocol::ResponseError::UnknownTopicOrPartition.code(),
                         Some(Role::Leader { .. }) => {
                             let kind = if m.transaction_result {
@@ -157,7 +156,7 @@ impl MarkerSink for RoutingMarkerSink {
         let mut unknown = Vec::new();
         for m in markers {
             let tp = TopicPartition::new(m.topic.clone(), m.partition);
-            match self.cluster.role(&meta, self.node_id, &tp) {
+            match self.cluster.role(&meta, &tp) {
                 Some(Role::Leader { .. }) => local.push(m),
                 Some(Role::Follower { leader, .. } | Role::NotReplica { leader, .. })
                     if leader >= 0 =>
