@@ -10,8 +10,10 @@
 //! - `kafka-leader-election --election-type preferred` where the preferred replica leads is
 //!   ELECTION_NOT_NEEDED;
 //! - `kafka-metadata-quorum describe --status / --replication` shows three voters and a leader;
-//! - a Java producer and a librdkafka producer route to the leaders and read back what they
-//!   wrote at the acknowledged offsets;
+//! - InitProducerId (no transactional id) at every node: no producer id handed out twice;
+//!   an idempotent Java producer through node 1 and an idempotent librdkafka producer through
+//!   node 2 route to the leaders, write without errors under two distinct ids
+//!   (DescribeProducers) and read back what they wrote at the acknowledged offsets;
 //! - SIGKILL of a node: after the broker session timeout `--describe` shows new leaders and
 //!   ISRs without it, and producing to every partition keeps working; restarted, it is
 //!   unfenced and listed again.
@@ -34,12 +36,6 @@ const PARTITIONS: i32 = 6;
 /// broker.session.timeout.ms on both sides (Kafka's default is 9000; shorter keeps the test
 /// short, the mechanism is the same).
 const SESSION_MS: u64 = 3000;
-
-/// Each kmirror node still allocates producer ids from its own counter (the coordinator
-/// state is not on the Raft log yet: helper "cstate"), so two idempotent producers that ask
-/// different nodes can get the same id and collide at a leader. Until then both sides run
-/// without idempotence.
-const NO_IDEMPOTENCE: &str = "enable.idempotence=false";
 
 /// What the scenario needs from a cluster (kmirror or Kafka), node ids 1..=3.
 trait Under {
@@ -178,13 +174,7 @@ fn java_produce(boot: &str, records: u64) -> (Vec<(i32, u64, i64)>, u64, u64) {
 
 fn librdkafka_produce(boot: &str, records: u64) -> (Vec<(i32, u64, i64)>, u64, u64) {
     let mut cmd = python::script("seq_producer.py");
-    cmd.args([
-        boot,
-        TOPIC,
-        &PARTITIONS.to_string(),
-        &records.to_string(),
-        NO_IDEMPOTENCE,
-    ]);
+    cmd.args([boot, TOPIC, &PARTITIONS.to_string(), &records.to_string()]);
     produce(cmd, "librdkafka seq_producer.py")
 }
 
@@ -362,12 +352,61 @@ fn scenario(c: &mut dyn Under) {
         "{name}"
     );
 
-    // A Java producer and a librdkafka producer through node 1 only: they must route to the
-    // leaders. Every acknowledged record is read back at its offset.
+    // Producer ids are unique cluster-wide: an idempotent producer's InitProducerId is
+    // answered by any broker (KIP-730 blocks from the controller), and no two nodes hand out
+    // the same id.
+    let mut pids = BTreeSet::new();
+    for id in 1..=3 {
+        for _ in 0..2 {
+            let mut w = WireClient::connect(&c.addr(id)).expect("connect");
+            let r = w
+                .send(
+                    kafka_protocol::messages::InitProducerIdRequest::default()
+                        .with_transactional_id(None)
+                        .with_transaction_timeout_ms(60_000)
+                        .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                        .with_producer_epoch(-1),
+                )
+                .expect("InitProducerId");
+            assert_eq!(
+                r.error_code, 0,
+                "{name}: InitProducerId at node {id}: {r:?}"
+            );
+            assert!(
+                pids.insert(r.producer_id.0),
+                "{name}: node {id} handed out producer id {} twice: {pids:?}",
+                r.producer_id.0
+            );
+        }
+    }
+
+    // An idempotent Java producer through node 1 only and an idempotent librdkafka producer
+    // through node 2 only: they must route to the leaders, and their ids (asked at different
+    // nodes) must not collide there (a collision is OUT_OF_ORDER_SEQUENCE or a record
+    // dropped as a duplicate). Every acknowledged record is read back at its offset.
     let (java_acks, acked, errors) = java_produce(&c.addr(1), 300);
     assert_eq!((acked, errors), (300, 0), "{name}: Java producer");
-    let (rd_acks, acked, errors) = librdkafka_produce(&c.addr(1), 300);
+    let (rd_acks, acked, errors) = librdkafka_produce(&c.addr(2), 300);
     assert_eq!((acked, errors), (300, 0), "{name}: librdkafka producer");
+    // Both are active producers of every partition they wrote, under different ids.
+    let mut w = WireClient::connect_leader(&c.addr(3), TOPIC, 0).expect("leader of p0");
+    let d = w
+        .send(
+            kafka_protocol::messages::DescribeProducersRequest::default().with_topics(vec![
+                kafka_protocol::messages::describe_producers_request::TopicRequest::default()
+                    .with_name(kafka_protocol::messages::TopicName(TOPIC.into()))
+                    .with_partition_indexes(vec![0]),
+            ]),
+        )
+        .expect("DescribeProducers");
+    let active: BTreeSet<i64> = d
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .flat_map(|p| &p.active_producers)
+        .map(|a| a.producer_id.0)
+        .collect();
+    assert_eq!(active.len(), 2, "{name}: producers of p0: {d:?}");
     let ran = proc::run(
         python::script("record_dump.py").args([&c.addr(3), TOPIC, &PARTITIONS.to_string()]),
         Duration::from_secs(180),
@@ -488,6 +527,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
         ClusterOpts {
             extra,
             session_timeout_ms: SESSION_MS,
+            ..ClusterOpts::default()
         },
     );
     let acls = |c: &KmirrorCluster, id: usize| {

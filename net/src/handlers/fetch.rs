@@ -74,6 +74,7 @@ fn read_partition(
     read_committed: bool,
     watch: Option<flume::Sender<()>>,
     replica: Option<NodeId>,
+    follower_reads: bool,
     now: i64,
 ) -> Got {
     let current = p.leader_epoch.get();
@@ -83,7 +84,8 @@ fn read_partition(
     if leader_epoch > current {
         return Got::error(E::UnknownLeaderEpoch.code());
     }
-    if replica.is_none() && !p.is_leader() {
+    // A consumer may read a follower from Fetch v11 on (`read_all` decided with the metadata).
+    if replica.is_none() && !p.is_leader() && !follower_reads {
         return Got::error(E::NotLeaderOrFollower.code());
     }
     let mut isr_change = None;
@@ -222,7 +224,17 @@ async fn read_all(
         pending.push(
             ctx.router()
                 .submit_partition(tp, move |p| {
-                    read_partition(p, off, ep, mb, read_committed, watch, replica, now)
+                    read_partition(
+                        p,
+                        off,
+                        ep,
+                        mb,
+                        read_committed,
+                        watch,
+                        replica,
+                        follower_reads,
+                        now,
+                    )
                 })
                 .await,
         );
