@@ -358,16 +358,21 @@ fn scenario(c: &mut dyn Under) {
     let mut pids = BTreeSet::new();
     for id in 1..=3 {
         for _ in 0..2 {
-            let mut w = WireClient::connect(&c.addr(id)).expect("connect");
-            let r = w
-                .send(
-                    kafka_protocol::messages::InitProducerIdRequest::default()
-                        .with_transactional_id(None)
-                        .with_transaction_timeout_ms(60_000)
-                        .with_producer_id(kafka_protocol::messages::ProducerId(-1))
-                        .with_producer_epoch(-1),
-                )
-                .expect("InitProducerId");
+            // COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE while the node's
+            // producer-id manager starts: retriable, as clients treat them.
+            let r = proc::wait_for(Duration::from_secs(30), "InitProducerId", || {
+                let mut w = WireClient::connect(&c.addr(id)).ok()?;
+                let r = w
+                    .send(
+                        kafka_protocol::messages::InitProducerIdRequest::default()
+                            .with_transactional_id(None)
+                            .with_transaction_timeout_ms(60_000)
+                            .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                            .with_producer_epoch(-1),
+                    )
+                    .ok()?;
+                (![14, 15].contains(&r.error_code)).then_some(r)
+            });
             assert_eq!(
                 r.error_code, 0,
                 "{name}: InitProducerId at node {id}: {r:?}"
@@ -675,6 +680,149 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
             d.values().map(|p| p.replicas.clone()).collect::<Vec<_>>()
         };
         assert_eq!(replicas(&after), replicas(&before));
+    }));
+    if let Err(e) = r {
+        eprintln!("{}", c.logs(40));
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// kmirror only: node 3 is stopped while a topic is deleted and re-created under the same
+/// name with other records. Restarted, it must not serve the old topic's log from the old
+/// directory: the directory's `partition.metadata` names the old topic id, so the node
+/// removes it (a stray log, as Kafka does) and replicates the new topic from its leader;
+/// its replica ends log-equal to the leader's.
+#[test]
+fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
+    const T: &str = "reborn";
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            session_timeout_ms: SESSION_MS,
+            ..ClusterOpts::default()
+        },
+    );
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let create = |c: &KmirrorCluster| {
+        let ran = java::run_tool(
+            tools::TOPIC_COMMAND,
+            &[
+                "--bootstrap-server",
+                &c.node(1).addr(),
+                "--create",
+                "--topic",
+                T,
+                "--replica-assignment",
+                "1:2:3",
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(ran.stdout.contains("Created topic"), "{}", ran.stdout);
+    };
+    let produce = |c: &KmirrorCluster, prefix: &str, n: usize| {
+        let values: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("{prefix}-{i}").into_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        proc::wait_for(Duration::from_secs(30), "records acknowledged", || {
+            let mut w = WireClient::connect_leader(&c.node(1).addr(), T, 0).ok()?;
+            let r = w
+                .produce_response(T, 0, kmirror_tests::records::batch(&refs, now()))
+                .ok()?;
+            (r.error_code == 0).then_some(())
+        });
+    };
+    // Everything node `id` serves of partition 0 (a consumer Fetch v11+ reads a follower up
+    // to its high watermark) and its high watermark.
+    let served = |c: &KmirrorCluster, id: usize| -> Option<(i64, Vec<u8>)> {
+        let mut w = WireClient::connect(&c.node(id).addr()).ok()?;
+        let f = w.fetch_raw(T, 0, 0, 8 << 20, false).ok()?;
+        (f.error_code == 0).then(|| (f.high_watermark, f.records.unwrap_or_default().to_vec()))
+    };
+    let meta_file = |c: &KmirrorCluster, id: usize| {
+        std::fs::read_to_string(
+            c.node(id)
+                .data_dir()
+                .join("topics")
+                .join(format!("{T}-0"))
+                .join("partition.metadata"),
+        )
+        .unwrap_or_default()
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        create(&c);
+        produce(&c, "old", 50);
+        let old = proc::wait_for(
+            Duration::from_secs(30),
+            "node 3 holds the old topic",
+            || {
+                let leader = served(&c, 1)?;
+                (leader.0 > 0 && served(&c, 3)? == leader).then_some(leader)
+            },
+        );
+        let old_file = meta_file(&c, 3);
+        assert!(
+            old_file.starts_with("version: 0\ntopic_id: "),
+            "partition.metadata: {old_file:?}"
+        );
+        assert_eq!(meta_file(&c, 1), old_file, "one topic id on every replica");
+
+        assert!(c.stop(3), "node 3 stops cleanly");
+        let ran = java::run_tool(
+            tools::TOPIC_COMMAND,
+            &[
+                "--bootstrap-server",
+                &c.node(1).addr(),
+                "--delete",
+                "--topic",
+                T,
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(ran.status.success(), "{}", ran.stderr);
+        proc::wait_for(Duration::from_secs(30), "topic gone", || {
+            let mut w = WireClient::connect(&c.node(2).addr()).ok()?;
+            w.partition_info(T, 0).is_err().then_some(())
+        });
+        create(&c);
+        produce(&c, "new", 7);
+        let new_file = meta_file(&c, 1);
+        assert_ne!(new_file, old_file, "the re-created topic has a new id");
+        assert_eq!(
+            meta_file(&c, 3),
+            old_file,
+            "node 3 still has the old directory"
+        );
+
+        c.restart(3);
+        let (hw, records) = proc::wait_for(
+            Duration::from_secs(60),
+            "node 3 log-equal to the leader",
+            || {
+                let leader = served(&c, 1)?;
+                (leader.0 > 0 && served(&c, 3)? == leader).then_some(leader)
+            },
+        );
+        assert_ne!((hw, &records), (old.0, &old.1));
+        let text = String::from_utf8_lossy(&records);
+        assert!(
+            text.contains("new-6") && !text.contains("old-"),
+            "node 3 serves {text:?}"
+        );
+        assert_eq!(
+            meta_file(&c, 3),
+            new_file,
+            "node 3 records the new topic id"
+        );
+        // The leader's log end too: nothing of the old log survives past the new one's end.
+        let mut w = WireClient::connect(&c.node(1).addr()).unwrap();
+        assert_eq!(w.log_bounds(T, 0).unwrap(), (0, hw));
     }));
     if let Err(e) = r {
         eprintln!("{}", c.logs(40));
