@@ -730,13 +730,17 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
             .map(|i| format!("{prefix}-{i}").into_bytes())
             .collect();
         let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
-        proc::wait_for(Duration::from_secs(30), "records acknowledged", || {
-            let mut w = WireClient::connect_leader(&c.node(1).addr(), T, 0).ok()?;
-            let r = w
-                .produce_response(T, 0, kmirror_tests::records::batch(&refs, now()))
-                .ok()?;
-            (r.error_code == 0).then_some(())
-        });
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let last = WireClient::connect_leader(&c.node(1).addr(), T, 0).and_then(|mut w| {
+                w.produce_response(T, 0, kmirror_tests::records::batch(&refs, now()))
+            });
+            match last {
+                Ok(r) if r.error_code == 0 => break,
+                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+                other => panic!("{prefix} records not acknowledged: {other:?}"),
+            }
+        }
     };
     // Everything node `id` serves of partition 0 (a consumer Fetch v11+ reads a follower up
     // to its high watermark) and its high watermark.
