@@ -687,6 +687,13 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
     }
 }
 
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
 /// kmirror only: node 3 is stopped while a topic is deleted and re-created under the same
 /// name with other records. Restarted, it must not serve the old topic's log from the old
 /// directory: the directory's `partition.metadata` names the old topic id, so the node
@@ -778,6 +785,10 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
         assert_eq!(meta_file(&c, 1), old_file, "one topic id on every replica");
 
         assert!(c.stop(3), "node 3 stops cleanly");
+        // A copy of node 3's old directory, put back below as if removing it had failed.
+        let dir3 = c.node(3).data_dir().join("topics").join(format!("{T}-0"));
+        let saved = c.node(3).data_dir().with_extension("saved-old-partition");
+        copy_dir(&dir3, &saved);
         let ran = java::run_tool(
             tools::TOPIC_COMMAND,
             &[
@@ -827,6 +838,21 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
         // The leader's log end too: nothing of the old log survives past the new one's end.
         let mut w = WireClient::connect(&c.node(1).addr()).unwrap();
         assert_eq!(w.log_bounds(T, 0).unwrap(), (0, hw));
+
+        // Node 3 crashed after applying the deletion but before removing the directory (the
+        // reconciler never sees the old topic again): the directory itself says which topic
+        // it belongs to, so the stray log is removed when the partition opens.
+        assert!(c.stop(3), "node 3 stops cleanly");
+        std::fs::remove_dir_all(&dir3).unwrap();
+        copy_dir(&saved, &dir3);
+        assert_eq!(meta_file(&c, 3), old_file);
+        c.restart(3);
+        let again = proc::wait_for(Duration::from_secs(60), "node 3 log-equal again", || {
+            let leader = served(&c, 1)?;
+            (leader.0 == hw && served(&c, 3)? == leader).then_some(leader)
+        });
+        assert_eq!(again, (hw, records.clone()));
+        assert_eq!(meta_file(&c, 3), new_file, "the stray log was replaced");
     }));
     if let Err(e) = r {
         eprintln!("{}", c.logs(40));
