@@ -453,6 +453,27 @@ fn scenario(c: &mut dyn Under) {
         },
     );
     let fenced_after = killed_at.elapsed();
+    // Metadata names the killed broker's replicas offline (Kafka: a fenced broker's
+    // replicas), on every partition.
+    let offline = |addr: &str| -> BTreeMap<i32, Vec<i32>> {
+        let mut w = WireClient::connect(addr).expect("connect");
+        let m = w.metadata(Some(&[TOPIC])).expect("Metadata");
+        m.topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| {
+                let mut o: Vec<i32> = p.offline_replicas.iter().map(|b| b.0).collect();
+                o.sort_unstable();
+                (p.partition_index, o)
+            })
+            .collect()
+    };
+    let off = offline(&c.addr(live));
+    assert_eq!(off.len(), PARTITIONS as usize, "{name}: {off:?}");
+    assert!(
+        off.values().all(|o| o == &vec![victim]),
+        "{name}: offline replicas with node {victim} dead: {off:?}"
+    );
     for (p, d) in &after {
         assert_eq!(
             d.replicas, first[p].replicas,
@@ -480,6 +501,13 @@ fn scenario(c: &mut dyn Under) {
             (m.brokers.len() == 3).then_some(())
         });
     }
+    // Unfenced again: no replica offline.
+    proc::wait_for(Duration::from_secs(60), "no offline replica", || {
+        offline(&c.addr(live))
+            .values()
+            .all(Vec::is_empty)
+            .then_some(())
+    });
     eprintln!(
         "{name}: leaders and ISR without node {victim} {:.1} s after SIGKILL (session {SESSION_MS} ms); scenario {:.1} s",
         fenced_after.as_secs_f64(),
