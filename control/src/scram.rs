@@ -615,6 +615,12 @@ impl ScramRegistry {
         self.snapshot.load_full()
     }
 
+    /// Publishes the replicated credential set (cluster mode: the Raft driver owns the
+    /// credentials; the local file is not used).
+    pub fn publish(&self, creds: Credentials) {
+        self.snapshot.store(Arc::new(creds));
+    }
+
     pub fn lookup(&self, user: &str, mech: ScramMechanism) -> Option<ScramCredential> {
         self.snapshot
             .load()

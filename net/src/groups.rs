@@ -803,6 +803,14 @@ impl CoordinatorThread {
                 },
                 RequestKind::FindCoordinator(r),
             ) => self.find_coordinator_at(r, version, *node_id, host, *port),
+            // Sent to every broker; one that coordinates no group answers an empty list, as
+            // a Kafka broker that leads no `__consumer_offsets` partition does.
+            (Seat::Elsewhere { .. }, RequestKind::ListGroups(_)) => {
+                ResponseKind::ListGroups(ListGroupsResponse::default())
+            }
+            (Seat::Elsewhere { .. }, RequestKind::ListTransactions(_)) => {
+                ResponseKind::ListTransactions(ListTransactionsResponse::default())
+            }
             // Kafka names the leader of the coordinator partition while it loads.
             (Seat::Loading, RequestKind::FindCoordinator(r)) => {
                 self.find_coordinator_at(r, version, self.node_id, &self.host, self.port)
@@ -2539,6 +2547,15 @@ mod tests {
             port: 9094,
         });
         assert_eq!(fetch_offset(&svc, "grp").0, codes::NOT_COORDINATOR);
+        let ResponseKind::ListGroups(r) = call(
+            &svc,
+            ApiKey::ListGroups,
+            4,
+            RequestKind::ListGroups(ListGroupsRequest::default()),
+        ) else {
+            panic!()
+        };
+        assert_eq!((r.error_code, r.groups.len()), (0, 0));
         set(Seat::Here { term: 7 });
         assert_eq!(fetch_offset(&svc, "grp"), (0, 42));
         let again = init_pid(&svc, Some("tx"));

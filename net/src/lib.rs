@@ -252,7 +252,7 @@ pub fn start_with(
     let (cluster, driver, updates) = match &quorum {
         None => (Cluster::start(&cfg.data_dir)?, None, None),
         Some(q) => {
-            let (c, d, u) = start_quorum(&cfg, q)?;
+            let (c, d, u) = start_quorum(&cfg, q, sasl.scram.clone())?;
             (c, Some(d), Some(u))
         }
     };
@@ -410,6 +410,7 @@ fn controlled_shutdown(driver: &kmirror_cluster::Driver, node_id: i32) {
 fn start_quorum(
     cfg: &ServerConfig,
     q: &cluster::QuorumOptions,
+    scram: Arc<kmirror_control::scram::ScramRegistry>,
 ) -> Result<
     (
         Cluster,
@@ -431,13 +432,23 @@ fn start_quorum(
     let acls = acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?;
     let (tx, rx) = flume::unbounded();
     let v = view.clone();
-    let driver = kmirror_cluster::Driver::start_with_acls(
+    let quotas = quota::store_for(&cfg.data_dir).map_err(|e| NetError::Quorum(e.to_string()))?;
+    let driver = kmirror_cluster::Driver::start_with_state(
         dcfg,
         move |m| {
             v.publish_arc(m.clone());
             let _ = tx.send(m);
         },
         move |all| acls.publish(all),
+        // SCRAM credentials and quotas as the quorum holds them (the local files are unused).
+        move |node, changed| {
+            if changed.scram {
+                scram.publish(node.scram().credentials().clone());
+            }
+            if changed.quotas {
+                quotas.publish(node.quotas().all());
+            }
+        },
     )
     .map_err(|e| NetError::Quorum(e.to_string()))?;
     let cluster = Cluster::replicated(

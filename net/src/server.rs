@@ -655,7 +655,14 @@ async fn dispatch(
         ),
         RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
             match access.check_cluster(authz::table::ALTER_CLIENT_QUOTAS) {
-                Ok(()) => crate::quota::alter_client_quotas(&ctx.broker.config.data_dir, r).await,
+                Ok(()) => {
+                    crate::quota::alter_client_quotas(
+                        &ctx.broker.cluster,
+                        &ctx.broker.config.data_dir,
+                        r,
+                    )
+                    .await
+                }
                 Err(code) => crate::quota::alter_client_quotas_refused(&r, code),
             },
         ),
@@ -722,6 +729,9 @@ async fn dispatch(
         RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(
             handlers::describe::describe_producers(ctx, access, r).await,
         ),
+        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(
+            crate::txn_markers::write_txn_markers(ctx, access, r).await,
+        ),
         RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(
             handlers::quorum::describe_quorum(ctx, access, header.client_id.as_deref(), v, r).await,
         ),
@@ -730,9 +740,6 @@ async fn dispatch(
                 handlers::admin::elect_leaders_replicated(ctx, access, v, r).await,
             )
         }
-        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(
-            crate::txn_markers::write_txn_markers(ctx, access, r).await,
-        ),
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
         }

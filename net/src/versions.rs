@@ -62,8 +62,8 @@ served! {
     ListTransactions => ListTransactionsRequest,
     ElectLeaders => ElectLeadersRequest,
     UpdateFeatures => UpdateFeaturesRequest,
-    DescribeQuorum => DescribeQuorumRequest,
     WriteTxnMarkers => WriteTxnMarkersRequest,
+    DescribeQuorum => DescribeQuorumRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).
