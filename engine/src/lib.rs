@@ -37,6 +37,7 @@
 mod assign;
 mod cleaner;
 mod control;
+mod partition_meta;
 mod replica;
 mod router;
 mod runtime;

@@ -485,7 +485,15 @@ impl Shard {
         if !self.routing.load().may_open(tp, self.core, self.cores) {
             return Err(EngineError::NotOwner(tp.clone()));
         }
+        // A log left by a deleted topic of the same name (this node was down meanwhile) is
+        // removed, never served as the new topic's (0: a catalog without topic ids).
+        if spec.topic_id != 0 {
+            crate::partition_meta::remove_if_stray(&spec.dir, spec.topic_id)?;
+        }
         let mut log = Log::open(&spec.dir, spec.config)?;
+        if spec.topic_id != 0 {
+            crate::partition_meta::ensure(&spec.dir, spec.topic_id)?;
+        }
         let recovered_hw = log.high_watermark();
         // Single replica: as leader with ISR = {self}, everything recovered is committed
         // (Kafka's leader sets HW to its LEO when the ISR is only itself). The checkpointed

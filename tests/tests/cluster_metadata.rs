@@ -5,11 +5,15 @@
 //!   `--describe` through every node shows the same leaders, replicas and ISR, leaders spread
 //!   over the three brokers;
 //! - replication factor 4 on three brokers is INVALID_REPLICATION_FACTOR;
+//! - Produce and ListOffsets on a follower: NOT_LEADER_OR_FOLLOWER, Produce naming the
+//!   current leader (KIP-951); a consumer Fetch v11+ is served by a follower, as Kafka does;
 //! - `kafka-leader-election --election-type preferred` where the preferred replica leads is
 //!   ELECTION_NOT_NEEDED;
 //! - `kafka-metadata-quorum describe --status / --replication` shows three voters and a leader;
-//! - a Java producer and a librdkafka producer route to the leaders and read back what they
-//!   wrote at the acknowledged offsets;
+//! - InitProducerId (no transactional id) at every node: no producer id handed out twice;
+//!   an idempotent Java producer through node 1 and an idempotent librdkafka producer through
+//!   node 2 route to the leaders, write without errors under two distinct ids
+//!   (DescribeProducers) and read back what they wrote at the acknowledged offsets;
 //! - SIGKILL of a node: after the broker session timeout `--describe` shows new leaders and
 //!   ISRs without it, and producing to every partition keeps working; restarted, it is
 //!   unfenced and listed again.
@@ -32,12 +36,6 @@ const PARTITIONS: i32 = 6;
 /// broker.session.timeout.ms on both sides (Kafka's default is 9000; shorter keeps the test
 /// short, the mechanism is the same).
 const SESSION_MS: u64 = 3000;
-
-/// Each kmirror node still allocates producer ids from its own counter (the coordinator
-/// state is not on the Raft log yet: helper "cstate"), so two idempotent producers that ask
-/// different nodes can get the same id and collide at a leader. Until then both sides run
-/// without idempotence.
-const NO_IDEMPOTENCE: &str = "enable.idempotence=false";
 
 /// What the scenario needs from a cluster (kmirror or Kafka), node ids 1..=3.
 trait Under {
@@ -176,13 +174,7 @@ fn java_produce(boot: &str, records: u64) -> (Vec<(i32, u64, i64)>, u64, u64) {
 
 fn librdkafka_produce(boot: &str, records: u64) -> (Vec<(i32, u64, i64)>, u64, u64) {
     let mut cmd = python::script("seq_producer.py");
-    cmd.args([
-        boot,
-        TOPIC,
-        &PARTITIONS.to_string(),
-        &records.to_string(),
-        NO_IDEMPOTENCE,
-    ]);
+    cmd.args([boot, TOPIC, &PARTITIONS.to_string(), &records.to_string()]);
     produce(cmd, "librdkafka seq_producer.py")
 }
 
@@ -239,6 +231,35 @@ fn scenario(c: &mut dyn Under) {
         BTreeSet::from([1, 2, 3]),
         "{name}: leaders {first:?}"
     );
+
+    // A follower of partition 0 refuses client reads and writes with NOT_LEADER_OR_FOLLOWER
+    // and names the leader (KIP-951), so clients reroute without a Metadata round trip.
+    let (leader0, follower0) = (first[&0].leader, first[&0].replicas[1]);
+    let mut w = WireClient::connect(&c.addr(follower0)).expect("connect to a follower");
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let r = w
+        .produce_response(TOPIC, 0, kmirror_tests::records::batch(&[b"x"], now))
+        .expect("Produce to a follower");
+    assert_eq!(r.error_code, 6, "{name}: Produce to a follower: {r:?}");
+    assert_eq!(r.current_leader.leader_id.0, leader0, "{name}: {r:?}");
+    // A consumer Fetch v11+ may read a follower (KIP-392's fetchOnlyFromLeader is false
+    // once the request carries client metadata): answered, not refused, by both.
+    let f = w
+        .fetch_raw(TOPIC, 0, 0, 1 << 20, false)
+        .expect("Fetch from a follower");
+    assert_eq!(
+        f.error_code, 0,
+        "{name}: consumer Fetch v11+ from a follower: {f:?}"
+    );
+    match w.list_offset(TOPIC, 0, -1) {
+        Err(kmirror_tests::wire::WireError::Broker { code, .. }) => {
+            assert_eq!(code, 6, "{name}: ListOffsets on a follower")
+        }
+        other => panic!("{name}: ListOffsets on a follower answered {other:?}"),
+    }
 
     // A preferred election where the preferred replica already leads: nothing to do.
     let ran = proc::run(
@@ -331,12 +352,66 @@ fn scenario(c: &mut dyn Under) {
         "{name}"
     );
 
-    // A Java producer and a librdkafka producer through node 1 only: they must route to the
-    // leaders. Every acknowledged record is read back at its offset.
+    // Producer ids are unique cluster-wide: an idempotent producer's InitProducerId is
+    // answered by any broker (KIP-730 blocks from the controller), and no two nodes hand out
+    // the same id.
+    let mut pids = BTreeSet::new();
+    for id in 1..=3 {
+        for _ in 0..2 {
+            // COORDINATOR_LOAD_IN_PROGRESS / COORDINATOR_NOT_AVAILABLE while the node's
+            // producer-id manager starts: retriable, as clients treat them.
+            let r = proc::wait_for(Duration::from_secs(30), "InitProducerId", || {
+                let mut w = WireClient::connect(&c.addr(id)).ok()?;
+                let r = w
+                    .send(
+                        kafka_protocol::messages::InitProducerIdRequest::default()
+                            .with_transactional_id(None)
+                            .with_transaction_timeout_ms(60_000)
+                            .with_producer_id(kafka_protocol::messages::ProducerId(-1))
+                            .with_producer_epoch(-1),
+                    )
+                    .ok()?;
+                (![14, 15].contains(&r.error_code)).then_some(r)
+            });
+            assert_eq!(
+                r.error_code, 0,
+                "{name}: InitProducerId at node {id}: {r:?}"
+            );
+            assert!(
+                pids.insert(r.producer_id.0),
+                "{name}: node {id} handed out producer id {} twice: {pids:?}",
+                r.producer_id.0
+            );
+        }
+    }
+
+    // An idempotent Java producer through node 1 only and an idempotent librdkafka producer
+    // through node 2 only: they must route to the leaders, and their ids (asked at different
+    // nodes) must not collide there (a collision is OUT_OF_ORDER_SEQUENCE or a record
+    // dropped as a duplicate). Every acknowledged record is read back at its offset.
     let (java_acks, acked, errors) = java_produce(&c.addr(1), 300);
     assert_eq!((acked, errors), (300, 0), "{name}: Java producer");
-    let (rd_acks, acked, errors) = librdkafka_produce(&c.addr(1), 300);
+    let (rd_acks, acked, errors) = librdkafka_produce(&c.addr(2), 300);
     assert_eq!((acked, errors), (300, 0), "{name}: librdkafka producer");
+    // Both are active producers of every partition they wrote, under different ids.
+    let mut w = WireClient::connect_leader(&c.addr(3), TOPIC, 0).expect("leader of p0");
+    let d = w
+        .send(
+            kafka_protocol::messages::DescribeProducersRequest::default().with_topics(vec![
+                kafka_protocol::messages::describe_producers_request::TopicRequest::default()
+                    .with_name(kafka_protocol::messages::TopicName(TOPIC.into()))
+                    .with_partition_indexes(vec![0]),
+            ]),
+        )
+        .expect("DescribeProducers");
+    let active: BTreeSet<i64> = d
+        .topics
+        .iter()
+        .flat_map(|t| &t.partitions)
+        .flat_map(|p| &p.active_producers)
+        .map(|a| a.producer_id.0)
+        .collect();
+    assert_eq!(active.len(), 2, "{name}: producers of p0: {d:?}");
     let ran = proc::run(
         python::script("record_dump.py").args([&c.addr(3), TOPIC, &PARTITIONS.to_string()]),
         Duration::from_secs(180),
@@ -378,6 +453,27 @@ fn scenario(c: &mut dyn Under) {
         },
     );
     let fenced_after = killed_at.elapsed();
+    // Metadata names the killed broker's replicas offline (Kafka: a fenced broker's
+    // replicas), on every partition.
+    let offline = |addr: &str| -> BTreeMap<i32, Vec<i32>> {
+        let mut w = WireClient::connect(addr).expect("connect");
+        let m = w.metadata(Some(&[TOPIC])).expect("Metadata");
+        m.topics
+            .iter()
+            .flat_map(|t| &t.partitions)
+            .map(|p| {
+                let mut o: Vec<i32> = p.offline_replicas.iter().map(|b| b.0).collect();
+                o.sort_unstable();
+                (p.partition_index, o)
+            })
+            .collect()
+    };
+    let off = offline(&c.addr(live));
+    assert_eq!(off.len(), PARTITIONS as usize, "{name}: {off:?}");
+    assert!(
+        off.values().all(|o| o == &vec![victim]),
+        "{name}: offline replicas with node {victim} dead: {off:?}"
+    );
     for (p, d) in &after {
         assert_eq!(
             d.replicas, first[p].replicas,
@@ -405,6 +501,13 @@ fn scenario(c: &mut dyn Under) {
             (m.brokers.len() == 3).then_some(())
         });
     }
+    // Unfenced again: no replica offline.
+    proc::wait_for(Duration::from_secs(60), "no offline replica", || {
+        offline(&c.addr(live))
+            .values()
+            .all(Vec::is_empty)
+            .then_some(())
+    });
     eprintln!(
         "{name}: leaders and ISR without node {victim} {:.1} s after SIGKILL (session {SESSION_MS} ms); scenario {:.1} s",
         fenced_after.as_secs_f64(),
@@ -457,7 +560,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
         ClusterOpts {
             extra,
             session_timeout_ms: SESSION_MS,
-            netns: false,
+            ..ClusterOpts::default()
         },
     );
     let acls = |c: &KmirrorCluster, id: usize| {
@@ -605,6 +708,179 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
             d.values().map(|p| p.replicas.clone()).collect::<Vec<_>>()
         };
         assert_eq!(replicas(&after), replicas(&before));
+    }));
+    if let Err(e) = r {
+        eprintln!("{}", c.logs(40));
+        std::panic::resume_unwind(e);
+    }
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap().flatten() {
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
+
+/// kmirror only: node 3 is stopped while a topic is deleted and re-created under the same
+/// name with other records. Restarted, it must not serve the old topic's log from the old
+/// directory: the directory's `partition.metadata` names the old topic id, so the node
+/// removes it (a stray log, as Kafka does) and replicates the new topic from its leader;
+/// its replica ends log-equal to the leader's.
+#[test]
+fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
+    const T: &str = "reborn";
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            session_timeout_ms: SESSION_MS,
+            ..ClusterOpts::default()
+        },
+    );
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    let create = |c: &KmirrorCluster| {
+        let ran = java::run_tool(
+            tools::TOPIC_COMMAND,
+            &[
+                "--bootstrap-server",
+                &c.node(1).addr(),
+                "--create",
+                "--topic",
+                T,
+                "--replica-assignment",
+                "1:2:3",
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(ran.stdout.contains("Created topic"), "{}", ran.stdout);
+    };
+    let produce = |c: &KmirrorCluster, prefix: &str, n: usize| {
+        let values: Vec<Vec<u8>> = (0..n)
+            .map(|i| format!("{prefix}-{i}").into_bytes())
+            .collect();
+        let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let last = WireClient::connect_leader(&c.node(1).addr(), T, 0).and_then(|mut w| {
+                w.produce_response(T, 0, kmirror_tests::records::batch(&refs, now()))
+            });
+            match last {
+                Ok(r) if r.error_code == 0 => break,
+                _ if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+                other => panic!("{prefix} records not acknowledged: {other:?}"),
+            }
+        }
+    };
+    // Everything node `id` serves of partition 0 (a consumer Fetch v11+ reads a follower up
+    // to its high watermark) and its high watermark.
+    let served = |c: &KmirrorCluster, id: usize| -> Option<(i64, Vec<u8>)> {
+        let mut w = WireClient::connect(&c.node(id).addr()).ok()?;
+        let f = w.fetch_raw(T, 0, 0, 8 << 20, false).ok()?;
+        (f.error_code == 0).then(|| (f.high_watermark, f.records.unwrap_or_default().to_vec()))
+    };
+    let meta_file = |c: &KmirrorCluster, id: usize| {
+        std::fs::read_to_string(
+            c.node(id)
+                .data_dir()
+                .join("topics")
+                .join(format!("{T}-0"))
+                .join("partition.metadata"),
+        )
+        .unwrap_or_default()
+    };
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        create(&c);
+        produce(&c, "old", 50);
+        let old = proc::wait_for(
+            Duration::from_secs(30),
+            "node 3 holds the old topic",
+            || {
+                let leader = served(&c, 1)?;
+                (leader.0 > 0 && served(&c, 3)? == leader).then_some(leader)
+            },
+        );
+        let old_file = meta_file(&c, 3);
+        assert!(
+            old_file.starts_with("version: 0\ntopic_id: "),
+            "partition.metadata: {old_file:?}"
+        );
+        assert_eq!(meta_file(&c, 1), old_file, "one topic id on every replica");
+
+        assert!(c.stop(3), "node 3 stops cleanly");
+        // A copy of node 3's old directory, put back below as if removing it had failed.
+        let dir3 = c.node(3).data_dir().join("topics").join(format!("{T}-0"));
+        let saved = c.node(3).data_dir().with_extension("saved-old-partition");
+        copy_dir(&dir3, &saved);
+        let ran = java::run_tool(
+            tools::TOPIC_COMMAND,
+            &[
+                "--bootstrap-server",
+                &c.node(1).addr(),
+                "--delete",
+                "--topic",
+                T,
+            ],
+            Duration::from_secs(60),
+        );
+        assert!(ran.status.success(), "{}", ran.stderr);
+        proc::wait_for(Duration::from_secs(30), "topic gone", || {
+            let mut w = WireClient::connect(&c.node(2).addr()).ok()?;
+            w.partition_info(T, 0).is_err().then_some(())
+        });
+        create(&c);
+        produce(&c, "new", 7);
+        let new_file = meta_file(&c, 1);
+        assert_ne!(new_file, old_file, "the re-created topic has a new id");
+        assert_eq!(
+            meta_file(&c, 3),
+            old_file,
+            "node 3 still has the old directory"
+        );
+
+        c.restart(3);
+        let (hw, records) = proc::wait_for(
+            Duration::from_secs(60),
+            "node 3 log-equal to the leader",
+            || {
+                let leader = served(&c, 1)?;
+                (leader.0 > 0 && served(&c, 3)? == leader).then_some(leader)
+            },
+        );
+        assert_ne!((hw, &records), (old.0, &old.1));
+        let text = String::from_utf8_lossy(&records);
+        assert!(
+            text.contains("new-6") && !text.contains("old-"),
+            "node 3 serves {text:?}"
+        );
+        assert_eq!(
+            meta_file(&c, 3),
+            new_file,
+            "node 3 records the new topic id"
+        );
+        // The leader's log end too: nothing of the old log survives past the new one's end.
+        let mut w = WireClient::connect(&c.node(1).addr()).unwrap();
+        assert_eq!(w.log_bounds(T, 0).unwrap(), (0, hw));
+
+        // Node 3 crashed after applying the deletion but before removing the directory (the
+        // reconciler never sees the old topic again): the directory itself says which topic
+        // it belongs to, so the stray log is removed when the partition opens.
+        assert!(c.stop(3), "node 3 stops cleanly");
+        std::fs::remove_dir_all(&dir3).unwrap();
+        copy_dir(&saved, &dir3);
+        assert_eq!(meta_file(&c, 3), old_file);
+        c.restart(3);
+        let again = proc::wait_for(Duration::from_secs(60), "node 3 log-equal again", || {
+            let leader = served(&c, 1)?;
+            (leader.0 == hw && served(&c, 3)? == leader).then_some(leader)
+        });
+        assert_eq!(again, (hw, records.clone()));
+        assert_eq!(meta_file(&c, 3), new_file, "the stray log was replaced");
     }));
     if let Err(e) = r {
         eprintln!("{}", c.logs(40));

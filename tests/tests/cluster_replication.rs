@@ -23,8 +23,8 @@ use kmirror_tests::proc;
 use kmirror_tests::python;
 
 const TOPIC: &str = "replicated";
-/// The librdkafka producer's topic (it runs without idempotence, so it gets its own topic:
-/// only the idempotent producer's records are checked for exactly once).
+/// The librdkafka producer's topic (its own topic: only the Java producer's records
+/// are checked for exactly once).
 const RD_TOPIC: &str = "replicated-rd";
 const STRICT: &str = "strict";
 const PARTITIONS: i32 = 3;
@@ -193,14 +193,12 @@ fn java_produce(
 
 fn librdkafka_produce(boot: &str, records: u64) -> Produced {
     let mut cmd = python::script("seq_producer.py");
-    // Without idempotence: producer ids are not yet allocated cluster-wide (helper
-    // "cstate"), so a second idempotent producer could collide with the Java one.
+    // Idempotent too: producer ids are unique cluster-wide (AllocateProducerIds blocks).
     cmd.args([
         boot,
         RD_TOPIC,
         &PARTITIONS.to_string(),
         &records.to_string(),
-        "enable.idempotence=false",
         "seqproducer.rate=1000",
     ]);
     produce(cmd, "librdkafka seq_producer.py")

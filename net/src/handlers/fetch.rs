@@ -17,6 +17,7 @@ use uuid::Uuid;
 use super::{broker, topic_name};
 use crate::authz::{table, Access};
 use crate::broker::Ctx;
+use crate::cluster::Role;
 use crate::errors;
 use crate::fetch_session::{changed, Cached, Mode};
 use indexmap::IndexMap;
@@ -73,6 +74,7 @@ fn read_partition(
     read_committed: bool,
     watch: Option<flume::Sender<()>>,
     replica: Option<NodeId>,
+    follower_reads: bool,
     now: i64,
 ) -> Got {
     let current = p.leader_epoch.get();
@@ -82,7 +84,8 @@ fn read_partition(
     if leader_epoch > current {
         return Got::error(E::UnknownLeaderEpoch.code());
     }
-    if replica.is_none() && !p.is_leader() {
+    // A consumer may read a follower from Fetch v11 on (`read_all` decided with the metadata).
+    if replica.is_none() && !p.is_leader() && !follower_reads {
         return Got::error(E::NotLeaderOrFollower.code());
     }
     let mut isr_change = None;
@@ -187,6 +190,7 @@ fn internal_partition(w: &Want, epoch: i32, read_committed: bool) -> Got {
 async fn read_all(
     ctx: &Ctx,
     wants: &[Want],
+    follower_reads: bool,
     read_committed: bool,
     watch: Option<&flume::Sender<()>>,
     replica: Option<NodeId>,
@@ -201,20 +205,36 @@ async fn read_all(
             pending.push(Err(EngineError::ShuttingDown)); // placeholder, replaced below
             continue;
         }
-        if ctx.not_leader(&meta, &w.topic, w.partition).is_some() {
-            // A consumer reads from the leader only (no KIP-392 rack-aware follower reads):
-            // NOT_LEADER_OR_FOLLOWER, which also ends a long poll at once.
-            let tp = TopicPartition::new(w.topic.clone(), w.partition);
+        let tp = TopicPartition::new(w.topic.clone(), w.partition);
+        // As Kafka's fetchOnlyFromLeader: a consumer Fetch from v11 on (it carries client
+        // metadata, KIP-392) may read a follower's log up to its high watermark; before v11,
+        // or on a broker that holds no replica, NOT_LEADER_OR_FOLLOWER (which also ends a
+        // long poll at once).
+        let refused = match ctx.broker.cluster.role(&meta, &tp) {
+            Some(Role::Follower { .. }) => !follower_reads,
+            Some(Role::NotReplica { .. }) => true,
+            Some(Role::Leader { .. }) | None => false,
+        };
+        if refused {
             pending.push(Err(EngineError::NotOwner(tp)));
             continue;
         }
-        let tp = TopicPartition::new(w.topic.clone(), w.partition);
         let (off, ep, mb) = (w.fetch_offset, w.current_leader_epoch, w.max_bytes);
         let watch = watch.cloned();
         pending.push(
             ctx.router()
                 .submit_partition(tp, move |p| {
-                    read_partition(p, off, ep, mb, read_committed, watch, replica, now)
+                    read_partition(
+                        p,
+                        off,
+                        ep,
+                        mb,
+                        read_committed,
+                        watch,
+                        replica,
+                        follower_reads,
+                        now,
+                    )
                 })
                 .await,
         );
@@ -434,6 +454,7 @@ pub async fn fetch(
         let mut got = read_all(
             ctx,
             &wants,
+            version >= 11,
             read_committed,
             waiting_allowed.then_some(&wtx),
             replica,
