@@ -44,8 +44,19 @@ fn cli(dst: &str, args: &[&str]) -> Ran {
 }
 
 /// DescribeMirrors rows through `dst`, sorted: (partition, state, source, destination, lag).
+/// Empty while the node answers with an error (e.g. UNKNOWN_MIRROR before the first sync
+/// round created the topic); callers wait for the rows they expect.
 fn describe_mirror(dst: &str) -> Vec<(i64, String, i64, i64, i64)> {
-    let ran = cli(dst, &["describe", "dr", "--json"]);
+    let ran = proc::run(
+        std::process::Command::new(deps::kmirror_bin())
+            .args(["mirror", "--bootstrap", dst])
+            .args(["describe", "dr", "--json"]),
+        Duration::from_secs(60),
+    );
+    if !ran.status.success() {
+        eprintln!("describe via {dst}: {}", ran.stderr.trim());
+        return Vec::new();
+    }
     let v: serde_json::Value = serde_json::from_str(ran.stdout.trim()).unwrap_or_else(|e| {
         panic!(
             "describe --json via {dst} is not JSON ({e}): {}",
