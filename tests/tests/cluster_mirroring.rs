@@ -11,7 +11,9 @@
 //! That scenario waits for the mirror state on the Raft log. What runs today
 //! (`only_leaders_fetch_and_followers_replicate_the_mirror`): the node that knows the mirror
 //! fetches only the partitions it leads, the followers replicate them log-equal with the
-//! source, and no replica of any partition diverges from the others or from the source.
+//! source; after another node's controlled shutdown moves leaderships to it, it mirrors the
+//! partitions it gained from its log end; and no replica of any partition diverges from the
+//! others or from the source.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -122,6 +124,17 @@ fn end_offsets(boot: &str) -> Vec<i64> {
         .map(|p| {
             let mut c = WireClient::connect_leader(boot, TOPIC, p).expect("connect to leader");
             c.log_bounds(TOPIC, p).expect("log bounds").1
+        })
+        .collect()
+}
+
+/// End offsets, or None while a partition's leader answers with an error (a leadership
+/// moving, a replica not yet opened): callers wait.
+fn try_end_offsets(boot: &str) -> Option<Vec<i64>> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let mut c = WireClient::connect_leader(boot, TOPIC, p).ok()?;
+            c.log_bounds(TOPIC, p).ok().map(|b| b.1)
         })
         .collect()
 }
@@ -476,7 +489,7 @@ fn only_leaders_fetch_and_followers_replicate_the_mirror() {
             Duration::from_secs(90),
             "node 1's partitions mirrored",
             || {
-                let ends = end_offsets(&c.bootstrap());
+                let ends = try_end_offsets(&c.bootstrap())?;
                 mine.iter()
                     .all(|p| ends[*p as usize] == src_end[*p as usize])
                     .then_some(())
@@ -486,6 +499,34 @@ fn only_leaders_fetch_and_followers_replicate_the_mirror() {
             log_equal(&src, &c.bootstrap(), TOPIC, *p, src_end[*p as usize])
                 .unwrap_or_else(|e| panic!("not log-equal: {e}"));
         }
+        // Leadership moves: node 2 shuts down (controlled, its leaderships move at once).
+        // Partitions node 1 now leads get its fetchers, starting at its own log end.
+        assert!(c.stop(2), "node 2 stops cleanly");
+        let moved = proc::wait_for(
+            Duration::from_secs(60),
+            "node 2's leaderships moved",
+            || leaders(&n1).filter(|l| l.values().all(|(l, _)| *l == 1 || *l == 3)),
+        );
+        let mine: Vec<i32> = moved
+            .iter()
+            .filter(|(_, (l, _))| *l == 1)
+            .map(|(p, _)| *p)
+            .collect();
+        eprintln!("after node 2 stopped: {moved:?}; node 1 leads {mine:?}");
+        proc::wait_for(
+            Duration::from_secs(90),
+            "node 1's new partitions mirrored",
+            || {
+                let ends = try_end_offsets(&n1)?;
+                mine.iter()
+                    .all(|p| ends[*p as usize] == src_end[*p as usize])
+                    .then_some(())
+            },
+        );
+        c.restart(2);
+        proc::wait_for(Duration::from_secs(120), "full ISRs again", || {
+            leaders(&n1).filter(|l| l.values().all(|(_, isr)| *isr == vec![1, 2, 3]))
+        });
         // Followers fetch the last high watermark, then every replica is compared.
         std::thread::sleep(Duration::from_secs(3));
         let source = source_batches(&src, &src_end);
