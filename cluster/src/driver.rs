@@ -88,7 +88,32 @@ pub struct QuorumStatus {
     pub progress: Vec<(u64, u64)>,
     /// On the leader: how long ago each voter was last heard from (`(id, ms)`).
     pub last_heard_ms: Vec<(u64, u64)>,
+    /// This node leads and applied its whole log: it may run the group and transaction
+    /// coordinators (`QuorumNode::coordinator_ready`).
+    pub coordinator_ready: bool,
 }
+
+/// Which replicated stores besides metadata and ACLs an applied poll changed (all set once
+/// at start, and after a snapshot was installed).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StateChanges {
+    pub scram: bool,
+    pub quotas: bool,
+    pub mirrors: bool,
+    pub coordinator: bool,
+}
+
+impl StateChanges {
+    fn any(&self) -> bool {
+        self.scram || self.quotas || self.mirrors || self.coordinator
+    }
+}
+
+/// Called on the driver thread after a poll changed replicated state: read what changed
+/// from the node (quickly; it must not propose).
+type StateListener = Box<dyn Fn(&QuorumNode, StateChanges) + Send>;
+/// A read of the applied state on the driver thread.
+type Reader = Box<dyn FnOnce(&QuorumNode) + Send>;
 
 /// Why a proposal did not succeed.
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +163,8 @@ enum Event {
         deadline: Instant,
         reply: mpsc::Sender<Result<Outcome, ProposalError>>,
     },
+    /// Runs a read of the applied state (e.g. the coordinator logs a new coordinator loads).
+    Read(Reader),
 }
 
 struct Waiter {
@@ -176,6 +203,22 @@ impl DriverHandle {
     /// The latest status (lock-free: engine cores read it for Metadata's controller id).
     pub fn status(&self) -> Arc<QuorumStatus> {
         self.status.load_full()
+    }
+
+    /// Runs `f` on the driver thread against the applied state and returns its result
+    /// (`None`: the driver is gone, overloaded, or did not answer within `timeout`). Blocks
+    /// the calling thread: never call it from an engine core.
+    pub fn read<R: Send + 'static>(
+        &self,
+        f: impl FnOnce(&QuorumNode) -> R + Send + 'static,
+        timeout: Duration,
+    ) -> Option<R> {
+        let (tx, rx) = mpsc::channel();
+        let reader: Reader = Box::new(move |n| {
+            let _ = tx.send(f(n));
+        });
+        self.tx.try_send(Event::Read(reader)).ok()?;
+        rx.recv_timeout(timeout).ok()
     }
 
     fn submit(&self, request: Request, timeout: Duration) -> Result<Outcome, ProposalError> {
@@ -229,6 +272,18 @@ impl Driver {
         publish: impl Fn(Arc<ClusterMetadata>) + Send + 'static,
         publish_acls: impl Fn(Vec<AclBinding>) + Send + 'static,
     ) -> Result<Driver, DriverError> {
+        Self::start_with_state(cfg, publish, publish_acls, |_, _| {})
+    }
+
+    /// [`Driver::start_with_acls`], also calling `on_state` (on the driver thread) at start
+    /// and whenever SCRAM credentials, quotas, mirror state or coordinator logs changed,
+    /// before the proposer of the change gets its answer.
+    pub fn start_with_state(
+        cfg: DriverConfig,
+        publish: impl Fn(Arc<ClusterMetadata>) + Send + 'static,
+        publish_acls: impl Fn(Vec<AclBinding>) + Send + 'static,
+        on_state: impl Fn(&QuorumNode, StateChanges) + Send + 'static,
+    ) -> Result<Driver, DriverError> {
         let initial: Vec<u64> = if cfg.join {
             Vec::new()
         } else {
@@ -273,6 +328,7 @@ impl Driver {
                 retry: Vec::new(),
                 publish: Box::new(publish),
                 publish_acls: Box::new(publish_acls),
+                on_state: Box::new(on_state),
                 liveness: Liveness {
                     session_timeout: cfg.session_timeout,
                     last_heard: HashMap::new(),
@@ -344,6 +400,7 @@ struct Run {
     retry: Vec<Waiter>,
     publish: Box<dyn Fn(Arc<ClusterMetadata>) + Send>,
     publish_acls: Box<dyn Fn(Vec<AclBinding>) + Send>,
+    on_state: StateListener,
     liveness: Liveness,
 }
 
@@ -368,6 +425,13 @@ impl Run {
     fn run(&mut self) {
         (self.publish)(Arc::new(self.node.metadata().clone()));
         (self.publish_acls)(self.node.acls().all());
+        let all = StateChanges {
+            scram: true,
+            quotas: true,
+            mirrors: true,
+            coordinator: true,
+        };
+        (self.on_state)(&self.node, all);
         self.update_status();
         let mut next_tick = Instant::now() + self.tick;
         while !self.stop.load(Ordering::SeqCst) {
@@ -426,6 +490,7 @@ impl Run {
                 reply,
                 last_leader: None,
             }),
+            Event::Read(f) => f(&self.node),
         }
     }
 
@@ -487,6 +552,15 @@ impl Run {
         }
         if polled.acls_changed {
             (self.publish_acls)(self.node.acls().all());
+        }
+        let changes = StateChanges {
+            scram: polled.scram_changed,
+            quotas: polled.quotas_changed,
+            mirrors: polled.mirrors_changed,
+            coordinator: polled.coordinator_changed,
+        };
+        if changes.any() {
+            (self.on_state)(&self.node, changes);
         }
         for (id, result) in polled.completed {
             let Some(w) = self.waiting.remove(&id) else {
@@ -587,6 +661,7 @@ impl Run {
             snapshot_index: n.snapshot_index(),
             voters: n.voters(),
             progress: n.progress(),
+            coordinator_ready: n.coordinator_ready(),
             last_heard_ms: if n.is_leader() {
                 let now = Instant::now();
                 n.voters()

@@ -22,7 +22,9 @@ pub mod driver;
 pub mod transport;
 pub mod voters;
 
-pub use driver::{Driver, DriverConfig, DriverError, DriverHandle, ProposalError, QuorumStatus};
+pub use driver::{
+    Driver, DriverConfig, DriverError, DriverHandle, ProposalError, QuorumStatus, StateChanges,
+};
 pub use voters::{parse_quorum, QuorumParseError, Voter};
 
 #[cfg(test)]

@@ -20,5 +20,6 @@ pub mod offsets_log;
 pub mod quorum;
 pub mod quota;
 pub mod replace_file;
+pub mod replicated;
 pub mod scram;
 pub mod txn;

@@ -10,11 +10,22 @@
 //! `sync` (the coordinators already applied them in memory, so disk catches up with memory).
 //! `rewrite` compacts the file atomically (write a temporary file, fsync, rename, fsync the
 //! directory).
+//!
+//! In a cluster the same interface writes to the Raft log instead ([`RecordFile::replicated`],
+//! see `crate::replicated`): `sync` proposes the buffered records as one entry and returns once
+//! it committed; `rewrite` replaces the replicated log. A failed replicated `sync` may still
+//! commit later (a leader change leaves its fate unknown), so it is not retried: the file is
+//! fenced, every later call fails, and the owner reopens its coordinator from the applied copy
+//! once this node leads again (Kafka likewise unloads a coordinator whose log write failed).
 
 use std::fs;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
 use crate::append_file::AppendFile;
+use crate::quorum::ClusterCommand;
+use crate::replicated::{Committer, CoordinatorLog, LogOp};
 
 /// Errors of the coordinators' durable storage.
 #[derive(Debug, thiserror::Error)]
@@ -41,8 +52,39 @@ const HEADER: usize = 8;
 /// An open record file and the frames appended since the last successful `sync`.
 #[derive(Debug)]
 pub struct RecordFile {
-    file: AppendFile,
+    sink: Sink,
     pending: Vec<u8>,
+}
+
+enum Sink {
+    File(AppendFile),
+    Replicated(Replicated),
+}
+
+struct Replicated {
+    log: CoordinatorLog,
+    /// The quorum term this coordinator was loaded in (its writes are fenced by it).
+    term: u64,
+    committer: Arc<dyn Committer>,
+    /// The records buffered since the last sync (`pending` holds them framed, for `len_bytes`).
+    records: Vec<Vec<u8>>,
+    /// Framed size of the committed records.
+    committed_len: u64,
+    /// Set by a failed sync or rewrite: see the module doc.
+    fenced: bool,
+}
+
+impl std::fmt::Debug for Sink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Sink::File(file) => f.debug_tuple("File").field(&file.path()).finish(),
+            Sink::Replicated(r) => f
+                .debug_struct("Replicated")
+                .field("log", &r.log)
+                .field("fenced", &r.fenced)
+                .finish(),
+        }
+    }
 }
 
 impl RecordFile {
@@ -67,54 +109,153 @@ impl RecordFile {
         file.set_valid_len(valid as u64).map_err(io)?;
         Ok((
             RecordFile {
-                file,
+                sink: Sink::File(file),
                 pending: Vec::new(),
             },
             payloads,
         ))
     }
 
+    /// The coordinator log `log` on the Raft log for a coordinator loaded in quorum `term`,
+    /// holding `existing` (the applied copy the
+    /// caller replays, as it replays what [`RecordFile::open`] returns).
+    pub fn replicated(
+        log: CoordinatorLog,
+        term: u64,
+        existing: &[Vec<u8>],
+        committer: Arc<dyn Committer>,
+    ) -> RecordFile {
+        RecordFile {
+            sink: Sink::Replicated(Replicated {
+                log,
+                term,
+                committer,
+                records: Vec::new(),
+                committed_len: existing.iter().map(|r| (HEADER + r.len()) as u64).sum(),
+                fenced: false,
+            }),
+            pending: Vec::new(),
+        }
+    }
+
     /// Buffers one record; durable only after [`RecordFile::sync`].
     pub fn append(&mut self, payload: &[u8]) -> Result<(), StoreError> {
+        if let Sink::Replicated(r) = &mut self.sink {
+            r.records.push(payload.to_vec());
+        }
         self.pending.extend_from_slice(&frame(payload));
         Ok(())
     }
 
     /// Writes buffered records and fsyncs; a no-op when nothing was appended since the last
     /// successful sync. On error the file holds no part of them and they stay buffered.
+    /// Replicated: commits them as one entry; an error fences the log (module doc).
     pub fn sync(&mut self) -> Result<(), StoreError> {
+        if let Sink::Replicated(r) = &mut self.sink {
+            if r.fenced {
+                return Err(fenced(r.log));
+            }
+            if r.records.is_empty() {
+                return Ok(());
+            }
+            let op = LogOp::Append(std::mem::take(&mut r.records));
+            let (log, term) = (r.log, r.term);
+            let cmd = ClusterCommand::Coordinator { log, term, op };
+            if let Err(e) = r.committer.commit(cmd) {
+                r.fenced = true;
+                return Err(StoreError::Io {
+                    path: log_path(r.log),
+                    source: e,
+                });
+            }
+            r.committed_len += self.pending.len() as u64;
+            self.pending.clear();
+            return Ok(());
+        }
         if self.pending.is_empty() {
             return Ok(());
         }
-        self.file
-            .append_durable(&self.pending)
-            .map_err(|e| self.io(e))?;
+        let Sink::File(file) = &mut self.sink else {
+            unreachable!("handled above")
+        };
+        if let Err(e) = file.append_durable(&self.pending) {
+            return Err(self.io(e));
+        }
         self.pending.clear();
         Ok(())
     }
 
     /// Size of the file in bytes, including buffered records.
     pub fn len_bytes(&self) -> u64 {
-        self.file.valid_len() + self.pending.len() as u64
+        let durable = match &self.sink {
+            Sink::File(file) => file.valid_len(),
+            Sink::Replicated(r) => r.committed_len,
+        };
+        durable + self.pending.len() as u64
     }
 
     /// Replaces the whole file with `payloads` atomically (used to compact away superseded
     /// records). Pending appends are discarded: callers pass the complete live state.
     pub fn rewrite(&mut self, payloads: &[Vec<u8>]) -> Result<(), StoreError> {
+        if let Sink::Replicated(r) = &mut self.sink {
+            if r.fenced {
+                return Err(fenced(r.log));
+            }
+            let op = LogOp::Replace(payloads.to_vec());
+            let (log, term) = (r.log, r.term);
+            let cmd = ClusterCommand::Coordinator { log, term, op };
+            if let Err(e) = r.committer.commit(cmd) {
+                r.fenced = true;
+                return Err(StoreError::Io {
+                    path: log_path(r.log),
+                    source: e,
+                });
+            }
+            r.records.clear();
+            r.committed_len = payloads.iter().map(|p| (HEADER + p.len()) as u64).sum();
+            self.pending.clear();
+            return Ok(());
+        }
         let mut out = Vec::new();
         for p in payloads {
             out.extend_from_slice(&frame(p));
         }
-        self.file.replace(&out).map_err(|e| self.io(e))?;
+        let Sink::File(file) = &mut self.sink else {
+            unreachable!("handled above")
+        };
+        if let Err(e) = file.replace(&out) {
+            return Err(self.io(e));
+        }
         self.pending.clear();
         Ok(())
     }
 
+    /// Whether a replicated sync failed: the owner must reopen from the applied copy.
+    pub fn is_fenced(&self) -> bool {
+        matches!(&self.sink, Sink::Replicated(r) if r.fenced)
+    }
+
     fn io(&self, source: std::io::Error) -> StoreError {
-        StoreError::Io {
-            path: self.file.path().to_path_buf(),
-            source,
-        }
+        let path = match &self.sink {
+            Sink::File(file) => file.path().to_path_buf(),
+            Sink::Replicated(r) => log_path(r.log),
+        };
+        StoreError::Io { path, source }
+    }
+}
+
+/// The name a replicated log's errors carry.
+fn log_path(log: CoordinatorLog) -> PathBuf {
+    PathBuf::from(match log {
+        CoordinatorLog::Offsets => "<quorum>/__consumer_offsets",
+        CoordinatorLog::Transactions => "<quorum>/__transaction_state",
+    })
+}
+
+fn fenced(log: CoordinatorLog) -> StoreError {
+    StoreError::Io {
+        path: log_path(log),
+        source: std::io::Error::other("an earlier write's outcome is unknown; reload required"),
     }
 }
 
@@ -212,7 +353,10 @@ mod tests {
         let mut synced: Vec<Vec<u8>> = Vec::new();
         {
             let (mut f, _) = RecordFile::open(dir.path(), "r.log").unwrap();
-            let faults = f.file.faults();
+            let Sink::File(file) = &f.sink else {
+                unreachable!()
+            };
+            let faults = file.faults();
             f.append(b"first").unwrap();
             f.sync().unwrap();
             synced.push(b"first".to_vec());

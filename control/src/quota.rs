@@ -8,6 +8,11 @@
 //! rename, fsync directory): a change is reported only once durable, and a crash leaves the old
 //! or the new set. Runtime-agnostic: enforcement (byte-rate windows, throttling) lives in the
 //! broker (`net`), which reads [`QuotaStore::resolve`] through a published snapshot.
+//!
+//! In a cluster the set is replicated on the Raft log (`quorum`, `ClusterCommand::Quota`): the
+//! proposer validates (including the host-name lookup of an `ip` entity, which is not a pure
+//! function) and every node applies the alterations to an in-memory store
+//! ([`QuotaStore::in_memory`]) that repeats only the pure checks.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
@@ -50,8 +55,31 @@ pub enum QuotaError {
     Corrupt { path: PathBuf, reason: String },
 }
 
+// Per-alteration results travel in the quorum's `Outcome` (Clone, PartialEq); an i/o error
+// is compared and copied by kind and message.
+impl Clone for QuotaError {
+    fn clone(&self) -> Self {
+        match self {
+            QuotaError::Invalid(m) => QuotaError::Invalid(m.clone()),
+            QuotaError::Unsupported(m) => QuotaError::Unsupported(m.clone()),
+            QuotaError::Io(e) => QuotaError::Io(std::io::Error::new(e.kind(), e.to_string())),
+            QuotaError::Corrupt { path, reason } => QuotaError::Corrupt {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+impl PartialEq for QuotaError {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && self.to_string() == other.to_string()
+    }
+}
+
 /// One entity's changes: `(key, Some(value))` sets, `(key, None)` removes.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Alteration {
     /// As sent: (entity type, name); duplicates are refused.
     pub entity: Vec<(String, Option<String>)>,
@@ -86,6 +114,15 @@ fn key_kind(entity: &Entity, key: &str) -> Option<Kind> {
 /// Kafka's checks on an entity to alter: known types, each once, no empty name, and one of
 /// user, client-id, user+client-id or ip alone.
 pub fn validate_entity(raw: &[(String, Option<String>)]) -> Result<Entity, QuotaError> {
+    validate_entity_with(raw, true)
+}
+
+/// [`validate_entity`]; without `resolve_hosts` an ip entity's host name is not looked up
+/// (the replicated apply: the proposer looked it up, and a lookup can differ between nodes).
+fn validate_entity_with(
+    raw: &[(String, Option<String>)],
+    resolve_hosts: bool,
+) -> Result<Entity, QuotaError> {
     let inv = |m: String| Err(QuotaError::Invalid(m));
     if raw.is_empty() {
         return inv("Invalid empty client quota entity".into());
@@ -109,7 +146,7 @@ pub fn validate_entity(raw: &[(String, Option<String>)]) -> Result<Entity, Quota
         if e.len() > 1 {
             return inv("Invalid empty client quota entity".into());
         }
-        if let Some(Some(ip)) = e.get(keys::IP) {
+        if let Some(Some(ip)) = e.get(keys::IP).filter(|_| resolve_hosts) {
             if ip.parse::<std::net::IpAddr>().is_err() {
                 use std::net::ToSocketAddrs;
                 if (ip.as_str(), 0).to_socket_addrs().is_err() {
@@ -220,16 +257,38 @@ pub struct BudgetKey {
     pub client_id: Option<String>,
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Stored {
+/// One entity's quotas as a row (the file's and the Raft snapshot's form: JSON maps cannot
+/// have an entity as key).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct QuotaRow {
     entity: Vec<(String, Option<String>)>,
     values: Values,
 }
 
-/// The client quotas of this broker, persisted in `<dir>/client_quotas.json`.
+/// The rows of a quota set.
+pub fn to_rows(quotas: &BTreeMap<Entity, Values>) -> Vec<QuotaRow> {
+    quotas
+        .iter()
+        .map(|(e, v)| QuotaRow {
+            entity: e.iter().map(|(t, n)| (t.clone(), n.clone())).collect(),
+            values: v.clone(),
+        })
+        .collect()
+}
+
+/// The quota set of `rows`.
+pub fn from_rows(rows: Vec<QuotaRow>) -> BTreeMap<Entity, Values> {
+    rows.into_iter()
+        .map(|s| (s.entity.into_iter().collect(), s.values))
+        .collect()
+}
+
+/// The client quotas of this broker, persisted in `<dir>/client_quotas.json`, or the
+/// replicated cluster's in-memory copy.
 #[derive(Debug)]
 pub struct QuotaStore {
-    path: PathBuf,
+    /// `None` for the in-memory copy (the Raft log is the durable one).
+    path: Option<PathBuf>,
     quotas: BTreeMap<Entity, Values>,
 }
 
@@ -240,19 +299,25 @@ impl QuotaStore {
         let path = dir.join(FILE);
         let quotas = match fs::read(&path) {
             Ok(bytes) => {
-                let rows: Vec<Stored> =
+                let rows: Vec<QuotaRow> =
                     serde_json::from_slice(&bytes).map_err(|e| QuotaError::Corrupt {
                         path: path.clone(),
                         reason: e.to_string(),
                     })?;
-                rows.into_iter()
-                    .map(|s| (s.entity.into_iter().collect(), s.values))
-                    .collect()
+                from_rows(rows)
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => BTreeMap::new(),
             Err(e) => return Err(e.into()),
         };
-        Ok(QuotaStore { path, quotas })
+        Ok(QuotaStore {
+            path: Some(path),
+            quotas,
+        })
+    }
+
+    /// A store never written to disk (the Raft state machine's copy).
+    pub fn in_memory(quotas: BTreeMap<Entity, Values>) -> QuotaStore {
+        QuotaStore { path: None, quotas }
     }
 
     /// Every entity with at least one quota.
@@ -317,7 +382,7 @@ impl QuotaStore {
     }
 
     fn alter_one(&mut self, a: &Alteration, validate_only: bool) -> Result<(), QuotaError> {
-        let entity = validate_entity(&a.entity)?;
+        let entity = validate_entity_with(&a.entity, self.path.is_some())?;
         let mut seen = BTreeSet::new();
         for (k, v) in &a.ops {
             if !seen.insert(k.as_str()) {
@@ -358,16 +423,12 @@ impl QuotaStore {
     }
 
     fn persist(&self) -> Result<(), QuotaError> {
-        let rows: Vec<Stored> = self
-            .quotas
-            .iter()
-            .map(|(e, v)| Stored {
-                entity: e.iter().map(|(t, n)| (t.clone(), n.clone())).collect(),
-                values: v.clone(),
-            })
-            .collect();
-        let bytes = serde_json::to_vec_pretty(&rows).map_err(std::io::Error::other)?;
-        crate::replace_file::replace_durably(&self.path, &bytes)?;
+        let Some(path) = &self.path else {
+            return Ok(());
+        };
+        let bytes =
+            serde_json::to_vec_pretty(&to_rows(&self.quotas)).map_err(std::io::Error::other)?;
+        crate::replace_file::replace_durably(path, &bytes)?;
         Ok(())
     }
 }

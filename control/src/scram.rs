@@ -12,6 +12,11 @@
 //! [`Credentials`] snapshot: authentication (on engine cores) only loads that snapshot, never
 //! the mutex.
 //!
+//! In a cluster the set is replicated on the Raft log instead (`quorum`,
+//! `ClusterCommand::Scram`): the proposer turns each change into a [`ScramEdit`] carrying the
+//! derived keys (never the salted password, as Kafka's `UserScramCredentialRecord`), and every
+//! node applies the edits to an in-memory store ([`ScramStore::in_memory`]) with the same checks.
+//!
 //! Kafka's semantics of AlterUserScramCredentials are applied here: per user all-or-nothing,
 //! iterations within `MIN_ITERATIONS..=MAX_ITERATIONS`, deleting a missing credential is
 //! RESOURCE_NOT_FOUND, a user named twice in one request (even for two mechanisms) is
@@ -179,6 +184,31 @@ pub enum ScramError {
     Corrupt { path: PathBuf, reason: String },
 }
 
+// Per-user results travel in the quorum's `Outcome` (Clone, PartialEq); an i/o error is
+// compared and copied by kind and message.
+impl Clone for ScramError {
+    fn clone(&self) -> Self {
+        match self {
+            ScramError::UnknownMechanism(m) => ScramError::UnknownMechanism(*m),
+            ScramError::Unacceptable(m) => ScramError::Unacceptable(m.clone()),
+            ScramError::NotFound(m) => ScramError::NotFound(m.clone()),
+            ScramError::Duplicate(m) => ScramError::Duplicate(m.clone()),
+            ScramError::Io(e) => ScramError::Io(std::io::Error::new(e.kind(), e.to_string())),
+            ScramError::Corrupt { path, reason } => ScramError::Corrupt {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+        }
+    }
+}
+
+impl PartialEq for ScramError {
+    fn eq(&self, other: &Self) -> bool {
+        std::mem::discriminant(self) == std::mem::discriminant(other)
+            && self.to_string() == other.to_string()
+    }
+}
+
 /// One change of an AlterUserScramCredentials request, mechanisms still as wire codes.
 #[derive(Debug, Clone)]
 pub enum ScramChange {
@@ -201,18 +231,100 @@ impl ScramChange {
             ScramChange::Delete { user, .. } | ScramChange::Upsert { user, .. } => user,
         }
     }
+}
+
+/// A change as it is applied: an upsert carries the keys already derived from the salted
+/// password (the proposer derives them; apply is then a pure function of state and edit).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum ScramEdit {
+    Delete {
+        user: String,
+        mechanism: i8,
+    },
+    Upsert {
+        user: String,
+        mechanism: i8,
+        iterations: i32,
+        #[serde(with = "b64")]
+        salt: Vec<u8>,
+        #[serde(with = "b64")]
+        stored_key: Vec<u8>,
+        #[serde(with = "b64")]
+        server_key: Vec<u8>,
+    },
+}
+
+impl ScramEdit {
+    /// Derives the stored keys of an upsert. A mechanism code that is not SCRAM's keeps the
+    /// edit refusable (apply answers UnknownMechanism), so no key is derived for it.
+    pub fn from_change(c: &ScramChange) -> ScramEdit {
+        match c {
+            ScramChange::Delete { user, mechanism } => ScramEdit::Delete {
+                user: user.clone(),
+                mechanism: *mechanism,
+            },
+            ScramChange::Upsert {
+                user,
+                mechanism,
+                iterations,
+                salt,
+                salted_password,
+            } => {
+                let (stored_key, server_key) = match ScramMechanism::from_code(*mechanism) {
+                    Some(mech) if !salted_password.is_empty() => {
+                        let c = ScramCredential::from_salted_password(
+                            mech,
+                            salt,
+                            salted_password,
+                            *iterations,
+                        );
+                        (c.stored_key, c.server_key)
+                    }
+                    _ => (Vec::new(), Vec::new()),
+                };
+                ScramEdit::Upsert {
+                    user: user.clone(),
+                    mechanism: *mechanism,
+                    iterations: *iterations,
+                    salt: salt.clone(),
+                    stored_key,
+                    server_key,
+                }
+            }
+        }
+    }
+
+    pub fn user(&self) -> &str {
+        match self {
+            ScramEdit::Delete { user, .. } | ScramEdit::Upsert { user, .. } => user,
+        }
+    }
 
     fn mechanism(&self) -> i8 {
         match self {
-            ScramChange::Delete { mechanism, .. } | ScramChange::Upsert { mechanism, .. } => {
-                *mechanism
-            }
+            ScramEdit::Delete { mechanism, .. } | ScramEdit::Upsert { mechanism, .. } => *mechanism,
         }
     }
 }
 
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Stored {
+mod b64 {
+    use base64::engine::general_purpose::STANDARD as B64;
+    use base64::Engine as _;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(v: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&B64.encode(v))
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        B64.decode(text).map_err(serde::de::Error::custom)
+    }
+}
+
+/// One credential as a snapshot row (the file's and the Raft snapshot's form).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ScramRow {
     user: String,
     mechanism: String,
     salt: String,
@@ -221,10 +333,51 @@ struct Stored {
     iterations: i32,
 }
 
-/// The credential file of one data directory.
+/// The rows of a credential set, by user then mechanism.
+pub fn to_rows(creds: &Credentials) -> Vec<ScramRow> {
+    creds
+        .iter()
+        .flat_map(|(u, m)| {
+            m.iter().map(move |(mech, c)| ScramRow {
+                user: u.clone(),
+                mechanism: mech.name().into(),
+                salt: B64.encode(&c.salt),
+                stored_key: B64.encode(&c.stored_key),
+                server_key: B64.encode(&c.server_key),
+                iterations: c.iterations,
+            })
+        })
+        .collect()
+}
+
+/// The credential set of `rows`; `Err` names what does not decode.
+pub fn from_rows(rows: Vec<ScramRow>) -> Result<Credentials, String> {
+    let mut creds = Credentials::new();
+    for r in rows {
+        let mech = ScramMechanism::from_name(&r.mechanism)
+            .ok_or_else(|| format!("unknown mechanism {}", r.mechanism))?;
+        let d = |s: &str| B64.decode(s).map_err(|e| e.to_string());
+        creds.entry(r.user).or_default().insert(
+            mech,
+            ScramCredential {
+                salt: d(&r.salt)?,
+                stored_key: d(&r.stored_key)?,
+                server_key: d(&r.server_key)?,
+                iterations: r.iterations,
+            },
+        );
+    }
+    Ok(creds)
+}
+
+/// What [`ScramStore::alter`] answers: per user, in the order users first appear.
+pub type AlterResults = Vec<(String, Result<(), ScramError>)>;
+
+/// The credential set of one data directory, or the replicated cluster's in-memory copy.
 #[derive(Debug)]
 pub struct ScramStore {
-    file: AppendFile,
+    /// `None` for the in-memory copy (the Raft log is the durable one).
+    file: Option<AppendFile>,
     creds: Credentials,
 }
 
@@ -238,26 +391,23 @@ impl ScramStore {
             path: path.clone(),
             reason,
         };
-        let mut creds = Credentials::new();
-        if !data.is_empty() {
-            let rows: Vec<Stored> =
+        let creds = if data.is_empty() {
+            Credentials::new()
+        } else {
+            let rows: Vec<ScramRow> =
                 serde_json::from_slice(&data).map_err(|e| corrupt(e.to_string()))?;
-            for r in rows {
-                let mech = ScramMechanism::from_name(&r.mechanism)
-                    .ok_or_else(|| corrupt(format!("unknown mechanism {}", r.mechanism)))?;
-                let d = |s: &str| B64.decode(s).map_err(|e| corrupt(e.to_string()));
-                creds.entry(r.user).or_default().insert(
-                    mech,
-                    ScramCredential {
-                        salt: d(&r.salt)?,
-                        stored_key: d(&r.stored_key)?,
-                        server_key: d(&r.server_key)?,
-                        iterations: r.iterations,
-                    },
-                );
-            }
-        }
-        Ok(ScramStore { file, creds })
+            from_rows(rows).map_err(corrupt)?
+        };
+        Ok(ScramStore {
+            file: Some(file),
+            creds,
+        })
+    }
+
+    /// A store never written to disk (the Raft state machine's copy); it checks edits exactly
+    /// as the durable one.
+    pub fn in_memory(creds: Credentials) -> ScramStore {
+        ScramStore { file: None, creds }
     }
 
     pub fn credentials(&self) -> &Credentials {
@@ -267,10 +417,16 @@ impl ScramStore {
     /// Applies an AlterUserScramCredentials request with Kafka's checks; one result per
     /// user, in the order users first appear. A user's changes apply together or not at all;
     /// the new set is durable before any `Ok` is returned.
-    pub fn alter(&mut self, changes: &[ScramChange]) -> Vec<(String, Result<(), ScramError>)> {
+    pub fn alter(&mut self, changes: &[ScramChange]) -> AlterResults {
+        let edits: Vec<ScramEdit> = changes.iter().map(ScramEdit::from_change).collect();
+        self.apply_edits(&edits)
+    }
+
+    /// [`ScramStore::alter`] for edits whose keys are already derived (the replicated form).
+    pub fn apply_edits(&mut self, edits: &[ScramEdit]) -> AlterResults {
         let mut order: Vec<String> = Vec::new();
-        let mut by_user: BTreeMap<&str, Vec<&ScramChange>> = BTreeMap::new();
-        for c in changes {
+        let mut by_user: BTreeMap<&str, Vec<&ScramEdit>> = BTreeMap::new();
+        for c in edits {
             if !by_user.contains_key(c.user()) {
                 order.push(c.user().to_string());
             }
@@ -284,7 +440,7 @@ impl ScramStore {
                 for c in cs {
                     let mech = ScramMechanism::from_code(c.mechanism()).expect("checked");
                     match c {
-                        ScramChange::Delete { .. } => {
+                        ScramEdit::Delete { .. } => {
                             if let Some(m) = next.get_mut(*user) {
                                 m.remove(&mech);
                                 if m.is_empty() {
@@ -292,20 +448,21 @@ impl ScramStore {
                                 }
                             }
                         }
-                        ScramChange::Upsert {
+                        ScramEdit::Upsert {
                             iterations,
                             salt,
-                            salted_password,
+                            stored_key,
+                            server_key,
                             ..
                         } => {
                             next.entry(user.to_string()).or_default().insert(
                                 mech,
-                                ScramCredential::from_salted_password(
-                                    mech,
-                                    salt,
-                                    salted_password,
-                                    *iterations,
-                                ),
+                                ScramCredential {
+                                    salt: salt.clone(),
+                                    stored_key: stored_key.clone(),
+                                    server_key: server_key.clone(),
+                                    iterations: *iterations,
+                                },
                             );
                         }
                     }
@@ -332,11 +489,7 @@ impl ScramStore {
             .collect()
     }
 
-    fn check_user(
-        current: &Credentials,
-        user: &str,
-        cs: &[&ScramChange],
-    ) -> Result<(), ScramError> {
+    fn check_user(current: &Credentials, user: &str, cs: &[&ScramEdit]) -> Result<(), ScramError> {
         if user.is_empty() {
             return Err(ScramError::Unacceptable(
                 "Username must not be empty".into(),
@@ -353,17 +506,17 @@ impl ScramStore {
                 return Err(ScramError::UnknownMechanism(c.mechanism()));
             };
             match c {
-                ScramChange::Delete { .. } => {
+                ScramEdit::Delete { .. } => {
                     if !current.get(user).is_some_and(|m| m.contains_key(&mech)) {
                         return Err(ScramError::NotFound(
                             "Attempt to delete a user credential that does not exist".into(),
                         ));
                     }
                 }
-                ScramChange::Upsert {
+                ScramEdit::Upsert {
                     iterations,
                     salt,
-                    salted_password,
+                    stored_key,
                     ..
                 } => {
                     if *iterations < MIN_ITERATIONS {
@@ -372,7 +525,8 @@ impl ScramStore {
                     if *iterations > MAX_ITERATIONS {
                         return Err(ScramError::Unacceptable("Too many iterations".into()));
                     }
-                    if salt.is_empty() || salted_password.is_empty() {
+                    // An empty salted password derives no keys (see `ScramEdit::from_change`).
+                    if salt.is_empty() || stored_key.is_empty() {
                         return Err(ScramError::Unacceptable(
                             "Salt and salted password must not be empty".into(),
                         ));
@@ -422,22 +576,12 @@ impl ScramStore {
     }
 
     fn persist(&mut self, creds: &Credentials) -> Result<(), ScramError> {
-        let rows: Vec<Stored> = creds
-            .iter()
-            .flat_map(|(u, m)| {
-                m.iter().map(move |(mech, c)| Stored {
-                    user: u.clone(),
-                    mechanism: mech.name().into(),
-                    salt: B64.encode(&c.salt),
-                    stored_key: B64.encode(&c.stored_key),
-                    server_key: B64.encode(&c.server_key),
-                    iterations: c.iterations,
-                })
-            })
-            .collect();
-        let bytes = serde_json::to_vec_pretty(&rows).map_err(std::io::Error::other)?;
-        self.file.replace(&bytes)?;
-        owner_only(self.file.path())?;
+        let Some(file) = &mut self.file else {
+            return Ok(());
+        };
+        let bytes = serde_json::to_vec_pretty(&to_rows(creds)).map_err(std::io::Error::other)?;
+        file.replace(&bytes)?;
+        owner_only(file.path())?;
         Ok(())
     }
 }
@@ -469,6 +613,12 @@ impl ScramRegistry {
     /// The current credentials: a lock-free load, for the authentication path.
     pub fn snapshot(&self) -> Arc<Credentials> {
         self.snapshot.load_full()
+    }
+
+    /// Publishes the replicated credential set (cluster mode: the Raft driver owns the
+    /// credentials; the local file is not used).
+    pub fn publish(&self, creds: Credentials) {
+        self.snapshot.store(Arc::new(creds));
     }
 
     pub fn lookup(&self, user: &str, mech: ScramMechanism) -> Option<ScramCredential> {

@@ -228,8 +228,16 @@ impl ReplicaSet {
         self.followers.get(&node).map(|f| f.log_end)
     }
 
-    /// Applies the ISR the controller committed; the high watermark may move.
+    /// Applies the ISR the controller committed; the high watermark may move. A follower the
+    /// controller took out (lagging, or fenced: Kafka's HW skips replicas that are not ISR
+    /// eligible) no longer holds the high watermark as "caught up" until it fetches the log
+    /// end again; otherwise a dead follower would hold it for `replica.lag.time.max.ms`.
     pub fn set_isr(&mut self, isr: BTreeSet<NodeId>, leader_end: Offset, now_ms: i64) {
+        for (id, f) in self.followers.iter_mut() {
+            if self.isr.contains(id) && !isr.contains(id) {
+                f.last_caught_up_ms = NEVER;
+            }
+        }
         self.isr = isr;
         self.advance(leader_end, now_ms);
     }
@@ -471,6 +479,24 @@ mod tests {
         assert_eq!(r.high_watermark(), Offset(10));
         r.on_follower_fetch(NodeId(3), Offset(25), Offset(25), t + 3);
         assert_eq!(r.high_watermark(), Offset(25));
+    }
+
+    #[test]
+    fn a_follower_the_controller_takes_out_of_the_isr_stops_holding_the_high_watermark() {
+        let mut r = three(0);
+        r.on_follower_fetch(NodeId(2), Offset(10), Offset(10), 1);
+        r.on_follower_fetch(NodeId(3), Offset(10), Offset(10), 1);
+        // 3 dies at 10; the leader appends up to 20 and 2 follows.
+        r.on_follower_fetch(NodeId(2), Offset(20), Offset(20), 2);
+        assert_eq!(r.high_watermark(), Offset(10));
+        // Fenced, 3 leaves the ISR well within the lag limit: the HW moves at once.
+        r.set_isr(set(&[1, 2]), Offset(20), 3);
+        assert_eq!(r.high_watermark(), Offset(20));
+        // Back and caught up, it counts again (and may rejoin).
+        assert_eq!(
+            r.on_follower_fetch(NodeId(3), Offset(20), Offset(20), 4),
+            Some(IsrChange::Expand(set(&[1, 2, 3])))
+        );
     }
 
     #[test]

@@ -259,12 +259,15 @@ impl Partition {
         Ok(())
     }
 
-    /// Appends the leader's batches as they arrived (same offsets, never re-encoded) and
-    /// moves the follower's high watermark to min(leader's, own log end).
+    /// Appends the leader's batches as they arrived (same offsets, never re-encoded), moves
+    /// the follower's high watermark to min(leader's, own log end) and its log start up to
+    /// the leader's (DeleteRecords, retention), never past its own high watermark (Kafka's
+    /// follower does the same).
     pub fn append_follower(
         &mut self,
         batches: Bytes,
         leader_hw: Offset,
+        leader_log_start: Offset,
     ) -> Result<Option<AppendInfo>, EngineError> {
         let info = if batches.is_empty() {
             None
@@ -274,6 +277,10 @@ impl Partition {
         let hw = leader_hw.min(self.log.log_end_offset());
         if hw > self.log.high_watermark() {
             self.log.set_high_watermark(hw);
+        }
+        let start = leader_log_start.min(self.log.high_watermark());
+        if start > self.log.log_start_offset() {
+            self.log.delete_records_before(start)?;
         }
         if info.is_some() {
             self.notify_waiters();
@@ -828,7 +835,7 @@ mod tests {
         let mut p = open(d.path());
         p.become_follower(NodeId(1), LeaderEpoch(1));
         let b = batch(0, 1, 4);
-        p.append_follower(b.clone(), Offset(2)).unwrap();
+        p.append_follower(b.clone(), Offset(2), Offset(0)).unwrap();
         assert_eq!(p.log.log_end_offset(), Offset(4));
         assert_eq!(
             p.log.high_watermark(),
@@ -837,15 +844,21 @@ mod tests {
         );
         let read = p.log.read(Offset(0), 1 << 20, Offset(4)).unwrap();
         assert_eq!(read.records, b, "bytes as the leader sent them");
-        p.append_follower(Bytes::new(), Offset(9)).unwrap();
+        p.append_follower(Bytes::new(), Offset(9), Offset(0))
+            .unwrap();
         assert_eq!(p.log.high_watermark(), Offset(4));
+        // The leader's log start moved (DeleteRecords): followed up to the follower's HW.
+        p.append_follower(Bytes::new(), Offset(9), Offset(7))
+            .unwrap();
+        assert_eq!(p.log.log_start_offset(), Offset(4));
         // A new leader at epoch 2 whose log ends at 3: truncate, then fetch on.
         p.become_follower(NodeId(3), LeaderEpoch(2));
         p.truncate_as_follower(Offset(3), true).unwrap();
         assert_eq!(p.log.log_end_offset(), Offset(3));
         assert!(matches!(p.role(), Role::Follower(f) if f.truncated));
         // Becoming leader at epoch 3: the replica state starts at the log end.
-        p.append_follower(batch(3, 2, 2), Offset(5)).unwrap();
+        p.append_follower(batch(3, 2, 2), Offset(5), Offset(0))
+            .unwrap();
         assert_eq!(
             p.log.epoch_entries().last(),
             Some(&(LeaderEpoch(2), Offset(3)))

@@ -439,7 +439,8 @@ async fn fetch_once(
                             .map(|(b, ..)| b)
                             .unwrap_or_default();
                         progressed |= !whole.is_empty();
-                        if let Err(e) = p.append_follower(whole, Offset(pd.high_watermark)) {
+                        let (hw, start) = (Offset(pd.high_watermark), Offset(pd.log_start_offset));
+                        if let Err(e) = p.append_follower(whole, hw, start) {
                             tracing::warn!(tp = %f.tp, error = %e, "follower append failed");
                         }
                     }

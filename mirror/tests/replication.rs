@@ -193,6 +193,20 @@ fn eventually(what: &str, timeout: Duration, mut f: impl FnMut() -> bool) {
     }
 }
 
+/// Until the node applies its role (a replicated partition opens leaderless), Produce is
+/// answered NOT_LEADER_OR_FOLLOWER (6), which appends nothing; clients retry it.
+fn wait_led(c: &mut WireClient) {
+    eventually(
+        "the leader's role applied",
+        Duration::from_secs(10),
+        || match c.list_offset(TOPIC, 0, -1) {
+            Ok(_) => true,
+            Err(WireError::Broker { code: 6, .. }) => false,
+            Err(e) => panic!("{e:?}"),
+        },
+    );
+}
+
 fn values(round: usize) -> Vec<Vec<u8>> {
     (0..5)
         .map(|i| format!("r{round}-{i}").into_bytes())
@@ -241,6 +255,7 @@ fn three_nodes_replicate_acks_all_shrink_the_isr_and_refuse_below_min_insync() {
     let mut leader = WireClient::connect(&nodes[0].addr()).unwrap();
 
     // acks=all answers only once the followers have the batch: 20 rounds of 5 records.
+    wait_led(&mut leader);
     for round in 0..20 {
         let (code, base, _) = produce(&mut leader, round);
         assert_eq!((code, base), (0, round as i64 * 5), "round {round}");
@@ -302,6 +317,7 @@ fn a_new_leader_makes_the_old_leaders_unreplicated_tail_go_and_every_replica_end
     // A long lag limit: no ISR change happens unless the test makes it.
     let mut nodes = cluster(root.path(), "1", 30_000);
     let mut c = WireClient::connect(&nodes[0].addr()).unwrap();
+    wait_led(&mut c);
     for round in 0..10 {
         assert_eq!(produce(&mut c, round).0, 0);
     }

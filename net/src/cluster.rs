@@ -318,6 +318,14 @@ impl Cluster {
         matches!(self.backend, Backend::Quorum(_))
     }
 
+    /// The Raft driver of this node (cluster mode only), for reads of the applied state.
+    pub fn driver(&self) -> Option<DriverHandle> {
+        match &self.backend {
+            Backend::Quorum(h) => Some(h.clone()),
+            Backend::Local(_) => None,
+        }
+    }
+
     /// The metadata quorum as this node sees it (cluster mode only).
     pub fn quorum_status(&self) -> Option<Arc<QuorumStatus>> {
         match &self.backend {
@@ -482,6 +490,15 @@ fn apply_local(
                 }
             })
         }
+        // One node keeps these in their own files, written by their owners directly
+        // (ScramRegistry, QuotaRegistry, MirrorStateStore, the coordinators' record files).
+        ClusterCommand::Scram { .. }
+        | ClusterCommand::Quota { .. }
+        | ClusterCommand::Mirror { .. }
+        | ClusterCommand::AllocateProducerIds { .. }
+        | ClusterCommand::Coordinator { .. } => Err(ProposeFailure::Unavailable(
+            "replicated only in a cluster (serve --quorum)".into(),
+        )),
     }
 }
 

@@ -165,6 +165,7 @@ pub fn propose_failure_code(e: &crate::cluster::ProposeFailure) -> i16 {
     match e {
         F::Rejected(ApplyError::Metadata(m)) => metadata_error_code(m),
         F::Rejected(ApplyError::Membership(_)) => E::InvalidRequest.code(),
+        F::Rejected(ApplyError::CoordinatorFenced { .. }) => E::NotCoordinator.code(),
         F::Acl(a) => acl_error_code(a),
         F::NoLeader { .. } | F::Unavailable(_) => E::NotController.code(),
         F::Unknown => E::RequestTimedOut.code(),

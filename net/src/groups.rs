@@ -13,7 +13,15 @@
 //! cluster's topics ([`topic_view`], built by the connection), since the coordinator thread
 //! computes assignments and names topics by id but owns no metadata.
 //!
-//! This node is the coordinator for every group and transactional id.
+//! One node: this node is the coordinator for every group and transactional id, with its logs
+//! in local files. Cluster (`serve --quorum`, [`GroupsService::start_clustered`]): the node
+//! leading the quorum is the coordinator of every group and transactional id, its logs on the
+//! Raft log (`kmirror_control::replicated`). The thread asks its [`CoordinatorSeat`] before
+//! each batch: on taking the seat it loads both coordinators from the applied copy of the logs
+//! (COORDINATOR_LOAD_IN_PROGRESS until the new leader applied its log); elsewhere it answers
+//! NOT_COORDINATOR and FindCoordinator names the leader's broker, so clients re-find as after
+//! a Kafka coordinator move. A failed replicated flush (a leader change) fences the loaded
+//! coordinators; they are loaded again from the log while this node still leads.
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -53,6 +61,7 @@ use kmirror_control::group::{
     LeavingMember, OffsetToCommit, Reply, SyncRequest as CSync, SyncResponse as CSyncResp, Token,
 };
 use kmirror_control::offsets_log::StoreError;
+use kmirror_control::replicated::{Committer, CoordinatorLog, CoordinatorLogs};
 use kmirror_control::txn::{MarkerJob, TxnConfig, TxnCoordinator};
 
 /// Writes transaction markers (commit/abort control batches) to data partitions. Implemented by
@@ -85,11 +94,138 @@ pub enum GroupsError {
     Store(#[from] StoreError),
 }
 
-/// Only one coordinator epoch exists: this node has always been the coordinator.
+/// One node: only one coordinator epoch exists, this node has always been the coordinator.
+/// In a cluster the quorum term is the coordinator epoch.
 const COORDINATOR_EPOCH: i32 = 0;
+
+/// Where the coordinators of a cluster are, as the quorum says (implemented by the cluster
+/// wiring). Called from the coordinator thread, once per batch: must be cheap and never block
+/// on the quorum.
+pub trait CoordinatorSeat: Send + Sync {
+    fn seat(&self) -> Seat;
+    /// The applied coordinator logs, read when this node takes the seat (`None`: not
+    /// readable now; the seat is taken on a later batch).
+    fn logs(&self) -> Option<CoordinatorLogs>;
+    /// Commits coordinator records through the quorum (blocks the coordinator thread).
+    fn committer(&self) -> Arc<dyn Committer>;
+    /// A block of producer ids from the quorum (`start..end`), for idempotent producers
+    /// initialized on a node that does not coordinate (clients send that InitProducerId to
+    /// any broker). Blocks the coordinator thread.
+    fn allocate_producer_ids(&self, _count: u32) -> Option<(i64, i64)> {
+        None
+    }
+}
+
+/// The seat as the Raft driver of `serve --quorum` tells it: the coordinators follow the
+/// quorum leader; its broker is found in the published metadata on `listener`.
+pub struct QuorumSeat {
+    cluster: crate::cluster::Cluster,
+    node_id: i32,
+    listener: String,
+    committer: Arc<dyn Committer>,
+}
+
+/// Commits coordinator records through [`crate::cluster::Cluster::propose_blocking`].
+struct ClusterCommitter(crate::cluster::Cluster);
+
+impl Committer for ClusterCommitter {
+    fn commit(&self, cmd: kmirror_control::quorum::ClusterCommand) -> std::io::Result<()> {
+        self.0
+            .propose_blocking(cmd)
+            .map(|_| ())
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+}
+
+impl QuorumSeat {
+    pub fn new(cluster: crate::cluster::Cluster, node_id: i32, listener: String) -> QuorumSeat {
+        QuorumSeat {
+            committer: Arc::new(ClusterCommitter(cluster.clone())),
+            cluster,
+            node_id,
+            listener,
+        }
+    }
+}
+
+impl CoordinatorSeat for QuorumSeat {
+    fn seat(&self) -> Seat {
+        let Some(status) = self.cluster.quorum_status() else {
+            return Seat::Unknown;
+        };
+        let Some(leader) = status.leader.and_then(|l| i32::try_from(l).ok()) else {
+            return Seat::Unknown;
+        };
+        if leader == self.node_id {
+            return if status.coordinator_ready {
+                Seat::Here { term: status.term }
+            } else {
+                Seat::Loading
+            };
+        }
+        let meta = self.cluster.snapshot();
+        let endpoint = meta.brokers.get(&leader).and_then(|b| {
+            b.endpoints
+                .iter()
+                .find(|e| e.name == self.listener)
+                .or_else(|| b.endpoints.first())
+        });
+        match endpoint {
+            Some(e) => Seat::Elsewhere {
+                node_id: leader,
+                host: e.host.clone(),
+                port: i32::from(e.port),
+            },
+            // The leader has not registered its broker yet.
+            None => Seat::Unknown,
+        }
+    }
+
+    fn logs(&self) -> Option<CoordinatorLogs> {
+        self.cluster
+            .driver()?
+            .read(|n| n.coordinator_logs().clone(), Duration::from_secs(30))
+    }
+
+    fn committer(&self) -> Arc<dyn Committer> {
+        self.committer.clone()
+    }
+
+    fn allocate_producer_ids(&self, count: u32) -> Option<(i64, i64)> {
+        let cmd = kmirror_control::quorum::ClusterCommand::AllocateProducerIds { count };
+        match self.cluster.propose_blocking(cmd) {
+            Ok(kmirror_control::quorum::Outcome::ProducerIds { start, end }) => Some((start, end)),
+            Ok(_) => None,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot allocate producer ids");
+                None
+            }
+        }
+    }
+}
+
+/// This node's part in coordinating groups and transactions.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Seat {
+    /// This node leads the quorum in `term` and applied its whole log: it coordinates.
+    Here { term: u64 },
+    /// This node leads but has not applied its log yet (COORDINATOR_LOAD_IN_PROGRESS).
+    Loading,
+    /// The broker of the quorum leader coordinates (NOT_COORDINATOR here).
+    Elsewhere {
+        node_id: i32,
+        host: String,
+        port: i32,
+    },
+    /// No leader is known (COORDINATOR_NOT_AVAILABLE).
+    Unknown,
+}
 const QUEUE_DEPTH: usize = 4096;
 const TICK: Duration = Duration::from_millis(50);
 const MARKER_RETRY: Duration = Duration::from_secs(1);
+/// Producer ids a non-coordinating node takes from the quorum at a time (Kafka's
+/// AllocateProducerIds block size).
+const PID_BLOCK: u32 = 1000;
 
 enum Msg {
     Request {
@@ -168,10 +304,58 @@ impl GroupsService {
             retry: Vec::new(),
             done_locally: Vec::new(),
             clock,
+            seat: None,
+            loaded: None,
+            pid_block: (0, 0),
+            group_cfg: GroupConfig::default(),
+            txn_cfg: TxnConfig::default(),
+            coordinator_epoch: COORDINATOR_EPOCH,
         };
         for job in resume {
             state.start_job(job, now);
         }
+        std::thread::Builder::new()
+            .name("kmirror-coord".into())
+            .spawn(move || state.run(rx))?;
+        Ok(GroupsService { tx })
+    }
+
+    /// Cluster mode: the coordinators run while `seat` says this node leads the quorum, with
+    /// their logs on the Raft log; nothing is read from or written to `__consumer_offsets-0` or
+    /// `__transaction_state-0` on disk.
+    pub fn start_clustered(
+        seat: Arc<dyn CoordinatorSeat>,
+        node_id: i32,
+        host: String,
+        port: i32,
+        markers: Arc<dyn MarkerSink>,
+        group_cfg: GroupConfig,
+        txn_cfg: TxnConfig,
+    ) -> Result<GroupsService, GroupsError> {
+        let clock = Clock::new();
+        let (groups, txns) = unloaded(&group_cfg, &txn_cfg, clock.now())?;
+        let (tx, rx) = flume::bounded(QUEUE_DEPTH);
+        let state = CoordinatorThread {
+            node_id,
+            host,
+            port,
+            groups,
+            txns,
+            markers,
+            self_tx: tx.clone(),
+            parked: HashMap::new(),
+            parked_txn: HashMap::new(),
+            next_token: 1,
+            retry: Vec::new(),
+            done_locally: Vec::new(),
+            clock,
+            seat: Some(seat),
+            loaded: None,
+            pid_block: (0, 0),
+            group_cfg,
+            txn_cfg,
+            coordinator_epoch: COORDINATOR_EPOCH,
+        };
         std::thread::Builder::new()
             .name("kmirror-coord".into())
             .spawn(move || state.run(rx))?;
@@ -229,6 +413,26 @@ impl GroupsService {
             let _ = rx.recv_timeout(Duration::from_secs(10));
         }
     }
+}
+
+/// Coordinators holding nothing, for a node that does not coordinate: every write fails
+/// (they are never asked to write: requests are answered before reaching them).
+fn unloaded(
+    group_cfg: &GroupConfig,
+    txn_cfg: &TxnConfig,
+    now: i64,
+) -> Result<(GroupCoordinator, TxnCoordinator), StoreError> {
+    struct Nowhere;
+    impl Committer for Nowhere {
+        fn commit(&self, _: kmirror_control::quorum::ClusterCommand) -> std::io::Result<()> {
+            Err(std::io::Error::other("not the coordinator"))
+        }
+    }
+    let nowhere: Arc<dyn Committer> = Arc::new(Nowhere);
+    let groups =
+        GroupCoordinator::open_replicated(&[], nowhere.clone(), 0, group_cfg.clone(), now)?;
+    let (txns, _) = TxnCoordinator::open_replicated(&[], nowhere, 0, txn_cfg.clone())?;
+    Ok((groups, txns))
 }
 
 /// The topics consumer groups may subscribe to: every non-internal topic, by name. Cached per
@@ -296,6 +500,8 @@ fn opt_s(v: Option<&String>) -> Option<StrBytes> {
 struct Parked {
     version: i16,
     reply: flume::Sender<ResponseKind>,
+    /// A JoinGroup (else a SyncGroup), to answer it if the coordinator moves meanwhile.
+    join: bool,
 }
 
 /// A parked EndTxn.
@@ -328,6 +534,14 @@ struct CoordinatorThread {
     /// Jobs with no data partition: complete within the current batch.
     done_locally: Vec<MarkerJob>,
     clock: Clock,
+    /// Cluster mode: the quorum's answer, and the term whose coordinators are loaded.
+    seat: Option<Arc<dyn CoordinatorSeat>>,
+    loaded: Option<u64>,
+    /// Producer ids from the quorum for idempotent producers while not coordinating.
+    pid_block: (i64, i64),
+    group_cfg: GroupConfig,
+    txn_cfg: TxnConfig,
+    coordinator_epoch: i32,
 }
 
 impl CoordinatorThread {
@@ -352,6 +566,7 @@ impl CoordinatorThread {
             }
             let now = self.clock.now();
             let mut out = Vec::new();
+            let seat = self.take_seat(now, &mut out);
             for m in batch {
                 match m {
                     Msg::Request {
@@ -361,6 +576,15 @@ impl CoordinatorThread {
                         topics,
                         reply,
                     } => {
+                        if let Some(seat) = &seat {
+                            let resp = self.not_here(seat, &req, version);
+                            out.push(Outgoing {
+                                reply,
+                                resp,
+                                req: None,
+                            });
+                            continue;
+                        }
                         let resp = match (&*req, topics) {
                             (RequestKind::ConsumerGroupHeartbeat(r), topics) => {
                                 let view = topics.unwrap_or_default();
@@ -380,6 +604,9 @@ impl CoordinatorThread {
                             });
                         }
                     }
+                    // Markers of coordinators since unloaded: the next coordinator resumes
+                    // the transaction from the log.
+                    Msg::MarkersDone { .. } if seat.is_some() => {}
                     Msg::MarkersDone { job, ok } => self.markers_done(job, ok, &mut out),
                     Msg::Shutdown { done } => shutdown = Some(done),
                 }
@@ -439,6 +666,161 @@ impl CoordinatorThread {
         }
     }
 
+    /// Cluster mode: loads or unloads the coordinators as the seat moved. `Some(seat)` when
+    /// this node does not coordinate now (requests get the seat's error).
+    fn take_seat(&mut self, now: i64, out: &mut Vec<Outgoing>) -> Option<Seat> {
+        let source = self.seat.clone()?;
+        let seat = source.seat();
+        let fenced = self.groups.is_fenced() || self.txns.is_fenced();
+        match &seat {
+            Seat::Here { term } if self.loaded == Some(*term) && !fenced => return None,
+            Seat::Here { term } => {
+                self.unload(out);
+                let Some(logs) = source.logs() else {
+                    return Some(Seat::Loading);
+                };
+                let committer = source.committer();
+                let opened = GroupCoordinator::open_replicated(
+                    logs.log(CoordinatorLog::Offsets),
+                    committer.clone(),
+                    *term,
+                    self.group_cfg.clone(),
+                    now,
+                )
+                .and_then(|g| {
+                    let (t, resume) = TxnCoordinator::open_replicated(
+                        logs.log(CoordinatorLog::Transactions),
+                        committer,
+                        *term,
+                        self.txn_cfg.clone(),
+                    )?;
+                    Ok((g, t, resume))
+                });
+                match opened {
+                    Ok((g, t, resume)) => {
+                        tracing::info!(term, "coordinators loaded from the replicated log");
+                        self.groups = g;
+                        self.txns = t;
+                        self.loaded = Some(*term);
+                        self.coordinator_epoch = i32::try_from(*term).unwrap_or(i32::MAX);
+                        for job in resume {
+                            self.start_job(job, now);
+                        }
+                        return None;
+                    }
+                    Err(e) => {
+                        tracing::error!(error = %e, "cannot load the coordinators");
+                        return Some(Seat::Unknown);
+                    }
+                }
+            }
+            _ => self.unload(out),
+        }
+        Some(seat)
+    }
+
+    /// Drops the loaded coordinators; parked requests learn the coordinator moved.
+    fn unload(&mut self, out: &mut Vec<Outgoing>) {
+        if self.loaded.take().is_none() {
+            return;
+        }
+        tracing::info!("coordinators unloaded");
+        for (_, p) in self.parked.drain() {
+            let resp = if p.join {
+                join_response(
+                    CJoinResp {
+                        error: codes::NOT_COORDINATOR,
+                        generation_id: -1,
+                        ..Default::default()
+                    },
+                    p.version,
+                )
+            } else {
+                sync_response(
+                    CSyncResp {
+                        error: codes::NOT_COORDINATOR,
+                        ..Default::default()
+                    },
+                    p.version,
+                )
+            };
+            out.push(Outgoing {
+                reply: p.reply,
+                resp,
+                req: None,
+            });
+        }
+        for (_, p) in self.parked_txn.drain() {
+            out.push(Outgoing {
+                reply: p.reply,
+                resp: ResponseKind::EndTxn(
+                    EndTxnResponse::default()
+                        .with_error_code(codes::NOT_COORDINATOR)
+                        .with_producer_id(ProducerId(-1))
+                        .with_producer_epoch(-1),
+                ),
+                req: None,
+            });
+        }
+        self.retry.clear();
+        self.done_locally.clear();
+        if let Ok((g, t)) = unloaded(&self.group_cfg, &self.txn_cfg, self.clock.now()) {
+            self.groups = g;
+            self.txns = t;
+        }
+    }
+
+    /// The answer of a node that does not coordinate now.
+    fn not_here(&mut self, seat: &Seat, req: &RequestKind, version: i16) -> ResponseKind {
+        match (seat, req) {
+            // Any broker serves an idempotent producer's InitProducerId, as in Kafka.
+            (_, RequestKind::InitProducerId(r)) if r.transactional_id.is_none() => {
+                if self.pid_block.0 >= self.pid_block.1 {
+                    let block = self
+                        .seat
+                        .as_ref()
+                        .and_then(|s| s.allocate_producer_ids(PID_BLOCK));
+                    match block {
+                        Some(b) => self.pid_block = b,
+                        None => {
+                            return error_response(req, version, codes::COORDINATOR_NOT_AVAILABLE)
+                        }
+                    }
+                }
+                let pid = self.pid_block.0;
+                self.pid_block.0 += 1;
+                ResponseKind::InitProducerId(
+                    InitProducerIdResponse::default()
+                        .with_producer_id(ProducerId(pid))
+                        .with_producer_epoch(0),
+                )
+            }
+            (
+                Seat::Elsewhere {
+                    node_id,
+                    host,
+                    port,
+                },
+                RequestKind::FindCoordinator(r),
+            ) => self.find_coordinator_at(r, version, *node_id, host, *port),
+            // Sent to every broker; one that coordinates no group answers an empty list, as
+            // a Kafka broker that leads no `__consumer_offsets` partition does.
+            (Seat::Elsewhere { .. }, RequestKind::ListGroups(_)) => {
+                ResponseKind::ListGroups(ListGroupsResponse::default())
+            }
+            (Seat::Elsewhere { .. }, RequestKind::ListTransactions(_)) => {
+                ResponseKind::ListTransactions(ListTransactionsResponse::default())
+            }
+            // Kafka names the leader of the coordinator partition while it loads.
+            (Seat::Loading, RequestKind::FindCoordinator(r)) => {
+                self.find_coordinator_at(r, version, self.node_id, &self.host, self.port)
+            }
+            (Seat::Loading, _) => error_response(req, version, codes::COORDINATOR_LOAD_IN_PROGRESS),
+            (Seat::Elsewhere { .. }, _) => error_response(req, version, codes::NOT_COORDINATOR),
+            _ => error_response(req, version, codes::COORDINATOR_NOT_AVAILABLE),
+        }
+    }
+
     fn token(&mut self) -> Token {
         self.next_token += 1;
         self.next_token
@@ -479,7 +861,7 @@ impl CoordinatorThread {
                 partition: *partition,
                 producer_id: job.producer_id,
                 producer_epoch: job.producer_epoch,
-                coordinator_epoch: COORDINATOR_EPOCH,
+                coordinator_epoch: self.coordinator_epoch,
                 commit: job.commit,
             })
             .collect();
@@ -566,6 +948,7 @@ impl CoordinatorThread {
                     Parked {
                         version,
                         reply: reply.clone(),
+                        join: true,
                     },
                 );
                 let replies = self.groups.join(token, cj, now);
@@ -591,6 +974,7 @@ impl CoordinatorThread {
                     Parked {
                         version,
                         reply: reply.clone(),
+                        join: false,
                     },
                 );
                 let replies = self.groups.sync(token, cs, now);
@@ -847,6 +1231,19 @@ impl CoordinatorThread {
     }
 
     fn find_coordinator(&mut self, r: &FindCoordinatorRequest, version: i16) -> ResponseKind {
+        let host = self.host.clone();
+        self.find_coordinator_at(r, version, self.node_id, &host, self.port)
+    }
+
+    /// FindCoordinator naming broker `node_id` at `host:port`.
+    fn find_coordinator_at(
+        &self,
+        r: &FindCoordinatorRequest,
+        version: i16,
+        node_id: i32,
+        host: &str,
+        port: i32,
+    ) -> ResponseKind {
         let answer = |key: &StrBytes| -> (i16, Option<StrBytes>) {
             if r.key_type != 0 && r.key_type != 1 {
                 return (
@@ -868,9 +1265,9 @@ impl CoordinatorThread {
                     let (code, msg) = answer(k);
                     Coordinator::default()
                         .with_key(k.clone())
-                        .with_node_id(BrokerId(if code == 0 { self.node_id } else { -1 }))
-                        .with_host(if code == 0 { s(&self.host) } else { s("") })
-                        .with_port(if code == 0 { self.port } else { -1 })
+                        .with_node_id(BrokerId(if code == 0 { node_id } else { -1 }))
+                        .with_host(if code == 0 { s(host) } else { s("") })
+                        .with_port(if code == 0 { port } else { -1 })
                         .with_error_code(code)
                         .with_error_message(msg)
                 })
@@ -879,9 +1276,9 @@ impl CoordinatorThread {
             let (code, msg) = answer(&r.key);
             resp.error_code = code;
             resp.error_message = msg;
-            resp.node_id = BrokerId(if code == 0 { self.node_id } else { -1 });
-            resp.host = if code == 0 { s(&self.host) } else { s("") };
-            resp.port = if code == 0 { self.port } else { -1 };
+            resp.node_id = BrokerId(if code == 0 { node_id } else { -1 });
+            resp.host = if code == 0 { s(host) } else { s("") };
+            resp.port = if code == 0 { port } else { -1 };
         }
         ResponseKind::FindCoordinator(resp)
     }
@@ -2012,6 +2409,160 @@ mod tests {
         };
         assert_eq!(r.error_code, 0);
         assert_eq!(fetch(), Some(77));
+        svc.shutdown();
+    }
+
+    /// The quorum as the coordinator thread sees it: a seat the test moves, and a log that
+    /// applies every committed coordinator record (a one-voter quorum's applied copy).
+    struct TestSeat {
+        seat: Mutex<Seat>,
+        logs: Arc<Mutex<CoordinatorLogs>>,
+    }
+
+    struct LogCommitter(Arc<Mutex<CoordinatorLogs>>);
+
+    impl Committer for LogCommitter {
+        fn commit(&self, cmd: kmirror_control::quorum::ClusterCommand) -> std::io::Result<()> {
+            if let kmirror_control::quorum::ClusterCommand::Coordinator { log, op, .. } = cmd {
+                self.0.lock().unwrap().apply(log, &op);
+            }
+            Ok(())
+        }
+    }
+
+    impl CoordinatorSeat for TestSeat {
+        fn seat(&self) -> Seat {
+            self.seat.lock().unwrap().clone()
+        }
+        fn logs(&self) -> Option<CoordinatorLogs> {
+            Some(self.logs.lock().unwrap().clone())
+        }
+        fn committer(&self) -> Arc<dyn Committer> {
+            Arc::new(LogCommitter(self.logs.clone()))
+        }
+        fn allocate_producer_ids(&self, count: u32) -> Option<(i64, i64)> {
+            Some(self.logs.lock().unwrap().allocate_producer_ids(count))
+        }
+    }
+
+    fn fetch_offset(svc: &GroupsService, group: &str) -> (i16, i64) {
+        let req =
+            OffsetFetchRequest::default().with_groups(vec![OffsetFetchRequestGroup::default()
+                .with_group_id(GroupId(s(group)))
+                .with_topics(None)]);
+        let ResponseKind::OffsetFetch(r) =
+            call(svc, ApiKey::OffsetFetch, 9, RequestKind::OffsetFetch(req))
+        else {
+            panic!()
+        };
+        let g = &r.groups[0];
+        let offset = g
+            .topics
+            .first()
+            .map_or(-1, |t| t.partitions[0].committed_offset);
+        (g.error_code, offset)
+    }
+
+    #[test]
+    fn in_a_cluster_only_the_quorum_leader_coordinates_and_a_new_one_loads_the_replicated_log() {
+        let seat = Arc::new(TestSeat {
+            seat: Mutex::new(Seat::Elsewhere {
+                node_id: 2,
+                host: "node2".into(),
+                port: 9093,
+            }),
+            logs: Arc::default(),
+        });
+        let set = |s: Seat| *seat.seat.lock().unwrap() = s;
+        let svc = GroupsService::start_clustered(
+            seat.clone(),
+            7,
+            "localhost".into(),
+            9092,
+            Arc::<RecordingSink>::default(),
+            GroupConfig::default(),
+            TxnConfig::default(),
+        )
+        .unwrap();
+        // Elsewhere: FindCoordinator names the leader's broker, the rest is NOT_COORDINATOR.
+        let req = FindCoordinatorRequest::default()
+            .with_key_type(0)
+            .with_coordinator_keys(vec![s("grp")]);
+        let ResponseKind::FindCoordinator(r) = call(
+            &svc,
+            ApiKey::FindCoordinator,
+            4,
+            RequestKind::FindCoordinator(req.clone()),
+        ) else {
+            panic!()
+        };
+        let c = &r.coordinators[0];
+        assert_eq!(
+            (c.error_code, c.node_id.0, c.host.to_string(), c.port),
+            (0, 2, "node2".to_string(), 9093)
+        );
+        let r = commit(&svc, "grp", 10);
+        assert_eq!(r.topics[0].partitions[0].error_code, codes::NOT_COORDINATOR);
+        assert_eq!(
+            init_pid(&svc, Some("tx")).error_code,
+            codes::NOT_COORDINATOR
+        );
+        // An idempotent producer's InitProducerId is served anywhere, from quorum blocks.
+        let a = init_pid(&svc, None);
+        let b = init_pid(&svc, None);
+        assert_eq!((a.error_code, b.error_code), (0, 0));
+        assert_eq!(
+            a.producer_id.0,
+            kmirror_control::replicated::PRODUCER_ID_BLOCKS_START
+        );
+        assert_eq!(b.producer_id.0, a.producer_id.0 + 1);
+        // The new leader still applying its log: COORDINATOR_LOAD_IN_PROGRESS.
+        set(Seat::Loading);
+        let r = commit(&svc, "grp", 10);
+        assert_eq!(
+            r.topics[0].partitions[0].error_code,
+            codes::COORDINATOR_LOAD_IN_PROGRESS
+        );
+        // Here: records go to the replicated log only.
+        set(Seat::Here { term: 5 });
+        let r = commit(&svc, "grp", 42);
+        assert_eq!(r.topics[0].partitions[0].error_code, 0);
+        let first = init_pid(&svc, Some("tx"));
+        assert_eq!((first.error_code, first.producer_epoch), (0, 0));
+        assert!(!seat.logs.lock().unwrap().offsets.is_empty());
+        assert!(!seat.logs.lock().unwrap().transactions.is_empty());
+        let ResponseKind::FindCoordinator(r) = call(
+            &svc,
+            ApiKey::FindCoordinator,
+            4,
+            RequestKind::FindCoordinator(req),
+        ) else {
+            panic!()
+        };
+        assert_eq!(r.coordinators[0].node_id.0, 7);
+        // The seat moves away and back (a later term): the state comes from the log.
+        set(Seat::Elsewhere {
+            node_id: 3,
+            host: "node3".into(),
+            port: 9094,
+        });
+        assert_eq!(fetch_offset(&svc, "grp").0, codes::NOT_COORDINATOR);
+        let ResponseKind::ListGroups(r) = call(
+            &svc,
+            ApiKey::ListGroups,
+            4,
+            RequestKind::ListGroups(ListGroupsRequest::default()),
+        ) else {
+            panic!()
+        };
+        assert_eq!((r.error_code, r.groups.len()), (0, 0));
+        set(Seat::Here { term: 7 });
+        assert_eq!(fetch_offset(&svc, "grp"), (0, 42));
+        let again = init_pid(&svc, Some("tx"));
+        assert_eq!(
+            (again.error_code, again.producer_id, again.producer_epoch),
+            (0, first.producer_id, 1)
+        );
         svc.shutdown();
     }
 }

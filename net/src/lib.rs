@@ -42,6 +42,7 @@ pub mod sasl;
 pub mod server;
 pub mod session;
 pub mod tls;
+pub mod txn_markers;
 pub mod versions;
 
 use std::net::SocketAddr;
@@ -251,20 +252,47 @@ pub fn start_with(
     let (cluster, driver, updates) = match &quorum {
         None => (Cluster::start(&cfg.data_dir)?, None, None),
         Some(q) => {
-            let (c, d, u) = start_quorum(&cfg, q)?;
+            let (c, d, u) = start_quorum(&cfg, q, sasl.scram.clone())?;
             (c, Some(d), Some(u))
         }
     };
     let router_cell = Arc::new(OnceLock::new());
-    let groups = groups::GroupsService::start_with(
-        &cfg.data_dir,
-        cfg.node_id,
-        host.clone(),
-        port,
-        Arc::new(EngineMarkerSink::new(router_cell.clone())),
-        cfg.groups.clone(),
-        kmirror_control::txn::TxnConfig::default(),
-    )?;
+    let local_markers = EngineMarkerSink::new(router_cell.clone());
+    let markers: Arc<dyn groups::MarkerSink> = if cluster.is_replicated() {
+        // Markers go to each partition's leader (WriteTxnMarkers to the other nodes).
+        Arc::new(txn_markers::RoutingMarkerSink::new(
+            local_markers,
+            cluster.clone(),
+            cfg.node_id,
+            endpoints[0].name.clone(),
+        ))
+    } else {
+        Arc::new(local_markers)
+    };
+    let txn_cfg = kmirror_control::txn::TxnConfig::default();
+    let groups = if cluster.is_replicated() {
+        // The coordinators follow the quorum leader, their logs on the Raft log.
+        let seat = groups::QuorumSeat::new(cluster.clone(), cfg.node_id, endpoints[0].name.clone());
+        groups::GroupsService::start_clustered(
+            Arc::new(seat),
+            cfg.node_id,
+            host.clone(),
+            port,
+            markers,
+            cfg.groups.clone(),
+            txn_cfg,
+        )?
+    } else {
+        groups::GroupsService::start_with(
+            &cfg.data_dir,
+            cfg.node_id,
+            host.clone(),
+            port,
+            markers,
+            cfg.groups.clone(),
+            txn_cfg,
+        )?
+    };
     let broker = Arc::new(Broker {
         config: BrokerConfig {
             node_id: cfg.node_id,
@@ -382,6 +410,7 @@ fn controlled_shutdown(driver: &kmirror_cluster::Driver, node_id: i32) {
 fn start_quorum(
     cfg: &ServerConfig,
     q: &cluster::QuorumOptions,
+    scram: Arc<kmirror_control::scram::ScramRegistry>,
 ) -> Result<
     (
         Cluster,
@@ -403,13 +432,23 @@ fn start_quorum(
     let acls = acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?;
     let (tx, rx) = flume::unbounded();
     let v = view.clone();
-    let driver = kmirror_cluster::Driver::start_with_acls(
+    let quotas = quota::store_for(&cfg.data_dir).map_err(|e| NetError::Quorum(e.to_string()))?;
+    let driver = kmirror_cluster::Driver::start_with_state(
         dcfg,
         move |m| {
             v.publish_arc(m.clone());
             let _ = tx.send(m);
         },
         move |all| acls.publish(all),
+        // SCRAM credentials and quotas as the quorum holds them (the local files are unused).
+        move |node, changed| {
+            if changed.scram {
+                scram.publish(node.scram().credentials().clone());
+            }
+            if changed.quotas {
+                quotas.publish(node.quotas().all());
+            }
+        },
     )
     .map_err(|e| NetError::Quorum(e.to_string()))?;
     let cluster = Cluster::replicated(

@@ -262,6 +262,16 @@ impl QuotaRegistry {
         }
     }
 
+    /// Publishes the replicated quota set (cluster mode: the Raft driver owns the quotas;
+    /// the local file is not used).
+    pub fn publish(&self, all: std::collections::BTreeMap<Entity, Values>) {
+        let generation = self.snapshot.load().generation + 1;
+        self.snapshot.store(Arc::new(Snapshot {
+            generation,
+            all: Arc::new(all),
+        }));
+    }
+
     /// Every entity's quotas as of the last completed change (lock-free).
     pub fn all(&self) -> Arc<std::collections::BTreeMap<Entity, Values>> {
         self.snapshot.load().all.clone()
@@ -600,6 +610,7 @@ fn alter_entity(
 
 /// AlterClientQuotas; the store's fsync runs on a blocking thread, off the engine core.
 pub async fn alter_client_quotas(
+    cluster: &crate::cluster::Cluster,
     dir: &Path,
     req: AlterClientQuotasRequest,
 ) -> AlterClientQuotasResponse {
@@ -626,6 +637,12 @@ pub async fn alter_client_quotas(
         .collect();
     let validate_only = req.validate_only;
     let results: Vec<Result<(), QuotaError>> = match store_for(dir) {
+        Ok(st) if cluster.is_replicated() => {
+            let cluster = cluster.clone();
+            glommio::executor()
+                .spawn_blocking(move || alter_replicated(&cluster, &st, &alts, validate_only))
+                .await
+        }
         Ok(st) => {
             glommio::executor()
                 .spawn_blocking(move || st.mutate(|s| s.alter(&alts, validate_only)))
@@ -654,6 +671,52 @@ pub async fn alter_client_quotas(
         })
         .collect();
     AlterClientQuotasResponse::default().with_entries(entries)
+}
+
+/// Cluster mode: the alterations go through the quorum (`ClusterCommand::Quota`); the host
+/// name of an ip entity is resolved here, the proposer, since apply must be a pure function.
+fn alter_replicated(
+    cluster: &crate::cluster::Cluster,
+    registry: &QuotaRegistry,
+    alts: &[Alteration],
+    validate_only: bool,
+) -> Vec<Result<(), QuotaError>> {
+    use kmirror_control::quorum::{ClusterCommand, Outcome};
+    let mut results: Vec<Option<Result<(), QuotaError>>> = alts
+        .iter()
+        .map(|a| {
+            kmirror_control::quota::validate_entity(&a.entity)
+                .err()
+                .map(Err)
+        })
+        .collect();
+    let send: Vec<Alteration> = alts
+        .iter()
+        .zip(&results)
+        .filter(|(_, r)| r.is_none())
+        .map(|(a, _)| a.clone())
+        .collect();
+    let applied = if validate_only {
+        let mut scratch = QuotaStore::in_memory((*registry.all()).clone());
+        scratch.alter(&send, true)
+    } else if send.is_empty() {
+        Vec::new()
+    } else {
+        match cluster.propose_blocking(ClusterCommand::Quota {
+            alterations: send.clone(),
+        }) {
+            Ok(Outcome::Quotas(r)) => r,
+            Ok(other) => {
+                vec![Err(QuotaError::Invalid(format!("unexpected {other:?}"))); send.len()]
+            }
+            Err(e) => vec![Err(QuotaError::Io(std::io::Error::other(e.to_string()))); send.len()],
+        }
+    };
+    let mut applied = applied.into_iter();
+    for r in results.iter_mut().filter(|r| r.is_none()) {
+        *r = Some(applied.next().unwrap_or(Ok(())));
+    }
+    results.into_iter().map(|r| r.unwrap_or(Ok(()))).collect()
 }
 
 /// AlterClientQuotas refused (no ALTER_CONFIGS on the cluster): every entry.

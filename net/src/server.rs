@@ -655,7 +655,14 @@ async fn dispatch(
         ),
         RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
             match access.check_cluster(authz::table::ALTER_CLIENT_QUOTAS) {
-                Ok(()) => crate::quota::alter_client_quotas(&ctx.broker.config.data_dir, r).await,
+                Ok(()) => {
+                    crate::quota::alter_client_quotas(
+                        &ctx.broker.cluster,
+                        &ctx.broker.config.data_dir,
+                        r,
+                    )
+                    .await
+                }
                 Err(code) => crate::quota::alter_client_quotas_refused(&r, code),
             },
         ),
@@ -721,6 +728,9 @@ async fn dispatch(
         ),
         RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(
             handlers::describe::describe_producers(ctx, access, r).await,
+        ),
+        RequestKind::WriteTxnMarkers(r) => ResponseKind::WriteTxnMarkers(
+            crate::txn_markers::write_txn_markers(ctx, access, r).await,
         ),
         RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(
             handlers::quorum::describe_quorum(ctx, access, header.client_id.as_deref(), v, r).await,

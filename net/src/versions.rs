@@ -62,6 +62,7 @@ served! {
     ListTransactions => ListTransactionsRequest,
     ElectLeaders => ElectLeadersRequest,
     UpdateFeatures => UpdateFeaturesRequest,
+    WriteTxnMarkers => WriteTxnMarkersRequest,
     DescribeQuorum => DescribeQuorumRequest,
 }
 

@@ -674,11 +674,48 @@ impl GroupCoordinator {
     /// had members come back Stable with fresh session deadlines from `now_ms`.
     pub fn open(dir: &Path, cfg: GroupConfig, now_ms: i64) -> Result<GroupCoordinator, StoreError> {
         let (file, payloads) = RecordFile::open(dir, LOG_NAME)?;
+        Self::restore(file, &payloads, &dir.join(LOG_NAME), cfg, now_ms)
+    }
+
+    /// The coordinator of a cluster's quorum leader: restores from the applied copy of the
+    /// replicated offsets log (`QuorumNode::coordinator_logs`) and writes through `committer`.
+    /// `term` is the quorum term this node leads in (its writes are fenced by it).
+    pub fn open_replicated(
+        records: &[Vec<u8>],
+        committer: std::sync::Arc<dyn crate::replicated::Committer>,
+        term: u64,
+        cfg: GroupConfig,
+        now_ms: i64,
+    ) -> Result<GroupCoordinator, StoreError> {
+        let log = crate::replicated::CoordinatorLog::Offsets;
+        let file = RecordFile::replicated(log, term, records, committer);
+        Self::restore(
+            file,
+            records,
+            Path::new("<quorum>/__consumer_offsets"),
+            cfg,
+            now_ms,
+        )
+    }
+
+    /// Whether a replicated write failed: this coordinator must be reopened (see
+    /// `offsets_log`); until then it answers nothing durable.
+    pub fn is_fenced(&self) -> bool {
+        self.file.is_fenced()
+    }
+
+    fn restore(
+        file: RecordFile,
+        payloads: &[Vec<u8>],
+        path: &Path,
+        cfg: GroupConfig,
+        now_ms: i64,
+    ) -> Result<GroupCoordinator, StoreError> {
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
         let n = payloads.len();
         for (index, p) in payloads.iter().enumerate() {
             let rec = Rec::decode(p).map_err(|reason| StoreError::BadRecord {
-                path: dir.join(LOG_NAME),
+                path: path.to_path_buf(),
                 index,
                 reason,
             })?;

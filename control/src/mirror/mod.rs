@@ -23,7 +23,7 @@ pub use coordinator::{
 };
 pub use definition::{ConfigExclude, CorePlacement, MirrorDefinition, TopicFilter};
 pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
-pub use store::{MirrorStateStore, PartitionEntry, RecoveryAction};
+pub use store::{MirrorRecord, MirrorStateStore, PartitionEntry, RecoveryAction};
 pub use sync::{
     clamp_group_offset, id_changed_reason, plan_acl_sync, plan_group_sync, plan_metadata_sync,
     plan_quota_sync, AclBinding, AclSyncPlan, DeletionConfirmations, GroupOffsetCommit, LocalTopic,

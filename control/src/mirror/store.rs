@@ -20,6 +20,12 @@
 //!   the view; [`MirrorStateStore::recovery_plan`] then tells the coordinator what to resume for
 //!   each partition, with no operator action.
 //! - Illegal transitions are refused without writing anything.
+//!
+//! In a cluster the store is replicated on the Raft log instead of the file: every node keeps
+//! an in-memory copy ([`MirrorStateStore::in_memory`]) that applies the committed
+//! [`MirrorRecord`]s, and the coordinator's store ([`MirrorStateStore::replicated`]) commits each
+//! record through the quorum before its view changes, the same "write before the transition
+//! takes effect" as with the file.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -32,6 +38,7 @@ use super::definition::MirrorDefinition;
 use super::state::{FailoverStep, PartitionState};
 use super::MirrorError;
 use crate::append_file::AppendFile;
+use crate::replicated::Committer;
 
 const FILE_NAME: &str = "state.log";
 const HEADER: usize = 8;
@@ -64,18 +71,20 @@ struct Stored {
     #[serde(default)]
     seq: u64,
     #[serde(flatten)]
-    rec: Record,
+    rec: MirrorRecord,
 }
 
 #[derive(Serialize)]
 struct StoredRef<'a> {
     seq: u64,
     #[serde(flatten)]
-    rec: &'a Record,
+    rec: &'a MirrorRecord,
 }
 
-#[derive(Debug, Serialize, Deserialize)]
-enum Record {
+/// One keyed record of the store (latest per key wins; `None` deletes). In a cluster it is
+/// also the replicated command (`ClusterCommand::Mirror`), applied by [`MirrorStateStore::apply`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum MirrorRecord {
     Mirror {
         name: String,
         def: Option<MirrorDefinition>,
@@ -100,16 +109,48 @@ pub enum RecoveryAction {
     RetryFailed,
 }
 
+/// Where the records go.
+enum Backend {
+    File(AppendFile),
+    /// The quorum's applied copy: records arrive through [`MirrorStateStore::apply`].
+    Memory,
+    /// The coordinator's store in a cluster: each record is committed on the Raft log first.
+    Replicated(Replicated),
+}
+
+#[cfg(test)]
+impl Backend {
+    fn faults(&self) -> crate::append_file::faults::Faults {
+        match self {
+            Backend::File(f) => f.faults(),
+            _ => panic!("no file"),
+        }
+    }
+}
+
+impl std::fmt::Debug for Backend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Backend::File(file) => f.debug_tuple("File").field(&file.path()).finish(),
+            Backend::Memory => f.write_str("Memory"),
+            Backend::Replicated(_) => f.write_str("Replicated"),
+        }
+    }
+}
+
 /// The mirror state store. Single-threaded (`&mut self`); owned by the control thread.
 #[derive(Debug)]
 pub struct MirrorStateStore {
-    file: AppendFile,
+    file: Backend,
     mirrors: BTreeMap<String, MirrorDefinition>,
     partitions: BTreeMap<TopicPartition, PartitionEntry>,
     records_in_file: usize,
     /// Sequence number of the next record appended.
     next_seq: u64,
 }
+
+/// The replicated backend's committer and the quorum term its coordinator was loaded in.
+type Replicated = (std::sync::Arc<dyn Committer>, u64);
 
 impl MirrorStateStore {
     /// Open (creating if needed) `<data_dir>/__mirror_state/` and recover its contents.
@@ -129,7 +170,7 @@ impl MirrorStateStore {
         fs::create_dir_all(&dir)?;
         let (file, buf) = AppendFile::open(&dir.join(FILE_NAME))?;
         let mut store = MirrorStateStore {
-            file,
+            file: Backend::File(file),
             mirrors: BTreeMap::new(),
             partitions: BTreeMap::new(),
             records_in_file: 0,
@@ -176,7 +217,9 @@ impl MirrorStateStore {
                 "__mirror_state: dropping torn tail"
             );
         }
-        store.file.set_valid_len(pos as u64)?;
+        if let Backend::File(file) = &mut store.file {
+            file.set_valid_len(pos as u64)?;
+        }
         if skipped > 0 {
             if let Err(e) = store.compact() {
                 // Still consistent: the next open skips the same region again.
@@ -186,15 +229,61 @@ impl MirrorStateStore {
         Ok(store)
     }
 
-    fn apply(&mut self, rec: Record) {
+    /// An empty store never written to disk: the quorum's applied copy.
+    pub fn in_memory() -> Self {
+        MirrorStateStore {
+            file: Backend::Memory,
+            mirrors: BTreeMap::new(),
+            partitions: BTreeMap::new(),
+            records_in_file: 0,
+            next_seq: 1,
+        }
+    }
+
+    /// The coordinator's store on the quorum leader of `term`: starts from the applied copy
+    /// `from` and commits every record through `committer` before applying it.
+    pub fn replicated(
+        from: &MirrorStateStore,
+        committer: std::sync::Arc<dyn Committer>,
+        term: u64,
+    ) -> Self {
+        MirrorStateStore {
+            file: Backend::Replicated((committer, term)),
+            mirrors: from.mirrors.clone(),
+            partitions: from.partitions.clone(),
+            records_in_file: 0,
+            next_seq: 1,
+        }
+    }
+
+    /// The live records, in key order (the Raft snapshot's form of the store).
+    pub fn live(&self) -> Vec<MirrorRecord> {
+        let mirrors = self.mirrors.iter().map(|(name, def)| MirrorRecord::Mirror {
+            name: name.clone(),
+            def: Some(def.clone()),
+        });
+        let partitions = self
+            .partitions
+            .iter()
+            .map(|(tp, e)| MirrorRecord::Partition {
+                topic: tp.topic.clone(),
+                partition: tp.partition,
+                entry: Some(e.clone()),
+            });
+        mirrors.chain(partitions).collect()
+    }
+
+    /// Applies one committed record to the view (no validation: the proposer's store checked
+    /// the transition; the latest record per key wins, as on replay).
+    pub fn apply(&mut self, rec: MirrorRecord) {
         match rec {
-            Record::Mirror { name, def: Some(d) } => {
+            MirrorRecord::Mirror { name, def: Some(d) } => {
                 self.mirrors.insert(name, d);
             }
-            Record::Mirror { name, def: None } => {
+            MirrorRecord::Mirror { name, def: None } => {
                 self.mirrors.remove(&name);
             }
-            Record::Partition {
+            MirrorRecord::Partition {
                 topic,
                 partition,
                 entry,
@@ -212,7 +301,7 @@ impl MirrorStateStore {
         }
     }
 
-    fn encode(seq: u64, rec: &Record) -> Result<Vec<u8>, MirrorError> {
+    fn encode(seq: u64, rec: &MirrorRecord) -> Result<Vec<u8>, MirrorError> {
         let payload = serde_json::to_vec(&StoredRef { seq, rec })
             .map_err(|e| MirrorError::Corrupt(e.to_string()))?;
         let mut out = Vec::with_capacity(HEADER + payload.len());
@@ -224,9 +313,25 @@ impl MirrorStateStore {
 
     /// Append + fsync, then apply to the in-memory view. On error nothing changed (the file
     /// was cut back to the last whole record) and the caller must not act on the transition.
-    fn persist(&mut self, rec: Record) -> Result<(), MirrorError> {
+    fn persist(&mut self, rec: MirrorRecord) -> Result<(), MirrorError> {
+        match &self.file {
+            Backend::File(_) => {}
+            Backend::Memory => {
+                self.apply(rec);
+                return Ok(());
+            }
+            Backend::Replicated((c, term)) => {
+                let (c, term) = (c.clone(), *term);
+                let record = rec.clone();
+                c.commit(crate::quorum::ClusterCommand::Mirror { term, record })?;
+                self.apply(rec);
+                return Ok(());
+            }
+        }
         let bytes = Self::encode(self.next_seq, &rec)?;
-        self.file.append_durable(&bytes)?;
+        if let Backend::File(file) = &mut self.file {
+            file.append_durable(&bytes)?;
+        }
         self.next_seq += 1;
         self.records_in_file += 1;
         self.apply(rec);
@@ -250,12 +355,15 @@ impl MirrorStateStore {
 
     /// Rewrite the file with only live records (atomic rename), numbering on from `next_seq`.
     pub fn compact(&mut self) -> Result<(), MirrorError> {
+        if !matches!(self.file, Backend::File(_)) {
+            return Ok(());
+        }
         let mut out = Vec::new();
         let mut seq = self.next_seq;
         for (name, def) in &self.mirrors {
             out.extend(Self::encode(
                 seq,
-                &Record::Mirror {
+                &MirrorRecord::Mirror {
                     name: name.clone(),
                     def: Some(def.clone()),
                 },
@@ -265,7 +373,7 @@ impl MirrorStateStore {
         for (tp, e) in &self.partitions {
             out.extend(Self::encode(
                 seq,
-                &Record::Partition {
+                &MirrorRecord::Partition {
                     topic: tp.topic.clone(),
                     partition: tp.partition,
                     entry: Some(e.clone()),
@@ -273,7 +381,9 @@ impl MirrorStateStore {
             )?);
             seq += 1;
         }
-        self.file.replace(&out)?;
+        if let Backend::File(file) = &mut self.file {
+            file.replace(&out)?;
+        }
         self.next_seq = seq;
         self.records_in_file = self.live_records();
         Ok(())
@@ -294,7 +404,7 @@ impl MirrorStateStore {
         if self.mirrors.contains_key(&def.name) {
             return Err(MirrorError::MirrorAlreadyExists(def.name));
         }
-        self.persist(Record::Mirror {
+        self.persist(MirrorRecord::Mirror {
             name: def.name.clone(),
             def: Some(def),
         })
@@ -305,7 +415,7 @@ impl MirrorStateStore {
         if !self.mirrors.contains_key(&def.name) {
             return Err(MirrorError::UnknownMirror(def.name));
         }
-        self.persist(Record::Mirror {
+        self.persist(MirrorRecord::Mirror {
             name: def.name.clone(),
             def: Some(def),
         })
@@ -336,7 +446,7 @@ impl MirrorStateStore {
                 topics: active,
             });
         }
-        self.persist(Record::Mirror {
+        self.persist(MirrorRecord::Mirror {
             name: name.to_owned(),
             def: None,
         })
@@ -415,7 +525,7 @@ impl MirrorStateStore {
         if to == PartitionState::Stopping || to == PartitionState::Preparing {
             entry.failover_done = None;
         }
-        self.persist(Record::Partition {
+        self.persist(MirrorRecord::Partition {
             topic: tp.topic.clone(),
             partition: tp.partition,
             entry: Some(entry.clone()),
@@ -434,7 +544,7 @@ impl MirrorStateStore {
             .cloned()
             .ok_or_else(|| MirrorError::UnknownPartition(tp.clone()))?;
         f(&mut e)?;
-        self.persist(Record::Partition {
+        self.persist(MirrorRecord::Partition {
             topic: tp.topic.clone(),
             partition: tp.partition,
             entry: Some(e),
@@ -517,7 +627,7 @@ impl MirrorStateStore {
         if !self.partitions.contains_key(tp) {
             return Ok(());
         }
-        self.persist(Record::Partition {
+        self.persist(MirrorRecord::Partition {
             topic: tp.topic.clone(),
             partition: tp.partition,
             entry: None,
@@ -905,7 +1015,7 @@ mod tests {
         let mut bytes = fs::read(&path).unwrap();
         let torn = MirrorStateStore::encode(
             99,
-            &Record::Mirror {
+            &MirrorRecord::Mirror {
                 name: "torn".into(),
                 def: None,
             },
@@ -945,7 +1055,7 @@ mod tests {
         bytes.extend(
             MirrorStateStore::encode(
                 1,
-                &Record::Mirror {
+                &MirrorRecord::Mirror {
                     name: "dr".into(),
                     def: None,
                 },
@@ -963,18 +1073,18 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = state_path(dir.path());
         fs::create_dir_all(path.parent().unwrap()).unwrap();
-        let legacy = |rec: &Record| {
+        let legacy = |rec: &MirrorRecord| {
             let payload = serde_json::to_vec(rec).unwrap();
             let mut out = (payload.len() as u32).to_be_bytes().to_vec();
             out.extend_from_slice(&crc32c::crc32c(&payload).to_be_bytes());
             out.extend(payload);
             out
         };
-        let mut bytes = legacy(&Record::Mirror {
+        let mut bytes = legacy(&MirrorRecord::Mirror {
             name: "dr".into(),
             def: Some(def("dr")),
         });
-        bytes.extend(legacy(&Record::Partition {
+        bytes.extend(legacy(&MirrorRecord::Partition {
             topic: "orders".into(),
             partition: 0,
             entry: Some(PartitionEntry {

@@ -19,13 +19,50 @@ use uuid::Uuid;
 use super::controller;
 use crate::acl::{AclBinding, AclFilter, AclStore};
 use crate::metadata::{BrokerRegistration, ConfigOp, MetadataError, MetadataStore, TopicMeta};
+use crate::mirror::MirrorRecord;
+use crate::quota::{Alteration, QuotaError};
+use crate::replicated::{CoordinatorLog, LogOp};
+use crate::scram::{AlterResults, ScramEdit};
 
-/// Everything the cluster log carries. SCRAM credentials, quotas and mirror definitions
-/// become further variants.
+/// Everything the cluster log carries.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ClusterCommand {
     Metadata(MetadataCommand),
     Acl(AclCommand),
+    /// AlterUserScramCredentials: the proposer derived the keys ([`ScramEdit::from_change`]);
+    /// apply repeats Kafka's per-user checks on the replicated set.
+    Scram {
+        edits: Vec<ScramEdit>,
+    },
+    /// AlterClientQuotas: the proposer validated (host names included) and sends only what
+    /// is to apply (not `validate_only` requests); apply repeats the pure checks.
+    Quota {
+        alterations: Vec<Alteration>,
+    },
+    /// One record of `__mirror_state` (a mirror definition or a mirror partition's state),
+    /// committed by the mirror coordinator before its transition takes effect.
+    Mirror {
+        /// The quorum term the proposing coordinator was loaded in (see `Coordinator`).
+        term: u64,
+        record: MirrorRecord,
+    },
+    /// A block of `count` producer ids for the idempotent producers a node that is not the
+    /// coordinator initializes (Kafka's AllocateProducerIds to the controller). Blocks come
+    /// from a replicated counter starting at [`crate::replicated::PRODUCER_ID_BLOCKS_START`],
+    /// above the transaction coordinator's own blocks, so the two never meet.
+    AllocateProducerIds {
+        count: u32,
+    },
+    /// Records of a group or transaction coordinator's log (see `replicated`).
+    Coordinator {
+        log: CoordinatorLog,
+        /// The quorum term the proposing coordinator was loaded in. Applied only from an
+        /// entry of that same term, i.e. appended while its node still led: a deposed
+        /// coordinator's late write is refused identically everywhere (Kafka fences a stale
+        /// coordinator by the leader epoch of its partition).
+        term: u64,
+        op: LogOp,
+    },
 }
 
 /// One mutation of the ACL set. The proposer validates (`acl::validate_binding`,
@@ -189,6 +226,14 @@ pub enum Outcome {
     Brokers,
     /// An ACL command: per filter of a deletion, the bindings it removed.
     Acls(Vec<Vec<AclBinding>>),
+    /// SCRAM edits: per user (in the order users first appear), applied or why not.
+    Scram(AlterResults),
+    /// Quota alterations: per alteration, applied or why not.
+    Quotas(Vec<Result<(), QuotaError>>),
+    /// A mirror record or coordinator records were applied.
+    Applied,
+    /// `AllocateProducerIds`: the ids `start..end` are this proposer's.
+    ProducerIds { start: i64, end: i64 },
 }
 
 impl ClusterCommand {

@@ -41,6 +41,10 @@ use super::command::{self, ClusterCommand, MetadataCommand, Outcome};
 use super::storage::{DurableStorage, StorageError};
 use crate::acl::{AclBinding, AclStore};
 use crate::metadata::{ClusterMetadata, MetadataError, MetadataStore};
+use crate::mirror::{MirrorRecord, MirrorStateStore};
+use crate::quota::{self, QuotaRow, QuotaStore};
+use crate::replicated::CoordinatorLogs;
+use crate::scram::{self, ScramRow, ScramStore};
 
 /// Settings of one quorum member.
 #[derive(Debug, Clone)]
@@ -112,6 +116,9 @@ pub enum ApplyError {
     Metadata(#[from] MetadataError),
     #[error("membership change refused: {0}")]
     Membership(String),
+    /// A coordinator write from a term that is over (its node no longer leads).
+    #[error("coordinator of term {coordinator} fenced by term {entry}")]
+    CoordinatorFenced { coordinator: u64, entry: u64 },
 }
 
 /// How a proposal ended.
@@ -160,13 +167,77 @@ pub struct Polled {
     pub metadata_changed: bool,
     /// Whether an ACL command was applied (publish [`QuorumNode::acls`]).
     pub acls_changed: bool,
+    /// Whether SCRAM credentials changed (publish [`QuorumNode::scram`]).
+    pub scram_changed: bool,
+    /// Whether client quotas changed (publish [`QuorumNode::quotas`]).
+    pub quotas_changed: bool,
+    /// Whether a mirror definition or mirror partition state changed ([`QuorumNode::mirrors`]).
+    pub mirrors_changed: bool,
+    /// Whether a coordinator log changed ([`QuorumNode::coordinator_logs`]); a node that is
+    /// not the coordinator needs nothing from it until it becomes leader.
+    pub coordinator_changed: bool,
 }
 
+/// Everything applied, as the Raft snapshot carries it. Fields added after the first
+/// version default to empty, so older snapshots still load.
 #[derive(Serialize, Deserialize)]
 struct SnapshotData {
     metadata: ClusterMetadata,
     #[serde(default)]
     acls: Vec<AclBinding>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    scram: Vec<ScramRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    quotas: Vec<QuotaRow>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    mirrors: Vec<MirrorRecord>,
+    #[serde(default, skip_serializing_if = "CoordinatorLogs::is_empty")]
+    coordinators: CoordinatorLogs,
+}
+
+/// The applied state besides the metadata store.
+struct Applied {
+    acls: AclStore,
+    scram: ScramStore,
+    quotas: QuotaStore,
+    mirrors: MirrorStateStore,
+    coordinators: CoordinatorLogs,
+}
+
+impl Applied {
+    fn empty() -> Applied {
+        Applied {
+            acls: AclStore::in_memory([]),
+            scram: ScramStore::in_memory(Default::default()),
+            quotas: QuotaStore::in_memory(Default::default()),
+            mirrors: MirrorStateStore::in_memory(),
+            coordinators: CoordinatorLogs::default(),
+        }
+    }
+
+    fn from_snapshot(
+        data: SnapshotData,
+        index: u64,
+    ) -> Result<(MetadataStore, Applied), QuorumError> {
+        let scram = scram::from_rows(data.scram).map_err(|reason| QuorumError::BadEntry {
+            index,
+            reason: format!("snapshot SCRAM credentials: {reason}"),
+        })?;
+        let mut mirrors = MirrorStateStore::in_memory();
+        for r in data.mirrors {
+            mirrors.apply(r);
+        }
+        Ok((
+            MetadataStore::in_memory(data.metadata),
+            Applied {
+                acls: AclStore::in_memory(data.acls),
+                scram: ScramStore::in_memory(scram),
+                quotas: QuotaStore::in_memory(quota::from_rows(data.quotas)),
+                mirrors,
+                coordinators: data.coordinators,
+            },
+        ))
+    }
 }
 
 #[derive(Debug)]
@@ -180,8 +251,8 @@ pub struct QuorumNode {
     raw: RawNode<DurableStorage>,
     cfg: QuorumConfig,
     store: MetadataStore,
-    /// The replicated ACL set.
-    acls: AclStore,
+    /// The replicated ACLs, SCRAM credentials, quotas, mirror state and coordinator logs.
+    applied_state: Applied,
     conf_state: ConfState,
     applied: u64,
     pending: HashMap<ProposalId, Pending>,
@@ -215,10 +286,14 @@ fn empty_metadata() -> ClusterMetadata {
     }
 }
 
-fn encode_state(metadata: &ClusterMetadata, acls: &AclStore) -> Vec<u8> {
+fn encode_state(metadata: &ClusterMetadata, a: &Applied) -> Vec<u8> {
     serde_json::to_vec(&SnapshotData {
         metadata: metadata.clone(),
-        acls: acls.all(),
+        acls: a.acls.all(),
+        scram: scram::to_rows(a.scram.credentials()),
+        quotas: quota::to_rows(&a.quotas.all()),
+        mirrors: a.mirrors.live(),
+        coordinators: a.coordinators.clone(),
     })
     .expect("metadata serializes")
 }
@@ -242,20 +317,14 @@ impl QuorumNode {
             let mut voters = cfg.initial_voters.clone();
             voters.sort_unstable();
             voters.dedup();
-            storage.bootstrap(
-                &voters,
-                encode_state(&empty_metadata(), &AclStore::in_memory([])),
-            )?;
+            storage.bootstrap(&voters, encode_state(&empty_metadata(), &Applied::empty()))?;
         }
         let snap = storage.snapshot_ref().clone();
         let applied = snap.get_metadata().index;
-        let state = if applied > 0 {
-            decode_state(&snap)?
+        let (store, applied_state) = if applied > 0 {
+            Applied::from_snapshot(decode_state(&snap)?, applied)?
         } else {
-            SnapshotData {
-                metadata: empty_metadata(),
-                acls: Vec::new(),
-            }
+            (MetadataStore::in_memory(empty_metadata()), Applied::empty())
         };
         let raft_cfg = raft::Config {
             id: cfg.id,
@@ -275,8 +344,8 @@ impl QuorumNode {
         let uuid = uuid::Uuid::new_v4();
         Ok(QuorumNode {
             raw,
-            store: MetadataStore::in_memory(state.metadata),
-            acls: AclStore::in_memory(state.acls),
+            store,
+            applied_state,
             conf_state: snap.get_metadata().get_conf_state().clone(),
             applied,
             pending: HashMap::new(),
@@ -298,13 +367,38 @@ impl QuorumNode {
         self.store.state()
     }
 
-    /// The applied metadata store, for proposers that need a fresh id (`unused_topic_id`) or a
-    /// dry run of a command against a copy.
     /// The replicated ACL set.
     pub fn acls(&self) -> &AclStore {
-        &self.acls
+        &self.applied_state.acls
     }
 
+    /// The replicated SCRAM credentials.
+    pub fn scram(&self) -> &ScramStore {
+        &self.applied_state.scram
+    }
+
+    /// The replicated client quotas.
+    pub fn quotas(&self) -> &QuotaStore {
+        &self.applied_state.quotas
+    }
+
+    /// The replicated `__mirror_state`: mirror definitions and mirror partition states.
+    pub fn mirrors(&self) -> &MirrorStateStore {
+        &self.applied_state.mirrors
+    }
+
+    /// The replicated group and transaction coordinator logs.
+    pub fn coordinator_logs(&self) -> &CoordinatorLogs {
+        &self.applied_state.coordinators
+    }
+
+    /// Everything applied, serialized as the snapshot holds it (tests compare nodes by it).
+    pub fn state_bytes(&self) -> Vec<u8> {
+        encode_state(self.store.state(), &self.applied_state)
+    }
+
+    /// The applied metadata store, for proposers that need a fresh id (`unused_topic_id`) or a
+    /// dry run of a command against a copy.
     pub fn store(&self) -> &MetadataStore {
         &self.store
     }
@@ -333,6 +427,16 @@ impl QuorumNode {
 
     pub fn is_leader(&self) -> bool {
         self.raw.raft.state == StateRole::Leader
+    }
+
+    /// Whether this node may run the coordinators: it leads, an entry of its own term has
+    /// committed (so every entry of earlier terms has too) and it has applied everything
+    /// committed. Until then a new leader answers COORDINATOR_LOAD_IN_PROGRESS, as Kafka
+    /// does while it loads a coordinator partition.
+    pub fn coordinator_ready(&self) -> bool {
+        self.is_leader()
+            && self.raw.raft.commit_to_current_term()
+            && self.applied >= self.commit_index()
     }
 
     pub fn term(&self) -> u64 {
@@ -531,9 +635,9 @@ impl QuorumNode {
 
     fn restore(&mut self, snap: &Snapshot, out: &mut Polled) -> Result<(), QuorumError> {
         let meta = snap.get_metadata();
-        let state = decode_state(snap)?;
-        self.store = MetadataStore::in_memory(state.metadata);
-        self.acls = AclStore::in_memory(state.acls);
+        let (store, applied_state) = Applied::from_snapshot(decode_state(snap)?, meta.index)?;
+        self.store = store;
+        self.applied_state = applied_state;
         self.conf_state = meta.get_conf_state().clone();
         self.applied = meta.index;
         // Whatever of ours is inside the snapshot cannot be told apart from what is not.
@@ -551,6 +655,10 @@ impl QuorumNode {
         }
         out.metadata_changed = true;
         out.acls_changed = true;
+        out.scram_changed = true;
+        out.quotas_changed = true;
+        out.mirrors_changed = true;
+        out.coordinator_changed = true;
         Ok(())
     }
 
@@ -580,7 +688,43 @@ impl QuorumNode {
                     }
                     ClusterCommand::Acl(cmd) => {
                         out.acls_changed = true;
-                        Some(Ok(Outcome::Acls(command::apply_acl(&mut self.acls, &cmd))))
+                        let a = &mut self.applied_state.acls;
+                        Some(Ok(Outcome::Acls(command::apply_acl(a, &cmd))))
+                    }
+                    ClusterCommand::Scram { edits } => {
+                        out.scram_changed = true;
+                        let r = self.applied_state.scram.apply_edits(&edits);
+                        Some(Ok(Outcome::Scram(r)))
+                    }
+                    ClusterCommand::Quota { alterations } => {
+                        out.quotas_changed = true;
+                        let r = self.applied_state.quotas.alter(&alterations, false);
+                        Some(Ok(Outcome::Quotas(r)))
+                    }
+                    ClusterCommand::Mirror { term, .. }
+                    | ClusterCommand::Coordinator { term, .. }
+                        if term != e.term =>
+                    {
+                        Some(Err(ApplyError::CoordinatorFenced {
+                            coordinator: term,
+                            entry: e.term,
+                        }))
+                    }
+                    ClusterCommand::Mirror { record, .. } => {
+                        out.mirrors_changed = true;
+                        self.applied_state.mirrors.apply(record);
+                        Some(Ok(Outcome::Applied))
+                    }
+                    ClusterCommand::AllocateProducerIds { count } => {
+                        out.coordinator_changed = true;
+                        let (start, end) =
+                            self.applied_state.coordinators.allocate_producer_ids(count);
+                        Some(Ok(Outcome::ProducerIds { start, end }))
+                    }
+                    ClusterCommand::Coordinator { log, op, .. } => {
+                        out.coordinator_changed = true;
+                        self.applied_state.coordinators.apply(log, &op);
+                        Some(Ok(Outcome::Applied))
                     }
                 }
             }
@@ -659,7 +803,7 @@ impl QuorumNode {
         }
         let term = self.raw.store().term(index)?;
         let mut snap = Snapshot {
-            data: encode_state(self.store.state(), &self.acls).into(),
+            data: encode_state(self.store.state(), &self.applied_state).into(),
             ..Default::default()
         };
         let meta = snap.mut_metadata();

@@ -539,7 +539,10 @@ impl Sim {
     /// Commits `cmd` through the leader (retrying a proposal a leader change dropped) and
     /// waits until every node applied it; returns the apply result.
     fn commit(&mut self, cmd: MetadataCommand) -> Result<(), String> {
-        let cmd = ClusterCommand::Metadata(cmd);
+        self.commit_cmd(ClusterCommand::Metadata(cmd))
+    }
+
+    fn commit_cmd(&mut self, cmd: ClusterCommand) -> Result<(), String> {
         for _ in 0..5 {
             let leader = self.elect();
             let Ok(p) = self.node(leader).propose(&cmd) else {
@@ -923,4 +926,486 @@ fn acl_commands_apply_identically_and_survive_snapshots_and_restarts() {
         assert_eq!(set, [binding("a", "User:alice")]);
     }
     assert!(sim.nodes.values().flatten().all(|n| n.snapshot_index() > 0));
+}
+
+// ---- SCRAM credentials, client quotas and mirror state on the log ----
+
+impl Sim {
+    /// Every live node's whole applied state, asserted byte-identical.
+    fn identical(&self) -> Vec<u8> {
+        assert!(self.converged());
+        let states: BTreeSet<Vec<u8>> = self
+            .nodes
+            .values()
+            .flatten()
+            .map(|n| n.state_bytes())
+            .collect();
+        assert_eq!(states.len(), 1, "nodes diverged");
+        states.into_iter().next().unwrap()
+    }
+
+    fn any(&self) -> &QuorumNode {
+        self.nodes.values().flatten().next().unwrap()
+    }
+}
+
+/// A committer that only records what the coordinator's store wants committed; the test
+/// commits it through the simulated quorum.
+#[derive(Default)]
+struct Recorder(std::sync::Mutex<Vec<ClusterCommand>>);
+
+impl crate::replicated::Committer for Recorder {
+    fn commit(&self, cmd: ClusterCommand) -> std::io::Result<()> {
+        self.0.lock().unwrap().push(cmd);
+        Ok(())
+    }
+}
+
+impl Recorder {
+    fn take(&self) -> Vec<ClusterCommand> {
+        std::mem::take(&mut *self.0.lock().unwrap())
+    }
+}
+
+#[test]
+fn scram_quota_and_mirror_commands_apply_identically_and_survive_snapshots_and_restarts() {
+    use crate::mirror::{MirrorDefinition, MirrorStateStore, PartitionState};
+    use crate::quota::{keys, Alteration};
+    use crate::scram::{ScramChange, ScramEdit, ScramError, ScramMechanism};
+    use kmirror_types::TopicPartition;
+
+    // snapshot_every = 3: every kind of state travels in snapshots too.
+    let mut sim = Sim::new(&[1, 2, 3], 45, 3);
+    sim.elect();
+
+    // SCRAM: the proposer derives the keys; the log never holds the salted password.
+    let salt = b"salt-chosen-by-the-client".to_vec();
+    let upsert = |user: &str, pw: &str, iterations: i32| {
+        ScramEdit::from_change(&ScramChange::Upsert {
+            user: user.into(),
+            mechanism: ScramMechanism::Sha256.code(),
+            iterations,
+            salt: salt.clone(),
+            salted_password: ScramMechanism::Sha256.salted_password(
+                pw.as_bytes(),
+                &salt,
+                iterations as u32,
+            ),
+        })
+    };
+    let cmd = ClusterCommand::Scram {
+        edits: vec![
+            upsert("alice", "alice-pw", 4096),
+            upsert("bob", "bob-pw", 8192),
+            upsert("few", "x", 100),
+        ],
+    };
+    let salted = ScramMechanism::Sha256.salted_password(b"alice-pw", &salt, 4096);
+    let wire = cmd.encode();
+    assert!(!wire.windows(salted.len()).any(|w| w == salted.as_slice()));
+    sim.commit_cmd(cmd).unwrap();
+    sim.identical();
+    let creds = sim.any().scram().credentials().clone();
+    assert_eq!(creds.keys().collect::<Vec<_>>(), ["alice", "bob"]);
+    assert!(creds["alice"][&ScramMechanism::Sha256]
+        .matches_password(ScramMechanism::Sha256, "alice-pw"));
+    // Deleting a missing credential is refused identically (Kafka: RESOURCE_NOT_FOUND).
+    let leader = sim.elect();
+    let p = sim
+        .node(leader)
+        .propose(&ClusterCommand::Scram {
+            edits: vec![
+                ScramEdit::Delete {
+                    user: "bob".into(),
+                    mechanism: ScramMechanism::Sha256.code(),
+                },
+                ScramEdit::Delete {
+                    user: "ghost".into(),
+                    mechanism: ScramMechanism::Sha512.code(),
+                },
+            ],
+        })
+        .unwrap();
+    assert!(sim.run_until(500, |s| s.seen.contains_key(&p) && s.converged()));
+    assert_eq!(sim.seen[&p], Seen::Ok);
+    sim.identical();
+    let creds = sim.any().scram().credentials().clone();
+    assert_eq!(creds.keys().collect::<Vec<_>>(), ["alice"]);
+    let mut again = crate::scram::ScramStore::in_memory(creds);
+    let r = again.apply_edits(&[ScramEdit::Delete {
+        user: "ghost".into(),
+        mechanism: ScramMechanism::Sha512.code(),
+    }]);
+    assert!(matches!(r[0].1, Err(ScramError::NotFound(_))));
+
+    // Quotas: an invalid key is refused everywhere, the valid alteration applies.
+    let alt = |user: Option<&str>, key: &str, v: Option<f64>| Alteration {
+        entity: vec![(keys::USER.into(), user.map(str::to_owned))],
+        ops: vec![(key.into(), v)],
+    };
+    sim.commit_cmd(ClusterCommand::Quota {
+        alterations: vec![
+            alt(Some("alice"), keys::PRODUCER_BYTE_RATE, Some(1048576.0)),
+            alt(None, keys::CONSUMER_BYTE_RATE, Some(2097152.0)),
+            alt(Some("bob"), "no.such.quota", Some(1.0)),
+            alt(Some("carol"), keys::REQUEST_PERCENTAGE, Some(12.5)),
+        ],
+    })
+    .unwrap();
+    sim.commit_cmd(ClusterCommand::Quota {
+        alterations: vec![alt(Some("carol"), keys::REQUEST_PERCENTAGE, None)],
+    })
+    .unwrap();
+    sim.identical();
+    let q = sim.any().quotas();
+    assert_eq!(q.all().len(), 2);
+    assert_eq!(
+        q.resolve("alice", "any", keys::PRODUCER_BYTE_RATE)
+            .map(|r| r.1),
+        Some(1048576.0)
+    );
+    assert_eq!(
+        q.resolve("dave", "any", keys::CONSUMER_BYTE_RATE)
+            .map(|r| r.1),
+        Some(2097152.0)
+    );
+
+    // Mirror state: the coordinator's replicated store commits each record before its view
+    // changes; every node's copy ends equal to it.
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let leader = sim.elect();
+    let term = sim.node(leader).term();
+    let mut coord = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone(), term);
+    let mut settings = BTreeMap::new();
+    settings.insert("bootstrap.servers".to_owned(), "source:9092".to_owned());
+    coord
+        .create_mirror(MirrorDefinition::new("dr", settings).unwrap())
+        .unwrap();
+    let tp = |p: i32| TopicPartition::new("orders", p);
+    for p in 0..2 {
+        coord
+            .transition(&tp(p), "dr", PartitionState::Preparing, None)
+            .unwrap();
+        coord
+            .transition(&tp(p), "dr", PartitionState::Mirroring, None)
+            .unwrap();
+    }
+    coord.set_topic_id(&tp(0), "a-source-topic-id").unwrap();
+    coord.set_last_mirrored_epoch(&tp(1), 7).unwrap();
+    // Refused transitions commit nothing.
+    assert!(coord
+        .transition(&tp(0), "dr", PartitionState::Preparing, None)
+        .is_err());
+    let cmds = recorder.take();
+    assert_eq!(cmds.len(), 7);
+    for c in cmds {
+        sim.commit_cmd(c).unwrap();
+    }
+    sim.identical();
+    assert_eq!(sim.any().mirrors().live(), coord.live());
+    assert_eq!(
+        sim.any().mirrors().state_of(&tp(1)),
+        PartitionState::Mirroring
+    );
+    assert_eq!(sim.any().mirrors().last_mirrored_epoch(&tp(1)), Some(7));
+    // A new leader's coordinator starts from the applied copy.
+    let next = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone(), term);
+    assert_eq!(next.live(), coord.live());
+    assert!(next.mirror("dr").is_some());
+
+    // Snapshots (every 3 entries) hold all of it; a restarted node and a whole-cluster
+    // restart come back byte-identical.
+    let before = sim.identical();
+    assert!(sim.nodes.values().flatten().all(|n| n.snapshot_index() > 1));
+    sim.crash(2);
+    sim.commit(register(1)).unwrap();
+    sim.restart(2);
+    assert!(sim.run_until(500, |s| s.converged()));
+    sim.identical();
+    for id in [1, 2, 3] {
+        sim.crash(id);
+    }
+    for id in [1, 2, 3] {
+        sim.restart(id);
+    }
+    sim.elect();
+    sim.commit(register(2)).unwrap();
+    let after = sim.identical();
+    let strip = |b: &[u8]| {
+        let mut v: serde_json::Value = serde_json::from_slice(b).unwrap();
+        v["metadata"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(strip(&after), strip(&before));
+    let n = sim.any();
+    assert!(n.scram().credentials().contains_key("alice"));
+    assert_eq!(n.quotas().all().len(), 2);
+    assert_eq!(n.mirrors().live(), coord.live());
+}
+
+// ---- coordinator state (groups, transactions) on the log ----
+
+/// A committer whose commits fail (a leader change left their fate unknown).
+struct Failing(std::sync::atomic::AtomicUsize);
+
+impl crate::replicated::Committer for Failing {
+    fn commit(&self, _: ClusterCommand) -> std::io::Result<()> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err(std::io::Error::other("unknown"))
+    }
+}
+
+impl Sim {
+    /// The leader, once it may run the coordinators.
+    fn coordinator(&mut self) -> u64 {
+        assert!(self.run_until(500, |s| s
+            .leader()
+            .is_some_and(|l| s.nodes[&l].as_ref().unwrap().coordinator_ready())));
+        self.leader().unwrap()
+    }
+
+    fn commit_recorded(&mut self, recorder: &Recorder) -> usize {
+        let cmds = recorder.take();
+        let n = cmds.len();
+        for c in cmds {
+            self.commit_cmd(c).unwrap();
+        }
+        n
+    }
+}
+
+#[test]
+fn group_and_transaction_state_survives_the_loss_of_the_coordinator_node() {
+    use crate::group::{CommitContext, GroupConfig, GroupCoordinator, OffsetToCommit};
+    use crate::replicated::CoordinatorLog;
+    use crate::txn::{TxnConfig, TxnCoordinator, TxnState};
+
+    let mut sim = Sim::new(&[1, 2, 3], 46, 4);
+    let first = sim.coordinator();
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let logs = sim.node(first).coordinator_logs().clone();
+    let term = sim.node(first).term();
+    let mut groups = GroupCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Offsets),
+        recorder.clone(),
+        term,
+        GroupConfig::default(),
+        1_000,
+    )
+    .unwrap();
+    let txn_cfg = TxnConfig {
+        pid_block_size: 10,
+        ..TxnConfig::default()
+    };
+    let (mut txns, resume) = TxnCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Transactions),
+        recorder.clone(),
+        term,
+        txn_cfg.clone(),
+    )
+    .unwrap();
+    assert!(resume.is_empty());
+
+    // A simple-consumer commit of two partitions: one flush, one entry.
+    let ctx = CommitContext {
+        group_id: "g".into(),
+        generation_id: -1,
+        api_version: 8,
+        ..Default::default()
+    };
+    let offset = |partition: i32, offset: i64| OffsetToCommit {
+        topic: "t".into(),
+        partition,
+        offset,
+        leader_epoch: 3,
+        metadata: Some("m".into()),
+    };
+    let codes = groups
+        .commit_offsets(&ctx, &[offset(0, 42), offset(1, 7)], 2_000)
+        .unwrap();
+    assert_eq!(codes, [0, 0]);
+    groups.flush().unwrap();
+    assert_eq!(sim.commit_recorded(&recorder), 1);
+
+    // A transaction left ongoing, and an idempotent producer id.
+    let (pid, epoch) = txns
+        .init_producer_id(Some("tx"), 60_000, None, 2_000)
+        .0
+        .unwrap();
+    assert_eq!(
+        txns.add_partitions("tx", pid, epoch, &[("t".into(), 0)], 2_001),
+        0
+    );
+    let (idempotent, _) = txns.init_producer_id(None, 0, None, 2_002).0.unwrap();
+    txns.flush().unwrap();
+    assert_eq!(sim.commit_recorded(&recorder), 1);
+    sim.identical();
+
+    // The coordinator's node dies; the new leader loads both coordinators from its copy.
+    sim.crash(first);
+    let second = sim.coordinator();
+    assert_ne!(second, first);
+    let logs = sim.node(second).coordinator_logs().clone();
+    let term2 = sim.node(second).term();
+    assert!(term2 > term);
+    // The deposed coordinator's late write is fenced by its term, identically everywhere.
+    assert!(sim.run_until(500, |s| s.converged()));
+    let before = sim.identical();
+    let late = ClusterCommand::Coordinator {
+        log: CoordinatorLog::Offsets,
+        term,
+        op: crate::replicated::LogOp::Replace(Vec::new()),
+    };
+    let p = sim.node(second).propose(&late).unwrap();
+    assert!(sim.run_until(500, |s| s.seen.contains_key(&p) && s.converged()));
+    assert!(
+        matches!(&sim.seen[&p], Seen::Err(e) if e.contains("fenced")),
+        "{:?}",
+        sim.seen[&p]
+    );
+    let mut after = sim.identical();
+    let strip = |b: &mut Vec<u8>| {
+        let mut v: serde_json::Value = serde_json::from_slice(b).unwrap();
+        v["metadata"] = serde_json::Value::Null;
+        v
+    };
+    assert_eq!(strip(&mut after), strip(&mut before.clone()));
+    let groups = GroupCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Offsets),
+        recorder.clone(),
+        term2,
+        GroupConfig::default(),
+        3_000,
+    )
+    .unwrap();
+    let fetched: Vec<(i32, i64, i32)> = groups
+        .fetch_offsets("g", None, false)
+        .into_iter()
+        .map(|f| (f.partition, f.offset, f.leader_epoch))
+        .collect();
+    assert_eq!(fetched, [(0, 42, 3), (1, 7, 3)]);
+    let (mut txns, resume) = TxnCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Transactions),
+        recorder.clone(),
+        term2,
+        txn_cfg,
+    )
+    .unwrap();
+    assert!(resume.is_empty());
+    assert_eq!(txns.state("tx"), Some((pid, epoch, TxnState::Ongoing)));
+    // A new producer instance with the same transactional.id fences the old one and aborts
+    // its transaction (CONCURRENT_TRANSACTIONS until the abort markers are written).
+    let (r, job) = txns.init_producer_id(Some("tx"), 60_000, None, 3_001);
+    assert_eq!(r, Err(crate::group::codes::CONCURRENT_TRANSACTIONS));
+    let job = job.expect("the ongoing transaction is aborted");
+    assert!(!job.commit);
+    assert_eq!(job.partitions, [("t".to_string(), 0)]);
+    // Producer ids never repeat across coordinators.
+    let (fresh, _) = txns.init_producer_id(None, 0, None, 3_002).0.unwrap();
+    assert!(fresh > idempotent && fresh > pid);
+    txns.flush().unwrap();
+    assert_eq!(sim.commit_recorded(&recorder), 1);
+    assert_eq!(
+        txns.state("tx"),
+        Some((pid, epoch + 1, TxnState::PrepareAbort))
+    );
+
+    // Idempotent producer ids for non-coordinating nodes: disjoint blocks from the quorum.
+    for _ in 0..2 {
+        sim.commit_cmd(ClusterCommand::AllocateProducerIds { count: 1000 })
+            .unwrap();
+    }
+    assert_eq!(
+        sim.any().coordinator_logs().next_producer_id,
+        crate::replicated::PRODUCER_ID_BLOCKS_START + 2000
+    );
+    assert!(fresh < crate::replicated::PRODUCER_ID_BLOCKS_START);
+
+    // The dead node comes back and catches up (by snapshot: every 4 entries).
+    sim.restart(first);
+    assert!(sim.run_until(500, |s| s.converged()));
+    sim.identical();
+    assert!(sim.nodes.values().flatten().all(|n| n.snapshot_index() > 1));
+    // A leader that loads while the abort is still being written resumes it.
+    let logs = sim.any().coordinator_logs().clone();
+    let (_, resume) = TxnCoordinator::open_replicated(
+        logs.log(CoordinatorLog::Transactions),
+        recorder.clone(),
+        term2,
+        TxnConfig::default(),
+    )
+    .unwrap();
+    assert_eq!(resume, [job]);
+}
+
+#[test]
+fn a_failed_replicated_write_fences_the_coordinator_log() {
+    use crate::group::{CommitContext, GroupConfig, GroupCoordinator, OffsetToCommit};
+    let failing = std::sync::Arc::new(Failing(Default::default()));
+    let mut groups =
+        GroupCoordinator::open_replicated(&[], failing.clone(), 1, GroupConfig::default(), 0)
+            .unwrap();
+    let ctx = CommitContext {
+        group_id: "g".into(),
+        generation_id: -1,
+        api_version: 8,
+        ..Default::default()
+    };
+    let o = OffsetToCommit {
+        topic: "t".into(),
+        partition: 0,
+        offset: 1,
+        leader_epoch: 0,
+        metadata: None,
+    };
+    groups
+        .commit_offsets(&ctx, std::slice::from_ref(&o), 1)
+        .unwrap();
+    assert!(groups.flush().is_err());
+    assert!(groups.is_fenced());
+    // Not retried: the first entry may still commit, and a second copy could land after it.
+    groups.commit_offsets(&ctx, &[o], 2).unwrap();
+    assert!(groups.flush().is_err());
+    assert_eq!(failing.0.load(std::sync::atomic::Ordering::SeqCst), 1);
+}
+
+#[test]
+fn a_coordinator_compaction_replaces_the_replicated_log() {
+    use crate::offsets_log::RecordFile;
+    use crate::replicated::{CoordinatorLog, CoordinatorLogs, LogOp};
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let mut f = RecordFile::replicated(
+        CoordinatorLog::Offsets,
+        1,
+        &[b"old".to_vec()],
+        recorder.clone(),
+    );
+    assert_eq!(f.len_bytes(), 11);
+    f.append(b"a").unwrap();
+    f.append(b"b").unwrap();
+    assert_eq!(f.len_bytes(), 11 + 18);
+    f.sync().unwrap();
+    f.rewrite(&[b"live".to_vec()]).unwrap();
+    assert_eq!(f.len_bytes(), 12);
+    let mut logs = CoordinatorLogs {
+        offsets: vec![b"old".to_vec()],
+        ..Default::default()
+    };
+    for c in recorder.take() {
+        let ClusterCommand::Coordinator { log, op, .. } = &c else {
+            panic!("{c:?}")
+        };
+        // Through the wire form.
+        let ClusterCommand::Coordinator { op: decoded, .. } =
+            ClusterCommand::decode(&c.encode()).unwrap()
+        else {
+            unreachable!()
+        };
+        assert_eq!(&decoded, op);
+        logs.apply(*log, op);
+        if let LogOp::Append(r) = op {
+            assert_eq!(r, &[b"a".to_vec(), b"b".to_vec()]);
+        }
+    }
+    assert_eq!(logs.offsets, [b"live".to_vec()]);
 }

@@ -154,11 +154,41 @@ impl TxnCoordinator {
         cfg: TxnConfig,
     ) -> Result<(TxnCoordinator, Vec<MarkerJob>), StoreError> {
         let (file, payloads) = RecordFile::open(dir, LOG_NAME)?;
+        Self::restore(file, &payloads, &dir.join(LOG_NAME), cfg)
+    }
+
+    /// The coordinator of a cluster's quorum leader: restores from the applied copy of the
+    /// replicated transaction log and writes through `committer`. Producer ids continue after
+    /// the last block any earlier leader reserved, so they never repeat across leaders.
+    /// `term` is the quorum term this node leads in (its writes are fenced by it).
+    pub fn open_replicated(
+        records: &[Vec<u8>],
+        committer: std::sync::Arc<dyn crate::replicated::Committer>,
+        term: u64,
+        cfg: TxnConfig,
+    ) -> Result<(TxnCoordinator, Vec<MarkerJob>), StoreError> {
+        let log = crate::replicated::CoordinatorLog::Transactions;
+        let file = RecordFile::replicated(log, term, records, committer);
+        let path = Path::new("<quorum>/__transaction_state");
+        Self::restore(file, records, path, cfg)
+    }
+
+    /// Whether a replicated write failed: this coordinator must be reopened.
+    pub fn is_fenced(&self) -> bool {
+        self.file.is_fenced()
+    }
+
+    fn restore(
+        file: RecordFile,
+        payloads: &[Vec<u8>],
+        path: &Path,
+        cfg: TxnConfig,
+    ) -> Result<(TxnCoordinator, Vec<MarkerJob>), StoreError> {
         let mut txns = BTreeMap::new();
         let mut block_end = 0i64;
         for (index, p) in payloads.iter().enumerate() {
             let rec: TxnRec = serde_json::from_slice(p).map_err(|e| StoreError::BadRecord {
-                path: dir.join(LOG_NAME),
+                path: path.to_path_buf(),
                 index,
                 reason: e.to_string(),
             })?;

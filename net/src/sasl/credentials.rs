@@ -41,10 +41,34 @@ pub async fn alter(
         salt: u.salt.to_vec(),
         salted_password: u.salted_password.to_vec(),
     }));
-    let registry = ctx.broker.sasl.scram.clone();
-    let results = glommio::executor()
-        .spawn_blocking(move || registry.alter(&changes))
-        .await;
+    let results = if ctx.broker.cluster.is_replicated() {
+        // The proposer derives the keys; the quorum applies Kafka's checks and the driver
+        // publishes the new set into the registry before the answer comes back.
+        let edits: Vec<_> = changes
+            .iter()
+            .map(kmirror_control::scram::ScramEdit::from_change)
+            .collect();
+        let users: Vec<String> = {
+            let mut u: Vec<String> = Vec::new();
+            for c in &changes {
+                if !u.iter().any(|x| x == c.user()) {
+                    u.push(c.user().to_string());
+                }
+            }
+            u
+        };
+        let cmd = kmirror_control::quorum::ClusterCommand::Scram { edits };
+        match ctx.broker.cluster.propose(cmd).await {
+            Ok(kmirror_control::quorum::Outcome::Scram(r)) => r,
+            Ok(other) => failed(users, format!("unexpected {other:?}")),
+            Err(e) => failed(users, e.to_string()),
+        }
+    } else {
+        let registry = ctx.broker.sasl.scram.clone();
+        glommio::executor()
+            .spawn_blocking(move || registry.alter(&changes))
+            .await
+    };
     let results = results
         .into_iter()
         .map(|(user, r)| {
@@ -58,6 +82,17 @@ pub async fn alter(
         })
         .collect();
     AlterUserScramCredentialsResponse::default().with_results(results)
+}
+
+/// Every user's result when the change could not go through the quorum.
+fn failed(users: Vec<String>, why: String) -> kmirror_control::scram::AlterResults {
+    users
+        .into_iter()
+        .map(|u| {
+            let e = kmirror_control::scram::ScramError::Io(std::io::Error::other(why.clone()));
+            (u, Err(e))
+        })
+        .collect()
 }
 
 pub fn describe(

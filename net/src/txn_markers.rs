@@ -1,0 +1,297 @@
+//! Transaction markers across a cluster: the coordinator writes each commit/abort marker on
+//! the leader of its partition, as Kafka's coordinator sends WriteTxnMarkers to partition
+//! leaders.
+//!
+//! Owns: the WriteTxnMarkers (key 27) handler a partition leader serves, and
+//! [`RoutingMarkerSink`], the coordinator's [`MarkerSink`] in cluster mode: markers of
+//! partitions this node leads go to its engine ([`EngineMarkerSink`]), the others to their
+//! leader's broker in one blocking WriteTxnMarkers request each. The sink runs on the
+//! coordinator's marker threads (`groups`), never on an engine core, so the blocking socket is
+//! fine there. A failure (no leader, NOT_LEADER_OR_FOLLOWER, a dead node) fails the job, which
+//! the coordinator retries every second with fresh metadata.
+//!
+//! Gap: the request goes out unauthenticated over the leader's first listener; a cluster
+//! with SASL or TLS-only listeners needs an inter-broker listener (Kafka's
+//! `inter.broker.listener.name`), not built yet.
+
+use std::future::Future;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::pin::Pin;
+use std::time::Duration;
+
+use bytes::{Buf, BytesMut};
+use kafka_protocol::messages::write_txn_markers_request::{
+    WritableTxnMarker, WritableTxnMarkerTopic,
+};
+use kafka_protocol::messages::write_txn_markers_response::{
+    WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
+};
+use kafka_protocol::messages::{
+    ApiKey, ProducerId, RequestHeader, ResponseHeader, TopicName, WriteTxnMarkersRequest,
+    WriteTxnMarkersResponse,
+};
+use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kmirror_log::ControlKind;
+use kmirror_types::TopicPartition;
+
+use crate::broker::{Ctx, EngineMarkerSink};
+use crate::cluster::{Cluster, Role};
+use crate::groups::{MarkerSink, TxnMarker};
+
+/// The WriteTxnMarkers version sent (v1: flexible, Kafka 2.8+).
+const VERSION: i16 = 1;
+const IO_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// WriteTxnMarkers on a partition leader: appends each marker's control batch to the
+/// partitions this node leads; NOT_LEADER_OR_FOLLOWER for the others, as Kafka.
+pub async fn write_txn_markers(
+    ctx: &Ctx,
+    access: &crate::authz::Access<'_>,
+    req: WriteTxnMarkersRequest,
+) -> WriteTxnMarkersResponse {
+    let refused = access
+        .check_cluster(crate::authz::table::TXN_CLUSTER_ACTION)
+        .err();
+    let meta = ctx.broker.cluster.snapshot();
+    let mut markers = Vec::with_capacity(req.markers.len());
+    for mut m in req.markers {
+        let mut topics = Vec::with_capacity(m.topics.len());
+        for t in std::mem::take(&mut m.topics) {
+            let mut partitions = Vec::with_capacity(t.partition_indexes.len());
+            for p in t.partition_indexes {
+                let tp = TopicPartition::new(t.name.0.to_string(), p);
+                let code = match refused {
+                    Some(code) => code,
+                    None => match ctx.broker.cluster.role(&meta, &tp) {
+                        None => kafka_protocol::ResponseError::UnknownTopicOrPartition.code(),
+                        Some(Role::Leader { .. }) => {
+                            let kind = if m.transaction_result {
+                                ControlKind::Commit
+                            } else {
+                                ControlKind::Abort
+                            };
+                            append(ctx, tp, kind, &m).await
+                        }
+                        Some(_) => kafka_protocol::ResponseError::NotLeaderOrFollower.code(),
+                    },
+                };
+                partitions.push(
+                    WritableTxnMarkerPartitionResult::default()
+                        .with_partition_index(p)
+                        .with_error_code(code),
+                );
+            }
+            topics.push(
+                WritableTxnMarkerTopicResult::default()
+                    .with_name(t.name)
+                    .with_partitions(partitions),
+            );
+        }
+        markers.push(
+            WritableTxnMarkerResult::default()
+                .with_producer_id(m.producer_id)
+                .with_topics(topics),
+        );
+    }
+    WriteTxnMarkersResponse::default().with_markers(markers)
+}
+
+async fn append(ctx: &Ctx, tp: TopicPartition, kind: ControlKind, m: &WritableTxnMarker) -> i16 {
+    let (pid, epoch, coordinator_epoch) = (m.producer_id, m.producer_epoch, m.coordinator_epoch);
+    let router = ctx.router();
+    let pending = match router
+        .submit_partition(tp, move |p| {
+            p.append_control(
+                kind,
+                kmirror_types::ProducerId(pid.0),
+                epoch,
+                coordinator_epoch,
+                kmirror_engine::now_ms(),
+            )
+        })
+        .await
+    {
+        Ok(pending) => pending,
+        Err(e) => return crate::errors::engine_error_code(&e),
+    };
+    match pending.wait().await {
+        Ok(Ok(Ok(_))) => 0,
+        Ok(Err(e)) | Ok(Ok(Err(e))) | Err(e) => crate::errors::engine_error_code(&e),
+    }
+}
+
+/// The coordinator's marker sink in a cluster (see the module doc).
+pub struct RoutingMarkerSink {
+    local: EngineMarkerSink,
+    cluster: Cluster,
+    node_id: i32,
+    listener: String,
+}
+
+impl RoutingMarkerSink {
+    pub fn new(
+        local: EngineMarkerSink,
+        cluster: Cluster,
+        node_id: i32,
+        listener: String,
+    ) -> RoutingMarkerSink {
+        RoutingMarkerSink {
+            local,
+            cluster,
+            node_id,
+            listener,
+        }
+    }
+}
+
+impl MarkerSink for RoutingMarkerSink {
+    fn write_markers(
+        &self,
+        markers: Vec<TxnMarker>,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        let meta = self.cluster.snapshot();
+        let mut local = Vec::new();
+        let mut remote: std::collections::BTreeMap<i32, Vec<TxnMarker>> = Default::default();
+        let mut unknown = Vec::new();
+        for m in markers {
+            let tp = TopicPartition::new(m.topic.clone(), m.partition);
+            match self.cluster.role(&meta, &tp) {
+                Some(Role::Leader { .. }) => local.push(m),
+                Some(Role::Follower { leader, .. } | Role::NotReplica { leader, .. })
+                    if leader >= 0 =>
+                {
+                    remote.entry(leader).or_default().push(m)
+                }
+                _ => unknown.push(tp),
+            }
+        }
+        let mut targets = Vec::new();
+        for (leader, ms) in remote {
+            let endpoint = meta.brokers.get(&leader).and_then(|b| {
+                b.endpoints
+                    .iter()
+                    .find(|e| e.name == self.listener)
+                    .or_else(|| b.endpoints.first())
+                    .map(|e| format!("{}:{}", e.host, e.port))
+            });
+            match endpoint {
+                Some(addr) => targets.push((addr, ms)),
+                None => unknown.push(TopicPartition::new(ms[0].topic.clone(), ms[0].partition)),
+            }
+        }
+        let local_write = (!local.is_empty()).then(|| self.local.write_markers(local));
+        Box::pin(async move {
+            if !unknown.is_empty() {
+                return Err(format!("no leader known for {unknown:?}"));
+            }
+            if let Some(w) = local_write {
+                w.await?;
+            }
+            for (addr, ms) in targets {
+                send_markers(&addr, &ms).map_err(|e| format!("WriteTxnMarkers to {addr}: {e}"))?;
+            }
+            Ok(())
+        })
+    }
+}
+
+/// One blocking WriteTxnMarkers request; `Err` unless every partition answered NONE.
+fn send_markers(addr: &str, markers: &[TxnMarker]) -> Result<(), String> {
+    let mut by_txn: std::collections::BTreeMap<(i64, i16, i32, bool), Vec<&TxnMarker>> =
+        Default::default();
+    for m in markers {
+        by_txn
+            .entry((
+                m.producer_id,
+                m.producer_epoch,
+                m.coordinator_epoch,
+                m.commit,
+            ))
+            .or_default()
+            .push(m);
+    }
+    let req = WriteTxnMarkersRequest::default().with_markers(
+        by_txn
+            .into_iter()
+            .map(|((pid, epoch, coordinator_epoch, commit), ms)| {
+                let mut topics: std::collections::BTreeMap<&str, Vec<i32>> = Default::default();
+                for m in ms {
+                    topics.entry(&m.topic).or_default().push(m.partition);
+                }
+                WritableTxnMarker::default()
+                    .with_producer_id(ProducerId(pid))
+                    .with_producer_epoch(epoch)
+                    .with_coordinator_epoch(coordinator_epoch)
+                    .with_transaction_result(commit)
+                    .with_topics(
+                        topics
+                            .into_iter()
+                            .map(|(t, ps)| {
+                                WritableTxnMarkerTopic::default()
+                                    .with_name(TopicName(StrBytes::from_string(t.to_string())))
+                                    .with_partition_indexes(ps)
+                            })
+                            .collect(),
+                    )
+            })
+            .collect(),
+    );
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::WriteTxnMarkers as i16)
+        .with_request_api_version(VERSION)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("kmirror-txn-coordinator")));
+    let mut body = BytesMut::new();
+    body.extend_from_slice(&[0; 4]);
+    header
+        .encode(&mut body, WriteTxnMarkersRequest::header_version(VERSION))
+        .map_err(|e| e.to_string())?;
+    req.encode(&mut body, VERSION).map_err(|e| e.to_string())?;
+    let len = (body.len() - 4) as i32;
+    body[..4].copy_from_slice(&len.to_be_bytes());
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
+        .map_err(|e| e.to_string())?
+        .next()
+        .ok_or("no address")?;
+    let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.set_write_timeout(Some(IO_TIMEOUT))
+        .map_err(|e| e.to_string())?;
+    s.write_all(&body).map_err(|e| e.to_string())?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).map_err(|e| e.to_string())?;
+    let len = usize::try_from(i32::from_be_bytes(len)).map_err(|e| e.to_string())?;
+    if len > 16 << 20 {
+        return Err(format!("response of {len} bytes"));
+    }
+    let mut frame = vec![0u8; len];
+    s.read_exact(&mut frame).map_err(|e| e.to_string())?;
+    let mut buf = bytes::Bytes::from(frame);
+    ResponseHeader::decode(&mut buf, WriteTxnMarkersResponse::header_version(VERSION))
+        .map_err(|e| e.to_string())?;
+    let resp = WriteTxnMarkersResponse::decode(&mut buf, VERSION).map_err(|e| e.to_string())?;
+    let _ = buf.remaining();
+    for m in &resp.markers {
+        for t in &m.topics {
+            for p in &t.partitions {
+                if p.error_code != 0 {
+                    return Err(format!(
+                        "{}-{}: error {}",
+                        t.name.0, p.partition_index, p.error_code
+                    ));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+impl std::fmt::Debug for RoutingMarkerSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RoutingMarkerSink")
+            .field("node_id", &self.node_id)
+            .finish()
+    }
+}
