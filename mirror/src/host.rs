@@ -416,9 +416,45 @@ impl BrokerHost {
         Ok(t)
     }
 
-    /// Opens fresh logs for partitions `from..count` of `t` on their owning cores.
+    /// Replica lists for `count` new partitions from `start` in a cluster (`rf` None:
+    /// `default.replication.factor`, as Kafka's mirror creates topics like CreateTopics);
+    /// empty on a one-node broker.
+    fn placement(&self, start: i32, count: i32, rf: Option<i16>) -> Result<Vec<Vec<i32>>, String> {
+        let cluster = &self.broker.cluster;
+        if !cluster.is_replicated() {
+            return Ok(Vec::new());
+        }
+        let default_rf = self.broker.config.default_replication_factor;
+        kmirror_control::quorum::controller::propose_placement(
+            &cluster.snapshot(),
+            start,
+            count.clamp(0, MAX_MIRROR_PARTITIONS),
+            rf.unwrap_or(default_rf),
+            default_rf,
+        )
+        .map_err(|e| e.to_string())
+    }
+
+    /// Whether this node runs the fetcher of `tp`: the partition's leader in a cluster
+    /// (followers replicate it like any other partition), always on a one-node broker.
+    fn leads(
+        &self,
+        meta: &kmirror_control::metadata::ClusterMetadata,
+        tp: &TopicPartition,
+    ) -> bool {
+        matches!(
+            self.broker.cluster.role(meta, tp),
+            Some(kmirror_net::cluster::Role::Leader { .. })
+        )
+    }
+
+    /// Opens fresh logs for partitions `from..count` of `t` on their owning cores (in a
+    /// cluster only those this node hosts; the replica reconciler opens them too).
     fn create_partitions_on_cores(&self, t: &TopicMeta, from: i32) -> Result<(), String> {
         for p in from..t.partition_count() {
+            if !self.broker.cluster.hosts(t, p) {
+                continue;
+            }
             let tp = TopicPartition::new(t.name.clone(), p);
             let tp2 = tp.clone();
             self.router
@@ -692,6 +728,7 @@ impl Control {
         }
         self.reconcile();
         let mut last_reconcile = Instant::now();
+        let mut last_meta = self.host.broker.cluster.view().version();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             let got = flume::Selector::new()
                 .recv(&rx, |m| m.map_or(Got::Idle, Got::Msg))
@@ -717,9 +754,16 @@ impl Control {
             // Idle, nothing changes the durable states, so a full pass over every partition
             // (5,000 of them cost a tenth of a core at 5 passes a second) runs only after a
             // change, or as a slow safety net.
-            if dirty || last_reconcile.elapsed() >= RECONCILE_SAFETY_NET {
+            // Leadership moves with the published metadata: a new leader starts the
+            // fetchers it now owns, a deposed one stops them.
+            let meta_version = self.host.broker.cluster.view().version();
+            if dirty
+                || meta_version != last_meta
+                || last_reconcile.elapsed() >= RECONCILE_SAFETY_NET
+            {
                 self.reconcile();
                 last_reconcile = Instant::now();
+                last_meta = meta_version;
             }
             self.schedule_syncs();
         }
@@ -998,7 +1042,8 @@ impl Control {
                 let wants = matches!(
                     st,
                     PartitionState::Preparing | PartitionState::Mirroring | PartitionState::Failed
-                ) && !self.blocked.contains_key(topic);
+                ) && !self.blocked.contains_key(topic)
+                    && self.host.leads(&meta, tp);
                 if wants && !running {
                     if let Some(def) = store.mirror(mirror) {
                         let lme = store.last_mirrored_epoch(tp);
@@ -1374,6 +1419,7 @@ impl Control {
                         source_configs,
                         id: topic_id,
                         mirror: mirror.to_owned(),
+                        assignments: self.host.placement(0, partitions, None)?,
                     })
                     .map_err(|e| e.to_string())?;
                 self.host.create_partitions_on_cores(&t, 0)?;
@@ -1394,9 +1440,19 @@ impl Control {
                     .map(|t| t.partition_count())
                     .unwrap_or(0);
                 // Bypasses the client path (which refuses mirror topics).
+                let rf = self
+                    .host
+                    .topic(&name)
+                    .and_then(|t| t.assignments.first().map(|a| a.replicas.len() as i16));
+                let assignments = if count > before {
+                    self.host.placement(before, count - before, rf)?
+                } else {
+                    Vec::new()
+                };
                 let t = self.host.propose_topic(MetadataCommand::GrowMirrorTopic {
                     name: name.clone(),
                     total: count,
+                    assignments,
                 })?;
                 self.host.create_partitions_on_cores(&t, before)?;
                 tracing::info!(topic = %name, from = before, to = count, "mirror topic expanded");

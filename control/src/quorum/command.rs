@@ -119,6 +119,10 @@ pub enum MetadataCommand {
         #[serde(with = "crate::metadata::uuid_text")]
         id: Uuid,
         mirror: String,
+        /// Replica lists per partition ([`controller::propose_placement`]); empty on a
+        /// one-node broker, as for `CreateTopic`.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     /// Records internal topic `name` (`__consumer_offsets`, `__transaction_state`) the first
     /// time Kafka would create it; a no-op when it exists.
@@ -167,6 +171,9 @@ pub enum MetadataCommand {
     GrowMirrorTopic {
         name: String,
         total: i32,
+        /// Replica lists of the new partitions on a replicated topic (empty on one node).
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     /// Config values synced from a mirror source.
     SyncSourceConfigs {
@@ -289,14 +296,35 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             source_configs,
             id,
             mirror,
-        } => Outcome::Topic(store.create_mirror_topic(
-            name,
-            *partitions,
-            configs.clone(),
-            source_configs.clone(),
-            *id,
-            mirror,
-        )?),
+            assignments,
+        } => {
+            // Replica lists are checked before the topic exists, so a refused placement
+            // leaves no unassigned topic behind.
+            let placed = if assignments.is_empty() {
+                Vec::new()
+            } else {
+                if assignments.len() != usize::try_from(*partitions).unwrap_or(0) {
+                    return Err(MetadataError::InvalidRequest(format!(
+                        "{} replica lists for {partitions} partitions",
+                        assignments.len()
+                    )));
+                }
+                controller::new_partitions(store.state(), assignments)?
+            };
+            let meta = store.create_mirror_topic(
+                name,
+                *partitions,
+                configs.clone(),
+                source_configs.clone(),
+                *id,
+                mirror,
+            )?;
+            if placed.is_empty() {
+                Outcome::Topic(meta)
+            } else {
+                Outcome::Topic(store.update_topic(name, move |t| t.assignments = placed)?)
+            }
+        }
         C::CreateInternalTopic {
             name,
             partitions,
@@ -371,16 +399,47 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             let m = mirror.clone();
             Outcome::Topic(store.update_topic(name, move |t| t.mirror = m)?)
         }
-        C::GrowMirrorTopic { name, total } => {
+        C::GrowMirrorTopic {
+            name,
+            total,
+            assignments,
+        } => {
             if *total > 100_000 {
                 return Err(MetadataError::InvalidPartitions(format!(
                     "{total} is too many partitions"
                 )));
             }
             let total = (*total).max(0) as usize;
+            let current = store.topic(name).map_or(0, |t| t.leader_epochs.len());
+            let replicated = store.topic(name).is_some_and(|t| !t.assignments.is_empty());
+            // A replicated topic grows only with a replica list per new partition, of the
+            // topic's replication factor: a partition without one would have no leader.
+            let placed = if replicated && total > current {
+                if assignments.len() != total - current {
+                    return Err(MetadataError::InvalidRequest(format!(
+                        "{} replica lists for {} new partitions",
+                        assignments.len(),
+                        total - current
+                    )));
+                }
+                let new = controller::new_partitions(store.state(), assignments)?;
+                let rf = store
+                    .topic(name)
+                    .and_then(|t| t.assignments.first())
+                    .map_or(0, |a| a.replicas.len());
+                if new.first().map_or(rf, |a| a.replicas.len()) != rf {
+                    return Err(MetadataError::InvalidRequest(
+                        "new partitions need the topic's replication factor".into(),
+                    ));
+                }
+                new
+            } else {
+                Vec::new()
+            };
             Outcome::Topic(store.update_topic(name, move |t| {
                 if t.leader_epochs.len() < total {
                     t.leader_epochs.resize(total, 0);
+                    t.assignments.extend(placed);
                 }
             })?)
         }
@@ -499,6 +558,7 @@ mod tests {
                 source_configs: [("cleanup.policy".into(), "compact".into())].into(),
                 id: Uuid::from_u128(11),
                 mirror: "dr".into(),
+                assignments: Vec::new(),
             },
             C::CreatePartitions {
                 name: "a".into(),
@@ -540,6 +600,7 @@ mod tests {
             C::GrowMirrorTopic {
                 name: "m".into(),
                 total: 3,
+                assignments: Vec::new(),
             },
             C::SyncSourceConfigs {
                 name: "m".into(),

@@ -792,6 +792,57 @@ fn brokers_placement_fencing_and_elections_apply_identically_on_every_node() {
 }
 
 #[test]
+fn mirror_topics_are_created_and_grown_with_replica_lists() {
+    let mut sim = Sim::new(&[1, 2, 3], 7, 1000);
+    sim.elect();
+    for b in [1, 2, 3] {
+        sim.commit(register(b)).unwrap();
+    }
+    let mirror = |name: &str, assignments: Vec<Vec<i32>>| MetadataCommand::CreateMirrorTopic {
+        name: name.into(),
+        partitions: 2,
+        configs: BTreeMap::new(),
+        source_configs: BTreeMap::new(),
+        id: Uuid::from_u128(name.len() as u128 + 99),
+        mirror: "dr".into(),
+        assignments,
+    };
+    // A wrong count or an unknown broker is refused before the topic exists.
+    let e = sim.commit(mirror("m", vec![vec![1, 2, 3]])).unwrap_err();
+    assert!(e.contains("1 replica lists for 2 partitions"), "{e}");
+    let e = sim
+        .commit(mirror("m", vec![vec![1, 9], vec![2, 1]]))
+        .unwrap_err();
+    assert!(e.contains("broker 9 is not registered"), "{e}");
+    assert!(!sim.agreed().topics.contains_key("m"));
+
+    sim.commit(mirror("m", vec![vec![1, 2, 3], vec![2, 3, 1]]))
+        .unwrap();
+    let t = sim.agreed().topics["m"].clone();
+    assert_eq!(t.mirror.as_deref(), Some("dr"));
+    assert_eq!(t.assignments[0], pa(&[1, 2, 3], &[1, 2, 3], 1, 0));
+    assert_eq!(t.assignments[1], pa(&[2, 3, 1], &[2, 3, 1], 2, 0));
+
+    // Growing a replicated mirror topic needs a list per new partition at the topic's RF.
+    let grow = |total: i32, assignments: Vec<Vec<i32>>| MetadataCommand::GrowMirrorTopic {
+        name: "m".into(),
+        total,
+        assignments,
+    };
+    let e = sim.commit(grow(3, Vec::new())).unwrap_err();
+    assert!(e.contains("0 replica lists for 1 new partitions"), "{e}");
+    let e = sim.commit(grow(3, vec![vec![3, 1]])).unwrap_err();
+    assert!(e.contains("replication factor"), "{e}");
+    sim.commit(grow(3, vec![vec![3, 1, 2]])).unwrap();
+    let t = sim.agreed().topics["m"].clone();
+    assert_eq!(t.leader_epochs, [0, 0, 0]);
+    assert_eq!(t.assignments[2], pa(&[3, 1, 2], &[3, 1, 2], 3, 0));
+    // A shrink or a repeat changes nothing.
+    sim.commit(grow(2, Vec::new())).unwrap();
+    assert_eq!(sim.agreed().topics["m"].assignments.len(), 3);
+}
+
+#[test]
 fn the_controller_state_survives_a_snapshot_and_a_restart() {
     // snapshot_every = 3: the brokers and assignments travel in snapshots too.
     let mut sim = Sim::new(&[1, 2, 3], 43, 3);

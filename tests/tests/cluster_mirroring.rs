@@ -1,0 +1,545 @@
+//! Issue 12, step 4: an Apache Kafka 4.1.1 source mirrored into three `kmirror serve --quorum`
+//! nodes, mirror topics RF=3 (`--default-replication-factor 3`).
+//! - catch-up of 200,000 records (throttled so it takes a while); the node leading most mirror
+//!   partitions is SIGKILLed mid-catch-up: the mirror catches up on the new leaders;
+//! - DescribeMirrors (`kmirror mirror describe --json`) answered identically by every node;
+//! - failover (`kmirror mirror remove`) through another node, then a Java idempotent producer
+//!   writes at the new epoch;
+//! - after a clean stop, every replica's segment files start with the source's batches,
+//!   byte for byte (log-equal), and all three replicas of a partition are byte-equal.
+//!
+//! That scenario waits for the mirror state on the Raft log. What runs today
+//! (`only_leaders_fetch_and_followers_replicate_the_mirror`): the node that knows the mirror
+//! fetches only the partitions it leads, the followers replicate them log-equal with the
+//! source; after another node's controlled shutdown moves leaderships to it, it mirrors the
+//! partitions it gained from its log end; and no replica of any partition diverges from the
+//! others or from the source.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use kmirror_tests::cluster::{ClusterOpts, KmirrorCluster};
+use kmirror_tests::deps;
+use kmirror_tests::java::{self, tools};
+use kmirror_tests::kafka::KafkaCluster;
+use kmirror_tests::oracle::{log_equal, read_batches};
+use kmirror_tests::proc::{self, Ran};
+use kmirror_tests::wire::WireClient;
+
+const TOPIC: &str = "orders";
+const PARTITIONS: i32 = 6;
+const RECORDS: u64 = 200_000;
+/// Bytes/s per fetching node: 200,000 records take some seconds, so the kill lands mid-way.
+const THROTTLE: u64 = 1_500_000;
+
+fn cli(dst: &str, args: &[&str]) -> Ran {
+    let ran = proc::run(
+        std::process::Command::new(deps::kmirror_bin())
+            .args(["mirror", "--bootstrap", dst])
+            .args(args),
+        Duration::from_secs(60),
+    );
+    assert!(
+        ran.status.success(),
+        "kmirror mirror {args:?} via {dst} failed: {}{}",
+        ran.stdout,
+        ran.stderr
+    );
+    ran
+}
+
+/// DescribeMirrors rows through `dst`, sorted: (partition, state, source, destination, lag).
+/// Empty while the node answers with an error (e.g. UNKNOWN_MIRROR before the first sync
+/// round created the topic); callers wait for the rows they expect.
+fn describe_mirror(dst: &str) -> Vec<(i64, String, i64, i64, i64)> {
+    let ran = proc::run(
+        std::process::Command::new(deps::kmirror_bin())
+            .args(["mirror", "--bootstrap", dst])
+            .args(["describe", "dr", "--json"]),
+        Duration::from_secs(60),
+    );
+    if !ran.status.success() {
+        eprintln!("describe via {dst}: {}", ran.stderr.trim());
+        return Vec::new();
+    }
+    let v: serde_json::Value = serde_json::from_str(ran.stdout.trim()).unwrap_or_else(|e| {
+        panic!(
+            "describe --json via {dst} is not JSON ({e}): {}",
+            ran.stdout
+        )
+    });
+    let mut rows: Vec<_> = v
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .iter()
+        .map(|r| {
+            (
+                r["partition"].as_i64().unwrap_or(-1),
+                r["state"].as_str().unwrap_or("").to_owned(),
+                r["source_offset"].as_i64().unwrap_or(-1),
+                r["destination_offset"].as_i64().unwrap_or(-1),
+                r["lag"].as_i64().unwrap_or(-1),
+            )
+        })
+        .collect();
+    rows.sort();
+    rows
+}
+
+/// Partition -> (leader, ISR sorted) from `kafka-topics --describe` through `addr`.
+fn leaders(addr: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
+    let ran = java::run_tool(
+        tools::TOPIC_COMMAND,
+        &["--bootstrap-server", addr, "--describe", "--topic", TOPIC],
+        Duration::from_secs(60),
+    );
+    let mut out = BTreeMap::new();
+    for line in ran.stdout.lines() {
+        let f: BTreeMap<&str, &str> = line
+            .split('\t')
+            .filter_map(|f| f.split_once(':'))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
+        let Some(p) = f.get("Partition").and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        let mut isr: Vec<i32> = f
+            .get("Isr")
+            .unwrap_or(&"")
+            .split(',')
+            .filter_map(|s| s.trim().parse().ok())
+            .collect();
+        isr.sort_unstable();
+        let leader = f.get("Leader").and_then(|l| l.parse().ok()).unwrap_or(-2);
+        out.insert(p, (leader, isr));
+    }
+    (out.len() == PARTITIONS as usize).then_some(out)
+}
+
+fn end_offsets(boot: &str) -> Vec<i64> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let mut c = WireClient::connect_leader(boot, TOPIC, p).expect("connect to leader");
+            c.log_bounds(TOPIC, p).expect("log bounds").1
+        })
+        .collect()
+}
+
+/// End offsets, or None while a partition's leader answers with an error (a leadership
+/// moving, a replica not yet opened): callers wait.
+fn try_end_offsets(boot: &str) -> Option<Vec<i64>> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let mut c = WireClient::connect_leader(boot, TOPIC, p).ok()?;
+            c.log_bounds(TOPIC, p).ok().map(|b| b.1)
+        })
+        .collect()
+}
+
+fn java_produce(boot: &str, records: u64, props: &[&str]) -> (u64, u64) {
+    let ran = proc::run(
+        java::program("SeqProducer")
+            .args([boot, TOPIC, &PARTITIONS.to_string(), &records.to_string()])
+            .args(props),
+        Duration::from_secs(300),
+    );
+    let done = ran
+        .stdout
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("DONE "))
+        .unwrap_or_else(|| {
+            panic!(
+                "SeqProducer did not finish: {}",
+                proc::last_lines(&ran.stderr, 20)
+            )
+        })
+        .to_owned();
+    let mut it = done.split_whitespace().map(|x| x.parse().unwrap_or(0));
+    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+}
+
+/// Every byte of a partition's log in `dir` (a stopped node's files), and its end.
+fn log_bytes(dir: &Path) -> (i64, Bytes) {
+    use kmirror_log::{Log, LogConfig};
+    let log = Log::open(dir, LogConfig::default()).unwrap();
+    let end = log.log_end_offset();
+    let mut out = Vec::new();
+    let mut at = log.log_start_offset();
+    while at < end {
+        let r = log.read(at, 1 << 20, end).unwrap();
+        assert!(!r.records.is_empty(), "{} at {at:?}", dir.display());
+        for h in kmirror_log::batch::BatchIter::headers(&r.records) {
+            let (h, _, _) = h.unwrap();
+            at = kmirror_types::Offset(h.base_offset() + i64::from(h.last_offset_delta()) + 1);
+        }
+        out.extend_from_slice(&r.records);
+    }
+    (end.get(), Bytes::from(out))
+}
+
+fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
+    let src = kafka.bootstrap();
+    kafka.create_topic(TOPIC, PARTITIONS, &[]);
+    let (acked, errors) = java_produce(&src, RECORDS, &["linger.ms=20", "batch.size=65536"]);
+    assert_eq!((acked, errors), (RECORDS, 0), "producing to Kafka");
+    let src_end = end_offsets(&src);
+
+    let n1 = c.node(1).addr();
+    cli(
+        &n1,
+        &[
+            "create",
+            "dr",
+            "--source",
+            &src,
+            "--set",
+            "mirror.metadata.sync.interval.ms=1000",
+            "--set",
+            &format!("mirror.throttled.rate={THROTTLE}"),
+        ],
+    );
+    cli(&n1, &["add", "dr", "--topics", TOPIC]);
+
+    // RF=3 mirror topic, placed by the controller.
+    let placed = proc::wait_for(
+        Duration::from_secs(60),
+        "the mirror topic with leaders",
+        || {
+            leaders(&n1).filter(|l| {
+                l.values()
+                    .all(|(leader, isr)| *leader > 0 && isr.len() == 3)
+            })
+        },
+    );
+    let mut led: BTreeMap<i32, usize> = BTreeMap::new();
+    for (leader, _) in placed.values() {
+        *led.entry(*leader).or_default() += 1;
+    }
+    let victim = led
+        .iter()
+        .max_by_key(|(id, n)| (**n, -**id))
+        .map(|(id, _)| *id)
+        .unwrap();
+    eprintln!("leaders {placed:?}; killing node {victim}");
+
+    // Mid-catch-up: some records mirrored, far from all.
+    let total: i64 = src_end.iter().sum();
+    let survivor = if victim == 1 { 2 } else { 1 };
+    let at_kill = proc::wait_for(Duration::from_secs(60), "mirroring under way", || {
+        let sum: i64 = describe_mirror(&n1).iter().map(|r| r.3.max(0)).sum();
+        (sum > total / 20).then_some(sum)
+    });
+    assert!(
+        at_kill < total * 3 / 4,
+        "catch-up nearly done ({at_kill} of {total}) before the kill: the throttle is too loose"
+    );
+    c.kill(victim as usize);
+    let boot_alive = c.node(survivor).addr();
+
+    // New leaders take over and finish the catch-up.
+    let started = Instant::now();
+    let rows = proc::wait_for(
+        Duration::from_secs(180),
+        "catch-up on the new leaders",
+        || {
+            let rows = describe_mirror(&boot_alive);
+            (rows.len() == PARTITIONS as usize
+                && rows.iter().all(|(p, st, s, d, lag)| {
+                    st == "MIRRORING" && *lag == 0 && *s == src_end[*p as usize] && s == d
+                }))
+            .then_some(rows)
+        },
+    );
+    eprintln!(
+        "caught up {:.1} s after the kill ({at_kill} of {total} mirrored before it)",
+        started.elapsed().as_secs_f64()
+    );
+    let now = leaders(&boot_alive).expect("describe after the kill");
+    assert!(
+        now.values().all(|(l, _)| *l != victim),
+        "a partition still led by the killed node: {now:?}"
+    );
+    assert_eq!(end_offsets(&boot_alive), src_end, "destination ends");
+    for p in 0..PARTITIONS {
+        log_equal(&src, &boot_alive, TOPIC, p, src_end[p as usize])
+            .unwrap_or_else(|e| panic!("not log-equal after the kill: {e}"));
+    }
+
+    // The killed node comes back and replicates the mirror partitions like any other.
+    c.restart(victim as usize);
+    proc::wait_for(Duration::from_secs(120), "full ISRs again", || {
+        leaders(&boot_alive).filter(|l| l.values().all(|(_, isr)| *isr == vec![1, 2, 3]))
+    });
+
+    // Every node answers DescribeMirrors, identically.
+    for id in 1..=3 {
+        let got = proc::wait_for(Duration::from_secs(30), "the same DescribeMirrors", || {
+            let got = describe_mirror(&c.node(id).addr());
+            (got == rows).then_some(got)
+        });
+        assert_eq!(got, rows, "DescribeMirrors via node {id}");
+    }
+
+    // Failover through a node that did not create the mirror.
+    let other = c.node(if victim == 2 { 3 } else { 2 }).addr();
+    cli(&other, &["remove", "dr", "--topics", TOPIC]);
+    let stopped = describe_mirror(&other);
+    assert!(
+        stopped.iter().all(|r| r.1 == "STOPPED") && stopped.len() == PARTITIONS as usize,
+        "after remove: {stopped:?}"
+    );
+    let after_failover = end_offsets(&c.bootstrap());
+    for p in 0..PARTITIONS as usize {
+        // Truncated to the LSO (= the end: no transactions), then one MIRROR_PID_RESET.
+        assert_eq!(
+            after_failover[p],
+            src_end[p] + 1,
+            "partition {p} after failover"
+        );
+    }
+    let (acked, errors) = java_produce(&c.bootstrap(), 600, &["enable.idempotence=true"]);
+    assert_eq!((acked, errors), (600, 0), "producing after failover");
+    let final_end = end_offsets(&c.bootstrap());
+    let appended: i64 = final_end
+        .iter()
+        .zip(&after_failover)
+        .map(|(a, b)| a - b)
+        .sum();
+    assert_eq!(appended, 600, "records appended after failover");
+
+    // Every replica on every node: the source's batches, then the same bytes everywhere.
+    std::thread::sleep(Duration::from_secs(2));
+    let source: Vec<Bytes> = (0..PARTITIONS)
+        .map(|p| {
+            let (start, batches) = read_batches(&src, TOPIC, p, src_end[p as usize]).unwrap();
+            assert_eq!(start, 0);
+            let mut b = Vec::new();
+            for x in batches {
+                b.extend_from_slice(&x.bytes);
+            }
+            Bytes::from(b)
+        })
+        .collect();
+    for id in 1..=3 {
+        assert!(c.stop(id), "node {id} stops cleanly");
+    }
+    for p in 0..PARTITIONS {
+        let logs: Vec<(i64, Bytes)> = (1..=3)
+            .map(|id| {
+                log_bytes(
+                    &c.node(id)
+                        .data_dir()
+                        .join("topics")
+                        .join(format!("{TOPIC}-{p}")),
+                )
+            })
+            .collect();
+        let want = &source[p as usize];
+        for (i, (end, bytes)) in logs.iter().enumerate() {
+            assert_eq!(
+                *end,
+                final_end[p as usize],
+                "{TOPIC}-{p}: node {} end",
+                i + 1
+            );
+            assert!(
+                bytes.len() > want.len() && bytes[..want.len()] == want[..],
+                "{TOPIC}-{p}: node {} is not log-equal with the source",
+                i + 1
+            );
+            assert!(
+                *bytes == logs[0].1,
+                "{TOPIC}-{p}: node {} differs from node 1",
+                i + 1
+            );
+        }
+    }
+}
+
+#[test]
+#[ignore = "needs the mirror state (__mirror_state) and definitions on the Raft log (helper cstate): \
+            today only the node that took CreateMirror knows the mirror, so partitions led \
+            elsewhere have no fetcher"]
+fn kafka_source_mirrored_into_three_kmirror_nodes_through_a_leader_kill() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            extra: vec![
+                "--cores".into(),
+                "1".into(),
+                "--default-replication-factor".into(),
+                "3".into(),
+            ],
+            session_timeout_ms: 3000,
+            ..ClusterOpts::default()
+        },
+    );
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&mut c, &kafka)));
+    if let Err(e) = r {
+        eprintln!("{}", c.logs(80));
+        std::panic::resume_unwind(e);
+    }
+}
+
+/// Stops every node, then checks each partition's three replicas: byte-equal to each other
+/// and a prefix of the source's batches (`source[p]`). Returns each partition's log end.
+fn replicas_equal_and_source_prefixes(c: &mut KmirrorCluster, source: &[Bytes]) -> Vec<i64> {
+    for id in 1..=3 {
+        assert!(c.stop(id), "node {id} stops cleanly");
+    }
+    let mut ends = Vec::new();
+    for p in 0..PARTITIONS {
+        let logs: Vec<(i64, Bytes)> = (1..=3)
+            .map(|id| {
+                log_bytes(
+                    &c.node(id)
+                        .data_dir()
+                        .join("topics")
+                        .join(format!("{TOPIC}-{p}")),
+                )
+            })
+            .collect();
+        let want = &source[p as usize];
+        for (i, (end, bytes)) in logs.iter().enumerate() {
+            assert_eq!(*end, logs[0].0, "{TOPIC}-{p}: node {} log end", i + 1);
+            assert!(
+                *bytes == logs[0].1,
+                "{TOPIC}-{p}: node {} differs from node 1",
+                i + 1
+            );
+            assert!(
+                bytes.len() <= want.len() && want[..bytes.len()] == bytes[..],
+                "{TOPIC}-{p}: node {} is not a prefix of the source's log",
+                i + 1
+            );
+        }
+        ends.push(logs[0].0);
+    }
+    ends
+}
+
+fn source_batches(src: &str, ends: &[i64]) -> Vec<Bytes> {
+    (0..PARTITIONS)
+        .map(|p| {
+            let (start, batches) = read_batches(src, TOPIC, p, ends[p as usize]).unwrap();
+            assert_eq!(start, 0);
+            let mut b = Vec::new();
+            for x in batches {
+                b.extend_from_slice(&x.bytes);
+            }
+            Bytes::from(b)
+        })
+        .collect()
+}
+
+#[test]
+fn only_leaders_fetch_and_followers_replicate_the_mirror() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            extra: vec![
+                "--cores".into(),
+                "1".into(),
+                "--default-replication-factor".into(),
+                "3".into(),
+            ],
+            session_timeout_ms: 3000,
+            ..ClusterOpts::default()
+        },
+    );
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let src = kafka.bootstrap();
+        kafka.create_topic(TOPIC, PARTITIONS, &[]);
+        let (acked, errors) = java_produce(&src, 30_000, &["linger.ms=20"]);
+        assert_eq!((acked, errors), (30_000, 0), "producing to Kafka");
+        let src_end = end_offsets(&src);
+        let n1 = c.node(1).addr();
+        cli(
+            &n1,
+            &[
+                "create",
+                "dr",
+                "--source",
+                &src,
+                "--set",
+                "mirror.metadata.sync.interval.ms=1000",
+            ],
+        );
+        cli(&n1, &["add", "dr", "--topics", TOPIC]);
+        let placed = proc::wait_for(Duration::from_secs(60), "the RF=3 mirror topic", || {
+            leaders(&n1).filter(|l| l.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
+        });
+        let mine: Vec<i32> = placed
+            .iter()
+            .filter(|(_, (l, _))| *l == 1)
+            .map(|(p, _)| *p)
+            .collect();
+        eprintln!("leaders {placed:?}; node 1 leads {mine:?}");
+        assert!(!mine.is_empty(), "node 1 leads no partition of {placed:?}");
+        // Node 1's partitions catch up through its fetchers (read from the leader).
+        proc::wait_for(
+            Duration::from_secs(90),
+            "node 1's partitions mirrored",
+            || {
+                let ends = try_end_offsets(&c.bootstrap())?;
+                mine.iter()
+                    .all(|p| ends[*p as usize] == src_end[*p as usize])
+                    .then_some(())
+            },
+        );
+        for p in &mine {
+            log_equal(&src, &c.bootstrap(), TOPIC, *p, src_end[*p as usize])
+                .unwrap_or_else(|e| panic!("not log-equal: {e}"));
+        }
+        // Leadership moves: node 2 shuts down (controlled, its leaderships move at once).
+        // Partitions node 1 now leads get its fetchers, starting at its own log end.
+        assert!(c.stop(2), "node 2 stops cleanly");
+        let moved = proc::wait_for(
+            Duration::from_secs(60),
+            "node 2's leaderships moved",
+            || leaders(&n1).filter(|l| l.values().all(|(l, _)| *l == 1 || *l == 3)),
+        );
+        let mine: Vec<i32> = moved
+            .iter()
+            .filter(|(_, (l, _))| *l == 1)
+            .map(|(p, _)| *p)
+            .collect();
+        eprintln!("after node 2 stopped: {moved:?}; node 1 leads {mine:?}");
+        proc::wait_for(
+            Duration::from_secs(90),
+            "node 1's new partitions mirrored",
+            || {
+                let ends = try_end_offsets(&n1)?;
+                mine.iter()
+                    .all(|p| ends[*p as usize] == src_end[*p as usize])
+                    .then_some(())
+            },
+        );
+        c.restart(2);
+        proc::wait_for(Duration::from_secs(120), "full ISRs again", || {
+            leaders(&n1).filter(|l| l.values().all(|(_, isr)| *isr == vec![1, 2, 3]))
+        });
+        // Followers fetch the last high watermark, then every replica is compared.
+        std::thread::sleep(Duration::from_secs(3));
+        let source = source_batches(&src, &src_end);
+        let ends = replicas_equal_and_source_prefixes(&mut c, &source);
+        for p in &mine {
+            assert_eq!(
+                ends[*p as usize], src_end[*p as usize],
+                "{TOPIC}-{p} on every replica"
+            );
+        }
+    }));
+    if let Err(e) = r {
+        eprintln!("{}", c.logs(80));
+        std::panic::resume_unwind(e);
+    }
+}
