@@ -457,6 +457,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
         ClusterOpts {
             extra,
             session_timeout_ms: SESSION_MS,
+            ..ClusterOpts::default()
         },
     );
     let acls = |c: &KmirrorCluster, id: usize| {
