@@ -267,17 +267,23 @@ fn fetch_as_follower(t: &mut Target) -> String {
 
 fn fetch_as(t: &mut Target, replica: i32) -> String {
     let id = t.topic_id("t");
+    let version = t
+        .client
+        .version_of::<FetchRequest>()
+        .expect("Fetch version");
+    let req = if version >= 15 {
+        FetchRequest::default().with_replica_state(
+            fetch_request::ReplicaState::default()
+                .with_replica_id(BrokerId(replica))
+                .with_replica_epoch(-1),
+        )
+    } else {
+        FetchRequest::default().with_replica_id(BrokerId(replica))
+    };
     let r = t
         .client
-        .send(
-            FetchRequest::default()
-                .with_replica_id(BrokerId(replica))
-                .with_replica_state(
-                    fetch_request::ReplicaState::default()
-                        .with_replica_id(BrokerId(replica))
-                        .with_replica_epoch(-1),
-                )
-                .with_max_wait_ms(0)
+        .send_at(
+            req.with_max_wait_ms(0)
                 .with_min_bytes(0)
                 .with_max_bytes(1 << 20)
                 .with_session_epoch(-1)
@@ -289,6 +295,7 @@ fn fetch_as(t: &mut Target, replica: i32) -> String {
                         .with_fetch_offset(0)
                         .with_current_leader_epoch(-1)
                         .with_partition_max_bytes(1 << 20)])]),
+            version,
         )
         .expect("Fetch");
     format!(
