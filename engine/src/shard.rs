@@ -371,14 +371,6 @@ impl Partition {
         }
     }
 
-    /// As leader, the partition epoch of the ISR it applies (None when not leading).
-    pub fn leader_partition_epoch(&self) -> Option<i32> {
-        match &self.role {
-            Role::Leader(l) => Some(l.partition_epoch),
-            _ => None,
-        }
-    }
-
     /// The controller refused or lost the pending change: it may be proposed again.
     pub fn isr_change_failed(&mut self) {
         if let Role::Leader(l) = &mut self.role {

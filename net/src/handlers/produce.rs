@@ -269,20 +269,6 @@ pub async fn produce(
             } else {
                 0
             };
-            // The ISR this node's metadata already holds for the partition it leads: an
-            // acks=all check must not use an ISR older than what Metadata answers here
-            // (the leader's own AlterPartition answer may arrive after the publish).
-            let node = ctx.node_id();
-            let published = t
-                .assignments
-                .get(pd.index as usize)
-                .filter(|a| acks == -1 && a.leader == node)
-                .zip(t.leader_epochs.get(pd.index as usize))
-                .map(|(a, le)| {
-                    let isr: std::collections::BTreeSet<kmirror_types::NodeId> =
-                        a.isr.iter().map(|r| kmirror_types::NodeId(*r)).collect();
-                    (isr, a.partition_epoch, *le)
-                });
             match ctx
                 .router()
                 .submit_partition(tp, move |p| {
@@ -295,12 +281,6 @@ pub async fn produce(
                     if acks == -1 {
                         if let Err(e) = p.check_leader() {
                             return (Err(e), log_start, Ack::Now);
-                        }
-                        if let Some((isr, pe, le)) = published {
-                            let newer = p.leader_partition_epoch().is_some_and(|cur| pe > cur);
-                            if newer && p.leader_epoch.get() == le {
-                                p.isr_committed(isr, pe, now);
-                            }
                         }
                         if !p.enough_replicas(min_insync) {
                             let e = EngineError::NotEnoughReplicas {
