@@ -174,6 +174,10 @@ pub struct ReplicaSet {
     /// a divergent tail, so it cannot join the ISR yet.
     epoch_start: Offset,
     lag_max_ms: i64,
+    /// The topic's `min.insync.replicas`: while the ISR is smaller, the high watermark stays
+    /// put (Kafka 4.1 with eligible leader replicas, KIP-966, on by default for new clusters),
+    /// so an `acks=1` record is not visible to consumers until enough replicas hold it.
+    min_insync: usize,
 }
 
 impl ReplicaSet {
@@ -212,7 +216,15 @@ impl ReplicaSet {
             high_watermark,
             epoch_start,
             lag_max_ms,
+            min_insync: 1,
         }
+    }
+
+    /// Applies the topic's `min.insync.replicas` (it can change with IncrementalAlterConfigs);
+    /// the high watermark may move when it drops.
+    pub fn set_min_insync(&mut self, min_insync: usize, leader_end: Offset, now_ms: i64) {
+        self.min_insync = min_insync;
+        self.advance(leader_end, now_ms);
     }
 
     pub fn high_watermark(&self) -> Offset {
@@ -298,8 +310,12 @@ impl ReplicaSet {
     }
 
     /// Moves the high watermark to the smallest log end among the leader, the ISR and the
-    /// caught-up followers; never backwards. Returns whether it moved.
+    /// caught-up followers; never backwards, and not at all while the ISR is smaller than
+    /// `min.insync.replicas` (KIP-966). Returns whether it moved.
     pub fn advance(&mut self, leader_end: Offset, now_ms: i64) -> bool {
+        if self.isr.len() < self.min_insync {
+            return false;
+        }
         let mut hw = leader_end;
         for (id, f) in &self.followers {
             if self.isr.contains(id) || self.caught_up(f, leader_end, now_ms) {
@@ -393,6 +409,28 @@ mod tests {
             AckState::NotEnoughReplicasAfterAppend
         );
         assert_eq!(r.ack_state(Offset(5), 1), AckState::Done);
+    }
+
+    #[test]
+    fn the_high_watermark_stays_while_the_isr_is_below_min_insync() {
+        let mut r = three(0);
+        r.set_min_insync(3, Offset(0), 0);
+        let end = Offset(2);
+        r.on_follower_fetch(NodeId(2), end, end, 1);
+        r.on_follower_fetch(NodeId(3), end, end, 1);
+        assert_eq!(r.high_watermark(), end, "full ISR");
+        // Follower 3 leaves the ISR; an acks=1 append on the leader stays invisible.
+        r.set_isr(set(&[1, 2]), end, 2);
+        let end = Offset(3);
+        r.on_follower_fetch(NodeId(2), end, end, 3);
+        assert_eq!(
+            r.high_watermark(),
+            Offset(2),
+            "ISR 2 < min.insync.replicas 3"
+        );
+        // Lowering min.insync.replicas releases it; so would 3 rejoining.
+        r.set_min_insync(2, end, 4);
+        assert_eq!(r.high_watermark(), end);
     }
 
     #[test]

@@ -176,17 +176,24 @@ impl Partition {
         isr: std::collections::BTreeSet<NodeId>,
         partition_epoch: i32,
         lag_max_ms: i64,
+        min_insync: usize,
         now_ms: i64,
     ) {
         let leo = self.log.log_end_offset();
         if let Role::Leader(l) = &mut self.role {
             if epoch == l.epoch {
-                if partition_epoch > l.partition_epoch {
+                let hw = l.set.high_watermark();
+                l.set.set_min_insync(min_insync, leo, now_ms);
+                let newer = partition_epoch > l.partition_epoch;
+                if newer {
                     l.partition_epoch = partition_epoch;
                     l.pending_isr = None;
                     l.set.set_isr(isr, leo, now_ms);
+                }
+                if newer || l.set.high_watermark() != hw {
                     self.log.set_high_watermark(l.set.high_watermark());
                     l.complete_waiters();
+                    self.notify_waiters();
                 }
                 return;
             }
@@ -199,7 +206,7 @@ impl Partition {
         .min(leo);
         self.leader_epoch = self.leader_epoch.max(epoch);
         let mut set = ReplicaSet::new(node, replicas, isr, hw, leo, lag_max_ms, now_ms);
-        set.advance(leo, now_ms);
+        set.set_min_insync(min_insync, leo, now_ms);
         self.log.set_high_watermark(set.high_watermark());
         self.role = Role::Leader(LeaderState::new(set, epoch, partition_epoch));
         self.notify_waiters();
@@ -708,6 +715,7 @@ mod tests {
             set(&[1, 2, 3]),
             1,
             30_000,
+            1,
             crate::now_ms(),
         );
     }
@@ -773,6 +781,7 @@ mod tests {
             set(&[1, 2, 3]),
             1,
             30_000,
+            1,
             t0,
         );
         p.append_leader(batch(0, 1, 2), t0).unwrap();
@@ -812,6 +821,7 @@ mod tests {
             set(&[1, 2, 3]),
             1,
             30_000,
+            1,
             t0 - 60_000,
         );
         p.append_leader(batch(0, 1, 1), t0).unwrap();
@@ -878,6 +888,7 @@ mod tests {
             set(&[1, 2]),
             5,
             30_000,
+            1,
             crate::now_ms(),
         );
         assert_eq!(p.leader_epoch, LeaderEpoch(3));

@@ -96,6 +96,9 @@ pub(crate) struct ServeConfig {
     pub broker_session_timeout_ms: u64,
     /// Kafka's `default.replication.factor` (a cluster; a single node always uses 1).
     pub default_replication_factor: i16,
+    /// Kafka's `replica.lag.time.max.ms`: a follower not caught up with its leader for this
+    /// long leaves the ISR.
+    pub replica_lag_time_max_ms: u64,
 }
 
 impl Default for ServeConfig {
@@ -138,6 +141,7 @@ impl Default for ServeConfig {
             quorum: String::new(),
             broker_session_timeout_ms: 9000,
             default_replication_factor: 1,
+            replica_lag_time_max_ms: 30_000,
         }
     }
 }
@@ -345,6 +349,7 @@ mod tests {
         assert_eq!(c.listen, d.listen);
         assert_eq!(c.socket_request_max_bytes, d.socket_request_max_bytes);
         assert_eq!(c.partition_assignment, d.partition_assignment);
+        assert_eq!(c.replica_lag_time_max_ms, d.replica_lag_time_max_ms);
         assert_eq!(c.listeners, d.listeners);
         assert_eq!(c.tls_files(), TlsFiles::default());
         assert_eq!(
@@ -428,6 +433,8 @@ mod tests {
             let e = c.validate().unwrap_err().to_string();
             assert!(e.contains(why), "{extra}: {e}");
         }
+        let c: ServeConfig = toml::from_str("replica_lag_time_max_ms = 5000").unwrap();
+        assert_eq!(c.replica_lag_time_max_ms, 5000);
         let c: ServeConfig = toml::from_str("quorum = \"1@h\"").unwrap();
         assert!(c.validate().unwrap_err().to_string().contains("no :PORT"));
         let c: ServeConfig = toml::from_str("controller_listen = \"127.0.0.1:9093\"").unwrap();

@@ -155,6 +155,10 @@ pub(crate) struct ServeArgs {
     /// default.replication.factor for topics created with -1 in a cluster (default 1).
     #[arg(long)]
     pub default_replication_factor: Option<i16>,
+    /// replica.lag.time.max.ms: a follower not caught up this long leaves the ISR (default
+    /// 30000).
+    #[arg(long)]
+    pub replica_lag_time_max_ms: Option<u64>,
 }
 
 fn main() -> ExitCode {

@@ -132,6 +132,9 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.default_replication_factor {
         c.default_replication_factor = v;
     }
+    if let Some(v) = args.replica_lag_time_max_ms {
+        c.replica_lag_time_max_ms = v;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -164,6 +167,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             backoff: Duration::from_millis(c.log_cleaner_backoff_ms.max(10)),
             io_bytes_per_sec: c.log_cleaner_io_max_bytes_per_second,
         },
+        replica_lag_time_max_ms: c.replica_lag_time_max_ms.max(2),
         ..EngineConfig::default()
     };
     let mirror = kmirror_mirror::host::MirrorBroker::open(

@@ -93,6 +93,10 @@ pub mod table {
     pub const ADD_PARTITIONS_TO_TXN_TOPIC: Need = need(TOPIC, WRITE);
     /// AddPartitionsToTxn v4+ is sent by brokers.
     pub const TXN_CLUSTER_ACTION: Need = need(CLUSTER, CLUSTER_ACTION);
+    /// A follower's Fetch (replica id >= 0) needs this and nothing per topic; without it
+    /// every partition answers TOPIC_AUTHORIZATION_FAILED (as Kafka). OffsetForLeaderEpoch
+    /// passes with it for every topic, otherwise with topic DESCRIBE.
+    pub const REPLICA_CLUSTER_ACTION: Need = need(CLUSTER, CLUSTER_ACTION);
     pub const TXN_OFFSET_COMMIT_TOPIC: Need = need(TOPIC, READ);
     // Mirror APIs (seed 000's ACL and error tables): the admin APIs (create, add, remove,
     // pause, resume, delete) need ALTER on the cluster and answer MIRROR_AUTHORIZATION_FAILED;

@@ -122,6 +122,7 @@ pub fn apply_roles(
                         isr,
                         a.partition_epoch,
                         lag,
+                        crate::handlers::produce::min_insync_replicas(t),
                         now,
                     );
                 }

@@ -31,6 +31,7 @@ const DESCRIBE: i8 = 8;
 const DESCRIBE_CONFIGS: i8 = 10;
 const ALTER_CONFIGS: i8 = 11;
 const IDEMPOTENT_WRITE: i8 = 12;
+const CLUSTER_ACTION: i8 = 9;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -256,13 +257,33 @@ fn produce(t: &mut Target) -> String {
 }
 
 fn fetch(t: &mut Target) -> String {
+    fetch_as(t, -1)
+}
+
+/// A Fetch as broker 2's replica fetcher would send it (replica id, v15+ in ReplicaState).
+fn fetch_as_follower(t: &mut Target) -> String {
+    fetch_as(t, 2)
+}
+
+fn fetch_as(t: &mut Target, replica: i32) -> String {
     let id = t.topic_id("t");
+    let version = t
+        .client
+        .version_of::<FetchRequest>()
+        .expect("Fetch version");
+    let req = if version >= 15 {
+        FetchRequest::default().with_replica_state(
+            fetch_request::ReplicaState::default()
+                .with_replica_id(BrokerId(replica))
+                .with_replica_epoch(-1),
+        )
+    } else {
+        FetchRequest::default().with_replica_id(BrokerId(replica))
+    };
     let r = t
         .client
-        .send(
-            FetchRequest::default()
-                .with_replica_id(BrokerId(-1))
-                .with_max_wait_ms(0)
+        .send_at(
+            req.with_max_wait_ms(0)
                 .with_min_bytes(0)
                 .with_max_bytes(1 << 20)
                 .with_session_epoch(-1)
@@ -274,6 +295,7 @@ fn fetch(t: &mut Target) -> String {
                         .with_fetch_offset(0)
                         .with_current_leader_epoch(-1)
                         .with_partition_max_bytes(1 << 20)])]),
+            version,
         )
         .expect("Fetch");
     format!(
@@ -957,6 +979,21 @@ const ROWS: &[Row] = &[
         name: "Fetch (Read topic)",
         grants: &[(TOPIC, "t", READ)],
         run: fetch,
+    },
+    Row {
+        name: "Fetch from a follower (ClusterAction cluster)",
+        grants: &[(CLUSTER, "", CLUSTER_ACTION)],
+        run: fetch_as_follower,
+    },
+    Row {
+        name: "Fetch from a follower, Read topic is not enough",
+        grants: &[(TOPIC, "t", READ)],
+        run: fetch_as_follower,
+    },
+    Row {
+        name: "OffsetForLeaderEpoch (ClusterAction cluster)",
+        grants: &[(CLUSTER, "", CLUSTER_ACTION)],
+        run: offset_for_leader_epoch,
     },
     Row {
         name: "ListOffsets (Describe topic)",

@@ -29,7 +29,7 @@ fn kafka_replicas_isr_quorum_and_not_enough_replicas() {
 }
 
 #[test]
-#[ignore = "needs partition replication (issue 12 helper repl: follower fetch, ISR, acks=all) merged with the wired cluster"]
+#[ignore = "producers survive (a) leader kill, (b) controller kill, (c) isolation on kmirror; the consumer group does not: each node answers FindCoordinator with itself and keeps groups in memory (helper cstate: replicated coordinator state + routing)"]
 fn kmirror_acked_records_survive_leader_kill_controller_kill_and_partition() {
     let _lock = heavy_test_lock();
     let mut cluster = kmirror_three_replicated();
@@ -37,7 +37,6 @@ fn kmirror_acked_records_survive_leader_kill_controller_kill_and_partition() {
 }
 
 #[test]
-#[ignore = "needs partition replication (issue 12 helper repl: ISR shrink, min.insync.replicas, KIP-966 HW) merged with the wired cluster"]
 fn kmirror_replicas_isr_quorum_and_not_enough_replicas() {
     let _lock = heavy_test_lock();
     let mut cluster = kmirror_three_replicated();

@@ -50,6 +50,10 @@ fn broker_configs(ctx: &Ctx) -> Vec<(&'static str, String)> {
         ("socket.request.max.bytes", c.max_request_bytes.to_string()),
         ("default.replication.factor", "1".into()),
         ("min.insync.replicas", "1".into()),
+        (
+            "replica.lag.time.max.ms",
+            c.replica_lag_time_max_ms.to_string(),
+        ),
     ]
 }
 

@@ -325,12 +325,22 @@ fn forgotten(ctx: &Ctx, version: i16, req: &FetchRequest) -> Vec<(String, i32)> 
     out
 }
 
-fn want(access: &Access<'_>, version: i16, a: &Asked) -> Want {
+/// How a Fetch is authorized: a consumer per topic (READ), a follower once for the whole
+/// request (CLUSTER_ACTION on the cluster; whether it was denied).
+#[derive(Clone, Copy)]
+enum Auth {
+    Consumer,
+    Follower(bool),
+}
+
+fn want(access: &Access<'_>, auth: Auth, version: i16, a: &Asked) -> Want {
     // Unauthorized topics are answered TOPIC_AUTHORIZATION_FAILED without a read.
-    let denied = match &a.name {
-        Some(n) => access.check(table::FETCH, n).err(),
-        None if version >= 13 => None,
-        None => access.check(table::FETCH, a.wire.as_str()).err(),
+    let denied = match (auth, &a.name) {
+        (Auth::Follower(false), _) => None,
+        (Auth::Follower(true), _) => Some(E::TopicAuthorizationFailed.code()),
+        (Auth::Consumer, Some(n)) => access.check(table::FETCH, n).err(),
+        (Auth::Consumer, None) if version >= 13 => None,
+        (Auth::Consumer, None) => access.check(table::FETCH, a.wire.as_str()).err(),
     };
     Want {
         denied,
@@ -437,10 +447,14 @@ pub async fn fetch(
     } else {
         req.max_bytes as usize
     };
+    let auth = match replica {
+        Some(_) => Auth::Follower(access.check_cluster(table::REPLICA_CLUSTER_ACTION).is_err()),
+        None => Auth::Consumer,
+    };
     let wants: Vec<Want> = asked
         .iter()
         .map(|a| {
-            let mut w = want(access, version, a);
+            let mut w = want(access, auth, version, a);
             w.max_bytes = w.max_bytes.min(response_max);
             w
         })

@@ -160,10 +160,16 @@ pub async fn offset_for_leader_epoch(
     _version: i16,
     req: OffsetForLeaderEpochRequest,
 ) -> OffsetForLeaderEpochResponse {
+    // Followers hold CLUSTER_ACTION; consumers (KIP-320) need DESCRIBE on the topic.
+    let cluster = access.check_cluster(table::REPLICA_CLUSTER_ACTION).is_ok();
     let denied: Vec<Option<i16>> = req
         .topics
         .iter()
-        .map(|t| access.check(table::OFFSET_FOR_LEADER_EPOCH, &t.topic).err())
+        .map(|t| {
+            (!cluster)
+                .then(|| access.check(table::OFFSET_FOR_LEADER_EPOCH, &t.topic).err())
+                .flatten()
+        })
         .collect();
     let meta = ctx.meta();
     let mut pending = Vec::new();

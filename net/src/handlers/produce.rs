@@ -134,7 +134,7 @@ fn first_batch_is_zstd(records: &[u8]) -> bool {
 }
 
 /// `min.insync.replicas` of the topic (Kafka's default 1).
-fn min_insync_replicas(t: &kmirror_control::metadata::TopicMeta) -> usize {
+pub(crate) fn min_insync_replicas(t: &kmirror_control::metadata::TopicMeta) -> usize {
     t.config_value("min.insync.replicas")
         .and_then(|v| v.parse::<usize>().ok())
         .unwrap_or(1)
