@@ -390,3 +390,40 @@ pub fn kafka_three_nodes(session_ms: u64) -> crate::kafka::KafkaCluster {
         ..crate::kafka::KafkaOptions::default()
     })
 }
+
+/// What a sequence producer (Java `SeqProducer`, `seq_producer.py`) printed: its
+/// (partition, seq, offset) ACK lines, the DONE line's acked and error counts, and the ERR
+/// lines' error names.
+pub type Produced = (Vec<(i32, u64, i64)>, u64, u64, Vec<String>);
+
+/// Runs a sequence producer to its end (`what` names it in messages); panics if it prints
+/// no DONE line within `timeout`.
+pub fn run_seq_producer(
+    cmd: &mut std::process::Command,
+    what: &str,
+    timeout: Duration,
+) -> Produced {
+    let ran = proc::run(cmd, timeout);
+    let mut acks = Vec::new();
+    let mut errs = Vec::new();
+    let mut done = None;
+    for l in ran.stdout.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.as_slice() {
+            ["ACK", p, s, o] => {
+                acks.push((p.parse().unwrap(), s.parse().unwrap(), o.parse().unwrap()))
+            }
+            ["ERR", _, _, e] => errs.push(e.to_string()),
+            ["DONE", a, e] => done = Some((a.parse().unwrap(), e.parse().unwrap())),
+            _ => {}
+        }
+    }
+    let (acked, errors) = done.unwrap_or_else(|| {
+        panic!(
+            "{what} did not finish:\n{}\n{}",
+            proc::last_lines(&ran.stdout, 20),
+            proc::last_lines(&ran.stderr, 30)
+        )
+    });
+    (acks, acked, errors, errs)
+}

@@ -25,7 +25,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use kmirror_tests::cluster::{
-    describe_topic, kafka_three_nodes, ClusterOpts, Described, KmirrorCluster, ThreeNodes as Under,
+    describe_topic, kafka_three_nodes, run_seq_producer, ClusterOpts, Described, KmirrorCluster,
+    ThreeNodes as Under,
 };
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::proc;
@@ -53,26 +54,7 @@ fn sorted(v: &[i32]) -> Vec<i32> {
 
 /// Runs a producer program; its ACK lines as (partition, seq, offset) and the DONE counts.
 fn produce(mut cmd: std::process::Command, what: &str) -> (Vec<(i32, u64, i64)>, u64, u64) {
-    let ran = proc::run(&mut cmd, Duration::from_secs(180));
-    let mut acks = Vec::new();
-    let mut done = None;
-    for l in ran.stdout.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        match f.as_slice() {
-            ["ACK", p, s, o] => {
-                acks.push((p.parse().unwrap(), s.parse().unwrap(), o.parse().unwrap()))
-            }
-            ["DONE", a, e] => done = Some((a.parse().unwrap(), e.parse().unwrap())),
-            _ => {}
-        }
-    }
-    let (acked, errors) = done.unwrap_or_else(|| {
-        panic!(
-            "{what} did not finish:\n{}\n{}",
-            proc::last_lines(&ran.stdout, 20),
-            proc::last_lines(&ran.stderr, 30)
-        )
-    });
+    let (acks, acked, errors, _) = run_seq_producer(&mut cmd, what, Duration::from_secs(180));
     (acks, acked, errors)
 }
 

@@ -143,40 +143,44 @@ fn java_produce(boot: &str, records: u64, props: &[&str]) -> (u64, u64) {
     (it.next().unwrap_or(0), it.next().unwrap_or(0))
 }
 
+/// Creates TOPIC on the source and writes `records` records with the Java producer
+/// (`props` its settings); returns the source's end offsets.
+fn produce_to_kafka(kafka: &KafkaCluster, records: u64, props: &[&str]) -> Vec<i64> {
+    kafka.create_topic(TOPIC, PARTITIONS, &[]);
+    let src = kafka.bootstrap();
+    let (acked, errors) = java_produce(&src, records, props);
+    assert_eq!((acked, errors), (records, 0), "producing to Kafka");
+    end_offsets(&src)
+}
+
+/// Creates mirror `dr` from `src` through `n1` (metadata synced every second, plus the
+/// `extra` settings), adds TOPIC, and waits for the RF=3 mirror topic to have leaders and full
+/// ISRs; returns its partitions' leaders and ISRs.
+fn mirror_topic(n1: &str, src: &str, extra: &[&str]) -> BTreeMap<i32, (i32, Vec<i32>)> {
+    let mut args = vec![
+        "create",
+        "dr",
+        "--source",
+        src,
+        "--set",
+        "mirror.metadata.sync.interval.ms=1000",
+    ];
+    for x in extra {
+        args.extend(["--set", x]);
+    }
+    cli(n1, &args);
+    cli(n1, &["add", "dr", "--topics", TOPIC]);
+    // Placed by the controller.
+    proc::wait_for(Duration::from_secs(60), "the RF=3 mirror topic", || {
+        leaders(n1).filter(|l| l.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
+    })
+}
+
 fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
     let src = kafka.bootstrap();
-    kafka.create_topic(TOPIC, PARTITIONS, &[]);
-    let (acked, errors) = java_produce(&src, RECORDS, &["linger.ms=20", "batch.size=65536"]);
-    assert_eq!((acked, errors), (RECORDS, 0), "producing to Kafka");
-    let src_end = end_offsets(&src);
-
+    let src_end = produce_to_kafka(kafka, RECORDS, &["linger.ms=20", "batch.size=65536"]);
     let n1 = c.node(1).addr();
-    cli(
-        &n1,
-        &[
-            "create",
-            "dr",
-            "--source",
-            &src,
-            "--set",
-            "mirror.metadata.sync.interval.ms=1000",
-            "--set",
-            &format!("mirror.throttled.rate={THROTTLE}"),
-        ],
-    );
-    cli(&n1, &["add", "dr", "--topics", TOPIC]);
-
-    // RF=3 mirror topic, placed by the controller.
-    let placed = proc::wait_for(
-        Duration::from_secs(60),
-        "the mirror topic with leaders",
-        || {
-            leaders(&n1).filter(|l| {
-                l.values()
-                    .all(|(leader, isr)| *leader > 0 && isr.len() == 3)
-            })
-        },
-    );
+    let placed = mirror_topic(&n1, &src, &[&format!("mirror.throttled.rate={THROTTLE}")]);
     let mut led: BTreeMap<i32, usize> = BTreeMap::new();
     for (leader, _) in placed.values() {
         *led.entry(*leader).or_default() += 1;
@@ -386,26 +390,9 @@ fn only_leaders_fetch_and_followers_replicate_the_mirror() {
     let mut c = start_three();
     c.dump_logs_on_panic(80, |c| {
         let src = kafka.bootstrap();
-        kafka.create_topic(TOPIC, PARTITIONS, &[]);
-        let (acked, errors) = java_produce(&src, 30_000, &["linger.ms=20"]);
-        assert_eq!((acked, errors), (30_000, 0), "producing to Kafka");
-        let src_end = end_offsets(&src);
+        let src_end = produce_to_kafka(&kafka, 30_000, &["linger.ms=20"]);
         let n1 = c.node(1).addr();
-        cli(
-            &n1,
-            &[
-                "create",
-                "dr",
-                "--source",
-                &src,
-                "--set",
-                "mirror.metadata.sync.interval.ms=1000",
-            ],
-        );
-        cli(&n1, &["add", "dr", "--topics", TOPIC]);
-        let placed = proc::wait_for(Duration::from_secs(60), "the RF=3 mirror topic", || {
-            leaders(&n1).filter(|l| l.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
-        });
+        let placed = mirror_topic(&n1, &src, &[]);
         let mine: Vec<i32> = placed
             .iter()
             .filter(|(_, (l, _))| *l == 1)

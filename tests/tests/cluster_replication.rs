@@ -15,7 +15,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kmirror_tests::cluster::{
-    describe_topic, kafka_three_nodes, ClusterOpts, Described, KmirrorCluster, ThreeNodes as Under,
+    describe_topic, kafka_three_nodes, run_seq_producer, ClusterOpts, Described, KmirrorCluster,
+    Produced, ThreeNodes as Under,
 };
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::proc;
@@ -75,33 +76,8 @@ fn wait_full_isr(c: &dyn Under, via: i32, topic: &str, partitions: i32, timeout:
     });
 }
 
-/// (partition, seq, offset) acks, acked, errors, and the ERR lines' error names.
-type Produced = (Vec<(i32, u64, i64)>, u64, u64, Vec<String>);
-
 fn produce(mut cmd: std::process::Command, what: &str) -> Produced {
-    let ran = proc::run(&mut cmd, Duration::from_secs(240));
-    let mut acks = Vec::new();
-    let mut errs = Vec::new();
-    let mut done = None;
-    for l in ran.stdout.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        match f.as_slice() {
-            ["ACK", p, s, o] => {
-                acks.push((p.parse().unwrap(), s.parse().unwrap(), o.parse().unwrap()))
-            }
-            ["ERR", _, _, e] => errs.push(e.to_string()),
-            ["DONE", a, e] => done = Some((a.parse().unwrap(), e.parse().unwrap())),
-            _ => {}
-        }
-    }
-    let (acked, errors) = done.unwrap_or_else(|| {
-        panic!(
-            "{what} did not finish:\n{}\n{}",
-            proc::last_lines(&ran.stdout, 20),
-            proc::last_lines(&ran.stderr, 30)
-        )
-    });
-    (acks, acked, errors, errs)
+    run_seq_producer(&mut cmd, what, Duration::from_secs(240))
 }
 
 fn java_produce(
