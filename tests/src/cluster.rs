@@ -8,7 +8,11 @@
 //! ([`crate::netns`], needs root) on `10.x.y.(10+i):9092` (controller listener `:9093`), so
 //! [`KmirrorCluster::isolate`] can cut one node off the network while it keeps running.
 
+use std::collections::BTreeMap;
+use std::path::Path;
 use std::time::Duration;
+
+use bytes::Bytes;
 
 use crate::kmirror::KmirrorNode;
 use crate::netns::NetNs;
@@ -226,4 +230,200 @@ impl KmirrorCluster {
             .collect::<Vec<_>>()
             .join("\n")
     }
+}
+
+/// What a three-node scenario needs from a cluster, kmirror or Apache Kafka (node ids
+/// 1..=3), so one scenario runs on both. Unlike [`crate::faults::ClusterUnderTest`],
+/// `restart` returns once the node serves, without waiting for it to be registered.
+pub trait ThreeNodes {
+    fn name(&self) -> &'static str;
+    fn addr(&self, id: i32) -> String;
+    fn kill(&mut self, id: i32);
+    fn restart(&mut self, id: i32);
+}
+
+impl ThreeNodes for KmirrorCluster {
+    fn name(&self) -> &'static str {
+        "kmirror"
+    }
+    fn addr(&self, id: i32) -> String {
+        self.node(id as usize).addr()
+    }
+    fn kill(&mut self, id: i32) {
+        KmirrorCluster::kill(self, id as usize)
+    }
+    fn restart(&mut self, id: i32) {
+        KmirrorCluster::restart(self, id as usize)
+    }
+}
+
+impl ThreeNodes for crate::kafka::KafkaCluster {
+    fn name(&self) -> &'static str {
+        "Kafka"
+    }
+    fn addr(&self, id: i32) -> String {
+        self.addr_of(id)
+    }
+    fn kill(&mut self, id: i32) {
+        self.kill_node(id)
+    }
+    fn restart(&mut self, id: i32) {
+        self.start_node(id)
+    }
+}
+
+impl KmirrorCluster {
+    /// Runs `f` on the cluster; if it panics, prints the last `lines` of every node's log
+    /// before passing the panic on.
+    pub fn dump_logs_on_panic<R>(&mut self, lines: usize, f: impl FnOnce(&mut Self) -> R) -> R {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(self)));
+        match r {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("{}", self.logs(lines));
+                std::panic::resume_unwind(e);
+            }
+        }
+    }
+}
+
+/// One partition as `kafka-topics --describe` prints it (lists in the tool's order).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Described {
+    pub leader: i32,
+    pub replicas: Vec<i32>,
+    pub isr: Vec<i32>,
+}
+
+/// A `1,2,3` broker id list; an id that does not parse is -2.
+fn broker_ids(list: &str) -> Vec<i32> {
+    list.split(',')
+        .filter(|s| !s.trim().is_empty())
+        .map(|s| s.trim().parse().unwrap_or(-2))
+        .collect()
+}
+
+/// `kafka-topics --describe --topic topic` through `addr`, by partition (whatever the tool
+/// listed: fewer partitions, or none, if it failed).
+pub fn describe_topic(addr: &str, topic: &str) -> BTreeMap<i32, Described> {
+    let ran = crate::java::run_tool(
+        crate::java::tools::TOPIC_COMMAND,
+        &["--bootstrap-server", addr, "--describe", "--topic", topic],
+        Duration::from_secs(60),
+    );
+    let mut out = BTreeMap::new();
+    for line in ran.stdout.lines() {
+        let f: BTreeMap<&str, &str> = line
+            .split('\t')
+            .filter_map(|f| f.split_once(':'))
+            .map(|(k, v)| (k.trim(), v.trim()))
+            .collect();
+        let Some(p) = f.get("Partition").and_then(|p| p.parse().ok()) else {
+            continue;
+        };
+        out.insert(
+            p,
+            Described {
+                leader: f.get("Leader").and_then(|l| l.parse().ok()).unwrap_or(-2),
+                replicas: broker_ids(f.get("Replicas").copied().unwrap_or("")),
+                isr: broker_ids(f.get("Isr").copied().unwrap_or("")),
+            },
+        );
+    }
+    out
+}
+
+/// Every byte of a partition's log in `dir` (a stopped node's files), and its log end.
+pub fn log_bytes(dir: &Path) -> (i64, Bytes) {
+    use kmirror_log::{Log, LogConfig};
+    let log = Log::open(dir, LogConfig::default()).unwrap();
+    let end = log.log_end_offset();
+    let mut out = Vec::new();
+    let mut at = log.log_start_offset();
+    while at < end {
+        let r = log.read(at, 1 << 20, end).unwrap();
+        assert!(!r.records.is_empty(), "{} at {at:?}", dir.display());
+        for h in kmirror_log::batch::BatchIter::headers(&r.records) {
+            let (h, _, _) = h.unwrap();
+            at = kmirror_types::Offset(h.base_offset() + i64::from(h.last_offset_delta()) + 1);
+        }
+        out.extend_from_slice(&r.records);
+    }
+    (end.get(), Bytes::from(out))
+}
+
+impl KmirrorCluster {
+    /// Stops every node cleanly (SIGTERM), asserting each exits cleanly, so its files can
+    /// be read.
+    pub fn stop_all(&mut self) {
+        for id in 1..=self.len() {
+            assert!(self.stop(id), "node {id} stops cleanly");
+        }
+    }
+
+    /// Every node's copy of `topic`-`partition` as [`log_bytes`] reads it, by node (node 1
+    /// first); the nodes must be stopped.
+    pub fn replica_logs(&self, topic: &str, partition: i32) -> Vec<(i64, Bytes)> {
+        (1..=self.len())
+            .map(|id| {
+                log_bytes(
+                    &self
+                        .node(id)
+                        .data_dir()
+                        .join("topics")
+                        .join(format!("{topic}-{partition}")),
+                )
+            })
+            .collect()
+    }
+}
+
+/// Three Apache Kafka nodes (KRaft combined mode) fencing a broker after `session_ms`
+/// without heartbeats (every 500 ms), as the three-node kmirror scenarios run.
+pub fn kafka_three_nodes(session_ms: u64) -> crate::kafka::KafkaCluster {
+    crate::kafka::KafkaCluster::start_with(crate::kafka::KafkaOptions {
+        nodes: 3,
+        props: vec![
+            ("broker.session.timeout.ms".into(), session_ms.to_string()),
+            ("broker.heartbeat.interval.ms".into(), "500".into()),
+        ],
+        ..crate::kafka::KafkaOptions::default()
+    })
+}
+
+/// What a sequence producer (Java `SeqProducer`, `seq_producer.py`) printed: its
+/// (partition, seq, offset) ACK lines, the DONE line's acked and error counts, and the ERR
+/// lines' error names.
+pub type Produced = (Vec<(i32, u64, i64)>, u64, u64, Vec<String>);
+
+/// Runs a sequence producer to its end (`what` names it in messages); panics if it prints
+/// no DONE line within `timeout`.
+pub fn run_seq_producer(
+    cmd: &mut std::process::Command,
+    what: &str,
+    timeout: Duration,
+) -> Produced {
+    let ran = proc::run(cmd, timeout);
+    let mut acks = Vec::new();
+    let mut errs = Vec::new();
+    let mut done = None;
+    for l in ran.stdout.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        match f.as_slice() {
+            ["ACK", p, s, o] => {
+                acks.push((p.parse().unwrap(), s.parse().unwrap(), o.parse().unwrap()))
+            }
+            ["ERR", _, _, e] => errs.push(e.to_string()),
+            ["DONE", a, e] => done = Some((a.parse().unwrap(), e.parse().unwrap())),
+            _ => {}
+        }
+    }
+    let (acked, errors) = done.unwrap_or_else(|| {
+        panic!(
+            "{what} did not finish:\n{}\n{}",
+            proc::last_lines(&ran.stdout, 20),
+            proc::last_lines(&ran.stderr, 30)
+        )
+    });
+    (acks, acked, errors, errs)
 }

@@ -188,6 +188,17 @@ pub fn kmirror_three_replicated() -> crate::cluster::KmirrorCluster {
     )
 }
 
+/// A fault [`acked_records_survive_node_faults`] injects.
+#[derive(Clone, Copy)]
+enum Fault {
+    /// SIGKILL the leader of partition 0, restart it.
+    KillLeader,
+    /// SIGKILL the active controller, restart it.
+    KillController,
+    /// Cut the leader of partition 0 off the network, heal it.
+    IsolateLeader,
+}
+
 /// One client family's producer and consumers on a topic of its own.
 struct Stream {
     client: Client,
@@ -333,33 +344,44 @@ pub fn acked_records_survive_node_faults(cluster: &mut dyn ClusterUnderTest, cli
     let topic0 = streams[0].topic.clone();
     progress(&mut streams, "warm-up", 300);
 
-    // (a) SIGKILL the leader of partition 0.
-    let victim = cluster.leader_of(&topic0, 0);
-    eprintln!("{name}: (a) SIGKILL node {victim}, leader of {topic0}-0");
-    cluster.kill(victim);
-    progress(&mut streams, "leader killed", 300);
-    let now = cluster.leader_of(&topic0, 0);
-    assert_ne!(
-        now, victim,
-        "{name}: {topic0}-0 still led by killed node {victim}"
-    );
-    cluster.restart(victim);
-    cluster.wait_fully_replicated(Duration::from_secs(120));
-    progress(&mut streams, "leader restarted", 100);
-
-    // (b) SIGKILL the active controller.
-    let controller = cluster.controller();
-    eprintln!("{name}: (b) SIGKILL node {controller}, the active controller");
-    cluster.kill(controller);
-    progress(&mut streams, "controller killed", 300);
-    let now = cluster.controller();
-    assert_ne!(
-        now, controller,
-        "{name}: killed node {controller} still controller"
-    );
-    cluster.restart(controller);
-    cluster.wait_fully_replicated(Duration::from_secs(120));
-    progress(&mut streams, "controller restarted", 100);
+    // One fault: hit the node in `role`, the producers keep acking on every partition,
+    // another node takes the role, then the node comes back and catches up.
+    let fault =
+        |cluster: &mut dyn ClusterUnderTest, streams: &mut Vec<Stream>, step: &str, f: Fault| {
+            let find = |cluster: &dyn ClusterUnderTest| match f {
+                Fault::KillController => cluster.controller(),
+                Fault::KillLeader | Fault::IsolateLeader => cluster.leader_of(&topic0, 0),
+            };
+            let role = match f {
+                Fault::KillController => "the active controller".to_string(),
+                Fault::KillLeader | Fault::IsolateLeader => format!("leader of {topic0}-0"),
+            };
+            let (verb, broken, mended) = match f {
+                Fault::KillLeader => ("SIGKILL", "leader killed", "leader restarted"),
+                Fault::KillController => ("SIGKILL", "controller killed", "controller restarted"),
+                Fault::IsolateLeader => ("isolate", "leader isolated", "isolated node healed"),
+            };
+            let victim = find(cluster);
+            eprintln!("{name}: {step} {verb} node {victim}, {role}");
+            match f {
+                Fault::IsolateLeader => cluster.isolate(victim),
+                Fault::KillLeader | Fault::KillController => cluster.kill(victim),
+            }
+            progress(streams, broken, 300);
+            let now = find(cluster);
+            assert_ne!(
+                now, victim,
+                "{name}: {role} is still node {victim} ({broken})"
+            );
+            match f {
+                Fault::IsolateLeader => cluster.heal(victim),
+                Fault::KillLeader | Fault::KillController => cluster.restart(victim),
+            }
+            cluster.wait_fully_replicated(Duration::from_secs(120));
+            progress(streams, mended, 100);
+        };
+    fault(&mut *cluster, &mut streams, "(a)", Fault::KillLeader);
+    fault(&mut *cluster, &mut streams, "(b)", Fault::KillController);
 
     // The first consumers stop here; their committed offsets must be where the next
     // member of each group starts.
@@ -376,19 +398,7 @@ pub fn acked_records_survive_node_faults(cluster: &mut dyn ClusterUnderTest, cli
         first.push(parse_consumed(&lines));
     }
 
-    // (c) Cut the leader of partition 0 off the network.
-    let cut = cluster.leader_of(&topic0, 0);
-    eprintln!("{name}: (c) isolate node {cut}, leader of {topic0}-0");
-    cluster.isolate(cut);
-    progress(&mut streams, "leader isolated", 300);
-    let now = cluster.leader_of(&topic0, 0);
-    assert_ne!(
-        now, cut,
-        "{name}: {topic0}-0 still led by isolated node {cut}"
-    );
-    cluster.heal(cut);
-    cluster.wait_fully_replicated(Duration::from_secs(120));
-    progress(&mut streams, "isolated node healed", 100);
+    fault(&mut *cluster, &mut streams, "(c)", Fault::IsolateLeader);
 
     // Second members: must start exactly at the committed offsets.
     let boot = cluster.bootstrap();

@@ -24,9 +24,11 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use kmirror_tests::cluster::{ClusterOpts, KmirrorCluster};
+use kmirror_tests::cluster::{
+    describe_topic, kafka_three_nodes, run_seq_producer, ClusterOpts, Described, KmirrorCluster,
+    ThreeNodes as Under,
+};
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::kafka::{KafkaCluster, KafkaOptions};
 use kmirror_tests::proc;
 use kmirror_tests::python;
 use kmirror_tests::wire::WireClient;
@@ -37,96 +39,11 @@ const PARTITIONS: i32 = 6;
 /// short, the mechanism is the same).
 const SESSION_MS: u64 = 3000;
 
-/// What the scenario needs from a cluster (kmirror or Kafka), node ids 1..=3.
-trait Under {
-    fn name(&self) -> &'static str;
-    fn addr(&self, id: i32) -> String;
-    fn kill(&mut self, id: i32);
-    fn restart(&mut self, id: i32);
-}
-
-impl Under for KmirrorCluster {
-    fn name(&self) -> &'static str {
-        "kmirror"
-    }
-    fn addr(&self, id: i32) -> String {
-        self.node(id as usize).addr()
-    }
-    fn kill(&mut self, id: i32) {
-        KmirrorCluster::kill(self, id as usize)
-    }
-    fn restart(&mut self, id: i32) {
-        KmirrorCluster::restart(self, id as usize)
-    }
-}
-
-impl Under for KafkaCluster {
-    fn name(&self) -> &'static str {
-        "Kafka"
-    }
-    fn addr(&self, id: i32) -> String {
-        self.addr_of(id)
-    }
-    fn kill(&mut self, id: i32) {
-        self.kill_node(id)
-    }
-    fn restart(&mut self, id: i32) {
-        self.start_node(id)
-    }
-}
-
-/// One partition as `kafka-topics --describe` prints it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Described {
-    leader: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-}
-
-fn ids(list: &str) -> Vec<i32> {
-    list.split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().unwrap_or(-2))
-        .collect()
-}
-
 /// `kafka-topics --describe --topic TOPIC` through `addr`, by partition.
 fn describe(addr: &str) -> BTreeMap<i32, Described> {
     let d = describe_topic(addr, TOPIC);
     assert_eq!(d.len(), PARTITIONS as usize, "describe via {addr}: {d:?}");
     d
-}
-
-/// `kafka-topics --describe --topic topic` through `addr`, by partition.
-fn describe_topic(addr: &str, topic: &str) -> BTreeMap<i32, Described> {
-    let ran = java::run_tool(
-        tools::TOPIC_COMMAND,
-        &["--bootstrap-server", addr, "--describe", "--topic", topic],
-        Duration::from_secs(60),
-    );
-    let mut out = BTreeMap::new();
-    for line in ran.stdout.lines() {
-        let fields: BTreeMap<&str, &str> = line
-            .split('\t')
-            .filter_map(|f| f.split_once(':'))
-            .map(|(k, v)| (k.trim(), v.trim()))
-            .collect();
-        let Some(p) = fields.get("Partition").and_then(|p| p.parse().ok()) else {
-            continue;
-        };
-        out.insert(
-            p,
-            Described {
-                leader: fields
-                    .get("Leader")
-                    .and_then(|l| l.parse().ok())
-                    .unwrap_or(-2),
-                replicas: ids(fields.get("Replicas").copied().unwrap_or("")),
-                isr: ids(fields.get("Isr").copied().unwrap_or("")),
-            },
-        );
-    }
-    out
 }
 
 fn sorted(v: &[i32]) -> Vec<i32> {
@@ -137,26 +54,7 @@ fn sorted(v: &[i32]) -> Vec<i32> {
 
 /// Runs a producer program; its ACK lines as (partition, seq, offset) and the DONE counts.
 fn produce(mut cmd: std::process::Command, what: &str) -> (Vec<(i32, u64, i64)>, u64, u64) {
-    let ran = proc::run(&mut cmd, Duration::from_secs(180));
-    let mut acks = Vec::new();
-    let mut done = None;
-    for l in ran.stdout.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        match f.as_slice() {
-            ["ACK", p, s, o] => {
-                acks.push((p.parse().unwrap(), s.parse().unwrap(), o.parse().unwrap()))
-            }
-            ["DONE", a, e] => done = Some((a.parse().unwrap(), e.parse().unwrap())),
-            _ => {}
-        }
-    }
-    let (acked, errors) = done.unwrap_or_else(|| {
-        panic!(
-            "{what} did not finish:\n{}\n{}",
-            proc::last_lines(&ran.stdout, 20),
-            proc::last_lines(&ran.stderr, 30)
-        )
-    });
+    let (acks, acked, errors, _) = run_seq_producer(&mut cmd, what, Duration::from_secs(180));
     (acks, acked, errors)
 }
 
@@ -525,24 +423,13 @@ fn three_kmirror_nodes_serve_raft_metadata_as_kafka_does() {
             ..ClusterOpts::default()
         },
     );
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&mut c)));
-    if let Err(e) = r {
-        eprintln!("{}", c.logs(40));
-        std::panic::resume_unwind(e);
-    }
+    c.dump_logs_on_panic(40, |c| scenario(c));
 }
 
 #[test]
 fn the_same_scenario_on_three_kafka_nodes() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let mut k = KafkaCluster::start_with(KafkaOptions {
-        nodes: 3,
-        props: vec![
-            ("broker.session.timeout.ms".into(), SESSION_MS.to_string()),
-            ("broker.heartbeat.interval.ms".into(), "500".into()),
-        ],
-        ..KafkaOptions::default()
-    });
+    let mut k = kafka_three_nodes(SESSION_MS);
     scenario(&mut k);
 }
 
@@ -591,7 +478,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
         out.sort();
         out
     };
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    c.dump_logs_on_panic(40, |c| {
         for (topic, rf) in [("kept", "3"), ("dropped", "2")] {
             java::run_tool(
                 tools::TOPIC_COMMAND,
@@ -611,7 +498,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
         }
         // RF 2 x 3 partitions: six replica directories, two per node.
         let placed = proc::wait_for(Duration::from_secs(20), "six replica dirs", || {
-            let d = dirs(&c, "dropped");
+            let d = dirs(c, "dropped");
             (d.len() == 6).then_some(d)
         });
         for id in 1..=3 {
@@ -637,7 +524,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
             Duration::from_secs(60),
         );
         for id in 1..=3 {
-            let l = acls(&c, id);
+            let l = acls(c, id);
             assert!(
                 l.contains("principal=User:alice") && l.contains("name=kept"),
                 "node {id}: {l}"
@@ -657,7 +544,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
         proc::wait_for(
             Duration::from_secs(20),
             "replica dirs deleted everywhere",
-            || dirs(&c, "dropped").is_empty().then_some(()),
+            || dirs(c, "dropped").is_empty().then_some(()),
         );
         // Controlled shutdown (SIGTERM): node 1 fences itself before it exits, so right
         // after, without waiting for the session timeout, it leads nothing and is not listed.
@@ -680,7 +567,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
         for n in 1..=3 {
             c.wait_brokers(n, 3, Duration::from_secs(60));
         }
-        let id = topic_id(&c, 2, "kept").expect("topic id");
+        let id = topic_id(c, 2, "kept").expect("topic id");
         let before = describe_topic(&c.node(2).addr(), "kept");
         for n in 1..=3 {
             assert!(c.stop(n), "node {n} stops cleanly on SIGTERM");
@@ -691,13 +578,13 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
         for n in 1..=3 {
             c.wait_brokers(n, 3, Duration::from_secs(60));
             proc::wait_for(Duration::from_secs(30), "topic after restart", || {
-                (topic_id(&c, n, "kept") == Some(id)).then_some(())
+                (topic_id(c, n, "kept") == Some(id)).then_some(())
             });
             assert!(
-                topic_id(&c, n, "dropped").is_none(),
+                topic_id(c, n, "dropped").is_none(),
                 "node {n} still has the deleted topic"
             );
-            let l = acls(&c, n);
+            let l = acls(c, n);
             assert!(
                 l.contains("principal=User:alice"),
                 "node {n} after restart: {l}"
@@ -708,11 +595,7 @@ fn acls_and_deletions_reach_every_kmirror_node_and_survive_a_full_restart() {
             d.values().map(|p| p.replicas.clone()).collect::<Vec<_>>()
         };
         assert_eq!(replicas(&after), replicas(&before));
-    }));
-    if let Err(e) = r {
-        eprintln!("{}", c.logs(40));
-        std::panic::resume_unwind(e);
-    }
+    });
 }
 
 fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
@@ -794,23 +677,23 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
         )
         .unwrap_or_default()
     };
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        create(&c);
-        produce(&c, "old", 50);
+    c.dump_logs_on_panic(40, |c| {
+        create(c);
+        produce(c, "old", 50);
         let old = proc::wait_for(
             Duration::from_secs(30),
             "node 3 holds the old topic",
             || {
-                let leader = served(&c, 1)?;
-                (leader.0 > 0 && served(&c, 3)? == leader).then_some(leader)
+                let leader = served(c, 1)?;
+                (leader.0 > 0 && served(c, 3)? == leader).then_some(leader)
             },
         );
-        let old_file = meta_file(&c, 3);
+        let old_file = meta_file(c, 3);
         assert!(
             old_file.starts_with("version: 0\ntopic_id: "),
             "partition.metadata: {old_file:?}"
         );
-        assert_eq!(meta_file(&c, 1), old_file, "one topic id on every replica");
+        assert_eq!(meta_file(c, 1), old_file, "one topic id on every replica");
 
         assert!(c.stop(3), "node 3 stops cleanly");
         // A copy of node 3's old directory, put back below as if removing it had failed.
@@ -833,12 +716,12 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
             let mut w = WireClient::connect(&c.node(2).addr()).ok()?;
             w.partition_info(T, 0).is_err().then_some(())
         });
-        create(&c);
-        produce(&c, "new", 7);
-        let new_file = meta_file(&c, 1);
+        create(c);
+        produce(c, "new", 7);
+        let new_file = meta_file(c, 1);
         assert_ne!(new_file, old_file, "the re-created topic has a new id");
         assert_eq!(
-            meta_file(&c, 3),
+            meta_file(c, 3),
             old_file,
             "node 3 still has the old directory"
         );
@@ -848,8 +731,8 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
             Duration::from_secs(60),
             "node 3 log-equal to the leader",
             || {
-                let leader = served(&c, 1)?;
-                (leader.0 > 0 && served(&c, 3)? == leader).then_some(leader)
+                let leader = served(c, 1)?;
+                (leader.0 > 0 && served(c, 3)? == leader).then_some(leader)
             },
         );
         assert_ne!((hw, &records), (old.0, &old.1));
@@ -858,11 +741,7 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
             text.contains("new-6") && !text.contains("old-"),
             "node 3 serves {text:?}"
         );
-        assert_eq!(
-            meta_file(&c, 3),
-            new_file,
-            "node 3 records the new topic id"
-        );
+        assert_eq!(meta_file(c, 3), new_file, "node 3 records the new topic id");
         // The leader's log end too: nothing of the old log survives past the new one's end.
         let mut w = WireClient::connect(&c.node(1).addr()).unwrap();
         assert_eq!(w.log_bounds(T, 0).unwrap(), (0, hw));
@@ -873,17 +752,13 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
         assert!(c.stop(3), "node 3 stops cleanly");
         std::fs::remove_dir_all(&dir3).unwrap();
         copy_dir(&saved, &dir3);
-        assert_eq!(meta_file(&c, 3), old_file);
+        assert_eq!(meta_file(c, 3), old_file);
         c.restart(3);
         let again = proc::wait_for(Duration::from_secs(60), "node 3 log-equal again", || {
-            let leader = served(&c, 1)?;
-            (leader.0 == hw && served(&c, 3)? == leader).then_some(leader)
+            let leader = served(c, 1)?;
+            (leader.0 == hw && served(c, 3)? == leader).then_some(leader)
         });
         assert_eq!(again, (hw, records.clone()));
-        assert_eq!(meta_file(&c, 3), new_file, "the stray log was replaced");
-    }));
-    if let Err(e) = r {
-        eprintln!("{}", c.logs(40));
-        std::panic::resume_unwind(e);
-    }
+        assert_eq!(meta_file(c, 3), new_file, "the stray log was replaced");
+    });
 }

@@ -16,13 +16,12 @@
 //! others or from the source.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kmirror_tests::cluster::{ClusterOpts, KmirrorCluster};
+use kmirror_tests::cluster::{describe_topic, ClusterOpts, KmirrorCluster};
 use kmirror_tests::deps;
-use kmirror_tests::java::{self, tools};
+use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
 use kmirror_tests::oracle::{log_equal, read_batches};
 use kmirror_tests::proc::{self, Ran};
@@ -91,31 +90,13 @@ fn describe_mirror(dst: &str) -> Vec<(i64, String, i64, i64, i64)> {
 
 /// Partition -> (leader, ISR sorted) from `kafka-topics --describe` through `addr`.
 fn leaders(addr: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
-    let ran = java::run_tool(
-        tools::TOPIC_COMMAND,
-        &["--bootstrap-server", addr, "--describe", "--topic", TOPIC],
-        Duration::from_secs(60),
-    );
-    let mut out = BTreeMap::new();
-    for line in ran.stdout.lines() {
-        let f: BTreeMap<&str, &str> = line
-            .split('\t')
-            .filter_map(|f| f.split_once(':'))
-            .map(|(k, v)| (k.trim(), v.trim()))
-            .collect();
-        let Some(p) = f.get("Partition").and_then(|p| p.parse().ok()) else {
-            continue;
-        };
-        let mut isr: Vec<i32> = f
-            .get("Isr")
-            .unwrap_or(&"")
-            .split(',')
-            .filter_map(|s| s.trim().parse().ok())
-            .collect();
-        isr.sort_unstable();
-        let leader = f.get("Leader").and_then(|l| l.parse().ok()).unwrap_or(-2);
-        out.insert(p, (leader, isr));
-    }
+    let out: BTreeMap<i32, (i32, Vec<i32>)> = describe_topic(addr, TOPIC)
+        .into_iter()
+        .map(|(p, mut d)| {
+            d.isr.sort_unstable();
+            (p, (d.leader, d.isr))
+        })
+        .collect();
     (out.len() == PARTITIONS as usize).then_some(out)
 }
 
@@ -162,59 +143,44 @@ fn java_produce(boot: &str, records: u64, props: &[&str]) -> (u64, u64) {
     (it.next().unwrap_or(0), it.next().unwrap_or(0))
 }
 
-/// Every byte of a partition's log in `dir` (a stopped node's files), and its end.
-fn log_bytes(dir: &Path) -> (i64, Bytes) {
-    use kmirror_log::{Log, LogConfig};
-    let log = Log::open(dir, LogConfig::default()).unwrap();
-    let end = log.log_end_offset();
-    let mut out = Vec::new();
-    let mut at = log.log_start_offset();
-    while at < end {
-        let r = log.read(at, 1 << 20, end).unwrap();
-        assert!(!r.records.is_empty(), "{} at {at:?}", dir.display());
-        for h in kmirror_log::batch::BatchIter::headers(&r.records) {
-            let (h, _, _) = h.unwrap();
-            at = kmirror_types::Offset(h.base_offset() + i64::from(h.last_offset_delta()) + 1);
-        }
-        out.extend_from_slice(&r.records);
+/// Creates TOPIC on the source and writes `records` records with the Java producer
+/// (`props` its settings); returns the source's end offsets.
+fn produce_to_kafka(kafka: &KafkaCluster, records: u64, props: &[&str]) -> Vec<i64> {
+    kafka.create_topic(TOPIC, PARTITIONS, &[]);
+    let src = kafka.bootstrap();
+    let (acked, errors) = java_produce(&src, records, props);
+    assert_eq!((acked, errors), (records, 0), "producing to Kafka");
+    end_offsets(&src)
+}
+
+/// Creates mirror `dr` from `src` through `n1` (metadata synced every second, plus the
+/// `extra` settings), adds TOPIC, and waits for the RF=3 mirror topic to have leaders and full
+/// ISRs; returns its partitions' leaders and ISRs.
+fn mirror_topic(n1: &str, src: &str, extra: &[&str]) -> BTreeMap<i32, (i32, Vec<i32>)> {
+    let mut args = vec![
+        "create",
+        "dr",
+        "--source",
+        src,
+        "--set",
+        "mirror.metadata.sync.interval.ms=1000",
+    ];
+    for x in extra {
+        args.extend(["--set", x]);
     }
-    (end.get(), Bytes::from(out))
+    cli(n1, &args);
+    cli(n1, &["add", "dr", "--topics", TOPIC]);
+    // Placed by the controller.
+    proc::wait_for(Duration::from_secs(60), "the RF=3 mirror topic", || {
+        leaders(n1).filter(|l| l.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
+    })
 }
 
 fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
     let src = kafka.bootstrap();
-    kafka.create_topic(TOPIC, PARTITIONS, &[]);
-    let (acked, errors) = java_produce(&src, RECORDS, &["linger.ms=20", "batch.size=65536"]);
-    assert_eq!((acked, errors), (RECORDS, 0), "producing to Kafka");
-    let src_end = end_offsets(&src);
-
+    let src_end = produce_to_kafka(kafka, RECORDS, &["linger.ms=20", "batch.size=65536"]);
     let n1 = c.node(1).addr();
-    cli(
-        &n1,
-        &[
-            "create",
-            "dr",
-            "--source",
-            &src,
-            "--set",
-            "mirror.metadata.sync.interval.ms=1000",
-            "--set",
-            &format!("mirror.throttled.rate={THROTTLE}"),
-        ],
-    );
-    cli(&n1, &["add", "dr", "--topics", TOPIC]);
-
-    // RF=3 mirror topic, placed by the controller.
-    let placed = proc::wait_for(
-        Duration::from_secs(60),
-        "the mirror topic with leaders",
-        || {
-            leaders(&n1).filter(|l| {
-                l.values()
-                    .all(|(leader, isr)| *leader > 0 && isr.len() == 3)
-            })
-        },
-    );
+    let placed = mirror_topic(&n1, &src, &[&format!("mirror.throttled.rate={THROTTLE}")]);
     let mut led: BTreeMap<i32, usize> = BTreeMap::new();
     for (leader, _) in placed.values() {
         *led.entry(*leader).or_default() += 1;
@@ -324,20 +290,9 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
             Bytes::from(b)
         })
         .collect();
-    for id in 1..=3 {
-        assert!(c.stop(id), "node {id} stops cleanly");
-    }
+    c.stop_all();
     for p in 0..PARTITIONS {
-        let logs: Vec<(i64, Bytes)> = (1..=3)
-            .map(|id| {
-                log_bytes(
-                    &c.node(id)
-                        .data_dir()
-                        .join("topics")
-                        .join(format!("{TOPIC}-{p}")),
-                )
-            })
-            .collect();
+        let logs = c.replica_logs(TOPIC, p);
         let want = &source[p as usize];
         for (i, (end, bytes)) in logs.iter().enumerate() {
             assert_eq!(
@@ -360,14 +315,9 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
     }
 }
 
-#[test]
-#[ignore = "needs the mirror state (__mirror_state) and definitions on the Raft log (helper cstate): \
-            today only the node that took CreateMirror knows the mirror, so partitions led \
-            elsewhere have no fetcher"]
-fn kafka_source_mirrored_into_three_kmirror_nodes_through_a_leader_kill() {
-    let _heavy = kmirror_tests::heavy_test_lock();
-    let kafka = KafkaCluster::single();
-    let mut c = KmirrorCluster::start(
+/// Three kmirror nodes, one core each, topics replicated to all three by default.
+fn start_three() -> KmirrorCluster {
+    KmirrorCluster::start(
         3,
         ClusterOpts {
             extra: vec![
@@ -379,32 +329,27 @@ fn kafka_source_mirrored_into_three_kmirror_nodes_through_a_leader_kill() {
             session_timeout_ms: 3000,
             ..ClusterOpts::default()
         },
-    );
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| scenario(&mut c, &kafka)));
-    if let Err(e) = r {
-        eprintln!("{}", c.logs(80));
-        std::panic::resume_unwind(e);
-    }
+    )
+}
+
+#[test]
+#[ignore = "needs the mirror state (__mirror_state) and definitions on the Raft log (helper cstate): \
+            today only the node that took CreateMirror knows the mirror, so partitions led \
+            elsewhere have no fetcher"]
+fn kafka_source_mirrored_into_three_kmirror_nodes_through_a_leader_kill() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let mut c = start_three();
+    c.dump_logs_on_panic(80, |c| scenario(c, &kafka));
 }
 
 /// Stops every node, then checks each partition's three replicas: byte-equal to each other
 /// and a prefix of the source's batches (`source[p]`). Returns each partition's log end.
 fn replicas_equal_and_source_prefixes(c: &mut KmirrorCluster, source: &[Bytes]) -> Vec<i64> {
-    for id in 1..=3 {
-        assert!(c.stop(id), "node {id} stops cleanly");
-    }
+    c.stop_all();
     let mut ends = Vec::new();
     for p in 0..PARTITIONS {
-        let logs: Vec<(i64, Bytes)> = (1..=3)
-            .map(|id| {
-                log_bytes(
-                    &c.node(id)
-                        .data_dir()
-                        .join("topics")
-                        .join(format!("{TOPIC}-{p}")),
-                )
-            })
-            .collect();
+        let logs = c.replica_logs(TOPIC, p);
         let want = &source[p as usize];
         for (i, (end, bytes)) in logs.iter().enumerate() {
             assert_eq!(*end, logs[0].0, "{TOPIC}-{p}: node {} log end", i + 1);
@@ -442,41 +387,12 @@ fn source_batches(src: &str, ends: &[i64]) -> Vec<Bytes> {
 fn only_leaders_fetch_and_followers_replicate_the_mirror() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::single();
-    let mut c = KmirrorCluster::start(
-        3,
-        ClusterOpts {
-            extra: vec![
-                "--cores".into(),
-                "1".into(),
-                "--default-replication-factor".into(),
-                "3".into(),
-            ],
-            session_timeout_ms: 3000,
-            ..ClusterOpts::default()
-        },
-    );
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+    let mut c = start_three();
+    c.dump_logs_on_panic(80, |c| {
         let src = kafka.bootstrap();
-        kafka.create_topic(TOPIC, PARTITIONS, &[]);
-        let (acked, errors) = java_produce(&src, 30_000, &["linger.ms=20"]);
-        assert_eq!((acked, errors), (30_000, 0), "producing to Kafka");
-        let src_end = end_offsets(&src);
+        let src_end = produce_to_kafka(&kafka, 30_000, &["linger.ms=20"]);
         let n1 = c.node(1).addr();
-        cli(
-            &n1,
-            &[
-                "create",
-                "dr",
-                "--source",
-                &src,
-                "--set",
-                "mirror.metadata.sync.interval.ms=1000",
-            ],
-        );
-        cli(&n1, &["add", "dr", "--topics", TOPIC]);
-        let placed = proc::wait_for(Duration::from_secs(60), "the RF=3 mirror topic", || {
-            leaders(&n1).filter(|l| l.values().all(|(l, isr)| *l > 0 && isr.len() == 3))
-        });
+        let placed = mirror_topic(&n1, &src, &[]);
         let mine: Vec<i32> = placed
             .iter()
             .filter(|(_, (l, _))| *l == 1)
@@ -530,16 +446,12 @@ fn only_leaders_fetch_and_followers_replicate_the_mirror() {
         // Followers fetch the last high watermark, then every replica is compared.
         std::thread::sleep(Duration::from_secs(3));
         let source = source_batches(&src, &src_end);
-        let ends = replicas_equal_and_source_prefixes(&mut c, &source);
+        let ends = replicas_equal_and_source_prefixes(c, &source);
         for p in &mine {
             assert_eq!(
                 ends[*p as usize], src_end[*p as usize],
                 "{TOPIC}-{p} on every replica"
             );
         }
-    }));
-    if let Err(e) = r {
-        eprintln!("{}", c.logs(80));
-        std::panic::resume_unwind(e);
-    }
+    });
 }

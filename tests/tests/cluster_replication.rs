@@ -12,13 +12,13 @@
 //!   byte-equal (read with the log crate; no replica-id reads needed).
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
-use kmirror_tests::cluster::{ClusterOpts, KmirrorCluster};
+use kmirror_tests::cluster::{
+    describe_topic, kafka_three_nodes, run_seq_producer, ClusterOpts, Described, KmirrorCluster,
+    Produced, ThreeNodes as Under,
+};
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::kafka::{KafkaCluster, KafkaOptions};
 use kmirror_tests::proc;
 use kmirror_tests::python;
 
@@ -31,86 +31,13 @@ const PARTITIONS: i32 = 3;
 const SESSION_MS: u64 = 3000;
 const RECORDS: u64 = 3000;
 
-trait Under {
-    fn name(&self) -> &'static str;
-    fn addr(&self, id: i32) -> String;
-    fn kill(&mut self, id: i32);
-    fn restart(&mut self, id: i32);
-}
-
-impl Under for KmirrorCluster {
-    fn name(&self) -> &'static str {
-        "kmirror"
-    }
-    fn addr(&self, id: i32) -> String {
-        self.node(id as usize).addr()
-    }
-    fn kill(&mut self, id: i32) {
-        KmirrorCluster::kill(self, id as usize)
-    }
-    fn restart(&mut self, id: i32) {
-        KmirrorCluster::restart(self, id as usize)
-    }
-}
-
-impl Under for KafkaCluster {
-    fn name(&self) -> &'static str {
-        "Kafka"
-    }
-    fn addr(&self, id: i32) -> String {
-        self.addr_of(id)
-    }
-    fn kill(&mut self, id: i32) {
-        self.kill_node(id)
-    }
-    fn restart(&mut self, id: i32) {
-        self.start_node(id)
-    }
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct Described {
-    leader: i32,
-    replicas: Vec<i32>,
-    isr: Vec<i32>,
-}
-
-fn ids(list: &str) -> Vec<i32> {
-    let mut v: Vec<i32> = list
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().unwrap_or(-2))
-        .collect();
-    v.sort_unstable();
-    v
-}
-
-/// `kafka-topics --describe --topic topic` through `addr`, by partition (None: the tool
-/// failed or listed fewer partitions, e.g. while the node it asked is going away).
+/// `kafka-topics --describe --topic topic` through `addr`, by partition, ISRs sorted (None:
+/// the tool failed or listed fewer partitions, e.g. while the node it asked is going away).
 fn describe(addr: &str, topic: &str, partitions: i32) -> Option<BTreeMap<i32, Described>> {
-    let ran = java::run_tool(
-        tools::TOPIC_COMMAND,
-        &["--bootstrap-server", addr, "--describe", "--topic", topic],
-        Duration::from_secs(60),
-    );
-    let mut out = BTreeMap::new();
-    for line in ran.stdout.lines() {
-        let f: BTreeMap<&str, &str> = line
-            .split('\t')
-            .filter_map(|f| f.split_once(':'))
-            .map(|(k, v)| (k.trim(), v.trim()))
-            .collect();
-        let Some(p) = f.get("Partition").and_then(|p| p.parse().ok()) else {
-            continue;
-        };
-        out.insert(
-            p,
-            Described {
-                leader: f.get("Leader").and_then(|l| l.parse().ok()).unwrap_or(-2),
-                replicas: ids(f.get("Replicas").copied().unwrap_or("")),
-                isr: ids(f.get("Isr").copied().unwrap_or("")),
-            },
-        );
+    let mut out = describe_topic(addr, topic);
+    for d in out.values_mut() {
+        d.replicas.sort_unstable();
+        d.isr.sort_unstable();
     }
     (out.len() == partitions as usize).then_some(out)
 }
@@ -149,33 +76,8 @@ fn wait_full_isr(c: &dyn Under, via: i32, topic: &str, partitions: i32, timeout:
     });
 }
 
-/// (partition, seq, offset) acks, acked, errors, and the ERR lines' error names.
-type Produced = (Vec<(i32, u64, i64)>, u64, u64, Vec<String>);
-
 fn produce(mut cmd: std::process::Command, what: &str) -> Produced {
-    let ran = proc::run(&mut cmd, Duration::from_secs(240));
-    let mut acks = Vec::new();
-    let mut errs = Vec::new();
-    let mut done = None;
-    for l in ran.stdout.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        match f.as_slice() {
-            ["ACK", p, s, o] => {
-                acks.push((p.parse().unwrap(), s.parse().unwrap(), o.parse().unwrap()))
-            }
-            ["ERR", _, _, e] => errs.push(e.to_string()),
-            ["DONE", a, e] => done = Some((a.parse().unwrap(), e.parse().unwrap())),
-            _ => {}
-        }
-    }
-    let (acked, errors) = done.unwrap_or_else(|| {
-        panic!(
-            "{what} did not finish:\n{}\n{}",
-            proc::last_lines(&ran.stdout, 20),
-            proc::last_lines(&ran.stderr, 30)
-        )
-    });
-    (acks, acked, errors, errs)
+    run_seq_producer(&mut cmd, what, Duration::from_secs(240))
 }
 
 fn java_produce(
@@ -345,25 +247,6 @@ fn scenario(c: &mut dyn Under) {
     eprintln!("{name}: scenario {:.1} s", started.elapsed().as_secs_f64());
 }
 
-/// Every byte of a partition's log in `dir` (a stopped node's files).
-fn log_bytes(dir: &Path) -> (i64, Bytes) {
-    use kmirror_log::{Log, LogConfig};
-    let log = Log::open(dir, LogConfig::default()).unwrap();
-    let end = log.log_end_offset();
-    let mut out = Vec::new();
-    let mut at = log.log_start_offset();
-    while at < end {
-        let r = log.read(at, 1 << 20, end).unwrap();
-        assert!(!r.records.is_empty(), "{} at {at:?}", dir.display());
-        for h in kmirror_log::batch::BatchIter::headers(&r.records) {
-            let (h, _, _) = h.unwrap();
-            at = kmirror_types::Offset(h.base_offset() + i64::from(h.last_offset_delta()) + 1);
-        }
-        out.extend_from_slice(&r.records);
-    }
-    (end.get(), Bytes::from(out))
-}
-
 #[test]
 fn three_kmirror_nodes_replicate_records_as_kafka_does() {
     let _heavy = kmirror_tests::heavy_test_lock();
@@ -374,28 +257,17 @@ fn three_kmirror_nodes_replicate_records_as_kafka_does() {
             ..ClusterOpts::default()
         },
     );
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        scenario(&mut c);
+    c.dump_logs_on_panic(60, |c| {
+        scenario(c);
         // Let the followers fetch the last high watermark, then stop every node cleanly and
         // compare the files.
         std::thread::sleep(Duration::from_secs(2));
-        for id in 1..=3 {
-            assert!(c.stop(id), "node {id} stops cleanly");
-        }
+        c.stop_all();
         for (topic, p) in [TOPIC, RD_TOPIC]
             .into_iter()
             .flat_map(|t| (0..PARTITIONS).map(move |p| (t, p)))
         {
-            let logs: Vec<(i64, Bytes)> = (1..=3)
-                .map(|id| {
-                    log_bytes(
-                        &c.node(id)
-                            .data_dir()
-                            .join("topics")
-                            .join(format!("{topic}-{p}")),
-                    )
-                })
-                .collect();
+            let logs = c.replica_logs(topic, p);
             assert!(
                 logs[0].0 >= (RECORDS / PARTITIONS as u64) as i64,
                 "{topic}-{p}: {}",
@@ -410,23 +282,12 @@ fn three_kmirror_nodes_replicate_records_as_kafka_does() {
                 );
             }
         }
-    }));
-    if let Err(e) = r {
-        eprintln!("{}", c.logs(60));
-        std::panic::resume_unwind(e);
-    }
+    });
 }
 
 #[test]
 fn the_same_scenario_on_three_kafka_nodes() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let mut k = KafkaCluster::start_with(KafkaOptions {
-        nodes: 3,
-        props: vec![
-            ("broker.session.timeout.ms".into(), SESSION_MS.to_string()),
-            ("broker.heartbeat.interval.ms".into(), "500".into()),
-        ],
-        ..KafkaOptions::default()
-    });
+    let mut k = kafka_three_nodes(SESSION_MS);
     scenario(&mut k);
 }
