@@ -110,6 +110,7 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::ElectLeaders,
     ApiKey::UpdateFeatures,
     ApiKey::DescribeQuorum,
+    ApiKey::WriteTxnMarkers,
 ];
 
 /// The fixed topic every read cell looks at: three one-record batches at `TS0`, `TS0+1000`,
@@ -345,6 +346,7 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::IncrementalAlterConfigs => IncrementalAlterConfigsRequest::VERSIONS,
         ApiKey::DescribeCluster => DescribeClusterRequest::VERSIONS,
         ApiKey::DescribeQuorum => DescribeQuorumRequest::VERSIONS,
+        ApiKey::WriteTxnMarkers => WriteTxnMarkersRequest::VERSIONS,
         ApiKey::CreateAcls => CreateAclsRequest::VERSIONS,
         ApiKey::DescribeAcls => DescribeAclsRequest::VERSIONS,
         ApiKey::DeleteAcls => DeleteAclsRequest::VERSIONS,
@@ -444,6 +446,7 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::IncrementalAlterConfigs => incremental_alter_configs(c, v),
         ApiKey::DescribeCluster => describe_cluster(c, v),
         ApiKey::DescribeQuorum => describe_quorum(c, v),
+        ApiKey::WriteTxnMarkers => write_txn_markers(c, v),
         ApiKey::CreateAcls => create_acls(c, v),
         ApiKey::DescribeAcls => describe_acls(c, v),
         ApiKey::DeleteAcls => delete_acls(c, v),
@@ -1534,6 +1537,31 @@ fn describe_cluster(c: &mut Conn, v: i16) -> R<()> {
         || format!("brokers {:?}", r.brokers),
     )?;
     check(!r.cluster_id.is_empty(), || "empty cluster id".into())
+}
+
+/// A marker for a partition this broker does not host: answered per partition with
+/// UNKNOWN_TOPIC_OR_PARTITION, and no log is touched (the inter-broker API a transaction
+/// coordinator sends to partition leaders).
+fn write_txn_markers(c: &mut Conn, v: i16) -> R<()> {
+    use kafka_protocol::messages::write_txn_markers_request::*;
+    let req = WriteTxnMarkersRequest::default().with_markers(vec![WritableTxnMarker::default()
+        .with_producer_id(ProducerId(7))
+        .with_producer_epoch(0)
+        .with_transaction_result(false)
+        .with_coordinator_epoch(0)
+        .with_topics(vec![WritableTxnMarkerTopic::default()
+            .with_name(tn("conf-no-such-topic"))
+            .with_partition_indexes(vec![0])])]);
+    let r = c.send(&req, v)?;
+    let p = r
+        .markers
+        .first()
+        .and_then(|m| m.topics.first())
+        .and_then(|t| t.partitions.first())
+        .ok_or("no partition result")?;
+    check(p.error_code == 3, || {
+        format!("WriteTxnMarkers partition: error code {}", p.error_code)
+    })
 }
 
 /// The metadata quorum of a one-node cluster: this node, the only voter, leads.
