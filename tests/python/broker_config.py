@@ -58,6 +58,15 @@ def main():
         while seen == before and time.time() < deadline:
             time.sleep(0.2)
             seen = describe()
+        # Kafka can report a change in two halves (the new source with the old value for a
+        # moment): read until two answers agree.
+        settle = time.time() + 5
+        while time.time() < settle:
+            time.sleep(0.5)
+            again = describe()
+            if again == seen:
+                break
+            seen = again
         print(
             json.dumps({"step": name, "error": err, "value": seen[0], "source": seen[1]}),
             flush=True,
