@@ -56,6 +56,8 @@ const STOP_TIMEOUT: Duration = Duration::from_secs(30);
 const RETRY_STOP_WAIT: Duration = Duration::from_millis(200);
 /// How often an unfinished failover (a STOPPING partition) is retried.
 const FAILOVER_RETRY: Duration = Duration::from_secs(2);
+/// How long a failover step waits for the ISR to replicate a partition's log end.
+const REPLICATED_WAIT: Duration = Duration::from_secs(10);
 /// Most partitions a mirror topic may take from its source (the local topic limit).
 const MAX_MIRROR_PARTITIONS: i32 = 100_000;
 
@@ -237,7 +239,18 @@ impl ExtensionApis for MirrorBroker {
             stop_pending: BTreeSet::new(),
             sync_errors: HashMap::new(),
         };
+        // In a cluster the mirror state is the quorum's (`__mirror_state` on the Raft log):
+        // the local file is not used, and the view starts empty until the first load.
+        let quorum = broker.cluster.is_replicated().then(|| {
+            *service.coordinator_mut() = MirrorCoordinator::new(MirrorStateStore::in_memory());
+            QuorumMirror {
+                committer: Arc::new(ClusterCommitter(broker.cluster.clone())),
+                loaded: None,
+                seat: false,
+            }
+        });
         let mut ctl = Control {
+            quorum,
             service,
             host,
             tx: self.tx.clone(),
@@ -467,6 +480,30 @@ impl BrokerHost {
         Ok(())
     }
 
+    /// Cluster mode: waits until the ISR has replicated `tp` to its log end (high watermark
+    /// = log end), so a failover step never cuts records the followers have not fetched yet
+    /// and a PID-reset marker is committed before STOPPED is. One node: nothing to wait for.
+    fn await_replicated(&self, tp: &TopicPartition) -> Result<(), String> {
+        if !self.broker.cluster.is_replicated() {
+            return Ok(());
+        }
+        let until = Instant::now() + REPLICATED_WAIT;
+        loop {
+            let (hw, end) = self.on_partition(tp, |p| {
+                Ok((p.log.high_watermark().0, p.log.log_end_offset().0))
+            })?;
+            if hw >= end {
+                return Ok(());
+            }
+            if Instant::now() >= until {
+                return Err(format!(
+                    "{tp}: followers have not replicated to {end} (high watermark {hw}); retrying"
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     fn fetch_task(
         &self,
         mirror: &MirrorDefinition,
@@ -509,6 +546,10 @@ impl MirrorHost for BrokerHost {
     }
 
     fn start_fetcher(&mut self, mirror: &MirrorDefinition, tp: &TopicPartition) {
+        if !self.leads(&self.broker.cluster.snapshot(), tp) {
+            // Its leader runs it (the reconcile there starts it).
+            return;
+        }
         let task = self.fetch_task(mirror, tp, None, true);
         if let Err(e) = self.manager.start(task) {
             tracing::warn!(%tp, error = %e, "cannot start mirror fetcher");
@@ -564,6 +605,9 @@ impl MirrorHost for BrokerHost {
     }
 
     fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<i64, String> {
+        // The LSO is below the high watermark: mirrored records not yet on the followers
+        // would be cut, so they are replicated first.
+        self.await_replicated(tp)?;
         self.on_partition(tp, |p| {
             let lso = p.log.last_stable_offset();
             p.log.truncate_to(lso).map_err(|e| e.to_string())?;
@@ -574,7 +618,7 @@ impl MirrorHost for BrokerHost {
     }
 
     fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String> {
-        self.on_partition(tp, |p| {
+        let ends = self.on_partition(tp, |p| {
             let end = p.log.log_end_offset().0;
             if end <= p.log.log_start_offset().0 {
                 return Ok(false);
@@ -603,7 +647,16 @@ impl MirrorHost for BrokerHost {
                     .is_some_and(|(t, _)| t == kmirror_log::batch::CONTROL_TYPE_MIRROR_PID_RESET),
                 _ => false,
             })
-        })
+        })?;
+        // A marker written by an earlier try counts once the followers have it.
+        if ends {
+            self.await_replicated(tp)?;
+        }
+        Ok(ends)
+    }
+
+    fn runs_partition_steps(&self, tp: &TopicPartition) -> bool {
+        self.leads(&self.broker.cluster.snapshot(), tp)
     }
 
     fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String> {
@@ -617,7 +670,8 @@ impl MirrorHost for BrokerHost {
             )
             .map_err(|e| e.to_string())?;
             p.log.flush().map_err(|e| e.to_string())
-        })
+        })?;
+        self.await_replicated(tp)
     }
 }
 
@@ -631,7 +685,14 @@ impl MirrorLiveStatus for BrokerHost {
     }
 
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
-        let st = match self.manager.status(tp) {
+        // A fetcher's last status counts while it runs, or where this node leads (paused);
+        // a replica that does not lead reports its own log.
+        let leads = || self.leads(&self.broker.cluster.snapshot(), tp);
+        let status = self
+            .manager
+            .status(tp)
+            .filter(|_| self.manager.is_running(tp) || leads());
+        let st = match status {
             Some(st) => st,
             // No fetcher ran since this node started (paused across a restart): the local log
             // gives the destination end and the newest mirrored timestamp, the sync rounds the
@@ -667,6 +728,30 @@ impl MirrorLiveStatus for BrokerHost {
     }
 }
 
+/// Sends one request frame to `addr` and returns its response frame (a mirror request
+/// forwarded to the seat; the correlation id is the client's, so the answer passes back
+/// as is).
+fn forward(addr: &str, frame: &[u8]) -> std::io::Result<Bytes> {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr)?;
+    // A failover on the seat waits for fetchers to stop (up to STOP_TIMEOUT per partition).
+    s.set_read_timeout(Some(Duration::from_secs(120)))?;
+    let len = u32::try_from(frame.len()).map_err(std::io::Error::other)?;
+    let mut out = Vec::with_capacity(frame.len() + 4);
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(frame);
+    s.write_all(&out)?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len)?;
+    let len = u32::from_be_bytes(len) as usize;
+    if len > 100 << 20 {
+        return Err(std::io::Error::other("response frame too large"));
+    }
+    let mut buf = vec![0u8; len];
+    s.read_exact(&mut buf)?;
+    Ok(Bytes::from(buf))
+}
+
 /// What the control loop woke up for.
 enum Got {
     Msg(Msg),
@@ -679,7 +764,30 @@ const DRAIN_MAX: usize = 10_000;
 /// A reconcile runs at least this often even when nothing changed.
 const RECONCILE_SAFETY_NET: Duration = Duration::from_secs(5);
 
+/// Commits mirror records through the metadata quorum (blocks the mirror control thread).
+struct ClusterCommitter(kmirror_net::cluster::Cluster);
+
+impl kmirror_control::replicated::Committer for ClusterCommitter {
+    fn commit(&self, cmd: ClusterCommand) -> std::io::Result<()> {
+        self.0
+            .propose_blocking(cmd)
+            .map(|_| ())
+            .map_err(|e| std::io::Error::other(e.to_string()))
+    }
+}
+
+/// The mirror host's part in a cluster: its view of the replicated mirror state and whether
+/// it holds the mirror coordinator's seat (the quorum leader, as for the group coordinator).
+struct QuorumMirror {
+    committer: Arc<dyn kmirror_control::replicated::Committer>,
+    /// (quorum term, applied mirror-state version) of the loaded view.
+    loaded: Option<(u64, u64)>,
+    seat: bool,
+}
+
 struct Control {
+    /// Cluster mode only (None on one node, which always holds the seat).
+    quorum: Option<QuorumMirror>,
     /// Per topic, the core rule the router last refused (a pin beyond this broker's cores,
     /// e.g. after a restart with fewer cores): not retried, nor logged, until it changes.
     placement_refused: HashMap<String, Option<kmirror_engine::TopicRule>>,
@@ -710,12 +818,71 @@ impl Control {
         self.service.coordinator_mut()
     }
 
+    /// Whether this node drives the mirrors: admin requests, sync rounds (topic creation,
+    /// configs, offsets, ACLs) and read-only flags. One node: always.
+    fn is_seat(&self) -> bool {
+        self.quorum.as_ref().is_none_or(|q| q.seat)
+    }
+
+    /// Cluster mode: reloads the view of the replicated mirror state when it changed or the
+    /// quorum term moved. Every record this node writes (admin changes on the seat, fetcher
+    /// events and failover steps on a partition's leader) is committed at the current term,
+    /// so a node that missed a leader change is fenced instead of writing over newer state.
+    /// True when the view was reloaded.
+    fn follow_quorum(&mut self) -> bool {
+        let Some(q) = &mut self.quorum else {
+            return false;
+        };
+        let cluster = &self.host.broker.cluster;
+        let Some(status) = cluster.quorum_status() else {
+            return false;
+        };
+        let version = cluster.mirror_state_version();
+        let me = u64::try_from(self.host.broker.config.node_id).ok();
+        let seat = status.leader.is_some() && status.leader == me && status.coordinator_ready;
+        if q.loaded == Some((status.term, version)) && q.seat == seat {
+            return false;
+        }
+        let Some(driver) = cluster.driver() else {
+            return false;
+        };
+        let (committer, term) = (q.committer.clone(), status.term);
+        let Some(store) = driver.read(
+            move |n| MirrorStateStore::replicated(n.mirrors(), committer, term),
+            Duration::from_secs(5),
+        ) else {
+            return false;
+        };
+        if seat != q.seat {
+            tracing::info!(term, seat, "mirror coordinator seat changed");
+        }
+        q.loaded = Some((term, version));
+        q.seat = seat;
+        *self.service.coordinator_mut() = MirrorCoordinator::new(store);
+        true
+    }
+
+    /// Where a mirror request goes when this node does not hold the seat: the quorum
+    /// leader's first listener (None: no leader known, or this node leads).
+    fn seat_addr(&self) -> Option<String> {
+        self.quorum.as_ref().filter(|q| !q.seat)?;
+        let cluster = &self.host.broker.cluster;
+        let leader = i32::try_from(cluster.quorum_status()?.leader?).ok()?;
+        if leader == self.host.broker.config.node_id {
+            return None;
+        }
+        let meta = cluster.snapshot();
+        let e = meta.brokers.get(&leader)?.endpoints.first()?.clone();
+        Some(format!("{}:{}", e.host, e.port))
+    }
+
     fn run(
         &mut self,
         rx: flume::Receiver<Msg>,
         events: flume::Receiver<(TopicPartition, FetchEvent)>,
         stop: Arc<std::sync::atomic::AtomicBool>,
     ) {
+        self.follow_quorum();
         let recovered = {
             let (svc, host) = (&mut self.service, &mut self.host);
             svc.coordinator_mut().recover(host)
@@ -739,7 +906,8 @@ impl Control {
                 .unwrap_or(Got::Idle);
             // Everything already queued is handled before one reconcile: a burst of events
             // (5,000 partitions retrying after a source outage) costs one pass, not 5,000.
-            let mut dirty = self.handle(got);
+            let mut dirty = self.follow_quorum();
+            dirty |= self.handle(got);
             for _ in 0..DRAIN_MAX {
                 let next = match events.try_recv() {
                     Ok((tp, e)) => Got::Event(tp, e),
@@ -775,6 +943,26 @@ impl Control {
     fn handle(&mut self, got: Got) -> bool {
         match got {
             Got::Msg(Msg::Request(frame, reply)) => {
+                if let Some(addr) = self.seat_addr() {
+                    // The seat answers (Kafka forwards mirror admin requests to its
+                    // controller); off this thread, which serves the fetchers' events.
+                    let spawned = std::thread::Builder::new()
+                        .name("kmirror-mirror-fwd".into())
+                        .spawn(move || {
+                            let out = match forward(&addr, &frame) {
+                                Ok(b) => Some(b),
+                                Err(e) => {
+                                    tracing::warn!(%addr, error = %e, "cannot forward a mirror request to the seat");
+                                    None
+                                }
+                            };
+                            let _ = reply.send(out);
+                        });
+                    if let Err(e) = spawned {
+                        tracing::warn!(error = %e, "cannot spawn a mirror forwarding thread");
+                    }
+                    return false;
+                }
                 let key = kmirror_net::frame::header_prefix(&frame).api_key;
                 let now = crate::fetcher::now_ms();
                 let out = {
@@ -804,7 +992,10 @@ impl Control {
                 match r {
                     Ok(snap) => {
                         self.host.sync_errors.remove(&mirror);
-                        self.apply_sync(&mirror, snap)
+                        // A round started before this node lost the seat changes nothing.
+                        if self.is_seat() {
+                            self.apply_sync(&mirror, snap)
+                        }
                     }
                     Err(e) => {
                         tracing::warn!(%mirror, error = %e, "mirror sync round failed");
@@ -1034,7 +1225,7 @@ impl Control {
                 .iter()
                 .find(|(_, _, s)| s.is_read_only())
                 .map(|(_, m, _)| m.clone());
-            if t.mirror != owner {
+            if t.mirror != owner && self.is_seat() {
                 flags.push((topic.clone(), owner));
             }
             for (tp, mirror, st) in parts {
@@ -1087,6 +1278,9 @@ impl Control {
     }
 
     fn schedule_syncs(&mut self) {
+        if !self.is_seat() {
+            return;
+        }
         let now = Instant::now();
         let defs: Vec<MirrorDefinition> = self.service.coordinator().mirrors().cloned().collect();
         let names: BTreeSet<String> = defs.iter().map(|d| d.name.clone()).collect();
@@ -1130,13 +1324,17 @@ impl Control {
             );
             // Managed topics are asked for too, so a deselected-but-mirrored topic is not
             // mistaken for a deleted one.
+            // Also the partitions led elsewhere in a cluster: the seat answers DescribeMirrors
+            // for them from its replica's log end and this source end.
+            let meta = self.host.broker.cluster.snapshot();
             let idle: Vec<TopicPartition> = self
                 .service
                 .coordinator()
                 .store()
                 .partitions_of(&def.name)
                 .filter(|(tp, e)| {
-                    e.state == PartitionState::Paused && !self.host.manager.is_running(tp)
+                    (e.state == PartitionState::Paused || !self.host.leads(&meta, tp))
+                        && !self.host.manager.is_running(tp)
                 })
                 .map(|(tp, _)| tp.clone())
                 .collect();

@@ -154,6 +154,9 @@ pub struct Cluster {
     local: Option<i32>,
     /// Cluster mode: the quorum's voters and their controller addresses.
     voters: Arc<Vec<kmirror_cluster::Voter>>,
+    /// Cluster mode: moves whenever the applied `__mirror_state` changed (the mirror host
+    /// reloads its view of the replicated store then).
+    mirror_state_version: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// `serve --quorum`: the settings of this node's part in the metadata quorum.
@@ -199,6 +202,7 @@ impl Cluster {
             data_dir: data_dir.to_path_buf(),
             local: None,
             voters: Arc::default(),
+            mirror_state_version: Arc::default(),
         })
     }
 
@@ -217,7 +221,24 @@ impl Cluster {
             data_dir: data_dir.to_path_buf(),
             local: Some(node_id),
             voters: Arc::new(voters),
+            mirror_state_version: Arc::default(),
         }
+    }
+
+    /// Shares `version`, which the driver's state listener moves on every applied change of
+    /// the replicated mirror state.
+    pub fn with_mirror_state_version(
+        mut self,
+        version: Arc<std::sync::atomic::AtomicU64>,
+    ) -> Cluster {
+        self.mirror_state_version = version;
+        self
+    }
+
+    /// How many times the applied mirror state changed (cluster mode; 0 on one node).
+    pub fn mirror_state_version(&self) -> u64 {
+        self.mirror_state_version
+            .load(std::sync::atomic::Ordering::Acquire)
     }
 
     /// The quorum's voters (empty on a one-node broker).

@@ -433,6 +433,8 @@ fn start_quorum(
     let (tx, rx) = flume::unbounded();
     let v = view.clone();
     let quotas = quota::store_for(&cfg.data_dir).map_err(|e| NetError::Quorum(e.to_string()))?;
+    let mirror_version = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let mv = mirror_version.clone();
     let driver = kmirror_cluster::Driver::start_with_state(
         dcfg,
         move |m| {
@@ -448,6 +450,9 @@ fn start_quorum(
             if changed.quotas {
                 quotas.publish(node.quotas().all());
             }
+            if changed.mirrors {
+                mv.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+            }
         },
     )
     .map_err(|e| NetError::Quorum(e.to_string()))?;
@@ -457,7 +462,8 @@ fn start_quorum(
         driver.handle(),
         cfg.node_id,
         q.voters.clone(),
-    );
+    )
+    .with_mirror_state_version(mirror_version);
     Ok((cluster, driver, rx))
 }
 

@@ -30,8 +30,9 @@ use kmirror_tests::wire::WireClient;
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 6;
 const RECORDS: u64 = 200_000;
-/// Bytes/s per fetching node: 200,000 records take some seconds, so the kill lands mid-way.
-const THROTTLE: u64 = 1_500_000;
+/// Bytes/s per fetching node (all three fetch the partitions they lead): 200,000 records
+/// take some seconds, so the kill lands mid-way.
+const THROTTLE: u64 = 300_000;
 
 fn cli(dst: &str, args: &[&str]) -> Ran {
     let ran = proc::run(
@@ -180,7 +181,17 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
     let src = kafka.bootstrap();
     let src_end = produce_to_kafka(kafka, RECORDS, &["linger.ms=20", "batch.size=65536"]);
     let n1 = c.node(1).addr();
-    let placed = mirror_topic(&n1, &src, &[&format!("mirror.throttled.rate={THROTTLE}")]);
+    // Small fetches, so the ceiling paces the catch-up from the first one (a charge comes
+    // after its response, and a default-sized first fetch holds a whole partition here).
+    let placed = mirror_topic(
+        &n1,
+        &src,
+        &[
+            &format!("mirror.throttled.rate={THROTTLE}"),
+            "mirror.fetch.partition.max.bytes=16384",
+            "mirror.fetch.max.bytes=65536",
+        ],
+    );
     let mut led: BTreeMap<i32, usize> = BTreeMap::new();
     for (leader, _) in placed.values() {
         *led.entry(*leader).or_default() += 1;
@@ -253,9 +264,15 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
     // Failover through a node that did not create the mirror.
     let other = c.node(if victim == 2 { 3 } else { 2 }).addr();
     cli(&other, &["remove", "dr", "--topics", TOPIC]);
-    let stopped = describe_mirror(&other);
-    assert!(
-        stopped.iter().all(|r| r.1 == "STOPPED") && stopped.len() == PARTITIONS as usize,
+    // The seat commits STOPPING; each partition's leader then does the log work and
+    // commits STOPPED (KIP-1279: the partition leader runs its failover).
+    let stopped = proc::wait_for(Duration::from_secs(60), "every partition STOPPED", || {
+        let rows = describe_mirror(&other);
+        (rows.len() == PARTITIONS as usize && rows.iter().all(|r| r.1 == "STOPPED")).then_some(rows)
+    });
+    assert_eq!(
+        stopped.len(),
+        PARTITIONS as usize,
         "after remove: {stopped:?}"
     );
     let after_failover = end_offsets(&c.bootstrap());

@@ -51,6 +51,12 @@ pub trait MirrorHost {
     fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String>;
     /// Append a MIRROR_PID_RESET control record (expires all producer state).
     fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String>;
+    /// Whether this node does the log work of `tp`'s failover steps. In a cluster only the
+    /// partition's leader does (it sees the committed STOPPING and resumes the failover);
+    /// elsewhere the partition is left STOPPING. One node: always.
+    fn runs_partition_steps(&self, _tp: &TopicPartition) -> bool {
+        true
+    }
 }
 
 /// Why a per-topic operation failed.
@@ -535,6 +541,9 @@ impl MirrorCoordinator {
             tp: tp.clone(),
             reason,
         };
+        if !host.runs_partition_steps(tp) {
+            return Ok(());
+        }
         loop {
             let e = self.entry(tp)?;
             if e.state != PartitionState::Stopping {
