@@ -455,10 +455,19 @@ impl BrokerHost {
         meta: &kmirror_control::metadata::ClusterMetadata,
         tp: &TopicPartition,
     ) -> bool {
-        matches!(
-            self.broker.cluster.role(meta, tp),
-            Some(kmirror_net::cluster::Role::Leader { .. })
-        )
+        // A restarted node replays its own metadata log first: until it has heard from the
+        // quorum leader and applied what is committed, the leaderships it sees may be old
+        // ones, and a fetcher started on them would write beside the real leader.
+        let current = self
+            .broker
+            .cluster
+            .quorum_status()
+            .is_none_or(|q| q.leader.is_some() && q.applied_index >= q.commit_index);
+        current
+            && matches!(
+                self.broker.cluster.role(meta, tp),
+                Some(kmirror_net::cluster::Role::Leader { .. })
+            )
     }
 
     /// Opens fresh logs for partitions `from..count` of `t` on their owning cores (in a
@@ -862,6 +871,78 @@ impl Control {
         true
     }
 
+    /// BumpLeaderEpochs (inter-broker, seeds: a partition leader asks the controller to raise
+    /// the destination epoch to at least the source's): each partition's epoch is proposed
+    /// to the quorum as `BumpLeaderEpoch { at_least }`, so every replica follows it.
+    fn bump_leader_epochs(&mut self, frame: Bytes) -> Option<Bytes> {
+        use crate::api::{
+            decode_body, encode_body, read_request_header_v2, write_response_header_v1,
+            BumpLeaderEpochsRequest, BumpLeaderEpochsResponse, PartitionError,
+            TopicPartitionErrors,
+        };
+        let mut body = frame;
+        let header = read_request_header_v2(&mut body).ok()?;
+        let resp = match decode_body::<BumpLeaderEpochsRequest>("BumpLeaderEpochs", 0, body) {
+            Err(e) => crate::api::error_response_body(
+                api::BUMP_LEADER_EPOCHS,
+                keys::error::INVALID_REQUEST,
+                Some(&e.to_string()),
+            )?,
+            Ok(r) => {
+                let meta = self.host.broker.cluster.snapshot();
+                let mut topics = Vec::new();
+                for t in r.topics {
+                    let found = meta.topics.values().find(|m| m.id == t.topic_id);
+                    let partitions = t
+                        .partitions
+                        .iter()
+                        .map(|p| {
+                            let error_code = match found {
+                                None => keys::error::UNKNOWN_TOPIC_ID,
+                                Some(m) if p.partition_index < 0
+                                    || p.partition_index >= m.partition_count() =>
+                                {
+                                    keys::error::UNKNOWN_TOPIC_OR_PARTITION
+                                }
+                                Some(m) => match self.host.propose_topic(
+                                    MetadataCommand::BumpLeaderEpoch {
+                                        name: m.name.clone(),
+                                        partition: p.partition_index,
+                                        at_least: p.min_leader_epoch,
+                                    },
+                                ) {
+                                    Ok(_) => keys::error::NONE,
+                                    Err(e) => {
+                                        tracing::warn!(topic = %m.name, partition = p.partition_index, error = %e, "BumpLeaderEpochs");
+                                        keys::error::UNKNOWN_SERVER_ERROR
+                                    }
+                                },
+                            };
+                            PartitionError {
+                                partition_index: p.partition_index,
+                                error_code,
+                                ..Default::default()
+                            }
+                        })
+                        .collect();
+                    topics.push(TopicPartitionErrors {
+                        topic_name: found.map(|m| m.name.clone()).unwrap_or_default(),
+                        partitions,
+                        ..Default::default()
+                    });
+                }
+                encode_body(&BumpLeaderEpochsResponse {
+                    topics,
+                    ..Default::default()
+                })
+            }
+        };
+        let mut out = bytes::BytesMut::with_capacity(resp.len() + 8);
+        write_response_header_v1(&mut out, header.correlation_id);
+        out.extend_from_slice(&resp);
+        Some(out.freeze())
+    }
+
     /// Where a mirror request goes when this node does not hold the seat: the quorum
     /// leader's first listener (None: no leader known, or this node leads).
     fn seat_addr(&self) -> Option<String> {
@@ -964,6 +1045,10 @@ impl Control {
                     return false;
                 }
                 let key = kmirror_net::frame::header_prefix(&frame).api_key;
+                if key == api::BUMP_LEADER_EPOCHS && self.service.feature_level() > 0 {
+                    let _ = reply.send(self.bump_leader_epochs(frame));
+                    return false;
+                }
                 let now = crate::fetcher::now_ms();
                 let out = {
                     let (svc, host) = (&mut self.service, &mut self.host);

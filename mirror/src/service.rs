@@ -229,11 +229,17 @@ impl MirrorService {
                 let r: LastMirroredEpochsRequest = decode_body("LastMirroredEpochs", 0, body)?;
                 encode_body(&self.last_mirrored_epochs(r, host))
             }
-            // Inter-broker APIs: kmirror is one node per cluster; nothing to coordinate.
+            api::READ_MIRROR_STATES => {
+                let r: ReadMirrorStatesRequest = decode_body("ReadMirrorStates", 0, body)?;
+                encode_body(&self.read_mirror_states(r))
+            }
+            // WriteMirrorStates is not served: partition leaders commit their states through
+            // the quorum (the store is on the Raft log), so no broker writes to another's.
+            // BumpLeaderEpochs is answered by the host before this (it proposes epochs).
             _ => error_response_body(
                 key,
                 code::INVALID_REQUEST,
-                Some("inter-broker mirror API not used by a single-node kmirror"),
+                Some("inter-broker mirror API not served: mirror state is on the Raft log"),
             )
             .expect("mirror key"),
         })
@@ -442,6 +448,60 @@ impl MirrorService {
             .collect();
         DescribeMirrorsResponse {
             mirrors,
+            ..Default::default()
+        }
+    }
+
+    /// ReadMirrorStates (inter-broker): each asked partition's state and last mirrored
+    /// epoch from the store (every partition of the mirror when no topic is named).
+    fn read_mirror_states(&self, r: ReadMirrorStatesRequest) -> ReadMirrorStatesResponse {
+        let store = self.coordinator.store();
+        if store.mirror(&r.mirror_name).is_none() {
+            return ReadMirrorStatesResponse {
+                error_code: code::UNKNOWN_MIRROR,
+                error_message: Some(format!("unknown mirror {}", r.mirror_name)),
+                ..Default::default()
+            };
+        }
+        let part = |tp: &TopicPartition| {
+            let e = store.partition(tp).filter(|e| e.mirror == r.mirror_name);
+            MirrorStatePartition {
+                partition_index: tp.partition,
+                last_mirror_epoch: e.and_then(|e| e.last_mirrored_epoch).unwrap_or(-1),
+                state: e.map_or(-1, |e| e.state.code()),
+                error_code: if e.is_some() {
+                    code::NONE
+                } else {
+                    code::UNKNOWN_TOPIC_OR_PARTITION
+                },
+                ..Default::default()
+            }
+        };
+        let mut topics: BTreeMap<String, Vec<MirrorStatePartition>> = BTreeMap::new();
+        if r.topics.is_empty() {
+            for (tp, _) in store.partitions_of(&r.mirror_name) {
+                topics.entry(tp.topic.clone()).or_default().push(part(tp));
+            }
+        } else {
+            for t in &r.topics {
+                let parts = topics.entry(t.name.clone()).or_default();
+                for p in &t.partitions {
+                    parts.push(part(&TopicPartition::new(
+                        t.name.clone(),
+                        p.partition_index,
+                    )));
+                }
+            }
+        }
+        ReadMirrorStatesResponse {
+            topics: topics
+                .into_iter()
+                .map(|(name, partitions)| MirrorStateTopic {
+                    name,
+                    partitions,
+                    ..Default::default()
+                })
+                .collect(),
             ..Default::default()
         }
     }

@@ -89,6 +89,120 @@ fn describe_mirror(dst: &str) -> Vec<(i64, String, i64, i64, i64)> {
     rows
 }
 
+/// Request header v2 (flexible) for `key` v0, client id "it".
+fn header_v2(key: i16, correlation: i32) -> Vec<u8> {
+    let mut b = Vec::new();
+    b.extend_from_slice(&key.to_be_bytes());
+    b.extend_from_slice(&0i16.to_be_bytes());
+    b.extend_from_slice(&correlation.to_be_bytes());
+    b.extend_from_slice(&2i16.to_be_bytes());
+    b.extend_from_slice(b"it");
+    b.push(0);
+    b
+}
+
+/// Compact string (length + 1 as one varint byte: short strings only).
+fn compact_str(b: &mut Vec<u8>, s: &str) {
+    b.push(u8::try_from(s.len() + 1).unwrap());
+    b.extend_from_slice(s.as_bytes());
+}
+
+/// A flexible response frame: a cursor past the v1 header, for `corr`.
+struct Cursor(Bytes, usize);
+
+impl Cursor {
+    fn new(frame: Bytes, corr: i32) -> Cursor {
+        assert_eq!(i32::from_be_bytes(frame[..4].try_into().unwrap()), corr);
+        assert_eq!(frame[4], 0, "response header tags");
+        Cursor(frame, 5)
+    }
+    fn take(&mut self, n: usize) -> &[u8] {
+        let s = &self.0[self.1..self.1 + n];
+        self.1 += n;
+        s
+    }
+    fn i8(&mut self) -> i8 {
+        self.take(1)[0] as i8
+    }
+    fn i16(&mut self) -> i16 {
+        i16::from_be_bytes(self.take(2).try_into().unwrap())
+    }
+    fn i32(&mut self) -> i32 {
+        i32::from_be_bytes(self.take(4).try_into().unwrap())
+    }
+    fn uvarint(&mut self) -> usize {
+        let (mut v, mut shift) = (0usize, 0);
+        loop {
+            let b = self.take(1)[0];
+            v |= usize::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return v;
+            }
+            shift += 7;
+        }
+    }
+    fn string(&mut self) -> Option<String> {
+        let n = self.uvarint();
+        (n > 0).then(|| String::from_utf8(self.take(n - 1).to_vec()).unwrap())
+    }
+    fn no_tags(&mut self) {
+        assert_eq!(self.uvarint(), 0, "tagged fields");
+    }
+}
+
+/// ReadMirrorStates (key 100) for every partition of mirror `dr`, sent raw through `addr`:
+/// (top-level error, [(topic, partition, state code, error)]).
+fn read_mirror_states(addr: &str) -> (i16, Vec<(String, i32, i8, i16)>) {
+    let mut w = WireClient::connect(addr).expect("connect");
+    let mut req = header_v2(100, 7);
+    compact_str(&mut req, "dr");
+    req.push(1); // no topics: all of the mirror's partitions
+    req.push(0);
+    w.write_frame(&req).unwrap();
+    let mut c = Cursor::new(w.read_frame().unwrap(), 7);
+    let _throttle = c.i32();
+    let error = c.i16();
+    let _message = c.string();
+    let mut out = Vec::new();
+    for _ in 0..c.uvarint().saturating_sub(1) {
+        let topic = c.string().unwrap();
+        for _ in 0..c.uvarint().saturating_sub(1) {
+            let p = c.i32();
+            let _lme = c.i32();
+            let state = c.i8();
+            let err = c.i16();
+            c.no_tags();
+            out.push((topic.clone(), p, state, err));
+        }
+        c.no_tags();
+    }
+    c.no_tags();
+    out.sort();
+    (error, out)
+}
+
+/// BumpLeaderEpochs (key 105) for one partition, sent raw through `addr`: the partition's
+/// error code.
+fn bump_leader_epochs(addr: &str, topic_id: uuid::Uuid, partition: i32, at_least: i32) -> i16 {
+    let mut w = WireClient::connect(addr).expect("connect");
+    let mut req = header_v2(105, 9);
+    req.push(2);
+    req.extend_from_slice(topic_id.as_bytes());
+    req.push(2);
+    req.extend_from_slice(&partition.to_be_bytes());
+    req.extend_from_slice(&at_least.to_be_bytes());
+    req.extend_from_slice(&[0, 0, 0]);
+    w.write_frame(&req).unwrap();
+    let mut c = Cursor::new(w.read_frame().unwrap(), 9);
+    let _throttle = c.i32();
+    assert_eq!(c.i16(), 0, "BumpLeaderEpochs top-level error");
+    assert_eq!(c.uvarint(), 2, "one topic");
+    let _name = c.string();
+    assert_eq!(c.uvarint(), 2, "one partition");
+    assert_eq!(c.i32(), partition);
+    c.i16()
+}
+
 /// Partition -> (leader, ISR sorted) from `kafka-topics --describe` through `addr`.
 fn leaders(addr: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
     let out: BTreeMap<i32, (i32, Vec<i32>)> = describe_topic(addr, TOPIC)
@@ -260,6 +374,40 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
         });
         assert_eq!(got, rows, "DescribeMirrors via node {id}");
     }
+
+    // The inter-broker APIs, raw: ReadMirrorStates answers every partition MIRRORING (2)
+    // through every node; BumpLeaderEpochs through a node that does not lead the partition
+    // raises its epoch cluster-wide, and names an unknown topic id UNKNOWN_TOPIC_ID (100).
+    let want: Vec<(String, i32, i8, i16)> = (0..PARTITIONS)
+        .map(|p| (TOPIC.to_string(), p, 2, 0))
+        .collect();
+    for id in 1..=3 {
+        assert_eq!(
+            read_mirror_states(&c.node(id).addr()),
+            (0, want.clone()),
+            "ReadMirrorStates via node {id}"
+        );
+    }
+    let info = WireClient::connect(&boot_alive)
+        .unwrap()
+        .partition_info(TOPIC, 0)
+        .unwrap();
+    let via = c.node(if info.leader_id == 1 { 2 } else { 1 }).addr();
+    let target = info.leader_epoch + 3;
+    assert_eq!(bump_leader_epochs(&via, info.topic_id, 0, target), 0);
+    proc::wait_for(Duration::from_secs(30), "the bumped leader epoch", || {
+        let e = WireClient::connect(&boot_alive)
+            .ok()?
+            .partition_info(TOPIC, 0)
+            .ok()?
+            .leader_epoch;
+        (e >= target).then_some(e)
+    });
+    assert_eq!(
+        bump_leader_epochs(&via, uuid::Uuid::from_u128(7), 0, 1),
+        100,
+        "BumpLeaderEpochs of an unknown topic id"
+    );
 
     // Failover through a node that did not create the mirror.
     let other = c.node(if victim == 2 { 3 } else { 2 }).addr();
