@@ -6,14 +6,13 @@
 //! - failover (`kmirror mirror remove`) through another node, then a Java idempotent producer
 //!   writes at the new epoch;
 //! - after a clean stop, every replica's segment files start with the source's batches,
-//!   byte for byte (log-equal), and all three replicas of a partition are byte-equal.
+//!   byte for byte (log-equal), and all three replicas of a partition are byte-equal;
+//! - ReadMirrorStates (100) and BumpLeaderEpochs (105) sent as raw frames through every node.
 //!
-//! That scenario waits for the mirror state on the Raft log. What runs today
-//! (`only_leaders_fetch_and_followers_replicate_the_mirror`): the node that knows the mirror
-//! fetches only the partitions it leads, the followers replicate them log-equal with the
-//! source; after another node's controlled shutdown moves leaderships to it, it mirrors the
-//! partitions it gained from its log end; and no replica of any partition diverges from the
-//! others or from the source.
+//! `only_leaders_fetch_and_followers_replicate_the_mirror`: only partition leaders fetch,
+//! the followers replicate the mirror log-equal with the source; after another node's
+//! controlled shutdown moves leaderships, the gaining node mirrors from its log end; and no
+//! replica of any partition diverges from the others or from the source.
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -498,9 +497,6 @@ fn start_three() -> KmirrorCluster {
 }
 
 #[test]
-#[ignore = "needs the mirror state (__mirror_state) and definitions on the Raft log (helper cstate): \
-            today only the node that took CreateMirror knows the mirror, so partitions led \
-            elsewhere have no fetcher"]
 fn kafka_source_mirrored_into_three_kmirror_nodes_through_a_leader_kill() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::single();
