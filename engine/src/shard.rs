@@ -371,6 +371,28 @@ impl Partition {
         }
     }
 
+    /// The ISR this node's published metadata holds for the epoch it leads at (Kafka's leader
+    /// learns ISR changes from the metadata log it replays). Applied at once when newer than
+    /// the partition's, so a request that already sees the committed ISR (a fence-driven
+    /// shrink, an expansion answered to another task) is decided by it, not by the ISR the
+    /// replication task has not re-applied yet.
+    pub fn sync_committed_isr(
+        &mut self,
+        epoch: LeaderEpoch,
+        isr: std::collections::BTreeSet<NodeId>,
+        partition_epoch: i32,
+        now_ms: i64,
+    ) {
+        let newer = match &self.role {
+            Role::Leader(l) => l.epoch == epoch && partition_epoch > l.partition_epoch,
+            _ => false,
+        };
+        if newer {
+            self.isr_committed(isr, partition_epoch, now_ms);
+            self.notify_waiters();
+        }
+    }
+
     /// The controller refused or lost the pending change: it may be proposed again.
     pub fn isr_change_failed(&mut self) {
         if let Role::Leader(l) = &mut self.role {
@@ -832,6 +854,41 @@ mod tests {
         assert_eq!(rx.try_recv(), Ok(AckState::NotEnoughReplicasAfterAppend));
         assert!(!p.enough_replicas(3));
         assert!(p.enough_replicas(2));
+    }
+
+    #[test]
+    fn a_committed_isr_seen_in_metadata_is_applied_once_and_only_at_the_leaders_epoch() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        let t0 = crate::now_ms();
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(1),
+            &ids(&[1, 2, 3]),
+            set(&[1, 2, 3]),
+            1,
+            30_000,
+            3,
+            t0,
+        );
+        assert!(p.enough_replicas(3));
+        // Another epoch's state, or an older partition epoch, changes nothing.
+        p.sync_committed_isr(LeaderEpoch(2), set(&[1, 2]), 2, t0);
+        p.sync_committed_isr(LeaderEpoch(1), set(&[1, 2]), 1, t0);
+        assert!(p.enough_replicas(3));
+        // A fence-driven shrink committed at partition epoch 2: refused before the append.
+        p.sync_committed_isr(LeaderEpoch(1), set(&[1, 2]), 2, t0);
+        assert!(!p.enough_replicas(3));
+        assert_eq!(p.partition_epoch(), Some(2));
+        // The expansion, then a stale answer for the shrink: the newer ISR stays.
+        p.sync_committed_isr(LeaderEpoch(1), set(&[1, 2, 3]), 3, t0);
+        p.isr_committed(set(&[1, 2]), 2, t0);
+        assert!(p.enough_replicas(3));
+        assert_eq!(p.partition_epoch(), Some(3));
+        // A follower applies nothing.
+        p.become_follower(NodeId(2), LeaderEpoch(2));
+        p.sync_committed_isr(LeaderEpoch(2), set(&[2]), 4, t0);
+        assert_eq!(p.partition_epoch(), None);
     }
 
     #[test]

@@ -14,7 +14,7 @@
 use std::cell::RefCell;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use kmirror_cluster::{DriverHandle, ProposalError, QuorumStatus};
@@ -29,6 +29,10 @@ use kmirror_types::{LeaderEpoch, TopicPartition};
 pub struct MetaView {
     current: RwLock<Arc<ClusterMetadata>>,
     version: AtomicU64,
+    /// Woken (one `()`, dropped when one is already queued) on every publish: the per-core
+    /// replication tasks apply a committed ISR or leader change at once instead of at their
+    /// next poll.
+    watchers: Mutex<Vec<flume::Sender<()>>>,
 }
 
 impl MetaView {
@@ -36,6 +40,27 @@ impl MetaView {
         MetaView {
             version: AtomicU64::new(m.version),
             current: RwLock::new(Arc::new(m)),
+            watchers: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// A receiver that gets a `()` after each publish (coalesced: capacity one).
+    pub fn watch(&self) -> flume::Receiver<()> {
+        let (tx, rx) = flume::bounded(1);
+        let mut w = self.watchers.lock().unwrap_or_else(|e| e.into_inner());
+        w.retain(|t| !t.is_disconnected());
+        w.push(tx);
+        rx
+    }
+
+    fn wake(&self) {
+        for w in self
+            .watchers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+        {
+            let _ = w.try_send(());
         }
     }
 
@@ -56,6 +81,7 @@ impl MetaView {
         }
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(m.clone());
         self.version.store(m.version, Ordering::Release);
+        self.wake();
     }
 
     /// Publishes a snapshot the Raft driver applied (its versions only grow).
@@ -63,6 +89,7 @@ impl MetaView {
         let v = m.version;
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = m;
         self.version.store(v, Ordering::Release);
+        self.wake();
     }
 }
 

@@ -3,7 +3,7 @@
 //!
 //! Owns: one task per core ([`run`]) that (1) applies the published assignments to the
 //! core's partitions (become leader / follower / alone: a diff on every metadata version,
-//! and again every second for partitions opened since), and (2) runs Kafka's isr-expiration
+//! woken by the publish, and again every second for partitions opened since), and (2) runs Kafka's isr-expiration
 //! check every `replica.lag.time.max.ms / 2` on the partitions the core leads. ISR changes
 //! (shrinks from here, expansions found by the Fetch handler) go to the controller as
 //! `MetadataCommand::AlterPartition` ([`propose_isr_change`]) and are applied to the
@@ -30,8 +30,8 @@ use crate::errors;
 
 /// How often roles are re-applied without a metadata change (partitions opened lazily).
 const RESYNC: Duration = Duration::from_secs(1);
-/// How often the task looks for a new metadata version.
-const POLL: Duration = Duration::from_millis(20);
+/// How often the task looks for a new metadata version without being woken by a publish.
+const POLL: Duration = Duration::from_millis(100);
 
 /// The per-core replication task; ends when the engine stops.
 pub async fn run(ctx: Rc<Ctx>) {
@@ -43,6 +43,9 @@ pub async fn run(ctx: Rc<Ctx>) {
     // Whether any topic has assignments, per metadata version (one-node mode: never, and then
     // this task does nothing but look at the version).
     let mut replicated = (u64::MAX, false);
+    // Woken by every metadata publish, so a committed ISR or leader change reaches the
+    // partitions within a scheduling round, not a poll period.
+    let published = ctx.broker.cluster.view().watch();
     while !ctx.core.stop.is_stopped() {
         let meta = ctx.meta();
         if replicated.0 != meta.version {
@@ -70,9 +73,14 @@ pub async fn run(ctx: Rc<Ctx>) {
             isr_expiration(&ctx).await;
         }
         futures_lite::future::or(
-            async {
-                glommio::timer::sleep(POLL).await;
-            },
+            futures_lite::future::or(
+                async {
+                    glommio::timer::sleep(POLL).await;
+                },
+                async {
+                    let _ = published.recv_async().await;
+                },
+            ),
             ctx.core.stop.stopped(),
         )
         .await;

@@ -15,6 +15,16 @@ def ids(parts):
     return ",".join(sorted(str(tp.partition) for tp in parts))
 
 
+COORDINATOR_MOVING = {
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+    KafkaError.COORDINATOR_NOT_AVAILABLE,
+    KafkaError.NOT_COORDINATOR,
+    KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TRANSPORT,
+    KafkaError._TIMED_OUT,
+}
+
+
 def commit(consumer):
     """Synchronous commit; a retriable failure (the coordinator moved or is loading, as when
     a broker dies) is retried for up to a minute, as the Java consumer's commitSync does."""
@@ -25,7 +35,11 @@ def commit(consumer):
             return
         except KafkaException as e:
             err = e.args[0]
-            if not err.retriable() or time.monotonic() > deadline:
+            # librdkafka does not flag a commit failed by the coordinator's error as retriable
+            # (seen on Kafka: "Commit failed: Broker: Coordinator load in progress" after the
+            # coordinator's node was killed).
+            retriable = err.retriable() or err.code() in COORDINATOR_MOVING
+            if not retriable or time.monotonic() > deadline:
                 raise
             print(f"commit retry after: {err}", file=sys.stderr, flush=True)
             time.sleep(0.2)

@@ -54,6 +54,24 @@ pub trait ClusterUnderTest {
         )
     }
 
+    /// Leader, replicas and ISR of a partition as the partition leader's own Metadata answer
+    /// reports them: what that leader acts on. Another node may show a committed ISR change
+    /// before the leader has replayed it (Kafka's brokers learn the metadata log at their own
+    /// pace too).
+    fn partition_at_leader(&self, topic: &str, partition: i32) -> PartitionInfo {
+        proc::wait_for(
+            Duration::from_secs(30),
+            &format!("metadata of {topic}-{partition} from its leader"),
+            || {
+                let mut c = WireClient::connect_leader(&self.bootstrap(), topic, partition).ok()?;
+                let info = c.partition_info(topic, partition).ok()?;
+                // The leader named by the first node may have moved on: its answer only
+                // counts when it names itself.
+                (info.leader == c.addr()).then_some(info)
+            },
+        )
+    }
+
     /// The node leading `topic`/`partition`.
     fn leader_of(&self, topic: &str, partition: i32) -> i32 {
         self.partition(topic, partition).leader_id
@@ -718,9 +736,13 @@ pub fn replication_seen_by_tools_and_producers(cluster: &mut dyn ClusterUnderTes
         .expect("a follower");
     eprintln!("{name}: SIGKILL follower {follower} of {topic}-0");
     cluster.kill(follower);
-    proc::wait_for(Duration::from_secs(60), "the ISR to shrink to 2", || {
-        (cluster.partition(topic, 0).isr.len() == 2).then_some(())
-    });
+    // The leader's own Metadata must show the shrink: a produce that reaches the leader before
+    // it has replayed the change waits for the high watermark (Kafka's too).
+    proc::wait_for(
+        Duration::from_secs(60),
+        "the leader's ISR to shrink to 2",
+        || (cluster.partition_at_leader(topic, 0).isr.len() == 2).then_some(()),
+    );
     let before = WireClient::connect_leader(&cluster.bootstrap(), topic, 0)
         .and_then(|mut c| c.log_bounds(topic, 0))
         .expect("log bounds")
@@ -762,6 +784,11 @@ pub fn replication_seen_by_tools_and_producers(cluster: &mut dyn ClusterUnderTes
 
     cluster.restart(follower);
     cluster.wait_fully_replicated(Duration::from_secs(120));
+    proc::wait_for(
+        Duration::from_secs(60),
+        "the leader's ISR to grow to 3",
+        || (cluster.partition_at_leader(topic, 0).isr.len() == 3).then_some(()),
+    );
     assert_eq!(
         produce(cluster, -1, b"last"),
         0,

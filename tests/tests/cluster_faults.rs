@@ -29,17 +29,17 @@ fn kafka_replicas_isr_quorum_and_not_enough_replicas() {
 }
 
 #[test]
-#[ignore = "fails (12:04 run, coordinators replicated): after a fault step the cluster is not back to a full ISR within the test timeout (tests/src/faults.rs wait for full replication); not diagnosed yet, docs/CLUSTER.md"]
 fn kmirror_acked_records_survive_leader_kill_controller_kill_and_partition() {
     let _lock = heavy_test_lock();
     let mut cluster = kmirror_three_replicated();
-    acked_records_survive_node_faults(&mut cluster, &[Client::Java, Client::Librdkafka]);
+    cluster.dump_logs_on_panic(150, |c| {
+        acked_records_survive_node_faults(c, &[Client::Java, Client::Librdkafka])
+    });
 }
 
 #[test]
-#[ignore = "fails on a race (3 of 4 runs): the controller shows the shrunk ISR before the partition leader applied it, so acks=all answers REQUEST_TIMED_OUT instead of NOT_ENOUGH_REPLICAS (docs/CLUSTER.md)"]
 fn kmirror_replicas_isr_quorum_and_not_enough_replicas() {
     let _lock = heavy_test_lock();
     let mut cluster = kmirror_three_replicated();
-    replication_seen_by_tools_and_producers(&mut cluster);
+    cluster.dump_logs_on_panic(150, |c| replication_seen_by_tools_and_producers(c));
 }

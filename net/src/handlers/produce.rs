@@ -8,7 +8,7 @@ use kafka_protocol::messages::ProduceRequest;
 use kafka_protocol::ResponseError as E;
 use kmirror_engine::{now_ms, AckState, EngineError, Pending};
 use kmirror_log::AppendInfo;
-use kmirror_types::TopicPartition;
+use kmirror_types::{LeaderEpoch, NodeId, TopicPartition};
 
 use super::{broker, s, topic_name};
 use crate::authz::{table, Access};
@@ -140,6 +140,23 @@ pub(crate) fn min_insync_replicas(t: &kmirror_control::metadata::TopicMeta) -> u
         .unwrap_or(1)
 }
 
+/// The ISR committed for partition `p` where this node leads it, as the metadata this node
+/// published holds it: an `acks=all` produce is decided by it even when the replication task
+/// has not applied it to the partition yet (see `Partition::sync_committed_isr`).
+fn committed_isr(
+    t: &kmirror_control::metadata::TopicMeta,
+    p: i32,
+    node: i32,
+) -> Option<(LeaderEpoch, std::collections::BTreeSet<NodeId>, i32)> {
+    let a = t.assignments.get(usize::try_from(p).ok()?)?;
+    if a.leader != node || a.replicas.len() < 2 {
+        return None;
+    }
+    let epoch = LeaderEpoch(*t.leader_epochs.get(p as usize)?);
+    let isr = a.isr.iter().map(|r| NodeId(*r)).collect();
+    Some((epoch, isr, a.partition_epoch))
+}
+
 /// Waits (without blocking the core) until an `acks=all` append is decided or `deadline`.
 async fn replicated(ack: Ack, deadline: std::time::Instant) -> AckState {
     let Ack::Wait(rx) = ack else {
@@ -269,6 +286,11 @@ pub async fn produce(
             } else {
                 0
             };
+            let committed = if acks == -1 {
+                committed_isr(t, pd.index, ctx.node_id())
+            } else {
+                None
+            };
             match ctx
                 .router()
                 .submit_partition(tp, move |p| {
@@ -281,6 +303,9 @@ pub async fn produce(
                     if acks == -1 {
                         if let Err(e) = p.check_leader() {
                             return (Err(e), log_start, Ack::Now);
+                        }
+                        if let Some((epoch, isr, partition_epoch)) = committed {
+                            p.sync_committed_isr(epoch, isr, partition_epoch, now);
                         }
                         if !p.enough_replicas(min_insync) {
                             let e = EngineError::NotEnoughReplicas {
