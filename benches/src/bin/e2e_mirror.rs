@@ -31,6 +31,8 @@
 //! A round ends when, on every partition of the destination topic, the leader's high
 //! watermark (ListOffsets latest, read_uncommitted, asked of the leader) equals the source's
 //! log end and the ISR is every replica: each record is on every replica and committed.
+//! For kmirror, each node's segment files must then hold at least the source's bytes of the
+//! topic (batches are stored verbatim), so a leader HW that ran ahead of its followers fails.
 //! Reported: wall time, CPU seconds of the whole copy (all kmirror nodes; MM2 alone and MM2
 //! plus its target nodes), peak RSS summed over the processes. If the destination makes no
 //! progress (high watermarks and ISR sizes unchanged) for `KMIRROR_BENCH_STALL_S` seconds
@@ -695,7 +697,39 @@ fn stall_timeout() -> Duration {
     )
 }
 
-fn kmirror_cluster(round: usize, source: &str, ends: &[i64], n: usize) -> ClusterRun {
+/// Bytes of the `.log` segment files of `topic`'s partitions under `dir`, at any depth (the
+/// partition directories are `<topic>-<p>` in Kafka and kmirror alike).
+fn segment_bytes(dir: &std::path::Path, topic: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let prefix = format!("{topic}-");
+    let in_partition = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|p| p.parse::<u32>().is_ok())
+    });
+    let mut total = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            total += segment_bytes(&path, topic);
+        } else if in_partition && path.extension().is_some_and(|x| x == "log") {
+            total += meta.len();
+        }
+    }
+    total
+}
+
+/// `source_bytes`: the backlog's segment bytes on the source. kmirror stores the source's
+/// batches verbatim, so once the HW covers everything each node must hold at least as many.
+fn kmirror_cluster(
+    round: usize,
+    source: &str,
+    source_bytes: u64,
+    ends: &[i64],
+    n: usize,
+) -> ClusterRun {
     let rf = n.min(3);
     let mut c = kmirror_tests::cluster::KmirrorCluster::start(
         n,
@@ -725,6 +759,16 @@ fn kmirror_cluster(round: usize, source: &str, ends: &[i64], n: usize) -> Cluste
         .and_then(|(secs, secs_from_first)| {
             let cpu_s = cpu(&pids) - cpu0;
             let rss_mib = pids.iter().map(|p| common::peak_rss_mib(*p)).sum();
+            // The HW is the leader's word; the files say whether the followers really have it.
+            let held: Vec<u64> = (1..=n)
+                .map(|i| segment_bytes(&c.node(i).data_dir(), TOPIC))
+                .collect();
+            if held.iter().any(|b| *b < source_bytes) {
+                return Err(format!(
+                    "HW and ISR cover the source's end, but the nodes hold {held:?} bytes of \
+                     {source_bytes}"
+                ));
+            }
             // HW and ISR alone could be met without the bytes: log-equal on each leader.
             for (p, end) in ends.iter().enumerate() {
                 let leader = WireClient::connect_leader(&boot, TOPIC, p as i32)
@@ -841,6 +885,7 @@ fn main_cluster(n: usize, gb: f64, partitions: i32, tasks: u32, rounds: usize) {
         .map(|p| src.log_bounds(TOPIC, p).expect("source end offset").1)
         .collect();
     assert_eq!(ends.iter().sum::<i64>(), records as i64, "source backlog");
+    let source_bytes = segment_bytes(&source.data_dir(), TOPIC);
     eprintln!("backlog of {payload_gb:.2} GB filled in {fill_s:.0} s");
 
     let mut runs = Vec::new();
@@ -848,7 +893,7 @@ fn main_cluster(n: usize, gb: f64, partitions: i32, tasks: u32, rounds: usize) {
         let kmirror_first = round % 2 == 0;
         for k in [kmirror_first, !kmirror_first] {
             let run = if k {
-                kmirror_cluster(round, &boot, &ends, n)
+                kmirror_cluster(round, &boot, source_bytes, &ends, n)
             } else {
                 mm2_cluster(round, &boot, &ends, n, tasks)
             };
