@@ -18,6 +18,26 @@
 //!
 //! `cargo run --release -p kmirror-benches --bin e2e_mirror -- [GB=2] [PARTITIONS=8] [TASKS=4]
 //! [ROUNDS=3]` (scripts/bench-mirror.sh builds kmirror first and passes KMIRROR_BIN).
+//!
+//! `… --bin e2e_mirror -- --cluster N [GB=1] [PARTITIONS=6] [TASKS=4] [ROUNDS=3]` (issue 12
+//! step 6): the same backlog on a one-node Kafka 4.1.1 source, copied into a fresh N-node
+//! destination each round, the two copiers alternating which goes first, round 0 a warm-up:
+//! - N kmirror nodes (`serve --quorum`, one core each, `--default-replication-factor` min(N, 3),
+//!   so mirror topics get RF 3), the mirror created through node 1;
+//! - MirrorMaker 2 into N Kafka 4.1.1 nodes (KRaft combined mode, `min.insync.replicas=2`
+//!   (1 if N = 1)),
+//!   its target topics and internal topics at RF min(N, 3), its producer with acks=all.
+//!
+//! A round ends when, on every partition of the destination topic, the leader's high
+//! watermark (ListOffsets latest, read_uncommitted, asked of the leader) equals the source's
+//! log end and the ISR is every replica: each record is on every replica and committed.
+//! For kmirror, each node's segment files must then hold at least the source's bytes of the
+//! topic (batches are stored verbatim), so a leader HW that ran ahead of its followers fails.
+//! Reported: wall time, CPU seconds of the whole copy (all kmirror nodes; MM2 alone and MM2
+//! plus its target nodes), peak RSS summed over the processes. If the destination makes no
+//! progress (high watermarks and ISR sizes unchanged) for `KMIRROR_BENCH_STALL_S` seconds
+//! (default 60; four times that before the first committed record), the round ends as a failure that prints every partition's leader, HW and ISR
+//! (the run goes on with the next round); a copier process that dies does the same.
 
 mod common;
 
@@ -371,6 +391,16 @@ fn follower(
 }
 
 fn main() {
+    if std::env::args().nth(1).as_deref() == Some("--cluster") {
+        let mut args = std::env::args().skip(2);
+        let n: usize = args.next().map_or(3, |a| a.parse().expect("NODES"));
+        let gb: f64 = args.next().map_or(1.0, |a| a.parse().expect("GB"));
+        let partitions: i32 = args.next().map_or(6, |a| a.parse().expect("PARTITIONS"));
+        let tasks: u32 = args.next().map_or(4, |a| a.parse().expect("TASKS"));
+        let rounds: usize = args.next().map_or(3, |a| a.parse().expect("ROUNDS"));
+        main_cluster(n, gb, partitions, tasks, rounds);
+        return;
+    }
     let mut args = std::env::args().skip(1);
     let gb: f64 = args.next().map_or(2.0, |a| a.parse().expect("GB"));
     let partitions: i32 = args.next().map_or(8, |a| a.parse().expect("PARTITIONS"));
@@ -501,4 +531,465 @@ fn main() {
             fmt(ratio(other, true), 2),
         );
     }
+}
+
+/// How often `--cluster` asks the destination for HW and ISR (a Metadata and a ListOffsets
+/// per leader each time).
+const CLUSTER_POLL: Duration = Duration::from_millis(250);
+
+/// One partition of a destination topic as its cluster reports it.
+#[derive(Debug)]
+struct PartState {
+    leader_id: i32,
+    leader: String,
+    hw: i64,
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+}
+
+/// Per partition of `topic` on the cluster at `boot` (any node answers Metadata): leader,
+/// the leader's high watermark, replicas and ISR. None while the topic or a leader is missing.
+fn cluster_state(boot: &str, topic: &str, partitions: i32) -> Option<Vec<PartState>> {
+    let md = boot
+        .split(',')
+        .find_map(|a| WireClient::connect(a).ok()?.metadata(Some(&[topic])).ok())?;
+    let t = md.topics.first()?;
+    if t.error_code != 0 || t.partitions.len() != partitions as usize {
+        return None;
+    }
+    let mut leaders: std::collections::HashMap<String, WireClient> = Default::default();
+    let mut out = Vec::new();
+    for p in 0..partitions {
+        let mp = t.partitions.iter().find(|x| x.partition_index == p)?;
+        let b = md.brokers.iter().find(|b| b.node_id == mp.leader_id)?;
+        let leader = format!("{}:{}", b.host.as_str(), b.port);
+        if !leaders.contains_key(&leader) {
+            leaders.insert(leader.clone(), WireClient::connect(&leader).ok()?);
+        }
+        let hw = leaders.get_mut(&leader)?.list_offset(topic, p, -1).ok()?;
+        out.push(PartState {
+            leader_id: mp.leader_id.0,
+            leader,
+            hw,
+            replicas: mp.replica_nodes.iter().map(|b| b.0).collect(),
+            isr: mp.isr_nodes.iter().map(|b| b.0).collect(),
+        });
+    }
+    Some(out)
+}
+
+/// Waits until every partition of `topic` has `rf` replicas, all in the ISR, and a high
+/// watermark of at least `ends[p]`. Returns (seconds since `t0`, seconds since the first
+/// record was committed) or, after `stall` without progress, the partial state.
+fn wait_replicated(
+    t0: Instant,
+    boot: &str,
+    topic: &str,
+    ends: &[i64],
+    rf: usize,
+    stall: Duration,
+    mut alive: impl FnMut() -> bool,
+) -> Result<(f64, f64), String> {
+    let partitions = ends.len() as i32;
+    let want: i64 = ends.iter().sum();
+    let mut first: Option<Instant> = None;
+    let (mut progress, mut moved) = ((-1, 0), Instant::now());
+    let mut last_print = Instant::now();
+    let describe = |s: &Option<Vec<PartState>>| match s {
+        None => format!("{topic}: no metadata or no leader yet"),
+        Some(s) => s
+            .iter()
+            .enumerate()
+            .map(|(p, x)| {
+                format!(
+                    "{topic}-{p}: leader node {} ({}) HW {}/{} replicas {:?} ISR {:?}",
+                    x.leader_id, x.leader, x.hw, ends[p], x.replicas, x.isr
+                )
+            })
+            .collect::<Vec<_>>()
+            .join("\n    "),
+    };
+    loop {
+        let state = cluster_state(boot, topic, partitions);
+        let committed: i64 = state
+            .as_ref()
+            .map_or(0, |s| s.iter().zip(ends).map(|(x, e)| x.hw.min(*e)).sum());
+        let in_sync: usize = state
+            .as_ref()
+            .map_or(0, |s| s.iter().map(|x| x.isr.len()).sum());
+        if committed > 0 && first.is_none() {
+            first = Some(Instant::now());
+        }
+        let done = state.as_ref().is_some_and(|s| {
+            s.iter().zip(ends).all(|(x, e)| {
+                x.hw >= *e && x.replicas.len() == rf && {
+                    let (mut r, mut i) = (x.replicas.clone(), x.isr.clone());
+                    r.sort_unstable();
+                    i.sort_unstable();
+                    r == i
+                }
+            })
+        });
+        if done {
+            // A copy done within one poll of its first commit has no finer figure than a poll.
+            let now = Instant::now();
+            return Ok((
+                (now - t0).as_secs_f64(),
+                (now - first.unwrap_or(t0)).max(CLUSTER_POLL).as_secs_f64(),
+            ));
+        }
+        if (committed, in_sync) != progress {
+            (progress, moved) = ((committed, in_sync), Instant::now());
+        }
+        if !alive() {
+            return Err(format!(
+                "a copier process exited at {committed}/{want} committed:\n    {}",
+                describe(&state)
+            ));
+        }
+        // Before the first committed record the copier may still be starting (MM2's JVM and
+        // Connect group under load took over 30 s): four times the stall limit.
+        let limit = if committed > 0 { stall } else { stall * 4 };
+        if moved.elapsed() > limit || t0.elapsed() > TIMEOUT {
+            return Err(format!(
+                "stalled: no progress for {:.0} s, {committed}/{want} committed after {:.0} s:\n    {}",
+                moved.elapsed().as_secs_f64(),
+                t0.elapsed().as_secs_f64(),
+                describe(&state)
+            ));
+        }
+        if last_print.elapsed() > Duration::from_secs(10) {
+            eprintln!(
+                "  {committed}/{want} committed, {in_sync} ISR members, after {:.0} s",
+                t0.elapsed().as_secs_f64()
+            );
+            last_print = Instant::now();
+        }
+        std::thread::sleep(CLUSTER_POLL);
+    }
+}
+
+/// One copier's numbers in one `--cluster` round (Err: what stopped it).
+struct ClusterRun {
+    copier: &'static str,
+    round: usize,
+    load: String,
+    result: Result<ClusterNumbers, String>,
+}
+
+struct ClusterNumbers {
+    secs: f64,
+    secs_from_first: f64,
+    /// The copier's own CPU (kmirror: all its nodes; MM2: the MM2 process).
+    cpu_s: f64,
+    /// MM2 plus its target nodes (None for kmirror: its nodes are the copier).
+    cpu_with_target_s: Option<f64>,
+    /// Summed over the copier's processes (MM2: MM2 plus its target nodes).
+    rss_mib: f64,
+}
+
+fn stall_timeout() -> Duration {
+    Duration::from_secs(
+        std::env::var("KMIRROR_BENCH_STALL_S")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(60),
+    )
+}
+
+/// Bytes of the `.log` segment files of `topic`'s partitions under `dir`, at any depth (the
+/// partition directories are `<topic>-<p>` in Kafka and kmirror alike).
+fn segment_bytes(dir: &std::path::Path, topic: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let prefix = format!("{topic}-");
+    let in_partition = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|p| p.parse::<u32>().is_ok())
+    });
+    let mut total = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            total += segment_bytes(&path, topic);
+        } else if in_partition && path.extension().is_some_and(|x| x == "log") {
+            total += meta.len();
+        }
+    }
+    total
+}
+
+/// `source_bytes`: the backlog's segment bytes on the source. kmirror stores the source's
+/// batches verbatim, so once the HW covers everything each node must hold at least as many.
+fn kmirror_cluster(
+    round: usize,
+    source: &str,
+    source_bytes: u64,
+    ends: &[i64],
+    n: usize,
+) -> ClusterRun {
+    let rf = n.min(3);
+    let mut c = kmirror_tests::cluster::KmirrorCluster::start(
+        n,
+        kmirror_tests::cluster::ClusterOpts {
+            extra: vec![
+                "--cores".into(),
+                "1".into(),
+                "--default-replication-factor".into(),
+                rf.to_string(),
+            ],
+            ..Default::default()
+        },
+    );
+    let boot = c.bootstrap();
+    let pids: Vec<u32> = (1..=n).map(|i| c.node(i).pid()).collect();
+    let cpu = |pids: &[u32]| -> f64 { pids.iter().map(|p| common::cpu_seconds(*p)).sum() };
+    let cpu0 = cpu(&pids);
+    let load = common::load_avg();
+    eprintln!("round {round}: kmirror, {n} nodes (load {load})");
+    let t0 = Instant::now();
+    let result = common::kmirror_mirror(&c.node(1).addr(), "bench", source, &["--topics", TOPIC])
+        .and_then(|()| {
+            wait_replicated(t0, &boot, TOPIC, ends, rf, stall_timeout(), || {
+                (1..=n).all(|i| c.node_mut(i).alive())
+            })
+        })
+        .and_then(|(secs, secs_from_first)| {
+            let cpu_s = cpu(&pids) - cpu0;
+            let rss_mib = pids.iter().map(|p| common::peak_rss_mib(*p)).sum();
+            // The HW is the leader's word; the files say whether the followers really have it.
+            let held: Vec<u64> = (1..=n)
+                .map(|i| segment_bytes(&c.node(i).data_dir(), TOPIC))
+                .collect();
+            if held.iter().any(|b| *b < source_bytes) {
+                return Err(format!(
+                    "HW and ISR cover the source's end, but the nodes hold {held:?} bytes of \
+                     {source_bytes}"
+                ));
+            }
+            // HW and ISR alone could be met without the bytes: log-equal on each leader.
+            for (p, end) in ends.iter().enumerate() {
+                let leader = WireClient::connect_leader(&boot, TOPIC, p as i32)
+                    .map_err(|e| e.to_string())?;
+                kmirror_tests::log_equal(source, leader.addr(), TOPIC, p as i32, *end)
+                    .map_err(|e| format!("caught up but not log-equal: {e}"))?;
+            }
+            Ok(ClusterNumbers {
+                secs,
+                secs_from_first,
+                cpu_s,
+                cpu_with_target_s: None,
+                rss_mib,
+            })
+        });
+    if let Err(e) = &result {
+        eprintln!("  kmirror round {round} failed: {e}\n{}", c.logs(20));
+    }
+    ClusterRun {
+        copier: "kmirror",
+        round,
+        load,
+        result,
+    }
+}
+
+fn mm2_cluster(round: usize, source: &str, ends: &[i64], n: usize, tasks: u32) -> ClusterRun {
+    let rf = n.min(3).to_string();
+    // 2 of 3 as in the produce benchmark; 1 for a one-node check of the harness.
+    let min_isr = (n.min(3) - 1).max(1).to_string();
+    let mut target = common::Kafka::start_cluster(n, "1g", &[("min.insync.replicas", &min_isr)]);
+    let tboot = target
+        .iter()
+        .map(common::Kafka::bootstrap)
+        .collect::<Vec<_>>()
+        .join(",");
+    // Later lines win in a properties file: RF min(N, 3) for every topic on the target, acks=all.
+    // Not offset-syncs: MM2 keeps that topic on the one-node source (at RF 3 its creation
+    // fails and the task blocks on the offset-sync producer's metadata: the copy stalled).
+    let mut tuning: Vec<(&str, &str)> = MM2_TUNING.to_vec();
+    for k in [
+        "replication.factor",
+        "checkpoints.topic.replication.factor",
+        "heartbeats.topic.replication.factor",
+        "offset.storage.replication.factor",
+        "status.storage.replication.factor",
+        "config.storage.replication.factor",
+    ] {
+        tuning.push((k, &rf));
+    }
+    tuning.push(("target.producer.acks", "all"));
+    let props = common::mm2_properties(source, &tboot, TOPIC, tasks, &tuning);
+    let tpids: Vec<u32> = target.iter().map(common::Kafka::pid).collect();
+    let cpu = |pids: &[u32]| -> f64 { pids.iter().map(|p| common::cpu_seconds(*p)).sum() };
+    let tcpu0 = cpu(&tpids);
+    let load = common::load_avg();
+    eprintln!("round {round}: MirrorMaker 2 into {n} Kafka nodes, tasks.max={tasks} (load {load})");
+    let t0 = Instant::now();
+    let mut mm2 = common::Mm2::spawn(&props);
+    let pid = mm2.pid();
+    let result = wait_replicated(
+        t0,
+        &tboot,
+        &format!("source.{TOPIC}"),
+        ends,
+        n.min(3),
+        stall_timeout(),
+        || mm2.alive(),
+    )
+    .map(|(secs, secs_from_first)| {
+        let cpu_s = common::cpu_seconds(pid);
+        ClusterNumbers {
+            secs,
+            secs_from_first,
+            cpu_s,
+            cpu_with_target_s: Some(cpu_s + cpu(&tpids) - tcpu0),
+            rss_mib: common::peak_rss_mib(pid)
+                + tpids.iter().map(|p| common::peak_rss_mib(*p)).sum::<f64>(),
+        }
+    });
+    if let Err(e) = &result {
+        let log = std::fs::read_to_string(mm2.log()).unwrap_or_default();
+        let bad: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains("ERROR") || l.contains("WARN"))
+            .collect();
+        eprintln!(
+            "  MM2 round {round} failed: {e}\n  MM2's last warnings:\n{}",
+            bad[bad.len().saturating_sub(10)..].join("\n")
+        );
+    }
+    mm2.stop();
+    common::Kafka::stop_all(&mut target);
+    ClusterRun {
+        copier: "MirrorMaker 2",
+        round,
+        load,
+        result,
+    }
+}
+
+/// `--cluster N`: see the module comment.
+fn main_cluster(n: usize, gb: f64, partitions: i32, tasks: u32, rounds: usize) {
+    let records = (gb * 1e9 / 1024.0).ceil() as u64;
+    let payload_gb = records as f64 * 1024.0 / 1e9;
+    let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
+    eprintln!("kmirror binary: {}", common::kmirror_bin().display());
+    let source = common::Kafka::start("1g", &[]);
+    let boot = source.bootstrap();
+    common::create_topic(&boot, TOPIC, partitions, &[]);
+    let fill_s = fill_backlog(&boot, records);
+    let mut src = WireClient::connect(&boot).expect("connect source");
+    let ends: Vec<i64> = (0..partitions)
+        .map(|p| src.log_bounds(TOPIC, p).expect("source end offset").1)
+        .collect();
+    assert_eq!(ends.iter().sum::<i64>(), records as i64, "source backlog");
+    let source_bytes = segment_bytes(&source.data_dir(), TOPIC);
+    eprintln!("backlog of {payload_gb:.2} GB filled in {fill_s:.0} s");
+
+    let mut runs = Vec::new();
+    for round in 0..=rounds {
+        let kmirror_first = round % 2 == 0;
+        for k in [kmirror_first, !kmirror_first] {
+            let run = if k {
+                kmirror_cluster(round, &boot, source_bytes, &ends, n)
+            } else {
+                mm2_cluster(round, &boot, &ends, n, tasks)
+            };
+            if let Ok(x) = &run.result {
+                eprintln!(
+                    "  {}: {:.1} s, {:.1} MB/s",
+                    run.copier,
+                    x.secs,
+                    payload_gb * 1e3 / x.secs
+                );
+            }
+            runs.push(run);
+        }
+    }
+
+    println!(
+        "\nBacklog: {records} records x 1024 B = {payload_gb:.2} GB payload, {partitions} \
+         partitions, on a 1-node Apache Kafka 4.1.1 source; destination {n} nodes, RF {}, \
+         a fresh one each round; {cores} cores; order alternating, round 0 is the warm-up \
+         (discarded)\n",
+        n.min(3)
+    );
+    println!(
+        "| round | copier into {n} nodes | wall s | MB/s | MB/s after first commit | CPU s/GB | \
+         CPU s/GB incl. MM2's target nodes | peak RSS MiB (sum) | load avg |"
+    );
+    println!("|---:|---|---:|---:|---:|---:|---:|---:|---|");
+    for r in &runs {
+        let warm = if r.round == 0 { " (warm-up)" } else { "" };
+        match &r.result {
+            Ok(x) => println!(
+                "| {}{warm} | {} | {:.1} | {:.1} | {:.1} | {:.2} | {} | {:.0} | {} |",
+                r.round,
+                r.copier,
+                x.secs,
+                payload_gb * 1e3 / x.secs,
+                payload_gb * 1e3 / x.secs_from_first,
+                x.cpu_s / payload_gb,
+                x.cpu_with_target_s
+                    .map_or("-".to_string(), |c| format!("{:.2}", c / payload_gb)),
+                x.rss_mib,
+                r.load
+            ),
+            Err(e) => println!(
+                "| {}{warm} | {} | failed: {} | | | | | | {} |",
+                r.round,
+                r.copier,
+                e.lines().next().unwrap_or("").trim_end_matches(':'),
+                r.load
+            ),
+        }
+    }
+    let ok = |c: &str| -> Vec<&ClusterNumbers> {
+        runs.iter()
+            .filter(|r| r.copier == c && r.round > 0)
+            .filter_map(|r| r.result.as_ref().ok())
+            .collect()
+    };
+    let fmt = |v: Vec<f64>, prec: usize| {
+        common::median_spread(&v).map_or("-".into(), |(m, lo, hi)| {
+            format!("**{m:.prec$}** ({lo:.prec$}–{hi:.prec$})")
+        })
+    };
+    println!(
+        "\nMedians over the measured rounds that finished (min–max):\n\n| copier | rounds | MB/s | \
+         CPU s/GB | CPU s/GB incl. target | peak RSS MiB |"
+    );
+    println!("|---|---:|---:|---:|---:|---:|");
+    for c in ["kmirror", "MirrorMaker 2"] {
+        let rs = ok(c);
+        println!(
+            "| {c} | {}/{rounds} | {} | {} | {} | {} |",
+            rs.len(),
+            fmt(rs.iter().map(|x| payload_gb * 1e3 / x.secs).collect(), 1),
+            fmt(rs.iter().map(|x| x.cpu_s / payload_gb).collect(), 2),
+            fmt(
+                rs.iter()
+                    .map(|x| x.cpu_with_target_s.unwrap_or(x.cpu_s) / payload_gb)
+                    .collect(),
+                2
+            ),
+            fmt(rs.iter().map(|x| x.rss_mib).collect(), 0),
+        );
+    }
+    let pairs: Vec<f64> = (1..=rounds)
+        .filter_map(|round| {
+            let of = |c: &str| {
+                runs.iter()
+                    .find(|r| r.round == round && r.copier == c)
+                    .and_then(|r| r.result.as_ref().ok())
+            };
+            Some(of("MirrorMaker 2")?.secs / of("kmirror")?.secs)
+        })
+        .collect();
+    println!(
+        "\nkmirror / MM2 throughput per round (rounds where both finished): {}",
+        fmt(pairs, 2)
+    );
 }

@@ -348,6 +348,16 @@ impl Kafka {
             proc::terminate(&mut c.0, Duration::from_secs(60));
         }
     }
+
+    /// [`Kafka::stop`] on every node of a cluster at once: one at a time, the last
+    /// controller has lost its quorum and waits out the 60 s before its SIGKILL.
+    pub(crate) fn stop_all(nodes: &mut [Self]) {
+        std::thread::scope(|s| {
+            for k in nodes.iter_mut() {
+                s.spawn(move || k.stop());
+            }
+        });
+    }
 }
 
 /// Creates `topic` with `partitions` partitions (replication 1) over the wire and waits for
