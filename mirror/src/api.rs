@@ -626,21 +626,25 @@ pub type DeleteMirrorResponse = SimpleMirrorResponse;
 
 // ---------------------------------------------------------------------------------------------
 // Inter-broker APIs the seeds define: ReadMirrorStates (100), WriteMirrorStates (101),
-// BumpLeaderEpochs (105). kmirror runs one node per cluster, so it only decodes these to answer
-// them sensibly; the types exist so the keys are fully described.
+// BumpLeaderEpochs (105). Schemas as in seed 003 (seed 000's copy is garbled where the wiki
+// showed edits: "LastMirroredOffsetLastMirrorEpoch int64int32"); the responses keep seed
+// 000's ErrorMessage. In a cluster the mirror coordinator's seat answers them.
 
 wire_struct! {
-    /// ReadMirrorStates request.
+    /// ReadMirrorStates request. `need_partition_states` false asks for topic names only
+    /// (the seed's default is true; `Default` here gives false, so set it).
     pub struct ReadMirrorStatesRequest {
         mirror_name: String,
         topics: Vec<TopicPartitionsQuery>,
+        need_partition_states: bool,
     }
 }
 
 wire_struct! {
     pub struct MirrorStatePartition {
         partition_index: i32,
-        last_mirror_epoch: i32,
+        /// The last mirrored record offset; -1 when none was written.
+        last_mirrored_offset: i64,
         state: i8,
         error_code: i16,
     }
@@ -659,6 +663,40 @@ wire_struct! {
         error_code: i16,
         error_message: Option<String>,
         topics: Vec<MirrorStateTopic>,
+    }
+}
+
+wire_struct! {
+    pub struct WriteStatePartition {
+        partition_index: i32,
+        last_mirrored_offset: i64,
+        state: i8,
+    }
+}
+
+wire_struct! {
+    pub struct WriteStateTopic {
+        name: String,
+        partitions: Vec<WriteStatePartition>,
+    }
+}
+
+wire_struct! {
+    /// WriteMirrorStates request: partition states (and last mirrored offsets) to persist
+    /// in the coordinator's store.
+    pub struct WriteMirrorStatesRequest {
+        mirror_name: String,
+        topics_updated: Vec<WriteStateTopic>,
+        removed_topics: Vec<String>,
+    }
+}
+
+wire_struct! {
+    pub struct WriteMirrorStatesResponse {
+        throttle_time_ms: i32,
+        error_code: i16,
+        error_message: Option<String>,
+        topics: Vec<TopicPartitionErrors>,
     }
 }
 
@@ -798,6 +836,7 @@ mirror_response!(
     ListMirrorsResponse,
     DescribeMirrorsResponse,
     ReadMirrorStatesResponse,
+    WriteMirrorStatesResponse,
     BumpLeaderEpochsResponse,
 );
 mirror_request!(
@@ -841,6 +880,12 @@ mirror_request!(
     ReadMirrorStatesResponse,
     api::READ_MIRROR_STATES,
     "ReadMirrorStates"
+);
+mirror_request!(
+    WriteMirrorStatesRequest,
+    WriteMirrorStatesResponse,
+    api::WRITE_MIRROR_STATES,
+    "WriteMirrorStates"
 );
 mirror_request!(
     PauseMirrorTopicsRequest,
@@ -988,14 +1033,16 @@ pub fn error_response_body(key: i16, error_code: i16, message: Option<&str>) -> 
             error_message: msg,
             ..Default::default()
         }),
-        // WriteMirrorStates' response has the same leading fields and an (empty) topic array.
-        api::READ_MIRROR_STATES | api::WRITE_MIRROR_STATES => {
-            encode_body(&ReadMirrorStatesResponse {
-                error_code,
-                error_message: msg,
-                ..Default::default()
-            })
-        }
+        api::READ_MIRROR_STATES => encode_body(&ReadMirrorStatesResponse {
+            error_code,
+            error_message: msg,
+            ..Default::default()
+        }),
+        api::WRITE_MIRROR_STATES => encode_body(&WriteMirrorStatesResponse {
+            error_code,
+            error_message: msg,
+            ..Default::default()
+        }),
         api::BUMP_LEADER_EPOCHS => encode_body(&BumpLeaderEpochsResponse {
             error_code,
             ..Default::default()
@@ -1191,13 +1238,32 @@ mod tests {
                 name: "t".into(),
                 partitions: vec![MirrorStatePartition {
                     partition_index: 2,
-                    last_mirror_epoch: 9,
+                    last_mirrored_offset: 1 << 40,
                     state: 2,
                     error_code: 0,
                     ..Default::default()
                 }],
                 ..Default::default()
             }],
+            ..Default::default()
+        });
+        roundtrip(&WriteMirrorStatesRequest {
+            mirror_name: "dr".into(),
+            topics_updated: vec![WriteStateTopic {
+                name: "t".into(),
+                partitions: vec![WriteStatePartition {
+                    partition_index: 1,
+                    last_mirrored_offset: 77,
+                    state: 2,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            removed_topics: vec!["old".into()],
+            ..Default::default()
+        });
+        roundtrip(&WriteMirrorStatesResponse {
+            error_message: Some("x".into()),
             ..Default::default()
         });
         roundtrip(&BumpLeaderEpochsRequest {
@@ -1224,6 +1290,31 @@ mod tests {
             }],
             ..Default::default()
         });
+    }
+
+    #[test]
+    fn mirror_state_schemas_match_seed_003() {
+        // ReadMirrorStates request: compact string "dr", empty compact array, bool
+        // NeedPartitionStates, no tags.
+        let req = ReadMirrorStatesRequest {
+            mirror_name: "dr".into(),
+            need_partition_states: true,
+            ..Default::default()
+        };
+        assert_eq!(&encode_body(&req)[..], &[3, b'd', b'r', 1, 1, 0]);
+        // A response partition: int32 index, int64 LastMirroredOffset, int8 state, int16
+        // error, no tags.
+        let p = MirrorStatePartition {
+            partition_index: 1,
+            last_mirrored_offset: 5,
+            state: 2,
+            error_code: 0,
+            ..Default::default()
+        };
+        assert_eq!(
+            &encode_body(&p)[..],
+            &[0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 5, 2, 0, 0, 0]
+        );
     }
 
     #[test]

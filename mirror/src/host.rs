@@ -761,6 +761,22 @@ fn forward(addr: &str, frame: &[u8]) -> std::io::Result<Bytes> {
     Ok(Bytes::from(buf))
 }
 
+/// The COORDINATOR_NOT_AVAILABLE answer (seed 000: "the mirror coordinator is not active")
+/// to a mirror request frame, with the request's correlation id.
+fn coordinator_not_available(frame: &Bytes, message: &str) -> Option<Bytes> {
+    let mut body = frame.clone();
+    let header = crate::api::read_request_header_v2(&mut body).ok()?;
+    let resp = crate::api::error_response_body(
+        header.api_key,
+        keys::error::COORDINATOR_NOT_AVAILABLE,
+        Some(message),
+    )?;
+    let mut out = bytes::BytesMut::with_capacity(resp.len() + 8);
+    crate::api::write_response_header_v1(&mut out, header.correlation_id);
+    out.extend_from_slice(&resp);
+    Some(out.freeze())
+}
+
 /// What the control loop woke up for.
 enum Got {
     Msg(Msg),
@@ -1024,9 +1040,18 @@ impl Control {
     fn handle(&mut self, got: Got) -> bool {
         match got {
             Got::Msg(Msg::Request(frame, reply)) => {
-                if let Some(addr) = self.seat_addr() {
+                if self.quorum.as_ref().is_some_and(|q| !q.seat) {
                     // The seat answers (Kafka forwards mirror admin requests to its
-                    // controller); off this thread, which serves the fetchers' events.
+                    // controller); off this thread, which serves the fetchers' events. With
+                    // no seat to reach (mid-election) the client hears
+                    // COORDINATOR_NOT_AVAILABLE and retries, rather than a dropped request.
+                    let Some(addr) = self.seat_addr() else {
+                        let _ = reply.send(coordinator_not_available(
+                            &frame,
+                            "no mirror coordinator seat is known",
+                        ));
+                        return false;
+                    };
                     let spawned = std::thread::Builder::new()
                         .name("kmirror-mirror-fwd".into())
                         .spawn(move || {
@@ -1034,7 +1059,10 @@ impl Control {
                                 Ok(b) => Some(b),
                                 Err(e) => {
                                     tracing::warn!(%addr, error = %e, "cannot forward a mirror request to the seat");
-                                    None
+                                    coordinator_not_available(
+                                        &frame,
+                                        &format!("mirror coordinator seat {addr} unreachable: {e}"),
+                                    )
                                 }
                             };
                             let _ = reply.send(out);
@@ -2020,5 +2048,29 @@ impl Control {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::api::{
+        decode_body, encode_body, read_response_header_v1, write_request_header_v2,
+        WriteMirrorStatesRequest, WriteMirrorStatesResponse,
+    };
+
+    #[test]
+    fn unreachable_seat_answers_coordinator_not_available() {
+        let mut frame = bytes::BytesMut::new();
+        write_request_header_v2(&mut frame, api::WRITE_MIRROR_STATES, 0, 41, Some("t"));
+        frame.extend_from_slice(&encode_body(&WriteMirrorStatesRequest::default()));
+        // A port nothing listens on: the forward fails and the client still gets an answer.
+        let frame = frame.freeze();
+        let err = forward("127.0.0.1:1", &frame).unwrap_err();
+        let mut out = coordinator_not_available(&frame, &err.to_string()).unwrap();
+        assert_eq!(read_response_header_v1(&mut out).unwrap(), 41);
+        let r: WriteMirrorStatesResponse = decode_body("WriteMirrorStates", 0, out).unwrap();
+        assert_eq!(r.error_code, keys::error::COORDINATOR_NOT_AVAILABLE);
+        assert!(r.error_message.is_some());
     }
 }

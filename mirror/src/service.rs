@@ -233,13 +233,15 @@ impl MirrorService {
                 let r: ReadMirrorStatesRequest = decode_body("ReadMirrorStates", 0, body)?;
                 encode_body(&self.read_mirror_states(r))
             }
-            // WriteMirrorStates is not served: partition leaders commit their states through
-            // the quorum (the store is on the Raft log), so no broker writes to another's.
+            api::WRITE_MIRROR_STATES => {
+                let r: WriteMirrorStatesRequest = decode_body("WriteMirrorStates", 0, body)?;
+                encode_body(&self.write_mirror_states(r))
+            }
             // BumpLeaderEpochs is answered by the host before this (it proposes epochs).
             _ => error_response_body(
                 key,
                 code::INVALID_REQUEST,
-                Some("inter-broker mirror API not served: mirror state is on the Raft log"),
+                Some("inter-broker mirror API not served here"),
             )
             .expect("mirror key"),
         })
@@ -453,7 +455,8 @@ impl MirrorService {
     }
 
     /// ReadMirrorStates (inter-broker): each asked partition's state and last mirrored
-    /// epoch from the store (every partition of the mirror when no topic is named).
+    /// offset from the store (every partition of the mirror when no topic is named; topic
+    /// names only when `need_partition_states` is false).
     fn read_mirror_states(&self, r: ReadMirrorStatesRequest) -> ReadMirrorStatesResponse {
         let store = self.coordinator.store();
         if store.mirror(&r.mirror_name).is_none() {
@@ -467,7 +470,7 @@ impl MirrorService {
             let e = store.partition(tp).filter(|e| e.mirror == r.mirror_name);
             MirrorStatePartition {
                 partition_index: tp.partition,
-                last_mirror_epoch: e.and_then(|e| e.last_mirrored_epoch).unwrap_or(-1),
+                last_mirrored_offset: e.and_then(|e| e.last_mirrored_offset).unwrap_or(-1),
                 state: e.map_or(-1, |e| e.state.code()),
                 error_code: if e.is_some() {
                     code::NONE
@@ -498,10 +501,76 @@ impl MirrorService {
                 .into_iter()
                 .map(|(name, partitions)| MirrorStateTopic {
                     name,
-                    partitions,
+                    partitions: if r.need_partition_states {
+                        partitions
+                    } else {
+                        Vec::new()
+                    },
                     ..Default::default()
                 })
                 .collect(),
+            ..Default::default()
+        }
+    }
+
+    /// WriteMirrorStates (inter-broker): each partition's state and last mirrored offset
+    /// written through the store (on the Raft log in a cluster, at the seat's term).
+    /// RemovedTopics is not applied: entries leave the store only through the admin APIs
+    /// (DeleteMirror, a deleted topic), so each named topic is answered INVALID_REQUEST.
+    fn write_mirror_states(&mut self, r: WriteMirrorStatesRequest) -> WriteMirrorStatesResponse {
+        use kmirror_control::mirror::PartitionState;
+        if self.coordinator.store().mirror(&r.mirror_name).is_none() {
+            return WriteMirrorStatesResponse {
+                error_code: code::UNKNOWN_MIRROR,
+                error_message: Some(format!("unknown mirror {}", r.mirror_name)),
+                ..Default::default()
+            };
+        }
+        let mut topics = Vec::new();
+        for t in r.topics_updated {
+            let partitions = t
+                .partitions
+                .iter()
+                .map(|p| {
+                    let tp = TopicPartition::new(t.name.clone(), p.partition_index);
+                    let error_code = match PartitionState::from_code(p.state) {
+                        None => code::INVALID_REQUEST,
+                        Some(state) => match self.coordinator.write_state(
+                            &tp,
+                            &r.mirror_name,
+                            state,
+                            p.last_mirrored_offset,
+                        ) {
+                            Ok(()) => code::NONE,
+                            Err(e) => keys::mirror_error_code(&e),
+                        },
+                    };
+                    PartitionError {
+                        partition_index: p.partition_index,
+                        error_code,
+                        ..Default::default()
+                    }
+                })
+                .collect();
+            topics.push(TopicPartitionErrors {
+                topic_name: t.name,
+                partitions,
+                ..Default::default()
+            });
+        }
+        for name in r.removed_topics {
+            topics.push(TopicPartitionErrors {
+                topic_name: name,
+                partitions: vec![PartitionError {
+                    partition_index: -1,
+                    error_code: code::INVALID_REQUEST,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            });
+        }
+        WriteMirrorStatesResponse {
+            topics,
             ..Default::default()
         }
     }
@@ -876,6 +945,71 @@ mod tests {
             },
         );
         assert_eq!(del.error_code, 0);
+    }
+
+    #[test]
+    fn write_mirror_states_persists_state_and_offset_read_back_by_read_mirror_states() {
+        use kmirror_control::mirror::PartitionState;
+        let dir = tempfile::tempdir().unwrap();
+        call(
+            &mut service(dir.path(), 1),
+            &mut Host::default(),
+            &create("dr"),
+        );
+        let tp = TopicPartition::new("orders", 0);
+        {
+            let mut store = MirrorStateStore::open(dir.path()).unwrap();
+            store
+                .transition(&tp, "dr", PartitionState::Preparing, None)
+                .unwrap();
+        }
+        let mut svc = service(dir.path(), 1);
+        let mut h = Host::default();
+        let write = |mirror: &str, topic: &str, state: i8| WriteMirrorStatesRequest {
+            mirror_name: mirror.into(),
+            topics_updated: vec![WriteStateTopic {
+                name: topic.into(),
+                partitions: vec![WriteStatePartition {
+                    partition_index: 0,
+                    last_mirrored_offset: 1234,
+                    state,
+                    ..Default::default()
+                }],
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let mirroring = PartitionState::Mirroring.code();
+        let r = call(&mut svc, &mut h, &write("dr", "orders", mirroring));
+        assert_eq!((r.error_code, r.topics[0].partitions[0].error_code), (0, 0));
+        let r = call(&mut svc, &mut h, &write("nope", "orders", mirroring));
+        assert_eq!(r.error_code, code::UNKNOWN_MIRROR);
+        let r = call(&mut svc, &mut h, &write("dr", "ghost", mirroring));
+        assert_eq!(
+            r.topics[0].partitions[0].error_code,
+            code::UNKNOWN_TOPIC_OR_PARTITION
+        );
+        // MIRRORING -> PREPARING is not a transition the state machine has.
+        let r = call(&mut svc, &mut h, &write("dr", "orders", 1));
+        assert_eq!(r.topics[0].partitions[0].error_code, code::INVALID_REQUEST);
+        let read = ReadMirrorStatesRequest {
+            mirror_name: "dr".into(),
+            need_partition_states: true,
+            ..Default::default()
+        };
+        let r = call(&mut svc, &mut h, &read);
+        let p = &r.topics[0].partitions[0];
+        assert_eq!((p.state, p.last_mirrored_offset), (mirroring, 1234));
+        // Written durably: a reopened store answers the same.
+        let r = call(&mut service(dir.path(), 1), &mut h, &read);
+        assert_eq!(r.topics[0].partitions[0].last_mirrored_offset, 1234);
+        let names_only = ReadMirrorStatesRequest {
+            need_partition_states: false,
+            ..read
+        };
+        let r = call(&mut svc, &mut h, &names_only);
+        assert_eq!(r.topics[0].name, "orders");
+        assert!(r.topics[0].partitions.is_empty());
     }
 
     #[test]

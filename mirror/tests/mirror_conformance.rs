@@ -155,15 +155,11 @@ fn every_advertised_mirror_api_answers_decodably_on_a_plain_serve() {
                     ..Default::default()
                 })
                 .map(|_| ()),
-            // No request type of its own: the same leading fields as ReadMirrorStates.
             api::WRITE_MIRROR_STATES => c
-                .call_as::<_, ReadMirrorStatesResponse>(
-                    key,
-                    &ReadMirrorStatesRequest {
-                        mirror_name: nope(),
-                        ..Default::default()
-                    },
-                )
+                .call(&WriteMirrorStatesRequest {
+                    mirror_name: nope(),
+                    ..Default::default()
+                })
                 .map(|_| ()),
             api::PAUSE_MIRROR_TOPICS => c
                 .call(&PauseMirrorTopicsRequest(PauseResumeTopics {

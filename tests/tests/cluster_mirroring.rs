@@ -129,6 +129,9 @@ impl Cursor {
     fn i32(&mut self) -> i32 {
         i32::from_be_bytes(self.take(4).try_into().unwrap())
     }
+    fn i64(&mut self) -> i64 {
+        i64::from_be_bytes(self.take(8).try_into().unwrap())
+    }
     fn uvarint(&mut self) -> usize {
         let (mut v, mut shift) = (0usize, 0);
         loop {
@@ -150,12 +153,14 @@ impl Cursor {
 }
 
 /// ReadMirrorStates (key 100) for every partition of mirror `dr`, sent raw through `addr`:
-/// (top-level error, [(topic, partition, state code, error)]).
-fn read_mirror_states(addr: &str) -> (i16, Vec<(String, i32, i8, i16)>) {
+/// (top-level error, [(topic, partition, state code, last mirrored offset, error)]).
+type MirrorStateRow = (String, i32, i8, i64, i16);
+fn read_mirror_states(addr: &str) -> (i16, Vec<MirrorStateRow>) {
     let mut w = WireClient::connect(addr).expect("connect");
     let mut req = header_v2(100, 7);
     compact_str(&mut req, "dr");
     req.push(1); // no topics: all of the mirror's partitions
+    req.push(1); // NeedPartitionStates
     req.push(0);
     w.write_frame(&req).unwrap();
     let mut c = Cursor::new(w.read_frame().unwrap(), 7);
@@ -167,17 +172,58 @@ fn read_mirror_states(addr: &str) -> (i16, Vec<(String, i32, i8, i16)>) {
         let topic = c.string().unwrap();
         for _ in 0..c.uvarint().saturating_sub(1) {
             let p = c.i32();
-            let _lme = c.i32();
+            let offset = c.i64();
             let state = c.i8();
             let err = c.i16();
             c.no_tags();
-            out.push((topic.clone(), p, state, err));
+            out.push((topic.clone(), p, state, offset, err));
         }
         c.no_tags();
     }
     c.no_tags();
     out.sort();
     (error, out)
+}
+
+/// WriteMirrorStates (key 101) of one partition of `topic` in mirror `mirror`, sent raw
+/// through `addr`: (top-level error, the partition's error).
+fn write_mirror_state(
+    addr: &str,
+    mirror: &str,
+    topic: &str,
+    partition: i32,
+    state: i8,
+    offset: i64,
+) -> (i16, i16) {
+    let mut w = WireClient::connect(addr).expect("connect");
+    let mut req = header_v2(101, 8);
+    compact_str(&mut req, mirror);
+    req.push(2);
+    compact_str(&mut req, topic);
+    req.push(2);
+    req.extend_from_slice(&partition.to_be_bytes());
+    req.extend_from_slice(&offset.to_be_bytes());
+    req.push(state as u8);
+    req.extend_from_slice(&[0, 0]); // partition, topic tags
+    req.push(1); // no removed topics
+    req.push(0);
+    w.write_frame(&req).unwrap();
+    let mut c = Cursor::new(w.read_frame().unwrap(), 8);
+    let _throttle = c.i32();
+    let error = c.i16();
+    let _message = c.string();
+    let mut part = None;
+    for _ in 0..c.uvarint().saturating_sub(1) {
+        let _name = c.string();
+        for _ in 0..c.uvarint().saturating_sub(1) {
+            let _p = c.i32();
+            part = Some(c.i16());
+            c.no_tags();
+        }
+        c.no_tags();
+    }
+    c.no_tags();
+    (error, part.unwrap_or(-1))
 }
 
 /// BumpLeaderEpochs (key 105) for one partition, sent raw through `addr`: the partition's
@@ -377,8 +423,8 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
     // The inter-broker APIs, raw: ReadMirrorStates answers every partition MIRRORING (2)
     // through every node; BumpLeaderEpochs through a node that does not lead the partition
     // raises its epoch cluster-wide, and names an unknown topic id UNKNOWN_TOPIC_ID (100).
-    let want: Vec<(String, i32, i8, i16)> = (0..PARTITIONS)
-        .map(|p| (TOPIC.to_string(), p, 2, 0))
+    let mut want: Vec<MirrorStateRow> = (0..PARTITIONS)
+        .map(|p| (TOPIC.to_string(), p, 2, -1, 0))
         .collect();
     for id in 1..=3 {
         assert_eq!(
@@ -387,6 +433,37 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
             "ReadMirrorStates via node {id}"
         );
     }
+    // WriteMirrorStates through each node in turn (so through at least two that do not
+    // hold the seat): the state it writes (MIRRORING, unchanged) and last mirrored offset
+    // are on the replicated store, visible through every node.
+    for via in 1..=3 {
+        let offset = 1000 + via as i64;
+        assert_eq!(
+            write_mirror_state(&c.node(via).addr(), "dr", TOPIC, 1, 2, offset),
+            (0, 0),
+            "WriteMirrorStates via node {via}"
+        );
+        want[1].3 = offset;
+        for id in 1..=3 {
+            let got = proc::wait_for(Duration::from_secs(30), "the written mirror state", || {
+                let got = read_mirror_states(&c.node(id).addr());
+                (got == (0, want.clone())).then_some(got)
+            });
+            assert_eq!(got, (0, want.clone()), "ReadMirrorStates via node {id}");
+        }
+    }
+    // Seed 000's codes: an unknown mirror is UNKNOWN_MIRROR (136) at the top, an unknown topic
+    // UNKNOWN_TOPIC_OR_PARTITION (3) on its partition.
+    let (unknown_mirror, _) = write_mirror_state(&c.node(2).addr(), "nope", TOPIC, 0, 2, 1);
+    assert_eq!(
+        unknown_mirror, 136,
+        "WriteMirrorStates of an unknown mirror"
+    );
+    assert_eq!(
+        write_mirror_state(&c.node(3).addr(), "dr", "ghost", 0, 2, 1),
+        (0, 3),
+        "WriteMirrorStates of an unknown topic"
+    );
     let info = WireClient::connect(&boot_alive)
         .unwrap()
         .partition_info(TOPIC, 0)

@@ -105,6 +105,19 @@ impl MirrorCoordinator {
         &self.store
     }
 
+    /// WriteMirrorStates (inter-broker): persist a partition's state and last mirrored
+    /// offset as the caller reports them (see [`MirrorStateStore::write_state`]).
+    pub fn write_state(
+        &mut self,
+        tp: &TopicPartition,
+        mirror: &str,
+        state: PartitionState,
+        last_mirrored_offset: i64,
+    ) -> Result<(), MirrorError> {
+        self.store
+            .write_state(tp, mirror, state, last_mirrored_offset)
+    }
+
     /// Whether writes to `tp` must be refused with READ_ONLY_TOPIC.
     pub fn is_read_only(&self, tp: &TopicPartition) -> bool {
         self.store.state_of(tp).is_read_only()

@@ -57,6 +57,10 @@ pub struct PartitionEntry {
     /// Last mirrored epoch (LME), persisted at failover; served by LastMirroredEpochs.
     #[serde(default)]
     pub last_mirrored_epoch: Option<i32>,
+    /// Last mirrored record offset, as written by WriteMirrorStates; served by
+    /// ReadMirrorStates (-1 when None).
+    #[serde(default)]
+    pub last_mirrored_offset: Option<i64>,
     /// Last completed failover step while STOPPING (None = none done yet).
     #[serde(default)]
     pub failover_done: Option<FailoverStep>,
@@ -516,6 +520,7 @@ impl MirrorStateStore {
             state: from,
             topic_id: None,
             last_mirrored_epoch: None,
+            last_mirrored_offset: None,
             failover_done: None,
             reason: None,
         });
@@ -604,6 +609,36 @@ impl MirrorStateStore {
     ) -> Result<(), MirrorError> {
         self.update_entry(tp, |e| {
             e.last_mirrored_epoch = Some(epoch);
+            Ok(())
+        })
+    }
+
+    /// WriteMirrorStates: a partition of `mirror` takes `state` (a legal transition, or the
+    /// same state) and `last_mirrored_offset`, in one record.
+    pub fn write_state(
+        &mut self,
+        tp: &TopicPartition,
+        mirror: &str,
+        state: PartitionState,
+        last_mirrored_offset: i64,
+    ) -> Result<(), MirrorError> {
+        if !self.mirrors.contains_key(mirror) {
+            return Err(MirrorError::UnknownMirror(mirror.to_owned()));
+        }
+        match self.partitions.get(tp) {
+            Some(e) if e.mirror == mirror => {}
+            _ => return Err(MirrorError::UnknownPartition(tp.clone())),
+        }
+        self.update_entry(tp, |e| {
+            if e.state != state && !e.state.can_transition_to(state) {
+                return Err(MirrorError::IllegalTransition {
+                    tp: tp.clone(),
+                    from: e.state,
+                    to: state,
+                });
+            }
+            e.state = state;
+            e.last_mirrored_offset = (last_mirrored_offset >= 0).then_some(last_mirrored_offset);
             Ok(())
         })
     }
@@ -1092,6 +1127,7 @@ mod tests {
                 state: PartitionState::Mirroring,
                 topic_id: None,
                 last_mirrored_epoch: None,
+                last_mirrored_offset: None,
                 failover_done: None,
                 reason: None,
             }),
