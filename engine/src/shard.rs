@@ -689,6 +689,20 @@ mod tests {
     use kmirror_log::batch::{build_batch, BatchSpec};
     use std::collections::BTreeSet;
 
+    /// Node 1 leads at epoch 1 with replicas and ISR {1, 2, 3}, a 30 s lag limit.
+    fn lead_replicas_1_2_3(p: &mut Partition, min_insync: usize, now_ms: i64) {
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(1),
+            &ids(&[1, 2, 3]),
+            set(&[1, 2, 3]),
+            1,
+            30_000,
+            min_insync,
+            now_ms,
+        );
+    }
+
     fn open(dir: &std::path::Path) -> Partition {
         let log = Log::open(dir, LogConfig::default()).unwrap();
         let recovered_hw = log.high_watermark();
@@ -730,16 +744,7 @@ mod tests {
     }
 
     fn leader_of_three(p: &mut Partition) {
-        p.become_leader(
-            NodeId(1),
-            LeaderEpoch(1),
-            &ids(&[1, 2, 3]),
-            set(&[1, 2, 3]),
-            1,
-            30_000,
-            1,
-            crate::now_ms(),
-        );
+        lead_replicas_1_2_3(p, 1, crate::now_ms());
     }
 
     #[test]
@@ -796,16 +801,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut p = open(d.path());
         let t0 = crate::now_ms();
-        p.become_leader(
-            NodeId(1),
-            LeaderEpoch(1),
-            &ids(&[1, 2, 3]),
-            set(&[1, 2, 3]),
-            1,
-            30_000,
-            1,
-            t0,
-        );
+        lead_replicas_1_2_3(&mut p, 1, t0);
         p.append_leader(batch(0, 1, 2), t0).unwrap();
         p.on_replica_fetch(NodeId(2), Offset(2), t0).unwrap();
         let rx = p.wait_ack(Offset(2), 2).unwrap_err();
@@ -836,16 +832,7 @@ mod tests {
         let mut p = open(d.path());
         let t0 = crate::now_ms();
         // Took the lead a minute ago: follower 3 (never fetched) is no longer caught up.
-        p.become_leader(
-            NodeId(1),
-            LeaderEpoch(1),
-            &ids(&[1, 2, 3]),
-            set(&[1, 2, 3]),
-            1,
-            30_000,
-            1,
-            t0 - 60_000,
-        );
+        lead_replicas_1_2_3(&mut p, 1, t0 - 60_000);
         p.append_leader(batch(0, 1, 1), t0).unwrap();
         let rx = p.wait_ack(Offset(1), 3).unwrap_err();
         p.on_replica_fetch(NodeId(2), Offset(1), t0).unwrap();
@@ -861,16 +848,7 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let mut p = open(d.path());
         let t0 = crate::now_ms();
-        p.become_leader(
-            NodeId(1),
-            LeaderEpoch(1),
-            &ids(&[1, 2, 3]),
-            set(&[1, 2, 3]),
-            1,
-            30_000,
-            3,
-            t0,
-        );
+        lead_replicas_1_2_3(&mut p, 3, t0);
         assert!(p.enough_replicas(3));
         // Another epoch's state, or an older partition epoch, changes nothing.
         p.sync_committed_isr(LeaderEpoch(2), set(&[1, 2]), 2, t0);
