@@ -421,8 +421,7 @@ pub fn preferred_leader_imbalance(state: &ClusterMetadata, max: usize) -> Vec<(S
             let Some(&preferred) = a.replicas.first() else {
                 continue;
             };
-            if a.leader != preferred && a.isr.contains(&preferred) && is_live(state, preferred)
-            {
+            if a.leader != preferred && a.isr.contains(&preferred) && is_live(state, preferred) {
                 out.push((name.clone(), i as i32));
             }
         }
