@@ -55,6 +55,10 @@ pub struct DriverConfig {
     /// not heard from for this long is fenced, and unfenced once it is heard again. `None`:
     /// the driver never fences (brokers are managed by whoever proposes).
     pub session_timeout: Option<Duration>,
+    /// Kafka's `auto.leader.rebalance.enable` with `leader.imbalance.check.interval.seconds`:
+    /// while this node leads, every interval it elects the preferred leader of each partition
+    /// led elsewhere whose preferred replica is unfenced and in the ISR. `None`: never.
+    pub leader_rebalance: Option<Duration>,
 }
 
 impl DriverConfig {
@@ -70,6 +74,7 @@ impl DriverConfig {
             heartbeat_ticks: 1,
             snapshot_every: 1000,
             session_timeout: None,
+            leader_rebalance: None,
         }
     }
 }
@@ -336,6 +341,10 @@ impl Driver {
                     proposed: HashMap::new(),
                     may_unfence: Default::default(),
                 },
+                rebalance: Rebalance {
+                    interval: cfg.leader_rebalance,
+                    next: None,
+                },
             };
             thread::Builder::new()
                 .name(format!("controller-{}", cfg.node_id))
@@ -402,7 +411,20 @@ struct Run {
     publish_acls: Box<dyn Fn(Vec<AclBinding>) + Send>,
     on_state: StateListener,
     liveness: Liveness,
+    rebalance: Rebalance,
 }
+
+/// The leader's periodic preferred-leader balancing.
+struct Rebalance {
+    interval: Option<Duration>,
+    /// The next check while this node leads; `None` while it follows (a new leader waits a
+    /// whole interval first, as Kafka's new active controller does).
+    next: Option<Instant>,
+}
+
+/// Kafka's cap on elections per balancing run (`maxElectionsPerImbalance`); the rest wait
+/// for the next tick.
+const MAX_ELECTIONS_PER_RUN: usize = 1000;
 
 /// The leader's broker liveness: every Raft message a peer sends (its answers to the leader's
 /// heartbeats, every tick) counts as that broker's heartbeat, Kafka's BrokerHeartbeat to the
@@ -458,6 +480,7 @@ impl Run {
                 }
                 self.retry_and_expire(now);
                 self.fence_or_unfence(now);
+                self.balance_leaders(now);
             }
             if let Err(e) = self.poll() {
                 tracing::error!(node = self.node.id(), error = %e, "the metadata quorum node failed; controller stopped");
@@ -646,6 +669,49 @@ impl Run {
                         .insert((id, alive), now + Duration::from_secs(2));
                 }
                 Err(e) => tracing::debug!(broker = id, error = %e, "cannot propose fencing"),
+            }
+        }
+    }
+
+    /// On the leader, every rebalance interval: proposes `ElectPreferredLeader` for each
+    /// partition not led by its preferred replica while that replica is unfenced and in the
+    /// ISR. Apply checks the same conditions again, so a proposal made stale by a later
+    /// change is refused there (ELECTION_NOT_NEEDED / PREFERRED_LEADER_NOT_AVAILABLE) and
+    /// changes nothing. Nobody waits for these proposals; the next run retries what was lost.
+    fn balance_leaders(&mut self, now: Instant) {
+        let Some(interval) = self.rebalance.interval else {
+            return;
+        };
+        if !self.node.is_leader() {
+            self.rebalance.next = None;
+            return;
+        }
+        let next = *self.rebalance.next.get_or_insert(now + interval);
+        if now < next {
+            return;
+        }
+        let picks = kmirror_control::quorum::controller::preferred_leader_imbalance(
+            self.node.metadata(),
+            MAX_ELECTIONS_PER_RUN,
+        );
+        // A full run may leave more: look again soon (once these applied) rather than an
+        // interval later.
+        self.rebalance.next = Some(if picks.len() >= MAX_ELECTIONS_PER_RUN {
+            now + Duration::from_secs(1)
+        } else {
+            now + interval
+        });
+        for (name, partition) in picks {
+            let cmd = MetadataCommand::ElectPreferredLeader {
+                name: name.clone(),
+                partition,
+            };
+            match self.node.propose(&ClusterCommand::Metadata(cmd)) {
+                Ok(_) => tracing::info!(topic = %name, partition, "electing the preferred leader"),
+                Err(e) => {
+                    tracing::debug!(topic = %name, partition, error = %e, "cannot propose a preferred leader election");
+                    break;
+                }
             }
         }
     }

@@ -99,6 +99,15 @@ pub(crate) struct ServeConfig {
     /// Kafka's `replica.lag.time.max.ms`: a follower not caught up with its leader for this
     /// long leaves the ISR.
     pub replica_lag_time_max_ms: u64,
+    /// Kafka's `auto.leader.rebalance.enable`: the active controller elects preferred
+    /// leaders back every `leader_imbalance_check_interval_seconds`.
+    pub auto_leader_rebalance_enable: bool,
+    /// Kafka's `leader.imbalance.check.interval.seconds`.
+    pub leader_imbalance_check_interval_seconds: u64,
+    /// Kafka's `leader.imbalance.per.broker.percentage`: accepted, unused (Kafka 4.1's KRaft
+    /// controller balances every partition whose preferred replica can lead, whatever the
+    /// share).
+    pub leader_imbalance_per_broker_percentage: u32,
 }
 
 impl Default for ServeConfig {
@@ -142,6 +151,9 @@ impl Default for ServeConfig {
             broker_session_timeout_ms: 9000,
             default_replication_factor: 1,
             replica_lag_time_max_ms: 30_000,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_seconds: 300,
+            leader_imbalance_per_broker_percentage: 10,
         }
     }
 }
@@ -350,6 +362,14 @@ mod tests {
         assert_eq!(c.socket_request_max_bytes, d.socket_request_max_bytes);
         assert_eq!(c.partition_assignment, d.partition_assignment);
         assert_eq!(c.replica_lag_time_max_ms, d.replica_lag_time_max_ms);
+        assert_eq!(
+            (
+                c.auto_leader_rebalance_enable,
+                c.leader_imbalance_check_interval_seconds,
+                c.leader_imbalance_per_broker_percentage
+            ),
+            (true, 300, 10)
+        );
         assert_eq!(c.listeners, d.listeners);
         assert_eq!(c.tls_files(), TlsFiles::default());
         assert_eq!(

@@ -159,6 +159,17 @@ pub(crate) struct ServeArgs {
     /// 30000).
     #[arg(long)]
     pub replica_lag_time_max_ms: Option<u64>,
+    /// auto.leader.rebalance.enable: the active controller moves leaderships back to
+    /// preferred replicas (default true).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub auto_leader_rebalance_enable: Option<bool>,
+    /// leader.imbalance.check.interval.seconds: how often it looks (default 300).
+    #[arg(long)]
+    pub leader_imbalance_check_interval_seconds: Option<u64>,
+    /// leader.imbalance.per.broker.percentage (default 10): accepted for Kafka parity;
+    /// Kafka 4.1's KRaft controller does not consult it, nor does kmirror.
+    #[arg(long)]
+    pub leader_imbalance_per_broker_percentage: Option<u32>,
 }
 
 fn main() -> ExitCode {

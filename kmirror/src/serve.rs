@@ -135,6 +135,15 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.replica_lag_time_max_ms {
         c.replica_lag_time_max_ms = v;
     }
+    if let Some(v) = args.auto_leader_rebalance_enable {
+        c.auto_leader_rebalance_enable = v;
+    }
+    if let Some(v) = args.leader_imbalance_check_interval_seconds {
+        c.leader_imbalance_check_interval_seconds = v;
+    }
+    if let Some(v) = args.leader_imbalance_per_broker_percentage {
+        c.leader_imbalance_per_broker_percentage = v;
+    }
     c.validate()?;
     Ok(c)
 }
@@ -148,6 +157,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         voters,
         session_timeout: Duration::from_millis(c.broker_session_timeout_ms.max(100)),
         default_replication_factor: c.default_replication_factor,
+        leader_rebalance: c
+            .auto_leader_rebalance_enable
+            .then(|| Duration::from_secs(c.leader_imbalance_check_interval_seconds.max(1))),
     });
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&c.log_level));

@@ -196,6 +196,10 @@ pub struct QuorumOptions {
     /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard
     /// from for this long.
     pub session_timeout: Duration,
+    /// `auto.leader.rebalance.enable` and `leader.imbalance.check.interval.seconds`: the
+    /// active controller moves leaderships back to preferred replicas this often (`None`:
+    /// disabled).
+    pub leader_rebalance: Option<Duration>,
     /// `default.replication.factor` for CreateTopics with -1 and auto-created topics.
     pub default_replication_factor: i16,
 }

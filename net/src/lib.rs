@@ -428,6 +428,7 @@ fn start_quorum(
         q.voters.clone(),
     );
     dcfg.session_timeout = Some(q.session_timeout);
+    dcfg.leader_rebalance = q.leader_rebalance;
     let view = Cluster::empty_view();
     let acls = acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?;
     let (tx, rx) = flume::unbounded();

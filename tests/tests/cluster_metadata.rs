@@ -16,17 +16,17 @@
 //!   (DescribeProducers) and read back what they wrote at the acknowledged offsets;
 //! - SIGKILL of a node: after the broker session timeout `--describe` shows new leaders and
 //!   ISRs without it, and producing to every partition keeps working; restarted, it is
-//!   unfenced and listed again.
+//!   unfenced and listed again, and once back in the ISRs the periodic preferred-leader
+//!   balancing (`auto.leader.rebalance.enable`, check interval shortened to 2 s on both
+//!   sides) gives it back the partitions whose preferred replica it is.
 //!
-//! kmirror does not replicate records yet (helper "repl"), so follower copies are not
-//! asserted, nor that the restarted node rejoins ISRs.
+//! Follower copies of the records are asserted in `cluster_replication`, not here.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use kmirror_tests::cluster::{
-    describe_topic, kafka_three_nodes, run_seq_producer, ClusterOpts, Described, KmirrorCluster,
-    ThreeNodes as Under,
+    describe_topic, run_seq_producer, ClusterOpts, Described, KmirrorCluster, ThreeNodes as Under,
 };
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::proc;
@@ -38,6 +38,8 @@ const PARTITIONS: i32 = 6;
 /// broker.session.timeout.ms on both sides (Kafka's default is 9000; shorter keeps the test
 /// short, the mechanism is the same).
 const SESSION_MS: u64 = 3000;
+/// leader.imbalance.check.interval.seconds on both sides (Kafka's default is 300).
+const IMBALANCE_CHECK_SECS: u64 = 2;
 
 /// `kafka-topics --describe --topic TOPIC` through `addr`, by partition.
 fn describe(addr: &str) -> BTreeMap<i32, Described> {
@@ -406,9 +408,31 @@ fn scenario(c: &mut dyn Under) {
             .all(Vec::is_empty)
             .then_some(())
     });
+    // Back in the ISRs, the balancing returns every partition to its preferred replica:
+    // the restarted node leads the partitions listing it first again, on every node's view.
+    let restarted = Instant::now();
+    for id in 1..=3 {
+        proc::wait_for(
+            Duration::from_secs(60),
+            "preferred leaders after the restart",
+            || {
+                let d = describe(&c.addr(id));
+                (d.len() == PARTITIONS as usize
+                    && d.iter().all(|(p, d)| {
+                        d.leader == first[p].replicas[0] && sorted(&d.isr) == [1, 2, 3]
+                    }))
+                .then_some(())
+            },
+        );
+    }
+    assert!(
+        first.values().any(|d| d.replicas[0] == victim),
+        "{name}: node {victim} is the preferred replica of some partition"
+    );
     eprintln!(
-        "{name}: leaders and ISR without node {victim} {:.1} s after SIGKILL (session {SESSION_MS} ms); scenario {:.1} s",
+        "{name}: leaders and ISR without node {victim} {:.1} s after SIGKILL (session {SESSION_MS} ms); preferred leaders back {:.1} s after the restart; scenario {:.1} s",
         fenced_after.as_secs_f64(),
+        restarted.elapsed().as_secs_f64(),
         started.elapsed().as_secs_f64()
     );
 }
@@ -420,6 +444,14 @@ fn three_kmirror_nodes_serve_raft_metadata_as_kafka_does() {
         3,
         ClusterOpts {
             session_timeout_ms: SESSION_MS,
+            extra: [
+                "--cores",
+                "1",
+                "--leader-imbalance-check-interval-seconds",
+                &IMBALANCE_CHECK_SECS.to_string(),
+            ]
+            .map(String::from)
+            .to_vec(),
             ..ClusterOpts::default()
         },
     );
@@ -429,7 +461,21 @@ fn three_kmirror_nodes_serve_raft_metadata_as_kafka_does() {
 #[test]
 fn the_same_scenario_on_three_kafka_nodes() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let mut k = kafka_three_nodes(SESSION_MS);
+    let mut k =
+        kmirror_tests::kafka::KafkaCluster::start_with(kmirror_tests::kafka::KafkaOptions {
+            nodes: 3,
+            props: [
+                ("broker.session.timeout.ms", SESSION_MS.to_string()),
+                ("broker.heartbeat.interval.ms", "500".into()),
+                (
+                    "leader.imbalance.check.interval.seconds",
+                    IMBALANCE_CHECK_SECS.to_string(),
+                ),
+            ]
+            .map(|(k, v)| (k.to_string(), v))
+            .to_vec(),
+            ..kmirror_tests::kafka::KafkaOptions::default()
+        });
     scenario(&mut k);
 }
 

@@ -404,6 +404,31 @@ pub fn elect_preferred(
     Ok(())
 }
 
+/// Kafka's automatic preferred-leader balancing (`auto.leader.rebalance.enable`): the
+/// partitions, in name and index order, whose leader is not their preferred (first) replica
+/// while that replica is unfenced and in the ISR, at most `max` of them. Kafka 4.1's KRaft
+/// controller (`maybeBalancePartitionLeaders`) elects every such partition, up to a cap per
+/// run; `leader.imbalance.per.broker.percentage` is not consulted there (only the old
+/// ZooKeeper controller used it), so it is not here either. Each pick is then proposed as an
+/// `ElectPreferredLeader`, which checks the same conditions again when applied.
+pub fn preferred_leader_imbalance(state: &ClusterMetadata, max: usize) -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    for (name, t) in &state.topics {
+        for (i, a) in t.assignments.iter().enumerate() {
+            if out.len() >= max {
+                return out;
+            }
+            let Some(&preferred) = a.replicas.first() else {
+                continue;
+            };
+            if a.leader != preferred && a.isr.contains(&preferred) && is_live(state, preferred) {
+                out.push((name.clone(), i as i32));
+            }
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -466,5 +491,74 @@ mod tests {
             Err(MetadataError::InvalidReplicationFactor(0))
         ));
         assert!(place_replicas(&[], 0, 1, 1, 0, 0).is_err());
+    }
+
+    #[test]
+    fn imbalance_picks_partitions_whose_preferred_replica_is_live_and_in_sync() {
+        let part = |replicas: [i32; 3], isr: &[i32], leader: i32| PartitionAssignment {
+            replicas: replicas.to_vec(),
+            isr: isr.to_vec(),
+            leader,
+            partition_epoch: 0,
+        };
+        let topic = |name: &str, assignments: Vec<PartitionAssignment>| TopicMeta {
+            name: name.into(),
+            id: uuid::Uuid::from_u64_pair(1, name.len() as u64),
+            leader_epochs: vec![0; assignments.len()],
+            configs: Default::default(),
+            mirror: None,
+            internal: false,
+            assignments,
+        };
+        let broker = |id: i32, fenced: bool| BrokerRegistration {
+            id,
+            incarnation: uuid::Uuid::from_u64_pair(2, id as u64),
+            endpoints: Vec::new(),
+            rack: None,
+            fenced,
+        };
+        let mut state = ClusterMetadata {
+            cluster_id: "c".into(),
+            version: 0,
+            topics: Default::default(),
+            internal_topics: Default::default(),
+            brokers: [broker(1, false), broker(2, false), broker(3, true)]
+                .into_iter()
+                .map(|b| (b.id, b))
+                .collect(),
+        };
+        state.topics.insert(
+            "b".into(),
+            topic(
+                "b",
+                vec![
+                    // Led by its preferred replica: balanced.
+                    part([1, 2, 3], &[1, 2, 3], 1),
+                    // Preferred 1 is back in the ISR: move the leadership home.
+                    part([1, 2, 3], &[1, 2], 2),
+                    // Preferred 2 not in the ISR (still catching up): stays.
+                    part([2, 1, 3], &[1, 3], 1),
+                    // Preferred 3 in the ISR but fenced: stays.
+                    part([3, 1, 2], &[1, 2, 3], 1),
+                    // Leaderless with preferred 2 in sync: elected too, as in Kafka.
+                    part([2, 3, 1], &[2], NO_LEADER),
+                ],
+            ),
+        );
+        state
+            .topics
+            .insert("a".into(), topic("a", vec![part([2, 1, 3], &[2, 1], 1)]));
+        // A one-node topic (no assignments) is never imbalanced.
+        state.topics.insert("c".into(), topic("c", Vec::new()));
+        let want = vec![("a".to_string(), 0), ("b".into(), 1), ("b".into(), 4)];
+        assert_eq!(preferred_leader_imbalance(&state, 1000), want);
+        // The cap keeps the order, so the next run continues where this one stopped.
+        assert_eq!(preferred_leader_imbalance(&state, 2), want[..2]);
+        // Every pick is an election the apply side accepts; afterwards nothing is left.
+        for (name, p) in want {
+            elect_preferred(&mut state, &name, p).unwrap();
+        }
+        assert!(preferred_leader_imbalance(&state, 1000).is_empty());
+        assert_eq!(state.topics["b"].leader_epochs, [0, 1, 0, 0, 1]);
     }
 }
