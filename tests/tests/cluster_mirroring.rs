@@ -724,6 +724,18 @@ fn produce_batches(boot: &str, topic: &str, n: usize, tag: &str) {
 /// followers must follow that truncation: every replica ends byte-equal to K's log.
 #[test]
 fn failback_into_a_three_node_cluster_truncates_the_divergent_tail_on_every_replica() {
+    failback_into_the_cluster(false);
+}
+
+/// The same failback after the cluster's leader epoch of the partition moved well past K's
+/// (as many leader elections in the cluster would): the divergent tail is written at that
+/// higher epoch, and K's batches then carry a lower one.
+#[test]
+fn failback_into_a_cluster_whose_leader_epoch_is_above_the_sources() {
+    failback_into_the_cluster(true);
+}
+
+fn failback_into_the_cluster(raise_cluster_epoch: bool) {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut c = start_three();
     let k = kmirror_tests::kmirror::KmirrorNode::start_with(&["--cores", "1"]);
@@ -776,6 +788,22 @@ fn failback_into_a_three_node_cluster_truncates_the_divergent_tail_on_every_repl
             "K: 20 mirrored records + the PID reset marker"
         );
 
+        if raise_cluster_epoch {
+            let info = WireClient::connect(&n1)
+                .unwrap()
+                .partition_info(t, 0)
+                .unwrap();
+            let target = info.leader_epoch + 10;
+            assert_eq!(bump_leader_epochs(&n1, info.topic_id, 0, target), 0);
+            proc::wait_for(Duration::from_secs(30), "the raised leader epoch", || {
+                let e = WireClient::connect(&n1)
+                    .ok()?
+                    .partition_info(t, 0)
+                    .ok()?
+                    .leader_epoch;
+                (e >= target).then_some(e)
+            });
+        }
         // Both sides write: the cluster's tail (3 batches) never reaches K.
         produce_batches(&ka, t, 5, "k");
         produce_batches(&cb, t, 3, "c2");
