@@ -836,6 +836,13 @@ fn failback_into_the_cluster(raise_cluster_epoch: bool) {
             });
             assert_eq!(got, rows, "DescribeMirrors via node {id}");
         }
+        // DescribeMirrors shows the leader's log end; consumers read up to the high
+        // watermark, which follows once the followers re-truncated and caught up.
+        proc::wait_for(
+            Duration::from_secs(30),
+            "the cluster's HW at K's end",
+            || (bounds(&cb).1 == end).then_some(()),
+        );
         log_equal(&ka, &cb, t, 0, end).unwrap_or_else(|e| panic!("leader after failback: {e}"));
         proc::wait_for(Duration::from_secs(30), "full ISR", || {
             describe_topic(&n1, t)
