@@ -1313,7 +1313,30 @@ pub async fn mirror_partition<S: Source, L: LocalPartition, O: FetchObserver>(
             }
             match prepare_partition(source, local, mirror, &tp, local_lme).await {
                 Ok(plan) => {
+                    // A failback truncation removes records the partition's followers may
+                    // hold (at an epoch that can be above every epoch the source's batches
+                    // carry). A new epoch before the first append fences their fetches, so
+                    // they re-truncate through OffsetsForLeaderEpoch instead of appending
+                    // the source's batches on top of the dropped tail.
+                    let bump = if plan.truncated() > 0 {
+                        let to = local.leader_epoch().await + 1;
+                        if let Err(e) = local.bump_leader_epoch_to(to).await {
+                            observer.on_event(
+                                &tp,
+                                FetchEvent::Failed {
+                                    reason: format!("epoch bump after failback truncation: {e}"),
+                                },
+                            );
+                            return FetcherExit::Stopped;
+                        }
+                        Some(to)
+                    } else {
+                        None
+                    };
                     observer.on_event(&tp, FetchEvent::Prepared(plan));
+                    if let Some(to) = bump {
+                        observer.on_event(&tp, FetchEvent::EpochBumped { to });
+                    }
                     break;
                 }
                 Err(e) => {

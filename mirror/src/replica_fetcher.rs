@@ -212,17 +212,25 @@ fn topic_name(s: &str) -> TopicName {
 /// Where a follower cuts its log given the leader's OffsetsForLeaderEpoch answer
 /// (`leader_epoch`, `leader_end`) for the follower's latest epoch: Kafka's
 /// getOffsetTruncationState. Returns (offset, complete); not complete = ask again with the
-/// epoch the log then ends in.
+/// epoch the log then ends in. `latest_start` is where the follower's latest epoch begins.
 fn truncation_point(
     leader_epoch: i32,
     leader_end: i64,
     log_end: i64,
     hw: i64,
+    latest_start: Option<i64>,
     own_end_for: impl Fn(i32) -> Option<(i32, i64)>,
 ) -> (i64, bool) {
     if leader_end < 0 {
-        // The leader knows no epoch at or below ours: keep what is committed.
-        return (hw.min(log_end), true);
+        // The leader knows no epoch at or below ours: keep what is committed, as Kafka's
+        // follower does. Not past where our latest epoch begins, though: the leader holds no
+        // batch of that epoch. A mirror leader's failback truncation drops committed records
+        // (below the high watermark) written at an epoch above every epoch of the source's
+        // batches; cut them and ask again with the epoch before.
+        return match latest_start {
+            Some(s) if s < hw.min(log_end) => (s, false),
+            _ => (hw.min(log_end), true),
+        };
     }
     if leader_epoch < 0 {
         return (leader_end.min(log_end), true);
@@ -323,6 +331,7 @@ async fn truncate(
                         end,
                         log.log_end_offset().get(),
                         log.high_watermark().get(),
+                        log.epoch_entries().last().map(|(_, s)| s.get()),
                         |e| {
                             log.end_offset_for_epoch(LeaderEpoch(e))
                                 .map(|(e, o)| (e.get(), o.get()))
@@ -478,19 +487,23 @@ mod tests {
     #[test]
     fn truncation_follows_kip_279() {
         // The leader had epoch 3 too and it ended at 12: cut there.
-        assert_eq!(truncation_point(3, 12, 15, 8, own), (12, true));
+        assert_eq!(truncation_point(3, 12, 15, 8, Some(10), own), (12, true));
         // The leader's epoch 3 ends beyond ours: nothing to cut.
-        assert_eq!(truncation_point(3, 20, 15, 8, own), (15, true));
+        assert_eq!(truncation_point(3, 20, 15, 8, Some(10), own), (15, true));
         // The leader never had epoch 3; its largest below is 2, ending at 11. We have no
         // epoch 2: our largest below is 1, ending at 10: cut there and ask again.
-        assert_eq!(truncation_point(2, 11, 15, 8, own), (10, false));
+        assert_eq!(truncation_point(2, 11, 15, 8, Some(10), own), (10, false));
         // Then asked for epoch 1, the leader says epoch 1 ends at 10: done at 10.
-        assert_eq!(truncation_point(1, 10, 10, 8, own), (10, true));
+        assert_eq!(truncation_point(1, 10, 10, 8, Some(10), own), (10, true));
         // The leader has no epoch at or below ours (UNDEFINED offset): keep the HW.
-        assert_eq!(truncation_point(-1, -1, 15, 8, own), (8, true));
+        assert_eq!(truncation_point(-1, -1, 15, 8, Some(10), own), (8, true));
+        // The same with the HW above the start of our epoch 3 (a mirror leader's failback
+        // truncation dropped committed records of an epoch it never had): cut to where
+        // epoch 3 begins and ask again.
+        assert_eq!(truncation_point(-1, -1, 15, 12, Some(10), own), (10, false));
         // An answer without an epoch: the smaller end.
-        assert_eq!(truncation_point(-1, 9, 15, 8, own), (9, true));
+        assert_eq!(truncation_point(-1, 9, 15, 8, Some(10), own), (9, true));
         // We have nothing at or below the leader's epoch.
-        assert_eq!(truncation_point(0, 4, 15, 8, own), (4, true));
+        assert_eq!(truncation_point(0, 4, 15, 8, Some(10), own), (4, true));
     }
 }

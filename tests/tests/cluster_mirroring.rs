@@ -693,3 +693,185 @@ fn only_leaders_fetch_and_followers_replicate_the_mirror() {
         }
     });
 }
+
+/// Two-record batches `tag-i-a`, `tag-i-b` to partition 0 of `topic` through its leader
+/// (found from `boot`), acks=all; each must be acknowledged.
+fn produce_batches(boot: &str, topic: &str, n: usize, tag: &str) {
+    let mut c = WireClient::connect_leader(boot, topic, 0).expect("connect to leader");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    for i in 0..n {
+        let (v1, v2) = (format!("{tag}-{i}-a"), format!("{tag}-{i}-b"));
+        let b = kmirror_tests::records::batch(&[v1.as_bytes(), v2.as_bytes()], 1_700_000_000_000);
+        loop {
+            let (code, _) = c.produce_raw(topic, 0, b.clone(), -1).expect("produce");
+            // NOT_LEADER_OR_FOLLOWER (nothing appended) while a new topic's leader opens
+            // its replica: ask again.
+            if code == 6 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(100));
+                c = WireClient::connect_leader(boot, topic, 0).expect("connect to leader");
+                continue;
+            }
+            assert_eq!(code, 0, "produce to {boot} {topic}");
+            break;
+        }
+    }
+}
+
+/// Failback into the cluster (the single-node `kmirror_failback_truncates_exactly_the_
+/// divergent_tail`, with the three-node cluster as the side that fails back): the cluster
+/// is the first source, a one-node kmirror K mirrors it and fails over, both write, then the
+/// cluster mirrors from K. The partition leader must truncate its divergent tail and the
+/// followers must follow that truncation: every replica ends byte-equal to K's log.
+#[test]
+fn failback_into_a_three_node_cluster_truncates_the_divergent_tail_on_every_replica() {
+    failback_into_the_cluster(false);
+}
+
+/// The same failback after the cluster's leader epoch of the partition moved well past K's
+/// (as many leader elections in the cluster would): the divergent tail is written at that
+/// higher epoch, and K's batches then carry a lower one.
+#[test]
+fn failback_into_a_cluster_whose_leader_epoch_is_above_the_sources() {
+    failback_into_the_cluster(true);
+}
+
+fn failback_into_the_cluster(raise_cluster_epoch: bool) {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut c = start_three();
+    let k = kmirror_tests::kmirror::KmirrorNode::start_with(&["--cores", "1"]);
+    let ka = k.addr();
+    c.dump_logs_on_panic(80, |c| {
+        let t = "payments";
+        let (cb, n1) = (c.bootstrap(), c.node(1).addr());
+        assert_eq!(
+            WireClient::connect(&n1)
+                .unwrap()
+                .create_topic(t, 1, 3, &[])
+                .unwrap(),
+            0
+        );
+        produce_batches(&cb, t, 10, "c1");
+        let bounds = |x: &str| {
+            WireClient::connect_leader(x, t, 0)
+                .and_then(|mut w| w.log_bounds(t, 0))
+                .expect("log bounds")
+        };
+
+        // Cluster -> K, then K fails over.
+        cli(
+            &ka,
+            &[
+                "create",
+                "ab",
+                "--source",
+                &cb,
+                "--set",
+                "mirror.metadata.sync.interval.ms=500",
+            ],
+        );
+        cli(&ka, &["add", "ab", "--topics", t]);
+        proc::wait_for(Duration::from_secs(60), "K caught up", || {
+            let ran = cli(&ka, &["describe", "ab", "--json"]);
+            let rows: serde_json::Value = serde_json::from_str(ran.stdout.trim()).ok()?;
+            rows.as_array()
+                .is_some_and(|rs| {
+                    rs.len() == 1
+                        && rs[0]["state"] == "MIRRORING"
+                        && rs[0]["destination_offset"].as_i64() == Some(20)
+                })
+                .then_some(())
+        });
+        cli(&ka, &["remove", "ab", "--topics", t]);
+        assert_eq!(
+            bounds(&ka).1,
+            21,
+            "K: 20 mirrored records + the PID reset marker"
+        );
+
+        if raise_cluster_epoch {
+            let info = WireClient::connect(&n1)
+                .unwrap()
+                .partition_info(t, 0)
+                .unwrap();
+            let target = info.leader_epoch + 10;
+            assert_eq!(bump_leader_epochs(&n1, info.topic_id, 0, target), 0);
+            proc::wait_for(Duration::from_secs(30), "the raised leader epoch", || {
+                let e = WireClient::connect(&n1)
+                    .ok()?
+                    .partition_info(t, 0)
+                    .ok()?
+                    .leader_epoch;
+                (e >= target).then_some(e)
+            });
+        }
+        // Both sides write: the cluster's tail (3 batches) never reaches K.
+        produce_batches(&ka, t, 5, "k");
+        produce_batches(&cb, t, 3, "c2");
+        assert_eq!(bounds(&cb).1, 26, "the cluster's divergent end");
+        let end = bounds(&ka).1;
+        assert_eq!(end, 21 + 10, "K keeps everything it acked");
+
+        // Failback: the cluster mirrors from K and must drop exactly 20..26 on every replica.
+        cli(
+            &n1,
+            &[
+                "create",
+                "dr",
+                "--source",
+                &ka,
+                "--set",
+                "mirror.metadata.sync.interval.ms=500",
+            ],
+        );
+        cli(&n1, &["add", "dr", "--topics", t]);
+        let rows = proc::wait_for(Duration::from_secs(60), "the cluster caught up", || {
+            let rows = describe_mirror(&n1);
+            (rows.len() == 1 && rows[0] == (0, "MIRRORING".to_string(), end, end, 0))
+                .then_some(rows)
+        });
+        for id in 1..=3 {
+            let got = proc::wait_for(Duration::from_secs(30), "the same DescribeMirrors", || {
+                let got = describe_mirror(&c.node(id).addr());
+                (got == rows).then_some(got)
+            });
+            assert_eq!(got, rows, "DescribeMirrors via node {id}");
+        }
+        // DescribeMirrors shows the leader's log end; consumers read up to the high
+        // watermark, which follows once the followers re-truncated and caught up.
+        proc::wait_for(
+            Duration::from_secs(30),
+            "the cluster's HW at K's end",
+            || (bounds(&cb).1 == end).then_some(()),
+        );
+        log_equal(&ka, &cb, t, 0, end).unwrap_or_else(|e| panic!("leader after failback: {e}"));
+        proc::wait_for(Duration::from_secs(30), "full ISR", || {
+            describe_topic(&n1, t)
+                .get(&0)
+                .filter(|d| d.isr.len() == 3)
+                .cloned()
+        });
+
+        // Every replica, from its files: K's batches exactly.
+        let (start, batches) = read_batches(&ka, t, 0, end).unwrap();
+        assert_eq!(start, 0);
+        let want: Vec<u8> = batches
+            .iter()
+            .flat_map(|b| b.bytes.iter().copied())
+            .collect();
+        // Followers fetch the last high watermark.
+        std::thread::sleep(Duration::from_secs(3));
+        c.stop_all();
+        let logs = c.replica_logs(t, 0);
+        let report: Vec<(i64, usize)> = logs.iter().map(|(e, b)| (*e, b.len())).collect();
+        for (i, (e, bytes)) in logs.iter().enumerate() {
+            assert!(
+                *e == end && bytes[..] == want[..],
+                "{t}-0 on node {}: end {e}, {} bytes; K: end {end}, {} bytes; all replicas \
+                 (end, bytes): {report:?}",
+                i + 1,
+                bytes.len(),
+                want.len()
+            );
+        }
+    });
+}
