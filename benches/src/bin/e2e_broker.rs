@@ -518,30 +518,6 @@ struct ClusterSide {
     data_dirs: Vec<std::path::PathBuf>,
 }
 
-/// Bytes of `<base>.log` segment files of `topic`'s partitions under `dir` (any depth: the
-/// partition directories are `<topic>-<p>` in Kafka and kmirror alike).
-fn segment_bytes(dir: &std::path::Path, topic: &str) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let prefix = format!("{topic}-");
-    let in_partition = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-        n.strip_prefix(&prefix)
-            .is_some_and(|p| p.parse::<u32>().is_ok())
-    });
-    let mut total = 0;
-    for e in entries.flatten() {
-        let path = e.path();
-        let Ok(meta) = e.metadata() else { continue };
-        if meta.is_dir() {
-            total += segment_bytes(&path, topic);
-        } else if in_partition && path.extension().is_some_and(|x| x == "log") {
-            total += meta.len();
-        }
-    }
-    total
-}
-
 /// Waits until every node stores at least the produced payload of `topic` (RF 3 on 3 nodes:
 /// every node is a replica of every partition): the numbers are only worth printing if the
 /// cluster really replicated. Returns each node's bytes.
@@ -551,7 +527,7 @@ fn check_replicated(side: &ClusterSide, topic: &str, payload: u64) -> Vec<u64> {
         let bytes: Vec<u64> = side
             .data_dirs
             .iter()
-            .map(|d| segment_bytes(d, topic))
+            .map(|d| common::segment_bytes(d, topic))
             .collect();
         if bytes.iter().all(|b| *b >= payload) {
             return bytes;

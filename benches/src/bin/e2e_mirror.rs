@@ -697,30 +697,6 @@ fn stall_timeout() -> Duration {
     )
 }
 
-/// Bytes of the `.log` segment files of `topic`'s partitions under `dir`, at any depth (the
-/// partition directories are `<topic>-<p>` in Kafka and kmirror alike).
-fn segment_bytes(dir: &std::path::Path, topic: &str) -> u64 {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
-    };
-    let prefix = format!("{topic}-");
-    let in_partition = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
-        n.strip_prefix(&prefix)
-            .is_some_and(|p| p.parse::<u32>().is_ok())
-    });
-    let mut total = 0;
-    for e in entries.flatten() {
-        let path = e.path();
-        let Ok(meta) = e.metadata() else { continue };
-        if meta.is_dir() {
-            total += segment_bytes(&path, topic);
-        } else if in_partition && path.extension().is_some_and(|x| x == "log") {
-            total += meta.len();
-        }
-    }
-    total
-}
-
 /// `source_bytes`: the backlog's segment bytes on the source. kmirror stores the source's
 /// batches verbatim, so once the HW covers everything each node must hold at least as many.
 fn kmirror_cluster(
@@ -761,7 +737,7 @@ fn kmirror_cluster(
             let rss_mib = pids.iter().map(|p| common::peak_rss_mib(*p)).sum();
             // The HW is the leader's word; the files say whether the followers really have it.
             let held: Vec<u64> = (1..=n)
-                .map(|i| segment_bytes(&c.node(i).data_dir(), TOPIC))
+                .map(|i| common::segment_bytes(&c.node(i).data_dir(), TOPIC))
                 .collect();
             if held.iter().any(|b| *b < source_bytes) {
                 return Err(format!(
@@ -885,7 +861,7 @@ fn main_cluster(n: usize, gb: f64, partitions: i32, tasks: u32, rounds: usize) {
         .map(|p| src.log_bounds(TOPIC, p).expect("source end offset").1)
         .collect();
     assert_eq!(ends.iter().sum::<i64>(), records as i64, "source backlog");
-    let source_bytes = segment_bytes(&source.data_dir(), TOPIC);
+    let source_bytes = common::segment_bytes(&source.data_dir(), TOPIC);
     eprintln!("backlog of {payload_gb:.2} GB filled in {fill_s:.0} s");
 
     let mut runs = Vec::new();

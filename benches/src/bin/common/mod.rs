@@ -675,3 +675,27 @@ fn node_props_voters(
     .map(|(k, v)| (k.to_string(), v))
     .collect()
 }
+
+/// Bytes of the `.log` segment files of `topic`'s partitions under `dir`, at any depth (the
+/// partition directories are `<topic>-<p>` in Kafka and kmirror alike).
+pub(crate) fn segment_bytes(dir: &std::path::Path, topic: &str) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let prefix = format!("{topic}-");
+    let in_partition = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|p| p.parse::<u32>().is_ok())
+    });
+    let mut total = 0;
+    for e in entries.flatten() {
+        let path = e.path();
+        let Ok(meta) = e.metadata() else { continue };
+        if meta.is_dir() {
+            total += segment_bytes(&path, topic);
+        } else if in_partition && path.extension().is_some_and(|x| x == "log") {
+            total += meta.len();
+        }
+    }
+    total
+}
