@@ -22,8 +22,9 @@ use kmirror_tests::cluster::{describe_topic, ClusterOpts, KmirrorCluster};
 use kmirror_tests::deps;
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
+use kmirror_tests::mirror::cli_ok as cli;
 use kmirror_tests::oracle::{log_equal, read_batches};
-use kmirror_tests::proc::{self, Ran};
+use kmirror_tests::proc;
 use kmirror_tests::wire::WireClient;
 
 const TOPIC: &str = "orders";
@@ -32,22 +33,6 @@ const RECORDS: u64 = 200_000;
 /// Bytes/s per fetching node (all three fetch the partitions they lead): 200,000 records
 /// take some seconds, so the kill lands mid-way.
 const THROTTLE: u64 = 300_000;
-
-fn cli(dst: &str, args: &[&str]) -> Ran {
-    let ran = proc::run(
-        std::process::Command::new(deps::kmirror_bin())
-            .args(["mirror", "--bootstrap", dst])
-            .args(args),
-        Duration::from_secs(60),
-    );
-    assert!(
-        ran.status.success(),
-        "kmirror mirror {args:?} via {dst} failed: {}{}",
-        ran.stdout,
-        ran.stderr
-    );
-    ran
-}
 
 /// DescribeMirrors rows through `dst`, sorted: (partition, state, source, destination, lag).
 /// Empty while the node answers with an error (e.g. UNKNOWN_MIRROR before the first sync

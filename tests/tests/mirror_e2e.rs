@@ -5,32 +5,16 @@
 
 use std::time::{Duration, Instant};
 
-use kmirror_tests::deps;
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
 use kmirror_tests::kmirror::KmirrorNode;
+use kmirror_tests::mirror::cli_ok as cli;
 use kmirror_tests::oracle::log_equal;
-use kmirror_tests::proc::{self, Ran};
+use kmirror_tests::proc;
 use kmirror_tests::wire::WireClient;
 
 const TOPIC: &str = "orders";
 const PARTITIONS: i32 = 3;
-
-fn cli(dst: &str, args: &[&str]) -> Ran {
-    let ran = proc::run(
-        std::process::Command::new(deps::kmirror_bin())
-            .args(["mirror", "--bootstrap", dst])
-            .args(args),
-        Duration::from_secs(60),
-    );
-    assert!(
-        ran.status.success(),
-        "kmirror mirror {args:?} failed: {}{}",
-        ran.stdout,
-        ran.stderr
-    );
-    ran
-}
 
 /// `describe --json` rows: (partition, state, source_offset, destination_offset, lag).
 fn describe(dst: &str) -> Vec<(i64, String, i64, i64, i64)> {
