@@ -24,9 +24,9 @@ use kmirror_control::acl::AclBinding;
 use kmirror_control::metadata::ClusterMetadata;
 use kmirror_control::quorum::{
     ApplyError, ClusterCommand, MembershipChange, MetadataCommand, Outcome, ProposalId,
-    ProposalResult, ProposeError, QuorumConfig, QuorumError, QuorumNode,
+    ProposalResult, ProposeError, QuorumConfig, QuorumError, QuorumMember, QuorumNode,
 };
-use raft::eraftpb::Message;
+use raft::eraftpb::{Message, MessageType};
 
 use crate::transport::{Blocked, Listener, Senders};
 use crate::voters::Voter;
@@ -44,9 +44,16 @@ pub struct DriverConfig {
     pub listen: String,
     /// The voters and their controller addresses.
     pub voters: Vec<Voter>,
-    /// A node joining an existing cluster (not one of the founding voters): it starts empty
-    /// and is added by a membership change.
+    /// A node joining an existing cluster (not one of the founding voters): it starts empty,
+    /// asks the voters to take it as an observer (a raft learner) and may be made a voter
+    /// later (AddRaftVoter). The voters' addresses are only where it asks.
     pub join: bool,
+    /// Kafka's `directory.id` of this node's metadata directory (reported in DescribeQuorum,
+    /// checked by AddRaftVoter / RemoveRaftVoter).
+    pub directory_id: String,
+    /// The controller address others reach this node at (default: `listen`, or this node's
+    /// entry in `voters`).
+    pub advertise: Option<String>,
     pub tick: Duration,
     pub election_ticks: usize,
     pub heartbeat_ticks: usize,
@@ -69,6 +76,8 @@ impl DriverConfig {
             listen,
             voters,
             join: false,
+            directory_id: String::new(),
+            advertise: None,
             tick: Duration::from_millis(100),
             election_ticks: 10,
             heartbeat_ticks: 1,
@@ -89,9 +98,13 @@ pub struct QuorumStatus {
     pub applied_index: u64,
     pub snapshot_index: u64,
     pub voters: Vec<u64>,
-    /// On the leader: each voter's replicated log end (`(id, index)`); empty on a follower.
+    /// The observers (raft learners): members that receive the log and do not vote.
+    pub learners: Vec<u64>,
+    /// The members' controller addresses and directory ids, as replicated.
+    pub members: Vec<QuorumMember>,
+    /// On the leader: each member's replicated log end (`(id, index)`); empty on a follower.
     pub progress: Vec<(u64, u64)>,
-    /// On the leader: how long ago each voter was last heard from (`(id, ms)`).
+    /// On the leader: how long ago each member was last heard from (`(id, ms)`).
     pub last_heard_ms: Vec<(u64, u64)>,
     /// This node leads and applied its whole log: it may run the group and transaction
     /// coordinators (`QuorumNode::coordinator_ready`).
@@ -138,6 +151,35 @@ pub enum ProposalError {
     /// The driver is stopped or overloaded.
     #[error("the controller is not running or is overloaded")]
     Unavailable,
+    /// An AddRaftVoter / RemoveRaftVoter refused by its checks (Kafka's answers).
+    #[error(transparent)]
+    Voter(#[from] VoterError),
+}
+
+/// Why a voter change was refused before it was proposed (Kafka's `AddVoterHandler` /
+/// `RemoveVoterHandler` checks, in their order).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum VoterError {
+    /// Another membership change is not applied yet (Kafka: REQUEST_TIMED_OUT).
+    #[error("waiting for the previous voter change to be applied")]
+    ChangePending,
+    /// The id is a voter already (DUPLICATE_VOTER).
+    #[error("node {0} is already a voter")]
+    Duplicate(u64),
+    /// The node is not an observer with that directory id, or it lags (REQUEST_TIMED_OUT,
+    /// as Kafka answers for a replica it does not see caught up).
+    #[error("node {id} with directory id {directory_id} is not a caught-up observer")]
+    NotCaughtUp { id: u64, directory_id: String },
+    /// No voter with that id and directory id, or it is the last one (VOTER_NOT_FOUND).
+    #[error("no voter {id} with directory id {directory_id} that can be removed")]
+    NotFound { id: u64, directory_id: String },
+}
+
+/// A voter change as Kafka's AddRaftVoter / RemoveRaftVoter ask it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum VoterChange {
+    Add { id: u64, directory_id: String },
+    Remove { id: u64, directory_id: String },
 }
 
 /// Errors starting a driver.
@@ -158,6 +200,11 @@ pub enum DriverError {
 enum Request {
     Command(ClusterCommand),
     Membership(MembershipChange),
+    /// Checked against the applied state, then proposed as a membership change (on any
+    /// node: raft forwards it to the leader).
+    Voter(VoterChange),
+    /// A checked voter change, proposed (again after a drop).
+    Checked(MembershipChange),
 }
 
 enum Event {
@@ -203,6 +250,18 @@ impl DriverHandle {
         timeout: Duration,
     ) -> Result<Outcome, ProposalError> {
         self.submit(Request::Membership(change), timeout)
+    }
+
+    /// Kafka's AddRaftVoter / RemoveRaftVoter: checks the change against the applied state
+    /// (and, on the leader, the observer's progress), then proposes it through any node.
+    /// Removing a voter demotes it to an observer, as a Kafka combined node that left the
+    /// voter set keeps fetching the log.
+    pub fn change_voters(
+        &self,
+        change: VoterChange,
+        timeout: Duration,
+    ) -> Result<Outcome, ProposalError> {
+        self.submit(Request::Voter(change), timeout)
     }
 
     /// The latest status (lock-free: engine cores read it for Metadata's controller id).
@@ -316,9 +375,39 @@ impl Driver {
             })?
         };
         let senders = Arc::new(Senders::new(cfg.node_id, blocked.clone()));
+        let mut peers = HashMap::new();
         for v in &cfg.voters {
             senders.add_peer(v.id, &v.addr);
+            peers.insert(v.id, v.addr.clone());
         }
+        let bound = listener.local_addr();
+        let addr = cfg
+            .advertise
+            .clone()
+            .or_else(|| {
+                cfg.voters
+                    .iter()
+                    .find(|v| v.id == cfg.node_id)
+                    .map(|v| v.addr.clone())
+            })
+            .unwrap_or_else(|| {
+                if bound.ip().is_unspecified() {
+                    format!("127.0.0.1:{}", bound.port())
+                } else {
+                    bound.to_string()
+                }
+            });
+        let me = QuorumMember {
+            id: cfg.node_id,
+            addr,
+            directory_id: cfg.directory_id.clone(),
+        };
+        let bootstrap: Vec<u64> = cfg
+            .voters
+            .iter()
+            .map(|v| v.id)
+            .filter(|id| *id != cfg.node_id)
+            .collect();
         let status = Arc::new(ArcSwap::from_pointee(QuorumStatus::default()));
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
@@ -344,6 +433,14 @@ impl Driver {
                 rebalance: Rebalance {
                     interval: cfg.leader_rebalance,
                     next: None,
+                },
+                membership: Membership {
+                    me,
+                    bootstrap,
+                    peers,
+                    next_join: Instant::now(),
+                    next_report: Instant::now(),
+                    proposed_learner: HashMap::new(),
                 },
             };
             thread::Builder::new()
@@ -376,6 +473,15 @@ impl Driver {
     /// Makes `voter` reachable (before proposing to add it).
     pub fn add_peer(&self, voter: &Voter) {
         self.senders.add_peer(voter.id, &voter.addr);
+    }
+
+    /// Test aid: the address this node advertises as a member.
+    #[cfg(test)]
+    pub(crate) fn member(&self) -> Option<QuorumMember> {
+        self.handle.read(
+            |n| n.members().get(&n.id()).cloned(),
+            Duration::from_secs(2),
+        )?
     }
 
     /// Test aid: drops all traffic to and from `peer` (a network partition).
@@ -412,6 +518,48 @@ struct Run {
     on_state: StateListener,
     liveness: Liveness,
     rebalance: Rebalance,
+    membership: Membership,
+}
+
+/// Joining and the members' addresses.
+struct Membership {
+    /// This node as a member (its advertised controller address and directory id).
+    me: QuorumMember,
+    /// Where a node that is not a member yet asks to join (the voters it was given).
+    bootstrap: Vec<u64>,
+    /// The address each sender uses, to start or move senders when members change.
+    peers: HashMap<u64, String>,
+    next_join: Instant,
+    next_report: Instant,
+    /// Learners this leader proposed recently (not proposed again before the instant).
+    proposed_learner: HashMap<u64, Instant>,
+}
+
+/// A join request travels as a Raft-transport frame that raft-rs never sends between nodes
+/// (`MsgUnreachable` is local-only), marked by this context prefix and carrying the
+/// joiner's [`QuorumMember`] as JSON. Kafka's observers make themselves known the same
+/// way, by fetching from the leader.
+const JOIN_TAG: &[u8] = b"kmirror-join:";
+
+fn join_request(from: &QuorumMember, to: u64) -> Message {
+    let mut m = Message::default();
+    m.set_msg_type(MessageType::MsgUnreachable);
+    m.from = from.id;
+    m.to = to;
+    let mut ctx = JOIN_TAG.to_vec();
+    ctx.extend(serde_json::to_vec(from).expect("members serialize"));
+    m.context = ctx.into();
+    m
+}
+
+fn parse_join(m: &Message) -> Option<QuorumMember> {
+    if m.get_msg_type() != MessageType::MsgUnreachable {
+        return None;
+    }
+    let body = m.get_context().strip_prefix(JOIN_TAG)?;
+    serde_json::from_slice::<QuorumMember>(body)
+        .ok()
+        .filter(|j| j.id == m.from && j.id != 0)
 }
 
 /// The leader's periodic preferred-leader balancing.
@@ -481,6 +629,7 @@ impl Run {
                 self.retry_and_expire(now);
                 self.fence_or_unfence(now);
                 self.balance_leaders(now);
+                self.join_or_report(now);
             }
             if let Err(e) = self.poll() {
                 tracing::error!(node = self.node.id(), error = %e, "the metadata quorum node failed; controller stopped");
@@ -498,6 +647,10 @@ impl Run {
     fn handle(&mut self, ev: Event) {
         match ev {
             Event::Raft(m, at) => {
+                if let Some(j) = parse_join(&m) {
+                    self.on_join(j, at);
+                    return;
+                }
                 self.liveness.last_heard.insert(m.from, at);
                 if let Err(e) = self.node.step(m) {
                     tracing::warn!(error = %e, "raft refused a message");
@@ -518,9 +671,20 @@ impl Run {
     }
 
     fn try_propose(&mut self, mut w: Waiter) {
+        if let Request::Voter(change) = &w.request {
+            match self.check_voter_change(change) {
+                Ok(c) => w.request = Request::Checked(c),
+                Err(e) => {
+                    let _ = w.reply.send(Err(e.into()));
+                    return;
+                }
+            }
+        }
         let r = match &w.request {
             Request::Command(cmd) => self.node.propose(cmd),
             Request::Membership(change) => self.node.propose_membership(*change),
+            Request::Checked(change) => self.node.propose_membership_with(*change, None),
+            Request::Voter(_) => unreachable!("checked above"),
         };
         match r {
             Ok(id) => {
@@ -567,7 +731,10 @@ impl Run {
         for m in polled.messages {
             self.senders.send(m);
         }
-        if polled.metadata_changed {
+        if polled.members_changed {
+            self.follow_members();
+        }
+        if polled.metadata_changed || polled.members_changed {
             // Status first: whoever sees the new metadata also sees the voters and indexes
             // that came with it.
             self.update_status();
@@ -592,6 +759,13 @@ impl Run {
             match result {
                 ProposalResult::Committed(Ok(outcome)) => {
                     let _ = w.reply.send(Ok(outcome));
+                }
+                ProposalResult::Committed(Err(ApplyError::Membership(why)))
+                    if matches!(w.request, Request::Checked(_)) =>
+                {
+                    // The leader had another change pending and appended an empty entry.
+                    tracing::info!(%why, "voter change not applied");
+                    let _ = w.reply.send(Err(VoterError::ChangePending.into()));
                 }
                 ProposalResult::Committed(Err(e)) => {
                     let _ = w.reply.send(Err(ProposalError::Rejected(e)));
@@ -620,7 +794,7 @@ impl Run {
         }
         if !self.liveness.leading {
             self.liveness.leading = true;
-            for id in self.node.voters() {
+            for id in self.node.voters().into_iter().chain(self.node.learners()) {
                 self.liveness.last_heard.insert(id, now);
             }
             self.liveness.proposed.clear();
@@ -716,6 +890,125 @@ impl Run {
         }
     }
 
+    /// Kafka's checks of AddRaftVoter / RemoveRaftVoter against the applied state. The
+    /// progress of an observer is known only on the leader; elsewhere the leader's raft
+    /// takes the forwarded change as it is.
+    fn check_voter_change(&self, change: &VoterChange) -> Result<MembershipChange, VoterError> {
+        let n = &self.node;
+        if n.is_leader() && n.has_pending_conf() {
+            return Err(VoterError::ChangePending);
+        }
+        let voters = n.voters();
+        let dir_of = |id: u64| n.members().get(&id).map(|m| m.directory_id.as_str());
+        match change {
+            VoterChange::Add { id, directory_id } => {
+                if voters.contains(id) {
+                    return Err(VoterError::Duplicate(*id));
+                }
+                let observer =
+                    n.learners().contains(id) && dir_of(*id) == Some(directory_id.as_str());
+                let caught_up = !n.is_leader()
+                    || n.progress()
+                        .iter()
+                        .any(|(p, matched)| p == id && *matched >= n.commit_index());
+                if !observer || !caught_up {
+                    return Err(VoterError::NotCaughtUp {
+                        id: *id,
+                        directory_id: directory_id.clone(),
+                    });
+                }
+                Ok(MembershipChange::AddVoter(*id))
+            }
+            VoterChange::Remove { id, directory_id } => {
+                // A founding voter that has not reported its directory id yet matches any.
+                let dir_ok = dir_of(*id).is_none_or(|d| d == directory_id);
+                if !voters.contains(id) || !dir_ok || voters.len() <= 1 {
+                    return Err(VoterError::NotFound {
+                        id: *id,
+                        directory_id: directory_id.clone(),
+                    });
+                }
+                Ok(MembershipChange::DemoteVoter(*id))
+            }
+        }
+    }
+
+    /// The leader takes a joining node as a learner (once; a lost proposal is made again
+    /// after a while) and keeps its sender pointed at the address it gave.
+    fn on_join(&mut self, j: QuorumMember, at: Instant) {
+        let n = &self.node;
+        let member = n.voters().contains(&j.id) || n.learners().contains(&j.id);
+        if !n.is_leader() {
+            return;
+        }
+        self.liveness.last_heard.insert(j.id, at);
+        if self.membership.peers.get(&j.id) != Some(&j.addr) {
+            self.senders.add_peer(j.id, &j.addr);
+            self.membership.peers.insert(j.id, j.addr.clone());
+        }
+        if member || n.has_pending_conf() {
+            return;
+        }
+        if self
+            .membership
+            .proposed_learner
+            .get(&j.id)
+            .is_some_and(|until| *until > at)
+        {
+            return;
+        }
+        match self
+            .node
+            .propose_membership_with(MembershipChange::AddLearner(j.id), Some(&j))
+        {
+            Ok(_) => {
+                tracing::info!(node = j.id, addr = %j.addr, "a node joins as an observer");
+                self.membership
+                    .proposed_learner
+                    .insert(j.id, at + Duration::from_secs(3));
+            }
+            Err(e) => tracing::debug!(node = j.id, error = %e, "cannot add an observer yet"),
+        }
+    }
+
+    /// Starts or moves senders to the members' replicated addresses.
+    fn follow_members(&mut self) {
+        let me = self.node.id();
+        for m in self.node.members().values() {
+            if m.id != me && self.membership.peers.get(&m.id) != Some(&m.addr) {
+                self.senders.add_peer(m.id, &m.addr);
+                self.membership.peers.insert(m.id, m.addr.clone());
+            }
+        }
+    }
+
+    /// Once a second: a node outside the configuration asks the bootstrap voters to take
+    /// it; a member whose replicated address or directory id is missing or stale states it.
+    fn join_or_report(&mut self, now: Instant) {
+        let me = self.node.id();
+        let member = self.node.voters().contains(&me) || self.node.learners().contains(&me);
+        if !member {
+            if now >= self.membership.next_join {
+                self.membership.next_join = now + Duration::from_secs(1);
+                for to in &self.membership.bootstrap {
+                    self.senders.send(join_request(&self.membership.me, *to));
+                }
+            }
+            return;
+        }
+        if self.node.members().get(&me) == Some(&self.membership.me)
+            || now < self.membership.next_report
+            || self.node.leader_id().is_none()
+        {
+            return;
+        }
+        self.membership.next_report = now + Duration::from_secs(3);
+        let cmd = ClusterCommand::QuorumMember(self.membership.me.clone());
+        if let Err(e) = self.node.propose(&cmd) {
+            tracing::debug!(error = %e, "cannot report this member's address yet");
+        }
+    }
+
     fn update_status(&self) {
         let n = &self.node;
         let s = QuorumStatus {
@@ -726,12 +1019,15 @@ impl Run {
             applied_index: n.applied_index(),
             snapshot_index: n.snapshot_index(),
             voters: n.voters(),
+            learners: n.learners(),
+            members: n.members().values().cloned().collect(),
             progress: n.progress(),
             coordinator_ready: n.coordinator_ready(),
             last_heard_ms: if n.is_leader() {
                 let now = Instant::now();
                 n.voters()
                     .into_iter()
+                    .chain(n.learners())
                     .map(|id| {
                         let ago = if id == n.id() {
                             0

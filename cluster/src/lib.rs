@@ -24,6 +24,7 @@ pub mod voters;
 
 pub use driver::{
     Driver, DriverConfig, DriverError, DriverHandle, ProposalError, QuorumStatus, StateChanges,
+    VoterChange, VoterError,
 };
 pub use voters::{parse_quorum, QuorumParseError, Voter};
 

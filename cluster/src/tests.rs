@@ -336,6 +336,13 @@ fn a_fourth_controller_joins_over_tcp_and_a_voter_is_removed() {
     }
     let leader = agreed_leader(&nodes).unwrap();
     let lead = nodes.iter().find(|n| n.id == leader).unwrap();
+    // It asks to join and the leader takes it as an observer first.
+    assert!(wait_until(Duration::from_secs(10), || lead
+        .driver()
+        .handle()
+        .status()
+        .learners
+        == [4]));
     let out = lead
         .driver()
         .handle()
@@ -397,4 +404,150 @@ fn lead_handle(nodes: &[Node], leader: u64) -> crate::driver::DriverHandle {
         .unwrap()
         .driver()
         .handle()
+}
+
+fn founder_dirs(nodes: &mut [Node]) {
+    for n in nodes {
+        n.cfg.directory_id = format!("dir-{}", n.id);
+    }
+}
+
+#[test]
+fn a_node_joins_as_an_observer_from_the_voters_alone_and_voters_change_like_kafka() {
+    use crate::driver::{VoterChange, VoterError};
+    // Founders with directory ids: restart them with the ids set (storage is kept).
+    let mut nodes = cluster();
+    for n in &mut nodes {
+        n.driver = None;
+    }
+    founder_dirs(&mut nodes);
+    for n in &mut nodes {
+        n.start();
+    }
+    assert!(wait_until(Duration::from_secs(10), || agreed_leader(
+        &nodes
+    )
+    .is_some()));
+    for i in 0..25 {
+        nodes[0]
+            .driver()
+            .handle()
+            .propose(create(&format!("t{i}")), Duration::from_secs(5))
+            .unwrap();
+    }
+    // Node 4 is given only the founders' addresses; nobody is told about it.
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = DriverConfig::new(
+        4,
+        dir.path().join("__cluster_metadata-0"),
+        "127.0.0.1:0".into(),
+        nodes[0].cfg.voters.clone(),
+    );
+    cfg.tick = TICK;
+    cfg.join = true;
+    cfg.directory_id = "dir-4".into();
+    let mut joiner = Node {
+        id: 4,
+        dir,
+        cfg,
+        driver: None,
+        published: Arc::new(Mutex::new(Arc::new(empty_metadata()))),
+    };
+    joiner.start();
+    nodes.push(joiner);
+    assert!(wait_until(Duration::from_secs(15), || same_everywhere(
+        &nodes
+    ) && nodes[3]
+        .published()
+        .topics
+        .len()
+        == 25
+        && nodes.iter().all(|n| n
+            .driver()
+            .handle()
+            .status()
+            .members
+            .len()
+            == 4)));
+    let st = nodes[3].driver().handle().status();
+    assert_eq!(
+        (st.voters.clone(), st.learners.clone()),
+        (vec![1, 2, 3], vec![4])
+    );
+    let bound = nodes[3].driver().local_addr().port();
+    assert_eq!(
+        nodes[3].driver().member().unwrap().addr,
+        format!("127.0.0.1:{bound}")
+    );
+
+    let leader = agreed_leader(&nodes).unwrap();
+    let follower = nodes
+        .iter()
+        .find(|n| n.id != leader && n.id != 4)
+        .unwrap()
+        .driver()
+        .handle();
+    let t = Duration::from_secs(5);
+    let add = |dir: &str| VoterChange::Add {
+        id: 4,
+        directory_id: dir.into(),
+    };
+    // Kafka's answers: another directory is not the observer; a voter is a duplicate.
+    let r = follower.change_voters(add("other"), t);
+    assert!(
+        matches!(r, Err(ProposalError::Voter(VoterError::NotCaughtUp { .. }))),
+        "{r:?}"
+    );
+    // Through a follower: raft forwards the change to the leader.
+    assert_eq!(
+        follower.change_voters(add("dir-4"), t).unwrap(),
+        Outcome::Voters(vec![1, 2, 3, 4])
+    );
+    assert!(wait_until(t, || nodes.iter().all(|n| n
+        .driver()
+        .handle()
+        .status()
+        .voters
+        == [1, 2, 3, 4])));
+    let r = follower.change_voters(add("dir-4"), t);
+    assert!(
+        matches!(r, Err(ProposalError::Voter(VoterError::Duplicate(4)))),
+        "{r:?}"
+    );
+    // Removing the leader: wrong directory id first, then the right one; it stays an
+    // observer and leadership moves.
+    let remove = |id: u64, dir: String| VoterChange::Remove {
+        id,
+        directory_id: dir,
+    };
+    let r = follower.change_voters(remove(leader, "nope".into()), t);
+    assert!(
+        matches!(r, Err(ProposalError::Voter(VoterError::NotFound { .. }))),
+        "{r:?}"
+    );
+    follower
+        .change_voters(remove(leader, format!("dir-{leader}")), t)
+        .unwrap();
+    let rest: Vec<u64> = [1, 2, 3, 4].into_iter().filter(|i| *i != leader).collect();
+    assert!(wait_until(Duration::from_secs(10), || {
+        let l = agreed_leader(&nodes);
+        l.is_some() && l != Some(leader)
+    }));
+    for n in &nodes {
+        let st = n.driver().handle().status();
+        assert_eq!(
+            (st.voters.clone(), st.learners.clone()),
+            (rest.clone(), vec![leader])
+        );
+    }
+    nodes[3]
+        .driver()
+        .handle()
+        .propose(create("after"), t)
+        .unwrap();
+    assert!(wait_until(Duration::from_secs(10), || same_everywhere(
+        &nodes
+    ) && nodes
+        .iter()
+        .all(|n| n.published().topics.len() == 26)));
 }

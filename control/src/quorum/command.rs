@@ -63,6 +63,10 @@ pub enum ClusterCommand {
         term: u64,
         op: LogOp,
     },
+    /// A quorum member's controller address and directory id (Kafka's voter endpoints and
+    /// `ReplicaDirectoryId`): each member states its own once it is in the configuration;
+    /// a joining node's comes with the conf change that adds it.
+    QuorumMember(super::node::QuorumMember),
 }
 
 /// One mutation of the ACL set. The proposer validates (`acl::validate_binding`,

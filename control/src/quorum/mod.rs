@@ -17,7 +17,7 @@ pub mod storage;
 pub use command::{AclCommand, ClusterCommand, MetadataCommand, Outcome};
 pub use node::{
     ApplyError, MembershipChange, Polled, ProposalId, ProposalResult, ProposeError, QuorumConfig,
-    QuorumError, QuorumNode,
+    QuorumError, QuorumMember, QuorumNode,
 };
 pub use storage::{DurableStorage, StorageError};
 

@@ -26,7 +26,7 @@
 //! leader). A node joining an existing cluster opens with no initial voters and waits for the
 //! leader's snapshot.
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
 use protobuf::Message as _;
@@ -152,8 +152,25 @@ pub enum QuorumError {
 /// A membership change.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum MembershipChange {
+    /// Adds a voter (or promotes a learner).
     AddVoter(u64),
+    /// Removes a node from the configuration altogether (voter or learner).
     RemoveVoter(u64),
+    /// Adds a non-voting member (raft-rs learner, Kafka's observer): it receives the log.
+    AddLearner(u64),
+    /// Turns a voter into a learner: Kafka's RemoveRaftVoter on a combined node, which keeps
+    /// following the log as an observer.
+    DemoteVoter(u64),
+}
+
+/// A member of the quorum as the replicated state knows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct QuorumMember {
+    pub id: u64,
+    /// The controller listener, `HOST:PORT`.
+    pub addr: String,
+    /// Kafka's `directory.id` of the node's metadata directory (base64url uuid text).
+    pub directory_id: String,
 }
 
 /// What one [`QuorumNode::poll`] produced.
@@ -176,6 +193,8 @@ pub struct Polled {
     /// Whether a coordinator log changed ([`QuorumNode::coordinator_logs`]); a node that is
     /// not the coordinator needs nothing from it until it becomes leader.
     pub coordinator_changed: bool,
+    /// Whether the configuration or a member's address changed ([`QuorumNode::members`]).
+    pub members_changed: bool,
 }
 
 /// Everything applied, as the Raft snapshot carries it. Fields added after the first
@@ -193,6 +212,8 @@ struct SnapshotData {
     mirrors: Vec<MirrorRecord>,
     #[serde(default, skip_serializing_if = "CoordinatorLogs::is_empty")]
     coordinators: CoordinatorLogs,
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    members: BTreeMap<u64, QuorumMember>,
 }
 
 /// The applied state besides the metadata store.
@@ -202,6 +223,7 @@ struct Applied {
     quotas: QuotaStore,
     mirrors: MirrorStateStore,
     coordinators: CoordinatorLogs,
+    members: BTreeMap<u64, QuorumMember>,
 }
 
 impl Applied {
@@ -212,6 +234,7 @@ impl Applied {
             quotas: QuotaStore::in_memory(Default::default()),
             mirrors: MirrorStateStore::in_memory(),
             coordinators: CoordinatorLogs::default(),
+            members: BTreeMap::new(),
         }
     }
 
@@ -235,6 +258,7 @@ impl Applied {
                 quotas: QuotaStore::in_memory(quota::from_rows(data.quotas)),
                 mirrors,
                 coordinators: data.coordinators,
+                members: data.members,
             },
         ))
     }
@@ -294,6 +318,7 @@ fn encode_state(metadata: &ClusterMetadata, a: &Applied) -> Vec<u8> {
         quotas: quota::to_rows(&a.quotas.all()),
         mirrors: a.mirrors.live(),
         coordinators: a.coordinators.clone(),
+        members: a.members.clone(),
     })
     .expect("metadata serializes")
 }
@@ -458,6 +483,23 @@ impl QuorumNode {
         v
     }
 
+    /// The learners (Kafka's observers) as of the applied index.
+    pub fn learners(&self) -> Vec<u64> {
+        let mut v = self.conf_state.learners.clone();
+        v.sort_unstable();
+        v
+    }
+
+    /// Members' controller addresses and directory ids, as replicated.
+    pub fn members(&self) -> &BTreeMap<u64, QuorumMember> {
+        &self.applied_state.members
+    }
+
+    /// On the leader: a membership change is proposed and not yet applied.
+    pub fn has_pending_conf(&self) -> bool {
+        self.raw.raft.has_pending_conf()
+    }
+
     /// Index of the latest snapshot on disk.
     pub fn snapshot_index(&self) -> u64 {
         self.raw.store().snapshot_ref().get_metadata().index
@@ -496,7 +538,23 @@ impl QuorumNode {
                 leader: self.leader_id(),
             });
         }
-        if self.raw.raft.has_pending_conf() {
+        self.propose_membership_with(change, None)
+    }
+
+    /// Proposes one membership change, carrying `member` (its address and directory id,
+    /// applied on every node with the change). On a follower that knows the leader, raft
+    /// forwards it; the leader refuses it while another change is pending (it then ends
+    /// `Unknown` or `Dropped` here, never applied).
+    pub fn propose_membership_with(
+        &mut self,
+        change: MembershipChange,
+        member: Option<&QuorumMember>,
+    ) -> Result<ProposalId, ProposeError> {
+        let term = self.term();
+        let leader = self
+            .leader_id()
+            .ok_or(ProposeError::NotLeader { leader: None })?;
+        if self.is_leader() && self.raw.raft.has_pending_conf() {
             return Err(ProposeError::Refused(
                 "a membership change is still being applied".into(),
             ));
@@ -504,23 +562,32 @@ impl QuorumNode {
         let (kind, node) = match change {
             MembershipChange::AddVoter(n) => (ConfChangeType::AddNode, n),
             MembershipChange::RemoveVoter(n) => (ConfChangeType::RemoveNode, n),
+            MembershipChange::AddLearner(n) | MembershipChange::DemoteVoter(n) => {
+                (ConfChangeType::AddLearnerNode, n)
+            }
         };
         let mut single = ConfChangeSingle::default();
         single.set_change_type(kind);
         single.node_id = node;
         let mut cc = ConfChangeV2::default();
         cc.mut_changes().push(single);
+        if let Some(m) = member {
+            cc.context = serde_json::to_vec(m).expect("members serialize").into();
+        }
         let id = self.next_id();
+        let before = self.raw.raft.msgs.len();
         self.raw
             .propose_conf_change(id.encode(), cc)
-            .map_err(|e| ProposeError::Refused(e.to_string()))?;
-        self.pending.insert(
-            id,
-            Pending {
-                term: self.term(),
-                age: 0,
-            },
-        );
+            .map_err(|_| ProposeError::NotLeader {
+                leader: Some(leader).filter(|l| *l != self.cfg.id),
+            })?;
+        // A forwarded proposal carries the proposer's term (see the module doc).
+        for m in &mut self.raw.raft.msgs[before..] {
+            if m.get_msg_type() == MessageType::MsgPropose {
+                m.term = term;
+            }
+        }
+        self.pending.insert(id, Pending { term, age: 0 });
         Ok(id)
     }
 
@@ -659,6 +726,7 @@ impl QuorumNode {
         out.quotas_changed = true;
         out.mirrors_changed = true;
         out.coordinator_changed = true;
+        out.members_changed = true;
         Ok(())
     }
 
@@ -726,6 +794,17 @@ impl QuorumNode {
                         self.applied_state.coordinators.apply(log, &op);
                         Some(Ok(Outcome::Applied))
                     }
+                    ClusterCommand::QuorumMember(m) => {
+                        // Only a member of the configuration has an entry.
+                        let id = m.id;
+                        if self.conf_state.voters.contains(&id)
+                            || self.conf_state.learners.contains(&id)
+                        {
+                            out.members_changed = true;
+                            self.applied_state.members.insert(id, m);
+                        }
+                        Some(Ok(Outcome::Applied))
+                    }
                 }
             }
             // This node only proposes V2 changes; a V1 entry means a foreign log.
@@ -735,6 +814,7 @@ impl QuorumNode {
             EntryType::EntryConfChangeV2 => {
                 let cc =
                     ConfChangeV2::parse_from_bytes(e.get_data()).map_err(|x| bad(x.to_string()))?;
+                out.members_changed = true;
                 Some(self.apply_membership(&cc))
             }
         };
@@ -767,6 +847,18 @@ impl QuorumNode {
         match self.raw.apply_conf_change(cc) {
             Ok(cs) => {
                 self.conf_state = cs;
+                for c in cc.get_changes() {
+                    if c.get_change_type() == ConfChangeType::RemoveNode {
+                        self.applied_state.members.remove(&c.node_id);
+                    }
+                }
+                if let Ok(m) = serde_json::from_slice::<QuorumMember>(cc.get_context()) {
+                    if self.conf_state.voters.contains(&m.id)
+                        || self.conf_state.learners.contains(&m.id)
+                    {
+                        self.applied_state.members.insert(m.id, m);
+                    }
+                }
                 if self.is_leader() && !self.conf_state.voters.contains(&self.cfg.id) {
                     // Removed while leading: step down (after this ready) so the others
                     // elect a leader.
