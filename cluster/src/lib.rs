@@ -19,6 +19,7 @@
 //! because Raft retransmits.
 
 pub mod driver;
+pub mod meta_properties;
 pub mod transport;
 pub mod voters;
 

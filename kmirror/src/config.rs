@@ -268,8 +268,9 @@ impl ServeConfig {
         Ok(())
     }
 
-    /// The metadata quorum's voters; empty for a single node. With a quorum, this node must
-    /// be one of its voters and have a controller listener on its voter address's port.
+    /// The metadata quorum's voters; empty for a single node. With a quorum, this node needs
+    /// a controller listener: on its voter address's port if it is a voter, anywhere if it
+    /// is not (it then joins the running cluster as an observer).
     pub(crate) fn quorum_voters(&self) -> Result<Vec<kmirror_cluster::Voter>, ConfigError> {
         if self.quorum.trim().is_empty() {
             if !self.controller_listen.trim().is_empty() {
@@ -281,15 +282,6 @@ impl ServeConfig {
         }
         let voters = kmirror_cluster::parse_quorum(&self.quorum)
             .map_err(|e| ConfigError::Invalid(format!("quorum: {e}")))?;
-        let me = voters
-            .iter()
-            .find(|v| i64::from(self.node_id) == v.id as i64)
-            .ok_or_else(|| {
-                ConfigError::Invalid(format!(
-                    "node_id {} is not one of the quorum's voters ({})",
-                    self.node_id, self.quorum
-                ))
-            })?;
         let listen = self.controller_listen.trim();
         let port = |a: &str| a.rsplit_once(':').and_then(|(_, p)| p.parse::<u16>().ok());
         if listen.is_empty() {
@@ -297,19 +289,28 @@ impl ServeConfig {
                 "a quorum needs controller_listen (--controller-listen HOST:PORT)".into(),
             ));
         }
-        match port(listen) {
-            Some(p) if Some(p) == port(&me.addr) => {}
-            Some(_) => {
+        let Some(listen_port) = port(listen) else {
+            return Err(ConfigError::Invalid(format!(
+                "controller_listen '{listen}' is not HOST:PORT"
+            )));
+        };
+        // A node that is not among the voters joins the running cluster as an observer;
+        // the voters are then only where it asks to join.
+        if let Some(me) = voters
+            .iter()
+            .find(|v| i64::from(self.node_id) == v.id as i64)
+        {
+            if Some(listen_port) != port(&me.addr) {
                 return Err(ConfigError::Invalid(format!(
                     "controller_listen {listen} is not on the port of this node's voter \
                      address {me}"
-                )))
+                )));
             }
-            None => {
-                return Err(ConfigError::Invalid(format!(
-                    "controller_listen '{listen}' is not HOST:PORT"
-                )))
-            }
+        } else if self.node_id <= 0 {
+            return Err(ConfigError::Invalid(format!(
+                "node_id {} cannot join a quorum (ids are positive)",
+                self.node_id
+            )));
         }
         Ok(voters)
     }
@@ -437,11 +438,14 @@ mod tests {
         .unwrap();
         ok.validate().unwrap();
         assert_eq!(ok.quorum_voters().unwrap().len(), 3);
+        // Not a voter: it joins as an observer, with a controller listener of its own.
+        let join: ServeConfig = toml::from_str(&format!(
+            "{q}node_id = 4\ncontroller_listen = \"0.0.0.0:9099\""
+        ))
+        .unwrap();
+        join.validate().unwrap();
         for (extra, why) in [
-            (
-                "node_id = 4\ncontroller_listen = \"0.0.0.0:9095\"",
-                "not one of",
-            ),
+            ("node_id = 4", "needs controller_listen"),
             ("node_id = 2", "needs controller_listen"),
             (
                 "node_id = 2\ncontroller_listen = \"0.0.0.0:9093\"",

@@ -146,7 +146,8 @@ pub(crate) struct ServeArgs {
     #[arg(long)]
     pub controller_listen: Option<String>,
     /// Metadata quorum voters, ID@HOST:PORT,... (Kafka's controller.quorum.voters). Without
-    /// it, one node as always.
+    /// it, one node as always. A --node-id not among them joins the running cluster as an
+    /// observer (a broker; AddRaftVoter can then make it a voter).
     #[arg(long)]
     pub quorum: Option<String>,
     /// broker.session.timeout.ms: a clustered broker silent this long is fenced (default 9000).

@@ -132,6 +132,9 @@ pub enum ProposeFailure {
     /// The control plane is stopped or overloaded.
     #[error("the controller is unavailable: {0}")]
     Unavailable(String),
+    /// AddRaftVoter / RemoveRaftVoter refused by Kafka's checks.
+    #[error(transparent)]
+    Voter(kmirror_cluster::VoterError),
 }
 
 impl From<MetadataError> for ProposeFailure {
@@ -148,6 +151,7 @@ impl From<ProposalError> for ProposeFailure {
             ProposalError::Unknown => ProposeFailure::Unknown,
             ProposalError::Refused(why) => ProposeFailure::Rejected(ApplyError::Membership(why)),
             ProposalError::Unavailable => ProposeFailure::Unavailable("overloaded".into()),
+            ProposalError::Voter(e) => ProposeFailure::Voter(e),
         }
     }
 }
@@ -548,7 +552,8 @@ fn apply_local(
         | ClusterCommand::Quota { .. }
         | ClusterCommand::Mirror { .. }
         | ClusterCommand::AllocateProducerIds { .. }
-        | ClusterCommand::Coordinator { .. } => Err(ProposeFailure::Unavailable(
+        | ClusterCommand::Coordinator { .. }
+        | ClusterCommand::QuorumMember(_) => Err(ProposeFailure::Unavailable(
             "replicated only in a cluster (serve --quorum)".into(),
         )),
     }

@@ -169,6 +169,18 @@ pub fn propose_failure_code(e: &crate::cluster::ProposeFailure) -> i16 {
         F::Acl(a) => acl_error_code(a),
         F::NoLeader { .. } | F::Unavailable(_) => E::NotController.code(),
         F::Unknown => E::RequestTimedOut.code(),
+        F::Voter(v) => voter_error_code(v),
+    }
+}
+
+/// AddRaftVoter / RemoveRaftVoter refusals as Kafka's `AddVoterHandler` /
+/// `RemoveVoterHandler` answer them.
+pub fn voter_error_code(e: &kmirror_cluster::VoterError) -> i16 {
+    use kmirror_cluster::VoterError as V;
+    match e {
+        V::ChangePending | V::NotCaughtUp { .. } => E::RequestTimedOut.code(),
+        V::Duplicate(_) => E::DuplicateVoter.code(),
+        V::NotFound { .. } => E::VoterNotFound.code(),
     }
 }
 

@@ -429,6 +429,14 @@ fn start_quorum(
     );
     dcfg.session_timeout = Some(q.session_timeout);
     dcfg.leader_rebalance = q.leader_rebalance;
+    // A node that is not one of the listed voters joins the running cluster as an observer
+    // (a Kafka broker whose controller.quorum.voters lists the controllers).
+    dcfg.join = !q.voters.iter().any(|v| v.id == node);
+    let meta = kmirror_cluster::meta_properties::load_or_create(&cfg.data_dir, node)
+        .map_err(|e| NetError::Quorum(format!("meta.properties: {e}")))?;
+    dcfg.directory_id = meta.directory_id.clone();
+    let named = std::sync::atomic::AtomicBool::new(meta.cluster_id.is_some());
+    let data_dir = cfg.data_dir.clone();
     let view = Cluster::empty_view();
     let acls = acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?;
     let (tx, rx) = flume::unbounded();
@@ -439,6 +447,12 @@ fn start_quorum(
     let driver = kmirror_cluster::Driver::start_with_state(
         dcfg,
         move |m| {
+            if !m.cluster_id.is_empty() && !named.load(std::sync::atomic::Ordering::Relaxed) {
+                match kmirror_cluster::meta_properties::set_cluster_id(&data_dir, &meta, &m.cluster_id) {
+                    Ok(()) => named.store(true, std::sync::atomic::Ordering::Relaxed),
+                    Err(e) => tracing::warn!(error = %e, "cannot record the cluster id in meta.properties"),
+                }
+            }
             v.publish_arc(m.clone());
             let _ = tx.send(m);
         },

@@ -64,6 +64,8 @@ served! {
     UpdateFeatures => UpdateFeaturesRequest,
     WriteTxnMarkers => WriteTxnMarkersRequest,
     DescribeQuorum => DescribeQuorumRequest,
+    AddRaftVoter => AddRaftVoterRequest,
+    RemoveRaftVoter => RemoveRaftVoterRequest,
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).

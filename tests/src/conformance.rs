@@ -365,6 +365,8 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
         ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
         ApiKey::UpdateFeatures => UpdateFeaturesRequest::VERSIONS,
+        ApiKey::AddRaftVoter => AddRaftVoterRequest::VERSIONS,
+        ApiKey::RemoveRaftVoter => RemoveRaftVoterRequest::VERSIONS,
         other => panic!("no builder for {other:?}"),
     };
     (r.min, r.max)
@@ -467,6 +469,8 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::ListTransactions => list_transactions(c, v),
         ApiKey::ElectLeaders => elect_leaders(c, v),
         ApiKey::UpdateFeatures => update_features(c, v),
+        ApiKey::AddRaftVoter => add_raft_voter(c, v),
+        ApiKey::RemoveRaftVoter => remove_raft_voter(c, v),
         other => Err(format!("no builder for {other:?}")),
     }
 }
@@ -1916,6 +1920,36 @@ fn update_features(c: &mut Conn, v: i16) -> R<()> {
             r.error_code
         )
     })
+}
+
+/// A node that is not an observer cannot be added, and one that is not a voter cannot be
+/// removed: refused with an error either way, and the quorum is unchanged (a one-node broker
+/// says its quorum is static; cluster_membership checks the exact codes of a cluster).
+fn add_raft_voter(c: &mut Conn, v: i16) -> R<()> {
+    let r = c.send(
+        &AddRaftVoterRequest::default()
+            .with_timeout_ms(5_000)
+            .with_voter_id(9_999)
+            .with_voter_directory_id(uuid::Uuid::from_u128(0x1234))
+            .with_listeners(vec![add_raft_voter_request::Listener::default()
+                .with_name(s("CONTROLLER"))
+                .with_host(s("127.0.0.1"))
+                .with_port(1)]),
+        v,
+    )?;
+    check(r.error_code != 0, || "an unknown node was added".into())?;
+    describe_quorum(c, 0)
+}
+
+fn remove_raft_voter(c: &mut Conn, v: i16) -> R<()> {
+    let r = c.send(
+        &RemoveRaftVoterRequest::default()
+            .with_voter_id(9_999)
+            .with_voter_directory_id(uuid::Uuid::from_u128(0x1234)),
+        v,
+    )?;
+    check(r.error_code != 0, || "an unknown voter was removed".into())?;
+    describe_quorum(c, 0)
 }
 
 fn scram_user(v: i16) -> String {

@@ -1,5 +1,9 @@
 //! DescribeQuorum (API 55): the metadata quorum as `kafka-metadata-quorum describe --status /
-//! --replication` shows it, from the Raft driver's `QuorumStatus`.
+//! --replication` shows it, from the Raft driver's `QuorumStatus`: voters, observers (nodes
+//! that joined and are not voters: raft learners), their directory ids and controller
+//! endpoints. AddRaftVoter (80) and RemoveRaftVoter (81): KIP-853's voter changes, answered
+//! by any node (Kafka's brokers forward them to the active controller; here the change is
+//! checked on the applied state and raft forwards the proposal to its leader).
 //!
 //! Only the Raft leader knows every voter's progress, so a node that is not the leader
 //! forwards the request once to the leader's broker listener (Kafka's brokers forward it to
@@ -14,7 +18,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::describe_quorum_response::*;
 use kafka_protocol::messages::{
-    ApiKey, DescribeQuorumRequest, DescribeQuorumResponse, RequestHeader, ResponseHeader,
+    AddRaftVoterRequest, AddRaftVoterResponse, ApiKey, DescribeQuorumRequest,
+    DescribeQuorumResponse, RemoveRaftVoterRequest, RemoveRaftVoterResponse, RequestHeader,
+    ResponseHeader,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::ResponseError as E;
@@ -27,6 +33,178 @@ use crate::broker::Ctx;
 const METADATA_TOPIC: &str = "__cluster_metadata";
 /// The client id a forwarded request carries (never forwarded again).
 const FORWARDED: &str = "kmirror-quorum-forward";
+/// The name of the controller listener (Kafka's usual `controller.listener.names`).
+const CONTROLLER_LISTENER: &str = "CONTROLLER";
+/// Bounds on how long a voter change may wait (the request's TimeoutMs within them).
+const MIN_VOTER_TIMEOUT: Duration = Duration::from_secs(1);
+const MAX_VOTER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// A directory id as Kafka writes it (URL-safe base64 of the 16 bytes) as a protocol uuid.
+fn kafka_uuid(text: &str) -> Option<uuid::Uuid> {
+    use base64::Engine as _;
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text)
+        .ok()?;
+    Some(uuid::Uuid::from_bytes(bytes.try_into().ok()?))
+}
+
+/// The protocol uuid as Kafka's text.
+fn kafka_uuid_text(u: &uuid::Uuid) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(u.as_bytes())
+}
+
+/// What AddRaftVoter / RemoveRaftVoter check before the change (Kafka's
+/// `KafkaRaftClient` order: authorization, a quorum that can change, the cluster id, a
+/// voter key with a directory id).
+fn voter_request_checks(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    cluster_id: Option<&str>,
+    voter_id: i32,
+    directory_id: &uuid::Uuid,
+) -> Result<kmirror_cluster::DriverHandle, (i16, String)> {
+    if !access.allows_cluster(table::ALTER_VOTERS) {
+        return Err((E::ClusterAuthorizationFailed.code(), String::new()));
+    }
+    let Some(driver) = ctx.broker.cluster.driver() else {
+        // A one-node broker's quorum is itself alone and static (kraft.version 0 in Kafka).
+        return Err((
+            E::UnsupportedVersion.code(),
+            "Cluster doesn't support changing voters because the kraft.version feature is 0 \
+             (a one-node kmirror; start nodes with --quorum)"
+                .into(),
+        ));
+    };
+    let meta = ctx.meta();
+    if let Some(id) = cluster_id.filter(|id| *id != meta.cluster_id) {
+        return Err((
+            E::InconsistentClusterId.code(),
+            format!(
+                "The given id \"{id}\" doesn't match the cluster id \"{}\"",
+                meta.cluster_id
+            ),
+        ));
+    }
+    if voter_id < 0 || directory_id.is_nil() {
+        return Err((
+            E::InvalidRequest.code(),
+            "The request didn't include a valid voter (id and directory id)".into(),
+        ));
+    }
+    Ok(driver)
+}
+
+/// Runs a voter change on a plain thread (the driver answers on a blocking channel).
+async fn change_voters(
+    driver: kmirror_cluster::DriverHandle,
+    change: kmirror_cluster::VoterChange,
+    timeout: Duration,
+) -> (i16, String) {
+    let (tx, rx) = flume::bounded(1);
+    let spawned = std::thread::Builder::new()
+        .name("kmirror-voters".into())
+        .spawn(move || {
+            let _ = tx.send(driver.change_voters(change, timeout));
+        });
+    if let Err(e) = spawned {
+        return (E::UnknownServerError.code(), e.to_string());
+    }
+    match rx.recv_async().await {
+        Ok(Ok(_)) => (0, String::new()),
+        Ok(Err(e)) => {
+            let f = crate::cluster::ProposeFailure::from(e);
+            let code = match &f {
+                // The change was not proposed in time: Kafka's answer to a leaderless
+                // quorum is a timeout the admin client retries.
+                crate::cluster::ProposeFailure::NoLeader { .. } => E::RequestTimedOut.code(),
+                f => crate::errors::propose_failure_code(f),
+            };
+            (code, f.to_string())
+        }
+        Err(_) => (E::UnknownServerError.code(), "voter change thread died".into()),
+    }
+}
+
+fn message(text: String) -> Option<StrBytes> {
+    (!text.is_empty()).then(|| StrBytes::from_string(text))
+}
+
+/// AddRaftVoter (80): makes an observer that caught up a voter. `Listeners` must name the
+/// controller endpoint (Kafka: INVALID_REQUEST without one for the controller listener);
+/// the address the quorum uses is the one the node joined with.
+pub async fn add_raft_voter(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    req: AddRaftVoterRequest,
+) -> AddRaftVoterResponse {
+    let answer = |(code, text): (i16, String)| {
+        AddRaftVoterResponse::default()
+            .with_error_code(code)
+            .with_error_message(message(text))
+    };
+    let driver = match voter_request_checks(
+        ctx,
+        access,
+        req.cluster_id.as_deref(),
+        req.voter_id,
+        &req.voter_directory_id,
+    ) {
+        Ok(d) => d,
+        Err(e) => return answer(e),
+    };
+    let controller = req
+        .listeners
+        .iter()
+        .any(|l| l.name.eq_ignore_ascii_case(CONTROLLER_LISTENER))
+        || req.listeners.len() == 1;
+    if !controller {
+        return answer((
+            E::InvalidRequest.code(),
+            format!(
+                "Add voter request didn't include the endpoint for the default listener \
+                 {CONTROLLER_LISTENER}"
+            ),
+        ));
+    }
+    let timeout = Duration::from_millis(req.timeout_ms.max(0) as u64)
+        .clamp(MIN_VOTER_TIMEOUT, MAX_VOTER_TIMEOUT);
+    let change = kmirror_cluster::VoterChange::Add {
+        id: req.voter_id as u64,
+        directory_id: kafka_uuid_text(&req.voter_directory_id),
+    };
+    answer(change_voters(driver, change, timeout).await)
+}
+
+/// RemoveRaftVoter (81): the voter with this id and directory id leaves the voter set and
+/// keeps following the log as an observer (a combined node stays a broker). Removing the
+/// leader works: it steps down once the change applied and the others elect.
+pub async fn remove_raft_voter(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    req: RemoveRaftVoterRequest,
+) -> RemoveRaftVoterResponse {
+    let answer = |(code, text): (i16, String)| {
+        RemoveRaftVoterResponse::default()
+            .with_error_code(code)
+            .with_error_message(message(text))
+    };
+    let driver = match voter_request_checks(
+        ctx,
+        access,
+        req.cluster_id.as_deref(),
+        req.voter_id,
+        &req.voter_directory_id,
+    ) {
+        Ok(d) => d,
+        Err(e) => return answer(e),
+    };
+    let change = kmirror_cluster::VoterChange::Remove {
+        id: req.voter_id as u64,
+        directory_id: kafka_uuid_text(&req.voter_directory_id),
+    };
+    answer(change_voters(driver, change, Duration::from_secs(30)).await)
+}
 
 pub async fn describe_quorum(
     ctx: &Ctx,
@@ -130,7 +308,7 @@ fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorum
     let cluster = &ctx.broker.cluster;
     let now = now_ms();
     let node = ctx.node_id();
-    let (leader, epoch, hw, voters, nodes) = match cluster.quorum_status() {
+    let (leader, epoch, hw, (voters, observers), nodes) = match cluster.quorum_status() {
         None => {
             // One node: itself, the only voter, at the metadata's version.
             let v = ctx.meta().version as i64;
@@ -139,52 +317,70 @@ fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorum
                 .with_log_end_offset(v)
                 .with_last_fetch_timestamp(if version >= 1 { now } else { -1 })
                 .with_last_caught_up_timestamp(if version >= 1 { now } else { -1 });
-            (node, 1, v, vec![voter], Vec::new())
+            (node, 1, v, (vec![voter], Vec::new()), Vec::new())
         }
         Some(st) => {
             let leader = st.leader.map_or(-1, |l| l as i32);
-            let voters = st
-                .voters
-                .iter()
-                .map(|id| {
-                    let leo = st
-                        .progress
-                        .iter()
-                        .find(|(v, _)| v == id)
-                        .map_or(-1, |(_, i)| *i as i64);
-                    let heard = st
-                        .last_heard_ms
-                        .iter()
-                        .find(|(v, _)| v == id)
-                        .and_then(|(_, ms)| (*ms < u64::MAX).then(|| now - *ms as i64))
-                        .unwrap_or(-1);
-                    let caught_up = if leo >= 0 && leo >= st.commit_index as i64 {
-                        heard
-                    } else {
-                        -1
-                    };
-                    let mut r = ReplicaState::default()
-                        .with_replica_id(broker(*id as i32))
-                        .with_log_end_offset(leo);
-                    if version >= 1 {
-                        r = r
-                            .with_last_fetch_timestamp(heard)
-                            .with_last_caught_up_timestamp(caught_up);
-                    }
-                    r
-                })
-                .collect();
-            let nodes = if version >= 2 {
-                cluster
-                    .voters()
+            let dir_of = |id: u64| {
+                st.members
                     .iter()
-                    .filter_map(|v| {
-                        let (host, port) = v.addr.rsplit_once(':')?;
+                    .find(|m| m.id == id)
+                    .and_then(|m| kafka_uuid(&m.directory_id))
+                    .unwrap_or_default()
+            };
+            let replica = |id: &u64| {
+                let leo = st
+                    .progress
+                    .iter()
+                    .find(|(v, _)| v == id)
+                    .map_or(-1, |(_, i)| *i as i64);
+                let heard = st
+                    .last_heard_ms
+                    .iter()
+                    .find(|(v, _)| v == id)
+                    .and_then(|(_, ms)| (*ms < u64::MAX).then(|| now - *ms as i64))
+                    .unwrap_or(-1);
+                let caught_up = if leo >= 0 && leo >= st.commit_index as i64 {
+                    heard
+                } else {
+                    -1
+                };
+                let mut r = ReplicaState::default()
+                    .with_replica_id(broker(*id as i32))
+                    .with_log_end_offset(leo);
+                if version >= 1 {
+                    r = r
+                        .with_last_fetch_timestamp(heard)
+                        .with_last_caught_up_timestamp(caught_up);
+                }
+                if version >= 2 {
+                    r = r.with_replica_directory_id(dir_of(*id));
+                }
+                r
+            };
+            let voters: Vec<ReplicaState> = st.voters.iter().map(replica).collect();
+            let observers: Vec<ReplicaState> = st.learners.iter().map(replica).collect();
+            let nodes = if version >= 2 {
+                // Replicated addresses first; a founding voter that has not stated its own
+                // yet is where the quorum string says.
+                let mut addrs: Vec<(u64, String)> =
+                    st.members.iter().map(|m| (m.id, m.addr.clone())).collect();
+                for v in cluster.voters() {
+                    if !addrs.iter().any(|(id, _)| *id == v.id) {
+                        addrs.push((v.id, v.addr.clone()));
+                    }
+                }
+                addrs.sort();
+                addrs
+                    .iter()
+                    .filter(|(id, _)| st.voters.contains(id) || st.learners.contains(id))
+                    .filter_map(|(id, addr)| {
+                        let (host, port) = addr.rsplit_once(':')?;
                         Some(
                             Node::default()
-                                .with_node_id(broker(v.id as i32))
+                                .with_node_id(broker(*id as i32))
                                 .with_listeners(vec![Listener::default()
-                                    .with_name(s("CONTROLLER"))
+                                    .with_name(s(CONTROLLER_LISTENER))
                                     .with_host(s(host
                                         .trim_start_matches('[')
                                         .trim_end_matches(']')))
@@ -199,7 +395,7 @@ fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorum
                 leader,
                 st.term as i32,
                 st.commit_index as i64,
-                voters,
+                (voters, observers),
                 nodes,
             )
         }
@@ -223,6 +419,7 @@ fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorum
                         .with_leader_epoch(epoch)
                         .with_high_watermark(hw)
                         .with_current_voters(voters.clone())
+                        .with_observers(observers.clone())
                 })
                 .collect();
             TopicData::default()
