@@ -127,7 +127,10 @@ mod tests {
         assert_eq!(again.directory_id, m.directory_id);
         assert_eq!(again.cluster_id.as_deref(), Some("abc"));
         let text = std::fs::read_to_string(d.path().join(FILE)).unwrap();
-        assert!(text.contains("version=1\n") && text.contains("node.id=4\n"), "{text}");
+        assert!(
+            text.contains("version=1\n") && text.contains("node.id=4\n"),
+            "{text}"
+        );
         let e = load_or_create(d.path(), 5).unwrap_err();
         assert!(e.to_string().contains("belongs to node 4"), "{e}");
     }

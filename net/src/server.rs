@@ -735,12 +735,12 @@ async fn dispatch(
         RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(
             handlers::quorum::describe_quorum(ctx, access, header.client_id.as_deref(), v, r).await,
         ),
-        RequestKind::AddRaftVoter(r) => ResponseKind::AddRaftVoter(
-            handlers::quorum::add_raft_voter(ctx, access, r).await,
-        ),
-        RequestKind::RemoveRaftVoter(r) => ResponseKind::RemoveRaftVoter(
-            handlers::quorum::remove_raft_voter(ctx, access, r).await,
-        ),
+        RequestKind::AddRaftVoter(r) => {
+            ResponseKind::AddRaftVoter(handlers::quorum::add_raft_voter(ctx, access, r).await)
+        }
+        RequestKind::RemoveRaftVoter(r) => {
+            ResponseKind::RemoveRaftVoter(handlers::quorum::remove_raft_voter(ctx, access, r).await)
+        }
         RequestKind::ElectLeaders(r) if ctx.broker.cluster.is_replicated() => {
             ResponseKind::ElectLeaders(
                 handlers::admin::elect_leaders_replicated(ctx, access, v, r).await,

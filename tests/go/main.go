@@ -207,6 +207,13 @@ func main() {
 		}
 		featureSteps(ctx, cl)
 		cl.Close()
+	case "rmvoter":
+		cl, err := kgo.NewClient(o...)
+		if err != nil {
+			fail("client", err)
+		}
+		removeVoterSteps(ctx, cl)
+		cl.Close()
 	default:
 		fail("usage", fmt.Errorf("unknown -mode %q", *mode))
 	}

@@ -122,7 +122,10 @@ async fn change_voters(
             };
             (code, f.to_string())
         }
-        Err(_) => (E::UnknownServerError.code(), "voter change thread died".into()),
+        Err(_) => (
+            E::UnknownServerError.code(),
+            "voter change thread died".into(),
+        ),
     }
 }
 

@@ -1,0 +1,312 @@
+//! Issue 12 step 1, joining and removing nodes (KIP-853 dynamic quorums, KRaft combined
+//! mode): three kmirror nodes; a fourth started with `--quorum <the three voters>` and a
+//! node id not among them joins as an observer, catches up the metadata log, registers as a
+//! broker and takes replicas of a new topic. Kafka 4.1.1's own `kafka-metadata-quorum
+//! add-controller` (Java Admin `addRaftVoter`, through a broker listener, with the node's
+//! config file and its meta.properties directory id) makes it a voter; franz-go's
+//! `kmsg.RemoveRaftVoterRequest` removes the active controller (it stays a broker and an
+//! observer, leadership moves). Then another voter is SIGKILLed: the two voters left (the new
+//! one among them) still elect and commit, so the new voter counts. Records produced with
+//! acks=all into an RF=3 topic before and after are all consumed at their acknowledged
+//! offsets. Error codes: DUPLICATE_VOTER (126) for adding a voter again, VOTER_NOT_FOUND (127) for a
+//! wrong directory id, REQUEST_TIMED_OUT for adding a node that is not an observer.
+//!
+//! Not run against Apache Kafka: a dynamic Kafka quorum needs `kafka-storage format
+//! --standalone` / `--initial-controllers`, which the tests crate's Kafka runner does not do
+//! (it formats a static `controller.quorum.voters` quorum, where Kafka answers
+//! UNSUPPORTED_VERSION to both APIs). The codes asserted here are the ones Kafka 4.1's
+//! `AddVoterHandler` / `RemoveVoterHandler` return for the same conditions.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use kmirror_tests::cluster::{run_seq_producer, ClusterOpts, KmirrorCluster};
+use kmirror_tests::{heavy_test_lock, java, proc, KmirrorNode, WireClient};
+
+const TOPIC: &str = "membership";
+const PARTITIONS: i32 = 3;
+
+/// `describe` while the quorum may be between leaders (the tool fails while the leader it
+/// is told is not among the voters).
+fn try_describe(addr: &str, what: &str) -> Option<String> {
+    let ran = proc::run(
+        java::tool(java::tools::METADATA_QUORUM_COMMAND).args([
+            "--bootstrap-server",
+            addr,
+            "describe",
+            what,
+        ]),
+        Duration::from_secs(60),
+    );
+    ran.status.success().then_some(ran.stdout)
+}
+
+fn describe(addr: &str, what: &str) -> String {
+    java::run_tool(
+        java::tools::METADATA_QUORUM_COMMAND,
+        &["--bootstrap-server", addr, "describe", what],
+        Duration::from_secs(60),
+    )
+    .stdout
+}
+
+/// The ids in a `describe --status` line such as `CurrentVoters: [{"id": 1, ...}, ...]`.
+fn ids(status: &str, field: &str) -> Vec<i32> {
+    let line = status
+        .lines()
+        .find(|l| l.starts_with(field))
+        .unwrap_or_else(|| panic!("no {field} in\n{status}"));
+    let mut out: Vec<i32> = line
+        .split("\"id\":")
+        .skip(1)
+        .filter_map(|s| {
+            s.trim()
+                .split(|c: char| !c.is_ascii_digit())
+                .next()?
+                .parse()
+                .ok()
+        })
+        .collect();
+    out.sort_unstable();
+    out
+}
+
+fn directory_id(node: &KmirrorNode) -> String {
+    let text =
+        std::fs::read_to_string(node.data_dir().join("meta.properties")).expect("meta.properties");
+    text.lines()
+        .find_map(|l| l.strip_prefix("directory.id="))
+        .expect("directory.id")
+        .trim()
+        .to_string()
+}
+
+fn quorum_leader(addr: &str) -> Option<i32> {
+    let (l, _) = WireClient::connect(addr).ok()?.quorum_leader().ok()?;
+    (l >= 0).then_some(l)
+}
+
+/// franz-go RemoveRaftVoter to broker `via` (bootstrapped at `boot`, one address): the
+/// response's ErrorCode.
+fn remove_voter(boot: &str, via: i32, voter: i32, dir: &str) -> i64 {
+    let ran = proc::run_ok(
+        kmirror_tests::golang::franz("rmvoter", boot, "-").args([
+            "-broker",
+            &via.to_string(),
+            "-voter-id",
+            &voter.to_string(),
+            "-voter-dir",
+            dir,
+        ]),
+        Duration::from_secs(90),
+    );
+    let line = ran
+        .stdout
+        .lines()
+        .find(|l| l.contains("\"api\":\"RemoveRaftVoter\""))
+        .unwrap_or_else(|| panic!("no response:\n{}\n{}", ran.stdout, ran.stderr));
+    let v: serde_json::Value = serde_json::from_str(line).expect("json");
+    v["body"]["ErrorCode"].as_i64().expect("ErrorCode")
+}
+
+/// Produces `n` records with acks=all (Java SeqProducer); (partition, seq, offset) per ack.
+fn produce(boot: &str, n: u64) -> Vec<(i32, u64, i64)> {
+    let (acks, acked, errors, errs) = run_seq_producer(
+        java::program("SeqProducer").args([
+            boot,
+            TOPIC,
+            &PARTITIONS.to_string(),
+            &n.to_string(),
+            "enable.idempotence=true",
+            "request.timeout.ms=5000",
+            "delivery.timeout.ms=120000",
+            "metadata.max.age.ms=2000",
+        ]),
+        "SeqProducer",
+        Duration::from_secs(180),
+    );
+    assert_eq!((acked, errors), (n, 0), "producer errors {errs:?}");
+    acks
+}
+
+#[test]
+fn a_node_joins_becomes_a_voter_the_leader_is_removed_and_the_quorum_still_elects() {
+    let _lock = heavy_test_lock();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            session_timeout_ms: 4000,
+            ..ClusterOpts::default()
+        },
+    );
+    let boot = c.bootstrap();
+    let mut w = WireClient::connect(&c.node(1).addr()).unwrap();
+    assert_eq!(
+        w.create_topic(TOPIC, PARTITIONS, 3, &[("min.insync.replicas", "2")])
+            .unwrap(),
+        0
+    );
+    let mut acks = produce(&boot, 300);
+
+    // Node 4: not among the voters it is given, so it joins as an observer.
+    let cport = proc::free_port();
+    let controller = format!("127.0.0.1:{cport}");
+    let quorum = c.quorum().to_string();
+    let four = KmirrorNode::start_with(&[
+        "--node-id",
+        "4",
+        "--controller-listen",
+        &controller,
+        "--quorum",
+        &quorum,
+        "--broker-session-timeout-ms",
+        "4000",
+        "--cores",
+        "1",
+    ]);
+    c.wait_brokers(1, 4, Duration::from_secs(60));
+    c.wait_brokers(2, 4, Duration::from_secs(60));
+    let status = proc::wait_for(Duration::from_secs(30), "node 4 as an observer", || {
+        let s = describe(&c.node(2).addr(), "--status");
+        (ids(&s, "CurrentObservers:") == [4]).then_some(s)
+    });
+    assert_eq!(ids(&status, "CurrentVoters:"), [1, 2, 3], "{status}");
+    let dir4 = directory_id(&four);
+    assert!(status.contains(&dir4), "directory id {dir4} in\n{status}");
+    // A broker like the others: RF 4 places a replica on it.
+    assert_eq!(w.create_topic("on-four", 4, 4, &[]).unwrap(), 0);
+    // Its own DescribeQuorum (forwarded to the leader) says the same.
+    let own = describe(&four.addr(), "--status");
+    assert_eq!(ids(&own, "CurrentObservers:"), [4], "{own}");
+
+    // Kafka's add-controller, with the node's config file as a Kafka operator runs it.
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = cfg_dir.path().join("node4.properties");
+    std::fs::write(
+        &cfg,
+        format!(
+            "node.id=4\nprocess.roles=broker,controller\ncontroller.listener.names=CONTROLLER\n\
+             listeners=PLAINTEXT://{},CONTROLLER://{controller}\nmetadata.log.dir={}\n",
+            four.addr(),
+            four.data_dir().display()
+        ),
+    )
+    .unwrap();
+    let add = |via: &str| {
+        proc::run(
+            java::tool(java::tools::METADATA_QUORUM_COMMAND).args([
+                "--bootstrap-server",
+                via,
+                "--command-config",
+                &cfg.display().to_string(),
+                "add-controller",
+            ]),
+            Duration::from_secs(90),
+        )
+    };
+    // Through a broker that is not the leader: Kafka's brokers forward; raft forwards here.
+    let leader = quorum_leader(&c.node(1).addr()).expect("a leader");
+    let via = (1..=3).find(|i| *i != leader).unwrap() as usize;
+    let ran = add(&c.node(via).addr());
+    assert!(
+        ran.status.success() && ran.stdout.contains("Added controller 4"),
+        "add-controller:\n{}\n{}",
+        ran.stdout,
+        proc::last_lines(&ran.stderr, 20)
+    );
+    let status = proc::wait_for(Duration::from_secs(30), "node 4 as a voter", || {
+        let s = describe(&c.node(1).addr(), "--status");
+        (ids(&s, "CurrentVoters:") == [1, 2, 3, 4]).then_some(s)
+    });
+    assert_eq!(ids(&status, "CurrentObservers:"), Vec::<i32>::new());
+    let repl = describe(&c.node(3).addr(), "--replication");
+    let rows: Vec<&str> = repl
+        .lines()
+        .filter(|l| l.contains("Leader") || l.contains("Follower"))
+        .collect();
+    assert_eq!(rows.len(), 4, "--replication\n{repl}");
+    // Adding it again: DUPLICATE_VOTER.
+    let ran = add(&c.node(1).addr());
+    assert!(
+        !ran.status.success() && ran.stderr.contains("DuplicateVoterException"),
+        "second add-controller:\n{}\n{}",
+        ran.stdout,
+        proc::last_lines(&ran.stderr, 20)
+    );
+
+    // Remove the active controller with franz-go, through another broker; a wrong
+    // directory id first (VOTER_NOT_FOUND).
+    let leader = quorum_leader(&c.node(1).addr()).expect("a leader");
+    let via = (1..=4).find(|i| *i != leader).unwrap();
+    let leader_dir = if leader == 4 {
+        dir4.clone()
+    } else {
+        directory_id(c.node(leader as usize))
+    };
+    let via_addr = if via == 4 {
+        four.addr()
+    } else {
+        c.node(via as usize).addr()
+    };
+    assert_eq!(
+        remove_voter(&via_addr, via, leader, "AAAAAAAAAAAAAAAAAAAAAQ"),
+        127
+    );
+    assert_eq!(remove_voter(&via_addr, via, leader, &leader_dir), 0);
+    let rest: Vec<i32> = (1..=4).filter(|i| *i != leader).collect();
+    let status = proc::wait_for(Duration::from_secs(30), "a new leader", || {
+        let s = try_describe(&via_addr, "--status")?;
+        let new_leader = s
+            .lines()
+            .find_map(|l| l.strip_prefix("LeaderId:"))
+            .and_then(|v| v.trim().parse::<i32>().ok())?;
+        (ids(&s, "CurrentVoters:") == rest && new_leader != leader && new_leader > 0).then_some(s)
+    });
+    assert_eq!(ids(&status, "CurrentObservers:"), [leader], "{status}");
+    // The removed node is still a broker.
+    let all = c.bootstrap() + "," + &four.addr();
+    let brokers = c.listed_brokers(via.min(3) as usize).unwrap_or_default();
+    assert_eq!(brokers, [1, 2, 3, 4]);
+    acks.extend(produce(&all, 300));
+
+    // SIGKILL a voter other than node 4: two of three voters are left, node 4 one of them.
+    let new_leader = quorum_leader(&four.addr()).expect("a leader");
+    let victim = if new_leader != 4 {
+        new_leader
+    } else {
+        *rest.iter().find(|i| **i != 4).unwrap()
+    };
+    c.kill(victim as usize);
+    let survivors: Vec<String> = (1..=3)
+        .filter(|i| *i != victim)
+        .map(|i| c.node(i as usize).addr())
+        .chain([four.addr()])
+        .collect();
+    proc::wait_for(Duration::from_secs(60), "a leader after the kill", || {
+        quorum_leader(&four.addr()).filter(|l| *l != victim && rest.contains(l))
+    });
+    // A metadata change commits with node 4's vote.
+    let mut w4 = WireClient::connect(&four.addr()).unwrap();
+    assert_eq!(w4.create_topic("after-kill", 1, 2, &[]).unwrap(), 0);
+    let boot_alive = survivors.join(",");
+    acks.extend(produce(&boot_alive, 300));
+
+    // Every acknowledged record at its offset, nothing else in the log.
+    let dump = kmirror_tests::mirror::java_dump(&boot_alive, TOPIC, false, true);
+    let mut read: BTreeMap<(i32, i64), String> = BTreeMap::new();
+    for l in &dump.records {
+        let f: Vec<&str> = l.split(' ').collect();
+        read.insert(
+            (f[1].parse().unwrap(), f[2].parse().unwrap()),
+            f[4].to_string(),
+        );
+    }
+    assert_eq!(read.len(), acks.len(), "records read vs acknowledged");
+    for (p, seq, off) in &acks {
+        let v = read
+            .get(&(*p, *off))
+            .unwrap_or_else(|| panic!("acked {p}:{seq} at {off} not read"));
+        assert!(v.starts_with(&format!("{p}:{seq}:")), "{p}@{off}: {v}");
+    }
+    drop(four);
+}
