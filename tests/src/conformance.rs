@@ -110,6 +110,8 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::ElectLeaders,
     ApiKey::UpdateFeatures,
     ApiKey::DescribeQuorum,
+    ApiKey::AddRaftVoter,
+    ApiKey::RemoveRaftVoter,
     ApiKey::WriteTxnMarkers,
 ];
 
