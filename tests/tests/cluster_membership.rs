@@ -234,6 +234,19 @@ fn a_node_joins_becomes_a_voter_the_leader_is_removed_and_the_quorum_still_elect
         proc::last_lines(&ran.stderr, 20)
     );
 
+    // A restart with the same flags keeps it a voter with the same directory id (the
+    // voter list it is given only matters to an empty node).
+    let mut four = four;
+    assert!(four.stop(), "node 4 stops cleanly");
+    four.start_again();
+    assert_eq!(directory_id(&four), dir4);
+    proc::wait_for(Duration::from_secs(60), "node 4 back as a voter", || {
+        let s = try_describe(&four.addr(), "--status")?;
+        let back = s.lines().any(|l| l.starts_with("HighWatermark:"));
+        (back && ids(&s, "CurrentVoters:") == [1, 2, 3, 4]).then_some(())
+    });
+    c.wait_brokers(1, 4, Duration::from_secs(60));
+
     // Remove the active controller with franz-go, through another broker; a wrong
     // directory id first (VOTER_NOT_FOUND).
     let leader = quorum_leader(&c.node(1).addr()).expect("a leader");
@@ -263,6 +276,12 @@ fn a_node_joins_becomes_a_voter_the_leader_is_removed_and_the_quorum_still_elect
         (ids(&s, "CurrentVoters:") == rest && new_leader != leader && new_leader > 0).then_some(s)
     });
     assert_eq!(ids(&status, "CurrentObservers:"), [leader], "{status}");
+    let repl = describe(&via_addr, "--replication");
+    assert!(
+        repl.lines()
+            .any(|l| l.starts_with(&format!("{leader} ")) && l.contains("Observer")),
+        "--replication\n{repl}"
+    );
     // The removed node is still a broker.
     let all = c.bootstrap() + "," + &four.addr();
     let brokers = c.listed_brokers(via.min(3) as usize).unwrap_or_default();
