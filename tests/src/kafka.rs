@@ -77,6 +77,10 @@ pub struct KafkaOptions {
     /// [`KafkaCluster::isolate_node`] can partition it. Needs root. Not combinable with
     /// `proxied_ports` or `security` (their listeners are on 127.0.0.1).
     pub netns: bool,
+    /// A KIP-853 dynamic quorum (one node only): `controller.quorum.bootstrap.servers`
+    /// instead of `controller.quorum.voters`, storage formatted with `--standalone`, so
+    /// AddRaftVoter / RemoveRaftVoter are served (a static quorum refuses them).
+    pub dynamic_quorum: bool,
 }
 
 impl Default for KafkaOptions {
@@ -88,6 +92,7 @@ impl Default for KafkaOptions {
             proxied_ports: Vec::new(),
             security: None,
             netns: false,
+            dynamic_quorum: false,
         }
     }
 }
@@ -558,7 +563,14 @@ impl KafkaCluster {
             let mut props = vec![
                 ("process.roles".to_string(), "broker,controller".to_string()),
                 ("node.id".into(), id.to_string()),
-                ("controller.quorum.voters".into(), voters.join(",")),
+                if opts.dynamic_quorum {
+                    (
+                        "controller.quorum.bootstrap.servers".into(),
+                        format!("{host}:{cport}"),
+                    )
+                } else {
+                    ("controller.quorum.voters".into(), voters.join(","))
+                },
                 (
                     "listeners".into(),
                     format!(
@@ -619,11 +631,18 @@ impl KafkaCluster {
                 child: None,
             });
         }
-        let format_args = opts
+        assert!(
+            !opts.dynamic_quorum || n == 1,
+            "KafkaOptions::dynamic_quorum formats one node with --standalone"
+        );
+        let mut format_args = opts
             .security
             .as_ref()
             .map(|s| s.format_args())
             .unwrap_or_default();
+        if opts.dynamic_quorum {
+            format_args.push("--standalone".into());
+        }
         // Format every node's storage in parallel: each is a JVM start.
         std::thread::scope(|s| {
             for node in &nodes {
@@ -778,6 +797,12 @@ impl KafkaCluster {
             .iter()
             .position(|n| n.id == id)
             .unwrap_or_else(|| panic!("no Kafka node {id}"))
+    }
+
+    /// Node `id`'s `server.properties` (what `kafka-metadata-quorum --command-config`
+    /// takes for add-controller).
+    pub fn node_config(&self, id: i32) -> PathBuf {
+        self.nodes[self.index(id)].config.clone()
     }
 
     /// Node ids, 1-based.

@@ -11,17 +11,19 @@
 //! offsets. Error codes: DUPLICATE_VOTER (126) for adding a voter again, VOTER_NOT_FOUND (127) for a
 //! wrong directory id, REQUEST_TIMED_OUT for adding a node that is not an observer.
 //!
-//! Not run against Apache Kafka: a dynamic Kafka quorum needs `kafka-storage format
-//! --standalone` / `--initial-controllers`, which the tests crate's Kafka runner does not do
-//! (it formats a static `controller.quorum.voters` quorum, where Kafka answers
-//! UNSUPPORTED_VERSION to both APIs). The codes asserted here are the ones Kafka 4.1's
-//! `AddVoterHandler` / `RemoveVoterHandler` return for the same conditions.
+//! Against Apache Kafka 4.1.1 (one combined node formatted `--standalone`, a dynamic quorum:
+//! the three-node runner formats a static `controller.quorum.voters` quorum, which refuses
+//! both APIs with UNSUPPORTED_VERSION): the same tool and client get DUPLICATE_VOTER for
+//! adding a voter again and VOTER_NOT_FOUND for a wrong directory id and for the last voter.
+//! The join/add/remove/kill flow itself is not run on Kafka (it needs a second Kafka
+//! controller joining a dynamic quorum).
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kmirror_tests::cluster::{run_seq_producer, ClusterOpts, KmirrorCluster};
-use kmirror_tests::{heavy_test_lock, java, proc, KmirrorNode, WireClient};
+use kmirror_tests::kafka::KafkaOptions;
+use kmirror_tests::{heavy_test_lock, java, proc, KafkaCluster, KmirrorNode, WireClient};
 
 const TOPIC: &str = "membership";
 const PARTITIONS: i32 = 3;
@@ -72,8 +74,12 @@ fn ids(status: &str, field: &str) -> Vec<i32> {
 }
 
 fn directory_id(node: &KmirrorNode) -> String {
-    let text =
-        std::fs::read_to_string(node.data_dir().join("meta.properties")).expect("meta.properties");
+    directory_id_in(&node.data_dir())
+}
+
+/// `directory.id` of `dir/meta.properties` (kmirror's data dir, Kafka's log dir).
+fn directory_id_in(dir: &std::path::Path) -> String {
+    let text = std::fs::read_to_string(dir.join("meta.properties")).expect("meta.properties");
     text.lines()
         .find_map(|l| l.strip_prefix("directory.id="))
         .expect("directory.id")
@@ -192,18 +198,7 @@ fn a_node_joins_becomes_a_voter_the_leader_is_removed_and_the_quorum_still_elect
         ),
     )
     .unwrap();
-    let add = |via: &str| {
-        proc::run(
-            java::tool(java::tools::METADATA_QUORUM_COMMAND).args([
-                "--bootstrap-server",
-                via,
-                "--command-config",
-                &cfg.display().to_string(),
-                "add-controller",
-            ]),
-            Duration::from_secs(90),
-        )
-    };
+    let add = |via: &str| add_controller(via, &cfg);
     // Through a broker that is not the leader: Kafka's brokers forward; raft forwards here.
     let leader = quorum_leader(&c.node(1).addr()).expect("a leader");
     let via = (1..=3).find(|i| *i != leader).unwrap() as usize;
@@ -328,4 +323,45 @@ fn a_node_joins_becomes_a_voter_the_leader_is_removed_and_the_quorum_still_elect
         assert!(v.starts_with(&format!("{p}:{seq}:")), "{p}@{off}: {v}");
     }
     drop(four);
+}
+
+/// `kafka-metadata-quorum add-controller` with `config` through `via`.
+fn add_controller(via: &str, config: &std::path::Path) -> proc::Ran {
+    proc::run(
+        java::tool(java::tools::METADATA_QUORUM_COMMAND).args([
+            "--bootstrap-server",
+            via,
+            "--command-config",
+            &config.display().to_string(),
+            "add-controller",
+        ]),
+        Duration::from_secs(90),
+    )
+}
+
+#[test]
+fn kafka_answers_duplicate_voter_and_voter_not_found_as_kmirror_does() {
+    let _lock = heavy_test_lock();
+    let kafka = KafkaCluster::start_with(KafkaOptions {
+        dynamic_quorum: true,
+        ..KafkaOptions::default()
+    });
+    let addr = kafka.bootstrap();
+    let status = describe(&addr, "--status");
+    assert_eq!(ids(&status, "CurrentVoters:"), [1], "{status}");
+    let config = kafka.node_config(1);
+    let dir = directory_id_in(&config.parent().unwrap().join("data"));
+    assert!(status.contains(&dir), "directory id {dir} in\n{status}");
+    // Adding a voter again.
+    let ran = add_controller(&addr, &config);
+    assert!(
+        !ran.status.success() && ran.stderr.contains("DuplicateVoterException"),
+        "add-controller of a voter:\n{}\n{}",
+        ran.stdout,
+        proc::last_lines(&ran.stderr, 20)
+    );
+    // A wrong directory id, then the last voter.
+    assert_eq!(remove_voter(&addr, 1, 1, "AAAAAAAAAAAAAAAAAAAAAQ"), 127);
+    assert_eq!(remove_voter(&addr, 1, 1, &dir), 127);
+    assert_eq!(ids(&describe(&addr, "--status"), "CurrentVoters:"), [1]);
 }
