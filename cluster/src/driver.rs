@@ -178,8 +178,19 @@ pub enum VoterError {
 /// A voter change as Kafka's AddRaftVoter / RemoveRaftVoter ask it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum VoterChange {
-    Add { id: u64, directory_id: String },
-    Remove { id: u64, directory_id: String },
+    Add {
+        id: u64,
+        directory_id: String,
+    },
+    Remove {
+        id: u64,
+        directory_id: String,
+    },
+    /// Drops an observer from the configuration (after UnregisterBroker of a node gone for
+    /// good); a node that is not an observer is left alone.
+    RemoveObserver {
+        id: u64,
+    },
 }
 
 /// Errors starting a driver.
@@ -918,6 +929,15 @@ impl Run {
                     });
                 }
                 Ok(MembershipChange::AddVoter(*id))
+            }
+            VoterChange::RemoveObserver { id } => {
+                if !n.learners().contains(id) {
+                    return Err(VoterError::NotFound {
+                        id: *id,
+                        directory_id: String::new(),
+                    });
+                }
+                Ok(MembershipChange::RemoveVoter(*id))
             }
             VoterChange::Remove { id, directory_id } => {
                 // A founding voter that has not reported its directory id yet matches any.

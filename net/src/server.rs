@@ -735,6 +735,9 @@ async fn dispatch(
         RequestKind::DescribeQuorum(r) => ResponseKind::DescribeQuorum(
             handlers::quorum::describe_quorum(ctx, access, header.client_id.as_deref(), v, r).await,
         ),
+        RequestKind::UnregisterBroker(r) => ResponseKind::UnregisterBroker(
+            handlers::quorum::unregister_broker(ctx, access, r).await,
+        ),
         RequestKind::AddRaftVoter(r) => {
             ResponseKind::AddRaftVoter(handlers::quorum::add_raft_voter(ctx, access, r).await)
         }

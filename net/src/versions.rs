@@ -64,6 +64,7 @@ served! {
     UpdateFeatures => UpdateFeaturesRequest,
     WriteTxnMarkers => WriteTxnMarkersRequest,
     DescribeQuorum => DescribeQuorumRequest,
+    UnregisterBroker => UnregisterBrokerRequest,
     AddRaftVoter => AddRaftVoterRequest,
     RemoveRaftVoter => RemoveRaftVoterRequest,
 }

@@ -322,7 +322,61 @@ fn a_node_joins_becomes_a_voter_the_leader_is_removed_and_the_quorum_still_elect
             .unwrap_or_else(|| panic!("acked {p}:{seq} at {off} not read"));
         assert!(v.starts_with(&format!("{p}:{seq}:")), "{p}@{off}: {v}");
     }
+
+    // The removed node leaves for good: stop it, `kafka-cluster unregister` it (Java Admin
+    // unregisterBroker, UnregisterBroker 64): it is no longer an observer either; a second
+    // unregister is BROKER_ID_NOT_REGISTERED.
+    let mut four = four;
+    if leader == 4 {
+        assert!(four.stop(), "node 4 stops cleanly");
+    } else {
+        assert!(c.stop(leader as usize), "node {leader} stops cleanly");
+    }
+    let alive = four_or_survivor(&four, &survivors, leader);
+    let unregister = || {
+        proc::run(
+            java::tool("org.apache.kafka.tools.ClusterTool").args([
+                "unregister",
+                "--bootstrap-server",
+                &alive,
+                "--id",
+                &leader.to_string(),
+            ]),
+            Duration::from_secs(90),
+        )
+    };
+    let ran = unregister();
+    assert!(
+        ran.status.success(),
+        "unregister:\n{}\n{}",
+        ran.stdout,
+        proc::last_lines(&ran.stderr, 20)
+    );
+    proc::wait_for(Duration::from_secs(30), "no observers", || {
+        let s = try_describe(&alive, "--status")?;
+        ids(&s, "CurrentObservers:").is_empty().then_some(())
+    });
+    let ran = unregister();
+    assert!(
+        !ran.status.success() && ran.stderr.contains("BrokerIdNotRegisteredException"),
+        "second unregister:\n{}\n{}",
+        ran.stdout,
+        proc::last_lines(&ran.stderr, 20)
+    );
     drop(four);
+}
+
+/// A running node's address: node 4 unless it is the one stopped.
+fn four_or_survivor(four: &KmirrorNode, survivors: &[String], stopped: i32) -> String {
+    if stopped == 4 {
+        survivors
+            .iter()
+            .find(|a| **a != four.addr())
+            .expect("a survivor")
+            .clone()
+    } else {
+        four.addr()
+    }
 }
 
 /// `kafka-metadata-quorum add-controller` with `config` through `via`.

@@ -20,7 +20,7 @@ use kafka_protocol::messages::describe_quorum_response::*;
 use kafka_protocol::messages::{
     AddRaftVoterRequest, AddRaftVoterResponse, ApiKey, DescribeQuorumRequest,
     DescribeQuorumResponse, RemoveRaftVoterRequest, RemoveRaftVoterResponse, RequestHeader,
-    ResponseHeader,
+    ResponseHeader, UnregisterBrokerRequest, UnregisterBrokerResponse,
 };
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
 use kafka_protocol::ResponseError as E;
@@ -433,4 +433,49 @@ fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorum
     DescribeQuorumResponse::default()
         .with_topics(topics)
         .with_nodes(nodes)
+}
+
+/// UnregisterBroker (64, `kafka-cluster unregister`): the broker's registration goes (it
+/// leaves every ISR, its leaderships move; Kafka's `ReplicationControlManager`), and a node
+/// that is only an observer also leaves the quorum's configuration, so the leader stops
+/// sending it the log. For a node that left for good: a running broker is not registered
+/// again until it restarts. ALTER on CLUSTER, as Kafka's `ControllerApis`.
+pub async fn unregister_broker(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    req: UnregisterBrokerRequest,
+) -> UnregisterBrokerResponse {
+    let answer = |code: i16, text: String| {
+        UnregisterBrokerResponse::default()
+            .with_error_code(code)
+            .with_error_message(message(text))
+    };
+    if !access.allows_cluster(table::ALTER_VOTERS) {
+        return answer(E::ClusterAuthorizationFailed.code(), String::new());
+    }
+    let cluster = &ctx.broker.cluster;
+    let Some(driver) = cluster.driver() else {
+        return answer(
+            E::UnsupportedVersion.code(),
+            "a one-node kmirror has no broker registrations (start nodes with --quorum)".into(),
+        );
+    };
+    let id = req.broker_id.0;
+    let cmd = kmirror_control::quorum::ClusterCommand::Metadata(
+        kmirror_control::quorum::MetadataCommand::UnregisterBroker { id },
+    );
+    if let Err(f) = cluster.propose(cmd).await {
+        return answer(crate::errors::propose_failure_code(&f), f.to_string());
+    }
+    let observer = u64::try_from(id)
+        .ok()
+        .filter(|n| driver.status().learners.contains(n));
+    if let Some(n) = observer {
+        let change = kmirror_cluster::VoterChange::RemoveObserver { id: n };
+        let (code, text) = change_voters(driver, change, Duration::from_secs(15)).await;
+        if code != 0 {
+            tracing::warn!(node = n, code, %text, "unregistered broker is still an observer");
+        }
+    }
+    answer(0, String::new())
 }
