@@ -566,6 +566,118 @@ fn kafka_source_mirrored_into_three_kmirror_nodes_through_a_leader_kill() {
     c.dump_logs_on_panic(80, |c| scenario(c, &kafka));
 }
 
+/// SIGSTOP (`true`) or SIGCONT (`false`) node `id`'s process: a stopped node keeps its
+/// sockets and its place in the ISR, but fetches nothing.
+fn freeze(c: &KmirrorCluster, id: usize, stop: bool) {
+    let sig = if stop { "-STOP" } else { "-CONT" };
+    let ok = std::process::Command::new("kill")
+        .args([sig, &c.node(id).pid().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} node {id}");
+}
+
+/// DescribeMirrors in a cluster reports what a consumer can read: the destination offset is
+/// the partition's high watermark on its leader (what ListOffsets LATEST answers there) and
+/// the lag is measured to it, not to the leader's log end. A frozen follower stays in the
+/// ISR (long session and replica lag here), so the high watermark stays while the leader
+/// keeps mirroring; once it runs again, the lag closes.
+#[test]
+fn describe_mirrors_lag_is_measured_to_the_leaders_high_watermark() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            extra: [
+                "--cores",
+                "1",
+                "--default-replication-factor",
+                "3",
+                "--replica-lag-time-max-ms",
+                "120000",
+            ]
+            .map(String::from)
+            .to_vec(),
+            session_timeout_ms: 60_000,
+            ..ClusterOpts::default()
+        },
+    );
+    c.dump_logs_on_panic(80, |c| {
+        let src = kafka.bootstrap();
+        let first = produce_to_kafka(&kafka, 3_000, &["linger.ms=20"]);
+        let n1 = c.node(1).addr();
+        let placed = mirror_topic(&n1, &src, &[]);
+        let caught_up = |via: &str, ends: &[i64]| {
+            let rows = describe_mirror(via);
+            rows.len() == PARTITIONS as usize
+                && rows.iter().all(|(p, st, s, d, lag)| {
+                    st == "MIRRORING" && *lag == 0 && *s == ends[*p as usize] && s == d
+                })
+        };
+        proc::wait_for(Duration::from_secs(60), "caught up", || {
+            caught_up(&n1, &first).then_some(())
+        });
+        // Freeze a node that does not hold the seat; the others keep the quorum.
+        let (seat, _) = WireClient::connect(&n1).unwrap().quorum_leader().unwrap();
+        let frozen = (1..=3).find(|id| *id != seat as usize).unwrap();
+        let live: Vec<usize> = (1..=3).filter(|id| *id != frozen).collect();
+        let others: Vec<i32> = placed
+            .iter()
+            .filter(|(_, (l, _))| *l != frozen as i32)
+            .map(|(p, _)| *p)
+            .collect();
+        eprintln!("leaders {placed:?}; seat {seat}; freezing node {frozen}");
+        assert!(!others.is_empty(), "node {frozen} leads every partition");
+        freeze(c, frozen, true);
+        let (acked, errors) = java_produce(&src, 3_000, &["linger.ms=20"]);
+        assert_eq!((acked, errors), (3_000, 0), "producing to Kafka");
+        let second = end_offsets(&src);
+        let boot = c.node(seat as usize).addr();
+        // The leaders mirror the new records (the source offset shows they saw them), but
+        // the high watermark stays at the first end: that is what consumers can read.
+        proc::wait_for(Duration::from_secs(60), "the new source ends seen", || {
+            let rows = describe_mirror(&boot);
+            others
+                .iter()
+                .all(|p| {
+                    rows.iter()
+                        .any(|r| r.0 == *p as i64 && r.2 == second[*p as usize])
+                })
+                .then_some(())
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        for p in &others {
+            let hw = WireClient::connect_leader(&boot, TOPIC, *p)
+                .and_then(|mut w| w.log_bounds(TOPIC, *p))
+                .expect("log bounds")
+                .1;
+            assert_eq!(
+                hw, first[*p as usize],
+                "{TOPIC}-{p}: the high watermark stays"
+            );
+        }
+        for via in &live {
+            let rows = describe_mirror(&c.node(*via).addr());
+            for p in &others {
+                let (s, d) = (second[*p as usize], first[*p as usize]);
+                assert_eq!(
+                    rows.iter().find(|r| r.0 == *p as i64),
+                    Some(&(*p as i64, "MIRRORING".to_string(), s, d, s - d)),
+                    "DescribeMirrors via node {via}: {TOPIC}-{p} is readable to its high \
+                     watermark, not the leader's log end"
+                );
+            }
+        }
+        freeze(c, frozen, false);
+        for via in 1..=3 {
+            proc::wait_for(Duration::from_secs(60), "caught up again", || {
+                caught_up(&c.node(via).addr(), &second).then_some(())
+            });
+        }
+    });
+}
+
 /// Stops every node, then checks each partition's three replicas: byte-equal to each other
 /// and a prefix of the source's batches (`source[p]`). Returns each partition's log end.
 fn replicas_equal_and_source_prefixes(c: &mut KmirrorCluster, source: &[Bytes]) -> Vec<i64> {
