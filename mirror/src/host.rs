@@ -770,6 +770,17 @@ impl MirrorHost for BrokerHost {
         Ok(ends)
     }
 
+    fn leadership_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        let cluster = &self.broker.cluster;
+        if !cluster.is_replicated() {
+            return None;
+        }
+        match cluster.role(&cluster.snapshot(), tp) {
+            Some(kmirror_net::cluster::Role::Leader { epoch }) => Some(epoch),
+            _ => None,
+        }
+    }
+
     fn runs_partition_steps(&self, tp: &TopicPartition) -> bool {
         self.leads(&self.broker.cluster.snapshot(), tp)
     }

@@ -3,11 +3,18 @@
 //! - catch-up of 200,000 records (throttled so it takes a while); the node leading most mirror
 //!   partitions is SIGKILLed mid-catch-up: the mirror catches up on the new leaders;
 //! - DescribeMirrors (`kmirror mirror describe --json`) answered identically by every node;
-//! - failover (`kmirror mirror remove`) through another node, then a Java idempotent producer
-//!   writes at the new epoch;
+//! - failover (`kmirror mirror remove`) through another node just after the seat (quorum
+//!   leader) is SIGKILLed: the CLI waits on COORDINATOR_NOT_AVAILABLE and succeeds; the
+//!   failover stores each partition's last mirrored offset (ReadMirrorStates), and
+//!   WriteMirrorStates RemovedTopics drops the stopped topic's states; then a Java idempotent
+//!   producer writes at the new epoch;
 //! - after a clean stop, every replica's segment files start with the source's batches,
 //!   byte for byte (log-equal), and all three replicas of a partition are byte-equal;
 //! - ReadMirrorStates (100) and BumpLeaderEpochs (105) sent as raw frames through every node.
+//!
+//! `describe_mirrors_lag_is_measured_to_the_leaders_high_watermark`: with a follower frozen
+//! (SIGSTOP) in the ISR, DescribeMirrors reports the leader's high watermark and the lag to
+//! it, through every live node.
 //!
 //! `only_leaders_fetch_and_followers_replicate_the_mirror`: only partition leaders fetch,
 //! the followers replicate the mirror log-equal with the source; after another node's
@@ -192,7 +199,24 @@ fn write_mirror_state(
     req.extend_from_slice(&[0, 0]); // partition, topic tags
     req.push(1); // no removed topics
     req.push(0);
-    w.write_frame(&req).unwrap();
+    write_mirror_states_frame(&mut w, &req)
+}
+
+/// WriteMirrorStates (key 101) of mirror `dr` with only RemovedTopics = [`topic`], sent raw
+/// through `addr`: (top-level error, the topic's error on partition -1).
+fn remove_mirror_states(addr: &str, topic: &str) -> (i16, i16) {
+    let mut w = WireClient::connect(addr).expect("connect");
+    let mut req = header_v2(101, 8);
+    compact_str(&mut req, "dr");
+    req.push(1); // no topics updated
+    req.push(2);
+    compact_str(&mut req, topic);
+    req.push(0);
+    write_mirror_states_frame(&mut w, &req)
+}
+
+fn write_mirror_states_frame(w: &mut WireClient, req: &[u8]) -> (i16, i16) {
+    w.write_frame(req).unwrap();
     let mut c = Cursor::new(w.read_frame().unwrap(), 8);
     let _throttle = c.i32();
     let error = c.i16();
@@ -470,9 +494,33 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
         "BumpLeaderEpochs of an unknown topic id"
     );
 
-    // Failover through a node that did not create the mirror.
-    let other = c.node(if victim == 2 { 3 } else { 2 }).addr();
-    cli(&other, &["remove", "dr", "--topics", TOPIC]);
+    // Failover issued while the seat moves, through a node that did not create the mirror:
+    // the seat dies, and `remove` goes to a node that still names it as the quorum leader.
+    // That node answers COORDINATOR_NOT_AVAILABLE (its forward is refused) until a new seat
+    // is elected; the CLI says what it waits on and retries, so the command succeeds.
+    let (seat, _) = WireClient::connect(&boot_alive)
+        .unwrap()
+        .quorum_leader()
+        .unwrap();
+    let seat = seat as usize;
+    let other = c.node(if seat == 2 { 3 } else { 2 }).addr();
+    c.kill(seat);
+    let ran = kmirror_tests::mirror::cli(&other, &["remove", "dr", "--topics", TOPIC]);
+    eprintln!(
+        "remove while seat {seat} is down:\n{}{}",
+        ran.stdout, ran.stderr
+    );
+    assert!(
+        ran.status.success(),
+        "remove while the seat moves failed: {}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("waiting") && ran.stderr.contains("COORDINATOR_NOT_AVAILABLE"),
+        "the CLI said what it waited on: {}",
+        ran.stderr
+    );
+    c.restart(seat);
     // The seat commits STOPPING; each partition's leader then does the log work and
     // commits STOPPED (KIP-1279: the partition leader runs its failover).
     let stopped = proc::wait_for(Duration::from_secs(60), "every partition STOPPED", || {
@@ -484,6 +532,11 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
         PARTITIONS as usize,
         "after remove: {stopped:?}"
     );
+    proc::wait_for(
+        Duration::from_secs(120),
+        "full ISRs after the failover",
+        || leaders(&other).filter(|l| l.values().all(|(_, isr)| *isr == vec![1, 2, 3])),
+    );
     let after_failover = end_offsets(&c.bootstrap());
     for p in 0..PARTITIONS as usize {
         // Truncated to the LSO (= the end: no transactions), then one MIRROR_PID_RESET.
@@ -492,6 +545,36 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
             src_end[p] + 1,
             "partition {p} after failover"
         );
+    }
+    // The failover stored each partition's last mirrored record offset (seed 003's
+    // LastMirroredOffset, for a failback); ReadMirrorStates through every node shows it with
+    // STOPPED (5). WriteMirrorStates RemovedTopics then drops the stopped topic's states.
+    let stopped_states: Vec<MirrorStateRow> = (0..PARTITIONS)
+        .map(|p| (TOPIC.to_string(), p, 5, src_end[p as usize] - 1, 0))
+        .collect();
+    for id in 1..=3 {
+        let got = proc::wait_for(Duration::from_secs(30), "the stopped mirror states", || {
+            let got = read_mirror_states(&c.node(id).addr());
+            (got == (0, stopped_states.clone())).then_some(got)
+        });
+        assert_eq!(
+            got,
+            (0, stopped_states.clone()),
+            "ReadMirrorStates via node {id}"
+        );
+    }
+    assert_eq!(remove_mirror_states(&other, TOPIC), (0, 0), "RemovedTopics");
+    assert_eq!(
+        remove_mirror_states(&other, TOPIC),
+        (0, 138),
+        "RemovedTopics again: TOPIC_NOT_IN_MIRROR"
+    );
+    for id in 1..=3 {
+        let got = proc::wait_for(Duration::from_secs(30), "the removed states", || {
+            let got = read_mirror_states(&c.node(id).addr());
+            got.1.is_empty().then_some(got)
+        });
+        assert_eq!(got, (0, Vec::new()), "ReadMirrorStates via node {id}");
     }
     let (acked, errors) = java_produce(&c.bootstrap(), 600, &["enable.idempotence=true"]);
     assert_eq!((acked, errors), (600, 0), "producing after failover");
