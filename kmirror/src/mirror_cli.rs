@@ -1071,6 +1071,31 @@ mod tests {
     }
 
     #[test]
+    fn only_a_moving_coordinator_or_a_lost_connection_is_retried() {
+        let api = |code| -> Box<dyn std::error::Error> {
+            Box::new(ApiError {
+                api: "RemoveTopicsFromMirror".into(),
+                code,
+                message: "m".into(),
+            })
+        };
+        for c in [14, 15, 16, 41] {
+            let why = retriable(api(c).as_ref()).unwrap_or_default();
+            assert!(why.contains(&format!("({c})")), "{c}: {why}");
+        }
+        for c in [3, 31, 136, 137] {
+            assert_eq!(retriable(api(c).as_ref()), None, "{c}");
+        }
+        let lost: Box<dyn std::error::Error> = Box::new(kmirror_mirror::client::ClientError::Io {
+            addr: "n2:9092".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+        });
+        assert!(retriable(lost.as_ref()).is_some());
+        let plain: Box<dyn std::error::Error> = "cannot reach n1:9092".into();
+        assert_eq!(retriable(plain.as_ref()), None);
+    }
+
+    #[test]
     fn bad_arguments_give_a_one_line_error() {
         let e = run(vec!["frobnicate".into()]).unwrap_err().to_string();
         assert!(!e.contains('\n'), "{e}");
