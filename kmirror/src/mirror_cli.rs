@@ -45,6 +45,11 @@ struct MirrorCli {
     /// Request timeout in milliseconds.
     #[arg(long, global = true, default_value_t = 30_000)]
     request_timeout_ms: u64,
+    /// How long to keep retrying while the mirror coordinator moves (COORDINATOR_NOT_AVAILABLE,
+    /// NOT_COORDINATOR, COORDINATOR_LOAD_IN_PROGRESS, NOT_CONTROLLER, or a connection lost
+    /// mid-request), in milliseconds; 0: no retries.
+    #[arg(long, global = true, default_value_t = 60_000)]
+    retry_timeout_ms: u64,
     /// Client properties for the destination connection (security.protocol, ssl.*, sasl.*),
     /// as Kafka's tools take them.
     #[arg(long, global = true, value_name = "FILE")]
@@ -53,7 +58,7 @@ struct MirrorCli {
     cmd: Cmd,
 }
 
-#[derive(Subcommand, Debug)]
+#[derive(Subcommand, Debug, Clone)]
 enum Cmd {
     /// Create a mirror: a named link to a source cluster.
     Create {
@@ -197,9 +202,95 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
                 .map_err(|e| format!("--command-config {}: {e}", f.display()))?
         }
     };
-    let mut conn = connect(&cli.bootstrap, timeout, &security)?;
     let out = &mut std::io::stdout().lock();
-    match cli.cmd {
+    let deadline = Instant::now() + Duration::from_millis(cli.retry_timeout_ms);
+    let mut backoff = RETRY_BACKOFF_MIN;
+    let mut connected_once = false;
+    loop {
+        let r = connect(&cli.bootstrap, timeout, &security).and_then(|mut conn| {
+            connected_once = true;
+            execute(&cli.cmd, &mut conn, out)
+        });
+        let Err(e) = r else {
+            return Ok(());
+        };
+        // A mirror request retried after its first answer was lost may already have been
+        // applied: every mirror admin request can be repeated (a repeated `remove` resumes
+        // the failover), except `create`, which then answers that the mirror exists.
+        let waiting_on = retriable(e.as_ref()).filter(|_| connected_once);
+        match waiting_on {
+            Some(what) if Instant::now() + backoff < deadline => {
+                eprintln!(
+                    "mirror: waiting {} ms for the mirror coordinator: {what}",
+                    backoff.as_millis()
+                );
+                std::thread::sleep(backoff);
+                backoff = (backoff * 2).min(RETRY_BACKOFF_MAX);
+            }
+            _ => return Err(e),
+        }
+    }
+}
+
+/// Retry backoff bounds (doubling), while the mirror coordinator's seat moves.
+const RETRY_BACKOFF_MIN: Duration = Duration::from_millis(200);
+const RETRY_BACKOFF_MAX: Duration = Duration::from_secs(2);
+
+/// Error codes that mean the mirror coordinator is moving or loading (Kafka's clients
+/// retry them the same way for the group coordinator and the controller).
+const RETRIABLE_CODES: [i16; 4] = [
+    code::COORDINATOR_LOAD_IN_PROGRESS,
+    code::COORDINATOR_NOT_AVAILABLE,
+    code::NOT_COORDINATOR,
+    code::NOT_CONTROLLER,
+];
+
+/// What a retry would wait on, if `e` is worth retrying: a retriable code from the broker,
+/// or the connection lost mid-request (the node went away; the next bootstrap address or
+/// the restarted node may answer).
+fn retriable(e: &(dyn std::error::Error + 'static)) -> Option<String> {
+    if let Some(a) = e.downcast_ref::<ApiError>() {
+        return RETRIABLE_CODES.contains(&a.code).then(|| a.to_string());
+    }
+    if let Some(c) = e.downcast_ref::<kmirror_mirror::client::ClientError>() {
+        use kmirror_mirror::client::ClientError;
+        return match c {
+            ClientError::Io { .. } | ClientError::Timeout { .. } => Some(c.to_string()),
+            ClientError::Kafka { code, .. } if RETRIABLE_CODES.contains(code) => {
+                Some(c.to_string())
+            }
+            _ => None,
+        };
+    }
+    None
+}
+
+/// A mirror API answered with an error code.
+#[derive(Debug)]
+struct ApiError {
+    api: String,
+    code: i16,
+    message: String,
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} failed: {} ({}): {}",
+            self.api,
+            code::name(self.code),
+            self.code,
+            self.message
+        )
+    }
+}
+
+impl std::error::Error for ApiError {}
+
+/// Runs one mirror command over `conn`.
+fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> CliResult<()> {
+    match cmd.clone() {
         Cmd::Create {
             name,
             source,
@@ -211,7 +302,7 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
                 None => BTreeMap::new(),
             };
             settings.extend(parse_sets(&set)?);
-            create(&mut conn, out, &name, &source, settings)
+            create(conn, out, &name, &source, settings)
         }
         Cmd::Alter {
             name,
@@ -228,7 +319,7 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
             };
             changes.extend(parse_sets(&set)?.into_iter().map(|(k, v)| (k, Some(v))));
             changes.extend(unset.into_iter().map(|k| (k, None)));
-            alter(&mut conn, out, &name, changes)
+            alter(conn, out, &name, changes)
         }
         Cmd::Add {
             name,
@@ -248,7 +339,7 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
                 ),
             };
             add(
-                &mut conn,
+                conn,
                 out,
                 &name,
                 &topics,
@@ -266,12 +357,7 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
             json,
         } => {
             if wait_for_sync {
-                wait_for_zero_lag(
-                    &mut conn,
-                    &name,
-                    &topics,
-                    Duration::from_millis(sync_timeout_ms),
-                )?;
+                wait_for_zero_lag(conn, &name, &topics, Duration::from_millis(sync_timeout_ms))?;
             }
             let resp = conn.send_mirror(&RemoveTopicsFromMirrorRequest {
                 mirror_name: name.clone(),
@@ -296,7 +382,7 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
                 conn.send_mirror(&ResumeMirrorTopicsRequest(pause_resume(&name, &topics)))?;
             report_topics(out, "ResumeMirrorTopics", "resumed", &resp, json)
         }
-        Cmd::List { json } => list(&mut conn, out, json),
+        Cmd::List { json } => list(conn, out, json),
         Cmd::Describe {
             name,
             json,
@@ -305,7 +391,7 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
             count,
         } => {
             if !watch {
-                return describe_once(&mut conn, out, name.as_deref(), json, false);
+                return describe_once(conn, out, name.as_deref(), json, false);
             }
             let tty = std::io::stdout().is_terminal();
             let mut n = 0u64;
@@ -313,7 +399,7 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
                 if tty && !json {
                     write!(out, "\x1b[2J\x1b[H")?;
                 }
-                describe_once(&mut conn, out, name.as_deref(), json, watch)?;
+                describe_once(conn, out, name.as_deref(), json, watch)?;
                 out.flush()?;
                 n += 1;
                 if count != 0 && n >= count {
@@ -381,11 +467,11 @@ fn check(api: &str, error_code: i16, message: Option<&str>) -> CliResult<()> {
         return Ok(());
     }
     let msg = message.unwrap_or_else(|| code::default_message(error_code));
-    Err(format!(
-        "{api} failed: {} ({error_code}): {msg}",
-        code::name(error_code)
-    )
-    .into())
+    Err(Box::new(ApiError {
+        api: api.to_owned(),
+        code: error_code,
+        message: msg.to_owned(),
+    }))
 }
 
 fn parse_sets(set: &[String]) -> CliResult<BTreeMap<String, String>> {
@@ -982,6 +1068,31 @@ mod tests {
             MirrorCli::try_parse_from(["x", "add", "dr"]).is_err(),
             "topics or regex required"
         );
+    }
+
+    #[test]
+    fn only_a_moving_coordinator_or_a_lost_connection_is_retried() {
+        let api = |code| -> Box<dyn std::error::Error> {
+            Box::new(ApiError {
+                api: "RemoveTopicsFromMirror".into(),
+                code,
+                message: "m".into(),
+            })
+        };
+        for c in [14, 15, 16, 41] {
+            let why = retriable(api(c).as_ref()).unwrap_or_default();
+            assert!(why.contains(&format!("({c})")), "{c}: {why}");
+        }
+        for c in [3, 31, 136, 137] {
+            assert_eq!(retriable(api(c).as_ref()), None, "{c}");
+        }
+        let lost: Box<dyn std::error::Error> = Box::new(kmirror_mirror::client::ClientError::Io {
+            addr: "n2:9092".into(),
+            source: std::io::Error::from(std::io::ErrorKind::ConnectionReset),
+        });
+        assert!(retriable(lost.as_ref()).is_some());
+        let plain: Box<dyn std::error::Error> = "cannot reach n1:9092".into();
+        assert_eq!(retriable(plain.as_ref()), None);
     }
 
     #[test]

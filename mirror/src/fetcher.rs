@@ -423,6 +423,22 @@ impl FetcherStatus {
         }
     }
 
+    /// This status measured against `readable_end`, the destination partition's high
+    /// watermark on its leader (cluster): records above it are not yet on every in-sync
+    /// replica, so no consumer can read them and a failover may not keep them. Lag is what
+    /// a consumer of the destination is behind the source. -1: unknown, nothing changes.
+    pub fn readable_to(&self, readable_end: i64) -> FetcherStatus {
+        let mut st = self.clone();
+        if readable_end >= 0 {
+            if readable_end < st.destination_log_end_offset && st.lag() == 0 {
+                // The first unreadable record is older than what the fetcher saw next.
+                st.next_unmirrored_ts_ms = -1;
+            }
+            st.destination_log_end_offset = readable_end;
+        }
+        st
+    }
+
     /// This status with the source's LSO moved to `end` (a paused partition whose source kept
     /// writing, learned by the sync rounds).
     pub fn with_source_end(&self, end: i64) -> FetcherStatus {
@@ -2817,6 +2833,25 @@ mod tests {
         drive(&mut f, &mut s, &mut l, &mut o, 1);
         assert!(o.0.contains(&FetchEvent::Recovered));
         assert_eq!(l.end, 1);
+    }
+
+    #[test]
+    fn lag_is_measured_against_the_readable_end() {
+        let mut st = FetcherStatus::new();
+        st.source_last_stable_offset = 100;
+        st.destination_log_end_offset = 100;
+        st.newest_mirrored_ts_ms = 1_000;
+        st.last_caught_up_ms = 900;
+        assert_eq!(st.lag(), 0, "the leader's log end has everything");
+        let r = st.readable_to(80);
+        assert_eq!(r.destination_log_end_offset, 80);
+        assert_eq!(r.lag(), 20, "20 records not yet on the ISR: not readable");
+        assert_eq!(r.lag_ms(3_000), 2_000);
+        assert_eq!(
+            st.readable_to(-1),
+            st,
+            "an unknown high watermark changes nothing"
+        );
     }
 
     #[test]

@@ -238,6 +238,7 @@ impl ExtensionApis for MirrorBroker {
             lost: HashMap::new(),
             stop_pending: BTreeSet::new(),
             sync_errors: HashMap::new(),
+            leader_hws: HashMap::new(),
         };
         // In a cluster the mirror state is the quorum's (`__mirror_state` on the Raft log):
         // the local file is not used, and the view starts empty until the first load.
@@ -390,6 +391,9 @@ pub struct BrokerHost {
     stop_pending: BTreeSet<TopicPartition>,
     /// The last failed sync round's reason per mirror, until a round succeeds.
     sync_errors: HashMap<String, String>,
+    /// Cluster: high watermarks of mirror partitions led by other nodes, asked from their
+    /// leaders just before a DescribeMirrors is answered.
+    leader_hws: HashMap<TopicPartition, i64>,
 }
 
 impl BrokerHost {
@@ -409,6 +413,108 @@ impl BrokerHost {
 
     fn topic(&self, name: &str) -> Option<TopicMeta> {
         self.broker.cluster.snapshot().topics.get(name).cloned()
+    }
+
+    /// Cluster: what a consumer can read of `tp`, its high watermark on the leader. Here
+    /// where this node leads; else the leader's answer to the last `refresh_leader_hws`, or
+    /// this replica's own high watermark (what the leader last told it) when the leader
+    /// could not be asked. None on one node, where the log end is readable.
+    fn readable_end(&self, tp: &TopicPartition) -> Option<i64> {
+        if !self.broker.cluster.is_replicated() {
+            return None;
+        }
+        if !self.leads(&self.broker.cluster.snapshot(), tp) {
+            if let Some(&hw) = self.leader_hws.get(tp) {
+                return Some(hw);
+            }
+        }
+        self.on_partition(tp, |p| Ok(p.log.high_watermark().0)).ok()
+    }
+
+    /// Cluster: asks each other leader of `partitions` for their high watermarks (ListOffsets
+    /// LATEST, read_uncommitted, as a consumer would), one request per leader. A leader that
+    /// does not answer leaves its partitions to `readable_end`'s fallback.
+    fn refresh_leader_hws(&mut self, partitions: &[TopicPartition]) {
+        use kafka_protocol::messages::list_offsets_request::{
+            ListOffsetsPartition, ListOffsetsTopic,
+        };
+        use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
+        self.leader_hws.clear();
+        let cluster = &self.broker.cluster;
+        if !cluster.is_replicated() {
+            return;
+        }
+        let meta = cluster.snapshot();
+        let me = self.broker.config.node_id;
+        let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
+        for tp in partitions {
+            let Some(a) = meta
+                .topics
+                .get(&tp.topic)
+                .and_then(|t| t.assignments.get(usize::try_from(tp.partition).ok()?))
+            else {
+                continue;
+            };
+            if a.leader >= 0 && a.leader != me {
+                by_leader
+                    .entry(a.leader)
+                    .or_default()
+                    .entry(tp.topic.clone())
+                    .or_default()
+                    .push(tp.partition);
+            }
+        }
+        for (leader, topics) in by_leader {
+            let Some(e) = meta.brokers.get(&leader).and_then(|b| b.endpoints.first()) else {
+                continue;
+            };
+            let addr = format!("{}:{}", e.host, e.port);
+            let req = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_isolation_level(0)
+                .with_topics(
+                    topics
+                        .iter()
+                        .map(|(name, parts)| {
+                            ListOffsetsTopic::default()
+                                .with_name(StrBytes::from_string(name.clone()).into())
+                                .with_partitions(
+                                    parts
+                                        .iter()
+                                        .map(|&p| {
+                                            ListOffsetsPartition::default()
+                                                .with_partition_index(p)
+                                                .with_timestamp(-1)
+                                        })
+                                        .collect(),
+                                )
+                        })
+                        .collect(),
+                );
+            let resp = crate::client::BlockingConnection::connect(
+                &addr,
+                "kmirror-mirror-seat",
+                LEADER_HW_TIMEOUT,
+            )
+            .and_then(|mut c| c.send_with(&req, 1, 7));
+            match resp {
+                Ok((_, r)) => {
+                    for t in r.topics {
+                        for p in t.partitions {
+                            if p.error_code == 0 && p.offset >= 0 {
+                                self.leader_hws.insert(
+                                    TopicPartition::new(t.name.to_string(), p.partition_index),
+                                    p.offset,
+                                );
+                            }
+                        }
+                    }
+                }
+                Err(e) => {
+                    tracing::debug!(%addr, error = %e, "cannot ask a partition leader for its high watermarks")
+                }
+            }
+        }
     }
 
     /// Pushes a topic's metadata (epoch, configs, mirror flag) to its open partitions.
@@ -664,6 +770,17 @@ impl MirrorHost for BrokerHost {
         Ok(ends)
     }
 
+    fn leadership_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+        let cluster = &self.broker.cluster;
+        if !cluster.is_replicated() {
+            return None;
+        }
+        match cluster.role(&cluster.snapshot(), tp) {
+            Some(kmirror_net::cluster::Role::Leader { epoch }) => Some(epoch),
+            _ => None,
+        }
+    }
+
     fn runs_partition_steps(&self, tp: &TopicPartition) -> bool {
         self.leads(&self.broker.cluster.snapshot(), tp)
     }
@@ -716,6 +833,12 @@ impl MirrorLiveStatus for BrokerHost {
                     .ok()?;
                 crate::fetcher::FetcherStatus::from_local(end, newest)
             }
+        };
+        // In a cluster, lag is measured to what a consumer can read (the leader's high
+        // watermark), not to the leader's log end.
+        let st = match self.readable_end(tp) {
+            Some(hw) => st.readable_to(hw),
+            None => st,
         };
         let mut l = st.live(now_ms);
         if let Some(&(n, from, to)) = self.lost.get(tp) {
@@ -776,6 +899,9 @@ fn coordinator_not_available(frame: &Bytes, message: &str) -> Option<Bytes> {
     out.extend_from_slice(&resp);
     Some(out.freeze())
 }
+
+/// How long the seat waits for another partition leader's high watermarks (DescribeMirrors).
+const LEADER_HW_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the control loop woke up for.
 enum Got {
@@ -1076,6 +1202,15 @@ impl Control {
                 if key == api::BUMP_LEADER_EPOCHS && self.service.feature_level() > 0 {
                     let _ = reply.send(self.bump_leader_epochs(frame));
                     return false;
+                }
+                if key == api::DESCRIBE_MIRRORS && self.quorum.is_some() {
+                    let parts: Vec<TopicPartition> = self
+                        .coordinator()
+                        .store()
+                        .partitions()
+                        .map(|(tp, _)| tp.clone())
+                        .collect();
+                    self.host.refresh_leader_hws(&parts);
                 }
                 let now = crate::fetcher::now_ms();
                 let out = {

@@ -515,8 +515,9 @@ impl MirrorService {
 
     /// WriteMirrorStates (inter-broker): each partition's state and last mirrored offset
     /// written through the store (on the Raft log in a cluster, at the seat's term).
-    /// RemovedTopics is not applied: entries leave the store only through the admin APIs
-    /// (DeleteMirror, a deleted topic), so each named topic is answered INVALID_REQUEST.
+    /// RemovedTopics drops the stored states of each named topic once it is STOPPED
+    /// (failed over); a topic still mirrored keeps them (INVALID_REQUEST), one the mirror
+    /// does not own is TOPIC_NOT_IN_MIRROR.
     fn write_mirror_states(&mut self, r: WriteMirrorStatesRequest) -> WriteMirrorStatesResponse {
         use kmirror_control::mirror::PartitionState;
         if self.coordinator.store().mirror(&r.mirror_name).is_none() {
@@ -558,12 +559,18 @@ impl MirrorService {
                 ..Default::default()
             });
         }
+        // A removed topic's outcome is one entry on partition -1 (the request names no
+        // partitions for it).
         for name in r.removed_topics {
+            let error_code = match self.coordinator.remove_topic_states(&r.mirror_name, &name) {
+                Ok(()) => code::NONE,
+                Err(e) => keys::mirror_error_code(&e),
+            };
             topics.push(TopicPartitionErrors {
                 topic_name: name,
                 partitions: vec![PartitionError {
                     partition_index: -1,
-                    error_code: code::INVALID_REQUEST,
+                    error_code,
                     ..Default::default()
                 }],
                 ..Default::default()
@@ -1010,6 +1017,65 @@ mod tests {
         let r = call(&mut svc, &mut h, &names_only);
         assert_eq!(r.topics[0].name, "orders");
         assert!(r.topics[0].partitions.is_empty());
+    }
+
+    #[test]
+    fn write_mirror_states_removed_topics_drop_stopped_states_only() {
+        use kmirror_control::mirror::PartitionState;
+        let dir = tempfile::tempdir().unwrap();
+        call(
+            &mut service(dir.path(), 1),
+            &mut Host::default(),
+            &create("dr"),
+        );
+        let tp = TopicPartition::new("orders", 0);
+        {
+            let mut store = MirrorStateStore::open(dir.path()).unwrap();
+            for s in [PartitionState::Preparing, PartitionState::Mirroring] {
+                store.transition(&tp, "dr", s, None).unwrap();
+            }
+        }
+        let mut svc = service(dir.path(), 1);
+        let mut h = Host::default();
+        let remove = |topic: &str| WriteMirrorStatesRequest {
+            mirror_name: "dr".into(),
+            removed_topics: vec![topic.into()],
+            ..Default::default()
+        };
+        let code_of = |r: &WriteMirrorStatesResponse| {
+            let p = &r.topics[0].partitions[0];
+            (r.error_code, p.partition_index, p.error_code)
+        };
+        let read = ReadMirrorStatesRequest {
+            mirror_name: "dr".into(),
+            need_partition_states: true,
+            ..Default::default()
+        };
+        let r = call(&mut svc, &mut h, &remove("orders"));
+        assert_eq!(
+            code_of(&r),
+            (0, -1, code::INVALID_REQUEST),
+            "still mirrored"
+        );
+        assert_eq!(call(&mut svc, &mut h, &read).topics.len(), 1, "kept");
+        let r = call(&mut svc, &mut h, &remove("ghost"));
+        assert_eq!(code_of(&r), (0, -1, code::TOPIC_NOT_IN_MIRROR));
+        {
+            let store = svc.coordinator_mut();
+            for s in [PartitionState::Stopping, PartitionState::Stopped] {
+                store.write_state(&tp, "dr", s, 41).unwrap();
+            }
+        }
+        let r = call(&mut svc, &mut h, &remove("orders"));
+        assert_eq!(
+            code_of(&r),
+            (0, -1, code::NONE),
+            "a stopped topic's state goes"
+        );
+        assert!(call(&mut svc, &mut h, &read).topics.is_empty());
+        // Durably: a reopened store has no entry either.
+        let r = call(&mut service(dir.path(), 1), &mut h, &read);
+        assert!(r.topics.is_empty(), "{r:?}");
     }
 
     #[test]

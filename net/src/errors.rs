@@ -166,6 +166,7 @@ pub fn propose_failure_code(e: &crate::cluster::ProposeFailure) -> i16 {
         F::Rejected(ApplyError::Metadata(m)) => metadata_error_code(m),
         F::Rejected(ApplyError::Membership(_)) => E::InvalidRequest.code(),
         F::Rejected(ApplyError::CoordinatorFenced { .. }) => E::NotCoordinator.code(),
+        F::Rejected(ApplyError::MirrorLeaderFenced { .. }) => E::FencedLeaderEpoch.code(),
         F::Acl(a) => acl_error_code(a),
         F::NoLeader { .. } | F::Unavailable(_) => E::NotController.code(),
         F::Unknown => E::RequestTimedOut.code(),

@@ -108,12 +108,18 @@ pub mod error {
     pub const REQUEST_TIMED_OUT: i16 = 7;
     pub const REPLICA_NOT_AVAILABLE: i16 = 9;
     pub const NETWORK_EXCEPTION: i16 = 13;
+    /// The coordinator is loading its state (a new quorum leader not yet ready).
+    pub const COORDINATOR_LOAD_IN_PROGRESS: i16 = 14;
     /// The mirror coordinator is not active (ReadMirrorStates, WriteMirrorStates, LastMirroredEpochs).
     pub const COORDINATOR_NOT_AVAILABLE: i16 = 15;
+    /// This broker is not the coordinator (it moved).
+    pub const NOT_COORDINATOR: i16 = 16;
     pub const TOPIC_AUTHORIZATION_FAILED: i16 = 29;
     pub const GROUP_AUTHORIZATION_FAILED: i16 = 30;
     /// The client may not run the mirror operation (coordinator RPCs).
     pub const CLUSTER_AUTHORIZATION_FAILED: i16 = 31;
+    /// This broker is not the active controller (admin requests the controller serves).
+    pub const NOT_CONTROLLER: i16 = 41;
     /// Cluster mirroring is disabled (`mirror.version=0`), answered on every mirror API.
     /// SaslHandshake: the broker does not enable the mechanism (source client).
     pub const UNSUPPORTED_SASL_MECHANISM: i16 = 33;
@@ -182,7 +188,10 @@ pub mod error {
             REQUEST_TIMED_OUT => "REQUEST_TIMED_OUT",
             REPLICA_NOT_AVAILABLE => "REPLICA_NOT_AVAILABLE",
             NETWORK_EXCEPTION => "NETWORK_EXCEPTION",
+            COORDINATOR_LOAD_IN_PROGRESS => "COORDINATOR_LOAD_IN_PROGRESS",
             COORDINATOR_NOT_AVAILABLE => "COORDINATOR_NOT_AVAILABLE",
+            NOT_COORDINATOR => "NOT_COORDINATOR",
+            NOT_CONTROLLER => "NOT_CONTROLLER",
             TOPIC_AUTHORIZATION_FAILED => "TOPIC_AUTHORIZATION_FAILED",
             GROUP_AUTHORIZATION_FAILED => "GROUP_AUTHORIZATION_FAILED",
             UNSUPPORTED_SASL_MECHANISM => "UNSUPPORTED_SASL_MECHANISM",

@@ -3,11 +3,18 @@
 //! - catch-up of 200,000 records (throttled so it takes a while); the node leading most mirror
 //!   partitions is SIGKILLed mid-catch-up: the mirror catches up on the new leaders;
 //! - DescribeMirrors (`kmirror mirror describe --json`) answered identically by every node;
-//! - failover (`kmirror mirror remove`) through another node, then a Java idempotent producer
-//!   writes at the new epoch;
+//! - failover (`kmirror mirror remove`) through another node just after the seat (quorum
+//!   leader) is SIGKILLed: the CLI waits on COORDINATOR_NOT_AVAILABLE and succeeds; the
+//!   failover stores each partition's last mirrored offset (ReadMirrorStates), and
+//!   WriteMirrorStates RemovedTopics drops the stopped topic's states; then a Java idempotent
+//!   producer writes at the new epoch;
 //! - after a clean stop, every replica's segment files start with the source's batches,
 //!   byte for byte (log-equal), and all three replicas of a partition are byte-equal;
 //! - ReadMirrorStates (100) and BumpLeaderEpochs (105) sent as raw frames through every node.
+//!
+//! `describe_mirrors_lag_is_measured_to_the_leaders_high_watermark`: with a follower frozen
+//! (SIGSTOP) in the ISR, DescribeMirrors reports the leader's high watermark and the lag to
+//! it, through every live node.
 //!
 //! `only_leaders_fetch_and_followers_replicate_the_mirror`: only partition leaders fetch,
 //! the followers replicate the mirror log-equal with the source; after another node's
@@ -192,7 +199,24 @@ fn write_mirror_state(
     req.extend_from_slice(&[0, 0]); // partition, topic tags
     req.push(1); // no removed topics
     req.push(0);
-    w.write_frame(&req).unwrap();
+    write_mirror_states_frame(&mut w, &req)
+}
+
+/// WriteMirrorStates (key 101) of mirror `dr` with only RemovedTopics = [`topic`], sent raw
+/// through `addr`: (top-level error, the topic's error on partition -1).
+fn remove_mirror_states(addr: &str, topic: &str) -> (i16, i16) {
+    let mut w = WireClient::connect(addr).expect("connect");
+    let mut req = header_v2(101, 8);
+    compact_str(&mut req, "dr");
+    req.push(1); // no topics updated
+    req.push(2);
+    compact_str(&mut req, topic);
+    req.push(0);
+    write_mirror_states_frame(&mut w, &req)
+}
+
+fn write_mirror_states_frame(w: &mut WireClient, req: &[u8]) -> (i16, i16) {
+    w.write_frame(req).unwrap();
     let mut c = Cursor::new(w.read_frame().unwrap(), 8);
     let _throttle = c.i32();
     let error = c.i16();
@@ -470,9 +494,33 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
         "BumpLeaderEpochs of an unknown topic id"
     );
 
-    // Failover through a node that did not create the mirror.
-    let other = c.node(if victim == 2 { 3 } else { 2 }).addr();
-    cli(&other, &["remove", "dr", "--topics", TOPIC]);
+    // Failover issued while the seat moves, through a node that did not create the mirror:
+    // the seat dies, and `remove` goes to a node that still names it as the quorum leader.
+    // That node answers COORDINATOR_NOT_AVAILABLE (its forward is refused) until a new seat
+    // is elected; the CLI says what it waits on and retries, so the command succeeds.
+    let (seat, _) = WireClient::connect(&boot_alive)
+        .unwrap()
+        .quorum_leader()
+        .unwrap();
+    let seat = seat as usize;
+    let other = c.node(if seat == 2 { 3 } else { 2 }).addr();
+    c.kill(seat);
+    let ran = kmirror_tests::mirror::cli(&other, &["remove", "dr", "--topics", TOPIC]);
+    eprintln!(
+        "remove while seat {seat} is down:\n{}{}",
+        ran.stdout, ran.stderr
+    );
+    assert!(
+        ran.status.success(),
+        "remove while the seat moves failed: {}",
+        ran.stderr
+    );
+    assert!(
+        ran.stderr.contains("waiting") && ran.stderr.contains("COORDINATOR_NOT_AVAILABLE"),
+        "the CLI said what it waited on: {}",
+        ran.stderr
+    );
+    c.restart(seat);
     // The seat commits STOPPING; each partition's leader then does the log work and
     // commits STOPPED (KIP-1279: the partition leader runs its failover).
     let stopped = proc::wait_for(Duration::from_secs(60), "every partition STOPPED", || {
@@ -484,6 +532,11 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
         PARTITIONS as usize,
         "after remove: {stopped:?}"
     );
+    proc::wait_for(
+        Duration::from_secs(120),
+        "full ISRs after the failover",
+        || leaders(&other).filter(|l| l.values().all(|(_, isr)| *isr == vec![1, 2, 3])),
+    );
     let after_failover = end_offsets(&c.bootstrap());
     for p in 0..PARTITIONS as usize {
         // Truncated to the LSO (= the end: no transactions), then one MIRROR_PID_RESET.
@@ -492,6 +545,36 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
             src_end[p] + 1,
             "partition {p} after failover"
         );
+    }
+    // The failover stored each partition's last mirrored record offset (seed 003's
+    // LastMirroredOffset, for a failback); ReadMirrorStates through every node shows it with
+    // STOPPED (5). WriteMirrorStates RemovedTopics then drops the stopped topic's states.
+    let stopped_states: Vec<MirrorStateRow> = (0..PARTITIONS)
+        .map(|p| (TOPIC.to_string(), p, 5, src_end[p as usize] - 1, 0))
+        .collect();
+    for id in 1..=3 {
+        let got = proc::wait_for(Duration::from_secs(30), "the stopped mirror states", || {
+            let got = read_mirror_states(&c.node(id).addr());
+            (got == (0, stopped_states.clone())).then_some(got)
+        });
+        assert_eq!(
+            got,
+            (0, stopped_states.clone()),
+            "ReadMirrorStates via node {id}"
+        );
+    }
+    assert_eq!(remove_mirror_states(&other, TOPIC), (0, 0), "RemovedTopics");
+    assert_eq!(
+        remove_mirror_states(&other, TOPIC),
+        (0, 138),
+        "RemovedTopics again: TOPIC_NOT_IN_MIRROR"
+    );
+    for id in 1..=3 {
+        let got = proc::wait_for(Duration::from_secs(30), "the removed states", || {
+            let got = read_mirror_states(&c.node(id).addr());
+            got.1.is_empty().then_some(got)
+        });
+        assert_eq!(got, (0, Vec::new()), "ReadMirrorStates via node {id}");
     }
     let (acked, errors) = java_produce(&c.bootstrap(), 600, &["enable.idempotence=true"]);
     assert_eq!((acked, errors), (600, 0), "producing after failover");
@@ -564,6 +647,118 @@ fn kafka_source_mirrored_into_three_kmirror_nodes_through_a_leader_kill() {
     let kafka = KafkaCluster::single();
     let mut c = start_three();
     c.dump_logs_on_panic(80, |c| scenario(c, &kafka));
+}
+
+/// SIGSTOP (`true`) or SIGCONT (`false`) node `id`'s process: a stopped node keeps its
+/// sockets and its place in the ISR, but fetches nothing.
+fn freeze(c: &KmirrorCluster, id: usize, stop: bool) {
+    let sig = if stop { "-STOP" } else { "-CONT" };
+    let ok = std::process::Command::new("kill")
+        .args([sig, &c.node(id).pid().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill {sig} node {id}");
+}
+
+/// DescribeMirrors in a cluster reports what a consumer can read: the destination offset is
+/// the partition's high watermark on its leader (what ListOffsets LATEST answers there) and
+/// the lag is measured to it, not to the leader's log end. A frozen follower stays in the
+/// ISR (long session and replica lag here), so the high watermark stays while the leader
+/// keeps mirroring; once it runs again, the lag closes.
+#[test]
+fn describe_mirrors_lag_is_measured_to_the_leaders_high_watermark() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            extra: [
+                "--cores",
+                "1",
+                "--default-replication-factor",
+                "3",
+                "--replica-lag-time-max-ms",
+                "120000",
+            ]
+            .map(String::from)
+            .to_vec(),
+            session_timeout_ms: 60_000,
+            ..ClusterOpts::default()
+        },
+    );
+    c.dump_logs_on_panic(80, |c| {
+        let src = kafka.bootstrap();
+        let first = produce_to_kafka(&kafka, 3_000, &["linger.ms=20"]);
+        let n1 = c.node(1).addr();
+        let placed = mirror_topic(&n1, &src, &[]);
+        let caught_up = |via: &str, ends: &[i64]| {
+            let rows = describe_mirror(via);
+            rows.len() == PARTITIONS as usize
+                && rows.iter().all(|(p, st, s, d, lag)| {
+                    st == "MIRRORING" && *lag == 0 && *s == ends[*p as usize] && s == d
+                })
+        };
+        proc::wait_for(Duration::from_secs(60), "caught up", || {
+            caught_up(&n1, &first).then_some(())
+        });
+        // Freeze a node that does not hold the seat; the others keep the quorum.
+        let (seat, _) = WireClient::connect(&n1).unwrap().quorum_leader().unwrap();
+        let frozen = (1..=3).find(|id| *id != seat as usize).unwrap();
+        let live: Vec<usize> = (1..=3).filter(|id| *id != frozen).collect();
+        let others: Vec<i32> = placed
+            .iter()
+            .filter(|(_, (l, _))| *l != frozen as i32)
+            .map(|(p, _)| *p)
+            .collect();
+        eprintln!("leaders {placed:?}; seat {seat}; freezing node {frozen}");
+        assert!(!others.is_empty(), "node {frozen} leads every partition");
+        freeze(c, frozen, true);
+        let (acked, errors) = java_produce(&src, 3_000, &["linger.ms=20"]);
+        assert_eq!((acked, errors), (3_000, 0), "producing to Kafka");
+        let second = end_offsets(&src);
+        let boot = c.node(seat as usize).addr();
+        // The leaders mirror the new records (the source offset shows they saw them), but
+        // the high watermark stays at the first end: that is what consumers can read.
+        proc::wait_for(Duration::from_secs(60), "the new source ends seen", || {
+            let rows = describe_mirror(&boot);
+            others
+                .iter()
+                .all(|p| {
+                    rows.iter()
+                        .any(|r| r.0 == *p as i64 && r.2 == second[*p as usize])
+                })
+                .then_some(())
+        });
+        std::thread::sleep(Duration::from_secs(3));
+        for p in &others {
+            let hw = WireClient::connect_leader(&boot, TOPIC, *p)
+                .and_then(|mut w| w.log_bounds(TOPIC, *p))
+                .expect("log bounds")
+                .1;
+            assert_eq!(
+                hw, first[*p as usize],
+                "{TOPIC}-{p}: the high watermark stays"
+            );
+        }
+        for via in &live {
+            let rows = describe_mirror(&c.node(*via).addr());
+            for p in &others {
+                let (s, d) = (second[*p as usize], first[*p as usize]);
+                assert_eq!(
+                    rows.iter().find(|r| r.0 == *p as i64),
+                    Some(&(*p as i64, "MIRRORING".to_string(), s, d, s - d)),
+                    "DescribeMirrors via node {via}: {TOPIC}-{p} is readable to its high \
+                     watermark, not the leader's log end"
+                );
+            }
+        }
+        freeze(c, frozen, false);
+        for via in 1..=3 {
+            proc::wait_for(Duration::from_secs(60), "caught up again", || {
+                caught_up(&c.node(via).addr(), &second).then_some(())
+            });
+        }
+    });
 }
 
 /// Stops every node, then checks each partition's three replicas: byte-equal to each other

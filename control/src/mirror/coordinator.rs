@@ -51,6 +51,11 @@ pub trait MirrorHost {
     fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String>;
     /// Append a MIRROR_PID_RESET control record (expires all producer state).
     fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String>;
+    /// Cluster: the leader epoch this node leads `tp` at, which fences the records of its
+    /// failover steps and fetcher events. None on one node (nothing to fence).
+    fn leadership_epoch(&self, _tp: &TopicPartition) -> Option<i32> {
+        None
+    }
     /// Whether this node does the log work of `tp`'s failover steps. In a cluster only the
     /// partition's leader does (it sees the committed STOPPING and resumes the failover);
     /// elsewhere the partition is left STOPPING. One node: always.
@@ -116,6 +121,11 @@ impl MirrorCoordinator {
     ) -> Result<(), MirrorError> {
         self.store
             .write_state(tp, mirror, state, last_mirrored_offset)
+    }
+
+    /// WriteMirrorStates RemovedTopics: see [`MirrorStateStore::remove_topic_states`].
+    pub fn remove_topic_states(&mut self, mirror: &str, topic: &str) -> Result<(), MirrorError> {
+        self.store.remove_topic_states(mirror, topic)
     }
 
     /// Whether writes to `tp` must be refused with READ_ONLY_TOPIC.
@@ -550,6 +560,18 @@ impl MirrorCoordinator {
         tp: &TopicPartition,
         host: &mut impl MirrorHost,
     ) -> Result<(), TopicOpError> {
+        // The steps are the partition leader's: fenced by the epoch it leads at.
+        self.store.set_step_fence(tp, host.leadership_epoch(tp));
+        let r = self.run_failover_steps(tp, host);
+        self.store.clear_step_fence();
+        r
+    }
+
+    fn run_failover_steps(
+        &mut self,
+        tp: &TopicPartition,
+        host: &mut impl MirrorHost,
+    ) -> Result<(), TopicOpError> {
         let host_err = |reason: String| TopicOpError::Host {
             tp: tp.clone(),
             reason,
@@ -582,15 +604,18 @@ impl MirrorCoordinator {
                     failpoint::hit("after_fetchers_stopped");
                 }
                 Some(FailoverStep::EpochBumped) => {
-                    host.bump_leader_epoch(tp).map_err(host_err)?;
+                    let bumped = host.bump_leader_epoch(tp).map_err(host_err)?;
+                    // Its own bump does not depose this leader.
+                    self.store.raise_step_fence(bumped);
                     self.store
                         .record_failover_step(tp, FailoverStep::EpochBumped)?;
                     failpoint::hit("after_epoch_bump");
                 }
                 Some(FailoverStep::TruncatedToLso) => {
-                    host.truncate_to_lso(tp).map_err(host_err)?;
-                    self.store
-                        .record_failover_step(tp, FailoverStep::TruncatedToLso)?;
+                    let end = host.truncate_to_lso(tp).map_err(host_err)?;
+                    // Everything below the cut was mirrored: its last record is what a
+                    // failback asks for (seed 003, LastMirroredOffset).
+                    self.store.record_truncated(tp, end - 1)?;
                     failpoint::hit("after_truncate");
                 }
                 Some(FailoverStep::LmePersisted) => {
@@ -881,6 +906,11 @@ mod tests {
             );
             assert_eq!(h.epoch[&tp(p)], 6, "epoch strictly above the mirrored ones");
             assert_eq!(h.end[&tp(p)], 90, "truncated to LSO");
+            assert_eq!(
+                c.store().partition(&tp(p)).unwrap().last_mirrored_offset,
+                Some(89),
+                "the last record kept by the truncation (seed 003 LastMirroredOffset)"
+            );
             assert_eq!(h.pid_resets[&tp(p)], 1);
         }
         assert!(!c.topic_is_read_only("orders"));

@@ -151,6 +151,9 @@ pub struct MirrorStateStore {
     records_in_file: usize,
     /// Sequence number of the next record appended.
     next_seq: u64,
+    /// While a partition leader runs a step of `tp`: its leader epoch, carried by the
+    /// records of `tp` it commits (replicated backend only; see `ClusterCommand::Mirror`).
+    step_fence: Option<(TopicPartition, i32)>,
 }
 
 /// The replicated backend's committer and the quorum term its coordinator was loaded in.
@@ -179,6 +182,7 @@ impl MirrorStateStore {
             partitions: BTreeMap::new(),
             records_in_file: 0,
             next_seq: 1,
+            step_fence: None,
         };
         let mut pos = 0usize;
         let mut last_seq: Option<u64> = None;
@@ -241,6 +245,7 @@ impl MirrorStateStore {
             partitions: BTreeMap::new(),
             records_in_file: 0,
             next_seq: 1,
+            step_fence: None,
         }
     }
 
@@ -257,6 +262,7 @@ impl MirrorStateStore {
             partitions: from.partitions.clone(),
             records_in_file: 0,
             next_seq: 1,
+            step_fence: None,
         }
     }
 
@@ -326,8 +332,21 @@ impl MirrorStateStore {
             }
             Backend::Replicated((c, term)) => {
                 let (c, term) = (c.clone(), *term);
+                let leader_epoch = match (&rec, &self.step_fence) {
+                    (
+                        MirrorRecord::Partition {
+                            topic, partition, ..
+                        },
+                        Some((tp, epoch)),
+                    ) if tp.topic == *topic && tp.partition == *partition => Some(*epoch),
+                    _ => None,
+                };
                 let record = rec.clone();
-                c.commit(crate::quorum::ClusterCommand::Mirror { term, record })?;
+                c.commit(crate::quorum::ClusterCommand::Mirror {
+                    term,
+                    record,
+                    leader_epoch,
+                })?;
                 self.apply(rec);
                 return Ok(());
             }
@@ -458,6 +477,24 @@ impl MirrorStateStore {
 
     // ---- partitions ------------------------------------------------------------------------
 
+    /// Records of `tp` committed until [`Self::clear_step_fence`] carry `leader_epoch` (the
+    /// epoch this node leads `tp` at, None: not fenced), so the quorum refuses them once a
+    /// newer leader took over.
+    pub fn set_step_fence(&mut self, tp: &TopicPartition, leader_epoch: Option<i32>) {
+        self.step_fence = leader_epoch.map(|e| (tp.clone(), e));
+    }
+
+    /// The leader raised its own epoch (a failover's bump): its next records carry it.
+    pub fn raise_step_fence(&mut self, leader_epoch: i32) {
+        if let Some((_, e)) = &mut self.step_fence {
+            *e = (*e).max(leader_epoch);
+        }
+    }
+
+    pub fn clear_step_fence(&mut self) {
+        self.step_fence = None;
+    }
+
     pub fn partition(&self, tp: &TopicPartition) -> Option<&PartitionEntry> {
         self.partitions.get(tp)
     }
@@ -577,6 +614,28 @@ impl MirrorStateStore {
         tp: &TopicPartition,
         step: FailoverStep,
     ) -> Result<(), MirrorError> {
+        self.record_failover_step_with(tp, step, |_| {})
+    }
+
+    /// The truncation step with the last mirrored record's offset (the log end it left,
+    /// minus one; -1: none), in one record: seed 003's LastMirroredOffset, stored at
+    /// failover for a later failback and served by ReadMirrorStates.
+    pub fn record_truncated(
+        &mut self,
+        tp: &TopicPartition,
+        last_mirrored_offset: i64,
+    ) -> Result<(), MirrorError> {
+        self.record_failover_step_with(tp, FailoverStep::TruncatedToLso, |e| {
+            e.last_mirrored_offset = (last_mirrored_offset >= 0).then_some(last_mirrored_offset);
+        })
+    }
+
+    fn record_failover_step_with(
+        &mut self,
+        tp: &TopicPartition,
+        step: FailoverStep,
+        also: impl FnOnce(&mut PartitionEntry),
+    ) -> Result<(), MirrorError> {
         self.update_entry(tp, |e| {
             if e.state != PartitionState::Stopping {
                 return Err(MirrorError::IllegalTransition {
@@ -597,6 +656,7 @@ impl MirrorStateStore {
                 });
             }
             e.failover_done = Some(step);
+            also(e);
             Ok(())
         })
     }
@@ -655,6 +715,38 @@ impl MirrorStateStore {
     /// requester's own and need not match ours).
     pub fn last_mirrored_epoch(&self, tp: &TopicPartition) -> Option<i32> {
         self.partitions.get(tp)?.last_mirrored_epoch
+    }
+
+    /// WriteMirrorStates RemovedTopics: drops the entries of `topic`'s partitions owned by
+    /// `mirror`. Only a stopped topic (failed over, so no longer selected by the mirror and
+    /// writable) may lose its state: a topic still mirrored, paused or stopping keeps it, and
+    /// the first such partition is the error. Its LME and last mirrored offset go with it.
+    pub fn remove_topic_states(&mut self, mirror: &str, topic: &str) -> Result<(), MirrorError> {
+        if !self.mirrors.contains_key(mirror) {
+            return Err(MirrorError::UnknownMirror(mirror.to_owned()));
+        }
+        let owned: Vec<(TopicPartition, PartitionState)> = self
+            .partitions_of(mirror)
+            .filter(|(tp, _)| tp.topic == topic)
+            .map(|(tp, e)| (tp.clone(), e.state))
+            .collect();
+        if owned.is_empty() {
+            return Err(MirrorError::TopicNotInMirror {
+                topic: topic.to_owned(),
+                mirror: mirror.to_owned(),
+            });
+        }
+        if let Some((tp, from)) = owned.iter().find(|(_, s)| *s != PartitionState::Stopped) {
+            return Err(MirrorError::IllegalTransition {
+                tp: tp.clone(),
+                from: *from,
+                to: PartitionState::Unknown,
+            });
+        }
+        for (tp, _) in owned {
+            self.forget_partition(&tp)?;
+        }
+        Ok(())
     }
 
     /// Drop a partition's entry (topic deleted locally).

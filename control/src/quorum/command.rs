@@ -45,6 +45,12 @@ pub enum ClusterCommand {
         /// The quorum term the proposing coordinator was loaded in (see `Coordinator`).
         term: u64,
         record: MirrorRecord,
+        /// A partition leader's failover step or fetcher event: the leader epoch it led
+        /// the partition at. Apply refuses it once the partition's epoch has moved on, so a
+        /// deposed leader cannot commit a step after its successor (Kafka fences a stale
+        /// partition leader by its leader epoch). None: an admin record of the seat.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        leader_epoch: Option<i32>,
     },
     /// A block of `count` producer ids for the idempotent producers a node that is not the
     /// coordinator initializes (Kafka's AllocateProducerIds to the controller). Blocks come

@@ -119,6 +119,16 @@ pub enum ApplyError {
     /// A coordinator write from a term that is over (its node no longer leads).
     #[error("coordinator of term {coordinator} fenced by term {entry}")]
     CoordinatorFenced { coordinator: u64, entry: u64 },
+    /// A partition leader's mirror record from a leader epoch that is over.
+    #[error(
+        "mirror record of {topic}-{partition} at leader epoch {written} fenced by epoch {current}"
+    )]
+    MirrorLeaderFenced {
+        topic: String,
+        partition: i32,
+        written: i32,
+        current: i32,
+    },
 }
 
 /// How a proposal ended.
@@ -776,6 +786,32 @@ impl QuorumNode {
                         Some(Err(ApplyError::CoordinatorFenced {
                             coordinator: term,
                             entry: e.term,
+                        }))
+                    }
+                    ClusterCommand::Mirror {
+                        record:
+                            MirrorRecord::Partition {
+                                ref topic,
+                                partition,
+                                ..
+                            },
+                        leader_epoch: Some(written),
+                        ..
+                    } if self
+                        .store
+                        .state()
+                        .topics
+                        .get(topic)
+                        .and_then(|t| t.leader_epochs.get(usize::try_from(partition).ok()?))
+                        .is_some_and(|&current| written < current) =>
+                    {
+                        let current = self.store.state().topics[topic].leader_epochs
+                            [usize::try_from(partition).unwrap_or_default()];
+                        Some(Err(ApplyError::MirrorLeaderFenced {
+                            topic: topic.clone(),
+                            partition,
+                            written,
+                            current,
                         }))
                     }
                     ClusterCommand::Mirror { record, .. } => {

@@ -1409,3 +1409,107 @@ fn a_coordinator_compaction_replaces_the_replicated_log() {
     }
     assert_eq!(logs.offsets, [b"live".to_vec()]);
 }
+
+#[test]
+fn a_deposed_partition_leaders_failover_step_is_fenced_by_its_leader_epoch() {
+    use crate::mirror::{FailoverStep, MirrorDefinition, MirrorStateStore, PartitionState};
+    use kmirror_types::TopicPartition;
+
+    let mut sim = Sim::new(&[1, 2, 3], 11, 1000);
+    sim.elect();
+    for b in [1, 2, 3] {
+        sim.commit(register(b)).unwrap();
+    }
+    sim.commit(MetadataCommand::CreateMirrorTopic {
+        name: "orders".into(),
+        partitions: 1,
+        configs: BTreeMap::new(),
+        source_configs: BTreeMap::new(),
+        id: Uuid::from_u128(5),
+        mirror: "dr".into(),
+        assignments: vec![vec![1, 2, 3]],
+    })
+    .unwrap();
+    assert_eq!(sim.agreed().topics["orders"].leader_epochs, [0]);
+
+    let recorder = std::sync::Arc::new(Recorder::default());
+    let leader = sim.elect();
+    let term = sim.node(leader).term();
+    let mut coord = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone(), term);
+    let mut settings = BTreeMap::new();
+    settings.insert("bootstrap.servers".to_owned(), "source:9092".to_owned());
+    coord
+        .create_mirror(MirrorDefinition::new("dr", settings).unwrap())
+        .unwrap();
+    let tp = TopicPartition::new("orders", 0);
+    for s in [
+        PartitionState::Preparing,
+        PartitionState::Mirroring,
+        PartitionState::Stopping,
+    ] {
+        coord.transition(&tp, "dr", s, None).unwrap();
+    }
+    for c in recorder.take() {
+        sim.commit_cmd(c).unwrap();
+    }
+
+    // The leader at epoch 0 records its first step; before it commits, another node is
+    // elected leader of the partition (epoch 1).
+    coord.set_step_fence(&tp, Some(0));
+    coord
+        .record_failover_step(&tp, FailoverStep::FetchersStopped)
+        .unwrap();
+    coord.clear_step_fence();
+    let late = recorder.take();
+    assert_eq!(late.len(), 1);
+    assert!(
+        matches!(
+            late[0],
+            ClusterCommand::Mirror {
+                leader_epoch: Some(0),
+                ..
+            }
+        ),
+        "{late:?}"
+    );
+    sim.commit(MetadataCommand::BumpLeaderEpoch {
+        name: "orders".into(),
+        partition: 0,
+        at_least: 1,
+    })
+    .unwrap();
+    let e = sim.commit_cmd(late[0].clone()).unwrap_err();
+    assert!(e.contains("fenced by epoch 1"), "{e}");
+    sim.identical();
+    let applied = sim.any().mirrors().partition(&tp).cloned().unwrap();
+    assert_eq!(
+        (applied.state, applied.failover_done),
+        (PartitionState::Stopping, None),
+        "the deposed leader's step is not applied anywhere"
+    );
+
+    // The new leader's step (epoch 1) applies; so does an admin record without an epoch.
+    let mut next = MirrorStateStore::replicated(sim.any().mirrors(), recorder.clone(), term);
+    next.set_step_fence(&tp, Some(1));
+    next.record_failover_step(&tp, FailoverStep::FetchersStopped)
+        .unwrap();
+    next.clear_step_fence();
+    next.set_reason(&tp, Some("operator note".into())).unwrap();
+    for c in recorder.take() {
+        sim.commit_cmd(c).unwrap();
+    }
+    sim.identical();
+    assert_eq!(
+        sim.any().mirrors().partition(&tp).unwrap().failover_done,
+        Some(FailoverStep::FetchersStopped)
+    );
+    // A record without the field (written before fencing existed) still decodes.
+    let old = r#"{"Mirror":{"term":1,"record":{"Mirror":{"name":"x","def":null}}}}"#;
+    assert!(matches!(
+        ClusterCommand::decode(old.as_bytes()).unwrap(),
+        ClusterCommand::Mirror {
+            leader_epoch: None,
+            ..
+        }
+    ));
+}
