@@ -209,6 +209,21 @@ pub enum MetadataCommand {
         name: String,
         partition: i32,
     },
+    /// AlterPartitionReassignments for one partition: `replicas` is the target, `None`
+    /// cancels the running reassignment ([`controller::reassign`]). The completion needs no
+    /// command of its own: the AlterPartition that brings the last target replica into the
+    /// ISR completes it when applied.
+    ReassignPartition {
+        name: String,
+        partition: i32,
+        replicas: Option<Vec<i32>>,
+        #[serde(default = "yes")]
+        allow_replication_factor_change: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What a successfully applied command did.
@@ -493,6 +508,21 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
                 Ok(s.topics[name].clone())
             })?)
         }
+        C::ReassignPartition {
+            name,
+            partition,
+            replicas,
+            allow_replication_factor_change,
+        } => Outcome::Topic(store.update_cluster(|s| {
+            controller::reassign(
+                s,
+                name,
+                *partition,
+                replicas.as_deref(),
+                *allow_replication_factor_change,
+            )?;
+            Ok(s.topics[name].clone())
+        })?),
     })
 }
 
