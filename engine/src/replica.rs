@@ -240,6 +240,21 @@ impl ReplicaSet {
         self.followers.get(&node).map(|f| f.log_end)
     }
 
+    /// The controller changed the replica set at the same leader epoch (a reassignment adds
+    /// replicas; Kafka bumps only the partition epoch then): a new follower starts with its
+    /// log end unknown and out of sync, as at a leader start; a dropped one is forgotten.
+    pub fn set_replicas(&mut self, replicas: &[NodeId], now_ms: i64) {
+        self.followers.retain(|id, _| replicas.contains(id));
+        for r in replicas.iter().filter(|r| **r != self.leader) {
+            self.followers.entry(*r).or_insert(Follower {
+                log_end: Offset(-1),
+                last_fetch_ms: now_ms,
+                last_fetch_leader_end: self.epoch_start,
+                last_caught_up_ms: NEVER,
+            });
+        }
+    }
+
     /// Applies the ISR the controller committed; the high watermark may move. A follower the
     /// controller took out (lagging, or fenced: Kafka's HW skips replicas that are not ISR
     /// eligible) no longer holds the high watermark as "caught up" until it fetches the log

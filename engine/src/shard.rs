@@ -183,6 +183,9 @@ impl Partition {
         if let Role::Leader(l) = &mut self.role {
             if epoch == l.epoch {
                 let hw = l.set.high_watermark();
+                // Replicas added by a reassignment come at the same leader epoch, possibly
+                // after a produce already synced the newer ISR (so not only when `newer`).
+                l.set.set_replicas(replicas, now_ms);
                 l.set.set_min_insync(min_insync, leo, now_ms);
                 let newer = partition_epoch > l.partition_epoch;
                 if newer {

@@ -73,6 +73,8 @@ pub mod table {
     /// DescribeTransactions per id; ListTransactions lists only the ids allowed this.
     pub const DESCRIBE_TXN: Need = need(TRANSACTIONAL_ID, DESCRIBE);
     pub const ELECT_LEADERS: Need = need(CLUSTER, ALTER);
+    pub const ALTER_PARTITION_REASSIGNMENTS: Need = need(CLUSTER, ALTER);
+    pub const DESCRIBE_PARTITION_REASSIGNMENTS: Need = need(CLUSTER, DESCRIBE);
     pub const ALTER_FEATURES: Need = need(CLUSTER, ALTER);
     // Groups.
     pub const FIND_GROUP_COORDINATOR: Need = need(GROUP, DESCRIBE);
