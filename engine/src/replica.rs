@@ -86,7 +86,7 @@ pub struct LeaderState {
 
 /// An `acks=all` produce waiting for the high watermark to pass `required`.
 #[derive(Debug)]
-struct AckWaiter {
+pub struct AckWaiter {
     required: Offset,
     min_insync: usize,
     tx: flume::Sender<AckState>,
@@ -138,6 +138,17 @@ impl LeaderState {
                     false
                 }
             });
+    }
+
+    /// The pending waiters, for the state of the next leader epoch on this same node.
+    pub fn take_waiters(&mut self) -> Vec<AckWaiter> {
+        std::mem::take(&mut self.waiters)
+    }
+
+    /// Takes over waiters of this node's previous leader epoch; decided ones are answered.
+    pub fn adopt_waiters(&mut self, waiters: Vec<AckWaiter>) {
+        self.waiters.extend(waiters);
+        self.complete_waiters();
     }
 
     /// Answers every waiter with `state` (leadership lost).

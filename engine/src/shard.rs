@@ -200,8 +200,14 @@ impl Partition {
                 }
                 return;
             }
-            l.fail_waiters(AckState::NotLeader);
         }
+        // Still the leader at a new epoch (a reassignment dropped a replica, Kafka bumps the
+        // epoch to fence it): pending acks=all produces stay, as in Kafka's purgatory, and
+        // are answered by the new replica state's high watermark.
+        let carried = match &mut self.role {
+            Role::Leader(l) => l.take_waiters(),
+            _ => Vec::new(),
+        };
         let hw = match &self.role {
             Role::Alone => self.recovered_hw,
             _ => self.log.high_watermark(),
@@ -211,7 +217,9 @@ impl Partition {
         let mut set = ReplicaSet::new(node, replicas, isr, hw, leo, lag_max_ms, now_ms);
         set.set_min_insync(min_insync, leo, now_ms);
         self.log.set_high_watermark(set.high_watermark());
-        self.role = Role::Leader(LeaderState::new(set, epoch, partition_epoch));
+        let mut state = LeaderState::new(set, epoch, partition_epoch);
+        state.adopt_waiters(carried);
+        self.role = Role::Leader(state);
         self.notify_waiters();
     }
 
@@ -870,6 +878,48 @@ mod tests {
         p.become_follower(NodeId(2), LeaderEpoch(2));
         p.sync_committed_isr(LeaderEpoch(2), set(&[2]), 4, t0);
         assert_eq!(p.partition_epoch(), None);
+    }
+
+    #[test]
+    fn a_reassignment_adds_a_follower_at_the_same_epoch_and_keeps_waiters_across_a_new_one() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        let t0 = crate::now_ms();
+        lead_replicas_1_2_3(&mut p, 1, t0);
+        p.append_leader(batch(0, 1, 1), t0).unwrap();
+        let rx = p.wait_ack(Offset(1), 1).unwrap_err();
+        assert!(matches!(
+            p.on_replica_fetch(NodeId(4), Offset(0), t0),
+            Err(ReplicaFetchError::NotReplica)
+        ));
+        // Replica 4 added at the same leader epoch (partition epoch 2): it may fetch now, and
+        // joins the ISR once caught up.
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(1),
+            &ids(&[1, 2, 3, 4]),
+            set(&[1, 2, 3]),
+            2,
+            30_000,
+            1,
+            t0,
+        );
+        assert!(p.on_replica_fetch(NodeId(4), Offset(0), t0).is_ok());
+        // The reassignment completes without 2 and 3: a new leader epoch on the same leader.
+        // The pending acks=all produce is not failed; it completes once 4 has it.
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(2),
+            &ids(&[1, 4]),
+            set(&[1, 4]),
+            3,
+            30_000,
+            1,
+            t0,
+        );
+        assert!(rx.try_recv().is_err(), "still waiting");
+        p.on_replica_fetch(NodeId(4), Offset(1), t0).unwrap();
+        assert_eq!(rx.try_recv(), Ok(AckState::Done));
     }
 
     #[test]
