@@ -384,3 +384,156 @@ fn the_same_scenario_on_three_kafka_nodes() {
     let mut k = kafka_three_nodes(SESSION_MS);
     scenario(&mut k);
 }
+
+const MIRRORED: &str = "orders";
+const MIRROR_RECORDS: u64 = 60_000;
+
+/// kmirror only (Kafka has no KIP-1279 mirror): a Kafka source mirrored into the three nodes
+/// with RF 2; mid catch-up (the mirror throttled), partition 0 moves off its leader (the
+/// fetcher restarts on the new leader from its log end) and partition 1 swaps its follower
+/// (the new replica replicates from the leader from offset 0). In the end every final replica
+/// holds exactly the source's batches, byte for byte, and the removed replicas are gone.
+#[test]
+fn reassigned_mirror_partitions_stay_log_equal_with_the_source() {
+    use kmirror_tests::kafka::KafkaCluster;
+    use kmirror_tests::mirror::cli_ok;
+    use kmirror_tests::oracle::read_batches;
+    use kmirror_tests::wire::WireClient;
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::single();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            extra: vec![
+                "--cores".into(),
+                "1".into(),
+                "--default-replication-factor".into(),
+                "2".into(),
+            ],
+            session_timeout_ms: SESSION_MS,
+            ..ClusterOpts::default()
+        },
+    );
+    c.dump_logs_on_panic(80, |c| {
+        let src = kafka.bootstrap();
+        kafka.create_topic(MIRRORED, PARTITIONS, &[]);
+        let mut cmd = java::program("SeqProducer");
+        cmd.args([
+            &src,
+            MIRRORED,
+            &PARTITIONS.to_string(),
+            &MIRROR_RECORDS.to_string(),
+            "linger.ms=20",
+        ]);
+        let (_, acked, errors, _) =
+            run_seq_producer(&mut cmd, "SeqProducer to Kafka", Duration::from_secs(240));
+        assert_eq!((acked, errors), (MIRROR_RECORDS, 0));
+        let src_end: Vec<i64> = (0..PARTITIONS)
+            .map(|p| {
+                let mut w = WireClient::connect_leader(&src, MIRRORED, p).unwrap();
+                w.log_bounds(MIRRORED, p).unwrap().1
+            })
+            .collect();
+        let n1 = c.node(1).addr();
+        cli_ok(
+            &n1,
+            &[
+                "create",
+                "dr",
+                "--source",
+                &src,
+                "--set",
+                "mirror.metadata.sync.interval.ms=1000",
+                "--set",
+                "mirror.throttled.rate=400000",
+                "--set",
+                "mirror.fetch.partition.max.bytes=16384",
+                "--set",
+                "mirror.fetch.max.bytes=65536",
+            ],
+        );
+        cli_ok(&n1, &["add", "dr", "--topics", MIRRORED]);
+        let placed = proc::wait_for(Duration::from_secs(60), "the RF=2 mirror topic", || {
+            let d = describe_topic(&n1, MIRRORED);
+            (d.len() == PARTITIONS as usize && d.values().all(|p| p.leader > 0 && p.isr.len() == 2))
+                .then_some(d)
+        });
+        let third = |r: &[i32]| (1..=3).find(|b| !r.contains(b)).unwrap();
+        let (p0, p1) = (&placed[&0], &placed[&1]);
+        let other0 = *p0.replicas.iter().find(|b| **b != p0.leader).unwrap();
+        let target0 = vec![third(&p0.replicas), other0];
+        let target1 = vec![p1.leader, third(&p1.replicas)];
+        eprintln!("placed {placed:?}; moving p0 to {target0:?}, p1 to {target1:?}");
+        let ids = |v: &[i32]| {
+            v.iter()
+                .map(|b| b.to_string())
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        let c1 = &*c as &dyn Under;
+        assert_eq!(alter_code(c1, MIRRORED, 0, &ids(&target0)), 0);
+        assert_eq!(alter_code(c1, MIRRORED, 1, &ids(&target1)), 0);
+        let removed = [
+            (p0.leader, 0),
+            (*p1.replicas.iter().find(|b| **b != p1.leader).unwrap(), 1),
+        ];
+        wait_assignment(
+            c1,
+            1,
+            MIRRORED,
+            &[&target0, &target1],
+            Duration::from_secs(120),
+        );
+        // The mirror catches up on the final replicas.
+        proc::wait_for(Duration::from_secs(180), "the mirror caught up", || {
+            (0..PARTITIONS)
+                .all(|p| {
+                    WireClient::connect_leader(&n1, MIRRORED, p)
+                        .ok()
+                        .and_then(|mut w| w.log_bounds(MIRRORED, p).ok())
+                        .is_some_and(|b| b.1 == src_end[p as usize])
+                })
+                .then_some(())
+        });
+        let dirs: Vec<std::path::PathBuf> = (1..=3).map(|n| c.node(n).data_dir()).collect();
+        let dir = |node: i32, p: i32| {
+            dirs[node as usize - 1]
+                .join("topics")
+                .join(format!("{MIRRORED}-{p}"))
+        };
+        for (node, p) in removed {
+            proc::wait_for(
+                Duration::from_secs(30),
+                "the removed replica's directory gone",
+                || (!dir(node, p).exists()).then_some(()),
+            );
+        }
+        let source: Vec<bytes::Bytes> = (0..PARTITIONS)
+            .map(|p| {
+                let (start, batches) =
+                    read_batches(&src, MIRRORED, p, src_end[p as usize]).unwrap();
+                assert_eq!(start, 0);
+                let mut b = Vec::new();
+                for x in batches {
+                    b.extend_from_slice(&x.bytes);
+                }
+                bytes::Bytes::from(b)
+            })
+            .collect();
+        std::thread::sleep(Duration::from_secs(2));
+        c.stop_all();
+        for (p, target) in [(0, &target0), (1, &target1)] {
+            for node in target.iter() {
+                let (end, bytes) = log_bytes(&dir(*node, p));
+                assert_eq!(
+                    end, src_end[p as usize],
+                    "{MIRRORED}-{p} on node {node}: log end"
+                );
+                assert!(
+                    bytes == source[p as usize],
+                    "{MIRRORED}-{p} on node {node} is not log-equal with the source"
+                );
+            }
+        }
+    });
+}
