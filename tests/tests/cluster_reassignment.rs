@@ -537,3 +537,67 @@ fn reassigned_mirror_partitions_stay_log_equal_with_the_source() {
         }
     });
 }
+
+/// One broker behind [`Under`] (only `addr` is used).
+struct One(&'static str, String);
+
+impl Under for One {
+    fn name(&self) -> &'static str {
+        self.0
+    }
+    fn addr(&self, _id: i32) -> String {
+        self.1.clone()
+    }
+    fn kill(&mut self, _id: i32) {
+        unreachable!("one node")
+    }
+    fn restart(&mut self, _id: i32) {
+        unreachable!("one node")
+    }
+}
+
+/// A one-node broker: the only valid target is the broker itself (a no-op), anything else
+/// names an unregistered broker, and there is never a reassignment to cancel or list.
+fn one_node(c: &One) {
+    let name = c.name();
+    java::run_tool(
+        java::tools::TOPIC_COMMAND,
+        &[
+            "--bootstrap-server",
+            &c.addr(1),
+            "--create",
+            "--topic",
+            TOPIC,
+            "--partitions",
+            "1",
+        ],
+        Duration::from_secs(60),
+    );
+    let node = proc::wait_for(Duration::from_secs(30), "a leader", || {
+        describe(c, 1, TOPIC)
+            .get(&0)
+            .map(|d| d.leader)
+            .filter(|l| *l >= 0)
+    });
+    assert_eq!(
+        alter_code(c, TOPIC, 0, &node.to_string()),
+        0,
+        "{name}: onto itself"
+    );
+    assert_eq!(
+        alter_code(c, TOPIC, 0, &format!("{node},{}", node + 1)),
+        39,
+        "{name}"
+    );
+    assert_eq!(alter_code(c, TOPIC, 0, "cancel"), 85, "{name}");
+    assert_eq!(alter_code(c, TOPIC, 1, &node.to_string()), 3, "{name}");
+    assert_eq!(listed(c, TOPIC, 0), None, "{name}");
+}
+
+#[test]
+fn one_node_answers_as_a_one_node_kafka() {
+    let k = kmirror_tests::kafka::KafkaCluster::single();
+    one_node(&One("Kafka", k.bootstrap()));
+    let n = kmirror_tests::kmirror::KmirrorNode::start();
+    one_node(&One("kmirror", n.addr()));
+}
