@@ -51,6 +51,10 @@ pub struct Partition {
     /// The high watermark checkpointed before this open: what a replica takes over with
     /// (as `Alone` the recovered log end counts instead, see [`Shard`]'s open).
     recovered_hw: Offset,
+    /// The controller made this partition a single replica (`become_alone`): its whole log
+    /// is committed, so a leader of more replicas later (a reassignment adding one) keeps the
+    /// high watermark at the log end instead of falling back to `recovered_hw`.
+    alone_committed: bool,
 }
 
 /// Why a replica's Fetch was not recorded: Kafka's answers.
@@ -158,6 +162,7 @@ impl Partition {
             l.fail_waiters(AckState::Done);
         }
         self.role = Role::Alone;
+        self.alone_committed = true;
         self.leader_epoch = self.leader_epoch.max(epoch);
         let leo = self.log.log_end_offset();
         self.log.set_high_watermark(leo);
@@ -209,7 +214,7 @@ impl Partition {
             _ => Vec::new(),
         };
         let hw = match &self.role {
-            Role::Alone => self.recovered_hw,
+            Role::Alone if !self.alone_committed => self.recovered_hw,
             _ => self.log.high_watermark(),
         }
         .min(leo);
@@ -560,6 +565,7 @@ impl Shard {
                     Role::Alone
                 },
                 recovered_hw,
+                alone_committed: false,
             },
         );
         Ok(())
@@ -726,6 +732,7 @@ mod tests {
             waiters: Vec::new(),
             role: Role::Alone,
             recovered_hw,
+            alone_committed: false,
         }
     }
 
@@ -920,6 +927,28 @@ mod tests {
         assert!(rx.try_recv().is_err(), "still waiting");
         p.on_replica_fetch(NodeId(4), Offset(1), t0).unwrap();
         assert_eq!(rx.try_recv(), Ok(AckState::Done));
+    }
+
+    #[test]
+    fn a_single_replica_that_gains_a_follower_keeps_its_high_watermark() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        let t0 = crate::now_ms();
+        p.become_alone(LeaderEpoch(0));
+        p.append_leader(batch(0, 0, 3), t0).unwrap();
+        assert_eq!(p.log.high_watermark(), Offset(3));
+        // RF 1 -> 2 by a reassignment: the leader's committed log stays visible.
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(0),
+            &ids(&[2, 1]),
+            set(&[1]),
+            1,
+            30_000,
+            1,
+            t0,
+        );
+        assert_eq!(p.log.high_watermark(), Offset(3));
     }
 
     #[test]

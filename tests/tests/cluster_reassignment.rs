@@ -11,6 +11,7 @@
 //! - Kafka's refusals, by code: unknown partition (3), a repeated broker and an unregistered
 //!   one (INVALID_REPLICA_ASSIGNMENT, 39), a cancel with nothing running
 //!   (NO_REASSIGNMENT_IN_PROGRESS, 85);
+//! - a single replica (RF 1) moved to another node: its records read back at their offsets;
 //! - a reassignment that cannot finish (its new replica's node is down) is listed with its
 //!   adding/removing replicas and full replica set, `--verify` says it is in progress, and
 //!   `--cancel` reverts it;
@@ -30,6 +31,7 @@ use kmirror_tests::python;
 
 const TOPIC: &str = "moved";
 const STUCK: &str = "stuck";
+const SINGLE: &str = "single";
 const PARTITIONS: i32 = 2;
 const SESSION_MS: u64 = 3000;
 const RECORDS: u64 = 4000;
@@ -278,6 +280,24 @@ fn scenario(c: &mut dyn Under) {
         assert_eq!(seqs, want, "{name}: p{p}: the records in offset order");
     }
 
+    // A single replica moved to another node (RF 1 -> the new node alone): its records
+    // stay readable at their offsets throughout and after.
+    create(c, SINGLE, "1");
+    wait_assignment(c, 1, SINGLE, &[&[1]], Duration::from_secs(60));
+    let produced = kmirror_tests::golang::run(
+        kmirror_tests::golang::franz("produce", &c.addr(1), SINGLE).args(["-n", "20"]),
+    );
+    assert_eq!(produced.acks.len(), 20, "{name}: {}", produced.raw);
+    assert_eq!(alter_code(c, SINGLE, 0, "3"), 0, "{name}: RF 1 onto node 3");
+    wait_assignment(c, 2, SINGLE, &[&[3]], Duration::from_secs(60));
+    let read = kmirror_tests::golang::run(
+        kmirror_tests::golang::franz("consume", &c.addr(2), SINGLE).args(["-n", "20"]),
+    );
+    assert_eq!(
+        read.records, produced.acks,
+        "{name}: the moved single replica"
+    );
+
     // A reassignment that cannot finish: its new replica's node is down (registered, fenced).
     create(c, STUCK, "1:2");
     wait_assignment(c, 1, STUCK, &[&[1, 2]], Duration::from_secs(60));
@@ -354,6 +374,10 @@ fn three_kmirror_nodes_reassign_partitions_as_kafka_does() {
         for p in 0..PARTITIONS {
             assert!(!dir(1, p).exists(), "{TOPIC}-{p} still on node 1");
         }
+        assert!(
+            !dirs[0].join("topics").join(format!("{SINGLE}-0")).exists(),
+            "{SINGLE}-0 still on node 1"
+        );
         assert!(
             !c.node(3)
                 .data_dir()
