@@ -1,7 +1,8 @@
 //! Partition reassignment (AlterPartitionReassignments 45 / ListPartitionReassignments 46)
 //! on three `kmirror serve --quorum` nodes, with the same scenario on three Apache Kafka 4.1.1
 //! nodes as the reference:
-//! - a topic with two partitions on brokers {1,2} (leader 1); a Java idempotent producer
+//! - `--generate` proposes a plan; a topic with two partitions on brokers {1,2} (leader 1);
+//!   a Java idempotent producer
 //!   writes acks=all while `kafka-reassign-partitions --execute` (Kafka's own tool) moves
 //!   partition 0 to {2,3} and franz-go (kmsg AlterPartitionAssignments, as kadm sends it)
 //!   moves partition 1 to {3,2}: both lose their leader 1. `--verify` reports both complete,
@@ -13,7 +14,8 @@
 //!   (NO_REASSIGNMENT_IN_PROGRESS, 85);
 //! - a single replica (RF 1) moved to another node: its records read back at their offsets;
 //! - a reassignment that cannot finish (its new replica's node is down) is listed with its
-//!   adding/removing replicas and full replica set, `--verify` says it is in progress, and
+//!   adding/removing replicas and full replica set (also by `--list`), `--verify` says it is
+//!   in progress, and
 //!   `--cancel` reverts it;
 //! - kmirror only: the removed replicas' directories are gone, and after a clean stop the
 //!   final replicas' segment files are byte-equal.
@@ -227,6 +229,28 @@ fn scenario(c: &mut dyn Under) {
         run_seq_producer(&mut cmd, "Java SeqProducer", Duration::from_secs(240))
     });
     std::thread::sleep(Duration::from_millis(1500));
+    // --generate proposes a plan from DescribeCluster and the topic's partitions.
+    let topics = tmp.path().join("topics.json");
+    std::fs::write(
+        &topics,
+        format!(r#"{{"version":1,"topics":[{{"topic":"{TOPIC}"}}]}}"#),
+    )
+    .unwrap();
+    let (ok, out) = reassign_tool(
+        c,
+        &[
+            "--topics-to-move-json-file",
+            &topics.to_string_lossy(),
+            "--broker-list",
+            "2,3",
+            "--generate",
+        ],
+    );
+    assert!(
+        ok && out.contains("Proposed partition reassignment configuration")
+            && out.contains(r#""replicas":[1,2]"#),
+        "{name}: --generate: {out}"
+    );
     let plan = plan_file(tmp.path(), "plan.json", &[(TOPIC, 0, &[2, 3])]);
     let (ok, out) = reassign_tool(c, &["--reassignment-json-file", &plan, "--execute"]);
     assert!(ok, "{name}: --execute: {out}");
@@ -316,6 +340,8 @@ fn scenario(c: &mut dyn Under) {
         Some((vec![1, 3, 2], vec![3], vec![2])),
         "{name}: in progress"
     );
+    let (ok, out) = reassign_tool(c, &["--list"]);
+    assert!(ok && out.contains("stuck-0"), "{name}: --list: {out}");
     let d = describe(c, 1, STUCK);
     assert_eq!(
         d[&0].replicas,
