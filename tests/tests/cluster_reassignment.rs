@@ -2,8 +2,7 @@
 //! on three `kmirror serve --quorum` nodes, with the same scenario on three Apache Kafka 4.1.1
 //! nodes as the reference:
 //! - `--generate` proposes a plan; a topic with two partitions on brokers {1,2} (leader 1);
-//!   a Java idempotent producer
-//!   writes acks=all while `kafka-reassign-partitions --execute` (Kafka's own tool) moves
+//!   a Java idempotent producer writes acks=all while `kafka-reassign-partitions --execute` (Kafka's own tool) moves
 //!   partition 0 to {2,3} and franz-go (kmsg AlterPartitionAssignments, as kadm sends it)
 //!   moves partition 1 to {3,2}: both lose their leader 1. `--verify` reports both complete,
 //!   ListPartitionReassignments lists nothing, `kafka-topics --describe` shows the targets
@@ -15,8 +14,7 @@
 //! - a single replica (RF 1) moved to another node: its records read back at their offsets;
 //! - a reassignment that cannot finish (its new replica's node is down) is listed with its
 //!   adding/removing replicas and full replica set (also by `--list`), `--verify` says it is
-//!   in progress, and
-//!   `--cancel` reverts it;
+//!   in progress, and `--cancel` reverts it;
 //! - kmirror only: the removed replicas' directories are gone, and after a clean stop the
 //!   final replicas' segment files are byte-equal.
 
