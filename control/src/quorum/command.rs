@@ -641,6 +641,19 @@ mod tests {
                 name: "m".into(),
                 mirror: None,
             },
+            // One-node topics have no replica sets to reassign; through the wire all the same.
+            C::ReassignPartition {
+                name: "a".into(),
+                partition: 0,
+                replicas: Some(vec![1, 2]),
+                allow_replication_factor_change: false,
+            },
+            C::ReassignPartition {
+                name: "a".into(),
+                partition: 9,
+                replicas: None,
+                allow_replication_factor_change: true,
+            },
             C::DeleteTopic { name: "a".into() },
             C::DeleteTopic { name: "a".into() },
         ]
@@ -672,7 +685,7 @@ mod tests {
             results,
             [
                 true, true, true, false, false, true, true, false, true, false, true, true, true,
-                false, true, true, true, true, false
+                false, true, true, true, false, false, true, false
             ]
         );
         let s = a.state();
