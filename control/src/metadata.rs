@@ -38,6 +38,20 @@ pub enum MetadataError {
     /// An assignment or command names a broker that is not registered.
     #[error("broker {0} is not registered")]
     BrokerNotRegistered(i32),
+    /// A partition index the topic does not have (UNKNOWN_TOPIC_OR_PARTITION).
+    #[error("Unable to find partition {topic}:{partition}.")]
+    UnknownPartition { topic: String, partition: i32 },
+    /// A reassignment's target replicas are unusable (INVALID_REPLICA_ASSIGNMENT); the
+    /// message is Kafka's.
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    /// A reassignment that would change the replication factor while the request forbids it
+    /// (KIP-860, INVALID_REPLICATION_FACTOR).
+    #[error("The replication factor is changed from {from} to {to}")]
+    ReplicationFactorChange { from: usize, to: usize },
+    /// Cancelling a reassignment of a partition that has none (NO_REASSIGNMENT_IN_PROGRESS).
+    #[error("No partition reassignment is in progress.")]
+    NoReassignmentInProgress,
     /// AlterPartition from a broker that does not lead the partition (NOT_LEADER_OR_FOLLOWER).
     #[error("broker {broker} is not the leader of {topic}-{partition}")]
     NotLeader {
@@ -128,6 +142,14 @@ pub struct PartitionAssignment {
     /// Kafka's partition epoch: bumped on every change of replicas, ISR or leader, so an
     /// AlterPartition built on an older state is refused (INVALID_UPDATE_VERSION).
     pub partition_epoch: i32,
+    /// While a reassignment runs (Kafka's PartitionRecord `AddingReplicas`): the target
+    /// replicas not in the original set, sorted. They are in `replicas` already.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub adding: Vec<i32>,
+    /// While a reassignment runs (`RemovingReplicas`): the original replicas not in the
+    /// target, sorted; still in `replicas` until the target is all in the ISR.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removing: Vec<i32>,
 }
 
 impl PartitionAssignment {
@@ -138,7 +160,23 @@ impl PartitionAssignment {
             isr: vec![node],
             leader: node,
             partition_epoch: 0,
+            adding: Vec::new(),
+            removing: Vec::new(),
         }
+    }
+
+    /// Whether a reassignment is in progress (Kafka: adding or removing replicas listed).
+    pub fn reassigning(&self) -> bool {
+        !self.adding.is_empty() || !self.removing.is_empty()
+    }
+
+    /// The replica set before the running reassignment: `replicas` without the adding ones.
+    pub fn original_replicas(&self) -> Vec<i32> {
+        self.replicas
+            .iter()
+            .copied()
+            .filter(|r| !self.adding.contains(r))
+            .collect()
     }
 }
 

@@ -86,7 +86,7 @@ pub struct LeaderState {
 
 /// An `acks=all` produce waiting for the high watermark to pass `required`.
 #[derive(Debug)]
-struct AckWaiter {
+pub struct AckWaiter {
     required: Offset,
     min_insync: usize,
     tx: flume::Sender<AckState>,
@@ -138,6 +138,17 @@ impl LeaderState {
                     false
                 }
             });
+    }
+
+    /// The pending waiters, for the state of the next leader epoch on this same node.
+    pub fn take_waiters(&mut self) -> Vec<AckWaiter> {
+        std::mem::take(&mut self.waiters)
+    }
+
+    /// Takes over waiters of this node's previous leader epoch; decided ones are answered.
+    pub fn adopt_waiters(&mut self, waiters: Vec<AckWaiter>) {
+        self.waiters.extend(waiters);
+        self.complete_waiters();
     }
 
     /// Answers every waiter with `state` (leadership lost).
@@ -238,6 +249,21 @@ impl ReplicaSet {
     /// A follower's log end as last reported (-1 before its first fetch).
     pub fn follower_log_end(&self, node: NodeId) -> Option<Offset> {
         self.followers.get(&node).map(|f| f.log_end)
+    }
+
+    /// The controller changed the replica set at the same leader epoch (a reassignment adds
+    /// replicas; Kafka bumps only the partition epoch then): a new follower starts with its
+    /// log end unknown and out of sync, as at a leader start; a dropped one is forgotten.
+    pub fn set_replicas(&mut self, replicas: &[NodeId], now_ms: i64) {
+        self.followers.retain(|id, _| replicas.contains(id));
+        for r in replicas.iter().filter(|r| **r != self.leader) {
+            self.followers.entry(*r).or_insert(Follower {
+                log_end: Offset(-1),
+                last_fetch_ms: now_ms,
+                last_fetch_leader_end: self.epoch_start,
+                last_caught_up_ms: NEVER,
+            });
+        }
     }
 
     /// Applies the ISR the controller committed; the high watermark may move. A follower the

@@ -51,6 +51,10 @@ pub struct Partition {
     /// The high watermark checkpointed before this open: what a replica takes over with
     /// (as `Alone` the recovered log end counts instead, see [`Shard`]'s open).
     recovered_hw: Offset,
+    /// The controller made this partition a single replica (`become_alone`): its whole log
+    /// is committed, so a leader of more replicas later (a reassignment adding one) keeps the
+    /// high watermark at the log end instead of falling back to `recovered_hw`.
+    alone_committed: bool,
 }
 
 /// Why a replica's Fetch was not recorded: Kafka's answers.
@@ -158,6 +162,7 @@ impl Partition {
             l.fail_waiters(AckState::Done);
         }
         self.role = Role::Alone;
+        self.alone_committed = true;
         self.leader_epoch = self.leader_epoch.max(epoch);
         let leo = self.log.log_end_offset();
         self.log.set_high_watermark(leo);
@@ -183,6 +188,9 @@ impl Partition {
         if let Role::Leader(l) = &mut self.role {
             if epoch == l.epoch {
                 let hw = l.set.high_watermark();
+                // Replicas added by a reassignment come at the same leader epoch, possibly
+                // after a produce already synced the newer ISR (so not only when `newer`).
+                l.set.set_replicas(replicas, now_ms);
                 l.set.set_min_insync(min_insync, leo, now_ms);
                 let newer = partition_epoch > l.partition_epoch;
                 if newer {
@@ -197,10 +205,16 @@ impl Partition {
                 }
                 return;
             }
-            l.fail_waiters(AckState::NotLeader);
         }
+        // Still the leader at a new epoch (a reassignment dropped a replica, Kafka bumps the
+        // epoch to fence it): pending acks=all produces stay, as in Kafka's purgatory, and
+        // are answered by the new replica state's high watermark.
+        let carried = match &mut self.role {
+            Role::Leader(l) => l.take_waiters(),
+            _ => Vec::new(),
+        };
         let hw = match &self.role {
-            Role::Alone => self.recovered_hw,
+            Role::Alone if !self.alone_committed => self.recovered_hw,
             _ => self.log.high_watermark(),
         }
         .min(leo);
@@ -208,7 +222,9 @@ impl Partition {
         let mut set = ReplicaSet::new(node, replicas, isr, hw, leo, lag_max_ms, now_ms);
         set.set_min_insync(min_insync, leo, now_ms);
         self.log.set_high_watermark(set.high_watermark());
-        self.role = Role::Leader(LeaderState::new(set, epoch, partition_epoch));
+        let mut state = LeaderState::new(set, epoch, partition_epoch);
+        state.adopt_waiters(carried);
+        self.role = Role::Leader(state);
         self.notify_waiters();
     }
 
@@ -549,6 +565,7 @@ impl Shard {
                     Role::Alone
                 },
                 recovered_hw,
+                alone_committed: false,
             },
         );
         Ok(())
@@ -715,6 +732,7 @@ mod tests {
             waiters: Vec::new(),
             role: Role::Alone,
             recovered_hw,
+            alone_committed: false,
         }
     }
 
@@ -867,6 +885,70 @@ mod tests {
         p.become_follower(NodeId(2), LeaderEpoch(2));
         p.sync_committed_isr(LeaderEpoch(2), set(&[2]), 4, t0);
         assert_eq!(p.partition_epoch(), None);
+    }
+
+    #[test]
+    fn a_reassignment_adds_a_follower_at_the_same_epoch_and_keeps_waiters_across_a_new_one() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        let t0 = crate::now_ms();
+        lead_replicas_1_2_3(&mut p, 1, t0);
+        p.append_leader(batch(0, 1, 1), t0).unwrap();
+        let rx = p.wait_ack(Offset(1), 1).unwrap_err();
+        assert!(matches!(
+            p.on_replica_fetch(NodeId(4), Offset(0), t0),
+            Err(ReplicaFetchError::NotReplica)
+        ));
+        // Replica 4 added at the same leader epoch (partition epoch 2): it may fetch now, and
+        // joins the ISR once caught up.
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(1),
+            &ids(&[1, 2, 3, 4]),
+            set(&[1, 2, 3]),
+            2,
+            30_000,
+            1,
+            t0,
+        );
+        assert!(p.on_replica_fetch(NodeId(4), Offset(0), t0).is_ok());
+        // The reassignment completes without 2 and 3: a new leader epoch on the same leader.
+        // The pending acks=all produce is not failed; it completes once 4 has it.
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(2),
+            &ids(&[1, 4]),
+            set(&[1, 4]),
+            3,
+            30_000,
+            1,
+            t0,
+        );
+        assert!(rx.try_recv().is_err(), "still waiting");
+        p.on_replica_fetch(NodeId(4), Offset(1), t0).unwrap();
+        assert_eq!(rx.try_recv(), Ok(AckState::Done));
+    }
+
+    #[test]
+    fn a_single_replica_that_gains_a_follower_keeps_its_high_watermark() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        let t0 = crate::now_ms();
+        p.become_alone(LeaderEpoch(0));
+        p.append_leader(batch(0, 0, 3), t0).unwrap();
+        assert_eq!(p.log.high_watermark(), Offset(3));
+        // RF 1 -> 2 by a reassignment: the leader's committed log stays visible.
+        p.become_leader(
+            NodeId(1),
+            LeaderEpoch(0),
+            &ids(&[2, 1]),
+            set(&[1]),
+            1,
+            30_000,
+            1,
+            t0,
+        );
+        assert_eq!(p.log.high_watermark(), Offset(3));
     }
 
     #[test]

@@ -75,6 +75,8 @@ pub mod table {
     pub const ELECT_LEADERS: Need = need(CLUSTER, ALTER);
     /// AddRaftVoter / RemoveRaftVoter (Kafka's ControllerApis: ALTER on CLUSTER).
     pub const ALTER_VOTERS: Need = need(CLUSTER, ALTER);
+    pub const ALTER_PARTITION_REASSIGNMENTS: Need = need(CLUSTER, ALTER);
+    pub const DESCRIBE_PARTITION_REASSIGNMENTS: Need = need(CLUSTER, DESCRIBE);
     pub const ALTER_FEATURES: Need = need(CLUSTER, ALTER);
     // Groups.
     pub const FIND_GROUP_COORDINATOR: Need = need(GROUP, DESCRIBE);

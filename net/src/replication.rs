@@ -192,6 +192,14 @@ pub fn propose_isr_change(
         let applied = router
             .with_partition(tp, move |p| match result {
                 Ok(t) => match t.assignment(tp2.partition, node) {
+                    // The change completed a reassignment that moved the leadership away
+                    // (Kafka answers NEW_LEADER_ELECTED): stop leading at once.
+                    Some(a) if a.leader != node => {
+                        p.isr_change_failed();
+                        let epoch = t.leader_epochs[tp2.partition as usize];
+                        p.become_follower(NodeId(a.leader), kmirror_types::LeaderEpoch(epoch));
+                        Ok(())
+                    }
                     Some(a) => {
                         let isr = a.isr.iter().map(|r| NodeId(*r)).collect();
                         p.isr_committed(isr, a.partition_epoch, now_ms());

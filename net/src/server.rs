@@ -752,6 +752,12 @@ async fn dispatch(
         RequestKind::ElectLeaders(r) => {
             ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
         }
+        RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
+            handlers::admin::alter_partition_reassignments(ctx, access, r).await,
+        ),
+        RequestKind::ListPartitionReassignments(r) => ResponseKind::ListPartitionReassignments(
+            handlers::admin::list_partition_reassignments(ctx, access, r),
+        ),
         RequestKind::DescribeTransactions(mut r) => {
             // DESCRIBE on each id; the refused ones are answered here, in request order.
             let ids = std::mem::take(&mut r.transactional_ids);

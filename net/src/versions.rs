@@ -61,6 +61,8 @@ served! {
     DescribeTransactions => DescribeTransactionsRequest,
     ListTransactions => ListTransactionsRequest,
     ElectLeaders => ElectLeadersRequest,
+    AlterPartitionReassignments => AlterPartitionReassignmentsRequest,
+    ListPartitionReassignments => ListPartitionReassignmentsRequest,
     UpdateFeatures => UpdateFeaturesRequest,
     WriteTxnMarkers => WriteTxnMarkersRequest,
     DescribeQuorum => DescribeQuorumRequest,

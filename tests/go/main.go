@@ -193,6 +193,13 @@ func main() {
 		}
 		adminSteps(ctx, cl)
 		cl.Close()
+	case "reassign":
+		cl, err := kgo.NewClient(o...)
+		if err != nil {
+			fail("client", err)
+		}
+		reassignSteps(ctx, cl)
+		cl.Close()
 	case "badts":
 		cl, err := kgo.NewClient(o...)
 		if err != nil {

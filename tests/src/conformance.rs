@@ -108,6 +108,8 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::DescribeTransactions,
     ApiKey::ListTransactions,
     ApiKey::ElectLeaders,
+    ApiKey::AlterPartitionReassignments,
+    ApiKey::ListPartitionReassignments,
     ApiKey::UpdateFeatures,
     ApiKey::DescribeQuorum,
     ApiKey::AddRaftVoter,
@@ -367,6 +369,8 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
         ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
         ApiKey::ElectLeaders => ElectLeadersRequest::VERSIONS,
+        ApiKey::AlterPartitionReassignments => AlterPartitionReassignmentsRequest::VERSIONS,
+        ApiKey::ListPartitionReassignments => ListPartitionReassignmentsRequest::VERSIONS,
         ApiKey::UpdateFeatures => UpdateFeaturesRequest::VERSIONS,
         ApiKey::AddRaftVoter => AddRaftVoterRequest::VERSIONS,
         ApiKey::RemoveRaftVoter => RemoveRaftVoterRequest::VERSIONS,
@@ -472,6 +476,8 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::DescribeTransactions => describe_transactions(c, v),
         ApiKey::ListTransactions => list_transactions(c, v),
         ApiKey::ElectLeaders => elect_leaders(c, v),
+        ApiKey::AlterPartitionReassignments => alter_partition_reassignments(c, v),
+        ApiKey::ListPartitionReassignments => list_partition_reassignments(c, v),
         ApiKey::UpdateFeatures => update_features(c, v),
         ApiKey::AddRaftVoter => add_raft_voter(c, v),
         ApiKey::RemoveRaftVoter => remove_raft_voter(c, v),
@@ -1884,6 +1890,39 @@ fn list_transactions(c: &mut Conn, v: i16) -> R<()> {
         v,
     )?;
     code("ListTransactions", r.error_code)
+}
+
+/// A cancel on one node: nothing is being reassigned (NO_REASSIGNMENT_IN_PROGRESS).
+fn alter_partition_reassignments(c: &mut Conn, v: i16) -> R<()> {
+    use alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+    let r = c.send(
+        &AlterPartitionReassignmentsRequest::default()
+            .with_timeout_ms(30_000)
+            .with_topics(vec![ReassignableTopic::default()
+                .with_name(TopicName(s(TOPIC)))
+                .with_partitions(vec![ReassignablePartition::default()
+                    .with_partition_index(0)
+                    .with_replicas(None)])]),
+        v,
+    )?;
+    code("AlterPartitionReassignments", r.error_code)?;
+    let p = r
+        .responses
+        .first()
+        .and_then(|t| t.partitions.first())
+        .ok_or("no partition result")?;
+    check(p.error_code == 85, || {
+        format!("error {} (want NO_REASSIGNMENT_IN_PROGRESS)", p.error_code)
+    })
+}
+
+fn list_partition_reassignments(c: &mut Conn, v: i16) -> R<()> {
+    let r = c.send(
+        &ListPartitionReassignmentsRequest::default().with_timeout_ms(30_000),
+        v,
+    )?;
+    code("ListPartitionReassignments", r.error_code)?;
+    check(r.topics.is_empty(), || format!("listed {:?}", r.topics))
 }
 
 fn elect_leaders(c: &mut Conn, v: i16) -> R<()> {

@@ -505,6 +505,37 @@ fn describe_acls(t: &mut Target) -> String {
     format!("code={}", r.error_code)
 }
 
+fn alter_partition_reassignments(t: &mut Target) -> String {
+    use alter_partition_reassignments_request::{ReassignablePartition, ReassignableTopic};
+    // A cancel: allowed, NO_REASSIGNMENT_IN_PROGRESS (85) on one node.
+    let r = t
+        .client
+        .send(
+            AlterPartitionReassignmentsRequest::default().with_topics(vec![
+                ReassignableTopic::default()
+                    .with_name(tn("t"))
+                    .with_partitions(vec![ReassignablePartition::default()
+                        .with_partition_index(0)
+                        .with_replicas(None)]),
+            ]),
+        )
+        .expect("AlterPartitionReassignments");
+    let p: Vec<i16> = r
+        .responses
+        .iter()
+        .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
+        .collect();
+    format!("code={} partitions={p:?}", r.error_code)
+}
+
+fn list_partition_reassignments(t: &mut Target) -> String {
+    let r = t
+        .client
+        .send(ListPartitionReassignmentsRequest::default().with_topics(None))
+        .expect("ListPartitionReassignments");
+    format!("code={} topics={}", r.error_code, r.topics.len())
+}
+
 fn delete_acls(t: &mut Target) -> String {
     let r = t
         .client
@@ -1069,6 +1100,16 @@ const ROWS: &[Row] = &[
         name: "DeleteAcls (Alter cluster)",
         grants: &[(CLUSTER, "", ALTER)],
         run: delete_acls,
+    },
+    Row {
+        name: "AlterPartitionReassignments (Alter cluster)",
+        grants: &[(CLUSTER, "", ALTER)],
+        run: alter_partition_reassignments,
+    },
+    Row {
+        name: "ListPartitionReassignments (Describe cluster)",
+        grants: &[(CLUSTER, "", DESCRIBE)],
+        run: list_partition_reassignments,
     },
     Row {
         name: "DescribeCluster ops (Describe cluster)",

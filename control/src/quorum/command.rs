@@ -219,6 +219,21 @@ pub enum MetadataCommand {
         name: String,
         partition: i32,
     },
+    /// AlterPartitionReassignments for one partition: `replicas` is the target, `None`
+    /// cancels the running reassignment ([`controller::reassign`]). The completion needs no
+    /// command of its own: the AlterPartition that brings the last target replica into the
+    /// ISR completes it when applied.
+    ReassignPartition {
+        name: String,
+        partition: i32,
+        replicas: Option<Vec<i32>>,
+        #[serde(default = "yes")]
+        allow_replication_factor_change: bool,
+    },
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// What a successfully applied command did.
@@ -503,6 +518,21 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
                 Ok(s.topics[name].clone())
             })?)
         }
+        C::ReassignPartition {
+            name,
+            partition,
+            replicas,
+            allow_replication_factor_change,
+        } => Outcome::Topic(store.update_cluster(|s| {
+            controller::reassign(
+                s,
+                name,
+                *partition,
+                replicas.as_deref(),
+                *allow_replication_factor_change,
+            )?;
+            Ok(s.topics[name].clone())
+        })?),
     })
 }
 
@@ -621,6 +651,19 @@ mod tests {
                 name: "m".into(),
                 mirror: None,
             },
+            // One-node topics have no replica sets to reassign; through the wire all the same.
+            C::ReassignPartition {
+                name: "a".into(),
+                partition: 0,
+                replicas: Some(vec![1, 2]),
+                allow_replication_factor_change: false,
+            },
+            C::ReassignPartition {
+                name: "a".into(),
+                partition: 9,
+                replicas: None,
+                allow_replication_factor_change: true,
+            },
             C::DeleteTopic { name: "a".into() },
             C::DeleteTopic { name: "a".into() },
         ]
@@ -652,7 +695,7 @@ mod tests {
             results,
             [
                 true, true, true, false, false, true, true, false, true, false, true, true, true,
-                false, true, true, true, true, false
+                false, true, true, true, false, false, true, false
             ]
         );
         let s = a.state();

@@ -158,12 +158,16 @@ pub fn new_partitions(
                 isr: live,
                 leader,
                 partition_epoch: 0,
+                adding: Vec::new(),
+                removing: Vec::new(),
             },
             None => PartitionAssignment {
                 replicas: replicas.clone(),
                 isr: replicas.clone(),
                 leader: NO_LEADER,
                 partition_epoch: 0,
+                adding: Vec::new(),
+                removing: Vec::new(),
             },
         });
     }
@@ -248,21 +252,22 @@ fn for_each_partition(
 }
 
 /// `broker` is no longer live: out of every ISR (never emptying one), its leaderships moved.
+/// An ISR shrink that leaves a running reassignment's target all in sync completes it, as
+/// Kafka's PartitionChangeBuilder does on every change.
 fn broker_gone(state: &mut ClusterMetadata, broker: i32) {
-    for_each_partition(state, |state, a, leader_epoch| {
-        let mut changed = false;
-        if a.isr.len() > 1 && a.isr.contains(&broker) {
-            a.isr.retain(|b| *b != broker);
-            changed = true;
+    let live: BTreeSet<i32> = unfenced_brokers(state).into_iter().collect();
+    for_each_partition(state, |_, a, leader_epoch| {
+        let mut isr = a.isr.clone();
+        if isr.len() > 1 {
+            isr.retain(|b| *b != broker);
         }
-        if a.leader == broker {
-            a.leader = elect(state, a);
-            *leader_epoch += 1;
-            changed = true;
-        }
-        if changed {
-            a.partition_epoch += 1;
-        }
+        let change = Change {
+            replicas: a.replicas.clone(),
+            isr,
+            adding: a.adding.clone(),
+            removing: a.removing.clone(),
+        };
+        apply_change(&live, a, leader_epoch, change);
     });
 }
 
@@ -374,10 +379,16 @@ pub fn alter_partition(
             reason: reason.into(),
         });
     }
-    if a.isr != new_isr {
-        a.isr = new_isr.to_vec();
-        a.partition_epoch += 1;
-    }
+    // One change, as Kafka's AlterPartition builds it: an ISR that now holds every target
+    // replica of a running reassignment also completes it (the removing replicas leave, the
+    // leader moves if it was one of them).
+    let change = Change {
+        replicas: a.replicas.clone(),
+        isr: new_isr.to_vec(),
+        adding: a.adding.clone(),
+        removing: a.removing.clone(),
+    };
+    apply_change(&live, a, epoch, change);
     Ok(())
 }
 
@@ -401,6 +412,223 @@ pub fn elect_preferred(
     a.leader = preferred;
     a.partition_epoch += 1;
     *epoch += 1;
+    Ok(())
+}
+
+/// The state one partition change aims at (Kafka's PartitionChangeBuilder targets).
+struct Change {
+    replicas: Vec<i32>,
+    isr: Vec<i32>,
+    adding: Vec<i32>,
+    removing: Vec<i32>,
+}
+
+/// Applies one partition change with Kafka's PartitionChangeBuilder rules, in its order:
+/// 1. a running reassignment completes once the ISR without the removing replicas is
+///    non-empty and holds every remaining replica: the removing replicas leave the replica
+///    set and the ISR, adding/removing are cleared;
+/// 2. the leader stays if it is in the new ISR and live, otherwise the first replica (in
+///    replica order) that is, or none ([`NO_LEADER`]; unclean election stays off);
+/// 3. a leader change, or a replica set that drops a broker, bumps the leader epoch (so the
+///    removed replica's fetches are fenced); any change bumps the partition epoch.
+///
+/// Returns whether anything changed.
+fn apply_change(
+    live: &BTreeSet<i32>,
+    a: &mut PartitionAssignment,
+    leader_epoch: &mut i32,
+    mut c: Change,
+) -> bool {
+    if !c.adding.is_empty() || !c.removing.is_empty() {
+        let isr: Vec<i32> = c
+            .isr
+            .iter()
+            .copied()
+            .filter(|r| !c.removing.contains(r))
+            .collect();
+        let replicas: Vec<i32> = c
+            .replicas
+            .iter()
+            .copied()
+            .filter(|r| !c.removing.contains(r))
+            .collect();
+        if !isr.is_empty() && !replicas.is_empty() && replicas.iter().all(|r| isr.contains(r)) {
+            c = Change {
+                replicas,
+                isr,
+                adding: Vec::new(),
+                removing: Vec::new(),
+            };
+        }
+    }
+    let valid = |r: i32| c.isr.contains(&r) && live.contains(&r);
+    let leader = if valid(a.leader) {
+        a.leader
+    } else {
+        c.replicas
+            .iter()
+            .copied()
+            .find(|r| valid(*r))
+            .unwrap_or(NO_LEADER)
+    };
+    let dropped = a.replicas.iter().any(|r| !c.replicas.contains(r));
+    let changed = leader != a.leader
+        || dropped
+        || c.isr != a.isr
+        || c.replicas != a.replicas
+        || c.adding != a.adding
+        || c.removing != a.removing;
+    if !changed {
+        return false;
+    }
+    if leader != a.leader || dropped {
+        *leader_epoch += 1;
+    }
+    a.leader = leader;
+    a.replicas = c.replicas;
+    a.isr = c.isr;
+    a.adding = c.adding;
+    a.removing = c.removing;
+    a.partition_epoch += 1;
+    true
+}
+
+/// Kafka's `validateManualPartitionAssignment` for a reassignment target, with its messages
+/// and order (ids sorted; the first unregistered or repeated one is reported).
+pub fn validate_target(
+    target: &[i32],
+    registered: impl Fn(i32) -> bool,
+) -> Result<(), MetadataError> {
+    if target.is_empty() {
+        return Err(MetadataError::InvalidReplicaAssignment(
+            "The manual partition assignment includes an empty replica list.".into(),
+        ));
+    }
+    let mut sorted = target.to_vec();
+    sorted.sort_unstable();
+    let mut prev = None;
+    for b in sorted {
+        if !registered(b) {
+            return Err(MetadataError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes broker {b}, but no such broker is \
+                 registered."
+            )));
+        }
+        if prev == Some(b) {
+            return Err(MetadataError::InvalidReplicaAssignment(format!(
+                "The manual partition assignment includes the broker {b} more than once."
+            )));
+        }
+        prev = Some(b);
+    }
+    Ok(())
+}
+
+/// AlterPartitionReassignments for one partition (Kafka's ReplicationControlManager):
+/// `Some(target)` starts (or replaces) a reassignment, `None` cancels the running one.
+///
+/// Starting: the target replicas come first, then the removing ones (the original replicas
+/// not in the target); adding = target minus the current replicas. The adding replicas
+/// start as followers outside the ISR; the leader's AlterPartition that brings the last of
+/// them into the ISR completes it ([`apply_change`]). A target already all in sync (a
+/// reorder, a pure removal) completes at once. Cancelling reverts to the original replicas
+/// and the ISR without the adding ones; refused (INVALID_REPLICA_ASSIGNMENT) when that ISR
+/// would be empty, which would need an unclean election.
+pub fn reassign(
+    state: &mut ClusterMetadata,
+    name: &str,
+    partition: i32,
+    target: Option<&[i32]>,
+    allow_replication_factor_change: bool,
+) -> Result<(), MetadataError> {
+    let live: BTreeSet<i32> = unfenced_brokers(state).into_iter().collect();
+    let registered: BTreeSet<i32> = state.brokers.keys().copied().collect();
+    let t = state
+        .topics
+        .get_mut(name)
+        .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?;
+    let idx = usize::try_from(partition)
+        .ok()
+        .filter(|i| *i < t.leader_epochs.len())
+        .ok_or_else(|| MetadataError::UnknownPartition {
+            topic: name.to_string(),
+            partition,
+        })?;
+    let TopicMeta {
+        assignments,
+        leader_epochs,
+        ..
+    } = t;
+    let Some(a) = assignments.get_mut(idx) else {
+        return Err(MetadataError::InvalidRequest(format!(
+            "topic '{name}' is not replicated by the controller"
+        )));
+    };
+    let epoch = &mut leader_epochs[idx];
+    let change = match target {
+        None => {
+            if !a.reassigning() {
+                return Err(MetadataError::NoReassignmentInProgress);
+            }
+            let isr: Vec<i32> = a
+                .isr
+                .iter()
+                .copied()
+                .filter(|r| !a.adding.contains(r))
+                .collect();
+            if isr.is_empty() {
+                return Err(MetadataError::InvalidReplicaAssignment(format!(
+                    "Unable to revert partition assignment for {name}:{partition} because it \
+                     would require an unclean leader election."
+                )));
+            }
+            Change {
+                replicas: a.original_replicas(),
+                isr,
+                adding: Vec::new(),
+                removing: Vec::new(),
+            }
+        }
+        Some(target) => {
+            validate_target(target, |b| registered.contains(&b))?;
+            let from = a.original_replicas().len();
+            if !allow_replication_factor_change && from != target.len() {
+                return Err(MetadataError::ReplicationFactorChange {
+                    from,
+                    to: target.len(),
+                });
+            }
+            let removing: BTreeSet<i32> = a
+                .replicas
+                .iter()
+                .copied()
+                .filter(|r| !target.contains(r))
+                .collect();
+            let adding: BTreeSet<i32> = target
+                .iter()
+                .copied()
+                .filter(|r| !a.replicas.contains(r))
+                .collect();
+            let mut replicas = target.to_vec();
+            replicas.extend(removing.iter().copied());
+            // As Kafka's builder: an empty difference leaves the partition's current list.
+            Change {
+                replicas,
+                isr: a.isr.clone(),
+                adding: if adding.is_empty() {
+                    a.adding.clone()
+                } else {
+                    adding.into_iter().collect()
+                },
+                removing: if removing.is_empty() {
+                    a.removing.clone()
+                } else {
+                    removing.into_iter().collect()
+                },
+            }
+        }
+    };
+    apply_change(&live, a, epoch, change);
     Ok(())
 }
 
@@ -500,6 +728,8 @@ mod tests {
             isr: isr.to_vec(),
             leader,
             partition_epoch: 0,
+            adding: Vec::new(),
+            removing: Vec::new(),
         };
         let topic = |name: &str, assignments: Vec<PartitionAssignment>| TopicMeta {
             name: name.into(),
@@ -560,5 +790,149 @@ mod tests {
         }
         assert!(preferred_leader_imbalance(&state, 1000).is_empty());
         assert_eq!(state.topics["b"].leader_epochs, [0, 1, 0, 0, 1]);
+    }
+
+    fn three_brokers_one_topic(partitions: usize) -> ClusterMetadata {
+        let broker = |id: i32| BrokerRegistration {
+            id,
+            incarnation: uuid::Uuid::from_u64_pair(2, id as u64),
+            endpoints: Vec::new(),
+            rack: None,
+            fenced: false,
+        };
+        let mut state = ClusterMetadata {
+            cluster_id: "c".into(),
+            version: 0,
+            topics: Default::default(),
+            internal_topics: Default::default(),
+            brokers: [broker(1), broker(2), broker(3)]
+                .into_iter()
+                .map(|b| (b.id, b))
+                .collect(),
+        };
+        let assignments = new_partitions(&state, &vec![vec![1, 2]; partitions]).unwrap();
+        state.topics.insert(
+            "t".into(),
+            TopicMeta {
+                name: "t".into(),
+                id: uuid::Uuid::from_u64_pair(1, 1),
+                leader_epochs: vec![0; partitions],
+                configs: Default::default(),
+                mirror: None,
+                internal: false,
+                assignments,
+            },
+        );
+        state
+    }
+
+    #[test]
+    fn a_reassignment_adds_first_and_drops_the_removed_replicas_once_the_target_is_in_sync() {
+        let mut s = three_brokers_one_topic(1);
+        reassign(&mut s, "t", 0, Some(&[2, 3]), true).unwrap();
+        let a = &s.topics["t"].assignments[0];
+        // Target first, then the removing replicas; the leader stays, no leader epoch bump.
+        assert_eq!(
+            (
+                &a.replicas[..],
+                &a.isr[..],
+                a.leader,
+                &a.adding[..],
+                &a.removing[..]
+            ),
+            (&[2, 3, 1][..], &[1, 2][..], 1, &[3][..], &[1][..])
+        );
+        assert_eq!((s.topics["t"].leader_epochs[0], a.partition_epoch), (0, 1));
+        // The leader's ISR expansion with the new replica completes it: broker 1 leaves, and
+        // as it led, the first target replica in the ISR takes over at a new leader epoch.
+        alter_partition(&mut s, "t", 0, 1, 0, 1, &[1, 2, 3]).unwrap();
+        let a = &s.topics["t"].assignments[0];
+        assert_eq!(
+            (&a.replicas[..], &a.isr[..], a.leader, a.reassigning()),
+            (&[2, 3][..], &[2, 3][..], 2, false)
+        );
+        assert_eq!((s.topics["t"].leader_epochs[0], a.partition_epoch), (1, 2));
+        // The deposed leader's next AlterPartition is fenced.
+        assert!(matches!(
+            alter_partition(&mut s, "t", 0, 1, 0, 2, &[1, 2]),
+            Err(MetadataError::NotLeader { .. })
+        ));
+    }
+
+    #[test]
+    fn a_reorder_or_a_removal_in_sync_completes_at_once_and_cancel_reverts() {
+        let mut s = three_brokers_one_topic(3);
+        // Reorder: the same replicas, the leader stays, only the partition epoch moves.
+        reassign(&mut s, "t", 0, Some(&[2, 1]), true).unwrap();
+        let a = &s.topics["t"].assignments[0];
+        assert_eq!(
+            (&a.replicas[..], a.leader, a.reassigning()),
+            (&[2, 1][..], 1, false)
+        );
+        assert_eq!(s.topics["t"].leader_epochs[0], 0);
+        // Removal of an in-sync follower: done at once, a leader epoch bump fences it.
+        reassign(&mut s, "t", 1, Some(&[1]), true).unwrap();
+        let a = &s.topics["t"].assignments[1];
+        assert_eq!(
+            (&a.replicas[..], &a.isr[..], a.leader),
+            (&[1][..], &[1][..], 1)
+        );
+        assert_eq!(s.topics["t"].leader_epochs[1], 1);
+        // Cancel before the new replica caught up: back to the original replicas.
+        reassign(&mut s, "t", 2, Some(&[3, 1]), true).unwrap();
+        assert_eq!(s.topics["t"].assignments[2].replicas, [3, 1, 2]);
+        reassign(&mut s, "t", 2, None, true).unwrap();
+        let a = &s.topics["t"].assignments[2];
+        assert_eq!(
+            (&a.replicas[..], &a.isr[..], a.leader, a.reassigning()),
+            (&[1, 2][..], &[1, 2][..], 1, false)
+        );
+        assert_eq!(
+            s.topics["t"].leader_epochs[2], 1,
+            "the adding replica is fenced"
+        );
+        assert!(matches!(
+            reassign(&mut s, "t", 2, None, true),
+            Err(MetadataError::NoReassignmentInProgress)
+        ));
+    }
+
+    #[test]
+    fn reassignment_targets_are_checked_as_kafka_checks_them() {
+        let mut s = three_brokers_one_topic(1);
+        let before = s.clone();
+        let err = |s: &mut ClusterMetadata, name: &str, p: i32, target: Option<&[i32]>, rf| {
+            reassign(s, name, p, target, rf).unwrap_err().to_string()
+        };
+        assert_eq!(
+            err(&mut s, "nope", 0, Some(&[1]), true),
+            "unknown topic 'nope'"
+        );
+        assert_eq!(
+            err(&mut s, "t", 1, Some(&[1]), true),
+            "Unable to find partition t:1."
+        );
+        assert_eq!(
+            err(&mut s, "t", 0, Some(&[]), true),
+            "The manual partition assignment includes an empty replica list."
+        );
+        assert_eq!(
+            err(&mut s, "t", 0, Some(&[9, 2, 2]), true),
+            "The manual partition assignment includes the broker 2 more than once."
+        );
+        assert_eq!(
+            err(&mut s, "t", 0, Some(&[4, 1]), true),
+            "The manual partition assignment includes broker 4, but no such broker is \
+             registered."
+        );
+        assert_eq!(
+            err(&mut s, "t", 0, Some(&[1, 2, 3]), false),
+            "The replication factor is changed from 2 to 3"
+        );
+        assert_eq!(
+            err(&mut s, "t", 0, None, true),
+            "No partition reassignment is in progress."
+        );
+        assert_eq!(s, before);
     }
 }

@@ -638,6 +638,8 @@ fn pa(replicas: &[i32], isr: &[i32], leader: i32, partition_epoch: i32) -> Parti
         isr: isr.to_vec(),
         leader,
         partition_epoch,
+        adding: Vec::new(),
+        removing: Vec::new(),
     }
 }
 

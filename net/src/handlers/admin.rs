@@ -470,3 +470,178 @@ pub async fn elect_leaders_replicated(
     }
     resp
 }
+
+/// Kafka's message for CLUSTER_AUTHORIZATION_FAILED.
+const CLUSTER_AUTH_FAILED: &str = "Cluster authorization failed.";
+
+/// AlterPartitionReassignments (kafka-reassign-partitions --execute / --cancel), as Kafka's
+/// controller: per partition, a target replica list starts (or replaces) a reassignment, a
+/// null one cancels the running reassignment. In a cluster each partition's change is one
+/// `ReassignPartition` proposal, checked by apply (UNKNOWN_TOPIC_OR_PARTITION,
+/// INVALID_REPLICA_ASSIGNMENT for an empty list, a repeated or an unregistered broker,
+/// INVALID_REPLICATION_FACTOR when v1 forbids a change of replication factor,
+/// NO_REASSIGNMENT_IN_PROGRESS on a cancel with nothing to cancel). A one-node broker answers
+/// with the same checks against itself as the only broker. Needs ALTER on the cluster.
+pub async fn alter_partition_reassignments(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    req: kafka_protocol::messages::AlterPartitionReassignmentsRequest,
+) -> kafka_protocol::messages::AlterPartitionReassignmentsResponse {
+    use kafka_protocol::messages::alter_partition_reassignments_response::{
+        ReassignablePartitionResponse, ReassignableTopicResponse,
+    };
+    let mut resp = kafka_protocol::messages::AlterPartitionReassignmentsResponse::default()
+        .with_allow_replication_factor_change(req.allow_replication_factor_change);
+    let refused = access
+        .check_cluster(table::ALTER_PARTITION_REASSIGNMENTS)
+        .err();
+    if let Some(code) = refused {
+        // Kafka's error response: the code at the top and on every partition.
+        resp.error_code = code;
+        resp.error_message = Some(s(CLUSTER_AUTH_FAILED));
+    }
+    for t in req.topics {
+        let name = t.name.to_string();
+        let mut partitions = Vec::with_capacity(t.partitions.len());
+        for p in t.partitions {
+            let target: Option<Vec<i32>> = p.replicas.map(|r| r.into_iter().map(|b| b.0).collect());
+            let r: Result<(), ItemError> = match refused {
+                Some(code) => Err((code, CLUSTER_AUTH_FAILED.into())),
+                None if ctx.broker.cluster.is_replicated() => ctx
+                    .broker
+                    .cluster
+                    .propose(kmirror_control::quorum::ClusterCommand::Metadata(
+                        MetadataCommand::ReassignPartition {
+                            name: name.clone(),
+                            partition: p.partition_index,
+                            replicas: target,
+                            allow_replication_factor_change: req.allow_replication_factor_change,
+                        },
+                    ))
+                    .await
+                    .map(|_| ())
+                    .map_err(propose_err),
+                None => reassign_alone(
+                    &ctx.meta(),
+                    ctx.node_id(),
+                    &name,
+                    p.partition_index,
+                    target.as_deref(),
+                    req.allow_replication_factor_change,
+                ),
+            };
+            let mut pr =
+                ReassignablePartitionResponse::default().with_partition_index(p.partition_index);
+            if let Err((code, msg)) = r {
+                pr = pr.with_error_code(code).with_error_message(Some(s(&msg)));
+            }
+            partitions.push(pr);
+        }
+        resp.responses.push(
+            ReassignableTopicResponse::default()
+                .with_name(topic_name(&name))
+                .with_partitions(partitions),
+        );
+    }
+    resp
+}
+
+/// A one-node broker's answer: the controller's checks on a scratch copy where this node is
+/// the only registered broker and every partition lives on it, so the only valid target is
+/// this node alone (a no-op) and there is never a reassignment to cancel.
+fn reassign_alone(
+    meta: &kmirror_control::metadata::ClusterMetadata,
+    node: i32,
+    name: &str,
+    partition: i32,
+    target: Option<&[i32]>,
+    allow_rf_change: bool,
+) -> Result<(), ItemError> {
+    use kmirror_control::metadata::{BrokerRegistration, PartitionAssignment};
+    let mut scratch = meta.clone();
+    scratch.brokers = [(
+        node,
+        BrokerRegistration {
+            id: node,
+            incarnation: Uuid::nil(),
+            endpoints: Vec::new(),
+            rack: None,
+            fenced: false,
+        },
+    )]
+    .into();
+    for t in scratch.topics.values_mut() {
+        if t.assignments.is_empty() {
+            t.assignments = vec![PartitionAssignment::local(node); t.leader_epochs.len()];
+        }
+    }
+    kmirror_control::quorum::controller::reassign(
+        &mut scratch,
+        name,
+        partition,
+        target,
+        allow_rf_change,
+    )
+    .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))
+}
+
+/// ListPartitionReassignments (kafka-reassign-partitions --verify / --list): the partitions
+/// with adding or removing replicas, with their full replica set, from this node's published
+/// metadata. All of them for a null topic list; otherwise the named partitions that are
+/// reassigning (unknown topics and partitions are left out, as Kafka does). Needs DESCRIBE on
+/// the cluster.
+pub fn list_partition_reassignments(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    req: kafka_protocol::messages::ListPartitionReassignmentsRequest,
+) -> kafka_protocol::messages::ListPartitionReassignmentsResponse {
+    use kafka_protocol::messages::list_partition_reassignments_response::{
+        OngoingPartitionReassignment, OngoingTopicReassignment,
+    };
+    let mut resp = kafka_protocol::messages::ListPartitionReassignmentsResponse::default();
+    if let Err(code) = access.check_cluster(table::DESCRIBE_PARTITION_REASSIGNMENTS) {
+        resp.error_code = code;
+        resp.error_message = Some(s(CLUSTER_AUTH_FAILED));
+        return resp;
+    }
+    let meta = ctx.meta();
+    let wanted: Vec<(&TopicMeta, Vec<i32>)> = match req.topics {
+        None => meta
+            .topics
+            .values()
+            .map(|t| (t, (0..t.assignments.len() as i32).collect()))
+            .collect(),
+        Some(list) => list
+            .into_iter()
+            .filter_map(|t| {
+                meta.topics
+                    .get(t.name.as_str())
+                    .map(|m| (m, t.partition_indexes))
+            })
+            .collect(),
+    };
+    let ids = |v: &[i32]| v.iter().map(|b| broker(*b)).collect::<Vec<_>>();
+    for (t, partitions) in wanted {
+        let ongoing: Vec<OngoingPartitionReassignment> = partitions
+            .into_iter()
+            .filter_map(|p| {
+                let a = t.assignments.get(usize::try_from(p).ok()?)?;
+                a.reassigning().then(|| {
+                    OngoingPartitionReassignment::default()
+                        .with_partition_index(p)
+                        .with_replicas(ids(&a.replicas))
+                        .with_adding_replicas(ids(&a.adding))
+                        .with_removing_replicas(ids(&a.removing))
+                })
+            })
+            .collect();
+        if !ongoing.is_empty() {
+            resp.topics.push(
+                OngoingTopicReassignment::default()
+                    .with_name(topic_name(&t.name))
+                    .with_partitions(ongoing),
+            );
+        }
+    }
+    resp
+}

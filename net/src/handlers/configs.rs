@@ -248,6 +248,14 @@ enum TopicChange {
     Replace(BTreeMap<String, String>),
 }
 
+/// The broker-level throttle rates `kafka-reassign-partitions` sets with --throttle and
+/// clears with --verify.
+const REPLICATION_THROTTLE_RATES: [&str; 3] = [
+    "leader.replication.throttled.rate",
+    "follower.replication.throttled.rate",
+    "replica.alter.log.dirs.io.max.bytes.per.second",
+];
+
 fn static_broker_error() -> ItemError {
     (
         E::InvalidRequest.code(),
@@ -276,6 +284,13 @@ async fn alter_broker(
     if !name.is_empty() && name != ctx.node_id().to_string() {
         return Err((E::InvalidRequest.code(), format!("unknown broker '{name}'")));
     }
+    // kmirror has no replication throttle, so these are never set; deleting one is the
+    // no-op it is on a Kafka broker where it is unset (`kafka-reassign-partitions --verify`
+    // clears them on every broker once a reassignment is done).
+    let changes: Vec<(String, Option<String>)> = changes
+        .into_iter()
+        .filter(|(k, v)| !(v.is_none() && REPLICATION_THROTTLE_RATES.contains(&k.as_str())))
+        .collect();
     let ext = ctx.broker.extension.as_ref();
     let level = broker_level(name);
     let invalid = |m: String| (E::InvalidRequest.code(), m);
