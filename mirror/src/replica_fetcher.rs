@@ -221,7 +221,11 @@ async fn follow(
         }
         .await;
         if let Err(e) = r {
-            tracing::debug!(leader, error = %e, "replica fetch failed; reconnecting");
+            if e.is_auth_failure() {
+                tracing::warn!(leader, error = %e, "replica fetch refused by the leader (the broker's principal needs CLUSTER_ACTION: list it in --super-users)");
+            } else {
+                tracing::debug!(leader, error = %e, "replica fetch failed; reconnecting");
+            }
             conn = None;
             glommio::timer::sleep(BACKOFF).await;
         } else if !progress {
@@ -433,6 +437,15 @@ async fn fetch_once(
     let (v, resp) = c
         .send_built::<FetchRequest>(4, i16::MAX, wait, build)
         .await?;
+    if resp.error_code == code::CLUSTER_AUTHORIZATION_FAILED {
+        // The broker's principal lacks CLUSTER_ACTION (not in --super-users): an operator must
+        // act, so the reconnect backs off and the refusal is logged (once per attempt).
+        return Err(ClientError::Kafka {
+            api: "Fetch",
+            code: resp.error_code,
+            message: None,
+        });
+    }
     if resp.error_code != code::NONE {
         tracing::debug!(code = resp.error_code, "replica Fetch refused");
         return Ok(false);
@@ -452,6 +465,19 @@ async fn fetch_once(
             };
             got.push((p.clone(), pd));
         }
+    }
+    // A leader refuses a follower without CLUSTER_ACTION with TOPIC_AUTHORIZATION_FAILED on
+    // every partition, as Kafka does.
+    if !got.is_empty()
+        && got
+            .iter()
+            .all(|(_, pd)| pd.error_code == code::TOPIC_AUTHORIZATION_FAILED)
+    {
+        return Err(ClientError::Kafka {
+            api: "Fetch",
+            code: code::TOPIC_AUTHORIZATION_FAILED,
+            message: None,
+        });
     }
     let progressed = router
         .run_on(core, move |s| {

@@ -301,6 +301,10 @@ impl Under for SecuredKafka {
 
 impl Secured {
     fn start() -> Secured {
+        Secured::start_with_super_users(&format!("User:{BROKER_USER};User:admin"))
+    }
+
+    fn start_with_super_users(super_users: &str) -> Secured {
         let pki = TestPki::new();
         let server = pki.server("kmirror");
         let dir = tempfile::tempdir().unwrap();
@@ -313,7 +317,7 @@ impl Secured {
             .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
             .collect::<Vec<_>>()
             .join(",");
-        let super_users = format!("User:{BROKER_USER};User:admin");
+        let super_users = super_users.to_string();
         let nodes: Vec<KmirrorNode> = std::thread::scope(|s| {
             let hs: Vec<_> = (0..3)
                 .map(|i| {
@@ -427,6 +431,55 @@ fn a_cluster_whose_only_listener_is_sasl_ssl_replicates_and_runs_transactions() 
             );
         }
     }
+}
+
+/// The broker user authenticates but is no super user: followers are refused
+/// (CLUSTER_AUTHORIZATION_FAILED on the replica Fetch), stay out of the ISR, and the refusal
+/// is in the log.
+#[test]
+fn without_cluster_action_the_broker_user_cannot_replicate() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let c = Secured::start_with_super_users("User:admin");
+    let ran = c.topics_tool(
+        1,
+        &[
+            "--create",
+            "--topic",
+            TOPIC,
+            "--partitions",
+            "1",
+            "--replication-factor",
+            "3",
+        ],
+    );
+    assert!(ran.status.success(), "create: {}", ran.stderr);
+    std::thread::sleep(Duration::from_secs(5));
+    let d = proc::wait_for(Duration::from_secs(30), "a description", || {
+        let ran = c.topics_tool(1, &["--describe", "--topic", TOPIC]);
+        ran.stdout
+            .lines()
+            .find(|l| l.contains("Partition: 0"))
+            .map(str::to_string)
+    });
+    let leader: usize = d
+        .split('\t')
+        .find_map(|f| f.trim().strip_prefix("Leader: "))
+        .and_then(|l| l.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no leader in {d}"));
+    assert!(
+        d.contains(&format!("Isr: {leader}")),
+        "only the leader in the ISR: {d}"
+    );
+    let follower = leader % 3 + 1;
+    proc::wait_for(
+        Duration::from_secs(20),
+        "the refusal in the follower's log",
+        || {
+            c.log_of(follower)
+                .contains("the broker's principal needs CLUSTER_ACTION")
+                .then_some(())
+        },
+    );
 }
 
 #[test]
