@@ -66,6 +66,8 @@ pub struct DriverConfig {
     /// while this node leads, every interval it elects the preferred leader of each partition
     /// led elsewhere whose preferred replica is unfenced and in the ISR. `None`: never.
     pub leader_rebalance: Option<Duration>,
+    /// Mutual TLS on the controller listener and to the peers (`None`: plaintext).
+    pub tls: Option<crate::transport::ControllerTls>,
 }
 
 impl DriverConfig {
@@ -84,6 +86,7 @@ impl DriverConfig {
             snapshot_every: 1000,
             session_timeout: None,
             leader_rebalance: None,
+            tls: None,
         }
     }
 }
@@ -376,7 +379,7 @@ impl Driver {
         let blocked = Blocked::default();
         let listener = {
             let tx = tx.clone();
-            Listener::bind(&cfg.listen, blocked.clone(), move |m| {
+            Listener::bind(&cfg.listen, blocked.clone(), cfg.tls.clone(), move |m| {
                 // A full queue drops the message; Raft retransmits.
                 let _ = tx.try_send(Event::Raft(m, Instant::now()));
             })
@@ -385,7 +388,7 @@ impl Driver {
                 source,
             })?
         };
-        let senders = Arc::new(Senders::new(cfg.node_id, blocked.clone()));
+        let senders = Arc::new(Senders::new(cfg.node_id, blocked.clone(), cfg.tls.clone()));
         let mut peers = HashMap::new();
         for v in &cfg.voters {
             senders.add_peer(v.id, &v.addr);

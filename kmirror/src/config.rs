@@ -88,6 +88,26 @@ pub(crate) struct ServeConfig {
     pub connections_max_reauth_ms: i64,
     /// The controller listener of a clustered node, `HOST:PORT` (issue 12).
     pub controller_listen: String,
+    /// Kafka's `inter.broker.listener.name`: which of this node's listeners its peers connect
+    /// to (replica fetches, transaction markers, forwarded requests). kmirror names each
+    /// listener by its protocol (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL). Empty = the first
+    /// listener, in the clear.
+    pub inter_broker_listener_name: String,
+    /// Kafka's `sasl.mechanism.inter.broker.protocol`: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512
+    /// (empty = the first of `sasl_mechanisms`).
+    pub inter_broker_sasl_mechanism: String,
+    /// The broker's own SASL user on the inter-broker listener (list it in `super_users`).
+    pub inter_broker_sasl_username: String,
+    /// File holding that user's password (its first line).
+    pub inter_broker_sasl_password_file: String,
+    /// PEM CA certificates the peers' TLS certificates are checked against (inter-broker
+    /// listener and controller listener); empty = the webpki roots. The peer's advertised
+    /// host must be in its certificate.
+    pub inter_broker_tls_ca: String,
+    /// Kafka's controller listener with protocol SSL: the Raft transport between voters uses
+    /// mutual TLS with `tls_cert`/`tls_key`; a peer must present a certificate signed by
+    /// `inter_broker_tls_ca`.
+    pub controller_listener_tls: bool,
     /// The metadata quorum, Kafka's `controller.quorum.voters` format `ID@HOST:PORT,...`;
     /// empty = a single node, as always.
     pub quorum: String,
@@ -147,6 +167,12 @@ impl Default for ServeConfig {
             sasl_oauthbearer_expected_audience: None,
             connections_max_reauth_ms: 0,
             controller_listen: String::new(),
+            inter_broker_listener_name: String::new(),
+            inter_broker_sasl_mechanism: String::new(),
+            inter_broker_sasl_username: String::new(),
+            inter_broker_sasl_password_file: String::new(),
+            inter_broker_tls_ca: String::new(),
+            controller_listener_tls: false,
             quorum: String::new(),
             broker_session_timeout_ms: 9000,
             default_replication_factor: 1,
@@ -265,7 +291,141 @@ impl ServeConfig {
         self.sasl_config()?;
         self.authz()?;
         self.quorum_voters()?;
+        self.inter_broker()?;
+        self.controller_tls()?;
         Ok(())
+    }
+
+    /// The controller listener's mutual TLS, when `controller_listener_tls` asks for it.
+    pub(crate) fn controller_tls(
+        &self,
+    ) -> Result<Option<kmirror_cluster::transport::ControllerTls>, ConfigError> {
+        if !self.controller_listener_tls {
+            return Ok(None);
+        }
+        let (cert, key, ca) = (
+            self.tls_cert.trim(),
+            self.tls_key.trim(),
+            self.inter_broker_tls_ca.trim(),
+        );
+        if self.quorum.trim().is_empty() {
+            return Err(ConfigError::Invalid(
+                "controller_listener_tls is set but quorum is not".into(),
+            ));
+        }
+        if cert.is_empty() || key.is_empty() || ca.is_empty() {
+            return Err(ConfigError::Invalid(
+                "controller_listener_tls needs tls_cert, tls_key and inter_broker_tls_ca (the CA \
+                 peers' certificates are signed by)"
+                    .into(),
+            ));
+        }
+        kmirror_cluster::transport::ControllerTls::from_files(
+            cert.as_ref(),
+            key.as_ref(),
+            ca.as_ref(),
+        )
+        .map(Some)
+        .map_err(|e| ConfigError::Invalid(format!("controller_listener_tls: {e}")))
+    }
+
+    /// The inter-broker listener's name (`None`: the first listener) and the broker's client
+    /// security towards it: TLS (trusting `inter_broker_tls_ca`, presenting this node's own
+    /// certificate as Kafka's brokers present their keystore) and SASL as its protocol says.
+    pub(crate) fn inter_broker(
+        &self,
+    ) -> Result<
+        (
+            Option<String>,
+            kmirror_mirror::client_security::ClientSecurity,
+        ),
+        ConfigError,
+    > {
+        use kmirror_mirror::client_security::{keys, ClientSecurity};
+        let listeners = self.listener_specs()?;
+        let named = self.inter_broker_listener_name.trim();
+        if named.is_empty() && self.quorum.trim().is_empty() {
+            // One node: no peers, nothing to connect to.
+            return Ok((None, ClientSecurity::plaintext()));
+        }
+        let listener = if named.is_empty() {
+            &listeners[0]
+        } else {
+            listeners
+                .iter()
+                .find(|l| l.name.eq_ignore_ascii_case(named))
+                .ok_or_else(|| {
+                    ConfigError::Invalid(format!(
+                        "inter_broker_listener_name {named} is not among the listeners ({}); \
+                         a listener's name is its protocol",
+                        listeners
+                            .iter()
+                            .map(|l| l.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ))
+                })?
+        };
+        let proto = listener.protocol;
+        let mut props = std::collections::BTreeMap::new();
+        props.insert(keys::SECURITY_PROTOCOL.to_string(), proto.to_string());
+        let file = |key: &str, path: &str| {
+            std::fs::read_to_string(path.trim())
+                .map_err(|e| ConfigError::Invalid(format!("{key}: cannot read '{path}': {e}")))
+        };
+        if proto.uses_tls() {
+            let ca = self.inter_broker_tls_ca.trim();
+            if !ca.is_empty() {
+                props.insert(keys::TRUSTSTORE_LOCATION.into(), ca.into());
+            }
+            if !self.tls_cert.trim().is_empty() && !self.tls_key.trim().is_empty() {
+                props.insert(
+                    keys::KEYSTORE_CERTIFICATE_CHAIN.into(),
+                    file("tls_cert", &self.tls_cert)?,
+                );
+                props.insert(keys::KEYSTORE_KEY.into(), file("tls_key", &self.tls_key)?);
+            }
+        }
+        if proto.uses_sasl() {
+            let mechanism = match self.inter_broker_sasl_mechanism.trim() {
+                "" => self
+                    .sasl_config()?
+                    .mechanisms
+                    .first()
+                    .map(|m| m.name().to_string())
+                    .unwrap_or_default(),
+                m => m.to_ascii_uppercase(),
+            };
+            if !["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"].contains(&mechanism.as_str()) {
+                return Err(ConfigError::Invalid(format!(
+                    "inter_broker_sasl_mechanism {mechanism} is not supported for the \
+                     inter-broker listener (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512)"
+                )));
+            }
+            let user = self.inter_broker_sasl_username.trim();
+            let pw_file = self.inter_broker_sasl_password_file.trim();
+            if user.is_empty() || pw_file.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "the inter-broker listener {} uses SASL: set inter_broker_sasl_username and \
+                     inter_broker_sasl_password_file (--inter-broker-sasl-username, \
+                     --inter-broker-sasl-password-file)",
+                    listener.name
+                )));
+            }
+            let password = file("inter_broker_sasl_password_file", pw_file)?;
+            let password = password.lines().next().unwrap_or("").to_string();
+            if password.is_empty() {
+                return Err(ConfigError::Invalid(format!(
+                    "inter_broker_sasl_password_file {pw_file} is empty"
+                )));
+            }
+            props.insert(keys::SASL_MECHANISM.into(), mechanism);
+            props.insert(keys::SASL_USERNAME.into(), user.into());
+            props.insert(keys::SASL_PASSWORD.into(), password);
+        }
+        let security = ClientSecurity::from_properties(&props)
+            .map_err(|e| ConfigError::Invalid(format!("inter-broker client: {e}")))?;
+        Ok(((!named.is_empty()).then(|| listener.name.clone()), security))
     }
 
     /// The metadata quorum's voters; empty for a single node. With a quorum, this node needs
@@ -466,5 +626,50 @@ mod tests {
         // No quorum: a single node, exactly as before.
         let c = ServeConfig::default();
         assert!(c.quorum_voters().unwrap().is_empty());
+    }
+
+    #[test]
+    fn inter_broker_settings_are_validated() {
+        use kmirror_mirror::client_security::SecurityProtocol;
+        let dir = tempfile::tempdir().unwrap();
+        let pw = dir.path().join("pw");
+        std::fs::write(&pw, "s3cret\n").unwrap();
+        let q =
+            "quorum = \"1@127.0.0.1:9093\"\nnode_id = 1\ncontroller_listen = \"127.0.0.1:9093\"\n\
+                 listeners = \"PLAINTEXT://127.0.0.1:9092,SASL_PLAINTEXT://127.0.0.1:9094\"\n";
+        // Default: the first listener, in the clear.
+        let c: ServeConfig = toml::from_str(q).unwrap();
+        let (name, sec) = c.inter_broker().unwrap();
+        assert_eq!((name, sec.protocol()), (None, SecurityProtocol::Plaintext));
+        for (extra, why) in [
+            ("inter_broker_listener_name = \"SSL\"", "not among the listeners"),
+            (
+                "inter_broker_listener_name = \"SASL_PLAINTEXT\"",
+                "set inter_broker_sasl_username",
+            ),
+            (
+                "inter_broker_listener_name = \"SASL_PLAINTEXT\"\ninter_broker_sasl_username = \"kmirror\"\n\
+                 inter_broker_sasl_password_file = \"/nonexistent\"",
+                "cannot read",
+            ),
+            (
+                "inter_broker_listener_name = \"SASL_PLAINTEXT\"\ninter_broker_sasl_mechanism = \"OAUTHBEARER\"",
+                "not supported",
+            ),
+        ] {
+            let c: ServeConfig = toml::from_str(&format!("{q}{extra}")).unwrap();
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(why), "{extra}: {e}");
+        }
+        let c: ServeConfig = toml::from_str(&format!(
+            "{q}inter_broker_listener_name = \"sasl_plaintext\"\ninter_broker_sasl_username = \"kmirror\"\n\
+             inter_broker_sasl_password_file = {:?}",
+            pw.display().to_string()
+        ))
+        .unwrap();
+        c.validate().unwrap();
+        let (name, sec) = c.inter_broker().unwrap();
+        assert_eq!(name.as_deref(), Some("SASL_PLAINTEXT"));
+        assert_eq!(sec.protocol(), SecurityProtocol::SaslPlaintext);
     }
 }

@@ -145,6 +145,25 @@ pub(crate) struct ServeArgs {
     /// Controller listener HOST:PORT of a clustered node.
     #[arg(long)]
     pub controller_listen: Option<String>,
+    /// inter.broker.listener.name: the listener (named by its protocol) peers connect to.
+    #[arg(long)]
+    pub inter_broker_listener_name: Option<String>,
+    /// sasl.mechanism.inter.broker.protocol: PLAIN, SCRAM-SHA-256 or SCRAM-SHA-512.
+    #[arg(long)]
+    pub inter_broker_sasl_mechanism: Option<String>,
+    /// This broker's SASL user on the inter-broker listener.
+    #[arg(long)]
+    pub inter_broker_sasl_username: Option<String>,
+    /// File holding that user's password.
+    #[arg(long)]
+    pub inter_broker_sasl_password_file: Option<String>,
+    /// PEM CA certificates trusted for peers' TLS certificates.
+    #[arg(long)]
+    pub inter_broker_tls_ca: Option<String>,
+    /// The controller listener with mutual TLS (tls_cert/tls_key, peers signed by
+    /// inter_broker_tls_ca).
+    #[arg(long, num_args = 0..=1, default_missing_value = "true")]
+    pub controller_listener_tls: Option<bool>,
     /// Metadata quorum voters, ID@HOST:PORT,... (Kafka's controller.quorum.voters). Without
     /// it, one node as always. A --node-id not among them joins the running cluster as an
     /// observer (a broker; AddRaftVoter can then make it a voter).

@@ -123,6 +123,24 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
     if let Some(v) = args.controller_listen {
         c.controller_listen = v;
     }
+    if let Some(v) = args.inter_broker_listener_name {
+        c.inter_broker_listener_name = v;
+    }
+    if let Some(v) = args.inter_broker_sasl_mechanism {
+        c.inter_broker_sasl_mechanism = v;
+    }
+    if let Some(v) = args.inter_broker_sasl_username {
+        c.inter_broker_sasl_username = v;
+    }
+    if let Some(v) = args.inter_broker_sasl_password_file {
+        c.inter_broker_sasl_password_file = v;
+    }
+    if let Some(v) = args.inter_broker_tls_ca {
+        c.inter_broker_tls_ca = v;
+    }
+    if let Some(v) = args.controller_listener_tls {
+        c.controller_listener_tls = v;
+    }
     if let Some(v) = args.quorum {
         c.quorum = v;
     }
@@ -151,12 +169,20 @@ fn merge(args: ServeArgs) -> Result<ServeConfig, Box<dyn std::error::Error>> {
 pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let c = merge(args)?;
     let voters = c.quorum_voters()?;
+    let (inter_broker_listener, inter_broker_security) = c.inter_broker()?;
+    let controller_tls = c.controller_tls()?;
     // KRaft combined mode: this node is a voter of the metadata quorum and a broker.
     let quorum = (!voters.is_empty()).then(|| kmirror_net::cluster::QuorumOptions {
         controller_listen: c.controller_listen.trim().to_string(),
         voters,
         session_timeout: Duration::from_millis(c.broker_session_timeout_ms.max(100)),
         default_replication_factor: c.default_replication_factor,
+        inter_broker_listener: inter_broker_listener.clone(),
+        inter_broker_dialer: Some(Arc::new(kmirror_mirror::interbroker::InterBrokerDialer {
+            security: inter_broker_security.clone(),
+            client_id: format!("kmirror-{}-inter-broker", c.node_id),
+        })),
+        controller_tls: controller_tls.clone(),
         leader_rebalance: c
             .auto_leader_rebalance_enable
             .then(|| Duration::from_secs(c.leader_imbalance_check_interval_seconds.max(1))),
@@ -187,6 +213,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         kmirror_mirror::host::MirrorSettings {
             feature_level: c.mirror_version,
             byte_rate: c.mirror_byte_rate,
+            inter_broker: inter_broker_security,
             ..Default::default()
         },
     )?;

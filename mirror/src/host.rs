@@ -69,6 +69,8 @@ pub struct MirrorSettings {
     pub fetcher: FetcherConfig,
     /// Broker-wide mirror byte-rate ceiling (bytes/s, 0 = unlimited).
     pub byte_rate: u64,
+    /// How the replica fetcher connects to the leaders' inter-broker listener (TLS, SASL).
+    pub inter_broker: crate::client_security::ClientSecurity,
 }
 
 impl Default for MirrorSettings {
@@ -77,6 +79,7 @@ impl Default for MirrorSettings {
             feature_level: 1,
             fetcher: FetcherConfig::default(),
             byte_rate: 0,
+            inter_broker: Default::default(),
         }
     }
 }
@@ -127,6 +130,8 @@ pub struct MirrorBroker {
     /// feature levels are set at format time and then only by UpdateFeatures).
     feature_level: std::sync::atomic::AtomicI16,
     feature_file: std::path::PathBuf,
+    /// The replica fetcher's connection security (`MirrorSettings::inter_broker`).
+    inter_broker: crate::client_security::ClientSecurity,
 }
 
 /// File (in the data directory) holding `mirror.version` once UpdateFeatures set it.
@@ -147,7 +152,9 @@ impl MirrorBroker {
             .unwrap_or(settings.feature_level);
         let service = MirrorService::new(MirrorCoordinator::new(store), level);
         let (tx, rx) = flume::unbounded();
+        let inter_broker = settings.inter_broker.clone();
         Ok(Arc::new(MirrorBroker {
+            inter_broker,
             tx,
             broker: std::sync::OnceLock::new(),
             pending: Mutex::new(Some((rx, service, settings))),
@@ -207,7 +214,12 @@ impl ExtensionApis for MirrorBroker {
 
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
         let _ = self.broker.set(broker.clone());
-        crate::replica_fetcher::start(broker.clone(), router.clone(), self.stop.clone());
+        crate::replica_fetcher::start(
+            broker.clone(),
+            router.clone(),
+            self.stop.clone(),
+            self.inter_broker.clone(),
+        );
         let Some((rx, mut service, settings)) = self
             .pending
             .lock()
@@ -465,10 +477,11 @@ impl BrokerHost {
             }
         }
         for (leader, topics) in by_leader {
-            let Some(e) = meta.brokers.get(&leader).and_then(|b| b.endpoints.first()) else {
+            // The leader's inter-broker listener, authenticated as the broker itself.
+            let ib = &self.broker.config.inter_broker;
+            let Some(addr) = ib.peer_addr(&meta, leader) else {
                 continue;
             };
-            let addr = format!("{}:{}", e.host, e.port);
             let req = ListOffsetsRequest::default()
                 .with_replica_id(BrokerId(-1))
                 .with_isolation_level(0)
@@ -491,14 +504,20 @@ impl BrokerHost {
                         })
                         .collect(),
                 );
-            let resp = crate::client::BlockingConnection::connect(
-                &addr,
-                "kmirror-mirror-seat",
-                LEADER_HW_TIMEOUT,
-            )
-            .and_then(|mut c| c.send_with(&req, 1, 7));
+            // v7: the version every Kafka 4.x and kmirror broker serves.
+            const VERSION: i16 = 7;
+            let resp =
+                crate::client::codec::encode_request(&req, VERSION, 1, "kmirror-mirror-seat")
+                    .map_err(|e| e.to_string())
+                    .and_then(|frame| ib.exchange(&addr, &frame[4..], LEADER_HW_TIMEOUT))
+                    .and_then(|frame| {
+                        crate::client::codec::decode_response::<ListOffsetsRequest>(
+                            frame, VERSION, 1,
+                        )
+                        .map_err(|e| e.to_string())
+                    });
             match resp {
-                Ok((_, r)) => {
+                Ok(r) => {
                     for t in r.topics {
                         for p in t.partitions {
                             if p.error_code == 0 && p.offset >= 0 {
@@ -860,28 +879,16 @@ impl MirrorLiveStatus for BrokerHost {
     }
 }
 
-/// Sends one request frame to `addr` and returns its response frame (a mirror request
-/// forwarded to the seat; the correlation id is the client's, so the answer passes back
-/// as is).
-fn forward(addr: &str, frame: &[u8]) -> std::io::Result<Bytes> {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr)?;
+/// Sends one request frame to `addr` (the seat's inter-broker listener, with its TLS and
+/// SASL) and returns its response frame (a mirror request forwarded to the seat; the
+/// correlation id is the client's, so the answer passes back as is).
+fn forward(
+    ib: &kmirror_net::interbroker::InterBroker,
+    addr: &str,
+    frame: &[u8],
+) -> Result<Bytes, String> {
     // A failover on the seat waits for fetchers to stop (up to STOP_TIMEOUT per partition).
-    s.set_read_timeout(Some(Duration::from_secs(120)))?;
-    let len = u32::try_from(frame.len()).map_err(std::io::Error::other)?;
-    let mut out = Vec::with_capacity(frame.len() + 4);
-    out.extend_from_slice(&len.to_be_bytes());
-    out.extend_from_slice(frame);
-    s.write_all(&out)?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len)?;
-    let len = u32::from_be_bytes(len) as usize;
-    if len > 100 << 20 {
-        return Err(std::io::Error::other("response frame too large"));
-    }
-    let mut buf = vec![0u8; len];
-    s.read_exact(&mut buf)?;
-    Ok(Bytes::from(buf))
+    ib.exchange(addr, frame, Duration::from_secs(120))
 }
 
 /// The COORDINATOR_NOT_AVAILABLE answer (seed 000: "the mirror coordinator is not active")
@@ -1086,7 +1093,7 @@ impl Control {
     }
 
     /// Where a mirror request goes when this node does not hold the seat: the quorum
-    /// leader's first listener (None: no leader known, or this node leads).
+    /// leader's inter-broker listener (None: no leader known, or this node leads).
     fn seat_addr(&self) -> Option<String> {
         self.quorum.as_ref().filter(|q| !q.seat)?;
         let cluster = &self.host.broker.cluster;
@@ -1095,8 +1102,11 @@ impl Control {
             return None;
         }
         let meta = cluster.snapshot();
-        let e = meta.brokers.get(&leader)?.endpoints.first()?.clone();
-        Some(format!("{}:{}", e.host, e.port))
+        self.host
+            .broker
+            .config
+            .inter_broker
+            .peer_addr(&meta, leader)
     }
 
     fn run(
@@ -1178,10 +1188,11 @@ impl Control {
                         ));
                         return false;
                     };
+                    let ib = self.host.broker.config.inter_broker.clone();
                     let spawned = std::thread::Builder::new()
                         .name("kmirror-mirror-fwd".into())
                         .spawn(move || {
-                            let out = match forward(&addr, &frame) {
+                            let out = match forward(&ib, &addr, &frame) {
                                 Ok(b) => Some(b),
                                 Err(e) => {
                                     tracing::warn!(%addr, error = %e, "cannot forward a mirror request to the seat");
@@ -2201,7 +2212,8 @@ mod tests {
         frame.extend_from_slice(&encode_body(&WriteMirrorStatesRequest::default()));
         // A port nothing listens on: the forward fails and the client still gets an answer.
         let frame = frame.freeze();
-        let err = forward("127.0.0.1:1", &frame).unwrap_err();
+        let ib = kmirror_net::interbroker::InterBroker::plain("PLAINTEXT");
+        let err = forward(&ib, "127.0.0.1:1", &frame).unwrap_err();
         let mut out = coordinator_not_available(&frame, &err.to_string()).unwrap();
         assert_eq!(read_response_header_v1(&mut out).unwrap(), 41);
         let r: WriteMirrorStatesResponse = decode_body("WriteMirrorStates", 0, out).unwrap();

@@ -24,6 +24,7 @@ pub mod client;
 pub mod client_security;
 pub mod fetcher;
 pub mod host;
+pub mod interbroker;
 pub mod manager;
 pub mod metrics;
 pub mod replica_fetcher;

@@ -18,9 +18,11 @@
 //! truncates again.
 //!
 //! Must not: touch a partition except in a job on its owning core (all jobs here run on the
-//! fetcher's own core, inline); hold a shard borrow across an await. Gaps: the connection is
-//! PLAINTEXT (an inter-broker listener with TLS/SASL is not supported yet), no fetch session
-//! (each Fetch is a full one), no replication throttle.
+//! fetcher's own core, inline); hold a shard borrow across an await.
+//!
+//! The connection goes to the leader's inter-broker listener with the broker's own TLS and
+//! SASL settings (`serve --inter-broker-listener-name`, Kafka's `inter.broker.listener.name`).
+//! Gaps: no fetch session (each Fetch is a full one), no replication throttle.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
@@ -41,6 +43,7 @@ use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
 use uuid::Uuid;
 
 use crate::client::{AsyncConnection, ClientError};
+use crate::client_security::ClientSecurity;
 use crate::fetcher::complete_batches;
 use crate::keys::error as code;
 
@@ -58,10 +61,15 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const IDLE_EXIT: Duration = Duration::from_secs(5);
 
 /// Starts the supervisor on every core (from a plain thread, once the broker serves).
-pub fn start(broker: Arc<Broker>, router: Router, stop: Arc<AtomicBool>) {
+pub fn start(broker: Arc<Broker>, router: Router, stop: Arc<AtomicBool>, security: ClientSecurity) {
     for core in 0..router.cores() {
-        let (b, r, s) = (broker.clone(), router.clone(), stop.clone());
-        if let Err(e) = router.spawn_on_blocking(core, move || supervise(b, r, core, s)) {
+        let (b, r, s, sec) = (
+            broker.clone(),
+            router.clone(),
+            stop.clone(),
+            security.clone(),
+        );
+        if let Err(e) = router.spawn_on_blocking(core, move || supervise(b, r, core, s, sec)) {
             tracing::error!(core, error = %e, "cannot start the replica fetchers");
         }
     }
@@ -103,7 +111,14 @@ async fn followed(router: &Router, core: usize, leader: Option<i32>) -> Vec<Foll
         .unwrap_or_default()
 }
 
-async fn supervise(broker: Arc<Broker>, router: Router, core: usize, stop: Arc<AtomicBool>) {
+async fn supervise(
+    broker: Arc<Broker>,
+    router: Router,
+    core: usize,
+    stop: Arc<AtomicBool>,
+    security: ClientSecurity,
+) {
+    let security = Rc::new(security);
     let running: Rc<RefCell<HashSet<i32>>> = Rc::default();
     while !stop.load(Ordering::Relaxed) {
         let leaders: HashSet<i32> = followed(&router, core, None)
@@ -116,14 +131,15 @@ async fn supervise(broker: Arc<Broker>, router: Router, core: usize, stop: Arc<A
             if leader < 0 || !running.borrow_mut().insert(leader) {
                 continue;
             }
-            let (b, r, s, run) = (
+            let (b, r, s, run, sec) = (
                 broker.clone(),
                 router.clone(),
                 stop.clone(),
                 running.clone(),
+                security.clone(),
             );
             glommio::spawn_local(async move {
-                follow(&b, &r, core, leader, &s).await;
+                follow(&b, &r, core, leader, &s, &sec).await;
                 run.borrow_mut().remove(&leader);
             })
             .detach();
@@ -132,22 +148,21 @@ async fn supervise(broker: Arc<Broker>, router: Router, core: usize, stop: Arc<A
     }
 }
 
-/// The address of `leader`'s listener named like this node's first listener (the
-/// inter-broker listener), else its first one.
+/// The address of `leader`'s inter-broker listener.
 fn leader_addr(broker: &Broker, leader: i32) -> Option<String> {
     let meta = broker.cluster.snapshot();
-    let b = meta.brokers.get(&leader)?;
-    let ours = broker.config.listeners.first().map(|l| l.name.as_str());
-    let e = b
-        .endpoints
-        .iter()
-        .find(|e| Some(e.name.as_str()) == ours)
-        .or_else(|| b.endpoints.first())?;
-    Some(format!("{}:{}", e.host, e.port))
+    broker.config.inter_broker.peer_addr(&meta, leader)
 }
 
 /// The fetch loop for the partitions this core follows from `leader`.
-async fn follow(broker: &Broker, router: &Router, core: usize, leader: i32, stop: &AtomicBool) {
+async fn follow(
+    broker: &Broker,
+    router: &Router,
+    core: usize,
+    leader: i32,
+    stop: &AtomicBool,
+    security: &ClientSecurity,
+) {
     let node = broker.config.node_id;
     let client_id = format!("kmirror-{node}-replica-fetcher-{core}");
     let mut conn: Option<AsyncConnection> = None;
@@ -164,13 +179,24 @@ async fn follow(broker: &Broker, router: &Router, core: usize, leader: i32, stop
             continue;
         }
         idle_since = None;
+        // KIP-368: replace a SASL session before the leader would close it.
+        if conn.as_ref().is_some_and(|c| c.session_expiring()) {
+            conn = None;
+        }
         if conn.is_none() {
             let Some(addr) = leader_addr(broker, leader) else {
                 glommio::timer::sleep(BACKOFF).await;
                 continue;
             };
-            match AsyncConnection::connect(&addr, &client_id, CONNECT_TIMEOUT).await {
+            match AsyncConnection::connect_secured(&addr, &client_id, CONNECT_TIMEOUT, security)
+                .await
+            {
                 Ok(c) => conn = Some(c),
+                Err(e) if e.is_auth_failure() => {
+                    tracing::warn!(leader, %addr, error = %e, "replica fetcher refused by the leader (inter-broker credentials)");
+                    glommio::timer::sleep(BACKOFF).await;
+                    continue;
+                }
                 Err(e) => {
                     tracing::debug!(leader, %addr, error = %e, "replica fetcher cannot connect");
                     glommio::timer::sleep(BACKOFF).await;
@@ -195,7 +221,11 @@ async fn follow(broker: &Broker, router: &Router, core: usize, leader: i32, stop
         }
         .await;
         if let Err(e) = r {
-            tracing::debug!(leader, error = %e, "replica fetch failed; reconnecting");
+            if e.is_auth_failure() {
+                tracing::warn!(leader, error = %e, "replica fetch refused by the leader (the broker's principal needs CLUSTER_ACTION: list it in --super-users)");
+            } else {
+                tracing::debug!(leader, error = %e, "replica fetch failed; reconnecting");
+            }
             conn = None;
             glommio::timer::sleep(BACKOFF).await;
         } else if !progress {
@@ -407,6 +437,15 @@ async fn fetch_once(
     let (v, resp) = c
         .send_built::<FetchRequest>(4, i16::MAX, wait, build)
         .await?;
+    if resp.error_code == code::CLUSTER_AUTHORIZATION_FAILED {
+        // The broker's principal lacks CLUSTER_ACTION (not in --super-users): an operator must
+        // act, so the reconnect backs off and the refusal is logged (once per attempt).
+        return Err(ClientError::Kafka {
+            api: "Fetch",
+            code: resp.error_code,
+            message: None,
+        });
+    }
     if resp.error_code != code::NONE {
         tracing::debug!(code = resp.error_code, "replica Fetch refused");
         return Ok(false);
@@ -426,6 +465,19 @@ async fn fetch_once(
             };
             got.push((p.clone(), pd));
         }
+    }
+    // A leader refuses a follower without CLUSTER_ACTION with TOPIC_AUTHORIZATION_FAILED on
+    // every partition, as Kafka does.
+    if !got.is_empty()
+        && got
+            .iter()
+            .all(|(_, pd)| pd.error_code == code::TOPIC_AUTHORIZATION_FAILED)
+    {
+        return Err(ClientError::Kafka {
+            api: "Fetch",
+            code: code::TOPIC_AUTHORIZATION_FAILED,
+            message: None,
+        });
     }
     let progressed = router
         .run_on(core, move |s| {

@@ -43,6 +43,8 @@ pub struct BrokerConfig {
     /// `default.replication.factor` for CreateTopics with -1 and auto-created topics (1 on
     /// a one-node broker).
     pub default_replication_factor: i16,
+    /// Where and how this node reaches its peers (Kafka's `inter.broker.listener.name`).
+    pub inter_broker: crate::interbroker::InterBroker,
 }
 
 impl BrokerConfig {

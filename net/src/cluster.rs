@@ -206,6 +206,13 @@ pub struct QuorumOptions {
     pub leader_rebalance: Option<Duration>,
     /// `default.replication.factor` for CreateTopics with -1 and auto-created topics.
     pub default_replication_factor: i16,
+    /// Kafka's `inter.broker.listener.name`: the listener (one of this node's) peers are
+    /// reached on; `None`: the first listener.
+    pub inter_broker_listener: Option<String>,
+    /// Connects to that listener with the TLS and SASL it needs; `None`: in the clear.
+    pub inter_broker_dialer: Option<Arc<dyn crate::interbroker::Dialer>>,
+    /// Mutual TLS on the controller listener (Kafka's controller listener with SSL).
+    pub controller_tls: Option<kmirror_cluster::transport::ControllerTls>,
 }
 
 /// This node's part in one partition.

@@ -33,6 +33,7 @@ pub mod fetch_session;
 pub mod frame;
 pub mod groups;
 pub mod handlers;
+pub mod interbroker;
 pub mod keys;
 pub mod listeners;
 pub mod metrics;
@@ -256,6 +257,7 @@ pub fn start_with(
             (c, Some(d), Some(u))
         }
     };
+    let inter_broker = inter_broker_of(quorum.as_ref(), &endpoints)?;
     let router_cell = Arc::new(OnceLock::new());
     let local_markers = EngineMarkerSink::new(router_cell.clone());
     let markers: Arc<dyn groups::MarkerSink> = if cluster.is_replicated() {
@@ -264,7 +266,7 @@ pub fn start_with(
             local_markers,
             cluster.clone(),
             cfg.node_id,
-            endpoints[0].name.clone(),
+            inter_broker.clone(),
         ))
     } else {
         Arc::new(local_markers)
@@ -307,6 +309,7 @@ pub fn start_with(
             transaction_state_partitions: cfg.groups.transaction_state_num_partitions,
             replica_lag_time_max_ms: cfg.engine.replica_lag_time_max_ms as i64,
             default_replication_factor: quorum.as_ref().map_or(1, |q| q.default_replication_factor),
+            inter_broker,
         },
         cluster: cluster.clone(),
         groups: Some(groups),
@@ -380,7 +383,8 @@ pub fn start_with(
     }
     if let Some(updates) = updates {
         cluster::spawn_reconciler(cluster.clone(), engine.router().clone(), updates)?;
-        register(&cluster, cfg.node_id, &endpoints)?;
+        let seed = bootstrap_scram(&cfg.data_dir, broker.sasl.scram.clone())?;
+        register(&cluster, cfg.node_id, &endpoints, seed)?;
     }
     if let Some(ext) = &broker.extension {
         ext.started(&broker, engine.router());
@@ -390,6 +394,39 @@ pub fn start_with(
         broker,
         driver,
     })
+}
+
+/// The inter-broker listener and dialer of a cluster node: the one named in the quorum
+/// options (it must be one of this node's listeners), else the first listener in the clear.
+fn inter_broker_of(
+    quorum: Option<&cluster::QuorumOptions>,
+    endpoints: &[Endpoint],
+) -> Result<interbroker::InterBroker, NetError> {
+    let first = &endpoints[0].name;
+    let Some(q) = quorum else {
+        return Ok(interbroker::InterBroker::plain(first));
+    };
+    if let Some(name) = &q.inter_broker_listener {
+        if !endpoints.iter().any(|e| &e.name == name) {
+            return Err(NetError::Quorum(format!(
+                "inter-broker listener {name} is not one of this node's listeners ({})",
+                endpoints
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+    }
+    let dialer = q
+        .inter_broker_dialer
+        .clone()
+        .unwrap_or_else(|| Arc::new(interbroker::PlainDialer));
+    Ok(interbroker::InterBroker::new(
+        q.inter_broker_listener.as_deref(),
+        first,
+        dialer,
+    ))
 }
 
 /// Kafka's controlled shutdown: the broker fences itself first, so its leaderships move
@@ -437,6 +474,7 @@ fn start_quorum(
     dcfg.directory_id = meta.directory_id.clone();
     let named = std::sync::atomic::AtomicBool::new(meta.cluster_id.is_some());
     let data_dir = cfg.data_dir.clone();
+    dcfg.tls = q.controller_tls.clone();
     let view = Cluster::empty_view();
     let acls = acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?;
     let (tx, rx) = flume::unbounded();
@@ -485,7 +523,12 @@ fn start_quorum(
 /// Registers this broker with the quorum (with its advertised listeners), in the
 /// background: until a leader exists the proposal is retried. A new incarnation id per start
 /// replaces the earlier registration.
-fn register(cluster: &Cluster, node_id: i32, endpoints: &[Endpoint]) -> Result<(), NetError> {
+fn register(
+    cluster: &Cluster,
+    node_id: i32,
+    endpoints: &[Endpoint],
+    seed: Option<ScramSeed>,
+) -> Result<(), NetError> {
     use kmirror_control::metadata::{BrokerEndpoint, BrokerRegistration};
     use kmirror_control::quorum::{ClusterCommand, MetadataCommand};
     let reg = BrokerRegistration {
@@ -516,6 +559,9 @@ fn register(cluster: &Cluster, node_id: i32, endpoints: &[Endpoint]) -> Result<(
             match cluster.propose_blocking(cmd) {
                 Ok(_) => {
                     tracing::info!(node = node_id, "broker registered with the metadata quorum");
+                    if let Some(seed) = seed {
+                        seed.propose(&cluster);
+                    }
                     return;
                 }
                 Err(e) => {
@@ -525,4 +571,58 @@ fn register(cluster: &Cluster, node_id: i32, endpoints: &[Endpoint]) -> Result<(
             }
         })?;
     Ok(())
+}
+
+/// The SCRAM credentials `kmirror scram add` wrote to this node's data directory, offered to
+/// a quorum that holds none (Kafka's `kafka-storage format --add-scram` bootstrap records):
+/// a cluster whose only listeners need SASL has its inter-broker user before any node can
+/// authenticate to another.
+struct ScramSeed {
+    local: kmirror_control::scram::Credentials,
+    replicated: Arc<kmirror_control::scram::ScramRegistry>,
+}
+
+fn bootstrap_scram(
+    data_dir: &std::path::Path,
+    replicated: Arc<kmirror_control::scram::ScramRegistry>,
+) -> Result<Option<ScramSeed>, NetError> {
+    let local = kmirror_control::scram::ScramStore::open(data_dir)
+        .map_err(|e| NetError::Quorum(format!("SCRAM credentials: {e}")))?
+        .credentials()
+        .clone();
+    Ok((!local.is_empty()).then_some(ScramSeed { local, replicated }))
+}
+
+impl ScramSeed {
+    /// Called once this node's registration applied here, so the replicated set it checks
+    /// already holds every earlier change: only an empty one is seeded, and a later
+    /// rotation through the API is never undone by a stale local file.
+    fn propose(self, cluster: &Cluster) {
+        use kmirror_control::quorum::ClusterCommand;
+        use kmirror_control::scram::ScramEdit;
+        if !self.replicated.snapshot().is_empty() {
+            return;
+        }
+        let edits: Vec<ScramEdit> = self
+            .local
+            .iter()
+            .flat_map(|(user, by_mech)| {
+                by_mech.iter().map(move |(mech, c)| ScramEdit::Upsert {
+                    user: user.clone(),
+                    mechanism: mech.code(),
+                    iterations: c.iterations,
+                    salt: c.salt.clone(),
+                    stored_key: c.stored_key.clone(),
+                    server_key: c.server_key.clone(),
+                })
+            })
+            .collect();
+        let users = self.local.keys().cloned().collect::<Vec<_>>().join(",");
+        match cluster.propose_blocking(ClusterCommand::Scram { edits }) {
+            Ok(_) => tracing::info!(%users, "quorum seeded with this node's SCRAM credentials"),
+            Err(e) => {
+                tracing::warn!(%users, error = %e, "seeding the quorum's SCRAM credentials failed")
+            }
+        }
+    }
 }

@@ -10,13 +10,12 @@
 //! fine there. A failure (no leader, NOT_LEADER_OR_FOLLOWER, a dead node) fails the job, which
 //! the coordinator retries every second with fresh metadata.
 //!
-//! Gap: the request goes out unauthenticated over the leader's first listener; a cluster
-//! with SASL or TLS-only listeners needs an inter-broker listener (Kafka's
-//! `inter.broker.listener.name`), not built yet.
+//! The request goes to the leader's inter-broker listener ([`InterBroker`], Kafka's
+//! `inter.broker.listener.name`) with the TLS and SASL that listener needs; the leader
+//! checks CLUSTER_ACTION on the cluster, so the coordinator's principal needs it (a super
+//! user, as Kafka's brokers are).
 
 use std::future::Future;
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::pin::Pin;
 use std::time::Duration;
 
@@ -38,6 +37,7 @@ use kmirror_types::TopicPartition;
 use crate::broker::{Ctx, EngineMarkerSink};
 use crate::cluster::{Cluster, Role};
 use crate::groups::{MarkerSink, TxnMarker};
+use crate::interbroker::InterBroker;
 
 /// The WriteTxnMarkers version sent (v1: flexible, Kafka 2.8+).
 const VERSION: i16 = 1;
@@ -126,7 +126,7 @@ pub struct RoutingMarkerSink {
     local: EngineMarkerSink,
     cluster: Cluster,
     node_id: i32,
-    listener: String,
+    inter_broker: InterBroker,
 }
 
 impl RoutingMarkerSink {
@@ -134,13 +134,13 @@ impl RoutingMarkerSink {
         local: EngineMarkerSink,
         cluster: Cluster,
         node_id: i32,
-        listener: String,
+        inter_broker: InterBroker,
     ) -> RoutingMarkerSink {
         RoutingMarkerSink {
             local,
             cluster,
             node_id,
-            listener,
+            inter_broker,
         }
     }
 }
@@ -168,19 +168,13 @@ impl MarkerSink for RoutingMarkerSink {
         }
         let mut targets = Vec::new();
         for (leader, ms) in remote {
-            let endpoint = meta.brokers.get(&leader).and_then(|b| {
-                b.endpoints
-                    .iter()
-                    .find(|e| e.name == self.listener)
-                    .or_else(|| b.endpoints.first())
-                    .map(|e| format!("{}:{}", e.host, e.port))
-            });
-            match endpoint {
+            match self.inter_broker.peer_addr(&meta, leader) {
                 Some(addr) => targets.push((addr, ms)),
                 None => unknown.push(TopicPartition::new(ms[0].topic.clone(), ms[0].partition)),
             }
         }
         let local_write = (!local.is_empty()).then(|| self.local.write_markers(local));
+        let inter_broker = self.inter_broker.clone();
         Box::pin(async move {
             if !unknown.is_empty() {
                 return Err(format!("no leader known for {unknown:?}"));
@@ -189,7 +183,8 @@ impl MarkerSink for RoutingMarkerSink {
                 w.await?;
             }
             for (addr, ms) in targets {
-                send_markers(&addr, &ms).map_err(|e| format!("WriteTxnMarkers to {addr}: {e}"))?;
+                send_markers(&inter_broker, &addr, &ms)
+                    .map_err(|e| format!("WriteTxnMarkers to {addr}: {e}"))?;
             }
             Ok(())
         })
@@ -197,7 +192,11 @@ impl MarkerSink for RoutingMarkerSink {
 }
 
 /// One blocking WriteTxnMarkers request; `Err` unless every partition answered NONE.
-fn send_markers(addr: &str, markers: &[TxnMarker]) -> Result<(), String> {
+fn send_markers(
+    inter_broker: &InterBroker,
+    addr: &str,
+    markers: &[TxnMarker],
+) -> Result<(), String> {
     let mut by_txn: std::collections::BTreeMap<(i64, i16, i32, bool), Vec<&TxnMarker>> =
         Default::default();
     for m in markers {
@@ -243,32 +242,11 @@ fn send_markers(addr: &str, markers: &[TxnMarker]) -> Result<(), String> {
         .with_correlation_id(1)
         .with_client_id(Some(StrBytes::from_static_str("kmirror-txn-coordinator")));
     let mut body = BytesMut::new();
-    body.extend_from_slice(&[0; 4]);
     header
         .encode(&mut body, WriteTxnMarkersRequest::header_version(VERSION))
         .map_err(|e| e.to_string())?;
     req.encode(&mut body, VERSION).map_err(|e| e.to_string())?;
-    let len = (body.len() - 4) as i32;
-    body[..4].copy_from_slice(&len.to_be_bytes());
-    let addr = std::net::ToSocketAddrs::to_socket_addrs(addr)
-        .map_err(|e| e.to_string())?
-        .next()
-        .ok_or("no address")?;
-    let mut s = TcpStream::connect_timeout(&addr, IO_TIMEOUT).map_err(|e| e.to_string())?;
-    s.set_read_timeout(Some(IO_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    s.set_write_timeout(Some(IO_TIMEOUT))
-        .map_err(|e| e.to_string())?;
-    s.write_all(&body).map_err(|e| e.to_string())?;
-    let mut len = [0u8; 4];
-    s.read_exact(&mut len).map_err(|e| e.to_string())?;
-    let len = usize::try_from(i32::from_be_bytes(len)).map_err(|e| e.to_string())?;
-    if len > 16 << 20 {
-        return Err(format!("response of {len} bytes"));
-    }
-    let mut frame = vec![0u8; len];
-    s.read_exact(&mut frame).map_err(|e| e.to_string())?;
-    let mut buf = bytes::Bytes::from(frame);
+    let mut buf = inter_broker.exchange(addr, &body, IO_TIMEOUT)?;
     ResponseHeader::decode(&mut buf, WriteTxnMarkersResponse::header_version(VERSION))
         .map_err(|e| e.to_string())?;
     let resp = WriteTxnMarkersResponse::decode(&mut buf, VERSION).map_err(|e| e.to_string())?;

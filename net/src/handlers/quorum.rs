@@ -6,16 +6,14 @@
 //! checked on the applied state and raft forwards the proposal to its leader).
 //!
 //! Only the Raft leader knows every voter's progress, so a node that is not the leader
-//! forwards the request once to the leader's broker listener (Kafka's brokers forward it to
-//! the active controller too), on a plain thread, never blocking the core. A forwarded
+//! forwards the request once to the leader's inter-broker listener (with its TLS and SASL;
+//! Kafka's brokers forward it to the active controller too), on a plain thread, never blocking the core. A forwarded
 //! request is always answered locally. A one-node broker answers as a one-node KRaft broker
 //! does: itself, the only voter, leads.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
+use bytes::{Buf, BytesMut};
 use kafka_protocol::messages::describe_quorum_response::*;
 use kafka_protocol::messages::{
     AddRaftVoterRequest, AddRaftVoterResponse, ApiKey, DescribeQuorumRequest,
@@ -231,10 +229,11 @@ pub async fn describe_quorum(
             {
                 let (tx, rx) = flume::bounded(1);
                 let r = req.clone();
+                let ib = ctx.broker.config.inter_broker.clone();
                 let spawned = std::thread::Builder::new()
                     .name("kmirror-quorum-fwd".into())
                     .spawn(move || {
-                        let _ = tx.send(forward(&addr, version, &r));
+                        let _ = tx.send(forward(&ib, &addr, version, &r));
                     });
                 if spawned.is_ok() {
                     if let Ok(Ok(resp)) = rx.recv_async().await {
@@ -247,49 +246,33 @@ pub async fn describe_quorum(
     local(ctx, version, &req)
 }
 
-/// The leader broker's PLAINTEXT endpoint (forwarding uses no TLS or SASL).
+/// The leader broker's inter-broker listener.
 fn leader_addr(ctx: &Ctx, leader: u64) -> Option<String> {
     let meta = ctx.meta();
-    let b = meta.brokers.get(&i32::try_from(leader).ok()?)?;
-    b.endpoints
-        .iter()
-        .find(|e| e.security_protocol == 0)
-        .map(|e| format!("{}:{}", e.host, e.port))
+    ctx.broker
+        .config
+        .inter_broker
+        .peer_addr(&meta, i32::try_from(leader).ok()?)
 }
 
 fn forward(
+    ib: &crate::interbroker::InterBroker,
     addr: &str,
     version: i16,
     req: &DescribeQuorumRequest,
 ) -> Result<DescribeQuorumResponse, String> {
     let err = |e: &dyn std::fmt::Display| e.to_string();
-    let mut stream = TcpStream::connect(addr).map_err(|e| err(&e))?;
-    stream
-        .set_read_timeout(Some(Duration::from_secs(5)))
-        .map_err(|e| err(&e))?;
     let header = RequestHeader::default()
         .with_request_api_key(ApiKey::DescribeQuorum as i16)
         .with_request_api_version(version)
         .with_correlation_id(1)
         .with_client_id(Some(StrBytes::from_static_str(FORWARDED)));
     let mut buf = BytesMut::new();
-    buf.put_i32(0);
     header
         .encode(&mut buf, DescribeQuorumRequest::header_version(version))
         .map_err(|e| err(&e))?;
     req.encode(&mut buf, version).map_err(|e| err(&e))?;
-    let len = (buf.len() - 4) as i32;
-    buf[..4].copy_from_slice(&len.to_be_bytes());
-    stream.write_all(&buf).map_err(|e| err(&e))?;
-    let mut len = [0u8; 4];
-    stream.read_exact(&mut len).map_err(|e| err(&e))?;
-    let len = i32::from_be_bytes(len);
-    if !(0..=16 << 20).contains(&len) {
-        return Err(format!("bad response size {len}"));
-    }
-    let mut body = vec![0u8; len as usize];
-    stream.read_exact(&mut body).map_err(|e| err(&e))?;
-    let mut body = Bytes::from(body);
+    let mut body = ib.exchange(addr, &buf, Duration::from_secs(5))?;
     ResponseHeader::decode(&mut body, DescribeQuorumResponse::header_version(version))
         .map_err(|e| err(&e))?;
     let resp = DescribeQuorumResponse::decode(&mut body, version).map_err(|e| err(&e))?;
