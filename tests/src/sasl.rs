@@ -262,3 +262,20 @@ pub fn unix_now() -> i64 {
         .expect("clock after 1970")
         .as_secs() as i64
 }
+
+/// `kmirror scram add` into a stopped node's data dir (the offline bootstrap, Kafka's
+/// `kafka-storage format --add-scram`); asserts the tool says it added the credential.
+pub fn scram_add(data_dir: &std::path::Path, user: &str, mechanism: &str, password: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let pw_file = dir.path().join("pw");
+    std::fs::write(&pw_file, format!("{password}\n")).unwrap();
+    let ran = crate::proc::run_ok(
+        std::process::Command::new(crate::deps::kmirror_bin())
+            .args(["scram", "add", "--data-dir"])
+            .arg(data_dir)
+            .args(["--user", user, "--mechanism", mechanism, "--password-file"])
+            .arg(&pw_file),
+        std::time::Duration::from_secs(30),
+    );
+    assert!(ran.stdout.contains("added"), "{}", ran.stdout);
+}

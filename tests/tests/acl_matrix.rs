@@ -12,7 +12,7 @@ use bytes::Bytes;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::kafka::{AdminAuth, KafkaOptions, KafkaSecurity, SaslUser, SecureProtocol};
-use kmirror_tests::{deps, proc, records, KafkaCluster, KmirrorNode, WireClient};
+use kmirror_tests::{records, sasl, KafkaCluster, KmirrorNode, WireClient};
 
 // Kafka's enum codes.
 const TOPIC: i8 = 2;
@@ -1466,28 +1466,6 @@ fn kafka_target() -> (KafkaCluster, Target) {
     (kafka, target)
 }
 
-/// `kmirror scram add` into a stopped node's data dir: SASL/PLAIN checks passwords against
-/// the SCRAM credentials.
-fn scram_add(data_dir: &std::path::Path, user: &str, password: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let pw_file = dir.path().join("pw");
-    std::fs::write(&pw_file, format!("{password}\n")).unwrap();
-    proc::run_ok(
-        std::process::Command::new(deps::kmirror_bin())
-            .args(["scram", "add", "--data-dir"])
-            .arg(data_dir)
-            .args([
-                "--user",
-                user,
-                "--mechanism",
-                "SCRAM-SHA-512",
-                "--password-file",
-            ])
-            .arg(&pw_file),
-        Duration::from_secs(30),
-    );
-}
-
 fn kmirror_target() -> (KmirrorNode, Target) {
     let mut node = KmirrorNode::start_listeners(
         &["SASL_PLAINTEXT"],
@@ -1503,8 +1481,8 @@ fn kmirror_target() -> (KmirrorNode, Target) {
         ],
     );
     assert!(node.stop(), "kmirror stops cleanly");
-    scram_add(&node.data_dir(), "admin", "admin-secret");
-    scram_add(&node.data_dir(), "alice", "alice-secret");
+    sasl::scram_add(&node.data_dir(), "admin", "SCRAM-SHA-512", "admin-secret");
+    sasl::scram_add(&node.data_dir(), "alice", "SCRAM-SHA-512", "alice-secret");
     node.start_again();
     let addr = node.listener_addr("SASL_PLAINTEXT");
     let target = Target {

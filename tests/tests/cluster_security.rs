@@ -32,7 +32,7 @@ use kmirror_tests::cluster::{log_bytes, run_seq_producer, Described};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::{KafkaCluster, KafkaOptions, KafkaSecurity, KafkaTls, SaslUser};
 use kmirror_tests::pki::TestPki;
-use kmirror_tests::{deps, proc, python, KmirrorNode};
+use kmirror_tests::{deps, proc, python, sasl, KmirrorNode};
 
 const BROKER_USER: &str = "kmirror-broker";
 const BROKER_PW: &str = "broker-secret";
@@ -48,25 +48,6 @@ struct Secured {
     controllers: Vec<u16>,
     dir: tempfile::TempDir,
     pki: TestPki,
-}
-
-fn scram_add(data_dir: &Path, dir: &Path, user: &str, pw: &str) {
-    let pw_file = dir.join(format!("{user}.pw"));
-    std::fs::write(&pw_file, format!("{pw}\n")).unwrap();
-    proc::run_ok(
-        std::process::Command::new(deps::kmirror_bin())
-            .args(["scram", "add", "--data-dir"])
-            .arg(data_dir)
-            .args([
-                "--user",
-                user,
-                "--mechanism",
-                "SCRAM-SHA-512",
-                "--password-file",
-            ])
-            .arg(&pw_file),
-        Duration::from_secs(30),
-    );
 }
 
 fn java_props(ca: &Path, user: &str, pw: &str) -> Vec<String> {
@@ -378,8 +359,8 @@ impl Secured {
         // registers again.
         assert!(c.nodes[0].stop(), "clean stop of node 1");
         let data = c.nodes[0].data_dir();
-        scram_add(&data, c.dir.path(), BROKER_USER, BROKER_PW);
-        scram_add(&data, c.dir.path(), "admin", ADMIN_PW);
+        sasl::scram_add(&data, BROKER_USER, "SCRAM-SHA-512", BROKER_PW);
+        sasl::scram_add(&data, "admin", "SCRAM-SHA-512", ADMIN_PW);
         c.nodes[0].start_again();
         proc::wait_for(
             Duration::from_secs(90),

@@ -21,7 +21,7 @@ use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::golang::{self, FranzOut};
 use kmirror_tests::pki::{Identity, TestPki};
 use kmirror_tests::proc::{self, LineChild};
-use kmirror_tests::{deps, java, python, KmirrorNode, WireClient};
+use kmirror_tests::{deps, java, python, sasl, KmirrorNode, WireClient};
 
 const ADMIN_PW: &str = "admin-secret";
 const ALICE_PW: &str = "alice-secret";
@@ -440,7 +440,7 @@ fn given_secured_kmirror_when_java_librdkafka_and_franz_go_use_sasl_ssl_and_mtls
         ],
     );
     assert!(node.stop(), "clean stop");
-    scram_add(&node.data_dir(), "admin", ADMIN_PW);
+    sasl::scram_add(&node.data_dir(), "admin", "SCRAM-SHA-512", ADMIN_PW);
     node.start_again();
     let plain = node.listener_addr("PLAINTEXT");
     let sasl_addr = node.listener_addr("SASL_SSL");
@@ -616,25 +616,4 @@ fn given_secured_kmirror_when_java_librdkafka_and_franz_go_use_sasl_ssl_and_mtls
         ran.stderr
     );
     eprintln!("took {:?}", t.elapsed());
-}
-
-/// `kmirror scram add` into a stopped node's data dir (the offline bootstrap).
-fn scram_add(data_dir: &Path, user: &str, pw: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let pw_file = dir.path().join("pw");
-    std::fs::write(&pw_file, format!("{pw}\n")).unwrap();
-    proc::run_ok(
-        std::process::Command::new(deps::kmirror_bin())
-            .args(["scram", "add", "--data-dir"])
-            .arg(data_dir)
-            .args([
-                "--user",
-                user,
-                "--mechanism",
-                "SCRAM-SHA-512",
-                "--password-file",
-            ])
-            .arg(&pw_file),
-        Duration::from_secs(30),
-    );
 }

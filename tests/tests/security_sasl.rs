@@ -12,7 +12,7 @@ use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::kafka::{AdminAuth, KafkaOptions, KafkaSecurity, SaslUser, SecureProtocol};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::sasl::{self, AuthOutcome, JwtKey, SCRAM_SHA_256, SCRAM_SHA_512};
-use kmirror_tests::{deps, java, python, KafkaCluster, KmirrorNode, WireClient};
+use kmirror_tests::{java, python, KafkaCluster, KmirrorNode, WireClient};
 
 const ADMIN_PW: &str = "admin-secret";
 const ALICE_PW: &str = "alice-secret";
@@ -96,28 +96,12 @@ fn metric(addr: &str, name: &str) -> i64 {
         .unwrap()
 }
 
-/// `kmirror scram add` into a stopped node's data dir (the offline bootstrap).
-fn scram_add(data_dir: &std::path::Path, user: &str, mech: &str, pw: &str) {
-    let dir = tempfile::tempdir().unwrap();
-    let pw_file = dir.path().join("pw");
-    std::fs::write(&pw_file, format!("{pw}\n")).unwrap();
-    let ran = proc::run_ok(
-        std::process::Command::new(deps::kmirror_bin())
-            .args(["scram", "add", "--data-dir"])
-            .arg(data_dir)
-            .args(["--user", user, "--mechanism", mech, "--password-file"])
-            .arg(&pw_file),
-        Duration::from_secs(30),
-    );
-    assert!(ran.stdout.contains("added"), "{}", ran.stdout);
-}
-
 /// A kmirror node with PLAINTEXT and SASL_PLAINTEXT listeners and `admin` bootstrapped
 /// offline with SCRAM-SHA-512.
 fn kmirror_sasl(extra: &[&str]) -> KmirrorNode {
     let mut node = KmirrorNode::start_listeners(&["PLAINTEXT", "SASL_PLAINTEXT"], extra);
     assert!(node.stop(), "clean stop");
-    scram_add(&node.data_dir(), "admin", "SCRAM-SHA-512", ADMIN_PW);
+    sasl::scram_add(&node.data_dir(), "admin", "SCRAM-SHA-512", ADMIN_PW);
     node.start_again();
     node
 }
@@ -817,7 +801,7 @@ fn given_a_sasl_ssl_listener_when_librdkafka_authenticates_should_round_trip() {
         ],
     );
     assert!(node.stop(), "clean stop");
-    scram_add(&node.data_dir(), "alice", "SCRAM-SHA-256", ALICE_PW);
+    sasl::scram_add(&node.data_dir(), "alice", "SCRAM-SHA-256", ALICE_PW);
     node.start_again();
     let addr = node.listener_addr("SASL_SSL");
     let mut plain = WireClient::connect(&node.listener_addr("PLAINTEXT")).unwrap();
