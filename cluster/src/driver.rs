@@ -467,6 +467,7 @@ impl Driver {
                     next_report: Instant::now(),
                     proposed_learner: HashMap::new(),
                     warned: Default::default(),
+                    heard_dir: HashMap::new(),
                 },
             };
             thread::Builder::new()
@@ -561,6 +562,8 @@ struct Membership {
     proposed_learner: HashMap<u64, Instant>,
     /// Replaced voters already warned about: (id, directory id).
     warned: std::collections::HashSet<(u64, String)>,
+    /// The directory id each peer's connection last stated.
+    heard_dir: HashMap<u64, Arc<str>>,
 }
 
 /// A join request travels as a Raft-transport frame that raft-rs never sends between nodes
@@ -679,8 +682,15 @@ impl Run {
                     self.on_join(j, at);
                     return;
                 }
-                if let Some(dir) = dir.as_deref() {
-                    if self.sent_by_replaced_voter(m.from, dir) {
+                if let Some(dir) = dir {
+                    if self.membership.heard_dir.get(&m.from) != Some(&dir) {
+                        if self.membership.heard_dir.contains_key(&m.from) {
+                            // The peer came back with another directory id: its log is gone.
+                            self.node.forget_progress(m.from);
+                        }
+                        self.membership.heard_dir.insert(m.from, dir.clone());
+                    }
+                    if self.sent_by_replaced_voter(m.from, &dir) {
                         return;
                     }
                 }

@@ -694,3 +694,85 @@ fn a_wiped_voter_counts_only_after_remove_and_add_with_its_new_directory_id() {
     );
     assert!(nodes[2].published().topics.contains_key("while-wiped"));
 }
+
+/// The same procedure without any leader change: the leader must forget the wiped
+/// follower's old progress (raft-rs keeps its match index and ignores its rejections), or
+/// the follower would never get the snapshot it needs to become an observer and a voter.
+#[test]
+fn a_wiped_follower_is_re_admitted_under_the_same_leader() {
+    use crate::driver::{VoterChange, VoterError};
+    let mut nodes = cluster();
+    for n in &mut nodes {
+        n.driver = None;
+    }
+    founder_dirs(&mut nodes);
+    for n in &mut nodes {
+        n.start();
+    }
+    let t = Duration::from_secs(5);
+    assert!(wait_until(Duration::from_secs(15), || nodes.iter().all(
+        |n| {
+            let st = n.driver().handle().status();
+            st.members.len() == 3 && st.members.iter().all(|m| !m.directory_id.is_empty())
+        }
+    )));
+    for i in 0..25 {
+        nodes[0]
+            .driver()
+            .handle()
+            .propose(create(&format!("t{i}")), t)
+            .unwrap();
+    }
+    let leader = agreed_leader(&nodes).unwrap();
+    let lead = lead_handle(&nodes, leader);
+    let term = lead.status().term;
+    let w = nodes.iter().position(|n| n.id != leader).unwrap();
+    let wid = nodes[w].id;
+    wipe_and_restart(&mut nodes, w, "dir-new");
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(nodes[w].published().topics.len(), 0);
+    assert_eq!(
+        lead.change_voters(
+            VoterChange::Remove {
+                id: wid,
+                directory_id: format!("dir-{wid}"),
+            },
+            t
+        )
+        .unwrap()
+        .clone(),
+        Outcome::Voters([1, 2, 3].into_iter().filter(|i| *i != wid).collect())
+    );
+    assert!(wait_until(Duration::from_secs(15), || {
+        let st = lead.status();
+        st.learners == [wid]
+            && st
+                .members
+                .iter()
+                .any(|m| m.id == wid && m.directory_id == "dir-new")
+            && nodes[w].published().topics.len() == 25
+    }));
+    let add = VoterChange::Add {
+        id: wid,
+        directory_id: "dir-new".into(),
+    };
+    let mut added = lead.change_voters(add.clone(), t);
+    for _ in 0..20 {
+        if !matches!(
+            &added,
+            Err(ProposalError::Voter(
+                VoterError::NotCaughtUp { .. } | VoterError::ChangePending
+            ))
+        ) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(250));
+        added = lead.change_voters(add.clone(), t);
+    }
+    assert!(
+        matches!(&added, Ok(Outcome::Voters(v)) if *v == [1, 2, 3]),
+        "{added:?}"
+    );
+    let st = lead.status();
+    assert_eq!((st.leader, st.term), (Some(leader), term));
+}

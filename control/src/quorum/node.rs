@@ -508,6 +508,22 @@ impl QuorumNode {
         (!recorded.is_empty() && recorded != directory_id).then_some(recorded)
     }
 
+    /// As leader, forgets how far peer `id`'s log matches: it came back with another
+    /// directory id, so the entries it acknowledged are gone. raft-rs never lowers a
+    /// follower's match index (it ignores the peer's rejections at or below it, and its
+    /// heartbeats carry that commit index), so without this the peer is never sent the log
+    /// or a snapshot again while this leader leads. Probing from the start is always safe:
+    /// a lower match index only delays commits.
+    pub fn forget_progress(&mut self, id: u64) {
+        if !self.is_leader() || id == self.cfg.id {
+            return;
+        }
+        if let Some(pr) = self.raw.raft.mut_prs().get_mut(id) {
+            pr.matched = 0;
+            pr.become_probe();
+        }
+    }
+
     /// The learners (Kafka's observers) as of the applied index.
     pub fn learners(&self) -> Vec<u64> {
         let mut v = self.conf_state.learners.clone();
