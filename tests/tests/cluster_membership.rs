@@ -469,6 +469,11 @@ fn a_wiped_voter_counts_again_only_after_remove_controller_and_add_controller() 
     });
     assert_ne!(new3, old3);
     assert_eq!(w.create_topic("wiped", 1, 2, &[]).unwrap(), 0);
+    // It is not heard, so its broker is fenced after the session timeout. (Until then the
+    // Admin client may send DescribeQuorum to it, and it answers from its empty state.)
+    proc::wait_for(Duration::from_secs(30), "node 3 fenced", || {
+        (c.listed_brokers(2)? == [1, 2]).then_some(())
+    });
     let status = describe(&c.node(2).addr(), "--status");
     assert_eq!(ids(&status, "CurrentVoters:"), [1, 2, 3], "{status}");
     assert!(
