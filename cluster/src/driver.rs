@@ -222,8 +222,9 @@ enum Request {
 }
 
 enum Event {
-    /// A Raft message and when it arrived (the sender's liveness).
-    Raft(Message, Instant),
+    /// A Raft message, the directory id its connection's hello stated, and when it arrived
+    /// (the sender's liveness).
+    Raft(Message, Option<Arc<str>>, Instant),
     Propose {
         request: Request,
         deadline: Instant,
@@ -379,16 +380,26 @@ impl Driver {
         let blocked = Blocked::default();
         let listener = {
             let tx = tx.clone();
-            Listener::bind(&cfg.listen, blocked.clone(), cfg.tls.clone(), move |m| {
-                // A full queue drops the message; Raft retransmits.
-                let _ = tx.try_send(Event::Raft(m, Instant::now()));
-            })
+            Listener::bind(
+                &cfg.listen,
+                blocked.clone(),
+                cfg.tls.clone(),
+                move |m, dir| {
+                    // A full queue drops the message; Raft retransmits.
+                    let _ = tx.try_send(Event::Raft(m, dir, Instant::now()));
+                },
+            )
             .map_err(|source| DriverError::Listen {
                 addr: cfg.listen.clone(),
                 source,
             })?
         };
-        let senders = Arc::new(Senders::new(cfg.node_id, blocked.clone(), cfg.tls.clone()));
+        let senders = Arc::new(Senders::new(
+            cfg.node_id,
+            cfg.directory_id.clone(),
+            blocked.clone(),
+            cfg.tls.clone(),
+        ));
         let mut peers = HashMap::new();
         for v in &cfg.voters {
             senders.add_peer(v.id, &v.addr);
@@ -455,6 +466,8 @@ impl Driver {
                     next_join: Instant::now(),
                     next_report: Instant::now(),
                     proposed_learner: HashMap::new(),
+                    warned: Default::default(),
+                    heard_dir: HashMap::new(),
                 },
             };
             thread::Builder::new()
@@ -547,6 +560,10 @@ struct Membership {
     next_report: Instant,
     /// Learners this leader proposed recently (not proposed again before the instant).
     proposed_learner: HashMap<u64, Instant>,
+    /// Replaced voters already warned about: (id, directory id).
+    warned: std::collections::HashSet<(u64, String)>,
+    /// The directory id each peer's connection last stated.
+    heard_dir: HashMap<u64, Arc<str>>,
 }
 
 /// A join request travels as a Raft-transport frame that raft-rs never sends between nodes
@@ -660,10 +677,22 @@ impl Run {
 
     fn handle(&mut self, ev: Event) {
         match ev {
-            Event::Raft(m, at) => {
+            Event::Raft(m, dir, at) => {
                 if let Some(j) = parse_join(&m) {
                     self.on_join(j, at);
                     return;
+                }
+                if let Some(dir) = dir {
+                    if self.membership.heard_dir.get(&m.from) != Some(&dir) {
+                        if self.membership.heard_dir.contains_key(&m.from) {
+                            // The peer came back with another directory id: its log is gone.
+                            self.node.forget_progress(m.from);
+                        }
+                        self.membership.heard_dir.insert(m.from, dir.clone());
+                    }
+                    if self.sent_by_replaced_voter(m.from, &dir) {
+                        return;
+                    }
                 }
                 self.liveness.last_heard.insert(m.from, at);
                 if let Err(e) = self.node.step(m) {
@@ -992,6 +1021,30 @@ impl Run {
             }
             Err(e) => tracing::debug!(node = j.id, error = %e, "cannot add an observer yet"),
         }
+    }
+
+    /// Whether a message comes from a voter id whose replicated record names another
+    /// directory id: a node whose data dir was wiped, with an empty log and no persisted
+    /// term or vote. Kafka counts only the voter set's `(id, directory id)`; here all its
+    /// messages are dropped, so it neither votes, nor acks, nor counts as alive for
+    /// check_quorum or broker fencing. Warned once per (id, directory id).
+    fn sent_by_replaced_voter(&mut self, id: u64, dir: &str) -> bool {
+        let Some(recorded) = self.node.replaced_voter(id, dir) else {
+            return false;
+        };
+        if self.membership.warned.insert((id, dir.to_string())) {
+            tracing::warn!(
+                node = id,
+                directory_id = dir,
+                voter_directory_id = recorded,
+                "node {id} sends with directory id {dir} but is the voter with directory id \
+                 {recorded} (its metadata dir was re-formatted?); its votes and acks do not \
+                 count. To re-admit it: kafka-metadata-quorum remove-controller \
+                 --controller-id {id} --controller-directory-id {recorded}, wait for it to \
+                 catch up as an observer, then add-controller with its config (directory id {dir})"
+            );
+        }
+        true
     }
 
     /// Starts or moves senders to the members' replicated addresses.

@@ -6,6 +6,11 @@
 //! from its own state). The listener hands every received message to `deliver`; messages are
 //! never acknowledged at this layer.
 //!
+//! Each connection starts with a hello frame naming the sender's node id and directory id
+//! (Kafka's `ReplicaKey`, carried in every KRaft request); the listener passes that
+//! directory id along with each message from that id, so the driver can refuse a voter whose
+//! data dir was re-formatted (see `driver.rs`).
+//!
 //! Security: without [`ControllerTls`] the listener is plaintext and unauthenticated (it
 //! belongs on a private network, as Kafka's PLAINTEXT controller listener). With it (Kafka's
 //! controller listener with protocol SSL and `ssl.client.auth=required`), both directions use
@@ -172,7 +177,7 @@ impl Listener {
         addr: &str,
         blocked: Blocked,
         tls: Option<ControllerTls>,
-        deliver: impl Fn(Message) + Send + Sync + 'static,
+        deliver: impl Fn(Message, Option<Arc<str>>) + Send + Sync + 'static,
     ) -> io::Result<Listener> {
         let listener = TcpListener::bind(addr)?;
         listener.set_nonblocking(true)?;
@@ -206,7 +211,30 @@ impl Drop for Listener {
     }
 }
 
-type Deliver = Arc<dyn Fn(Message) + Send + Sync>;
+type Deliver = Arc<dyn Fn(Message, Option<Arc<str>>) + Send + Sync>;
+
+/// Marks the hello frame: a `MsgUnreachable` (local-only in raft-rs, never sent between
+/// nodes) whose context is this prefix and the sender's directory id.
+const HELLO_TAG: &[u8] = b"kmirror-hello:";
+
+/// The first frame of every connection: who sends, with which directory id.
+pub(crate) fn hello(from: u64, directory_id: &str) -> Message {
+    let mut m = Message::default();
+    m.set_msg_type(raft::eraftpb::MessageType::MsgUnreachable);
+    m.from = from;
+    let mut ctx = HELLO_TAG.to_vec();
+    ctx.extend_from_slice(directory_id.as_bytes());
+    m.context = ctx.into();
+    m
+}
+
+fn parse_hello(m: &Message) -> Option<(u64, Arc<str>)> {
+    if m.get_msg_type() != raft::eraftpb::MessageType::MsgUnreachable {
+        return None;
+    }
+    let dir = m.get_context().strip_prefix(HELLO_TAG)?;
+    Some((m.from, Arc::from(std::str::from_utf8(dir).ok()?)))
+}
 
 fn accept_loop(
     listener: TcpListener,
@@ -276,12 +304,22 @@ fn read_loop(
         },
     };
     let mut r = io::BufReader::new(reader);
+    // The sender's (id, directory id) from its hello; an empty id is "not stated".
+    let mut sender: Option<(u64, Arc<str>)> = None;
     // The stop flag is checked between frames too: a busy peer never lets a read time out.
     while !stop.load(Ordering::SeqCst) {
         match read_frame(&mut r) {
             Ok(Some(m)) => {
+                if let Some(h) = parse_hello(&m) {
+                    sender = Some(h).filter(|(_, d)| !d.is_empty());
+                    continue;
+                }
                 if !blocked.contains(m.from) {
-                    deliver(m);
+                    let dir = sender
+                        .as_ref()
+                        .filter(|(id, _)| *id == m.from)
+                        .map(|(_, d)| d.clone());
+                    deliver(m, dir);
                 }
             }
             Ok(None) => return,
@@ -370,6 +408,8 @@ impl Write for TimeoutReader {
 /// Outgoing connections, one sender thread per peer.
 pub struct Senders {
     local_id: u64,
+    /// This node's directory id, sent in each connection's hello.
+    directory_id: String,
     peers: Mutex<HashMap<u64, Peer>>,
     blocked: Blocked,
     tls: Option<ControllerTls>,
@@ -382,9 +422,15 @@ struct Peer {
 }
 
 impl Senders {
-    pub(crate) fn new(local_id: u64, blocked: Blocked, tls: Option<ControllerTls>) -> Senders {
+    pub(crate) fn new(
+        local_id: u64,
+        directory_id: String,
+        blocked: Blocked,
+        tls: Option<ControllerTls>,
+    ) -> Senders {
         Senders {
             local_id,
+            directory_id,
             peers: Mutex::new(HashMap::new()),
             blocked,
             tls,
@@ -400,9 +446,10 @@ impl Senders {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = {
             let (stop, addr, tls) = (stop.clone(), addr.to_string(), self.tls.clone());
+            let first = encode_frame(&hello(self.local_id, &self.directory_id));
             thread::Builder::new()
                 .name(format!("ctrl-send-{id}"))
-                .spawn(move || send_loop(id, addr, tls, rx, stop))
+                .spawn(move || send_loop(id, addr, tls, first, rx, stop))
                 .ok()
         };
         let old = self
@@ -457,6 +504,7 @@ fn send_loop(
     id: u64,
     addr: String,
     tls: Option<ControllerTls>,
+    hello: Vec<u8>,
     rx: Receiver<Message>,
     stop: Arc<AtomicBool>,
 ) {
@@ -473,7 +521,10 @@ fn send_loop(
             if std::time::Instant::now() < retry_at {
                 continue; // dropped: the peer was unreachable a moment ago
             }
-            match connect(&addr, tls.as_ref()) {
+            match connect(&addr, tls.as_ref()).and_then(|mut s| {
+                s.write_all(&hello)?;
+                Ok(s)
+            }) {
                 Ok(s) => {
                     backoff = Duration::from_millis(50);
                     conn = Some(s);
@@ -576,14 +627,14 @@ mod tests {
             "127.0.0.1:0",
             Blocked::default(),
             Some(good.clone()),
-            move |m| {
-                let _ = tx.lock().unwrap().send(m.from);
+            move |m, dir| {
+                let _ = tx.lock().unwrap().send((m.from, dir));
             },
         )
         .unwrap();
         let addr = l.local_addr().to_string();
         let send = |from: u64, tls: Option<ControllerTls>| {
-            let s = Senders::new(from, Blocked::default(), tls);
+            let s = Senders::new(from, format!("dir-{from}"), Blocked::default(), tls);
             s.add_peer(1, &addr);
             for _ in 0..20 {
                 s.send(msg(from));
@@ -598,8 +649,9 @@ mod tests {
         raw.write_all(&encode_frame(&msg(4))).unwrap();
         // A peer with a certificate of the CA gets through.
         send(5, Some(good));
-        let got: HashSet<u64> = rx.try_iter().collect();
-        assert_eq!(got, HashSet::from([5]));
+        // It gets through with the directory id of its hello.
+        let got: HashSet<(u64, Option<Arc<str>>)> = rx.try_iter().collect();
+        assert_eq!(got, HashSet::from([(5, Some(Arc::from("dir-5")))]));
         // The listener closed the plaintext connection.
         raw.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let mut buf = [0u8; 64];

@@ -9,7 +9,9 @@
 //! one among them) still elect and commit, so the new voter counts. Records produced with
 //! acks=all into an RF=3 topic before and after are all consumed at their acknowledged
 //! offsets. Error codes: DUPLICATE_VOTER (126) for adding a voter again, VOTER_NOT_FOUND (127) for a
-//! wrong directory id, REQUEST_TIMED_OUT for adding a node that is not an observer.
+//! wrong directory id, REQUEST_TIMED_OUT for adding a node that is not an observer. A voter
+//! whose data dir is wiped is not counted until removed by its old directory id and added
+//! back with its new one (Kafka's procedure).
 //!
 //! Against Apache Kafka 4.1.1 (one combined node formatted `--standalone`, a dynamic quorum:
 //! the three-node runner formats a static `controller.quorum.voters` quorum, which refuses
@@ -418,4 +420,142 @@ fn kafka_answers_duplicate_voter_and_voter_not_found_as_kmirror_does() {
     assert_eq!(remove_voter(&addr, 1, 1, "AAAAAAAAAAAAAAAAAAAAAQ"), 127);
     assert_eq!(remove_voter(&addr, 1, 1, &dir), 127);
     assert_eq!(ids(&describe(&addr, "--status"), "CurrentVoters:"), [1]);
+}
+
+/// Node `id`'s controller address in the quorum string (`1@H:P,2@H:P,...`).
+fn controller_of(quorum: &str, id: usize) -> String {
+    quorum
+        .split(',')
+        .find_map(|v| v.strip_prefix(&format!("{id}@")))
+        .expect("voter in the quorum string")
+        .to_string()
+}
+
+/// A voter whose data dir is wiped comes back under its id with a new directory id (an empty
+/// log, no term or vote). As in Kafka (KIP-853: a voter is `(id, directory id)`), it is not
+/// counted: with another voter down there is no leader and nothing commits. Kafka's
+/// procedure re-admits it: `RemoveRaftVoter` with the old directory id (the new one is
+/// VOTER_NOT_FOUND), it catches up as an observer under the new id, and `add-controller`
+/// with its config makes it a voter again; then it counts (another voter killed, the two
+/// left commit a CreateTopics). Not run on Kafka: it needs a three-controller dynamic quorum
+/// (see the module doc).
+#[test]
+fn a_wiped_voter_counts_again_only_after_remove_controller_and_add_controller() {
+    let _lock = heavy_test_lock();
+    let mut c = KmirrorCluster::start(
+        3,
+        ClusterOpts {
+            session_timeout_ms: 4000,
+            ..ClusterOpts::default()
+        },
+    );
+    let mut w = WireClient::connect(&c.node(1).addr()).unwrap();
+    assert_eq!(w.create_topic("before-wipe", 1, 3, &[]).unwrap(), 0);
+    let old3 = directory_id(c.node(3));
+    proc::wait_for(Duration::from_secs(30), "voter 3's directory id", || {
+        try_describe(&c.node(1).addr(), "--status")?
+            .contains(&old3)
+            .then_some(())
+    });
+
+    // Wipe node 3's data dir and start it again with the same flags.
+    assert!(c.stop(3), "node 3 stops cleanly");
+    std::fs::remove_dir_all(c.node(3).data_dir()).unwrap();
+    c.restart(3);
+    let new3 = proc::wait_for(Duration::from_secs(30), "a new meta.properties", || {
+        std::fs::read_to_string(c.node(3).data_dir().join("meta.properties"))
+            .ok()
+            .map(|_| directory_id(c.node(3)))
+    });
+    assert_ne!(new3, old3);
+    assert_eq!(w.create_topic("wiped", 1, 2, &[]).unwrap(), 0);
+    // It is not heard, so its broker is fenced after the session timeout. (Until then the
+    // Admin client may send DescribeQuorum to it, and it answers from its empty state.)
+    proc::wait_for(Duration::from_secs(30), "node 3 fenced", || {
+        (c.listed_brokers(2)? == [1, 2]).then_some(())
+    });
+    let status = describe(&c.node(2).addr(), "--status");
+    assert_eq!(ids(&status, "CurrentVoters:"), [1, 2, 3], "{status}");
+    assert!(
+        status.contains(&old3) && !status.contains(&new3),
+        "{status}"
+    );
+
+    // Node 1 down: node 2 and the wiped node 3 are not a majority of {1, 2, 3}.
+    c.kill(1);
+    let two = c.node(2).addr();
+    proc::wait_for(Duration::from_secs(30), "no leader", || {
+        quorum_leader(&two).is_none().then_some(())
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(quorum_leader(&two), None);
+    let mut w2 = WireClient::connect(&two).unwrap();
+    let r = w2.create_topic("no-quorum", 1, 1, &[]);
+    assert!(!matches!(r, Ok(0)), "{r:?}");
+    // The operator is told which node, both directory ids and the fix.
+    let warned = (1..=2).any(|i| {
+        let log = std::fs::read_to_string(c.node(i).log_path()).unwrap_or_default();
+        log.contains(&format!(
+            "node 3 sends with directory id {new3} but is the voter with directory id {old3}"
+        )) && log.contains("remove-controller --controller-id 3")
+    });
+    assert!(warned, "no warning about node 3\n{}", c.logs(20));
+
+    // Kafka's procedure, with node 1 back.
+    c.restart(1);
+    proc::wait_for(Duration::from_secs(60), "a leader", || {
+        quorum_leader(&two).filter(|l| *l != 3)
+    });
+    let boot = c.node(1).addr();
+    assert_eq!(remove_voter(&boot, 1, 3, &new3), 127);
+    assert_eq!(remove_voter(&boot, 1, 3, &old3), 0);
+    proc::wait_for(
+        Duration::from_secs(60),
+        "node 3 an observer with its new directory id",
+        || {
+            let s = try_describe(&boot, "--status")?;
+            (ids(&s, "CurrentVoters:") == [1, 2]
+                && ids(&s, "CurrentObservers:") == [3]
+                && s.contains(&new3))
+            .then_some(())
+        },
+    );
+    let cfg_dir = tempfile::tempdir().unwrap();
+    let cfg = cfg_dir.path().join("node3.properties");
+    std::fs::write(
+        &cfg,
+        format!(
+            "node.id=3\nprocess.roles=broker,controller\ncontroller.listener.names=CONTROLLER\n\
+             listeners=PLAINTEXT://{},CONTROLLER://{}\nmetadata.log.dir={}\n",
+            c.node(3).addr(),
+            controller_of(c.quorum(), 3),
+            c.node(3).data_dir().display()
+        ),
+    )
+    .unwrap();
+    // The observer may not be caught up on the leader at the first try (REQUEST_TIMED_OUT).
+    proc::wait_for(Duration::from_secs(60), "add-controller", || {
+        let ran = add_controller(&boot, &cfg);
+        (ran.status.success() && ran.stdout.contains("Added controller 3")).then_some(())
+    });
+    let status = proc::wait_for(Duration::from_secs(30), "node 3 a voter again", || {
+        let s = describe(&boot, "--status");
+        (ids(&s, "CurrentVoters:") == [1, 2, 3]).then_some(s)
+    });
+    assert!(
+        status.contains(&new3) && !status.contains(&old3),
+        "{status}"
+    );
+
+    // Now it counts: node 1 down again, nodes 2 and 3 elect and commit.
+    c.kill(1);
+    let three = c.node(3).addr();
+    proc::wait_for(Duration::from_secs(60), "a leader of 2 and 3", || {
+        quorum_leader(&three).filter(|l| *l == 2 || *l == 3)
+    });
+    let mut w3 = WireClient::connect(&three).unwrap();
+    assert_eq!(w3.create_topic("after", 1, 2, &[]).unwrap(), 0);
+    let listed = c.listed_brokers(3).unwrap_or_default();
+    assert!(listed.contains(&3), "{listed:?}");
+    assert!(w3.partition_info("before-wipe", 0).is_ok());
 }

@@ -297,6 +297,8 @@ pub struct QuorumNode {
     init_proposed_in: u64,
     /// Set when this leader applied its own removal.
     step_down: bool,
+    /// Warned that a leader's commit index was beyond this node's log (logged once).
+    warned_lost_log: bool,
 }
 
 impl std::fmt::Debug for QuorumNode {
@@ -389,6 +391,7 @@ impl QuorumNode {
             next_seq: 0,
             init_proposed_in: 0,
             step_down: false,
+            warned_lost_log: false,
             cfg,
         })
     }
@@ -491,6 +494,34 @@ impl QuorumNode {
         let mut v = self.conf_state.voters.clone();
         v.sort_unstable();
         v
+    }
+
+    /// Kafka's `ReplicaKey` check: the directory id the replicated state records for voter
+    /// `id` when `directory_id` is another one (a voter whose data dir was re-formatted and
+    /// came back under the same id). `None` when `id` is not a voter, has no record or no
+    /// recorded directory id yet (a founder before its first `QuorumMember`), or matches.
+    pub fn replaced_voter(&self, id: u64, directory_id: &str) -> Option<&str> {
+        if !self.conf_state.voters.contains(&id) {
+            return None;
+        }
+        let recorded = self.applied_state.members.get(&id)?.directory_id.as_str();
+        (!recorded.is_empty() && recorded != directory_id).then_some(recorded)
+    }
+
+    /// As leader, forgets how far peer `id`'s log matches: it came back with another
+    /// directory id, so the entries it acknowledged are gone. raft-rs never lowers a
+    /// follower's match index (it ignores the peer's rejections at or below it, and its
+    /// heartbeats carry that commit index), so without this the peer is never sent the log
+    /// or a snapshot again while this leader leads. Probing from the start is always safe:
+    /// a lower match index only delays commits.
+    pub fn forget_progress(&mut self, id: u64) {
+        if !self.is_leader() || id == self.cfg.id {
+            return;
+        }
+        if let Some(pr) = self.raw.raft.mut_prs().get_mut(id) {
+            pr.matched = 0;
+            pr.become_probe();
+        }
     }
 
     /// The learners (Kafka's observers) as of the applied index.
@@ -612,6 +643,24 @@ impl QuorumNode {
                 return Ok(());
             }
             msg.term = 0;
+        }
+        let last = self.raw.raft.raft_log.last_index();
+        if msg.get_msg_type() == MessageType::MsgHeartbeat && msg.commit > last {
+            // The leader remembers this node acknowledging entries it does not have: its log
+            // was lost (a wiped data dir under a voter's id). raft-rs would panic (etcd's
+            // "tocommit out of range"); commit nothing and keep following instead. Lowering
+            // a commit index is always safe.
+            if !self.warned_lost_log {
+                self.warned_lost_log = true;
+                tracing::warn!(
+                    node = self.cfg.id,
+                    leader_commit = msg.commit,
+                    last_index = last,
+                    "the leader's commit index is beyond this node's log: its metadata dir was \
+                     re-formatted? It counts again only after RemoveRaftVoter / AddRaftVoter"
+                );
+            }
+            msg.commit = self.raw.raft.raft_log.committed;
         }
         match self.raw.step(msg) {
             Ok(())
@@ -831,9 +880,17 @@ impl QuorumNode {
                         Some(Ok(Outcome::Applied))
                     }
                     ClusterCommand::QuorumMember(m) => {
-                        // Only a member of the configuration has an entry.
+                        // Only a member of the configuration has an entry, and a voter keeps
+                        // its directory id: another one is a re-formatted replica, which
+                        // RemoveRaftVoter and AddRaftVoter replace (Kafka's voter set).
                         let id = m.id;
-                        if self.conf_state.voters.contains(&id)
+                        if self.replaced_voter(id, &m.directory_id).is_some() {
+                            tracing::warn!(
+                                node = id,
+                                directory_id = %m.directory_id,
+                                "a voter's record keeps its directory id; the new one is ignored"
+                            );
+                        } else if self.conf_state.voters.contains(&id)
                             || self.conf_state.learners.contains(&id)
                         {
                             out.members_changed = true;

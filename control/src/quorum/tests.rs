@@ -1515,3 +1515,70 @@ fn a_deposed_partition_leaders_failover_step_is_fenced_by_its_leader_epoch() {
         }
     ));
 }
+
+#[test]
+fn a_voter_keeps_its_directory_id_and_a_wiped_follower_survives_the_leaders_commit() {
+    let mut sim = Sim::new(&[1, 2, 3], 17, 1000);
+    let leader = sim.elect();
+    for id in [1, 2, 3] {
+        let me = QuorumMember {
+            id,
+            addr: format!("127.0.0.1:{}", 9000 + id),
+            directory_id: format!("dir-{id}"),
+        };
+        sim.node(leader)
+            .propose(&ClusterCommand::QuorumMember(me))
+            .unwrap();
+    }
+    for _ in 0..5 {
+        sim.propose(leader).unwrap();
+    }
+    assert!(sim.run_until(300, |s| s.converged()
+        && s.nodes
+            .values()
+            .flatten()
+            .all(|n| n.members().len() == 3 && n.metadata().topics.len() == 5)));
+    let n = sim.node(leader);
+    assert_eq!(n.replaced_voter(3, "new"), Some("dir-3"));
+    assert_eq!(n.replaced_voter(3, "dir-3"), None);
+    assert_eq!(n.replaced_voter(9, "new"), None);
+    // A record cannot move a voter to another directory id.
+    let moved = QuorumMember {
+        id: 3,
+        addr: "127.0.0.1:9003".into(),
+        directory_id: "new".into(),
+    };
+    sim.node(leader)
+        .propose(&ClusterCommand::QuorumMember(moved))
+        .unwrap();
+    sim.propose(leader).unwrap();
+    assert!(sim.run_until(300, |s| s.converged()
+        && s.nodes
+            .values()
+            .flatten()
+            .all(|n| n.metadata().topics.len() == 6)));
+    assert_eq!(sim.node(leader).members()[&3].directory_id, "dir-3");
+
+    // Wipe a follower's storage: the leader's heartbeats carry a commit index beyond its
+    // (bootstrapped) log. raft-rs would panic; it commits nothing from them. The leader
+    // ignores its rejections (they are at or below the match index it remembers), so it
+    // gets nothing until the leader forgets that progress, as the driver does when the peer
+    // states a new directory id (this in-memory network has no directory-id guard).
+    let follower = [1, 2, 3].into_iter().find(|i| *i != leader).unwrap();
+    sim.crash(follower);
+    let dir = sim.dirs[&follower].path().to_path_buf();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    sim.restart(follower);
+    for _ in 0..50 {
+        sim.tick();
+    }
+    assert_eq!(sim.leader(), Some(leader));
+    assert_eq!(sim.node(follower).metadata().topics.len(), 0);
+    sim.node(leader).forget_progress(follower);
+    assert!(sim.run_until(300, |s| s.converged()
+        && s.nodes
+            .values()
+            .flatten()
+            .all(|n| n.metadata().topics.len() == 6)));
+}
