@@ -559,14 +559,19 @@ impl QuorumNode {
             .map_err(|_| ProposeError::NotLeader {
                 leader: Some(leader).filter(|l| *l != self.cfg.id),
             })?;
-        // A forwarded proposal carries the proposer's term (see the module doc).
+        self.track_proposal(before, id, term);
+        Ok(id)
+    }
+
+    /// Stamps the proposal messages raft-rs queued since `before` with the proposer's term (a
+    /// forwarded proposal carries it, see the module doc) and waits for `id`'s outcome.
+    fn track_proposal(&mut self, before: usize, id: ProposalId, term: u64) {
         for m in &mut self.raw.raft.msgs[before..] {
             if m.get_msg_type() == MessageType::MsgPropose {
                 m.term = term;
             }
         }
         self.pending.insert(id, Pending { term, age: 0 });
-        Ok(id)
     }
 
     /// Proposes adding or removing one voter; only on the leader, one change at a time.
@@ -622,13 +627,7 @@ impl QuorumNode {
             .map_err(|_| ProposeError::NotLeader {
                 leader: Some(leader).filter(|l| *l != self.cfg.id),
             })?;
-        // A forwarded proposal carries the proposer's term (see the module doc).
-        for m in &mut self.raw.raft.msgs[before..] {
-            if m.get_msg_type() == MessageType::MsgPropose {
-                m.term = term;
-            }
-        }
-        self.pending.insert(id, Pending { term, age: 0 });
+        self.track_proposal(before, id, term);
         Ok(id)
     }
 
