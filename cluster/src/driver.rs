@@ -68,6 +68,9 @@ pub struct DriverConfig {
     pub leader_rebalance: Option<Duration>,
     /// Mutual TLS on the controller listener and to the peers (`None`: plaintext).
     pub tls: Option<crate::transport::ControllerTls>,
+    /// The state a founding voter's empty log starts from (an old one-node data dir,
+    /// `kmirror_control::quorum::upgrade`); `None`: empty.
+    pub founding: Option<Arc<kmirror_control::quorum::upgrade::LegacyState>>,
 }
 
 impl DriverConfig {
@@ -87,6 +90,7 @@ impl DriverConfig {
             session_timeout: None,
             leader_rebalance: None,
             tls: None,
+            founding: None,
         }
     }
 }
@@ -374,7 +378,7 @@ impl Driver {
         qcfg.snapshot_every = cfg.snapshot_every;
         // Deadlines are enforced by the driver; this only bounds the node's bookkeeping.
         qcfg.proposal_timeout_ticks = 10_000;
-        let node = QuorumNode::open(&cfg.data_dir, qcfg)?;
+        let node = QuorumNode::open_founding(&cfg.data_dir, qcfg, cfg.founding.as_deref())?;
 
         let (tx, rx) = mpsc::sync_channel(EVENT_QUEUE);
         let blocked = Blocked::default();
@@ -410,9 +414,10 @@ impl Driver {
             .advertise
             .clone()
             .or_else(|| {
+                // Port 0 (a lone node's loopback controller listener): the bound address.
                 cfg.voters
                     .iter()
-                    .find(|v| v.id == cfg.node_id)
+                    .find(|v| v.id == cfg.node_id && !v.addr.ends_with(":0"))
                     .map(|v| v.addr.clone())
             })
             .unwrap_or_else(|| {
@@ -633,6 +638,17 @@ impl Run {
             coordinator: true,
         };
         (self.on_state)(&self.node, all);
+        // A one-voter quorum (a lone node) elects itself now, not after the election timeout.
+        match self.node.campaign_if_sole_voter() {
+            Ok(true) => {
+                if let Err(e) = self.poll() {
+                    tracing::error!(node = self.node.id(), error = %e, "the metadata quorum node failed; controller stopped");
+                    return;
+                }
+            }
+            Ok(false) => {}
+            Err(e) => tracing::warn!(node = self.node.id(), error = %e, "cannot start an election"),
+        }
         self.update_status();
         let mut next_tick = Instant::now() + self.tick;
         while !self.stop.load(Ordering::SeqCst) {

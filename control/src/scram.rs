@@ -601,6 +601,15 @@ pub struct ScramRegistry {
 }
 
 impl ScramRegistry {
+    /// No credentials until the first publication.
+    pub fn empty() -> ScramRegistry {
+        let store = ScramStore::in_memory(Default::default());
+        ScramRegistry {
+            snapshot: ArcSwap::from_pointee(store.credentials().clone()),
+            writer: Mutex::new(store),
+        }
+    }
+
     pub fn open(dir: &Path) -> Result<ScramRegistry, ScramError> {
         let store = ScramStore::open(dir)?;
         let snapshot = ArcSwap::from_pointee(store.credentials().clone());

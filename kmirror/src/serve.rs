@@ -171,22 +171,33 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let voters = c.quorum_voters()?;
     let (inter_broker_listener, inter_broker_security) = c.inter_broker()?;
     let controller_tls = c.controller_tls()?;
-    // KRaft combined mode: this node is a voter of the metadata quorum and a broker.
-    let quorum = (!voters.is_empty()).then(|| kmirror_net::cluster::QuorumOptions {
-        controller_listen: c.controller_listen.trim().to_string(),
-        voters,
-        session_timeout: Duration::from_millis(c.broker_session_timeout_ms.max(100)),
-        default_replication_factor: c.default_replication_factor,
-        inter_broker_listener: inter_broker_listener.clone(),
-        inter_broker_dialer: Some(Arc::new(kmirror_mirror::interbroker::InterBrokerDialer {
+    // KRaft combined mode: this node is a voter of the metadata quorum and a broker. Without
+    // --quorum it is the only voter of its own (a one-controller quorum).
+    let dialer: Arc<dyn kmirror_net::interbroker::Dialer> =
+        Arc::new(kmirror_mirror::interbroker::InterBrokerDialer {
             security: inter_broker_security.clone(),
             client_id: format!("kmirror-{}-inter-broker", c.node_id),
-        })),
-        controller_tls: controller_tls.clone(),
-        leader_rebalance: c
-            .auto_leader_rebalance_enable
-            .then(|| Duration::from_secs(c.leader_imbalance_check_interval_seconds.max(1))),
-    });
+        });
+    let quorum = if voters.is_empty() {
+        kmirror_net::cluster::QuorumOptions {
+            inter_broker_listener: inter_broker_listener.clone(),
+            inter_broker_dialer: Some(dialer),
+            ..kmirror_net::cluster::QuorumOptions::single(c.node_id)
+        }
+    } else {
+        kmirror_net::cluster::QuorumOptions {
+            controller_listen: c.controller_listen.trim().to_string(),
+            voters,
+            session_timeout: Duration::from_millis(c.broker_session_timeout_ms.max(100)),
+            default_replication_factor: c.default_replication_factor,
+            inter_broker_listener: inter_broker_listener.clone(),
+            inter_broker_dialer: Some(dialer),
+            controller_tls: controller_tls.clone(),
+            leader_rebalance: c
+                .auto_leader_rebalance_enable
+                .then(|| Duration::from_secs(c.leader_imbalance_check_interval_seconds.max(1))),
+        }
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&c.log_level));
     let _ = tracing_subscriber::fmt()

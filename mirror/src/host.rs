@@ -143,7 +143,9 @@ impl MirrorBroker {
         data_dir: &std::path::Path,
         settings: MirrorSettings,
     ) -> Result<Arc<Self>, kmirror_control::mirror::MirrorError> {
-        let store = MirrorStateStore::open(data_dir)?;
+        // The mirror state is the quorum's (`__mirror_state` on the Raft log); the view is
+        // loaded from the driver once the broker runs.
+        let store = MirrorStateStore::in_memory();
         let feature_file = data_dir.join(FEATURE_FILE);
         let level = std::fs::read_to_string(&feature_file)
             .ok()
@@ -252,16 +254,13 @@ impl ExtensionApis for MirrorBroker {
             sync_errors: HashMap::new(),
             leader_hws: HashMap::new(),
         };
-        // In a cluster the mirror state is the quorum's (`__mirror_state` on the Raft log):
-        // the local file is not used, and the view starts empty until the first load.
-        let quorum = broker.cluster.is_replicated().then(|| {
-            *service.coordinator_mut() = MirrorCoordinator::new(MirrorStateStore::in_memory());
-            QuorumMirror {
-                committer: Arc::new(ClusterCommitter(broker.cluster.clone())),
-                loaded: None,
-                seat: false,
-            }
-        });
+        // The mirror state is the quorum's (`__mirror_state` on the Raft log): the view
+        // starts empty until the first load.
+        let quorum = QuorumMirror {
+            committer: Arc::new(ClusterCommitter(broker.cluster.clone())),
+            loaded: None,
+            seat: false,
+        };
         let mut ctl = Control {
             quorum,
             service,
@@ -432,9 +431,6 @@ impl BrokerHost {
     /// this replica's own high watermark (what the leader last told it) when the leader
     /// could not be asked. None on one node, where the log end is readable.
     fn readable_end(&self, tp: &TopicPartition) -> Option<i64> {
-        if !self.broker.cluster.is_replicated() {
-            return None;
-        }
         if !self.leads(&self.broker.cluster.snapshot(), tp) {
             if let Some(&hw) = self.leader_hws.get(tp) {
                 return Some(hw);
@@ -453,9 +449,6 @@ impl BrokerHost {
         use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
         self.leader_hws.clear();
         let cluster = &self.broker.cluster;
-        if !cluster.is_replicated() {
-            return;
-        }
         let meta = cluster.snapshot();
         let me = self.broker.config.node_id;
         let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
@@ -559,9 +552,6 @@ impl BrokerHost {
     /// empty on a one-node broker.
     fn placement(&self, start: i32, count: i32, rf: Option<i16>) -> Result<Vec<Vec<i32>>, String> {
         let cluster = &self.broker.cluster;
-        if !cluster.is_replicated() {
-            return Ok(Vec::new());
-        }
         let default_rf = self.broker.config.default_replication_factor;
         kmirror_control::quorum::controller::propose_placement(
             &cluster.snapshot(),
@@ -583,11 +573,8 @@ impl BrokerHost {
         // A restarted node replays its own metadata log first: until it has heard from the
         // quorum leader and applied what is committed, the leaderships it sees may be old
         // ones, and a fetcher started on them would write beside the real leader.
-        let current = self
-            .broker
-            .cluster
-            .quorum_status()
-            .is_none_or(|q| q.leader.is_some() && q.applied_index >= q.commit_index);
+        let q = self.broker.cluster.quorum_status();
+        let current = q.leader.is_some() && q.applied_index >= q.commit_index;
         current
             && matches!(
                 self.broker.cluster.role(meta, tp),
@@ -618,9 +605,6 @@ impl BrokerHost {
     /// = log end), so a failover step never cuts records the followers have not fetched yet
     /// and a PID-reset marker is committed before STOPPED is. One node: nothing to wait for.
     fn await_replicated(&self, tp: &TopicPartition) -> Result<(), String> {
-        if !self.broker.cluster.is_replicated() {
-            return Ok(());
-        }
         let until = Instant::now() + REPLICATED_WAIT;
         loop {
             let (hw, end) = self.on_partition(tp, |p| {
@@ -791,9 +775,6 @@ impl MirrorHost for BrokerHost {
 
     fn leadership_epoch(&self, tp: &TopicPartition) -> Option<i32> {
         let cluster = &self.broker.cluster;
-        if !cluster.is_replicated() {
-            return None;
-        }
         match cluster.role(&cluster.snapshot(), tp) {
             Some(kmirror_net::cluster::Role::Leader { epoch }) => Some(epoch),
             _ => None,
@@ -944,8 +925,7 @@ struct QuorumMirror {
 }
 
 struct Control {
-    /// Cluster mode only (None on one node, which always holds the seat).
-    quorum: Option<QuorumMirror>,
+    quorum: QuorumMirror,
     /// Per topic, the core rule the router last refused (a pin beyond this broker's cores,
     /// e.g. after a restart with fewer cores): not retried, nor logged, until it changes.
     placement_refused: HashMap<String, Option<kmirror_engine::TopicRule>>,
@@ -977,33 +957,27 @@ impl Control {
     }
 
     /// Whether this node drives the mirrors: admin requests, sync rounds (topic creation,
-    /// configs, offsets, ACLs) and read-only flags. One node: always.
+    /// configs, offsets, ACLs) and read-only flags.
     fn is_seat(&self) -> bool {
-        self.quorum.as_ref().is_none_or(|q| q.seat)
+        self.quorum.seat
     }
 
-    /// Cluster mode: reloads the view of the replicated mirror state when it changed or the
+    /// Reloads the view of the replicated mirror state when it changed or the
     /// quorum term moved. Every record this node writes (admin changes on the seat, fetcher
     /// events and failover steps on a partition's leader) is committed at the current term,
     /// so a node that missed a leader change is fenced instead of writing over newer state.
     /// True when the view was reloaded.
     fn follow_quorum(&mut self) -> bool {
-        let Some(q) = &mut self.quorum else {
-            return false;
-        };
+        let q = &mut self.quorum;
         let cluster = &self.host.broker.cluster;
-        let Some(status) = cluster.quorum_status() else {
-            return false;
-        };
+        let status = cluster.quorum_status();
         let version = cluster.mirror_state_version();
         let me = u64::try_from(self.host.broker.config.node_id).ok();
         let seat = status.leader.is_some() && status.leader == me && status.coordinator_ready;
         if q.loaded == Some((status.term, version)) && q.seat == seat {
             return false;
         }
-        let Some(driver) = cluster.driver() else {
-            return false;
-        };
+        let driver = cluster.driver();
         let (committer, term) = (q.committer.clone(), status.term);
         let Some(store) = driver.read(
             move |n| MirrorStateStore::replicated(n.mirrors(), committer, term),
@@ -1095,9 +1069,11 @@ impl Control {
     /// Where a mirror request goes when this node does not hold the seat: the quorum
     /// leader's inter-broker listener (None: no leader known, or this node leads).
     fn seat_addr(&self) -> Option<String> {
-        self.quorum.as_ref().filter(|q| !q.seat)?;
+        if self.quorum.seat {
+            return None;
+        }
         let cluster = &self.host.broker.cluster;
-        let leader = i32::try_from(cluster.quorum_status()?.leader?).ok()?;
+        let leader = i32::try_from(cluster.quorum_status().leader?).ok()?;
         if leader == self.host.broker.config.node_id {
             return None;
         }
@@ -1176,7 +1152,7 @@ impl Control {
     fn handle(&mut self, got: Got) -> bool {
         match got {
             Got::Msg(Msg::Request(frame, reply)) => {
-                if self.quorum.as_ref().is_some_and(|q| !q.seat) {
+                if !self.quorum.seat {
                     // The seat answers (Kafka forwards mirror admin requests to its
                     // controller); off this thread, which serves the fetchers' events. With
                     // no seat to reach (mid-election) the client hears
@@ -1214,7 +1190,7 @@ impl Control {
                     let _ = reply.send(self.bump_leader_epochs(frame));
                     return false;
                 }
-                if key == api::DESCRIBE_MIRRORS && self.quorum.is_some() {
+                if key == api::DESCRIBE_MIRRORS {
                     let parts: Vec<TopicPartition> = self
                         .coordinator()
                         .store()
@@ -2002,8 +1978,7 @@ impl Control {
         def: &MirrorDefinition,
         source: &[kmirror_control::mirror::AclBinding],
     ) -> Result<(), String> {
-        let registry = kmirror_net::acl::store_for(&self.host.broker.config.data_dir)
-            .map_err(|e| e.to_string())?;
+        let registry = self.host.broker.acls.clone();
         // Planned against the published ACLs; every change goes through the cluster's one
         // mutation entry point, whose publication the authorizer reads at once.
         let plan = kmirror_control::mirror::plan_acl_sync(def, source, &registry.all())
@@ -2062,7 +2037,8 @@ impl Control {
         if plan.is_empty() {
             return Ok(());
         }
-        for r in registry.mutate(|store| store.alter(&plan, false)) {
+        // Through the quorum, as AlterClientQuotas: every node enforces the synced quotas.
+        for r in kmirror_net::quota::alter(&self.host.broker.cluster, &registry, &plan, false) {
             r.map_err(|e| e.to_string())?;
         }
         tracing::info!(mirror = %def.name, entities = plan.len(), "client quotas synced from the source");

@@ -1,13 +1,12 @@
-//! CreateAcls / DescribeAcls / DeleteAcls over the broker's durable [`AclStore`].
+//! CreateAcls / DescribeAcls / DeleteAcls over the ACLs the metadata quorum holds.
 //!
-//! One [`AclRegistry`] per data directory, shared by every core and the mirror control thread
-//! (the ACL sync). Changes are serialized behind a mutex (they are rare admin operations) and
-//! run on a blocking thread, never on an engine core: the store fsyncs. Every change publishes
-//! an immutable [`AclSnapshot`] that DescribeAcls and the authorizer read without a lock.
+//! One [`AclRegistry`] per broker, shared by every core and the mirror control thread (the
+//! ACL sync). Changes are proposed to the quorum ([`Cluster::propose`]); the Raft driver
+//! publishes every applied set into the registry as an immutable [`AclSnapshot`] that
+//! DescribeAcls and the authorizer read without a lock.
 
-use std::collections::{BTreeMap, HashMap};
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use arc_swap::ArcSwap;
 
@@ -21,28 +20,26 @@ use kafka_protocol::messages::{
     DescribeAclsRequest, DescribeAclsResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kmirror_control::acl::{validate_binding, AclBinding, AclError, AclFilter, AclStore};
+use kmirror_control::acl::{validate_binding, AclBinding, AclError, AclFilter};
 use kmirror_control::authz::AclSnapshot;
 use kmirror_control::quorum::{AclCommand, ClusterCommand, Outcome};
 
 use crate::cluster::Cluster;
 use crate::errors;
 
-/// The durable store plus its published snapshot.
+/// The applied ACL set, as the quorum last published it.
 #[derive(Debug)]
 pub struct AclRegistry {
-    store: Mutex<AclStore>,
     snapshot: ArcSwap<AclSnapshot>,
     all: ArcSwap<Vec<AclBinding>>,
 }
 
 impl AclRegistry {
-    fn new(store: AclStore) -> AclRegistry {
-        let all = store.all();
+    /// No ACLs until the driver's first publication.
+    pub fn empty() -> AclRegistry {
         AclRegistry {
-            snapshot: ArcSwap::from_pointee(AclSnapshot::new(all.iter().cloned())),
-            all: ArcSwap::from_pointee(all),
-            store: Mutex::new(store),
+            snapshot: ArcSwap::from_pointee(AclSnapshot::new(std::iter::empty())),
+            all: ArcSwap::from_pointee(Vec::new()),
         }
     }
 
@@ -56,53 +53,15 @@ impl AclRegistry {
         self.all.load_full()
     }
 
-    /// Publishes the replicated ACL set (cluster mode: the Raft driver owns the ACLs; the
-    /// local store file is not used).
+    /// Publishes the applied ACL set (called by the Raft driver).
     pub fn publish(&self, all: Vec<AclBinding>) {
         self.snapshot
             .store(Arc::new(AclSnapshot::new(all.iter().cloned())));
         self.all.store(Arc::new(all));
     }
-
-    /// Runs `f` on the store under its lock (it may persist: call from a blocking context),
-    /// then publishes the new snapshot.
-    pub fn mutate<R>(&self, f: impl FnOnce(&mut AclStore) -> R) -> R {
-        let mut st = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        let r = f(&mut st);
-        let all = st.all();
-        self.snapshot
-            .store(Arc::new(AclSnapshot::new(all.iter().cloned())));
-        self.all.store(Arc::new(all));
-        r
-    }
 }
 
 pub type SharedAcls = Arc<AclRegistry>;
-
-/// The ACL store of the broker whose data directory is `dir` (opened on first use).
-pub fn store_for(dir: &Path) -> Result<SharedAcls, AclError> {
-    static STORES: OnceLock<Mutex<HashMap<PathBuf, SharedAcls>>> = OnceLock::new();
-    shared_store(&STORES, dir, || Ok(AclRegistry::new(AclStore::open(dir)?)))
-}
-
-/// The one store per data directory in `stores` (a process may run several brokers in
-/// tests), opened with `open` on first use.
-pub(crate) fn shared_store<T, E>(
-    stores: &OnceLock<Mutex<HashMap<PathBuf, Arc<T>>>>,
-    dir: &Path,
-    open: impl FnOnce() -> Result<T, E>,
-) -> Result<Arc<T>, E> {
-    let mut map = stores
-        .get_or_init(Default::default)
-        .lock()
-        .unwrap_or_else(|p| p.into_inner());
-    if let Some(s) = map.get(dir) {
-        return Ok(s.clone());
-    }
-    let s = Arc::new(open()?);
-    map.insert(dir.to_path_buf(), s.clone());
-    Ok(s)
-}
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
@@ -180,7 +139,7 @@ fn filter(
     }
 }
 
-pub fn describe_acls(dir: &Path, req: DescribeAclsRequest) -> DescribeAclsResponse {
+pub fn describe_acls(acls: &AclRegistry, req: DescribeAclsRequest) -> DescribeAclsResponse {
     let f = filter(
         req.resource_type_filter,
         &req.resource_name_filter,
@@ -190,14 +149,12 @@ pub fn describe_acls(dir: &Path, req: DescribeAclsRequest) -> DescribeAclsRespon
         req.operation,
         req.permission_type,
     );
-    let found = f.validate().and_then(|()| {
-        store_for(dir).map(|st| {
-            st.all()
-                .iter()
-                .filter(|b| f.matches(b))
-                .cloned()
-                .collect::<Vec<_>>()
-        })
+    let found = f.validate().map(|()| {
+        acls.all()
+            .iter()
+            .filter(|b| f.matches(b))
+            .cloned()
+            .collect::<Vec<_>>()
     });
     match found {
         Err(e) => {

@@ -158,7 +158,9 @@ pub struct Broker {
     pub authz: crate::authz::Authz,
     /// SASL settings and the SCRAM credential store.
     pub sasl: Arc<crate::sasl::Sasl>,
-    /// Client quotas (the store of `data_dir`) and their budgets.
+    /// The applied ACLs (published by the Raft driver; the authorizer reads the same).
+    pub acls: crate::acl::SharedAcls,
+    /// The applied client quotas (published by the Raft driver) and their budgets.
     pub quotas: crate::quota::SharedQuotas,
 }
 
@@ -237,9 +239,7 @@ impl Ctx {
         ids: impl IntoIterator<Item = i32>,
     ) -> Vec<crate::cluster::ListedBroker> {
         let listener = &self.broker.config.listeners[0].name;
-        let Some(all) = self.broker.cluster.listed_brokers(meta, listener) else {
-            return Vec::new();
-        };
+        let all = self.broker.cluster.listed_brokers(meta, listener);
         let ids: std::collections::BTreeSet<i32> = ids.into_iter().collect();
         all.into_iter().filter(|b| ids.contains(&b.id)).collect()
     }
@@ -264,20 +264,15 @@ impl Ctx {
         id: Option<Uuid>,
         validate_only: bool,
     ) -> Result<TopicMeta, ItemError> {
-        let cluster = &self.broker.cluster;
         let meta = self.meta();
-        let assignments = if cluster.is_replicated() {
-            kmirror_control::quorum::controller::propose_placement(
-                &meta,
-                0,
-                partitions.clamp(0, 100_000),
-                replication_factor,
-                self.broker.config.default_replication_factor,
-            )
-            .map_err(meta_err)?
-        } else {
-            Vec::new()
-        };
+        let assignments = kmirror_control::quorum::controller::propose_placement(
+            &meta,
+            0,
+            partitions.clamp(0, 100_000),
+            replication_factor,
+            self.broker.config.default_replication_factor,
+        )
+        .map_err(meta_err)?;
         let id = id.unwrap_or_else(|| unused_topic_id(&meta));
         let cmd = MetadataCommand::CreateTopic {
             name,

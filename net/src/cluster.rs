@@ -3,12 +3,11 @@
 //! Reads: every change is published as an immutable snapshot ([`MetaView`]) that cores read
 //! lock-free in the steady state (a version check, then a cached `Arc`).
 //!
-//! Writes: [`Cluster::propose`] takes a [`ClusterCommand`] (data, never a closure). On a
-//! one-node broker it is applied on the control-plane thread to the durable `MetadataStore`
-//! (ACLs: the durable `AclStore`) with the quorum's own apply functions, so both modes
-//! validate and change state identically. On a node of a cluster (`serve --quorum`) it goes
-//! to the Raft driver (`kmirror_cluster::DriverHandle`) from a plain thread, and the answer
-//! comes once this node applied the command, so its published snapshot already holds it.
+//! Writes: [`Cluster::propose`] takes a [`ClusterCommand`] (data, never a closure) to the
+//! Raft driver (`kmirror_cluster::DriverHandle`), and the answer comes once this node applied
+//! the command, so its published snapshot already holds it. Every node is a member of a
+//! quorum: a lone node is a one-voter quorum of itself (Kafka's combined mode with one
+//! controller), so one writer and one apply path serve one node and a cluster alike.
 //! Must never block an engine core: the async variant waits on a channel.
 
 use std::cell::RefCell;
@@ -18,11 +17,10 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use kmirror_cluster::{DriverHandle, ProposalError, QuorumStatus};
-use kmirror_control::acl::AclError;
 use kmirror_control::metadata::{ClusterMetadata, MetadataError, MetadataStore, TopicMeta};
 use kmirror_control::quorum::command;
-use kmirror_control::quorum::{AclCommand, ApplyError, ClusterCommand, MetadataCommand, Outcome};
-use kmirror_engine::{Catalog, ControlThread, EngineError, PartitionSpec, Router};
+use kmirror_control::quorum::{ApplyError, ClusterCommand, MetadataCommand, Outcome};
+use kmirror_engine::{Catalog, EngineError, PartitionSpec, Router};
 use kmirror_types::{LeaderEpoch, TopicPartition};
 
 /// The latest published metadata snapshot.
@@ -75,15 +73,6 @@ impl MetaView {
         self.version.load(Ordering::Acquire)
     }
 
-    fn publish(&self, m: &ClusterMetadata) {
-        if m.version == self.version() {
-            return;
-        }
-        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(m.clone());
-        self.version.store(m.version, Ordering::Release);
-        self.wake();
-    }
-
     /// Publishes a snapshot the Raft driver applied (its versions only grow).
     pub fn publish_arc(&self, m: Arc<ClusterMetadata>) {
         let v = m.version;
@@ -120,9 +109,6 @@ pub enum ProposeFailure {
     /// Applied and refused by the state machine (identically on every node).
     #[error(transparent)]
     Rejected(ApplyError),
-    /// The one-node broker's durable ACL store failed.
-    #[error(transparent)]
-    Acl(AclError),
     /// No controller took it before the deadline; it was not applied.
     #[error("no active controller (last known leader: {leader:?})")]
     NoLeader { leader: Option<u64> },
@@ -166,31 +152,23 @@ impl From<EngineError> for ProposeFailure {
 /// out on the controller similarly).
 const PROPOSE_TIMEOUT: Duration = Duration::from_secs(15);
 
-/// Where mutations go.
-#[derive(Clone)]
-enum Backend {
-    /// One node: the durable store on the control-plane thread.
-    Local(ControlThread<MetadataStore>),
-    /// A node of a Raft cluster.
-    Quorum(DriverHandle),
-}
-
 /// Handle to the cluster metadata: its published snapshot plus the way to change it.
 #[derive(Clone)]
 pub struct Cluster {
-    backend: Backend,
+    driver: DriverHandle,
     view: Arc<MetaView>,
     data_dir: PathBuf,
-    /// Cluster mode: this node's id (partitions are hosted only where it is a replica).
-    local: Option<i32>,
-    /// Cluster mode: the quorum's voters and their controller addresses.
+    /// This node's id (partitions are hosted only where it is a replica).
+    local: i32,
+    /// The quorum's founding voters and their controller addresses.
     voters: Arc<Vec<kmirror_cluster::Voter>>,
-    /// Cluster mode: moves whenever the applied `__mirror_state` changed (the mirror host
-    /// reloads its view of the replicated store then).
+    /// Moves whenever the applied `__mirror_state` changed (the mirror host reloads its
+    /// view of the replicated store then).
     mirror_state_version: Arc<std::sync::atomic::AtomicU64>,
 }
 
-/// `serve --quorum`: the settings of this node's part in the metadata quorum.
+/// The settings of this node's part in the metadata quorum (`serve --quorum`, or
+/// [`QuorumOptions::single`] for a lone node).
 #[derive(Debug, Clone)]
 pub struct QuorumOptions {
     /// The controller listener, `HOST:PORT`.
@@ -215,6 +193,31 @@ pub struct QuorumOptions {
     pub controller_tls: Option<kmirror_cluster::transport::ControllerTls>,
 }
 
+impl QuorumOptions {
+    /// A lone node: the only voter of its own quorum (Kafka's combined mode formatted with
+    /// one controller), its controller listener on a free loopback port nobody else dials.
+    pub fn single(node_id: i32) -> QuorumOptions {
+        QuorumOptions {
+            controller_listen: "127.0.0.1:0".into(),
+            voters: vec![kmirror_cluster::Voter {
+                id: u64::try_from(node_id).unwrap_or(0),
+                addr: "127.0.0.1:0".into(),
+            }],
+            session_timeout: Duration::from_secs(9),
+            leader_rebalance: None,
+            default_replication_factor: 1,
+            inter_broker_listener: None,
+            inter_broker_dialer: None,
+            controller_tls: None,
+        }
+    }
+
+    /// Whether this node is the quorum's only voter.
+    pub fn is_single(&self, node_id: i32) -> bool {
+        self.voters.len() == 1 && i64::try_from(self.voters[0].id).ok() == Some(i64::from(node_id))
+    }
+}
+
 /// This node's part in one partition.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Role {
@@ -233,22 +236,7 @@ pub struct ListedBroker {
 }
 
 impl Cluster {
-    /// One-node mode: opens the store and starts the control-plane thread.
-    pub fn start(data_dir: &Path) -> Result<Cluster, crate::NetError> {
-        let store = MetadataStore::open(data_dir)?;
-        let view = Arc::new(MetaView::new(store.state().clone()));
-        let (control, _join) = ControlThread::spawn("kmirror-control", store)?;
-        Ok(Cluster {
-            backend: Backend::Local(control),
-            view,
-            data_dir: data_dir.to_path_buf(),
-            local: None,
-            voters: Arc::default(),
-            mirror_state_version: Arc::default(),
-        })
-    }
-
-    /// Cluster mode: metadata comes from the Raft driver, which publishes into `view` (see
+    /// Metadata comes from the Raft driver, which publishes into `view` (see
     /// [`MetaView::publish_arc`]); mutations are proposed through `handle`.
     pub fn replicated(
         data_dir: &Path,
@@ -258,10 +246,10 @@ impl Cluster {
         voters: Vec<kmirror_cluster::Voter>,
     ) -> Cluster {
         Cluster {
-            backend: Backend::Quorum(handle),
+            driver: handle,
             view,
             data_dir: data_dir.to_path_buf(),
-            local: Some(node_id),
+            local: node_id,
             voters: Arc::new(voters),
             mirror_state_version: Arc::default(),
         }
@@ -277,29 +265,31 @@ impl Cluster {
         self
     }
 
-    /// How many times the applied mirror state changed (cluster mode; 0 on one node).
+    /// How many times the applied mirror state changed.
     pub fn mirror_state_version(&self) -> u64 {
         self.mirror_state_version
             .load(std::sync::atomic::Ordering::Acquire)
     }
 
-    /// The quorum's voters (empty on a one-node broker).
+    /// The quorum's founding voters (this node alone on a lone node).
     pub fn voters(&self) -> &[kmirror_cluster::Voter] {
         &self.voters
     }
 
-    /// Whether this node holds a replica of partition `p` of `t` (one node: every one).
+    /// Whether this node holds a replica of partition `p` of `t`.
     pub fn hosts(&self, t: &TopicMeta, p: i32) -> bool {
         hosts(self.local, t, p)
     }
 
-    /// This node's role for `tp` in `meta` (None: no such partition). One node (or a topic
-    /// without assignments): leader of everything, at the topic's leader epoch.
+    /// This node's role for `tp` in `meta` (None: no such partition). A topic without
+    /// assignments (none is created so; the old one-node layout's sentinel): leader, at the
+    /// topic's leader epoch.
     pub fn role(&self, meta: &ClusterMetadata, tp: &TopicPartition) -> Option<Role> {
         let t = meta.topics.get(&tp.topic)?;
         let i = usize::try_from(tp.partition).ok()?;
         let epoch = *t.leader_epochs.get(i)?;
-        let (Some(node), Some(a)) = (self.local, t.assignments.get(i)) else {
+        let node = self.local;
+        let Some(a) = t.assignments.get(i) else {
             return Some(Role::Leader { epoch });
         };
         Some(if a.leader == node {
@@ -317,52 +307,42 @@ impl Cluster {
         })
     }
 
-    /// This node's id in a cluster (None on a one-node broker).
-    pub fn local_node(&self) -> Option<i32> {
+    /// This node's id.
+    pub fn local_node(&self) -> i32 {
         self.local
     }
 
     /// The brokers Metadata lists, by id, with their endpoint on `listener` (Kafka lists
     /// each broker at the listener the client came in through): the unfenced registered
-    /// brokers in a cluster; `None` on a one-node broker (the caller lists itself).
-    pub fn listed_brokers(
-        &self,
-        meta: &ClusterMetadata,
-        listener: &str,
-    ) -> Option<Vec<ListedBroker>> {
-        self.local?;
-        Some(
-            meta.brokers
-                .values()
-                .filter(|b| !b.fenced)
-                .filter_map(|b| {
-                    let e = b
-                        .endpoints
-                        .iter()
-                        .find(|e| e.name == listener)
-                        .or_else(|| b.endpoints.first())?;
-                    Some(ListedBroker {
-                        id: b.id,
-                        host: e.host.clone(),
-                        port: i32::from(e.port),
-                        rack: b.rack.clone(),
-                    })
+    /// brokers.
+    pub fn listed_brokers(&self, meta: &ClusterMetadata, listener: &str) -> Vec<ListedBroker> {
+        meta.brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter_map(|b| {
+                let e = b
+                    .endpoints
+                    .iter()
+                    .find(|e| e.name == listener)
+                    .or_else(|| b.endpoints.first())?;
+                Some(ListedBroker {
+                    id: b.id,
+                    host: e.host.clone(),
+                    port: i32::from(e.port),
+                    rack: b.rack.clone(),
                 })
-                .collect(),
-        )
+            })
+            .collect()
     }
 
-    /// The id Metadata and DescribeCluster give as the controller: the Raft leader in a
-    /// cluster (-1 while there is none), this node on a one-node broker.
-    pub fn controller_id(&self, node: i32) -> i32 {
-        match &self.backend {
-            Backend::Local(_) => node,
-            Backend::Quorum(h) => h
-                .status()
-                .leader
-                .and_then(|l| i32::try_from(l).ok())
-                .unwrap_or(-1),
-        }
+    /// The id Metadata and DescribeCluster give as the controller: the Raft leader (-1
+    /// while there is none).
+    pub fn controller_id(&self) -> i32 {
+        self.driver
+            .status()
+            .leader
+            .and_then(|l| i32::try_from(l).ok())
+            .unwrap_or(-1)
     }
 
     /// An empty view for [`Cluster::replicated`], filled by the driver's first publish.
@@ -376,25 +356,14 @@ impl Cluster {
         }))
     }
 
-    /// Whether this node is part of a replicated (Raft) cluster.
-    pub fn is_replicated(&self) -> bool {
-        matches!(self.backend, Backend::Quorum(_))
+    /// The Raft driver of this node, for reads of the applied state.
+    pub fn driver(&self) -> &DriverHandle {
+        &self.driver
     }
 
-    /// The Raft driver of this node (cluster mode only), for reads of the applied state.
-    pub fn driver(&self) -> Option<DriverHandle> {
-        match &self.backend {
-            Backend::Quorum(h) => Some(h.clone()),
-            Backend::Local(_) => None,
-        }
-    }
-
-    /// The metadata quorum as this node sees it (cluster mode only).
-    pub fn quorum_status(&self) -> Option<Arc<QuorumStatus>> {
-        match &self.backend {
-            Backend::Quorum(h) => Some(h.status()),
-            Backend::Local(_) => None,
-        }
+    /// The metadata quorum as this node sees it.
+    pub fn quorum_status(&self) -> Arc<QuorumStatus> {
+        self.driver.status()
     }
 
     pub fn view(&self) -> &Arc<MetaView> {
@@ -405,46 +374,30 @@ impl Cluster {
         self.view.load()
     }
 
-    /// Applies `cmd` (one node) or proposes it to the quorum and waits until this node
-    /// applied it. Never blocks the calling thread: the wait is on a channel.
+    /// Proposes `cmd` to the quorum and waits until this node applied it. Never blocks the
+    /// calling thread: the wait is on a channel.
     pub async fn propose(&self, cmd: ClusterCommand) -> Result<Outcome, ProposeFailure> {
-        match &self.backend {
-            Backend::Local(control) => {
-                let (view, dir) = (self.view.clone(), self.data_dir.clone());
-                control
-                    .call(move |s| apply_local(s, &view, &dir, cmd))
-                    .await?
-            }
-            Backend::Quorum(handle) => {
-                // The driver's answer is a blocking std channel: wait for it on a plain
-                // thread (proposals are rare admin and mirror-plane changes).
-                let (tx, rx) = flume::bounded(1);
-                let handle = handle.clone();
-                std::thread::Builder::new()
-                    .name("kmirror-propose".into())
-                    .spawn(move || {
-                        let _ = tx.send(handle.propose(cmd, PROPOSE_TIMEOUT));
-                    })
-                    .map_err(|e| ProposeFailure::Unavailable(e.to_string()))?;
-                rx.recv_async()
-                    .await
-                    .map_err(|_| ProposeFailure::Unavailable("proposal thread died".into()))?
-                    .map_err(ProposeFailure::from)
-            }
-        }
+        // The driver's answer is a blocking std channel: wait for it on a plain thread
+        // (proposals are rare admin and mirror-plane changes).
+        let (tx, rx) = flume::bounded(1);
+        let handle = self.driver.clone();
+        std::thread::Builder::new()
+            .name("kmirror-propose".into())
+            .spawn(move || {
+                let _ = tx.send(handle.propose(cmd, PROPOSE_TIMEOUT));
+            })
+            .map_err(|e| ProposeFailure::Unavailable(e.to_string()))?;
+        rx.recv_async()
+            .await
+            .map_err(|_| ProposeFailure::Unavailable("proposal thread died".into()))?
+            .map_err(ProposeFailure::from)
     }
 
     /// [`Cluster::propose`] for plain threads (never an engine core).
     pub fn propose_blocking(&self, cmd: ClusterCommand) -> Result<Outcome, ProposeFailure> {
-        match &self.backend {
-            Backend::Local(control) => {
-                let (view, dir) = (self.view.clone(), self.data_dir.clone());
-                control.call_blocking(move |s| apply_local(s, &view, &dir, cmd))?
-            }
-            Backend::Quorum(handle) => handle
-                .propose(cmd, PROPOSE_TIMEOUT)
-                .map_err(ProposeFailure::from),
-        }
+        self.driver
+            .propose(cmd, PROPOSE_TIMEOUT)
+            .map_err(ProposeFailure::from)
     }
 
     /// A metadata command proposed; the topic it leaves (or deleted).
@@ -521,72 +474,24 @@ fn topic_of(o: Outcome) -> Result<TopicMeta, ProposeFailure> {
     }
 }
 
-/// One node: applies `cmd` to the durable stores with the quorum's apply, then publishes.
-fn apply_local(
-    store: &mut MetadataStore,
-    view: &MetaView,
-    data_dir: &Path,
-    cmd: ClusterCommand,
-) -> Result<Outcome, ProposeFailure> {
-    match cmd {
-        ClusterCommand::Metadata(c) => {
-            let r = command::apply(store, &c);
-            view.publish(store.state());
-            Ok(r?)
-        }
-        ClusterCommand::Acl(c) => {
-            let registry = crate::acl::store_for(data_dir).map_err(ProposeFailure::Acl)?;
-            // The durable store reports its I/O failures per item; the proposer validated.
-            registry.mutate(|acls| match &c {
-                AclCommand::Create { bindings } => {
-                    for r in acls.create(bindings) {
-                        r.map_err(ProposeFailure::Acl)?;
-                    }
-                    Ok(Outcome::Acls(Vec::new()))
-                }
-                AclCommand::Delete { filters } => {
-                    let mut gone = Vec::with_capacity(filters.len());
-                    for r in acls.delete(filters) {
-                        gone.push(r.map_err(ProposeFailure::Acl)?);
-                    }
-                    Ok(Outcome::Acls(gone))
-                }
-            })
-        }
-        // One node keeps these in their own files, written by their owners directly
-        // (ScramRegistry, QuotaRegistry, MirrorStateStore, the coordinators' record files).
-        ClusterCommand::Scram { .. }
-        | ClusterCommand::Quota { .. }
-        | ClusterCommand::Mirror { .. }
-        | ClusterCommand::AllocateProducerIds { .. }
-        | ClusterCommand::Coordinator { .. }
-        | ClusterCommand::QuorumMember(_) => Err(ProposeFailure::Unavailable(
-            "replicated only in a cluster (serve --quorum)".into(),
-        )),
-    }
-}
-
 /// Kafka's on-disk layout: `<data_dir>/topics/<topic>-<partition>/`.
 pub fn partition_dir(data_dir: &Path, tp: &TopicPartition) -> PathBuf {
     data_dir.join("topics").join(tp.to_string())
 }
 
-/// Whether node `local` (None: the one-node broker) holds a replica of `t`'s partition `p`.
-fn hosts(local: Option<i32>, t: &TopicMeta, p: i32) -> bool {
-    match (
-        local,
-        usize::try_from(p).ok().and_then(|i| t.assignments.get(i)),
-    ) {
-        (Some(node), Some(a)) => a.replicas.contains(&node),
-        // One node, or a topic without assignments (the local-node sentinel).
-        _ => true,
+/// Whether node `local` holds a replica of `t`'s partition `p`.
+fn hosts(local: i32, t: &TopicMeta, p: i32) -> bool {
+    match usize::try_from(p).ok().and_then(|i| t.assignments.get(i)) {
+        Some(a) => a.replicas.contains(&local),
+        // A topic without assignments (the old one-node layout's sentinel): here.
+        None => true,
     }
 }
 
 struct MetaCatalog {
     view: Arc<MetaView>,
     data_dir: PathBuf,
-    local: Option<i32>,
+    local: i32,
 }
 
 impl Catalog for MetaCatalog {
@@ -624,7 +529,7 @@ impl Catalog for MetaCatalog {
     }
 }
 
-/// Cluster mode: brings this node's open partitions in line with each published metadata
+/// Brings this node's open partitions in line with each published metadata
 /// (a plain thread; blocking waits on the owning cores are fine here). Opens the partitions
 /// this node became a replica of, closes (and deletes) those it no longer hosts or whose
 /// topic was deleted or re-created, and pushes leader epoch, configs and the mirror flag to

@@ -171,7 +171,6 @@ pub fn propose_failure_code(e: &crate::cluster::ProposeFailure) -> i16 {
         F::Rejected(ApplyError::Membership(_)) => E::InvalidRequest.code(),
         F::Rejected(ApplyError::CoordinatorFenced { .. }) => E::NotCoordinator.code(),
         F::Rejected(ApplyError::MirrorLeaderFenced { .. }) => E::FencedLeaderEpoch.code(),
-        F::Acl(a) => acl_error_code(a),
         F::NoLeader { .. } | F::Unavailable(_) => E::NotController.code(),
         F::Unknown => E::RequestTimedOut.code(),
         F::Voter(v) => voter_error_code(v),

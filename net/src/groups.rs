@@ -25,6 +25,7 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+#[cfg(test)]
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -150,9 +151,7 @@ impl QuorumSeat {
 
 impl CoordinatorSeat for QuorumSeat {
     fn seat(&self) -> Seat {
-        let Some(status) = self.cluster.quorum_status() else {
-            return Seat::Unknown;
-        };
+        let status = self.cluster.quorum_status();
         let Some(leader) = status.leader.and_then(|l| i32::try_from(l).ok()) else {
             return Seat::Unknown;
         };
@@ -183,7 +182,7 @@ impl CoordinatorSeat for QuorumSeat {
 
     fn logs(&self) -> Option<CoordinatorLogs> {
         self.cluster
-            .driver()?
+            .driver()
             .read(|n| n.coordinator_logs().clone(), Duration::from_secs(30))
     }
 
@@ -252,9 +251,13 @@ pub struct GroupsService {
 }
 
 impl GroupsService {
+    /// Unit tests of the coordinator thread: its logs in local files (the broker always runs
+    /// it on the quorum, [`GroupsService::start_clustered`]).
+    ///
     /// Opens `data_dir/__consumer_offsets-0` and `data_dir/__transaction_state-0`, restores
     /// groups, offsets and transactions, and starts the coordinator thread. Transactions that
     /// were being completed when the node stopped are resumed (markers re-sent).
+    #[cfg(test)]
     pub fn start(
         data_dir: &Path,
         node_id: i32,
@@ -274,6 +277,7 @@ impl GroupsService {
     }
 
     /// [`GroupsService::start`] with explicit coordinator settings.
+    #[cfg(test)]
     pub fn start_with(
         data_dir: &Path,
         node_id: i32,

@@ -12,7 +12,8 @@
 //! zero-copy Fetch response writing (`fetch_encode`; under TLS the chunks are encrypted, so
 //! copied), the single internal-error → Kafka-code mapping
 //! (`errors`), the broker's view of cluster metadata (`cluster`), and [`start`], which wires
-//! the metadata control thread, the group coordinator and the engine together.
+//! the metadata quorum's controller (a lone node: a one-voter quorum), the group coordinator
+//! and the engine together.
 //!
 //! Must not: depend on the mirror crate or talk to other clusters (no Kafka client here);
 //! touch a partition's log except through the engine's router (the owning core); re-encode
@@ -125,8 +126,8 @@ impl ServerConfig {
 pub struct RunningBroker {
     engine: Engine,
     broker: Arc<Broker>,
-    /// Cluster mode: the metadata quorum's controller (stopped after the engine).
-    driver: Option<kmirror_cluster::Driver>,
+    /// The metadata quorum's controller (stopped after the engine).
+    driver: kmirror_cluster::Driver,
 }
 
 impl RunningBroker {
@@ -157,9 +158,7 @@ impl RunningBroker {
             broker,
             driver,
         } = self;
-        if let Some(d) = &driver {
-            controlled_shutdown(d, broker.config.node_id);
-        }
+        controlled_shutdown(&driver, &broker.cluster, broker.config.node_id);
         engine.stop();
         if let Some(g) = &broker.groups {
             g.shutdown();
@@ -229,72 +228,62 @@ impl Acceptors {
     }
 }
 
-/// Starts the broker: metadata control thread, group coordinator, per-core listeners.
-/// Returns once every core accepts connections.
+/// Starts a lone node: the only voter of its own metadata quorum (see [`start_with`]).
 pub fn start(
     cfg: ServerConfig,
     extension: Option<Arc<dyn ExtensionApis>>,
 ) -> Result<RunningBroker, NetError> {
-    start_with(cfg, extension, None)
+    let quorum = cluster::QuorumOptions::single(cfg.node_id);
+    start_with(cfg, extension, quorum)
 }
 
-/// [`start`], as a node of a replicated cluster when `quorum` is given (`serve --quorum`):
-/// the metadata comes from the Raft driver (storage in `<data-dir>/__cluster_metadata-0`),
-/// the broker registers itself and the active controller fences it when it goes silent.
+/// Starts the broker as a member of the metadata quorum `quorum` (`serve --quorum`, or a
+/// lone node's one-voter quorum): the metadata comes from the Raft driver (storage in
+/// `<data-dir>/__cluster_metadata-0`), the broker registers itself and the active controller
+/// fences it when it goes silent. Returns once every core accepts connections (a lone node:
+/// also once it is registered, so its first Metadata answer lists it).
 pub fn start_with(
     cfg: ServerConfig,
     extension: Option<Arc<dyn ExtensionApis>>,
-    quorum: Option<cluster::QuorumOptions>,
+    quorum: cluster::QuorumOptions,
 ) -> Result<RunningBroker, NetError> {
     let (endpoints, acceptors) = resolve(cfg.checked_listeners()?, &cfg.tls)?;
     let (host, port) = (endpoints[0].host.clone(), endpoints[0].port);
     std::fs::create_dir_all(&cfg.data_dir)?;
-    let sasl = Arc::new(sasl::Sasl::open(cfg.sasl.clone(), &cfg.data_dir)?);
-    let (cluster, driver, updates) = match &quorum {
-        None => (Cluster::start(&cfg.data_dir)?, None, None),
-        Some(q) => {
-            let (c, d, u) = start_quorum(&cfg, q, sasl.scram.clone())?;
-            (c, Some(d), Some(u))
-        }
-    };
-    let inter_broker = inter_broker_of(quorum.as_ref(), &endpoints)?;
+    let sasl = Arc::new(sasl::Sasl::open(cfg.sasl.clone())?);
+    let acls: acl::SharedAcls = Arc::new(acl::AclRegistry::empty());
+    let quotas: quota::SharedQuotas = Arc::new(quota::QuotaRegistry::empty());
+    let (cluster, driver, updates) = start_quorum(
+        &cfg,
+        &quorum,
+        Registries {
+            acls: acls.clone(),
+            quotas: quotas.clone(),
+            scram: sasl.scram.clone(),
+        },
+    )?;
+    let inter_broker = inter_broker_of(&quorum, &endpoints)?;
     let router_cell = Arc::new(OnceLock::new());
     let local_markers = EngineMarkerSink::new(router_cell.clone());
-    let markers: Arc<dyn groups::MarkerSink> = if cluster.is_replicated() {
-        // Markers go to each partition's leader (WriteTxnMarkers to the other nodes).
-        Arc::new(txn_markers::RoutingMarkerSink::new(
-            local_markers,
-            cluster.clone(),
-            cfg.node_id,
-            inter_broker.clone(),
-        ))
-    } else {
-        Arc::new(local_markers)
-    };
+    // Markers go to each partition's leader (WriteTxnMarkers to the other nodes).
+    let markers: Arc<dyn groups::MarkerSink> = Arc::new(txn_markers::RoutingMarkerSink::new(
+        local_markers,
+        cluster.clone(),
+        cfg.node_id,
+        inter_broker.clone(),
+    ));
     let txn_cfg = kmirror_control::txn::TxnConfig::default();
-    let groups = if cluster.is_replicated() {
-        // The coordinators follow the quorum leader, their logs on the Raft log.
-        let seat = groups::QuorumSeat::new(cluster.clone(), cfg.node_id, endpoints[0].name.clone());
-        groups::GroupsService::start_clustered(
-            Arc::new(seat),
-            cfg.node_id,
-            host.clone(),
-            port,
-            markers,
-            cfg.groups.clone(),
-            txn_cfg,
-        )?
-    } else {
-        groups::GroupsService::start_with(
-            &cfg.data_dir,
-            cfg.node_id,
-            host.clone(),
-            port,
-            markers,
-            cfg.groups.clone(),
-            txn_cfg,
-        )?
-    };
+    // The coordinators follow the quorum leader, their logs on the Raft log.
+    let seat = groups::QuorumSeat::new(cluster.clone(), cfg.node_id, endpoints[0].name.clone());
+    let groups = groups::GroupsService::start_clustered(
+        Arc::new(seat),
+        cfg.node_id,
+        host.clone(),
+        port,
+        markers,
+        cfg.groups.clone(),
+        txn_cfg,
+    )?;
     let broker = Arc::new(Broker {
         config: BrokerConfig {
             node_id: cfg.node_id,
@@ -308,20 +297,17 @@ pub fn start_with(
             offsets_topic_partitions: cfg.groups.offsets_topic_num_partitions,
             transaction_state_partitions: cfg.groups.transaction_state_num_partitions,
             replica_lag_time_max_ms: cfg.engine.replica_lag_time_max_ms as i64,
-            default_replication_factor: quorum.as_ref().map_or(1, |q| q.default_replication_factor),
+            default_replication_factor: quorum.default_replication_factor,
             inter_broker,
         },
         cluster: cluster.clone(),
         groups: Some(groups),
         extension,
         metrics: Default::default(),
-        authz: authz::Authz::new(
-            cfg.authz.clone(),
-            acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?,
-        ),
+        authz: authz::Authz::new(cfg.authz.clone(), acls.clone()),
         sasl,
-        quotas: quota::store_for(&cfg.data_dir)
-            .map_err(|e| NetError::Acls(format!("client quotas: {e}")))?,
+        acls,
+        quotas,
     });
     // Every core binds every listener (SO_REUSEPORT) and serves each with its protocol.
     let (bound_tx, bound_rx) = flume::unbounded::<Result<(), (SocketAddr, std::io::Error)>>();
@@ -381,10 +367,18 @@ pub fn start_with(
             });
         }
     }
-    if let Some(updates) = updates {
-        cluster::spawn_reconciler(cluster.clone(), engine.router().clone(), updates)?;
-        let seed = bootstrap_scram(&cfg.data_dir, broker.sasl.scram.clone())?;
-        register(&cluster, cfg.node_id, &endpoints, seed)?;
+    cluster::spawn_reconciler(cluster.clone(), engine.router().clone(), updates)?;
+    let seed = bootstrap_scram(&cfg.data_dir, broker.sasl.scram.clone())?;
+    let registered = register(&cluster, cfg.node_id, &endpoints, seed)?;
+    if quorum.is_single(cfg.node_id) {
+        // Alone, the node elects itself at once: wait for its registration so that the
+        // first client it answers finds it in Metadata (a cluster's nodes come up apart).
+        if registered.recv_timeout(Duration::from_secs(30)).is_err() {
+            tracing::warn!(
+                node = cfg.node_id,
+                "broker registration not applied after 30 s"
+            );
+        }
     }
     if let Some(ext) = &broker.extension {
         ext.started(&broker, engine.router());
@@ -396,16 +390,13 @@ pub fn start_with(
     })
 }
 
-/// The inter-broker listener and dialer of a cluster node: the one named in the quorum
-/// options (it must be one of this node's listeners), else the first listener in the clear.
+/// The inter-broker listener and dialer of a node: the one named in the quorum options (it
+/// must be one of this node's listeners), else the first listener in the clear.
 fn inter_broker_of(
-    quorum: Option<&cluster::QuorumOptions>,
+    q: &cluster::QuorumOptions,
     endpoints: &[Endpoint],
 ) -> Result<interbroker::InterBroker, NetError> {
     let first = &endpoints[0].name;
-    let Some(q) = quorum else {
-        return Ok(interbroker::InterBroker::plain(first));
-    };
     if let Some(name) = &q.inter_broker_listener {
         if !endpoints.iter().any(|e| &e.name == name) {
             return Err(NetError::Quorum(format!(
@@ -431,9 +422,18 @@ fn inter_broker_of(
 
 /// Kafka's controlled shutdown: the broker fences itself first, so its leaderships move
 /// to the other ISR members now instead of after the session timeout. Bounded: without a
-/// quorum the shutdown goes on after a few seconds.
-fn controlled_shutdown(driver: &kmirror_cluster::Driver, node_id: i32) {
+/// quorum the shutdown goes on after a few seconds. Skipped when no other broker is
+/// registered and unfenced: nobody could take a leadership over.
+fn controlled_shutdown(driver: &kmirror_cluster::Driver, cluster: &Cluster, node_id: i32) {
     use kmirror_control::quorum::{ClusterCommand, MetadataCommand};
+    if !cluster
+        .snapshot()
+        .brokers
+        .values()
+        .any(|b| b.id != node_id && !b.fenced)
+    {
+        return;
+    }
     let cmd = ClusterCommand::Metadata(MetadataCommand::FenceBroker { id: node_id });
     match driver.handle().propose(cmd, Duration::from_secs(5)) {
         Ok(_) => tracing::info!(node = node_id, "fenced for a controlled shutdown"),
@@ -441,13 +441,20 @@ fn controlled_shutdown(driver: &kmirror_cluster::Driver, node_id: i32) {
     }
 }
 
+/// Where the driver publishes the applied ACLs, quotas and SCRAM credentials.
+struct Registries {
+    acls: acl::SharedAcls,
+    quotas: quota::SharedQuotas,
+    scram: Arc<kmirror_control::scram::ScramRegistry>,
+}
+
 /// Starts this node's metadata quorum driver; its publications go into the cluster's view,
-/// the ACL registry and the returned channel (for the replica reconciler).
+/// the registries and the returned channel (for the replica reconciler).
 #[allow(clippy::type_complexity)]
 fn start_quorum(
     cfg: &ServerConfig,
     q: &cluster::QuorumOptions,
-    scram: Arc<kmirror_control::scram::ScramRegistry>,
+    registries: Registries,
 ) -> Result<
     (
         Cluster,
@@ -472,14 +479,36 @@ fn start_quorum(
     let meta = kmirror_cluster::meta_properties::load_or_create(&cfg.data_dir, node)
         .map_err(|e| NetError::Quorum(format!("meta.properties: {e}")))?;
     dcfg.directory_id = meta.directory_id.clone();
+    // A lone node's data dir of the old layout (local control files): its log starts from
+    // them (the quorum ignores this once its log exists).
+    let legacy = if q.is_single(cfg.node_id) {
+        kmirror_control::quorum::upgrade::legacy_state(&cfg.data_dir, cfg.node_id)
+            .map_err(|e| NetError::Quorum(e.to_string()))?
+    } else {
+        None
+    };
+    if let Some(l) = &legacy {
+        tracing::info!(
+            topics = l.metadata.topics.len(),
+            acls = l.acls.len(),
+            scram_users = l.scram.len(),
+            quota_entities = l.quotas.len(),
+            mirror_records = l.mirrors.len(),
+            "converting a one-node data dir to the metadata quorum's log"
+        );
+    }
+    dcfg.founding = legacy.map(Arc::new);
     let named = std::sync::atomic::AtomicBool::new(meta.cluster_id.is_some());
     let data_dir = cfg.data_dir.clone();
     dcfg.tls = q.controller_tls.clone();
     let view = Cluster::empty_view();
-    let acls = acl::store_for(&cfg.data_dir).map_err(|e| NetError::Acls(e.to_string()))?;
+    let Registries {
+        acls,
+        quotas,
+        scram,
+    } = registries;
     let (tx, rx) = flume::unbounded();
     let v = view.clone();
-    let quotas = quota::store_for(&cfg.data_dir).map_err(|e| NetError::Quorum(e.to_string()))?;
     let mirror_version = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let mv = mirror_version.clone();
     let driver = kmirror_cluster::Driver::start_with_state(
@@ -495,7 +524,7 @@ fn start_quorum(
             let _ = tx.send(m);
         },
         move |all| acls.publish(all),
-        // SCRAM credentials and quotas as the quorum holds them (the local files are unused).
+        // SCRAM credentials and quotas as the quorum holds them.
         move |node, changed| {
             if changed.scram {
                 scram.publish(node.scram().credentials().clone());
@@ -509,6 +538,16 @@ fn start_quorum(
         },
     )
     .map_err(|e| NetError::Quorum(e.to_string()))?;
+    // The founding snapshot is durable now: the old files are never read again.
+    match kmirror_control::quorum::upgrade::retire_legacy_files(&cfg.data_dir) {
+        Ok(moved) if !moved.is_empty() => tracing::info!(
+            ?moved,
+            to = kmirror_control::quorum::upgrade::RETIRED_DIR,
+            "one-node control files converted and moved aside"
+        ),
+        Ok(_) => {}
+        Err(e) => return Err(NetError::Quorum(format!("moving the converted files: {e}"))),
+    }
     let cluster = Cluster::replicated(
         &cfg.data_dir,
         view,
@@ -528,7 +567,7 @@ fn register(
     node_id: i32,
     endpoints: &[Endpoint],
     seed: Option<ScramSeed>,
-) -> Result<(), NetError> {
+) -> Result<flume::Receiver<()>, NetError> {
     use kmirror_control::metadata::{BrokerEndpoint, BrokerRegistration};
     use kmirror_control::quorum::{ClusterCommand, MetadataCommand};
     let reg = BrokerRegistration {
@@ -552,6 +591,7 @@ fn register(
         fenced: false,
     };
     let cluster = cluster.clone();
+    let (done, registered) = flume::bounded(1);
     std::thread::Builder::new()
         .name("kmirror-register".into())
         .spawn(move || loop {
@@ -562,6 +602,7 @@ fn register(
                     if let Some(seed) = seed {
                         seed.propose(&cluster);
                     }
+                    let _ = done.send(());
                     return;
                 }
                 Err(e) => {
@@ -570,7 +611,7 @@ fn register(
                 }
             }
         })?;
-    Ok(())
+    Ok(registered)
 }
 
 /// The SCRAM credentials `kmirror scram add` wrote to this node's data directory, offered to

@@ -1,10 +1,10 @@
 //! Client quotas: DescribeClientQuotas (key 48) and AlterClientQuotas (key 49) over the
-//! broker's durable [`QuotaStore`], and enforcement of `producer_byte_rate` and
+//! quotas the metadata quorum holds, and enforcement of `producer_byte_rate` and
 //! `consumer_byte_rate` on Produce and Fetch, and of `request_percentage` on every request.
 //!
-//! One [`QuotaRegistry`] per data directory, shared by every core and the mirror control thread
-//! (the quota sync). Changes are serialized behind a mutex (rare admin operations) and run on
-//! a blocking thread, never on an engine core: the store fsyncs. Each change publishes an
+//! One [`QuotaRegistry`] per broker, shared by every core and the mirror control thread (the
+//! quota sync). Changes are proposed to the quorum (`ClusterCommand::Quota`, [`alter`]) from a
+//! blocking thread, never on an engine core; the Raft driver publishes each applied set as an
 //! immutable snapshot (with a generation number) read without a lock.
 //!
 //! Enforcement follows Kafka's `ClientQuotaManager`: a quota belongs to the entity that
@@ -37,9 +37,8 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 
 use arc_swap::ArcSwap;
 use kafka_protocol::messages::{
@@ -206,7 +205,6 @@ struct Snapshot {
 /// The durable store, its published snapshot and the shared budgets.
 pub struct QuotaRegistry {
     id: u64,
-    store: Mutex<QuotaStore>,
     snapshot: ArcSwap<Snapshot>,
     budgets: Mutex<Budgets>,
 }
@@ -249,21 +247,20 @@ impl std::fmt::Debug for QuotaRegistry {
 }
 
 impl QuotaRegistry {
-    fn new(store: QuotaStore) -> QuotaRegistry {
+    /// No quotas until the driver's first publication.
+    pub fn empty() -> QuotaRegistry {
         static IDS: AtomicU64 = AtomicU64::new(1);
         QuotaRegistry {
             id: IDS.fetch_add(1, Ordering::Relaxed),
             snapshot: ArcSwap::from_pointee(Snapshot {
                 generation: 0,
-                all: Arc::new(store.all()),
+                all: Arc::new(Default::default()),
             }),
-            store: Mutex::new(store),
             budgets: Mutex::new(Budgets::default()),
         }
     }
 
-    /// Publishes the replicated quota set (cluster mode: the Raft driver owns the quotas;
-    /// the local file is not used).
+    /// Publishes the applied quota set (called by the Raft driver).
     pub fn publish(&self, all: std::collections::BTreeMap<Entity, Values>) {
         let generation = self.snapshot.load().generation + 1;
         self.snapshot.store(Arc::new(Snapshot {
@@ -275,19 +272,6 @@ impl QuotaRegistry {
     /// Every entity's quotas as of the last completed change (lock-free).
     pub fn all(&self) -> Arc<std::collections::BTreeMap<Entity, Values>> {
         self.snapshot.load().all.clone()
-    }
-
-    /// Runs `f` on the store under its lock (it may persist: call from a blocking context),
-    /// then publishes the new snapshot.
-    pub fn mutate<R>(&self, f: impl FnOnce(&mut QuotaStore) -> R) -> R {
-        let mut st = self.store.lock().unwrap_or_else(|p| p.into_inner());
-        let r = f(&mut st);
-        let generation = self.snapshot.load().generation + 1;
-        self.snapshot.store(Arc::new(Snapshot {
-            generation,
-            all: Arc::new(st.all()),
-        }));
-        r
     }
 
     /// The budget and quota charged by `kind` requests of (`user`, `client_id`), if any.
@@ -529,21 +513,13 @@ pub async fn mute(ctx: &Ctx, ms: u64) {
     .await;
 }
 
-/// The quota store of the broker whose data directory is `dir` (opened on first use).
-pub fn store_for(dir: &Path) -> Result<SharedQuotas, QuotaError> {
-    static STORES: OnceLock<Mutex<HashMap<PathBuf, SharedQuotas>>> = OnceLock::new();
-    crate::acl::shared_store(&STORES, dir, || {
-        Ok(QuotaRegistry::new(QuotaStore::open(dir)?))
-    })
-}
-
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_owned())
 }
 
 /// DescribeClientQuotas: Kafka's filter semantics; a bad filter is a top-level error.
 pub fn describe_client_quotas(
-    dir: &Path,
+    registry: &QuotaRegistry,
     req: DescribeClientQuotasRequest,
 ) -> DescribeClientQuotasResponse {
     let components: Vec<FilterComponent> = req
@@ -555,14 +531,13 @@ pub fn describe_client_quotas(
             name: c._match.as_ref().map(|m| m.to_string()),
         })
         .collect();
-    let found = store_for(dir).and_then(|st| {
-        kmirror_control::quota::validate_filter(&components)?;
-        Ok(st
+    let found = kmirror_control::quota::validate_filter(&components).map(|()| {
+        registry
             .all()
             .iter()
             .filter(|(e, _)| kmirror_control::quota::filter_matches(&components, req.strict, e))
             .map(|(e, v)| (e.clone(), v.clone()))
-            .collect::<Vec<_>>())
+            .collect::<Vec<_>>()
     });
     match found {
         Err(e) => DescribeClientQuotasResponse::default()
@@ -610,10 +585,10 @@ fn alter_entity(
         .collect()
 }
 
-/// AlterClientQuotas; the store's fsync runs on a blocking thread, off the engine core.
+/// AlterClientQuotas; the proposal waits on a blocking thread, off the engine core.
 pub async fn alter_client_quotas(
     cluster: &crate::cluster::Cluster,
-    dir: &Path,
+    registry: &SharedQuotas,
     req: AlterClientQuotasRequest,
 ) -> AlterClientQuotasResponse {
     let alts: Vec<Alteration> = req
@@ -638,25 +613,10 @@ pub async fn alter_client_quotas(
         })
         .collect();
     let validate_only = req.validate_only;
-    let results: Vec<Result<(), QuotaError>> = match store_for(dir) {
-        Ok(st) if cluster.is_replicated() => {
-            let cluster = cluster.clone();
-            glommio::executor()
-                .spawn_blocking(move || alter_replicated(&cluster, &st, &alts, validate_only))
-                .await
-        }
-        Ok(st) => {
-            glommio::executor()
-                .spawn_blocking(move || st.mutate(|s| s.alter(&alts, validate_only)))
-                .await
-        }
-        Err(e) => {
-            let m = e.to_string();
-            alts.iter()
-                .map(|_| Err(QuotaError::Io(std::io::Error::other(m.clone()))))
-                .collect()
-        }
-    };
+    let (cluster, st) = (cluster.clone(), registry.clone());
+    let results: Vec<Result<(), QuotaError>> = glommio::executor()
+        .spawn_blocking(move || alter(&cluster, &st, &alts, validate_only))
+        .await;
     let entries = req
         .entries
         .iter()
@@ -675,9 +635,10 @@ pub async fn alter_client_quotas(
     AlterClientQuotasResponse::default().with_entries(entries)
 }
 
-/// Cluster mode: the alterations go through the quorum (`ClusterCommand::Quota`); the host
-/// name of an ip entity is resolved here, the proposer, since apply must be a pure function.
-fn alter_replicated(
+/// Alters client quotas through the quorum (`ClusterCommand::Quota`), blocking until this
+/// node applied them (call from a plain thread); the host name of an ip entity is resolved
+/// here, the proposer, since apply must be a pure function. One result per alteration.
+pub fn alter(
     cluster: &crate::cluster::Cluster,
     registry: &QuotaRegistry,
     alts: &[Alteration],

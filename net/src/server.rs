@@ -637,7 +637,7 @@ async fn dispatch(
         }
         RequestKind::DescribeAcls(r) => {
             ResponseKind::DescribeAcls(match acl_access(ctx, access, authz::table::DESCRIBE_ACLS) {
-                Ok(()) => crate::acl::describe_acls(&ctx.broker.config.data_dir, r),
+                Ok(()) => crate::acl::describe_acls(&ctx.broker.acls, r),
                 Err(code) => crate::acl::describe_acls_refused(code),
             })
         }
@@ -649,19 +649,15 @@ async fn dispatch(
         }
         RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
             match access.check_cluster(authz::table::DESCRIBE_CLIENT_QUOTAS) {
-                Ok(()) => crate::quota::describe_client_quotas(&ctx.broker.config.data_dir, r),
+                Ok(()) => crate::quota::describe_client_quotas(&ctx.broker.quotas, r),
                 Err(code) => authz::describe_client_quotas_refused(code),
             },
         ),
         RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
             match access.check_cluster(authz::table::ALTER_CLIENT_QUOTAS) {
                 Ok(()) => {
-                    crate::quota::alter_client_quotas(
-                        &ctx.broker.cluster,
-                        &ctx.broker.config.data_dir,
-                        r,
-                    )
-                    .await
+                    crate::quota::alter_client_quotas(&ctx.broker.cluster, &ctx.broker.quotas, r)
+                        .await
                 }
                 Err(code) => crate::quota::alter_client_quotas_refused(&r, code),
             },
@@ -744,14 +740,9 @@ async fn dispatch(
         RequestKind::RemoveRaftVoter(r) => {
             ResponseKind::RemoveRaftVoter(handlers::quorum::remove_raft_voter(ctx, access, r).await)
         }
-        RequestKind::ElectLeaders(r) if ctx.broker.cluster.is_replicated() => {
-            ResponseKind::ElectLeaders(
-                handlers::admin::elect_leaders_replicated(ctx, access, v, r).await,
-            )
-        }
-        RequestKind::ElectLeaders(r) => {
-            ResponseKind::ElectLeaders(handlers::describe::elect_leaders(ctx, access, v, r))
-        }
+        RequestKind::ElectLeaders(r) => ResponseKind::ElectLeaders(
+            handlers::admin::elect_leaders_replicated(ctx, access, v, r).await,
+        ),
         RequestKind::AlterPartitionReassignments(r) => ResponseKind::AlterPartitionReassignments(
             handlers::admin::alter_partition_reassignments(ctx, access, r).await,
         ),

@@ -13,6 +13,7 @@ pub mod command;
 pub mod controller;
 pub mod node;
 pub mod storage;
+pub mod upgrade;
 
 pub use command::{AclCommand, ClusterCommand, MetadataCommand, Outcome};
 pub use node::{

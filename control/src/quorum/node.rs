@@ -349,12 +349,36 @@ impl QuorumNode {
     /// restores the state machine from the latest snapshot; the log after it is applied again
     /// by the first polls.
     pub fn open(dir: &Path, cfg: QuorumConfig) -> Result<QuorumNode, QuorumError> {
+        Self::open_founding(dir, cfg, None)
+    }
+
+    /// [`QuorumNode::open`]; a founding voter whose storage is empty starts its log from
+    /// `founding` (a one-node data dir of the old layout, see [`super::upgrade`]) instead of
+    /// an empty state. Ignored when the storage holds a log already.
+    pub fn open_founding(
+        dir: &Path,
+        cfg: QuorumConfig,
+        founding: Option<&super::upgrade::LegacyState>,
+    ) -> Result<QuorumNode, QuorumError> {
         let mut storage = DurableStorage::open(dir)?;
         if storage.is_empty() && !cfg.initial_voters.is_empty() {
             let mut voters = cfg.initial_voters.clone();
             voters.sort_unstable();
             voters.dedup();
-            storage.bootstrap(&voters, encode_state(&empty_metadata(), &Applied::empty()))?;
+            let state = match founding {
+                Some(f) => serde_json::to_vec(&SnapshotData {
+                    metadata: f.metadata.clone(),
+                    acls: f.acls.clone(),
+                    scram: scram::to_rows(&f.scram),
+                    quotas: quota::to_rows(&f.quotas),
+                    mirrors: f.mirrors.clone(),
+                    coordinators: f.coordinators.clone(),
+                    members: BTreeMap::new(),
+                })
+                .expect("metadata serializes"),
+                None => encode_state(&empty_metadata(), &Applied::empty()),
+            };
+            storage.bootstrap(&voters, state)?;
         }
         let snap = storage.snapshot_ref().clone();
         let applied = snap.get_metadata().index;
@@ -685,6 +709,17 @@ impl QuorumNode {
             self.pending.remove(&id);
             self.timed_out.push(id);
         }
+    }
+
+    /// Starts an election at once when this node is the quorum's only voter (a one-node
+    /// cluster): it wins it alone, so there is no reason to wait out the election timeout
+    /// first. Does nothing otherwise. Returns whether it campaigned.
+    pub fn campaign_if_sole_voter(&mut self) -> Result<bool, QuorumError> {
+        if self.is_leader() || self.voters() != [self.cfg.id] {
+            return Ok(false);
+        }
+        self.raw.campaign()?;
+        Ok(true)
     }
 
     /// Tells raft a peer could not be reached (it stops pipelining to it until it answers).

@@ -28,7 +28,6 @@ pub async fn create_topics(
     _version: i16,
     req: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
-    let node = ctx.node_id();
     // CREATE on the cluster covers every topic; otherwise CREATE on each topic.
     let cluster_create = access.allows_cluster(table::CREATE_CLUSTER);
     let mut results = Vec::with_capacity(req.topics.len());
@@ -40,32 +39,12 @@ pub async fn create_topics(
                     .check(table::CREATE_TOPIC, &name)
                     .map_err(|c| (c, "Authorization failed.".to_string()))?;
             }
-            let replicated = ctx.broker.cluster.is_replicated();
-            if !replicated && t.replication_factor != -1 && t.replication_factor != 1 {
-                return Err((
-                    E::InvalidReplicationFactor.code(),
-                    format!(
-                        "replication factor {} is larger than the 1 available broker",
-                        t.replication_factor
-                    ),
-                ));
-            }
             let mut partitions = t.num_partitions;
             if !t.assignments.is_empty() {
                 if partitions != -1 || t.replication_factor != -1 {
                     return Err((
                         E::InvalidRequest.code(),
                         "give either assignments or partitions/replication factor".into(),
-                    ));
-                }
-                if !replicated
-                    && t.assignments.iter().any(|a| {
-                        a.broker_ids.iter().any(|b| b.0 != node) || a.broker_ids.len() != 1
-                    })
-                {
-                    return Err((
-                        E::InvalidReplicaAssignment.code(),
-                        format!("this cluster has one broker (id {node})"),
                     ));
                 }
                 partitions = t.assignments.len() as i32;
@@ -79,7 +58,7 @@ pub async fn create_topics(
                     configs.insert(c.name.to_string(), v.to_string());
                 }
             }
-            if replicated && !t.assignments.is_empty() {
+            if !t.assignments.is_empty() {
                 let lists: Vec<Vec<i32>> = t
                     .assignments
                     .iter()
@@ -207,7 +186,6 @@ pub async fn create_partitions(
     _version: i16,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
-    let node = ctx.node_id();
     let mut results = Vec::with_capacity(req.topics.len());
     for t in req.topics {
         let name = t.name.to_string();
@@ -215,20 +193,6 @@ pub async fn create_partitions(
             access
                 .check(table::CREATE_PARTITIONS, &name)
                 .map_err(|c| (c, "Authorization failed.".to_string()))?;
-            if let Some(a) = t
-                .assignments
-                .as_ref()
-                .filter(|_| !ctx.broker.cluster.is_replicated())
-            {
-                if a.iter()
-                    .any(|a| a.broker_ids.len() != 1 || a.broker_ids[0].0 != node)
-                {
-                    return Err((
-                        E::InvalidReplicaAssignment.code(),
-                        format!("this cluster has one broker (id {node})"),
-                    ));
-                }
-            }
             let (n, total, vo) = (name.clone(), t.count, req.validate_only);
             let before = ctx
                 .meta()
@@ -251,8 +215,8 @@ pub async fn create_partitions(
             }
             let cluster = &ctx.broker.cluster;
             let snapshot = ctx.meta();
-            let assignments = match (cluster.is_replicated(), snapshot.topics.get(&n)) {
-                (true, Some(topic)) if total > before => match &t.assignments {
+            let assignments = match snapshot.topics.get(&n) {
+                Some(topic) if total > before => match &t.assignments {
                     Some(a) => a
                         .iter()
                         .map(|a| a.broker_ids.iter().map(|b| b.0).collect())
@@ -307,29 +271,22 @@ pub fn describe_cluster(
     _version: i16,
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
-    let cfg = &ctx.broker.config;
-    let (host, port) = cfg.advertised(&session.listener);
     let meta = ctx.meta();
     let cluster = &ctx.broker.cluster;
-    let brokers = match cluster.listed_brokers(&meta, &session.listener) {
-        Some(list) => list
-            .into_iter()
-            .map(|b| {
-                DescribeClusterBroker::default()
-                    .with_broker_id(broker(b.id))
-                    .with_host(s(&b.host))
-                    .with_port(b.port)
-                    .with_rack(b.rack.map(|r| s(&r)))
-            })
-            .collect(),
-        None => vec![DescribeClusterBroker::default()
-            .with_broker_id(broker(cfg.node_id))
-            .with_host(s(host))
-            .with_port(port)],
-    };
+    let brokers = cluster
+        .listed_brokers(&meta, &session.listener)
+        .into_iter()
+        .map(|b| {
+            DescribeClusterBroker::default()
+                .with_broker_id(broker(b.id))
+                .with_host(s(&b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(|r| s(&r)))
+        })
+        .collect();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_id(s(&meta.cluster_id))
-        .with_controller_id(broker(cluster.controller_id(cfg.node_id)))
+        .with_controller_id(broker(cluster.controller_id()))
         .with_endpoint_type(req.endpoint_type)
         .with_brokers(brokers)
         .with_cluster_authorized_operations(cluster_operations(
@@ -507,7 +464,7 @@ pub async fn alter_partition_reassignments(
             let target: Option<Vec<i32>> = p.replicas.map(|r| r.into_iter().map(|b| b.0).collect());
             let r: Result<(), ItemError> = match refused {
                 Some(code) => Err((code, CLUSTER_AUTH_FAILED.into())),
-                None if ctx.broker.cluster.is_replicated() => ctx
+                None => ctx
                     .broker
                     .cluster
                     .propose(kmirror_control::quorum::ClusterCommand::Metadata(
@@ -521,14 +478,6 @@ pub async fn alter_partition_reassignments(
                     .await
                     .map(|_| ())
                     .map_err(propose_err),
-                None => reassign_alone(
-                    &ctx.meta(),
-                    ctx.node_id(),
-                    &name,
-                    p.partition_index,
-                    target.as_deref(),
-                    req.allow_replication_factor_change,
-                ),
             };
             let mut pr =
                 ReassignablePartitionResponse::default().with_partition_index(p.partition_index);
@@ -544,45 +493,6 @@ pub async fn alter_partition_reassignments(
         );
     }
     resp
-}
-
-/// A one-node broker's answer: the controller's checks on a scratch copy where this node is
-/// the only registered broker and every partition lives on it, so the only valid target is
-/// this node alone (a no-op) and there is never a reassignment to cancel.
-fn reassign_alone(
-    meta: &kmirror_control::metadata::ClusterMetadata,
-    node: i32,
-    name: &str,
-    partition: i32,
-    target: Option<&[i32]>,
-    allow_rf_change: bool,
-) -> Result<(), ItemError> {
-    use kmirror_control::metadata::{BrokerRegistration, PartitionAssignment};
-    let mut scratch = meta.clone();
-    scratch.brokers = [(
-        node,
-        BrokerRegistration {
-            id: node,
-            incarnation: Uuid::nil(),
-            endpoints: Vec::new(),
-            rack: None,
-            fenced: false,
-        },
-    )]
-    .into();
-    for t in scratch.topics.values_mut() {
-        if t.assignments.is_empty() {
-            t.assignments = vec![PartitionAssignment::local(node); t.leader_epochs.len()];
-        }
-    }
-    kmirror_control::quorum::controller::reassign(
-        &mut scratch,
-        name,
-        partition,
-        target,
-        allow_rf_change,
-    )
-    .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))
 }
 
 /// ListPartitionReassignments (kafka-reassign-partitions --verify / --list): the partitions

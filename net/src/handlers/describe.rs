@@ -17,7 +17,7 @@ use kafka_protocol::messages::describe_producers_response::{
 use kafka_protocol::messages::describe_topic_partitions_response::{
     Cursor, DescribeTopicPartitionsResponsePartition, DescribeTopicPartitionsResponseTopic,
 };
-use kafka_protocol::messages::elect_leaders_response::{PartitionResult, ReplicaElectionResult};
+
 use kafka_protocol::messages::*;
 use kafka_protocol::ResponseError as E;
 use kmirror_control::metadata::TopicMeta;
@@ -344,71 +344,4 @@ pub async fn describe_producers(
         );
     }
     DescribeProducersResponse::default().with_topics(topics)
-}
-
-/// ElectLeaders (preferred or unclean): this node leads every partition it has, so each
-/// existing partition is ELECTION_NOT_NEEDED and an unknown one UNKNOWN_TOPIC_OR_PARTITION.
-/// For "all partitions" (null) Kafka's controller leaves out the partitions that need no
-/// election: every topic is listed with no partitions. Needs ALTER on the cluster.
-pub fn elect_leaders(
-    ctx: &Ctx,
-    access: &Access<'_>,
-    version: i16,
-    req: ElectLeadersRequest,
-) -> ElectLeadersResponse {
-    let mut resp = ElectLeadersResponse::default();
-    let refused = access.check_cluster(table::ELECT_LEADERS).err();
-    if let Some(code) = refused {
-        if version >= 1 {
-            resp.error_code = code;
-        }
-    }
-    let meta = ctx.meta();
-    let Some(list) = req.topic_partitions else {
-        if refused.is_none() {
-            resp.replica_election_results = meta
-                .topics
-                .keys()
-                .map(|t| ReplicaElectionResult::default().with_topic(topic_name(t)))
-                .collect();
-        }
-        return resp;
-    };
-    for t in list {
-        let count = meta
-            .topics
-            .get(t.topic.as_str())
-            .map(|m| m.partition_count());
-        let results = t
-            .partitions
-            .iter()
-            .map(|p| {
-                let (code, msg) = match (refused, count) {
-                    (Some(code), _) => (code, None),
-                    (None, Some(n)) if *p >= 0 && *p < n => (
-                        E::ElectionNotNeeded.code(),
-                        Some(errors::ELECTION_NOT_NEEDED_MESSAGE.to_string()),
-                    ),
-                    (None, Some(_)) => (
-                        E::UnknownTopicOrPartition.code(),
-                        Some(format!("No such partition as {}-{p}", t.topic.as_str())),
-                    ),
-                    (None, None) => (
-                        E::UnknownTopicOrPartition.code(),
-                        Some(format!("No such topic as {}", t.topic.as_str())),
-                    ),
-                };
-                PartitionResult::default()
-                    .with_partition_id(*p)
-                    .with_error_code(code)
-                    .with_error_message(msg.map(|m| s(&m)))
-            })
-            .collect();
-        resp.replica_election_results.push(
-            ReplicaElectionResult::default()
-                .with_topic(t.topic)
-                .with_partition_result(results),
-        );
-    }
-    resp
 }

@@ -19,8 +19,6 @@ pub async fn metadata(
     version: i16,
     req: MetadataRequest,
 ) -> MetadataResponse {
-    let cfg = &ctx.broker.config;
-    let (host, port) = cfg.advertised(&session.listener);
     // v0: an empty list means all topics; v1+: null means all, empty means none.
     let wanted = match req.topics {
         None => None,
@@ -102,27 +100,22 @@ pub async fn metadata(
     }
     let meta = ctx.meta();
     let cluster = &ctx.broker.cluster;
-    let brokers = match cluster.listed_brokers(&meta, &session.listener) {
-        // A cluster: the unfenced registered brokers, each at this listener.
-        Some(list) => list
-            .into_iter()
-            .map(|b| {
-                MetadataResponseBroker::default()
-                    .with_node_id(broker(b.id))
-                    .with_host(s(&b.host))
-                    .with_port(b.port)
-                    .with_rack(b.rack.map(|r| s(&r)))
-            })
-            .collect(),
-        None => vec![MetadataResponseBroker::default()
-            .with_node_id(broker(cfg.node_id))
-            .with_host(s(host))
-            .with_port(port)],
-    };
+    // The unfenced registered brokers, each at this listener.
+    let brokers = cluster
+        .listed_brokers(&meta, &session.listener)
+        .into_iter()
+        .map(|b| {
+            MetadataResponseBroker::default()
+                .with_node_id(broker(b.id))
+                .with_host(s(&b.host))
+                .with_port(b.port)
+                .with_rack(b.rack.map(|r| s(&r)))
+        })
+        .collect();
     MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(s(&meta.cluster_id)))
-        .with_controller_id(broker(cluster.controller_id(cfg.node_id)))
+        .with_controller_id(broker(cluster.controller_id()))
         .with_topics(topics)
         .with_cluster_authorized_operations(super::admin::cluster_operations(
             access,

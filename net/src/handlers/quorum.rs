@@ -65,15 +65,7 @@ fn voter_request_checks(
     if !access.allows_cluster(table::ALTER_VOTERS) {
         return Err((E::ClusterAuthorizationFailed.code(), String::new()));
     }
-    let Some(driver) = ctx.broker.cluster.driver() else {
-        // A one-node broker's quorum is itself alone and static (kraft.version 0 in Kafka).
-        return Err((
-            E::UnsupportedVersion.code(),
-            "Cluster doesn't support changing voters because the kraft.version feature is 0 \
-             (a one-node kmirror; start nodes with --quorum)"
-                .into(),
-        ));
-    };
+    let driver = ctx.broker.cluster.driver().clone();
     let meta = ctx.meta();
     if let Some(id) = cluster_id.filter(|id| *id != meta.cluster_id) {
         return Err((
@@ -219,7 +211,8 @@ pub async fn describe_quorum(
             .with_error_code(E::ClusterAuthorizationFailed.code());
     }
     let cluster = &ctx.broker.cluster;
-    if let Some(status) = cluster.quorum_status() {
+    {
+        let status = cluster.quorum_status();
         let me = status.node_id;
         if client_id != Some(FORWARDED) {
             if let Some(addr) = status
@@ -293,19 +286,9 @@ fn now_ms() -> i64 {
 fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorumResponse {
     let cluster = &ctx.broker.cluster;
     let now = now_ms();
-    let node = ctx.node_id();
-    let (leader, epoch, hw, (voters, observers), nodes) = match cluster.quorum_status() {
-        None => {
-            // One node: itself, the only voter, at the metadata's version.
-            let v = ctx.meta().version as i64;
-            let voter = ReplicaState::default()
-                .with_replica_id(broker(node))
-                .with_log_end_offset(v)
-                .with_last_fetch_timestamp(if version >= 1 { now } else { -1 })
-                .with_last_caught_up_timestamp(if version >= 1 { now } else { -1 });
-            (node, 1, v, (vec![voter], Vec::new()), Vec::new())
-        }
-        Some(st) => {
+    let (leader, epoch, hw, (voters, observers), nodes) = {
+        {
+            let st = cluster.quorum_status();
             let leader = st.leader.map_or(-1, |l| l as i32);
             let dir_of = |id: u64| {
                 st.members
@@ -437,12 +420,7 @@ pub async fn unregister_broker(
         return answer(E::ClusterAuthorizationFailed.code(), String::new());
     }
     let cluster = &ctx.broker.cluster;
-    let Some(driver) = cluster.driver() else {
-        return answer(
-            E::UnsupportedVersion.code(),
-            "a one-node kmirror has no broker registrations (start nodes with --quorum)".into(),
-        );
-    };
+    let driver = cluster.driver();
     let id = req.broker_id.0;
     let cmd = kmirror_control::quorum::ClusterCommand::Metadata(
         kmirror_control::quorum::MetadataCommand::UnregisterBroker { id },
@@ -455,7 +433,7 @@ pub async fn unregister_broker(
         .filter(|n| driver.status().learners.contains(n));
     if let Some(n) = observer {
         let change = kmirror_cluster::VoterChange::RemoveObserver { id: n };
-        let (code, text) = change_voters(driver, change, Duration::from_secs(15)).await;
+        let (code, text) = change_voters(driver.clone(), change, Duration::from_secs(15)).await;
         if code != 0 {
             tracing::warn!(node = n, code, %text, "unregistered broker is still an observer");
         }

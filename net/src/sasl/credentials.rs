@@ -41,7 +41,7 @@ pub async fn alter(
         salt: u.salt.to_vec(),
         salted_password: u.salted_password.to_vec(),
     }));
-    let results = if ctx.broker.cluster.is_replicated() {
+    let results = {
         // The proposer derives the keys; the quorum applies Kafka's checks and the driver
         // publishes the new set into the registry before the answer comes back.
         let edits: Vec<_> = changes
@@ -63,11 +63,6 @@ pub async fn alter(
             Ok(other) => failed(users, format!("unexpected {other:?}")),
             Err(e) => failed(users, e.to_string()),
         }
-    } else {
-        let registry = ctx.broker.sasl.scram.clone();
-        glommio::executor()
-            .spawn_blocking(move || registry.alter(&changes))
-            .await
     };
     let results = results
         .into_iter()

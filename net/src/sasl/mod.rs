@@ -23,7 +23,6 @@ pub mod mechanisms;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::path::Path;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,9 +103,10 @@ pub struct Sasl {
 }
 
 impl Sasl {
-    /// Opens the credential store of `data_dir` and loads the JWKS if OAUTHBEARER is enabled.
-    pub fn open(config: SaslConfig, data_dir: &Path) -> Result<Sasl, SaslError> {
-        let scram = Arc::new(ScramRegistry::open(data_dir)?);
+    /// An empty credential registry (the Raft driver publishes the quorum's credentials into
+    /// it) and the JWKS if OAUTHBEARER is enabled.
+    pub fn open(config: SaslConfig) -> Result<Sasl, SaslError> {
+        let scram = Arc::new(ScramRegistry::empty());
         let oauth = if config.mechanisms.contains(&Mechanism::OAuthBearer) {
             let Some(jwks) = &config.oauth.jwks_file else {
                 return Err(SaslError::Config(
