@@ -377,19 +377,10 @@ impl Cluster {
     /// Proposes `cmd` to the quorum and waits until this node applied it. Never blocks the
     /// calling thread: the wait is on a channel.
     pub async fn propose(&self, cmd: ClusterCommand) -> Result<Outcome, ProposeFailure> {
-        // The driver's answer is a blocking std channel: wait for it on a plain thread
-        // (proposals are rare admin and mirror-plane changes).
-        let (tx, rx) = flume::bounded(1);
-        let handle = self.driver.clone();
-        std::thread::Builder::new()
-            .name("kmirror-propose".into())
-            .spawn(move || {
-                let _ = tx.send(handle.propose(cmd, PROPOSE_TIMEOUT));
-            })
-            .map_err(|e| ProposeFailure::Unavailable(e.to_string()))?;
-        rx.recv_async()
+        // A message to the controller thread; its answer comes on a channel awaited here.
+        self.driver
+            .propose_async(cmd, PROPOSE_TIMEOUT)
             .await
-            .map_err(|_| ProposeFailure::Unavailable("proposal thread died".into()))?
             .map_err(ProposeFailure::from)
     }
 
