@@ -11,9 +11,10 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{BrokerId, FetchRequest};
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror;
 use kmirror_tests::records;
@@ -24,13 +25,6 @@ const FAST: &[(&str, &str)] = &[
     ("mirror.retry.backoff.ms", "100"),
     ("mirror.retry.backoff.max.ms", "1000"),
 ];
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 fn port_of(addr: &str) -> u16 {
     addr.rsplit(':')

@@ -8,6 +8,7 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::mirror;
 use kmirror_tests::records;
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
@@ -21,13 +22,6 @@ const FAST: &[(&str, &str)] = &[
 const RATE: &str = "2000000";
 /// How long the unmirrored records age before the fetcher is recreated.
 const AGE: Duration = Duration::from_secs(4);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 /// ~16 MB in 24 batches, each stamped with the time it is produced; returns the newest stamp.
 fn produce_backlog(src: &str, topic: &str) -> i64 {

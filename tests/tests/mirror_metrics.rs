@@ -7,6 +7,7 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::metrics::{dashboard_metric_names, scrape, Scrape};
 use kmirror_tests::{mirror, proc, records, KafkaCluster, KmirrorNode, WireClient};
 
@@ -17,13 +18,6 @@ const FAST: &[(&str, &str)] = &[
     ("mirror.retry.backoff.ms", "100"),
     ("mirror.retry.backoff.max.ms", "1000"),
 ];
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 /// Produces batches of different sizes to every partition; returns records per partition.
 fn produce(src: &str, round: usize) -> Vec<u64> {

@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::{java, mirror, records, KafkaCluster, KmirrorNode, WireClient};
 
 const BULK_PARTITIONS: i32 = 4;
@@ -25,13 +26,6 @@ const SECOND_RATE: u64 = 2_000_000;
 const MIRROR_RATE: u64 = 1_500_000;
 const WARMUP: Duration = Duration::from_secs(2);
 const WINDOW: Duration = Duration::from_secs(6);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 fn total(ends: &[i64]) -> i64 {
     ends.iter().sum()
