@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::mirror::{self, PartitionRow};
 use kmirror_tests::proc::{self, LineChild};
@@ -262,11 +263,7 @@ fn texts(vals: &[Vec<u8>]) -> Vec<String> {
 fn batch_of(vals: &[Vec<u8>]) -> bytes::Bytes {
     let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
     // Now: an old timestamp would let time retention delete the records under the test.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
-    records::batch(&refs, now)
+    records::batch(&refs, now_ms())
 }
 
 /// Local (non-mirror) topics: the default flush policy, and one that flushes (index and

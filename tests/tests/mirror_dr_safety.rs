@@ -13,6 +13,7 @@ use kafka_protocol::messages::{
     ProducerId, TopicName, TransactionalId,
 };
 use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror::{self, PartitionRow};
@@ -596,11 +597,7 @@ fn compacted_and_forever_retention_topics_keep_old_data_on_the_destination() {
         1,
         &[("cleanup.policy", "compact"), ("segment.bytes", "1048576")],
     );
-    let month_ago = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-        - 30 * 24 * 3600 * 1000;
+    let month_ago = now_ms() - 30 * 24 * 3600 * 1000;
     let mut c = WireClient::connect_leader(&src, "forever", 0).expect("connect Kafka");
     let value = [b'v'; 8000];
     for b in 0..40 {

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
 use kmirror_tests::kmirror::KmirrorNode;
@@ -540,10 +541,7 @@ fn consumer_protocol_group_offsets_sync_from(src: &str, b: &KmirrorNode) {
     let t = "kip848";
     let mut c = WireClient::connect(src).unwrap();
     assert_eq!(c.create_topic(t, 1, 1, &[]).unwrap(), 0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = now_ms();
     for i in 0..10 {
         let v = format!("k-{i}");
         let batch = kmirror_tests::records::batch(&[v.as_bytes(), v.as_bytes()], now);

@@ -9,6 +9,7 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ListGroupsRequest;
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::{proc, python, KafkaCluster, KmirrorNode, WireClient};
@@ -46,10 +47,7 @@ fn groups(boot: &str) -> Vec<String> {
 fn commit_both(boot: &str) -> Instant {
     let mut c = WireClient::connect(boot).expect("connect");
     assert_eq!(c.create_topic(TOPIC, 1, 1, &[]).expect("create"), 0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = now_ms();
     let vals: Vec<Vec<u8>> = (0..5).map(|i| format!("v{i}").into_bytes()).collect();
     let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
     let batch = kmirror_tests::records::batch(&refs, now);
