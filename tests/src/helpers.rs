@@ -1,6 +1,9 @@
-//! Small helpers that several test files share: the clock, and the like.
+//! Small helpers that several test files share: the clock, protocol strings, and the like.
 
 use std::time::{SystemTime, UNIX_EPOCH};
+
+use kafka_protocol::messages::{GroupId, TopicName};
+use kafka_protocol::protocol::StrBytes;
 
 /// Milliseconds since the Unix epoch: a record timestamp of "now".
 pub fn now_ms() -> i64 {
@@ -8,4 +11,19 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .expect("clock after 1970")
         .as_millis() as i64
+}
+
+/// A protocol string (`StrBytes`) from `v`.
+pub fn str_bytes(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+/// A protocol topic name from `v`.
+pub fn topic_name(v: &str) -> TopicName {
+    TopicName(str_bytes(v))
+}
+
+/// A protocol group id from `v`.
+pub fn group_id(v: &str) -> GroupId {
+    GroupId(str_bytes(v))
 }

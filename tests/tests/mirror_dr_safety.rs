@@ -12,8 +12,7 @@ use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, DeleteTopicsRequest, EndTxnRequest, InitProducerIdRequest,
     ProducerId, TopicName, TransactionalId,
 };
-use kafka_protocol::protocol::StrBytes;
-use kmirror_tests::helpers::now_ms;
+use kmirror_tests::helpers::{now_ms, str_bytes as s};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror::{self, PartitionRow};
@@ -30,10 +29,6 @@ const FAST: &[(&str, &str)] = &[
     ("mirror.retry.backoff.ms", "100"),
     ("mirror.retry.backoff.max.ms", "1000"),
 ];
-
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
 
 fn start_both(opts: KafkaOptions, kmirror_env: &[(&str, &str)]) -> (KafkaCluster, KmirrorNode) {
     let env: Vec<(String, String)> = kmirror_env

@@ -13,15 +13,10 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
-use kmirror_tests::helpers::now_ms;
+use kmirror_tests::helpers::{now_ms, str_bytes as s};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::records::{self, split_batches};
 use kmirror_tests::{mirror, proc, python, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient};
-
-fn s(x: &str) -> StrBytes {
-    StrBytes::from_string(x.to_string())
-}
 
 /// (name, broker bootstrap) of both brokers under test.
 fn brokers() -> (KafkaCluster, KmirrorNode) {
