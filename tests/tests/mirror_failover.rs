@@ -10,7 +10,7 @@ use kmirror_tests::java;
 use kmirror_tests::mirror;
 use kmirror_tests::oracle::read_batches;
 use kmirror_tests::proc::{self, LineChild};
-use kmirror_tests::records::layout;
+use kmirror_tests::records::{is_control, layout};
 use kmirror_tests::wire::be_i32;
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
 
@@ -220,12 +220,6 @@ fn failover_with_open_and_aborted_transactions_ends_at_the_lso_and_accepts_new_p
         "read_committed after new writes"
     );
     drop(open);
-}
-
-/// Whether a batch is a control batch (attributes bit 5).
-fn is_control(batch: &[u8]) -> bool {
-    let attrs = u16::from_be_bytes([batch[layout::ATTRIBUTES], batch[layout::ATTRIBUTES + 1]]);
-    attrs & 0x20 != 0
 }
 
 fn committed(boot: &str, group: &str, topic: &str, parts: i32) -> BTreeMap<i32, i64> {
