@@ -1,4 +1,5 @@
-//! Small helpers that several test files share: the clock, protocol strings, and the like.
+//! Small helpers that several test files share, one copy instead of one per file: the clock,
+//! protocol strings, addresses, tool runs and process start-up that no runner module owns.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -26,4 +27,13 @@ pub fn topic_name(v: &str) -> TopicName {
 /// A protocol group id from `v`.
 pub fn group_id(v: &str) -> GroupId {
     GroupId(str_bytes(v))
+}
+
+/// The port of a `host:port` address.
+pub fn port_of(addr: &str) -> u16 {
+    addr.rsplit(':')
+        .next()
+        .expect("port")
+        .parse()
+        .expect("port")
 }

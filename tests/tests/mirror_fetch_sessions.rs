@@ -14,7 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{BrokerId, FetchRequest};
-use kmirror_tests::helpers::now_ms;
+use kmirror_tests::helpers::{now_ms, port_of};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror;
 use kmirror_tests::records;
@@ -25,14 +25,6 @@ const FAST: &[(&str, &str)] = &[
     ("mirror.retry.backoff.ms", "100"),
     ("mirror.retry.backoff.max.ms", "1000"),
 ];
-
-fn port_of(addr: &str) -> u16 {
-    addr.rsplit(':')
-        .next()
-        .expect("port")
-        .parse()
-        .expect("port")
-}
 
 /// Established TCP connections of process `pid` to `port` (any address), from its socket
 /// inodes in /proc/<pid>/fd and the kernel's tables in /proc/<pid>/net/tcp{,6}.
