@@ -1,7 +1,7 @@
 //! Small helpers that several test files share, one copy instead of one per file: the clock,
 //! protocol strings, addresses, tool runs and process start-up that no runner module owns.
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::messages::{GroupId, TopicName};
 use kafka_protocol::protocol::StrBytes;
@@ -36,4 +36,16 @@ pub fn port_of(addr: &str) -> u16 {
         .expect("port")
         .parse()
         .expect("port")
+}
+
+/// `kafka-acls --bootstrap-server boot ARGS…` (90 s); its stdout. Panics unless it exits 0.
+pub fn acls_tool(boot: &str, args: &[&str]) -> String {
+    let mut all = vec!["--bootstrap-server", boot];
+    all.extend_from_slice(args);
+    crate::java::run_tool(
+        crate::java::tools::ACL_COMMAND,
+        &all,
+        Duration::from_secs(90),
+    )
+    .stdout
 }
