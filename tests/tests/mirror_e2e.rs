@@ -9,7 +9,7 @@ use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
 use kmirror_tests::kmirror::KmirrorNode;
-use kmirror_tests::mirror::cli_ok as cli;
+use kmirror_tests::mirror::{cli_ok as cli, end_offsets};
 use kmirror_tests::oracle::log_equal;
 use kmirror_tests::proc;
 use kmirror_tests::wire::WireClient;
@@ -42,15 +42,6 @@ fn describe(dst: &str) -> Vec<(i64, String, i64, i64, i64)> {
                 r["destination_offset"].as_i64().unwrap_or(-1),
                 r["lag"].as_i64().unwrap_or(-1),
             )
-        })
-        .collect()
-}
-
-fn end_offsets(boot: &str) -> Vec<i64> {
-    (0..PARTITIONS)
-        .map(|p| {
-            let mut c = WireClient::connect_leader(boot, TOPIC, p).expect("connect to leader");
-            c.log_bounds(TOPIC, p).expect("log bounds").1
         })
         .collect()
 }
@@ -127,7 +118,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
     // More data while mirroring runs.
     let (acked, _, _) = java_produce(&src, 1_500, &[]);
     assert_eq!(acked, 1_500);
-    let src_end = end_offsets(&src);
+    let src_end = end_offsets(&src, TOPIC, PARTITIONS);
 
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -146,7 +137,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
-    let dst_end = end_offsets(&dst);
+    let dst_end = end_offsets(&dst, TOPIC, PARTITIONS);
     assert_eq!(dst_end, src_end, "destination end offsets");
     for p in 0..PARTITIONS {
         log_equal(&src, &dst, TOPIC, p, src_end[p as usize])
@@ -175,7 +166,11 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
     assert_eq!(acked, 0, "a produce to a mirror topic was accepted");
     assert_eq!(errors, 30);
     assert!(!first_err.is_empty(), "no ERR line from the producer");
-    assert_eq!(end_offsets(&dst), src_end, "the mirror topic changed");
+    assert_eq!(
+        end_offsets(&dst, TOPIC, PARTITIONS),
+        src_end,
+        "the mirror topic changed"
+    );
 
     // Failover.
     let epochs_before = leader_epochs(&src);
@@ -192,7 +187,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
             c.log_bounds(TOPIC, p).unwrap().1
         })
         .collect();
-    let after = end_offsets(&dst);
+    let after = end_offsets(&dst, TOPIC, PARTITIONS);
     for p in 0..PARTITIONS as usize {
         // Truncated to the LSO, then one MIRROR_PID_RESET control record.
         assert_eq!(after[p], lso[p] + 1, "partition {p} end after failover");
@@ -209,7 +204,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
     }
     let (acked, errors, first_err) = java_produce(&dst, 300, &["enable.idempotence=true"]);
     assert_eq!((acked, errors), (300, 0), "after failover: {first_err}");
-    let total: i64 = end_offsets(&dst)
+    let total: i64 = end_offsets(&dst, TOPIC, PARTITIONS)
         .iter()
         .zip(&after)
         .map(|(a, b)| a - b)
