@@ -1,6 +1,7 @@
 //! Small helpers that several test files share, one copy instead of one per file: the clock,
 //! protocol strings, addresses, tool runs and process start-up that no runner module owns.
 
+use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::messages::{GroupId, TopicName};
@@ -48,4 +49,28 @@ pub fn acls_tool(boot: &str, args: &[&str]) -> String {
         Duration::from_secs(90),
     )
     .stdout
+}
+
+/// Every record of `topic` (`partitions` partitions) read back with librdkafka
+/// (`record_dump.py`, 180 s) through `addr`: (partition, offset) -> value. Panics unless the
+/// dump finished.
+pub fn read_back(addr: &str, topic: &str, partitions: i32) -> BTreeMap<(i32, i64), String> {
+    let ran = crate::proc::run(
+        crate::python::script("record_dump.py").args([addr, topic, &partitions.to_string()]),
+        Duration::from_secs(180),
+    );
+    let mut stored = BTreeMap::new();
+    for l in ran.stdout.lines() {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        if let ["R", p, o, _key, value] = f.as_slice() {
+            stored.insert((p.parse().unwrap(), o.parse().unwrap()), value.to_string());
+        }
+    }
+    assert!(
+        ran.stdout.contains("DONE"),
+        "read back: {}\n{}",
+        crate::proc::last_lines(&ran.stdout, 10),
+        crate::proc::last_lines(&ran.stderr, 10)
+    );
+    stored
 }
