@@ -74,3 +74,17 @@ pub fn read_back(addr: &str, topic: &str, partitions: i32) -> BTreeMap<(i32, i64
     );
     stored
 }
+
+/// The committed offset of `group` on partition 0 of `topic` (negative: none), read with
+/// librdkafka (`committed.py`, 60 s).
+pub fn committed_p0(boot: &str, group: &str, topic: &str) -> i64 {
+    let ran = crate::proc::run_ok(
+        crate::python::script("committed.py").args([boot, group, topic, "1"]),
+        Duration::from_secs(60),
+    );
+    ran.stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("C 0 "))
+        .and_then(|o| o.trim().parse().ok())
+        .unwrap_or_else(|| panic!("committed.py: {}", ran.stdout))
+}

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use kmirror_tests::helpers::now_ms;
+use kmirror_tests::helpers::{committed_p0, now_ms};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::mirror::{self, PartitionRow};
 use kmirror_tests::proc::{self, LineChild};
@@ -225,20 +225,6 @@ fn commit(boot: &str, group: &str, topic: &str, offset: i64) -> String {
         .find(|l| *l == "OK" || *l == "TIMEOUT" || l.starts_with("ERR "))
         .unwrap_or_else(|| panic!("commit_offset.py: {}{}", ran.stdout, ran.stderr))
         .to_string()
-}
-
-/// The group's committed offset of partition 0 (negative = none), read with librdkafka.
-fn committed(boot: &str, group: &str, topic: &str) -> i64 {
-    let ran = proc::run_ok(
-        python::script("committed.py").args([boot, group, topic, "1"]),
-        Duration::from_secs(60),
-    );
-    ran.stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("C 0 "))
-        .unwrap_or_else(|| panic!("committed.py: {}", ran.stdout))
-        .parse()
-        .expect("offset")
 }
 
 /// Values "tag-i" padded to `len` bytes, i in 0..n.
@@ -464,7 +450,11 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     // COORDINATOR_NOT_AVAILABLE until the write succeeds), but must not take the node down.
     let full_commit = commit(&dst, "g-full", "local", 3);
     if full_commit == "OK" {
-        assert_eq!(committed(&dst, "g-full", "local"), 3, "acknowledged commit");
+        assert_eq!(
+            committed_p0(&dst, "g-full", "local"),
+            3,
+            "acknowledged commit"
+        );
     }
     let create_code = wc
         .create_topic("born-full", 1, 1, &[])
@@ -527,7 +517,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
         "OK",
         "commit once space is back"
     );
-    assert_eq!(committed(&dst, "g-full", "local"), 7);
+    assert_eq!(committed_p0(&dst, "g-full", "local"), 7);
     assert!(node.alive());
 
     // Episode 2, no filler: the mirror itself fills what is left (the source takes ~20 MiB
@@ -576,7 +566,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
         );
     }
     assert_eq!(
-        committed(&dst, "g-full", "local"),
+        committed_p0(&dst, "g-full", "local"),
         7,
         "commit after restart"
     );
