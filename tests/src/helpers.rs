@@ -88,3 +88,16 @@ pub fn committed_p0(boot: &str, group: &str, topic: &str) -> i64 {
         .and_then(|o| o.trim().parse().ok())
         .unwrap_or_else(|| panic!("committed.py: {}", ran.stdout))
 }
+
+/// Starts a Kafka cluster and a kmirror node side by side (each takes seconds), with `kafka`
+/// and `kmirror` on two threads.
+pub fn start_kafka_and_kmirror(
+    kafka: impl FnOnce() -> crate::KafkaCluster + Send,
+    kmirror: impl FnOnce() -> crate::KmirrorNode + Send,
+) -> (crate::KafkaCluster, crate::KmirrorNode) {
+    std::thread::scope(|s| {
+        let k = s.spawn(kafka);
+        let m = s.spawn(kmirror);
+        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    })
+}

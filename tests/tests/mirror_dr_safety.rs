@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, DeleteTopicsRequest, EndTxnRequest, InitProducerIdRequest,
     ProducerId, TopicName, TransactionalId,
 };
-use kmirror_tests::helpers::{now_ms, str_bytes as s};
+use kmirror_tests::helpers::{now_ms, start_kafka_and_kmirror, str_bytes as s};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror::{self, PartitionRow};
@@ -31,19 +31,10 @@ const FAST: &[(&str, &str)] = &[
 ];
 
 fn start_both(opts: KafkaOptions, kmirror_env: &[(&str, &str)]) -> (KafkaCluster, KmirrorNode) {
-    let env: Vec<(String, String)> = kmirror_env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    std::thread::scope(|sc| {
-        let k = sc.spawn(move || KafkaCluster::start_with(opts));
-        let m = sc.spawn(move || {
-            let env: Vec<(&str, &str)> =
-                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            KmirrorNode::start_with_env(&[], &env)
-        });
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
-    })
+    start_kafka_and_kmirror(
+        move || KafkaCluster::start_with(opts),
+        || KmirrorNode::start_with_env(&[], kmirror_env),
+    )
 }
 
 fn produce(boot: &str, topic: &str, records: u64) {
