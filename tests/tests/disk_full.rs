@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use kmirror_tests::helpers::{committed_p0, now_ms};
+use kmirror_tests::helpers::{committed_p0, now_ms, start_kafka_and_kmirror};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::mirror::{self, PartitionRow};
 use kmirror_tests::proc::{self, LineChild};
@@ -265,10 +265,8 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     // Declared before the node so it is unmounted after the node is killed.
     let disk = Tmpfs::mount(64);
     let data: PathBuf = disk.path().join("data");
-    let (kafka, mut node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(|| KmirrorNode::start_with_data_dir(&[], &data));
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with_data_dir(&[], &data)
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

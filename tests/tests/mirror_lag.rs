@@ -8,7 +8,7 @@
 
 use std::time::{Duration, Instant};
 
-use kmirror_tests::helpers::now_ms;
+use kmirror_tests::helpers::{now_ms, start_kafka_and_kmirror};
 use kmirror_tests::mirror;
 use kmirror_tests::records;
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
@@ -61,10 +61,8 @@ fn first_lag_while_behind(dst: &str, state: &str, what: &str) -> (i64, i64) {
 #[test]
 fn lag_ms_after_resume_and_after_a_restart_is_the_age_of_the_oldest_unmirrored_record() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, mut node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(|| KmirrorNode::start_with(&["--mirror-byte-rate", RATE]));
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with(&["--mirror-byte-rate", RATE])
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

@@ -18,6 +18,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kmirror_tests::faultproxy::{Faults, Mode};
+use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror::{self, PartitionRow};
 use kmirror_tests::proc::{self, LineChild};
@@ -61,11 +62,8 @@ impl Rig {
             proxied_ports: vec![proxy.port()],
             ..KafkaOptions::default()
         };
-        let (kafka, node) = std::thread::scope(|s| {
-            let k = s.spawn(|| KafkaCluster::start_with(opts));
-            let m = s.spawn(KmirrorNode::start);
-            (k.join().expect("kafka"), m.join().expect("kmirror"))
-        });
+        let (kafka, node) =
+            start_kafka_and_kmirror(|| KafkaCluster::start_with(opts), KmirrorNode::start);
         proxy.set_target(&kafka.proxied_listener_of(1));
         let src = kafka.bootstrap();
         let dst = node.addr();
