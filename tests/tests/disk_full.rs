@@ -15,15 +15,9 @@ use std::time::Duration;
 
 use kmirror_tests::helpers::{committed_p0, now_ms, start_kafka_and_kmirror};
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::mirror::{self, PartitionRow};
+use kmirror_tests::mirror::{self, PartitionRow, FAST};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{python, records, KafkaCluster, KmirrorNode, WireClient};
-
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 const KAFKA_STORAGE_ERROR: i16 = 56;
 const MIB: u64 = 1 << 20;

@@ -13,17 +13,13 @@ use std::time::Duration;
 
 use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::metrics::scrape;
+use kmirror_tests::mirror::FAST;
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{java, mirror, KafkaCluster, KmirrorNode};
 
 const TOPIC: &str = "pinned";
 const PARTS: i32 = 2;
 const RECORDS: u64 = 30_000;
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 /// Each partition's core as `describe --json` reports it.
 fn described_cores(dst: &str) -> BTreeMap<i32, i64> {

@@ -6,16 +6,10 @@ use std::time::{Duration, Instant};
 
 use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::mirror;
+use kmirror_tests::mirror::{self, FAST};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
 use rand::Rng;
-
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 /// ProducerPerformance writing `records` at `rate` records/s (acks=all), in the background.
 fn background_producer(boot: &str, topic: &str, records: u64, rate: u32) -> LineChild {

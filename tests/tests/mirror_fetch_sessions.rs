@@ -16,15 +16,9 @@ use std::time::{Duration, Instant};
 use kafka_protocol::messages::{BrokerId, FetchRequest};
 use kmirror_tests::helpers::{now_ms, port_of, start_kafka_and_kmirror};
 use kmirror_tests::kafka::KafkaOptions;
-use kmirror_tests::mirror;
+use kmirror_tests::mirror::{self, FAST};
 use kmirror_tests::records;
 use kmirror_tests::{proc, KafkaCluster, KmirrorNode, WireClient};
-
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 /// Established TCP connections of process `pid` to `port` (any address), from its socket
 /// inodes in /proc/<pid>/fd and the kernel's tables in /proc/<pid>/net/tcp{,6}.

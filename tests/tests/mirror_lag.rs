@@ -9,15 +9,10 @@
 use std::time::{Duration, Instant};
 
 use kmirror_tests::helpers::{now_ms, start_kafka_and_kmirror};
-use kmirror_tests::mirror;
+use kmirror_tests::mirror::{self, FAST};
 use kmirror_tests::records;
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
 
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 /// Mirror byte-rate ceiling: a 16 MB backlog then takes several seconds to copy.
 const RATE: &str = "2000000";
 /// How long the unmirrored records age before the fetcher is recreated.

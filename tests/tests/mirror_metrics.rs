@@ -9,15 +9,11 @@ use std::time::{Duration, Instant};
 
 use kmirror_tests::helpers::{now_ms, start_kafka_and_kmirror};
 use kmirror_tests::metrics::{dashboard_metric_names, scrape, Scrape};
+use kmirror_tests::mirror::FAST;
 use kmirror_tests::{mirror, proc, records, KafkaCluster, KmirrorNode, WireClient};
 
 const TOPIC: &str = "metered";
 const PARTITIONS: i32 = 3;
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 /// Produces batches of different sizes to every partition; returns records per partition.
 fn produce(src: &str, round: usize) -> Vec<u64> {

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use kmirror_tests::faultproxy::{Faults, Mode};
 use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::kafka::KafkaOptions;
-use kmirror_tests::mirror::{self, PartitionRow};
+use kmirror_tests::mirror::{self, PartitionRow, FAST};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{java, oracle, FaultProxy, KafkaCluster, KmirrorNode};
 
@@ -28,12 +28,6 @@ const TOPIC: &str = "orders";
 const PARTS: i32 = 3;
 /// Records per second the producer writes during a test.
 const RATE: u64 = 1_000;
-
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 fn window() -> Duration {
     let secs = std::env::var("KMIRROR_NETFAULT_SECS")
