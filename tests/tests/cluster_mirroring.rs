@@ -25,7 +25,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kmirror_tests::cluster::{describe_topic, ClusterOpts, KmirrorCluster};
+use kmirror_tests::cluster::{describe_topic, run_seq_producer, ClusterOpts, KmirrorCluster};
 use kmirror_tests::deps;
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
@@ -280,27 +280,16 @@ fn try_end_offsets(boot: &str) -> Option<Vec<i64>> {
         .collect()
 }
 
+/// Runs the Java SeqProducer; (acked, errors) from its DONE line.
 fn java_produce(boot: &str, records: u64, props: &[&str]) -> (u64, u64) {
-    let ran = proc::run(
+    let (_, acked, errors, _) = run_seq_producer(
         java::program("SeqProducer")
             .args([boot, TOPIC, &PARTITIONS.to_string(), &records.to_string()])
             .args(props),
+        "SeqProducer",
         Duration::from_secs(300),
     );
-    let done = ran
-        .stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("DONE "))
-        .unwrap_or_else(|| {
-            panic!(
-                "SeqProducer did not finish: {}",
-                proc::last_lines(&ran.stderr, 20)
-            )
-        })
-        .to_owned();
-    let mut it = done.split_whitespace().map(|x| x.parse().unwrap_or(0));
-    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+    (acked, errors)
 }
 
 /// Creates TOPIC on the source and writes `records` records with the Java producer

@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::cluster::run_seq_producer;
 use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
@@ -58,38 +59,17 @@ fn leader_epochs(boot: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Runs the Java SeqProducer; returns (acked, errors) from its DONE line.
+/// Runs the Java SeqProducer; (acked, errors) from its DONE line and the first ERR line's
+/// error ("" when none).
 fn java_produce(boot: &str, records: u64, props: &[&str]) -> (u64, u64, String) {
-    let ran = proc::run(
+    let (_, acked, errors, errs) = run_seq_producer(
         java::program("SeqProducer")
             .args([boot, TOPIC, &PARTITIONS.to_string(), &records.to_string()])
             .args(props),
+        "SeqProducer",
         Duration::from_secs(120),
     );
-    let done = ran
-        .stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("DONE "))
-        .unwrap_or_else(|| {
-            panic!(
-                "SeqProducer did not finish: {}",
-                proc::last_lines(&ran.stderr, 20)
-            )
-        })
-        .to_owned();
-    let mut it = done
-        .split_whitespace()
-        .map(|x| x.parse::<u64>().unwrap_or(0));
-    let acked = it.next().unwrap_or(0);
-    let errors = it.next().unwrap_or(0);
-    let first_err = ran
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("ERR "))
-        .unwrap_or("")
-        .to_owned();
-    (acked, errors, first_err)
+    (acked, errors, errs.first().cloned().unwrap_or_default())
 }
 
 #[test]
