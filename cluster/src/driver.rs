@@ -232,7 +232,7 @@ enum Event {
     Propose {
         request: Request,
         deadline: Instant,
-        reply: mpsc::Sender<Result<Outcome, ProposalError>>,
+        reply: flume::Sender<Result<Outcome, ProposalError>>,
     },
     /// Runs a read of the applied state (e.g. the coordinator logs a new coordinator loads).
     Read(Reader),
@@ -241,7 +241,7 @@ enum Event {
 struct Waiter {
     request: Request,
     deadline: Instant,
-    reply: mpsc::Sender<Result<Outcome, ProposalError>>,
+    reply: flume::Sender<Result<Outcome, ProposalError>>,
     last_leader: Option<u64>,
 }
 
@@ -304,8 +304,32 @@ impl DriverHandle {
         rx.recv_timeout(timeout).ok()
     }
 
-    fn submit(&self, request: Request, timeout: Duration) -> Result<Outcome, ProposalError> {
-        let (reply, rx) = mpsc::channel();
+    /// [`DriverHandle::propose`] for async callers (an engine core): the driver thread
+    /// answers on a channel the caller awaits, so no thread waits for the commit. The driver
+    /// answers every proposal by its deadline, or drops the channel when it stops.
+    pub async fn propose_async(
+        &self,
+        cmd: ClusterCommand,
+        timeout: Duration,
+    ) -> Result<Outcome, ProposalError> {
+        self.submit_async(Request::Command(cmd), timeout).await
+    }
+
+    /// [`DriverHandle::change_voters`] for async callers.
+    pub async fn change_voters_async(
+        &self,
+        change: VoterChange,
+        timeout: Duration,
+    ) -> Result<Outcome, ProposalError> {
+        self.submit_async(Request::Voter(change), timeout).await
+    }
+
+    fn enqueue(
+        &self,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<flume::Receiver<Result<Outcome, ProposalError>>, ProposalError> {
+        let (reply, rx) = flume::bounded(1);
         let deadline = Instant::now() + timeout;
         let ev = Event::Propose {
             request,
@@ -313,13 +337,28 @@ impl DriverHandle {
             reply,
         };
         match self.tx.try_send(ev) {
-            Ok(()) => {}
+            Ok(()) => Ok(rx),
             Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {
-                return Err(ProposalError::Unavailable)
+                Err(ProposalError::Unavailable)
             }
         }
+    }
+
+    fn submit(&self, request: Request, timeout: Duration) -> Result<Outcome, ProposalError> {
+        let rx = self.enqueue(request, timeout)?;
         // The driver answers by the deadline; the margin covers one loop iteration.
         rx.recv_timeout(timeout + Duration::from_secs(1))
+            .unwrap_or(Err(ProposalError::Unavailable))
+    }
+
+    async fn submit_async(
+        &self,
+        request: Request,
+        timeout: Duration,
+    ) -> Result<Outcome, ProposalError> {
+        let rx = self.enqueue(request, timeout)?;
+        rx.recv_async()
+            .await
             .unwrap_or(Err(ProposalError::Unavailable))
     }
 }

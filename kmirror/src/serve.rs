@@ -188,7 +188,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         kmirror_net::cluster::QuorumOptions {
             controller_listen: c.controller_listen.trim().to_string(),
             voters,
-            session_timeout: Duration::from_millis(c.broker_session_timeout_ms.max(100)),
+            session_timeout: Some(Duration::from_millis(c.broker_session_timeout_ms.max(100))),
             default_replication_factor: c.default_replication_factor,
             inter_broker_listener: inter_broker_listener.clone(),
             inter_broker_dialer: Some(dialer),

@@ -176,8 +176,8 @@ pub struct QuorumOptions {
     /// Every voter (this node among them) and its controller address.
     pub voters: Vec<kmirror_cluster::Voter>,
     /// `broker.session.timeout.ms`: the active controller fences a broker it has not heard
-    /// from for this long.
-    pub session_timeout: Duration,
+    /// from for this long (`None`: never).
+    pub session_timeout: Option<Duration>,
     /// `auto.leader.rebalance.enable` and `leader.imbalance.check.interval.seconds`: the
     /// active controller moves leaderships back to preferred replicas this often (`None`:
     /// disabled).
@@ -203,7 +203,9 @@ impl QuorumOptions {
                 id: u64::try_from(node_id).unwrap_or(0),
                 addr: "127.0.0.1:0".into(),
             }],
-            session_timeout: Duration::from_secs(9),
+            // Brokers are heard through Raft traffic, which a lone voter never gets: it
+            // fences nobody (its own broker counts as alive).
+            session_timeout: None,
             leader_rebalance: None,
             default_replication_factor: 1,
             inter_broker_listener: None,
@@ -377,19 +379,10 @@ impl Cluster {
     /// Proposes `cmd` to the quorum and waits until this node applied it. Never blocks the
     /// calling thread: the wait is on a channel.
     pub async fn propose(&self, cmd: ClusterCommand) -> Result<Outcome, ProposeFailure> {
-        // The driver's answer is a blocking std channel: wait for it on a plain thread
-        // (proposals are rare admin and mirror-plane changes).
-        let (tx, rx) = flume::bounded(1);
-        let handle = self.driver.clone();
-        std::thread::Builder::new()
-            .name("kmirror-propose".into())
-            .spawn(move || {
-                let _ = tx.send(handle.propose(cmd, PROPOSE_TIMEOUT));
-            })
-            .map_err(|e| ProposeFailure::Unavailable(e.to_string()))?;
-        rx.recv_async()
+        // A message to the controller thread; its answer comes on a channel awaited here.
+        self.driver
+            .propose_async(cmd, PROPOSE_TIMEOUT)
             .await
-            .map_err(|_| ProposeFailure::Unavailable("proposal thread died".into()))?
             .map_err(ProposeFailure::from)
     }
 

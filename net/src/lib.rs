@@ -471,7 +471,7 @@ fn start_quorum(
         q.controller_listen.clone(),
         q.voters.clone(),
     );
-    dcfg.session_timeout = Some(q.session_timeout);
+    dcfg.session_timeout = q.session_timeout;
     dcfg.leader_rebalance = q.leader_rebalance;
     // A node that is not one of the listed voters joins the running cluster as an observer
     // (a Kafka broker whose controller.quorum.voters lists the controllers).

@@ -6,12 +6,13 @@ use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use bytes::{BufMut, BytesMut};
 use kafka_protocol::messages::{ApiVersionsResponse, RequestHeader};
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
 
+use crate::helpers::now_ms;
 use crate::{records, BrokerUnderTest, WireClient};
 
 /// RSS growth (KiB) that counts as a jump: far below any payload a bad frame announces
@@ -20,13 +21,6 @@ pub const RSS_JUMP_KIB: u64 = 64 * 1024;
 
 /// Kafka's default `socket.request.max.bytes` (100 MiB); one more is over the limit.
 pub const DEFAULT_MAX_REQUEST: i32 = 100 * 1024 * 1024;
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 /// A client that produces a batch and fetches it back every few ms until stopped.
 pub struct Bystander {

@@ -12,6 +12,7 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, Message, Request, StrBytes};
 
+use crate::helpers::{group_id as gid, str_bytes as s, topic_name as tn};
 use crate::{records, WireClient};
 
 /// One (api, version) cell: `Ok(note)` or `Err(what went wrong)`.
@@ -128,18 +129,6 @@ const PRODUCE_TOPIC: &str = "conf-produce";
 const ALTER_TOPIC: &str = "conf-alter";
 
 type R<T> = Result<T, String>;
-
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
-
-fn tn(v: &str) -> TopicName {
-    TopicName(s(v))
-}
-
-fn gid(v: &str) -> GroupId {
-    GroupId(s(v))
-}
 
 fn code(what: &str, c: i16) -> R<()> {
     if c == 0 {

@@ -14,6 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use crate::clients::{parse_acks, parse_consumed, Client, Seq};
+use crate::helpers::now_ms;
 use crate::proc::{self, LineChild};
 use crate::wire::{PartitionInfo, WireClient};
 
@@ -604,13 +605,6 @@ fn judge(
         first.len(),
         second.len()
     );
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64
 }
 
 /// `Replicas: 1,2,3 … Isr: 1,2` of `topic`-`partition` as `kafka-topics --describe` prints

@@ -23,6 +23,8 @@ pub mod tools {
     pub const TOPIC_COMMAND: &str = "org.apache.kafka.tools.TopicCommand";
     /// kafka-metadata-quorum
     pub const METADATA_QUORUM_COMMAND: &str = "org.apache.kafka.tools.MetadataQuorumCommand";
+    /// kafka-acls
+    pub const ACL_COMMAND: &str = "org.apache.kafka.tools.AclCommand";
     /// kafka-consumer-groups
     pub const CONSUMER_GROUP_COMMAND: &str =
         "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand";

@@ -3,8 +3,9 @@
 //! It owns: an Apache Kafka 4.1.1 cluster runner ([`KafkaCluster`], KRaft, 1 or 3 nodes, from
 //! the Maven Central jars that `scripts/setup-deps.sh` resolves), a kmirror node runner
 //! ([`KmirrorNode`]), runners for the Java tools and our small Java/Python client programs
-//! ([`java`], [`python`]), a tiny blocking Kafka wire client ([`wire::WireClient`]) and the
-//! SPEC's log-equal oracle ([`oracle::log_equal`]).
+//! ([`java`], [`python`]), a tiny blocking Kafka wire client ([`wire::WireClient`]), the
+//! SPEC's log-equal oracle ([`oracle::log_equal`]) and the small functions several test files
+//! share ([`helpers`]).
 //!
 //! It must not depend on kmirror's own crates' internals (engine, net, control): the tests judge
 //! kmirror only from outside, over the wire, as a user's client would.
@@ -21,6 +22,7 @@ pub mod deps;
 pub mod faultproxy;
 pub mod faults;
 pub mod golang;
+pub mod helpers;
 pub mod java;
 pub mod kafka;
 pub mod kmirror;

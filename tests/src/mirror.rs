@@ -24,6 +24,14 @@ use crate::oracle::{log_equal, LogEqualReport};
 use crate::proc::{self, Ran};
 use crate::wire::WireClient;
 
+/// Quick metadata sync and retry backoffs for `create --set`, so tests do not wait for the
+/// defaults.
+pub const FAST: &[(&str, &str)] = &[
+    ("mirror.metadata.sync.interval.ms", "1000"),
+    ("mirror.retry.backoff.ms", "100"),
+    ("mirror.retry.backoff.max.ms", "1000"),
+];
+
 /// `kmirror mirror --bootstrap DST ARGS…`, run to completion (30 s budget).
 pub fn cli(dst: &str, args: &[&str]) -> Ran {
     proc::run(

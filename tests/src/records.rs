@@ -135,6 +135,12 @@ pub fn with_claimed_count(batch: &Bytes, count: i32) -> Bytes {
     b.freeze()
 }
 
+/// Whether a batch is a control batch (attributes bit 5).
+pub fn is_control(batch: &[u8]) -> bool {
+    let attrs = u16::from_be_bytes([batch[layout::ATTRIBUTES], batch[layout::ATTRIBUTES + 1]]);
+    attrs & 0x20 != 0
+}
+
 /// One complete batch inside a fetch payload.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RawBatch {

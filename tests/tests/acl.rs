@@ -6,22 +6,14 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use kmirror_tests::java::run_tool;
+use kmirror_tests::helpers::acls_tool;
 use kmirror_tests::kafka::{KafkaCluster, KafkaOptions};
 use kmirror_tests::kmirror::KmirrorNode;
 use kmirror_tests::mirror;
 
-const ACL_COMMAND: &str = "org.apache.kafka.tools.AclCommand";
-
 /// (resource type, name, pattern type, principal, host, operation, permission), as the tool
 /// prints them.
 type Acl = (String, String, String, String, String, String, String);
-
-fn acls_tool(boot: &str, args: &[&str]) -> String {
-    let mut all = vec!["--bootstrap-server", boot];
-    all.extend_from_slice(args);
-    run_tool(ACL_COMMAND, &all, Duration::from_secs(90)).stdout
-}
 
 /// Parses `kafka-acls --list` output:
 /// "Current ACLs for resource `ResourcePattern(resourceType=TOPIC, name=orders, patternType=LITERAL)`:"

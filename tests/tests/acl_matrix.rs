@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::helpers::{group_id as gid, str_bytes as s, topic_name as tn};
 use kmirror_tests::kafka::{AdminAuth, KafkaOptions, KafkaSecurity, SaslUser, SecureProtocol};
 use kmirror_tests::{records, sasl, KafkaCluster, KmirrorNode, WireClient};
 
@@ -33,20 +33,8 @@ const ALTER_CONFIGS: i8 = 11;
 const IDEMPOTENT_WRITE: i8 = 12;
 const CLUSTER_ACTION: i8 = 9;
 
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
-
-fn tn(v: &str) -> TopicName {
-    TopicName(s(v))
-}
-
 fn xid(v: &str) -> TransactionalId {
     TransactionalId(s(v))
-}
-
-fn gid(v: &str) -> GroupId {
-    GroupId(s(v))
 }
 
 fn resource_name(rt: i8, name: &str) -> String {

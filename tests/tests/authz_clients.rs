@@ -9,16 +9,8 @@
 
 use std::time::Duration;
 
-use kmirror_tests::java::run_tool;
+use kmirror_tests::helpers::acls_tool;
 use kmirror_tests::{proc, python, KmirrorNode, WireClient};
-
-const ACL_COMMAND: &str = "org.apache.kafka.tools.AclCommand";
-
-fn acls(boot: &str, args: &[&str]) -> String {
-    let mut all = vec!["--bootstrap-server", boot];
-    all.extend_from_slice(args);
-    run_tool(ACL_COMMAND, &all, Duration::from_secs(90)).stdout
-}
 
 fn probe(args: &[&str]) -> String {
     let ran = proc::run(
@@ -52,7 +44,7 @@ fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_au
         "no ACL yet: open"
     );
 
-    acls(
+    acls_tool(
         &boot,
         &[
             "--add",
@@ -66,7 +58,7 @@ fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_au
             "secret",
         ],
     );
-    acls(
+    acls_tool(
         &boot,
         &[
             "--add",
@@ -78,7 +70,7 @@ fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_au
             "blocked",
         ],
     );
-    let listed = acls(&boot, &["--list"]);
+    let listed = acls_tool(&boot, &["--list"]);
     assert!(
         listed.contains("name=secret")
             && listed.contains("name=blocked")
@@ -98,7 +90,7 @@ fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_au
     assert_eq!(probe(&[&boot, "consume", "open", "allowed"]), "OK");
 
     // Removing the DENY takes effect at once.
-    acls(
+    acls_tool(
         &boot,
         &[
             "--remove",
@@ -135,7 +127,7 @@ fn given_cluster_alter_denied_when_the_mirror_cli_creates_a_mirror_should_fail_w
     ]);
     let boot = node.addr();
     mirror::cli_ok(&boot, &["list"]);
-    acls(
+    acls_tool(
         &boot,
         &[
             "--add",

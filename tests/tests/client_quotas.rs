@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::str_bytes as sb;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::{mirror, proc, python, KafkaCluster, KmirrorNode};
 
@@ -649,10 +650,6 @@ fn alter_req(
                 })
                 .collect(),
         )
-}
-
-fn sb(v: &str) -> kafka_protocol::protocol::StrBytes {
-    kafka_protocol::protocol::StrBytes::from_string(v.to_owned())
 }
 
 fn describe_req(

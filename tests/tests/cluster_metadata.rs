@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use kmirror_tests::cluster::{
     describe_topic, run_seq_producer, ClusterOpts, Described, KmirrorCluster, ThreeNodes as Under,
 };
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::proc;
 use kmirror_tests::python;
@@ -136,10 +137,7 @@ fn scenario(c: &mut dyn Under) {
     // and names the leader (KIP-951), so clients reroute without a Metadata round trip.
     let (leader0, follower0) = (first[&0].leader, first[&0].replicas[1]);
     let mut w = WireClient::connect(&c.addr(follower0)).expect("connect to a follower");
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = now_ms();
     let r = w
         .produce_response(TOPIC, 0, kmirror_tests::records::batch(&[b"x"], now))
         .expect("Produce to a follower");
@@ -667,12 +665,6 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
             ..ClusterOpts::default()
         },
     );
-    let now = || {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-    };
     let create = |c: &KmirrorCluster| {
         let ran = java::run_tool(
             tools::TOPIC_COMMAND,
@@ -697,7 +689,7 @@ fn a_node_down_while_its_topic_is_recreated_serves_only_the_new_topic() {
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
             let last = WireClient::connect_leader(&c.node(1).addr(), T, 0).and_then(|mut w| {
-                w.produce_response(T, 0, kmirror_tests::records::batch(&refs, now()))
+                w.produce_response(T, 0, kmirror_tests::records::batch(&refs, now_ms()))
             });
             match last {
                 Ok(r) if r.error_code == 0 => break,

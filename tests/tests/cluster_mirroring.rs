@@ -25,11 +25,11 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use kmirror_tests::cluster::{describe_topic, ClusterOpts, KmirrorCluster};
+use kmirror_tests::cluster::{describe_topic, run_seq_producer, ClusterOpts, KmirrorCluster};
 use kmirror_tests::deps;
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
-use kmirror_tests::mirror::cli_ok as cli;
+use kmirror_tests::mirror::{cli_ok as cli, end_offsets};
 use kmirror_tests::oracle::{log_equal, read_batches};
 use kmirror_tests::proc;
 use kmirror_tests::wire::WireClient;
@@ -269,15 +269,6 @@ fn leaders(addr: &str) -> Option<BTreeMap<i32, (i32, Vec<i32>)>> {
     (out.len() == PARTITIONS as usize).then_some(out)
 }
 
-fn end_offsets(boot: &str) -> Vec<i64> {
-    (0..PARTITIONS)
-        .map(|p| {
-            let mut c = WireClient::connect_leader(boot, TOPIC, p).expect("connect to leader");
-            c.log_bounds(TOPIC, p).expect("log bounds").1
-        })
-        .collect()
-}
-
 /// End offsets, or None while a partition's leader answers with an error (a leadership
 /// moving, a replica not yet opened): callers wait.
 fn try_end_offsets(boot: &str) -> Option<Vec<i64>> {
@@ -289,27 +280,16 @@ fn try_end_offsets(boot: &str) -> Option<Vec<i64>> {
         .collect()
 }
 
+/// Runs the Java SeqProducer; (acked, errors) from its DONE line.
 fn java_produce(boot: &str, records: u64, props: &[&str]) -> (u64, u64) {
-    let ran = proc::run(
+    let (_, acked, errors, _) = run_seq_producer(
         java::program("SeqProducer")
             .args([boot, TOPIC, &PARTITIONS.to_string(), &records.to_string()])
             .args(props),
+        "SeqProducer",
         Duration::from_secs(300),
     );
-    let done = ran
-        .stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("DONE "))
-        .unwrap_or_else(|| {
-            panic!(
-                "SeqProducer did not finish: {}",
-                proc::last_lines(&ran.stderr, 20)
-            )
-        })
-        .to_owned();
-    let mut it = done.split_whitespace().map(|x| x.parse().unwrap_or(0));
-    (it.next().unwrap_or(0), it.next().unwrap_or(0))
+    (acked, errors)
 }
 
 /// Creates TOPIC on the source and writes `records` records with the Java producer
@@ -319,7 +299,7 @@ fn produce_to_kafka(kafka: &KafkaCluster, records: u64, props: &[&str]) -> Vec<i
     let src = kafka.bootstrap();
     let (acked, errors) = java_produce(&src, records, props);
     assert_eq!((acked, errors), (records, 0), "producing to Kafka");
-    end_offsets(&src)
+    end_offsets(&src, TOPIC, PARTITIONS)
 }
 
 /// Creates mirror `dr` from `src` through `n1` (metadata synced every second, plus the
@@ -408,7 +388,11 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
         now.values().all(|(l, _)| *l != victim),
         "a partition still led by the killed node: {now:?}"
     );
-    assert_eq!(end_offsets(&boot_alive), src_end, "destination ends");
+    assert_eq!(
+        end_offsets(&boot_alive, TOPIC, PARTITIONS),
+        src_end,
+        "destination ends"
+    );
     for p in 0..PARTITIONS {
         log_equal(&src, &boot_alive, TOPIC, p, src_end[p as usize])
             .unwrap_or_else(|e| panic!("not log-equal after the kill: {e}"));
@@ -537,7 +521,7 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
         "full ISRs after the failover",
         || leaders(&other).filter(|l| l.values().all(|(_, isr)| *isr == vec![1, 2, 3])),
     );
-    let after_failover = end_offsets(&c.bootstrap());
+    let after_failover = end_offsets(&c.bootstrap(), TOPIC, PARTITIONS);
     for p in 0..PARTITIONS as usize {
         // Truncated to the LSO (= the end: no transactions), then one MIRROR_PID_RESET.
         assert_eq!(
@@ -578,7 +562,7 @@ fn scenario(c: &mut KmirrorCluster, kafka: &KafkaCluster) {
     }
     let (acked, errors) = java_produce(&c.bootstrap(), 600, &["enable.idempotence=true"]);
     assert_eq!((acked, errors), (600, 0), "producing after failover");
-    let final_end = end_offsets(&c.bootstrap());
+    let final_end = end_offsets(&c.bootstrap(), TOPIC, PARTITIONS);
     let appended: i64 = final_end
         .iter()
         .zip(&after_failover)
@@ -715,7 +699,7 @@ fn describe_mirrors_lag_is_measured_to_the_leaders_high_watermark() {
         freeze(c, frozen, true);
         let (acked, errors) = java_produce(&src, 3_000, &["linger.ms=20"]);
         assert_eq!((acked, errors), (3_000, 0), "producing to Kafka");
-        let second = end_offsets(&src);
+        let second = end_offsets(&src, TOPIC, PARTITIONS);
         let boot = c.node(seat as usize).addr();
         // The leaders mirror the new records (the source offset shows they saw them), but
         // the high watermark stays at the first end: that is what consumers can read.

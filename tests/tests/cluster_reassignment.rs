@@ -25,9 +25,9 @@ use kmirror_tests::cluster::{
     describe_topic, kafka_three_nodes, log_bytes, run_seq_producer, ClusterOpts, Described,
     KmirrorCluster, Produced, ThreeNodes as Under,
 };
+use kmirror_tests::helpers::read_back;
 use kmirror_tests::java;
 use kmirror_tests::proc;
-use kmirror_tests::python;
 
 const TOPIC: &str = "moved";
 const STUCK: &str = "stuck";
@@ -165,23 +165,6 @@ fn listed(c: &dyn Under, topic: &str, partition: i32) -> Option<(Vec<i64>, Vec<i
     ))
 }
 
-/// Every record of `topic` read back with librdkafka through `addr`.
-fn read_back(addr: &str, topic: &str) -> BTreeMap<(i32, i64), String> {
-    let ran = proc::run(
-        python::script("record_dump.py").args([addr, topic, &PARTITIONS.to_string()]),
-        Duration::from_secs(180),
-    );
-    assert!(ran.stdout.contains("DONE"), "read back: {}", ran.stderr);
-    let mut stored = BTreeMap::new();
-    for l in ran.stdout.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if let ["R", p, o, _key, value] = f.as_slice() {
-            stored.insert((p.parse().unwrap(), o.parse().unwrap()), value.to_string());
-        }
-    }
-    stored
-}
-
 fn scenario(c: &mut dyn Under) {
     let name = c.name();
     let started = Instant::now();
@@ -285,7 +268,7 @@ fn scenario(c: &mut dyn Under) {
     );
 
     // Every acknowledged record at its offset, exactly once and in order.
-    let stored = read_back(&c.addr(3), TOPIC);
+    let stored = read_back(&c.addr(3), TOPIC, PARTITIONS);
     for (p, seq, off) in &acks {
         let v = stored.get(&(*p, *off)).map(String::as_str).unwrap_or("");
         assert!(

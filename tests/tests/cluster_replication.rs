@@ -18,6 +18,7 @@ use kmirror_tests::cluster::{
     describe_topic, kafka_three_nodes, run_seq_producer, ClusterOpts, Described, KmirrorCluster,
     Produced, ThreeNodes as Under,
 };
+use kmirror_tests::helpers::read_back;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::proc;
 use kmirror_tests::python;
@@ -106,29 +107,6 @@ fn librdkafka_produce(boot: &str, records: u64) -> Produced {
     produce(cmd, "librdkafka seq_producer.py")
 }
 
-/// Every record of `topic` read back with librdkafka through `addr`: (partition, offset) ->
-/// value.
-fn read_back(addr: &str, topic: &str) -> BTreeMap<(i32, i64), String> {
-    let ran = proc::run(
-        python::script("record_dump.py").args([addr, topic, &PARTITIONS.to_string()]),
-        Duration::from_secs(180),
-    );
-    let mut stored = BTreeMap::new();
-    for l in ran.stdout.lines() {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        if let ["R", p, o, _key, value] = f.as_slice() {
-            stored.insert((p.parse().unwrap(), o.parse().unwrap()), value.to_string());
-        }
-    }
-    assert!(
-        ran.stdout.contains("DONE"),
-        "read back: {}\n{}",
-        proc::last_lines(&ran.stdout, 10),
-        proc::last_lines(&ran.stderr, 10)
-    );
-    stored
-}
-
 fn scenario(c: &mut dyn Under) {
     let name = c.name();
     let started = Instant::now();
@@ -168,8 +146,8 @@ fn scenario(c: &mut dyn Under) {
 
     // Every acknowledged record at its offset; the idempotent producer's exactly once and
     // in order per partition (its partition p holds seq 0, 1, 2, ... and nothing else).
-    let stored = read_back(&c.addr(live), TOPIC);
-    let stored_rd = read_back(&c.addr(live), RD_TOPIC);
+    let stored = read_back(&c.addr(live), TOPIC, PARTITIONS);
+    let stored_rd = read_back(&c.addr(live), RD_TOPIC, PARTITIONS);
     for ((p, seq, off), stored) in java_acks
         .iter()
         .map(|a| (a, &stored))

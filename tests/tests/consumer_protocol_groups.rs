@@ -26,12 +26,8 @@ use kafka_protocol::messages::offset_commit_request::{
     OffsetCommitRequestPartition, OffsetCommitRequestTopic,
 };
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::helpers::str_bytes as sb;
 use kmirror_tests::{BrokerUnderTest, WireClient};
-
-fn sb(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
 
 fn join_req(group: &str, member: &str, topic: &str) -> ConsumerGroupHeartbeatRequest {
     ConsumerGroupHeartbeatRequest::default()

@@ -13,16 +13,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use kmirror_tests::helpers::{committed_p0, now_ms, start_kafka_and_kmirror};
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::mirror::{self, PartitionRow};
+use kmirror_tests::mirror::{self, PartitionRow, FAST};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{python, records, KafkaCluster, KmirrorNode, WireClient};
-
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 const KAFKA_STORAGE_ERROR: i16 = 56;
 const MIB: u64 = 1 << 20;
@@ -226,20 +221,6 @@ fn commit(boot: &str, group: &str, topic: &str, offset: i64) -> String {
         .to_string()
 }
 
-/// The group's committed offset of partition 0 (negative = none), read with librdkafka.
-fn committed(boot: &str, group: &str, topic: &str) -> i64 {
-    let ran = proc::run_ok(
-        python::script("committed.py").args([boot, group, topic, "1"]),
-        Duration::from_secs(60),
-    );
-    ran.stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("C 0 "))
-        .unwrap_or_else(|| panic!("committed.py: {}", ran.stdout))
-        .parse()
-        .expect("offset")
-}
-
 /// Values "tag-i" padded to `len` bytes, i in 0..n.
 fn values(tag: &str, n: usize, len: usize) -> Vec<Vec<u8>> {
     (0..n)
@@ -262,11 +243,7 @@ fn texts(vals: &[Vec<u8>]) -> Vec<String> {
 fn batch_of(vals: &[Vec<u8>]) -> bytes::Bytes {
     let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
     // Now: an old timestamp would let time retention delete the records under the test.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
-    records::batch(&refs, now)
+    records::batch(&refs, now_ms())
 }
 
 /// Local (non-mirror) topics: the default flush policy, and one that flushes (index and
@@ -282,10 +259,8 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     // Declared before the node so it is unmounted after the node is killed.
     let disk = Tmpfs::mount(64);
     let data: PathBuf = disk.path().join("data");
-    let (kafka, mut node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(|| KmirrorNode::start_with_data_dir(&[], &data));
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with_data_dir(&[], &data)
     });
     let src = kafka.bootstrap();
     let dst = node.addr();
@@ -467,7 +442,11 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     // COORDINATOR_NOT_AVAILABLE until the write succeeds), but must not take the node down.
     let full_commit = commit(&dst, "g-full", "local", 3);
     if full_commit == "OK" {
-        assert_eq!(committed(&dst, "g-full", "local"), 3, "acknowledged commit");
+        assert_eq!(
+            committed_p0(&dst, "g-full", "local"),
+            3,
+            "acknowledged commit"
+        );
     }
     let create_code = wc
         .create_topic("born-full", 1, 1, &[])
@@ -530,7 +509,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
         "OK",
         "commit once space is back"
     );
-    assert_eq!(committed(&dst, "g-full", "local"), 7);
+    assert_eq!(committed_p0(&dst, "g-full", "local"), 7);
     assert!(node.alive());
 
     // Episode 2, no filler: the mirror itself fills what is left (the source takes ~20 MiB
@@ -579,7 +558,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
         );
     }
     assert_eq!(
-        committed(&dst, "g-full", "local"),
+        committed_p0(&dst, "g-full", "local"),
         7,
         "commit after restart"
     );

@@ -9,16 +9,10 @@ use bytes::Bytes;
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ForgottenTopic};
 use kafka_protocol::messages::{BrokerId, FetchRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::{records, KafkaCluster, KmirrorNode, WireClient};
 
 const TOPIC: &str = "sessions";
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 /// (top-level error, session id, [(partition, error, record values)]) of one Fetch.
 type Seen = (i16, i32, Vec<(i32, i16, Vec<String>)>);

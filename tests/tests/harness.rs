@@ -2,16 +2,10 @@
 //! equal logs and name the first difference otherwise, and the cluster runner must survive
 //! losing a partition leader. If these fail, no other test's verdict can be trusted.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::{log_equal, proc, records, KafkaCluster, WireClient};
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 #[test]
 fn log_equal_accepts_identical_kafka_logs_and_names_the_first_divergence() {

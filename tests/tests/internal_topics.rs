@@ -12,6 +12,7 @@
 
 use std::time::Duration;
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::{proc, python, KafkaCluster, KmirrorNode, WireClient};
 
@@ -148,10 +149,7 @@ fn scenario(boot: &str) -> Outcome {
                 .join(" ")
         })
         .unwrap_or_default();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = now_ms();
     let batch = kmirror_tests::records::keyed_batch(&[(Some(b"k"), b"v")], now);
     let produce_code = c
         .produce_raw("__consumer_offsets", 0, batch, -1)

@@ -12,6 +12,7 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::{mirror, proc, python, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient};
 
@@ -135,10 +136,7 @@ fn kafka_and_kmirror_compact_the_same_keyed_workload_to_the_same_records() {
     assert_eq!(km.create_topic(TOPIC, 1, 1, &configs).expect("create"), 0);
     let (kb, mb) = (kafka.bootstrap(), node.bootstrap());
     // A keyless record is refused by both (INVALID_RECORD): no cleaner could keep it.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = now_ms();
     let keyless = kmirror_tests::records::batch(&[b"no key"], now);
     let mut kc = WireClient::connect(&kb).expect("connect kafka");
     let k_code = kc

@@ -11,18 +11,15 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::metrics::scrape;
+use kmirror_tests::mirror::FAST;
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{java, mirror, KafkaCluster, KmirrorNode};
 
 const TOPIC: &str = "pinned";
 const PARTS: i32 = 2;
 const RECORDS: u64 = 30_000;
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 /// Each partition's core as `describe --json` reports it.
 fn described_cores(dst: &str) -> BTreeMap<i32, i64> {
@@ -82,10 +79,8 @@ impl Drop for Tail {
 fn pin_at_runtime_moves_partitions_between_cores_without_losing_position() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let maddr = format!("127.0.0.1:{}", proc::free_port());
-    let (kafka, mut node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(|| KmirrorNode::start_with(&["--cores", "2", "--metrics", &maddr]));
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with(&["--cores", "2", "--metrics", &maddr])
     });
     let (src, dst) = (kafka.bootstrap(), node.addr());
     let _tail = Tail(node.log_path());

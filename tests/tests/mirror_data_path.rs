@@ -5,6 +5,7 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror::{self, Dump};
@@ -25,14 +26,6 @@ fn source() -> KafkaCluster {
             ("log.segment.delete.delay.ms".into(), "0".into()),
         ],
         ..KafkaOptions::default()
-    })
-}
-
-fn start_both() -> (KafkaCluster, KmirrorNode) {
-    std::thread::scope(|s| {
-        let k = s.spawn(source);
-        let m = s.spawn(KmirrorNode::start);
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
     })
 }
 
@@ -88,7 +81,7 @@ fn has_offset_gap(offsets: &[i64]) -> bool {
 #[test]
 fn every_codec_transactions_and_compacted_gaps_mirror_log_equal_and_read_the_same() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = start_both();
+    let (kafka, node) = start_kafka_and_kmirror(source, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     let parts = 8;
@@ -328,7 +321,7 @@ fn assert_same_dump(topic: &str, how: &str, a: &Dump, b: &Dump) {
 #[test]
 fn lag_returns_to_zero_while_and_after_the_source_is_produced_to() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = start_both();
+    let (kafka, node) = start_kafka_and_kmirror(source, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     let parts = 8;
@@ -410,7 +403,7 @@ fn lag_returns_to_zero_while_and_after_the_source_is_produced_to() {
 #[test]
 fn producers_writing_to_a_mirror_topic_are_refused_and_the_log_is_unchanged() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = start_both();
+    let (kafka, node) = start_kafka_and_kmirror(source, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     let parts = 2;
@@ -499,7 +492,7 @@ fn producers_writing_to_a_mirror_topic_are_refused_and_the_log_is_unchanged() {
 #[test]
 fn source_deleting_unmirrored_data_moves_the_destination_log_start_and_reports_the_gap() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = start_both();
+    let (kafka, node) = start_kafka_and_kmirror(source, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     let parts = 2;

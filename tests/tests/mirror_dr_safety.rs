@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
     AddPartitionsToTxnRequest, DeleteTopicsRequest, EndTxnRequest, InitProducerIdRequest,
     ProducerId, TopicName, TransactionalId,
 };
-use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::helpers::{now_ms, start_kafka_and_kmirror, str_bytes as s};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::mirror::{self, PartitionRow};
@@ -30,24 +30,11 @@ const FAST: &[(&str, &str)] = &[
     ("mirror.retry.backoff.max.ms", "1000"),
 ];
 
-fn s(v: &str) -> StrBytes {
-    StrBytes::from_string(v.to_string())
-}
-
 fn start_both(opts: KafkaOptions, kmirror_env: &[(&str, &str)]) -> (KafkaCluster, KmirrorNode) {
-    let env: Vec<(String, String)> = kmirror_env
-        .iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect();
-    std::thread::scope(|sc| {
-        let k = sc.spawn(move || KafkaCluster::start_with(opts));
-        let m = sc.spawn(move || {
-            let env: Vec<(&str, &str)> =
-                env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-            KmirrorNode::start_with_env(&[], &env)
-        });
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
-    })
+    start_kafka_and_kmirror(
+        move || KafkaCluster::start_with(opts),
+        || KmirrorNode::start_with_env(&[], kmirror_env),
+    )
 }
 
 fn produce(boot: &str, topic: &str, records: u64) {
@@ -596,11 +583,7 @@ fn compacted_and_forever_retention_topics_keep_old_data_on_the_destination() {
         1,
         &[("cleanup.policy", "compact"), ("segment.bytes", "1048576")],
     );
-    let month_ago = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-        - 30 * 24 * 3600 * 1000;
+    let month_ago = now_ms() - 30 * 24 * 3600 * 1000;
     let mut c = WireClient::connect_leader(&src, "forever", 0).expect("connect Kafka");
     let value = [b'v'; 8000];
     for b in 0..40 {

@@ -5,10 +5,12 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::cluster::run_seq_producer;
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
 use kmirror_tests::kmirror::KmirrorNode;
-use kmirror_tests::mirror::cli_ok as cli;
+use kmirror_tests::mirror::{cli_ok as cli, end_offsets};
 use kmirror_tests::oracle::log_equal;
 use kmirror_tests::proc;
 use kmirror_tests::wire::WireClient;
@@ -45,15 +47,6 @@ fn describe(dst: &str) -> Vec<(i64, String, i64, i64, i64)> {
         .collect()
 }
 
-fn end_offsets(boot: &str) -> Vec<i64> {
-    (0..PARTITIONS)
-        .map(|p| {
-            let mut c = WireClient::connect_leader(boot, TOPIC, p).expect("connect to leader");
-            c.log_bounds(TOPIC, p).expect("log bounds").1
-        })
-        .collect()
-}
-
 fn leader_epochs(boot: &str) -> Vec<i32> {
     let first = boot.split(',').next().expect("bootstrap");
     let mut c = WireClient::connect(first).expect("connect");
@@ -66,38 +59,17 @@ fn leader_epochs(boot: &str) -> Vec<i32> {
         .collect()
 }
 
-/// Runs the Java SeqProducer; returns (acked, errors) from its DONE line.
+/// Runs the Java SeqProducer; (acked, errors) from its DONE line and the first ERR line's
+/// error ("" when none).
 fn java_produce(boot: &str, records: u64, props: &[&str]) -> (u64, u64, String) {
-    let ran = proc::run(
+    let (_, acked, errors, errs) = run_seq_producer(
         java::program("SeqProducer")
             .args([boot, TOPIC, &PARTITIONS.to_string(), &records.to_string()])
             .args(props),
+        "SeqProducer",
         Duration::from_secs(120),
     );
-    let done = ran
-        .stdout
-        .lines()
-        .rev()
-        .find_map(|l| l.strip_prefix("DONE "))
-        .unwrap_or_else(|| {
-            panic!(
-                "SeqProducer did not finish: {}",
-                proc::last_lines(&ran.stderr, 20)
-            )
-        })
-        .to_owned();
-    let mut it = done
-        .split_whitespace()
-        .map(|x| x.parse::<u64>().unwrap_or(0));
-    let acked = it.next().unwrap_or(0);
-    let errors = it.next().unwrap_or(0);
-    let first_err = ran
-        .stdout
-        .lines()
-        .find(|l| l.starts_with("ERR "))
-        .unwrap_or("")
-        .to_owned();
-    (acked, errors, first_err)
+    (acked, errors, errs.first().cloned().unwrap_or_default())
 }
 
 #[test]
@@ -126,7 +98,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
     // More data while mirroring runs.
     let (acked, _, _) = java_produce(&src, 1_500, &[]);
     assert_eq!(acked, 1_500);
-    let src_end = end_offsets(&src);
+    let src_end = end_offsets(&src, TOPIC, PARTITIONS);
 
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -145,7 +117,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
         );
         std::thread::sleep(Duration::from_millis(250));
     }
-    let dst_end = end_offsets(&dst);
+    let dst_end = end_offsets(&dst, TOPIC, PARTITIONS);
     assert_eq!(dst_end, src_end, "destination end offsets");
     for p in 0..PARTITIONS {
         log_equal(&src, &dst, TOPIC, p, src_end[p as usize])
@@ -174,7 +146,11 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
     assert_eq!(acked, 0, "a produce to a mirror topic was accepted");
     assert_eq!(errors, 30);
     assert!(!first_err.is_empty(), "no ERR line from the producer");
-    assert_eq!(end_offsets(&dst), src_end, "the mirror topic changed");
+    assert_eq!(
+        end_offsets(&dst, TOPIC, PARTITIONS),
+        src_end,
+        "the mirror topic changed"
+    );
 
     // Failover.
     let epochs_before = leader_epochs(&src);
@@ -191,7 +167,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
             c.log_bounds(TOPIC, p).unwrap().1
         })
         .collect();
-    let after = end_offsets(&dst);
+    let after = end_offsets(&dst, TOPIC, PARTITIONS);
     for p in 0..PARTITIONS as usize {
         // Truncated to the LSO, then one MIRROR_PID_RESET control record.
         assert_eq!(after[p], lso[p] + 1, "partition {p} end after failover");
@@ -208,7 +184,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
     }
     let (acked, errors, first_err) = java_produce(&dst, 300, &["enable.idempotence=true"]);
     assert_eq!((acked, errors), (300, 0), "after failover: {first_err}");
-    let total: i64 = end_offsets(&dst)
+    let total: i64 = end_offsets(&dst, TOPIC, PARTITIONS)
         .iter()
         .zip(&after)
         .map(|(a, b)| a - b)
@@ -540,10 +516,7 @@ fn consumer_protocol_group_offsets_sync_from(src: &str, b: &KmirrorNode) {
     let t = "kip848";
     let mut c = WireClient::connect(src).unwrap();
     assert_eq!(c.create_topic(t, 1, 1, &[]).unwrap(), 0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = now_ms();
     for i in 0..10 {
         let v = format!("k-{i}");
         let batch = kmirror_tests::records::batch(&[v.as_bytes(), v.as_bytes()], now);

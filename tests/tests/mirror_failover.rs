@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use kmirror_tests::clients::Client;
+use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::java;
 use kmirror_tests::mirror;
 use kmirror_tests::oracle::read_batches;
 use kmirror_tests::proc::{self, LineChild};
-use kmirror_tests::records::layout;
+use kmirror_tests::records::{is_control, layout};
 use kmirror_tests::wire::be_i32;
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
 
@@ -33,14 +34,6 @@ fn create_mirror(dst: &str, name: &str, src: &str, interval_ms: u32) {
     let sets = fast(interval_ms);
     let sets: Vec<(&str, &str)> = sets.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
     mirror::create(dst, name, src, &sets);
-}
-
-fn start_both() -> (KafkaCluster, KmirrorNode) {
-    std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(KmirrorNode::start);
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
-    })
 }
 
 /// Fails over `topics` and waits until every partition is STOPPED.
@@ -89,7 +82,7 @@ fn seq_produce(boot: &str, topic: &str, parts: i32, records: u64) -> Vec<String>
 #[test]
 fn failover_with_open_and_aborted_transactions_ends_at_the_lso_and_accepts_new_producers() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = start_both();
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     let parts = 2;
@@ -222,12 +215,6 @@ fn failover_with_open_and_aborted_transactions_ends_at_the_lso_and_accepts_new_p
     drop(open);
 }
 
-/// Whether a batch is a control batch (attributes bit 5).
-fn is_control(batch: &[u8]) -> bool {
-    let attrs = u16::from_be_bytes([batch[layout::ATTRIBUTES], batch[layout::ATTRIBUTES + 1]]);
-    attrs & 0x20 != 0
-}
-
 fn committed(boot: &str, group: &str, topic: &str, parts: i32) -> BTreeMap<i32, i64> {
     Client::Java.committed(boot, group, topic, parts)
 }
@@ -238,7 +225,7 @@ fn committed(boot: &str, group: &str, topic: &str, parts: i32) -> BTreeMap<i32, 
 #[test]
 fn group_resumes_on_kmirror_at_the_synced_offset_after_failover() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = start_both();
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     let parts = 2;
@@ -333,7 +320,7 @@ fn group_resumes_on_kmirror_at_the_synced_offset_after_failover() {
 #[test]
 fn partition_expansion_and_config_changes_reach_kmirror_within_one_sync_interval_excluded_do_not() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = start_both();
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     kafka.create_topic("grow", 2, &[("retention.ms", "3600000")]);

@@ -10,7 +10,7 @@ use kmirror_tests::java;
 use kmirror_tests::mirror;
 use kmirror_tests::oracle::read_batches;
 use kmirror_tests::proc;
-use kmirror_tests::records::{self, layout};
+use kmirror_tests::records::{self, is_control, layout};
 use kmirror_tests::wire::be_i32;
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
 
@@ -27,11 +27,6 @@ const STEPS: &[&str] = &[
 
 /// kmirror's MIRROR_PID_RESET control record type ("KM").
 const MIRROR_PID_RESET: i16 = 0x4B4D;
-
-fn is_control(batch: &[u8]) -> bool {
-    let attrs = u16::from_be_bytes([batch[layout::ATTRIBUTES], batch[layout::ATTRIBUTES + 1]]);
-    attrs & 0x20 != 0
-}
 
 /// Zigzag varint at `*at`, advancing it.
 fn varint(b: &[u8], at: &mut usize) -> i64 {

@@ -4,17 +4,12 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::java::{self, tools};
-use kmirror_tests::mirror;
+use kmirror_tests::mirror::{self, FAST};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
 use rand::Rng;
-
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 /// ProducerPerformance writing `records` at `rate` records/s (acks=all), in the background.
 fn background_producer(boot: &str, topic: &str, records: u64, rate: u32) -> LineChild {
@@ -56,11 +51,7 @@ fn finish_producer(p: LineChild, records: u64) {
 #[test]
 fn sigkill_kmirror_at_random_moments_while_mirroring_then_log_equal_without_gap_or_duplicate() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, mut node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(KmirrorNode::start);
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
-    });
+    let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     let parts = 4;
@@ -111,11 +102,7 @@ fn sigkill_kmirror_at_random_moments_while_mirroring_then_log_equal_without_gap_
 #[test]
 fn three_broker_source_leader_killed_mid_stream_mirroring_continues_log_equal() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (mut kafka, node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::three);
-        let m = s.spawn(KmirrorNode::start);
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
-    });
+    let (mut kafka, node) = start_kafka_and_kmirror(KafkaCluster::three, KmirrorNode::start);
     let src = kafka.bootstrap();
     let dst = node.addr();
     let parts = 4;

@@ -11,34 +11,14 @@
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{BrokerId, FetchRequest};
+use kmirror_tests::helpers::{now_ms, port_of, start_kafka_and_kmirror};
 use kmirror_tests::kafka::KafkaOptions;
-use kmirror_tests::mirror;
+use kmirror_tests::mirror::{self, FAST};
 use kmirror_tests::records;
 use kmirror_tests::{proc, KafkaCluster, KmirrorNode, WireClient};
-
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
-
-fn port_of(addr: &str) -> u16 {
-    addr.rsplit(':')
-        .next()
-        .expect("port")
-        .parse()
-        .expect("port")
-}
 
 /// Established TCP connections of process `pid` to `port` (any address), from its socket
 /// inodes in /proc/<pid>/fd and the kernel's tables in /proc/<pid>/net/tcp{,6}.
@@ -140,10 +120,8 @@ fn produce(c: &mut WireClient, topic: &str, partition: i32, tag: &str) -> Result
 #[test]
 fn two_hundred_partitions_share_a_few_source_connections_and_are_log_equal() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let n = s.spawn(|| KmirrorNode::start_with(&["--cores", "2"]));
-        (k.join().expect("kafka"), n.join().expect("kmirror"))
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with(&["--cores", "2"])
     });
     let src = kafka.bootstrap();
     let dst = node.addr();
@@ -260,10 +238,8 @@ fn log_count(node: &KmirrorNode, needle: &str) -> usize {
 fn lost_session_and_source_restart_lose_and_duplicate_nothing() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let maddr = format!("127.0.0.1:{}", proc::free_port());
-    let (mut kafka, node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let n = s.spawn(|| KmirrorNode::start_with(&["--cores", "1", "--metrics", &maddr]));
-        (k.join().expect("kafka"), n.join().expect("kmirror"))
+    let (mut kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with(&["--cores", "1", "--metrics", &maddr])
     });
     let src = kafka.bootstrap();
     let dst = node.addr();
@@ -328,8 +304,8 @@ fn lost_session_and_source_restart_lose_and_duplicate_nothing() {
 #[test]
 fn a_source_without_session_slots_is_mirrored_with_full_fetches() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = std::thread::scope(|s| {
-        let k = s.spawn(|| {
+    let (kafka, node) = start_kafka_and_kmirror(
+        || {
             KafkaCluster::start_with(KafkaOptions {
                 props: vec![(
                     "max.incremental.fetch.session.cache.slots".into(),
@@ -337,10 +313,9 @@ fn a_source_without_session_slots_is_mirrored_with_full_fetches() {
                 )],
                 ..KafkaOptions::default()
             })
-        });
-        let n = s.spawn(|| KmirrorNode::start_with(&["--cores", "2"]));
-        (k.join().expect("kafka"), n.join().expect("kmirror"))
-    });
+        },
+        || KmirrorNode::start_with(&["--cores", "2"]),
+    );
     let src = kafka.bootstrap();
     let dst = node.addr();
     let topics = ["n0", "n1"];
@@ -415,10 +390,8 @@ fn a_bulk_backlog_does_not_hold_back_a_live_partition_in_the_same_session() {
     const BULK: i32 = 8;
     const BATCHES: usize = 200;
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let n = s.spawn(|| KmirrorNode::start_with(&["--cores", "1"]));
-        (k.join().expect("kafka"), n.join().expect("kmirror"))
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with(&["--cores", "1"])
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

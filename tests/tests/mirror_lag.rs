@@ -8,26 +8,15 @@
 
 use std::time::{Duration, Instant};
 
-use kmirror_tests::mirror;
+use kmirror_tests::helpers::{now_ms, start_kafka_and_kmirror};
+use kmirror_tests::mirror::{self, FAST};
 use kmirror_tests::records;
 use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
 
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 /// Mirror byte-rate ceiling: a 16 MB backlog then takes several seconds to copy.
 const RATE: &str = "2000000";
 /// How long the unmirrored records age before the fetcher is recreated.
 const AGE: Duration = Duration::from_secs(4);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 /// ~16 MB in 24 batches, each stamped with the time it is produced; returns the newest stamp.
 fn produce_backlog(src: &str, topic: &str) -> i64 {
@@ -67,10 +56,8 @@ fn first_lag_while_behind(dst: &str, state: &str, what: &str) -> (i64, i64) {
 #[test]
 fn lag_ms_after_resume_and_after_a_restart_is_the_age_of_the_oldest_unmirrored_record() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, mut node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(|| KmirrorNode::start_with(&["--mirror-byte-rate", RATE]));
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with(&["--mirror-byte-rate", RATE])
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

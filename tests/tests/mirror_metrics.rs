@@ -7,23 +7,13 @@
 
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::{now_ms, start_kafka_and_kmirror};
 use kmirror_tests::metrics::{dashboard_metric_names, scrape, Scrape};
+use kmirror_tests::mirror::FAST;
 use kmirror_tests::{mirror, proc, records, KafkaCluster, KmirrorNode, WireClient};
 
 const TOPIC: &str = "metered";
 const PARTITIONS: i32 = 3;
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 /// Produces batches of different sizes to every partition; returns records per partition.
 fn produce(src: &str, round: usize) -> Vec<u64> {
@@ -124,10 +114,8 @@ impl Drop for Tail {
 fn metrics_count_mirrored_records_and_bytes_exactly_and_follow_lag_and_state() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let maddr = format!("127.0.0.1:{}", proc::free_port());
-    let (kafka, node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(|| KmirrorNode::start_with(&["--metrics", &maddr]));
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with(&["--metrics", &maddr])
     });
     let (src, dst) = (kafka.bootstrap(), node.addr());
     let log = node.log_path();

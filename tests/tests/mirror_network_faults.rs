@@ -18,8 +18,9 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use kmirror_tests::faultproxy::{Faults, Mode};
+use kmirror_tests::helpers::start_kafka_and_kmirror;
 use kmirror_tests::kafka::KafkaOptions;
-use kmirror_tests::mirror::{self, PartitionRow};
+use kmirror_tests::mirror::{self, PartitionRow, FAST};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{java, oracle, FaultProxy, KafkaCluster, KmirrorNode};
 
@@ -27,12 +28,6 @@ const TOPIC: &str = "orders";
 const PARTS: i32 = 3;
 /// Records per second the producer writes during a test.
 const RATE: u64 = 1_000;
-
-const FAST: &[(&str, &str)] = &[
-    ("mirror.metadata.sync.interval.ms", "1000"),
-    ("mirror.retry.backoff.ms", "100"),
-    ("mirror.retry.backoff.max.ms", "1000"),
-];
 
 fn window() -> Duration {
     let secs = std::env::var("KMIRROR_NETFAULT_SECS")
@@ -61,11 +56,8 @@ impl Rig {
             proxied_ports: vec![proxy.port()],
             ..KafkaOptions::default()
         };
-        let (kafka, node) = std::thread::scope(|s| {
-            let k = s.spawn(|| KafkaCluster::start_with(opts));
-            let m = s.spawn(KmirrorNode::start);
-            (k.join().expect("kafka"), m.join().expect("kmirror"))
-        });
+        let (kafka, node) =
+            start_kafka_and_kmirror(|| KafkaCluster::start_with(opts), KmirrorNode::start);
         proxy.set_target(&kafka.proxied_listener_of(1));
         let src = kafka.bootstrap();
         let dst = node.addr();

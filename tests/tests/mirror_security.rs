@@ -8,6 +8,7 @@
 
 use std::time::Duration;
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::kafka::{AclResource, KafkaOptions, KafkaSecurity, KafkaTls, SaslUser};
 use kmirror_tests::mirror::{self, PartitionRow};
 use kmirror_tests::pki::TestPki;
@@ -21,16 +22,13 @@ const SCRAM_JAAS: &str = "org.apache.kafka.common.security.scram.ScramLoginModul
 /// Timestamps are now: older ones would fall to the source's 7-day retention (a time-based
 /// roll, then deletion) while a long test runs, moving the source's log start.
 fn produce(src: &KafkaCluster, topic: &str, partitions: i32, n: usize, tag: &str) {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .as_millis() as i64;
+    let now = now_ms();
     for p in 0..partitions {
         let mut c = WireClient::connect_leader(&src.bootstrap(), topic, p).expect("leader");
         for i in 0..n {
             let v = format!("{tag}-{p}-{i}");
             let (code, _) = c
-                .produce_raw(topic, p, records::batch(&[v.as_bytes()], now_ms), -1)
+                .produce_raw(topic, p, records::batch(&[v.as_bytes()], now), -1)
                 .expect("produce");
             assert_eq!(code, 0, "produce to the source");
         }

@@ -8,6 +8,7 @@
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use kmirror_tests::helpers::{now_ms, start_kafka_and_kmirror};
 use kmirror_tests::{java, mirror, records, KafkaCluster, KmirrorNode, WireClient};
 
 const BULK_PARTITIONS: i32 = 4;
@@ -25,13 +26,6 @@ const SECOND_RATE: u64 = 2_000_000;
 const MIRROR_RATE: u64 = 1_500_000;
 const WARMUP: Duration = Duration::from_secs(2);
 const WINDOW: Duration = Duration::from_secs(6);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 fn total(ends: &[i64]) -> i64 {
     ends.iter().sum()
@@ -67,17 +61,13 @@ fn measure(dst: &str, bytes_per_record: f64, hot_lag: &mut impl FnMut()) -> f64 
 #[test]
 fn the_ceiling_holds_as_a_total_changes_at_runtime_and_priority_topics_keep_up() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (kafka, node) = std::thread::scope(|s| {
-        let k = s.spawn(KafkaCluster::single);
-        let m = s.spawn(|| {
-            KmirrorNode::start_with(&[
-                "--mirror-byte-rate",
-                &FIRST_RATE.to_string(),
-                "--cores",
-                "2",
-            ])
-        });
-        (k.join().expect("kafka"), m.join().expect("kmirror"))
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::start_with(&[
+            "--mirror-byte-rate",
+            &FIRST_RATE.to_string(),
+            "--cores",
+            "2",
+        ])
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

@@ -9,23 +9,12 @@
 use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::ListGroupsRequest;
+use kmirror_tests::helpers::{committed_p0, now_ms};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::{proc, python, KafkaCluster, KmirrorNode, WireClient};
 
 const TOPIC: &str = "ret";
-
-fn committed(boot: &str, group: &str) -> i64 {
-    let ran = proc::run_ok(
-        python::script("committed.py").args([boot, group, TOPIC, "1"]),
-        Duration::from_secs(60),
-    );
-    ran.stdout
-        .lines()
-        .find_map(|l| l.strip_prefix("C 0 "))
-        .and_then(|o| o.trim().parse().ok())
-        .unwrap_or_else(|| panic!("committed.py: {}", ran.stdout))
-}
 
 fn groups(boot: &str) -> Vec<String> {
     let mut c = WireClient::connect(boot).expect("connect");
@@ -46,10 +35,7 @@ fn groups(boot: &str) -> Vec<String> {
 fn commit_both(boot: &str) -> Instant {
     let mut c = WireClient::connect(boot).expect("connect");
     assert_eq!(c.create_topic(TOPIC, 1, 1, &[]).expect("create"), 0);
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = now_ms();
     let vals: Vec<Vec<u8>> = (0..5).map(|i| format!("v{i}").into_bytes()).collect();
     let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
     let batch = kmirror_tests::records::batch(&refs, now);
@@ -77,16 +63,16 @@ fn commit_both(boot: &str) -> Instant {
         Duration::from_secs(60),
     );
     assert!(ran.stdout.contains("OK"), "{}", ran.stdout);
-    assert_eq!(committed(boot, "classic-g"), 5);
-    assert_eq!(committed(boot, "alone-g"), 3);
+    assert_eq!(committed_p0(boot, "classic-g", TOPIC), 5);
+    assert_eq!(committed_p0(boot, "alone-g", TOPIC), 3);
     assert_eq!(groups(boot), ["alone-g", "classic-g"]);
     emptied
 }
 
 fn expired(boot: &str) -> bool {
     groups(boot).is_empty()
-        && committed(boot, "classic-g") == -1001
-        && committed(boot, "alone-g") == -1001
+        && committed_p0(boot, "classic-g", TOPIC) == -1001
+        && committed_p0(boot, "alone-g", TOPIC) == -1001
 }
 
 #[test]
@@ -118,7 +104,7 @@ fn committed_offsets_of_empty_groups_expire_after_offsets_retention_minutes() {
         if m_done.is_none() {
             if expired(&mb) {
                 m_done = Some(m0.elapsed());
-            } else if committed(&mb, "classic-g") == -1001 {
+            } else if committed_p0(&mb, "classic-g", TOPIC) == -1001 {
                 // The classic group's offsets went first: not before a minute of being empty.
                 let after = m0.elapsed();
                 assert!(

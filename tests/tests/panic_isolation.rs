@@ -11,15 +11,9 @@
 
 use std::time::Duration;
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::{proc, python, KmirrorNode, WireClient};
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
-}
 
 #[test]
 fn a_panicking_connection_closes_alone_while_the_core_keeps_serving() {

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use kmirror_tests::helpers::now_ms;
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::{
     proc, python, records, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient,
@@ -144,10 +145,7 @@ fn zstd_version_rules(boot: &str) -> Vec<(&'static str, i16, bool)> {
     );
     // Kafka applies a create a moment after answering it.
     std::thread::sleep(Duration::from_secs(2));
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64;
+    let now = now_ms();
     let plain = records::batch(&[b"a", b"b"], now);
     let zstd = bytes::Bytes::from(
         kmirror_log::batch::recompress_client_batch(
@@ -218,10 +216,7 @@ fn keyless_scenario(boot: &str) -> KeylessOutcome {
             0
         );
     }
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64;
+    let now = now_ms();
     let batch = kmirror_tests::records::keyed_batch(
         &[
             (Some(b"a"), b"0"),

@@ -19,13 +19,13 @@ use kafka_protocol::messages::offset_fetch_request::OffsetFetchRequestTopic;
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::golang::{self, FranzOut};
+use kmirror_tests::java::tools::ACL_COMMAND;
 use kmirror_tests::pki::{Identity, TestPki};
 use kmirror_tests::proc::{self, LineChild};
 use kmirror_tests::{deps, java, python, sasl, KmirrorNode, WireClient};
 
 const ADMIN_PW: &str = "admin-secret";
 const ALICE_PW: &str = "alice-secret";
-const ACL_COMMAND: &str = "org.apache.kafka.tools.AclCommand";
 const CONFIG_COMMAND: &str = "kafka.admin.ConfigCommand";
 const CAROL: &str = "User:CN=carol";
 /// Records each client produces.

@@ -13,6 +13,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use kmirror_tests::helpers::port_of;
 use kmirror_tests::kafka::{AdminAuth, KafkaOptions, KafkaSecurity, KafkaTls, SecureProtocol};
 use kmirror_tests::pki::{Identity, TestPki};
 use kmirror_tests::{java, proc, python, KafkaCluster, KmirrorNode, WireClient};
@@ -56,10 +57,6 @@ fn rdk_ssl(ca: &Path, cert: Option<&Identity>) -> Vec<String> {
         p.push(format!("ssl.key.location={}", id.key.display()));
     }
     p
-}
-
-fn port_of(addr: &str) -> u16 {
-    addr.rsplit(':').next().unwrap().parse().unwrap()
 }
 
 fn create_topic(plain: &str, topic: &str) {

@@ -10,24 +10,13 @@
 //!   stored batch and what Java and librdkafka see.
 
 use std::collections::BTreeMap;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::helpers::{now_ms, str_bytes as s};
 use kmirror_tests::java::{self, tools};
 use kmirror_tests::records::{self, split_batches};
 use kmirror_tests::{mirror, proc, python, BrokerUnderTest, KafkaCluster, KmirrorNode, WireClient};
-
-fn s(x: &str) -> StrBytes {
-    StrBytes::from_string(x.to_string())
-}
-
-fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .expect("clock")
-        .as_millis() as i64
-}
 
 /// (name, broker bootstrap) of both brokers under test.
 fn brokers() -> (KafkaCluster, KmirrorNode) {

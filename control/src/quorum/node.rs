@@ -46,6 +46,9 @@ use crate::quota::{self, QuotaRow, QuotaStore};
 use crate::replicated::CoordinatorLogs;
 use crate::scram::{self, ScramRow, ScramStore};
 
+/// Entries applied after a failed snapshot before the next try.
+const RETRY_SNAPSHOT_AFTER: u64 = 100;
+
 /// Settings of one quorum member.
 #[derive(Debug, Clone)]
 pub struct QuorumConfig {
@@ -299,6 +302,13 @@ pub struct QuorumNode {
     step_down: bool,
     /// Warned that a leader's commit index was beyond this node's log (logged once).
     warned_lost_log: bool,
+    /// A ready whose entries or hard state could not be written (a full or failing disk):
+    /// written again by every poll until it succeeds; nothing newer is taken meanwhile.
+    held: Option<raft::Ready>,
+    /// The applied index at which taking a snapshot last failed (retried after more entries).
+    snapshot_failed_at: Option<u64>,
+    /// The failed write was logged (once per episode).
+    held_since_warned: bool,
 }
 
 impl std::fmt::Debug for QuorumNode {
@@ -416,6 +426,9 @@ impl QuorumNode {
             init_proposed_in: 0,
             step_down: false,
             warned_lost_log: false,
+            held: None,
+            snapshot_failed_at: None,
+            held_since_warned: false,
             cfg,
         })
     }
@@ -497,8 +510,20 @@ impl QuorumNode {
     /// does while it loads a coordinator partition.
     pub fn coordinator_ready(&self) -> bool {
         self.is_leader()
-            && self.raw.raft.commit_to_current_term()
             && self.applied >= self.commit_index()
+            && (self.raw.raft.commit_to_current_term() || self.sole_voter_applied_all())
+    }
+
+    /// A lone voter that applied every entry its storage holds: nobody else can have
+    /// committed anything, so its applied state is the quorum's even before its new term's
+    /// first entry is durable (a restart on a full disk must still serve what it holds).
+    fn sole_voter_applied_all(&self) -> bool {
+        self.voters() == [self.cfg.id] && self.applied >= self.raw.store().last_index()
+    }
+
+    /// Whether writes to this node's storage are failing (proposals wait until they succeed).
+    pub fn storage_stalled(&self) -> bool {
+        self.held.is_some()
     }
 
     pub fn term(&self) -> u64 {
@@ -739,10 +764,13 @@ impl QuorumNode {
             if self.raw.store().snapshot_wanted() {
                 self.take_snapshot()?;
             }
-            if !self.raw.has_ready() {
+            if self.held.is_none() && !self.raw.has_ready() {
                 break;
             }
             self.handle_ready(&mut out)?;
+            if self.held.is_some() {
+                break;
+            }
         }
         // Raft waits for a report on every snapshot it sends. The transport cannot know
         // whether one arrived, so report it sent right away: the leader then probes, and a
@@ -756,31 +784,72 @@ impl QuorumNode {
         for to in snapshot_targets {
             self.raw.report_snapshot(to, raft::SnapshotStatus::Finish);
         }
-        if self.applied >= self.snapshot_index() + self.cfg.snapshot_every {
+        let retry_from = self.snapshot_failed_at.map_or(0, |at| at + RETRY_SNAPSHOT_AFTER);
+        if self.applied >= (self.snapshot_index() + self.cfg.snapshot_every).max(retry_from) {
             self.take_snapshot()?;
         }
         Ok(out)
     }
 
     fn handle_ready(&mut self, out: &mut Polled) -> Result<(), QuorumError> {
-        let mut rd = self.raw.ready();
-        // A leader may send before persisting (raft thesis 10.2.1); raft says which are safe.
-        out.messages.extend(rd.take_messages());
-        if !rd.snapshot().is_empty() {
-            let snap = rd.snapshot().clone();
-            self.raw.mut_store().apply_snapshot(snap.clone())?;
-            self.restore(&snap, out)?;
-        }
-        let committed = rd.take_committed_entries();
-        self.apply_entries(committed, out)?;
-        self.raw.mut_store().append(rd.entries())?;
-        if let Some(hs) = rd.hs() {
-            self.raw.mut_store().set_hard_state(hs)?;
+        let rd = match self.held.take() {
+            Some(rd) => rd,
+            None => {
+                let mut rd = self.raw.ready();
+                // A leader may send before persisting (raft thesis 10.2.1); raft says which
+                // are safe.
+                out.messages.extend(rd.take_messages());
+                if !rd.snapshot().is_empty() {
+                    let snap = rd.snapshot().clone();
+                    self.raw.mut_store().apply_snapshot(snap.clone())?;
+                    self.restore(&snap, out)?;
+                }
+                let committed = rd.take_committed_entries();
+                self.apply_entries(committed, out)?;
+                rd
+            }
+        };
+        let mut rd = rd;
+        // Writing the entries and the hard state again is idempotent; until it succeeds,
+        // nothing of this ready is acknowledged or sent, and no newer ready is taken.
+        let written = self
+            .raw
+            .mut_store()
+            .append(rd.entries())
+            .and_then(|()| match rd.hs() {
+                Some(hs) => self.raw.mut_store().set_hard_state(hs),
+                None => Ok(()),
+            });
+        match written {
+            Ok(()) => {
+                if self.held_since_warned {
+                    self.held_since_warned = false;
+                    tracing::warn!(node = self.cfg.id, "metadata log writes succeed again");
+                }
+            }
+            Err(StorageError::Io { path, source }) => {
+                if !self.held_since_warned {
+                    self.held_since_warned = true;
+                    tracing::error!(
+                        node = self.cfg.id,
+                        path = %path.display(),
+                        error = %source,
+                        "cannot write the metadata log; metadata changes wait until it can"
+                    );
+                }
+                self.held = Some(rd);
+                return Ok(());
+            }
+            Err(e) => return Err(e.into()),
         }
         out.messages.extend(rd.take_persisted_messages());
         let mut light = self.raw.advance(rd);
         if let Some(commit) = light.commit_index() {
-            self.raw.mut_store().set_commit(commit)?;
+            // The entries are durable; a commit index left behind on disk only makes a
+            // restarted node learn it again, so a failed write here is not fatal.
+            if let Err(e) = self.raw.mut_store().set_commit(commit) {
+                tracing::warn!(node = self.cfg.id, error = %e, "cannot record the commit index");
+            }
         }
         out.messages.extend(light.take_messages());
         let committed = light.take_committed_entries();
@@ -1029,7 +1098,16 @@ impl QuorumNode {
         meta.index = index;
         meta.term = term;
         meta.set_conf_state(self.conf_state.clone());
-        self.raw.mut_store().compact_to(snap)?;
+        // A snapshot only bounds the log: failing to write one (a full disk) is retried after
+        // more entries, never fatal.
+        match self.raw.mut_store().compact_to(snap) {
+            Ok(()) => self.snapshot_failed_at = None,
+            Err(StorageError::Io { path, source }) => {
+                tracing::warn!(node = self.cfg.id, path = %path.display(), error = %source, "cannot write a metadata snapshot; retried later");
+                self.snapshot_failed_at = Some(index);
+            }
+            Err(e) => return Err(e.into()),
+        }
         Ok(())
     }
 

@@ -16,8 +16,9 @@
 //! and compacting write the snapshot first and rewrite the entry file second; on open, entries
 //! at or below the snapshot index are ignored, and if the file's entry at the snapshot index
 //! has another term than the snapshot (a received snapshot replaced a conflicting log) the
-//! entries after it are dropped too. Errors are returned, never papered over: raft treats a
-//! storage error as fatal for the node.
+//! entries after it are dropped too. Errors are returned, never papered over: the node holds
+//! a ready whose write failed and writes it again until it succeeds (a full disk stalls
+//! metadata changes, it does not stop the controller).
 
 use std::cell::Cell;
 use std::fs;
@@ -383,6 +384,11 @@ impl DurableStorage {
 
     fn first(&self) -> u64 {
         self.snapshot.get_metadata().index + 1
+    }
+
+    /// The index of the last entry stored (the snapshot's index when none follows it).
+    pub fn last_index(&self) -> u64 {
+        self.last()
     }
 
     fn last(&self) -> u64 {

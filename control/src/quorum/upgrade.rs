@@ -202,7 +202,6 @@ mod tests {
             )
             .unwrap();
         }
-        AclStore::open(d.path()).unwrap();
         let st = legacy_state(d.path(), 5).unwrap().expect("old layout");
         let t = &st.metadata.topics["orders"];
         assert_eq!(t.id, uuid::Uuid::from_u128(7));
@@ -212,7 +211,8 @@ mod tests {
             .iter()
             .all(|a| a.replicas == [5] && a.isr == [5] && a.leader == 5));
         let moved = retire_legacy_files(d.path()).unwrap();
-        assert!(moved.contains(&METADATA_FILE) && moved.contains(&"acls.json"));
+        assert!(moved.contains(&METADATA_FILE) && moved.contains(&"__consumer_offsets-0"));
+        assert!(!d.path().join("__mirror_state").exists());
         assert!(d.path().join(RETIRED_DIR).join(METADATA_FILE).is_file());
         assert!(legacy_state(d.path(), 5).unwrap().is_none());
         assert!(retire_legacy_files(d.path()).unwrap().is_empty());

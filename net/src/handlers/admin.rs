@@ -380,9 +380,14 @@ pub async fn elect_leaders_replicated(
             let t = meta.topics.get(&topic);
             let r: Result<(), (i16, String)> = match t.and_then(|t| t.assignment(p, ctx.node_id()))
             {
+                // Kafka's controller words (`ReplicationControlManager.electLeader`).
+                None if t.is_none() => Err((
+                    E::UnknownTopicOrPartition.code(),
+                    format!("No such topic as {topic}"),
+                )),
                 None => Err((
                     E::UnknownTopicOrPartition.code(),
-                    format!("No such topic partition {topic}-{p}"),
+                    format!("No such partition as {topic}-{p}"),
                 )),
                 Some(a) if req.election_type == 1 => Err(if a.leader >= 0 {
                     (

@@ -85,24 +85,15 @@ fn voter_request_checks(
     Ok(driver)
 }
 
-/// Runs a voter change on a plain thread (the driver answers on a blocking channel).
+/// Runs a voter change through the controller thread (its answer awaited on a channel).
 async fn change_voters(
     driver: kmirror_cluster::DriverHandle,
     change: kmirror_cluster::VoterChange,
     timeout: Duration,
 ) -> (i16, String) {
-    let (tx, rx) = flume::bounded(1);
-    let spawned = std::thread::Builder::new()
-        .name("kmirror-voters".into())
-        .spawn(move || {
-            let _ = tx.send(driver.change_voters(change, timeout));
-        });
-    if let Err(e) = spawned {
-        return (E::UnknownServerError.code(), e.to_string());
-    }
-    match rx.recv_async().await {
-        Ok(Ok(_)) => (0, String::new()),
-        Ok(Err(e)) => {
+    match driver.change_voters_async(change, timeout).await {
+        Ok(_) => (0, String::new()),
+        Err(e) => {
             let f = crate::cluster::ProposeFailure::from(e);
             let code = match &f {
                 // The change was not proposed in time: Kafka's answer to a leaderless
@@ -112,10 +103,6 @@ async fn change_voters(
             };
             (code, f.to_string())
         }
-        Err(_) => (
-            E::UnknownServerError.code(),
-            "voter change thread died".into(),
-        ),
     }
 }
 
