@@ -769,6 +769,18 @@ impl Run {
     }
 
     fn try_propose(&mut self, mut w: Waiter) {
+        // This node cannot write its metadata log (a full disk): refuse at once, as a failed
+        // write would be, instead of letting the proposer wait out its deadline.
+        if self.node.storage_stalled() {
+            // The disk may have room again since the last poll: write the held ready first.
+            if let Err(e) = self.poll() {
+                tracing::warn!(node = self.node.id(), error = %e, "poll before a proposal failed");
+            }
+            if self.node.storage_stalled() {
+                let _ = w.reply.send(Err(ProposalError::Unavailable));
+                return;
+            }
+        }
         if let Request::Voter(change) = &w.request {
             match self.check_voter_change(change) {
                 Ok(c) => w.request = Request::Checked(c),

@@ -422,16 +422,18 @@ fn inter_broker_of(
 
 /// Kafka's controlled shutdown: the broker fences itself first, so its leaderships move
 /// to the other ISR members now instead of after the session timeout. Bounded: without a
-/// quorum the shutdown goes on after a few seconds. Skipped when no other broker is
-/// registered and unfenced: nobody could take a leadership over.
+/// quorum the shutdown goes on after a few seconds. Skipped when nobody could take a
+/// leadership over: no other broker is registered and unfenced, or this node is its quorum's
+/// only voter (a lone node, whose fence would reach no other node).
 fn controlled_shutdown(driver: &kmirror_cluster::Driver, cluster: &Cluster, node_id: i32) {
     use kmirror_control::quorum::{ClusterCommand, MetadataCommand};
-    if !cluster
+    let lone = u64::try_from(node_id).is_ok_and(|me| cluster.quorum_status().voters == [me]);
+    let others = cluster
         .snapshot()
         .brokers
         .values()
-        .any(|b| b.id != node_id && !b.fenced)
-    {
+        .any(|b| b.id != node_id && !b.fenced);
+    if lone || !others {
         return;
     }
     let cmd = ClusterCommand::Metadata(MetadataCommand::FenceBroker { id: node_id });

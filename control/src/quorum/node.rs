@@ -413,7 +413,7 @@ impl QuorumNode {
         raft_cfg.validate()?;
         let raw = RawNode::new(&raft_cfg, storage, &logger(cfg.id))?;
         let uuid = uuid::Uuid::new_v4();
-        Ok(QuorumNode {
+        let mut node = QuorumNode {
             raw,
             store,
             applied_state,
@@ -430,7 +430,37 @@ impl QuorumNode {
             snapshot_failed_at: None,
             held_since_warned: false,
             cfg,
-        })
+        };
+        node.commit_persisted_if_sole_voter()?;
+        Ok(node)
+    }
+
+    /// A lone voter's every persisted entry is committed (the quorum is itself), though the
+    /// commit index on disk may lag when its last write failed (a full disk): mark them
+    /// committed at open, so they apply before the node's new term has a durable entry.
+    /// Not done when an entry after the commit index changes the configuration.
+    fn commit_persisted_if_sole_voter(&mut self) -> Result<(), QuorumError> {
+        if self.voters() != [self.cfg.id] || !self.conf_state.learners.is_empty() {
+            return Ok(());
+        }
+        let log = &self.raw.raft.raft_log;
+        let (committed, last) = (log.committed, log.last_index());
+        if last <= committed {
+            return Ok(());
+        }
+        let after = log.entries(
+            committed + 1,
+            u64::MAX,
+            raft::GetEntriesContext::empty(false),
+        )?;
+        if after
+            .iter()
+            .any(|e| e.get_entry_type() != EntryType::EntryNormal)
+        {
+            return Ok(());
+        }
+        self.raw.raft.raft_log.commit_to(last);
+        Ok(())
     }
 
     pub fn id(&self) -> u64 {
@@ -518,12 +548,23 @@ impl QuorumNode {
     /// committed anything, so its applied state is the quorum's even before its new term's
     /// first entry is durable (a restart on a full disk must still serve what it holds).
     fn sole_voter_applied_all(&self) -> bool {
-        self.voters() == [self.cfg.id] && self.applied >= self.raw.store().last_index()
+        self.voters() == [self.cfg.id] && self.applied >= self.raw.store().stored_last_index()
     }
 
-    /// Whether writes to this node's storage are failing (proposals wait until they succeed).
+    /// Whether writes to this node's storage are failing (proposals are refused until a
+    /// poll writes the held ready).
     pub fn storage_stalled(&self) -> bool {
         self.held.is_some()
+    }
+
+    /// raft-rs requires the log to stay as a ready left it until that ready is advanced.
+    fn refuse_while_held(&self) -> Result<(), ProposeError> {
+        if self.held.is_some() {
+            return Err(ProposeError::Refused(
+                "the metadata log cannot be written (disk full or failing)".into(),
+            ));
+        }
+        Ok(())
     }
 
     pub fn term(&self) -> u64 {
@@ -597,6 +638,7 @@ impl QuorumNode {
 
     /// Proposes `cmd`. On `Ok` the proposal ends exactly once in a later `poll`'s `completed`.
     pub fn propose(&mut self, cmd: &ClusterCommand) -> Result<ProposalId, ProposeError> {
+        self.refuse_while_held()?;
         let term = self.term();
         let leader = self
             .leader_id()
@@ -645,6 +687,7 @@ impl QuorumNode {
         change: MembershipChange,
         member: Option<&QuorumMember>,
     ) -> Result<ProposalId, ProposeError> {
+        self.refuse_while_held()?;
         let term = self.term();
         let leader = self
             .leader_id()
@@ -683,7 +726,9 @@ impl QuorumNode {
     /// Hands a peer's message to raft. Messages for another node, from an unknown peer, or
     /// stale forwarded proposals are dropped (raft tolerates loss).
     pub fn step(&mut self, mut msg: Message) -> Result<(), QuorumError> {
-        if msg.to != self.cfg.id {
+        // While a ready is held (see `held`), raft must not change its log: the message is
+        // dropped and its sender retransmits.
+        if msg.to != self.cfg.id || self.held.is_some() {
             return Ok(());
         }
         if msg.get_msg_type() == MessageType::MsgPropose {
@@ -721,7 +766,11 @@ impl QuorumNode {
 
     /// Advances raft's clock by one tick and ages pending proposals.
     pub fn tick(&mut self) {
-        self.raw.tick();
+        // No elections or heartbeats while a ready is held: a node that cannot write its log
+        // must not campaign, and a leader that cannot is better replaced.
+        if self.held.is_none() {
+            self.raw.tick();
+        }
         let limit = self.cfg.proposal_timeout_ticks;
         let mut expired = Vec::new();
         for (id, p) in &mut self.pending {
@@ -740,7 +789,7 @@ impl QuorumNode {
     /// cluster): it wins it alone, so there is no reason to wait out the election timeout
     /// first. Does nothing otherwise. Returns whether it campaigned.
     pub fn campaign_if_sole_voter(&mut self) -> Result<bool, QuorumError> {
-        if self.is_leader() || self.voters() != [self.cfg.id] {
+        if self.is_leader() || self.voters() != [self.cfg.id] || self.held.is_some() {
             return Ok(false);
         }
         self.raw.campaign()?;
@@ -784,7 +833,9 @@ impl QuorumNode {
         for to in snapshot_targets {
             self.raw.report_snapshot(to, raft::SnapshotStatus::Finish);
         }
-        let retry_from = self.snapshot_failed_at.map_or(0, |at| at + RETRY_SNAPSHOT_AFTER);
+        let retry_from = self
+            .snapshot_failed_at
+            .map_or(0, |at| at + RETRY_SNAPSHOT_AFTER);
         if self.applied >= (self.snapshot_index() + self.cfg.snapshot_every).max(retry_from) {
             self.take_snapshot()?;
         }

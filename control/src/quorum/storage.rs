@@ -387,7 +387,7 @@ impl DurableStorage {
     }
 
     /// The index of the last entry stored (the snapshot's index when none follows it).
-    pub fn last_index(&self) -> u64 {
+    pub fn stored_last_index(&self) -> u64 {
         self.last()
     }
 
