@@ -327,9 +327,10 @@ fn given_rotated_scram_password_when_mirror_is_altered_should_resume_log_equal_a
             "a secret in describe:\n{out}"
         );
     }
-    let state_dir = dst.data_dir().join("__mirror_state");
+    // The mirror state is on the metadata quorum's log (a lone node is a one-voter quorum).
+    let state_dir = dst.data_dir().join("__cluster_metadata-0");
     let mut files = 0;
-    for e in std::fs::read_dir(&state_dir).expect("__mirror_state") {
+    for e in std::fs::read_dir(&state_dir).expect("__cluster_metadata-0") {
         use std::os::unix::fs::PermissionsExt;
         let e = e.unwrap();
         let mode = e.metadata().unwrap().permissions().mode() & 0o777;
@@ -342,7 +343,7 @@ fn given_rotated_scram_password_when_mirror_is_altered_should_resume_log_equal_a
             files += 1;
         }
     }
-    assert!(files >= 1, "the settings are persisted in __mirror_state");
+    assert!(files >= 1, "the settings are persisted in the metadata log");
 
     // Rotation on the source: current sessions run out, re-authentication fails.
     src.set_scram_password("SCRAM-SHA-512", "mirror", "second-secret");

@@ -120,14 +120,7 @@ fn assign_to(m: &mut ClusterMetadata, node: i32) {
     for t in m.topics.values_mut().chain(m.internal_topics.values_mut()) {
         if t.assignments.is_empty() {
             t.assignments = (0..t.leader_epochs.len())
-                .map(|_| PartitionAssignment {
-                    replicas: vec![node],
-                    isr: vec![node],
-                    leader: node,
-                    partition_epoch: 0,
-                    adding: Vec::new(),
-                    removing: Vec::new(),
-                })
+                .map(|_| PartitionAssignment::local(node))
                 .collect();
         }
     }
