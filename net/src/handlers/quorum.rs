@@ -274,87 +274,83 @@ fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorum
     let cluster = &ctx.broker.cluster;
     let now = now_ms();
     let (leader, epoch, hw, (voters, observers), nodes) = {
-        {
-            let st = cluster.quorum_status();
-            let leader = st.leader.map_or(-1, |l| l as i32);
-            let dir_of = |id: u64| {
-                st.members
-                    .iter()
-                    .find(|m| m.id == id)
-                    .and_then(|m| kafka_uuid(&m.directory_id))
-                    .unwrap_or_default()
-            };
-            let replica = |id: &u64| {
-                let leo = st
-                    .progress
-                    .iter()
-                    .find(|(v, _)| v == id)
-                    .map_or(-1, |(_, i)| *i as i64);
-                let heard = st
-                    .last_heard_ms
-                    .iter()
-                    .find(|(v, _)| v == id)
-                    .and_then(|(_, ms)| (*ms < u64::MAX).then(|| now - *ms as i64))
-                    .unwrap_or(-1);
-                let caught_up = if leo >= 0 && leo >= st.commit_index as i64 {
-                    heard
-                } else {
-                    -1
-                };
-                let mut r = ReplicaState::default()
-                    .with_replica_id(broker(*id as i32))
-                    .with_log_end_offset(leo);
-                if version >= 1 {
-                    r = r
-                        .with_last_fetch_timestamp(heard)
-                        .with_last_caught_up_timestamp(caught_up);
-                }
-                if version >= 2 {
-                    r = r.with_replica_directory_id(dir_of(*id));
-                }
-                r
-            };
-            let voters: Vec<ReplicaState> = st.voters.iter().map(replica).collect();
-            let observers: Vec<ReplicaState> = st.learners.iter().map(replica).collect();
-            let nodes = if version >= 2 {
-                // Replicated addresses first; a founding voter that has not stated its own
-                // yet is where the quorum string says.
-                let mut addrs: Vec<(u64, String)> =
-                    st.members.iter().map(|m| (m.id, m.addr.clone())).collect();
-                for v in cluster.voters() {
-                    if !addrs.iter().any(|(id, _)| *id == v.id) {
-                        addrs.push((v.id, v.addr.clone()));
-                    }
-                }
-                addrs.sort();
-                addrs
-                    .iter()
-                    .filter(|(id, _)| st.voters.contains(id) || st.learners.contains(id))
-                    .filter_map(|(id, addr)| {
-                        let (host, port) = addr.rsplit_once(':')?;
-                        Some(
-                            Node::default()
-                                .with_node_id(broker(*id as i32))
-                                .with_listeners(vec![Listener::default()
-                                    .with_name(s(CONTROLLER_LISTENER))
-                                    .with_host(s(host
-                                        .trim_start_matches('[')
-                                        .trim_end_matches(']')))
-                                    .with_port(port.parse().ok()?)]),
-                        )
-                    })
-                    .collect()
+        let st = cluster.quorum_status();
+        let leader = st.leader.map_or(-1, |l| l as i32);
+        let dir_of = |id: u64| {
+            st.members
+                .iter()
+                .find(|m| m.id == id)
+                .and_then(|m| kafka_uuid(&m.directory_id))
+                .unwrap_or_default()
+        };
+        let replica = |id: &u64| {
+            let leo = st
+                .progress
+                .iter()
+                .find(|(v, _)| v == id)
+                .map_or(-1, |(_, i)| *i as i64);
+            let heard = st
+                .last_heard_ms
+                .iter()
+                .find(|(v, _)| v == id)
+                .and_then(|(_, ms)| (*ms < u64::MAX).then(|| now - *ms as i64))
+                .unwrap_or(-1);
+            let caught_up = if leo >= 0 && leo >= st.commit_index as i64 {
+                heard
             } else {
-                Vec::new()
+                -1
             };
-            (
-                leader,
-                st.term as i32,
-                st.commit_index as i64,
-                (voters, observers),
-                nodes,
-            )
-        }
+            let mut r = ReplicaState::default()
+                .with_replica_id(broker(*id as i32))
+                .with_log_end_offset(leo);
+            if version >= 1 {
+                r = r
+                    .with_last_fetch_timestamp(heard)
+                    .with_last_caught_up_timestamp(caught_up);
+            }
+            if version >= 2 {
+                r = r.with_replica_directory_id(dir_of(*id));
+            }
+            r
+        };
+        let voters: Vec<ReplicaState> = st.voters.iter().map(replica).collect();
+        let observers: Vec<ReplicaState> = st.learners.iter().map(replica).collect();
+        let nodes = if version >= 2 {
+            // Replicated addresses first; a founding voter that has not stated its own
+            // yet is where the quorum string says.
+            let mut addrs: Vec<(u64, String)> =
+                st.members.iter().map(|m| (m.id, m.addr.clone())).collect();
+            for v in cluster.voters() {
+                if !addrs.iter().any(|(id, _)| *id == v.id) {
+                    addrs.push((v.id, v.addr.clone()));
+                }
+            }
+            addrs.sort();
+            addrs
+                .iter()
+                .filter(|(id, _)| st.voters.contains(id) || st.learners.contains(id))
+                .filter_map(|(id, addr)| {
+                    let (host, port) = addr.rsplit_once(':')?;
+                    Some(
+                        Node::default()
+                            .with_node_id(broker(*id as i32))
+                            .with_listeners(vec![Listener::default()
+                                .with_name(s(CONTROLLER_LISTENER))
+                                .with_host(s(host.trim_start_matches('[').trim_end_matches(']')))
+                                .with_port(port.parse().ok()?)]),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        (
+            leader,
+            st.term as i32,
+            st.commit_index as i64,
+            (voters, observers),
+            nodes,
+        )
     };
     let topics = req
         .topics
