@@ -904,10 +904,6 @@ impl Run {
         }
         if !self.liveness.leading {
             self.liveness.leading = true;
-            for id in self.node.voters().into_iter().chain(self.node.learners()) {
-                self.liveness.last_heard.insert(id, now);
-            }
-            self.liveness.proposed.clear();
             self.liveness.may_unfence = self
                 .node
                 .metadata()
@@ -916,6 +912,17 @@ impl Run {
                 .filter(|b| b.fenced)
                 .map(|b| b.id)
                 .collect();
+            // Unfenced brokers get a full session; a fenced one stays fenced until it is
+            // heard (as Kafka's new active controller: only a heartbeat unfences). Without
+            // this a new leader unfenced a stopped or wiped node for one session.
+            for id in self.node.voters().into_iter().chain(self.node.learners()) {
+                let fenced =
+                    i32::try_from(id).is_ok_and(|b| self.liveness.may_unfence.contains(&b));
+                if !fenced {
+                    self.liveness.last_heard.insert(id, now);
+                }
+            }
+            self.liveness.proposed.clear();
         }
         self.liveness.proposed.retain(|_, until| *until > now);
         let me = self.node.id();

@@ -61,6 +61,11 @@ fn free_port() -> u16 {
 }
 
 fn cluster() -> Vec<Node> {
+    cluster_with(|_| {})
+}
+
+/// Three started nodes, each config changed by `tune` first.
+fn cluster_with(tune: impl Fn(&mut DriverConfig)) -> Vec<Node> {
     let voters: Vec<Voter> = (1..=3)
         .map(|id| Voter {
             id,
@@ -79,6 +84,7 @@ fn cluster() -> Vec<Node> {
             );
             cfg.tick = TICK;
             cfg.snapshot_every = 20;
+            tune(&mut cfg);
             Node {
                 id: v.id,
                 dir,
@@ -182,6 +188,73 @@ fn three_controllers_elect_and_a_follower_proposal_is_published_everywhere() {
     let t2 = Instant::now();
     drop(nodes);
     eprintln!("stopped in {:?}", t2.elapsed());
+}
+
+/// A broker fenced for silence stays fenced when the leader changes: the new leader gives a
+/// full session only to the brokers that were unfenced (Kafka's new active controller
+/// unfences a broker on its heartbeat alone). Before, a new leader unfenced a stopped node
+/// for one session, and clients were sent to it.
+#[test]
+fn a_new_leader_keeps_a_silent_fenced_broker_fenced() {
+    let session = Duration::from_millis(600);
+    let mut nodes = cluster_with(|cfg| cfg.session_timeout = Some(session));
+    assert!(wait_until(Duration::from_secs(10), || agreed_leader(
+        &nodes
+    )
+    .is_some()));
+    for id in 1..=3 {
+        let reg = kmirror_control::metadata::BrokerRegistration {
+            id,
+            incarnation: Uuid::new_v4(),
+            endpoints: Vec::new(),
+            rack: None,
+            fenced: false,
+        };
+        nodes[0]
+            .driver()
+            .handle()
+            .propose(
+                ClusterCommand::Metadata(MetadataCommand::RegisterBroker(reg)),
+                Duration::from_secs(5),
+            )
+            .unwrap();
+    }
+    let fenced = |n: &Node, id: i32| n.published().brokers.get(&id).map(|b| b.fenced);
+    // Stop a follower: the leader fences it after the session timeout.
+    let leader = agreed_leader(&nodes).unwrap();
+    let silent = nodes.iter().position(|n| n.id != leader).unwrap();
+    let silent_id = nodes[silent].id as i32;
+    nodes[silent].driver = None;
+    let leader_idx = nodes.iter().position(|n| n.id == leader).unwrap();
+    assert!(wait_until(Duration::from_secs(5), || fenced(
+        &nodes[leader_idx],
+        silent_id
+    ) == Some(true)));
+    // A new leadership: crash the leader and start it again (two of three must run).
+    nodes[leader_idx].driver = None;
+    nodes[leader_idx].start();
+    assert!(wait_until(Duration::from_secs(10), || agreed_leader(
+        &nodes
+    )
+    .is_some()));
+    // Before the fix the new leader unfenced the silent node at once, for one session.
+    let end = Instant::now() + session * 3;
+    while Instant::now() < end {
+        for n in nodes.iter().filter(|n| n.driver.is_some()) {
+            assert_eq!(
+                fenced(n, silent_id),
+                Some(true),
+                "node {} sees it unfenced",
+                n.id
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // Heard again, it is unfenced.
+    nodes[silent].start();
+    assert!(wait_until(Duration::from_secs(10), || nodes
+        .iter()
+        .all(|n| fenced(n, silent_id) == Some(false))));
 }
 
 #[test]
