@@ -432,6 +432,7 @@ fn produce_consume(t: &Target<'_>, m: &mut Matrix) {
         b,
         &["--topic", TOPIC],
     );
+    eprintln!("kafka-get-offsets:\n{}", ran.stdout);
     let total: i64 = ran
         .stdout
         .lines()
@@ -538,6 +539,9 @@ fn consumer_groups(t: &Target<'_>, m: &mut Matrix) {
 /// Per partition (CURRENT-OFFSET, LOG-END-OFFSET, LAG) of a group describe, summed, plus the
 /// partition count: what an operator reads from it.
 fn group_lag(ran: &proc::Ran) -> String {
+    // The per-partition rows, shown with a failure (a partition missing from the sum once
+    // failed CI and the summary alone could not tell which one).
+    eprintln!("kafka-consumer-groups --describe:\n{}", ran.stdout);
     let mut parts = 0;
     let (mut cur, mut end, mut lag) = (0i64, 0i64, 0i64);
     for l in ran.stdout.lines() {
