@@ -97,10 +97,11 @@ impl KmirrorCluster {
                 ];
                 extra.extend(opts.extra.iter().map(String::as_str));
                 match &net {
-                    Some(net) => {
-                        KmirrorNode::start_in_netns(net.ns_of(i + 1), &host_of(i), 9092, &extra)
-                    }
-                    None => KmirrorNode::start_with(&extra),
+                    Some(net) => KmirrorNode::builder()
+                        .netns(net.ns_of(i + 1), &host_of(i), 9092)
+                        .args(&extra)
+                        .start(),
+                    None => KmirrorNode::builder().args(&extra).start(),
                 }
             })
             .collect();

@@ -17,7 +17,7 @@ use crate::proc::{self, ChildGuard};
 pub struct KmirrorNode {
     dir: tempfile::TempDir,
     port: u16,
-    /// (listener name, port) when started with [`KmirrorNode::start_listeners`]; the first
+    /// (listener name, port) when started with [`NodeBuilder::listeners`]; the first
     /// one's port is `port`. Empty: one PLAINTEXT listener via `--listen`.
     listeners: Vec<(String, u16)>,
     extra: Vec<String>,
@@ -28,105 +28,106 @@ pub struct KmirrorNode {
     starts: u32,
     /// The address it binds and advertises: 127.0.0.1, or its network namespace's address.
     host: String,
-    /// The network namespace it runs in ([`KmirrorNode::start_in_netns`]).
+    /// The network namespace it runs in ([`NodeBuilder::netns`]).
     netns: Option<String>,
 }
 
-impl KmirrorNode {
-    /// Starts a node with default settings.
-    pub fn start() -> Self {
-        Self::start_with(&[])
+/// How to start a [`KmirrorNode`]: extra `serve` arguments, environment, listeners, data dir,
+/// network namespace. `KmirrorNode::builder().args(&["--cores", "1"]).start()`.
+#[derive(Debug, Default, Clone)]
+pub struct NodeBuilder {
+    extra: Vec<String>,
+    env: Vec<(String, String)>,
+    protocols: Vec<String>,
+    data: Option<PathBuf>,
+    netns: Option<(String, String, u16)>,
+}
+
+impl NodeBuilder {
+    /// Extra `serve` arguments (e.g. `["--cores", "1"]`), kept for restarts.
+    pub fn args(mut self, extra: &[&str]) -> Self {
+        self.extra.extend(extra.iter().map(|s| s.to_string()));
+        self
     }
 
-    /// Starts a node with extra `serve` arguments (e.g. `["--cores", "1"]`).
-    pub fn start_with(extra: &[&str]) -> Self {
-        Self::start_with_env(extra, &[])
+    /// Environment variables, kept for restarts until [`KmirrorNode::set_env`] changes them.
+    pub fn env(mut self, env: &[(&str, &str)]) -> Self {
+        self.env
+            .extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        self
     }
 
-    /// Starts a node with extra `serve` arguments and environment variables (kept for
-    /// restarts until [`KmirrorNode::set_env`] changes them).
-    pub fn start_with_env(extra: &[&str], env: &[(&str, &str)]) -> Self {
-        Self::start_full(extra, env, None)
+    /// One listener per protocol name (e.g. `["PLAINTEXT", "SSL"]`), each on a loopback port
+    /// of its own that restarts keep. [`KmirrorNode::addr`] is the first listener's address,
+    /// [`KmirrorNode::listener_addr`] any one's. Without it: one PLAINTEXT `--listen`.
+    pub fn listeners(mut self, protocols: &[&str]) -> Self {
+        self.protocols = protocols.iter().map(|s| s.to_string()).collect();
+        self
     }
 
-    /// Starts a node whose `--data-dir` is `data` (created if missing; the caller owns it and
-    /// it is not deleted on drop). The log file stays in the node's own temp dir, so a data
-    /// dir that fills up does not silence the node's log.
-    pub fn start_with_data_dir(extra: &[&str], data: &Path) -> Self {
-        Self::start_full(extra, &[], Some(data.to_path_buf()))
+    /// `--data-dir` is `data` (created if missing; the caller owns it and it is not deleted
+    /// on drop). The log file stays in the node's own temp dir, so a data dir that fills up
+    /// does not silence the node's log.
+    pub fn data_dir(mut self, data: &Path) -> Self {
+        self.data = Some(data.to_path_buf());
+        self
     }
 
-    /// Starts a node with one listener per protocol name in `protocols` (e.g. `["PLAINTEXT",
-    /// "SSL"]`), each on a loopback port of its own that restarts keep, plus extra `serve`
-    /// arguments (e.g. `--tls-cert`, `--tls-key`). [`KmirrorNode::addr`] is the first
-    /// listener's address, [`KmirrorNode::listener_addr`] any one's.
-    pub fn start_listeners(protocols: &[&str], extra: &[&str]) -> Self {
-        assert!(!protocols.is_empty(), "at least one listener");
-        let listeners: Vec<(String, u16)> = protocols
-            .iter()
-            .map(|p| (p.to_string(), proc::free_port()))
-            .collect();
-        Self::start_inner(listeners, extra, &[], None)
+    /// Runs inside network namespace `ns` (see [`crate::netns::NetNs`]), listening on `host`
+    /// (the namespace's address) at `port`. Restarts stay in the namespace.
+    pub fn netns(mut self, ns: &str, host: &str, port: u16) -> Self {
+        self.netns = Some((ns.to_string(), host.to_string(), port));
+        self
     }
 
-    fn start_full(extra: &[&str], env: &[(&str, &str)], data: Option<PathBuf>) -> Self {
-        Self::start_inner(Vec::new(), extra, env, data)
-    }
-
-    /// Starts a node inside network namespace `ns` (see [`crate::netns::NetNs`]), listening
-    /// on `host` (the namespace's address) at `port`, with extra `serve` arguments. Restarts
-    /// stay in the namespace.
-    pub fn start_in_netns(ns: &str, host: &str, port: u16, extra: &[&str]) -> Self {
+    /// Starts the node and waits until it listens.
+    pub fn start(self) -> KmirrorNode {
         let dir = tempfile::Builder::new()
             .prefix("kmirror-node-")
             .tempdir()
             .expect("temp dir for kmirror");
+        let listeners: Vec<(String, u16)> = self
+            .protocols
+            .into_iter()
+            .map(|p| (p, proc::free_port()))
+            .collect();
+        let (host, port, netns) = match self.netns {
+            Some((ns, host, port)) => (host, port, Some(ns)),
+            None => (
+                "127.0.0.1".to_string(),
+                listeners
+                    .first()
+                    .map(|(_, p)| *p)
+                    .unwrap_or_else(proc::free_port),
+                None,
+            ),
+        };
         let mut node = KmirrorNode {
             dir,
             port,
-            listeners: Vec::new(),
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            env: Vec::new(),
-            data: None,
+            listeners,
+            extra: self.extra,
+            env: self.env,
+            data: self.data,
             child: None,
             starts: 0,
-            host: host.to_string(),
-            netns: Some(ns.to_string()),
+            host,
+            netns,
         };
         node.spawn();
         node
     }
+}
 
-    fn start_inner(
-        listeners: Vec<(String, u16)>,
-        extra: &[&str],
-        env: &[(&str, &str)],
-        data: Option<PathBuf>,
-    ) -> Self {
-        let dir = tempfile::Builder::new()
-            .prefix("kmirror-node-")
-            .tempdir()
-            .expect("temp dir for kmirror");
-        let mut node = KmirrorNode {
-            dir,
-            port: listeners
-                .first()
-                .map(|(_, p)| *p)
-                .unwrap_or_else(proc::free_port),
-            listeners,
-            extra: extra.iter().map(|s| s.to_string()).collect(),
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
-            data,
-            child: None,
-            starts: 0,
-            host: "127.0.0.1".into(),
-            netns: None,
-        };
-        node.spawn();
-        node
+impl KmirrorNode {
+    /// Starts a node with default settings (`KmirrorNode::builder()` for anything else).
+    pub fn start() -> Self {
+        Self::builder().start()
+    }
+
+    /// How to start a node with other settings.
+    pub fn builder() -> NodeBuilder {
+        NodeBuilder::default()
     }
 
     /// Replaces the extra environment variables of the next start.
@@ -142,7 +143,7 @@ impl KmirrorNode {
         self.extra = extra.iter().map(|s| s.to_string()).collect();
     }
 
-    /// `127.0.0.1:PORT` (or the namespace address with [`KmirrorNode::start_in_netns`]).
+    /// `127.0.0.1:PORT` (or the namespace address with [`NodeBuilder::netns`]).
     pub fn addr(&self) -> String {
         format!("{}:{}", self.host, self.port)
     }

@@ -39,7 +39,7 @@ pub mod wire;
 
 pub use faultproxy::FaultProxy;
 pub use kafka::KafkaCluster;
-pub use kmirror::KmirrorNode;
+pub use kmirror::{KmirrorNode, NodeBuilder};
 pub use oracle::log_equal;
 pub use wire::WireClient;
 

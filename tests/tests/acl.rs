@@ -129,14 +129,16 @@ fn add_sample_acls(boot: &str) -> BTreeSet<Acl> {
 
 #[test]
 fn acls_created_with_kafka_acls_are_listed_filtered_deleted_and_survive_restart() {
-    let mut node = KmirrorNode::start_with(&[
-        "--cores",
-        "2",
-        "--authorizer",
-        "true",
-        "--super-users",
-        "User:ANONYMOUS",
-    ]);
+    let mut node = KmirrorNode::builder()
+        .args(&[
+            "--cores",
+            "2",
+            "--authorizer",
+            "true",
+            "--super-users",
+            "User:ANONYMOUS",
+        ])
+        .start();
     let boot = node.addr();
     assert!(list(&boot, &[]).is_empty(), "a new broker has no ACLs");
 
@@ -220,14 +222,16 @@ fn acls_on_the_kafka_source_are_synced_to_kmirror_and_removed_when_deleted_there
             .collect(),
         ..KafkaOptions::default()
     });
-    let node = KmirrorNode::start_with(&[
-        "--cores",
-        "1",
-        "--authorizer",
-        "true",
-        "--super-users",
-        "User:ANONYMOUS",
-    ]);
+    let node = KmirrorNode::builder()
+        .args(&[
+            "--cores",
+            "1",
+            "--authorizer",
+            "true",
+            "--super-users",
+            "User:ANONYMOUS",
+        ])
+        .start();
     let (src, dst) = (kafka.bootstrap(), node.addr());
     kafka.create_topic("orders", 1, &[]);
 

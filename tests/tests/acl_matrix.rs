@@ -1455,9 +1455,9 @@ fn kafka_target() -> (KafkaCluster, Target) {
 }
 
 fn kmirror_target() -> (KmirrorNode, Target) {
-    let mut node = KmirrorNode::start_listeners(
-        &["SASL_PLAINTEXT"],
-        &[
+    let mut node = KmirrorNode::builder()
+        .listeners(&["SASL_PLAINTEXT"])
+        .args(&[
             "--cores",
             "1",
             "--authorizer",
@@ -1466,8 +1466,8 @@ fn kmirror_target() -> (KmirrorNode, Target) {
             "User:admin",
             "--sasl-mechanisms",
             "PLAIN",
-        ],
-    );
+        ])
+        .start();
     assert!(node.stop(), "kmirror stops cleanly");
     sasl::scram_add(&node.data_dir(), "admin", "SCRAM-SHA-512", "admin-secret");
     sasl::scram_add(&node.data_dir(), "alice", "SCRAM-SHA-512", "alice-secret");

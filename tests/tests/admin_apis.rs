@@ -755,7 +755,9 @@ fn group_read_secs(boot: &str, topic: &str, group: &str) -> f64 {
 #[test]
 fn group_initial_rebalance_delay_is_a_broker_setting() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let delayed = KmirrorNode::start_with(&["--group-initial-rebalance-delay-ms", "6000"]);
+    let delayed = KmirrorNode::builder()
+        .args(&["--group-initial-rebalance-delay-ms", "6000"])
+        .start();
     let with_delay = group_read_secs(&delayed.addr(), "delay-t", "delay-g");
     drop(delayed);
     let plain = KmirrorNode::start();

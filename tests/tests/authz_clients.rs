@@ -25,14 +25,16 @@ fn probe(args: &[&str]) -> String {
 fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_authorization_errors()
 {
     let _g = kmirror_tests::heavy_test_lock();
-    let node = KmirrorNode::start_with(&[
-        "--cores",
-        "1",
-        "--authorizer",
-        "true",
-        "--allow-everyone-if-no-acl-found",
-        "true",
-    ]);
+    let node = KmirrorNode::builder()
+        .args(&[
+            "--cores",
+            "1",
+            "--authorizer",
+            "true",
+            "--allow-everyone-if-no-acl-found",
+            "true",
+        ])
+        .start();
     let boot = node.addr();
     let mut admin = WireClient::connect(&boot).expect("connect");
     for t in ["open", "secret"] {
@@ -117,14 +119,16 @@ fn given_cluster_alter_denied_when_the_mirror_cli_creates_a_mirror_should_fail_w
 ) {
     use kmirror_tests::mirror;
     let _g = kmirror_tests::heavy_test_lock();
-    let node = KmirrorNode::start_with(&[
-        "--cores",
-        "1",
-        "--authorizer",
-        "true",
-        "--allow-everyone-if-no-acl-found",
-        "true",
-    ]);
+    let node = KmirrorNode::builder()
+        .args(&[
+            "--cores",
+            "1",
+            "--authorizer",
+            "true",
+            "--allow-everyone-if-no-acl-found",
+            "true",
+        ])
+        .start();
     let boot = node.addr();
     mirror::cli_ok(&boot, &["list"]);
     acls_tool(

@@ -451,7 +451,7 @@ fn produce_and_fetch_byte_rate_quotas_hold_a_client_id_near_its_quota_like_kafka
     let want_rdk = librdkafka_enforcement(&kafka.bootstrap());
     drop(kafka);
     let maddr = format!("127.0.0.1:{}", proc::free_port());
-    let node = KmirrorNode::start_with(&["--metrics", &maddr]);
+    let node = KmirrorNode::builder().args(&["--metrics", &maddr]).start();
     let got = enforcement(&node.addr());
     let got_rdk = librdkafka_enforcement(&node.addr());
     let m = kmirror_tests::metrics::scrape(&maddr);
@@ -543,7 +543,7 @@ fn wait_for(boot: &str, want: &str, within: Duration) -> String {
 #[test]
 fn client_quotas_on_a_kafka_source_are_mirrored_to_kmirror_and_removed_when_deleted_there() {
     let kafka = KafkaCluster::single();
-    let node = KmirrorNode::start_with(&["--cores", "1"]);
+    let node = KmirrorNode::builder().args(&["--cores", "1"]).start();
     let (src, dst) = (kafka.bootstrap(), node.addr());
     kafka.create_topic("orders", 1, &[]);
     let set = |args: &[&str]| {

@@ -42,16 +42,20 @@ impl Cluster {
             .map(|i| {
                 let id = (i + 1).to_string();
                 let listen = format!("127.0.0.1:{}", controller[i]);
-                Some(KmirrorNode::start_with(&[
-                    "--cores",
-                    "1",
-                    "--node-id",
-                    &id,
-                    "--controller-listen",
-                    &listen,
-                    "--quorum",
-                    &quorum,
-                ]))
+                Some(
+                    KmirrorNode::builder()
+                        .args(&[
+                            "--cores",
+                            "1",
+                            "--node-id",
+                            &id,
+                            "--controller-listen",
+                            &listen,
+                            "--quorum",
+                            &quorum,
+                        ])
+                        .start(),
+                )
             })
             .collect();
         Cluster { nodes }

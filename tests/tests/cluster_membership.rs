@@ -160,18 +160,20 @@ fn a_node_joins_becomes_a_voter_the_leader_is_removed_and_the_quorum_still_elect
     let cport = proc::free_port();
     let controller = format!("127.0.0.1:{cport}");
     let quorum = c.quorum().to_string();
-    let four = KmirrorNode::start_with(&[
-        "--node-id",
-        "4",
-        "--controller-listen",
-        &controller,
-        "--quorum",
-        &quorum,
-        "--broker-session-timeout-ms",
-        "4000",
-        "--cores",
-        "1",
-    ]);
+    let four = KmirrorNode::builder()
+        .args(&[
+            "--node-id",
+            "4",
+            "--controller-listen",
+            &controller,
+            "--quorum",
+            &quorum,
+            "--broker-session-timeout-ms",
+            "4000",
+            "--cores",
+            "1",
+        ])
+        .start();
     c.wait_brokers(1, 4, Duration::from_secs(60));
     c.wait_brokers(2, 4, Duration::from_secs(60));
     let status = proc::wait_for(Duration::from_secs(30), "node 4 as an observer", || {

@@ -902,7 +902,9 @@ fn failback_into_a_cluster_whose_leader_epoch_is_above_the_sources() {
 fn failback_into_the_cluster(raise_cluster_epoch: bool) {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut c = start_three();
-    let k = kmirror_tests::kmirror::KmirrorNode::start_with(&["--cores", "1"]);
+    let k = kmirror_tests::kmirror::KmirrorNode::builder()
+        .args(&["--cores", "1"])
+        .start();
     let ka = k.addr();
     c.dump_logs_on_panic(80, |c| {
         let t = "payments";

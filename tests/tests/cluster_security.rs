@@ -306,9 +306,9 @@ impl Secured {
                     let (server, pki, quorum, su, bpw) =
                         (&server, &pki, &quorum, &super_users, &broker_pw);
                     s.spawn(move || {
-                        KmirrorNode::start_listeners(
-                            &["SASL_SSL"],
-                            &[
+                        KmirrorNode::builder()
+                            .listeners(&["SASL_SSL"])
+                            .args(&[
                                 "--node-id",
                                 &id,
                                 "--controller-listen",
@@ -342,8 +342,8 @@ impl Secured {
                                 "--controller-listener-tls",
                                 "--default-replication-factor",
                                 "3",
-                            ],
-                        )
+                            ])
+                            .start()
                     })
                 })
                 .collect();

@@ -28,8 +28,9 @@ fn report(who: &str, m: &Matrix) {
 fn every_advertised_api_version_answers_decodably_on_kmirror() {
     let _heavy = kmirror_tests::heavy_test_lock();
     // An authorizer so the ACL APIs answer, as on Kafka below; ANONYMOUS is a super user.
-    let node =
-        KmirrorNode::start_with(&["--authorizer", "true", "--super-users", "User:ANONYMOUS"]);
+    let node = KmirrorNode::builder()
+        .args(&["--authorizer", "true", "--super-users", "User:ANONYMOUS"])
+        .start();
     let m = conformance::run(&node.addr());
     report("kmirror", &m);
     // Every standard API kmirror advertises has a builder, and every advertised version of it

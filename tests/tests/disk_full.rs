@@ -260,7 +260,7 @@ fn destination_disk_full_fails_mirror_partitions_keeps_serving_refuses_produce_t
     let disk = Tmpfs::mount(64);
     let data: PathBuf = disk.path().join("data");
     let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, || {
-        KmirrorNode::start_with_data_dir(&[], &data)
+        KmirrorNode::builder().data_dir(&data).start()
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

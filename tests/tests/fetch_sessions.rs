@@ -180,7 +180,7 @@ fn a_fetch_session_walk_sees_the_same_answers_as_on_kafka() {
 #[test]
 fn a_session_closed_while_a_fetch_waits_gets_a_session_error_not_a_dead_core() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let node = KmirrorNode::start_with(&["--cores", "1"]);
+    let node = KmirrorNode::builder().args(&["--cores", "1"]).start();
     let boot = node.addr();
     let mut admin = WireClient::connect(&boot).expect("connect");
     assert_eq!(admin.create_topic(TOPIC, 1, 1, &[]).expect("create"), 0);
@@ -301,7 +301,9 @@ fn sendfile_and_copying_serve_identical_record_bytes() {
         })
         .collect();
     let serve = |forced: &str| -> (Bytes, Vec<(i64, Option<Bytes>)>) {
-        let node = KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", forced)]);
+        let node = KmirrorNode::builder()
+            .env(&[("KMIRROR_SENDFILE", forced)])
+            .start();
         let mut admin = WireClient::connect(&node.addr()).expect("connect");
         assert_eq!(admin.create_topic("big", 1, 1, &[]).expect("create"), 0);
         for v in &values {

@@ -199,12 +199,14 @@ fn internal_topics_are_described_as_kafka_describes_them() {
     );
     assert_eq!(expected.java_regex_values.len(), 10);
     // The harness's Kafka runs with offsets.topic.num.partitions=8 (and 8 for transactions).
-    let node = KmirrorNode::start_with(&[
-        "--offsets-topic-num-partitions",
-        "8",
-        "--transaction-state-log-num-partitions",
-        "8",
-    ]);
+    let node = KmirrorNode::builder()
+        .args(&[
+            "--offsets-topic-num-partitions",
+            "8",
+            "--transaction-state-log-num-partitions",
+            "8",
+        ])
+        .start();
     let got = scenario(&node.addr());
     assert!(got.rdkafka_errors.is_empty(), "{:?}", got.rdkafka_errors);
     assert!(

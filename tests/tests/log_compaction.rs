@@ -124,7 +124,9 @@ fn kafka_and_kmirror_compact_the_same_keyed_workload_to_the_same_records() {
         props: vec![("log.cleaner.backoff.ms".into(), "200".into())],
         ..KafkaOptions::default()
     });
-    let node = KmirrorNode::start_with(&["--log-cleaner-backoff-ms", "200"]);
+    let node = KmirrorNode::builder()
+        .args(&["--log-cleaner-backoff-ms", "200"])
+        .start();
     let configs = [
         ("cleanup.policy", "compact"),
         ("segment.ms", "200"),
@@ -206,7 +208,9 @@ fn a_compacted_mirror_topic_is_not_cleaned_while_mirroring_and_is_after_failover
         props: vec![("log.cleaner.enable".into(), "false".into())],
         ..KafkaOptions::default()
     });
-    let node = KmirrorNode::start_with(&["--log-cleaner-backoff-ms", "200"]);
+    let node = KmirrorNode::builder()
+        .args(&["--log-cleaner-backoff-ms", "200"])
+        .start();
     let (src, dst) = (kafka.bootstrap(), node.bootstrap());
     kafka.create_topic(
         MT,

@@ -80,7 +80,9 @@ fn pin_at_runtime_moves_partitions_between_cores_without_losing_position() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let maddr = format!("127.0.0.1:{}", proc::free_port());
     let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, || {
-        KmirrorNode::start_with(&["--cores", "2", "--metrics", &maddr])
+        KmirrorNode::builder()
+            .args(&["--cores", "2", "--metrics", &maddr])
+            .start()
     });
     let (src, dst) = (kafka.bootstrap(), node.addr());
     let _tail = Tail(node.log_path());

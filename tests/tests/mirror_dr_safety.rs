@@ -33,7 +33,7 @@ const FAST: &[(&str, &str)] = &[
 fn start_both(opts: KafkaOptions, kmirror_env: &[(&str, &str)]) -> (KafkaCluster, KmirrorNode) {
     start_kafka_and_kmirror(
         move || KafkaCluster::start_with(opts),
-        || KmirrorNode::start_with_env(&[], kmirror_env),
+        || KmirrorNode::builder().env(kmirror_env).start(),
     )
 }
 
@@ -575,7 +575,9 @@ fn compacted_and_forever_retention_topics_keep_old_data_on_the_destination() {
     let env: &[(&str, &str)] = &[];
     let (kafka, _unused) = start_both(opts, env);
     drop(_unused);
-    let node = KmirrorNode::start_with(&["--retention-check-secs", "1"]);
+    let node = KmirrorNode::builder()
+        .args(&["--retention-check-secs", "1"])
+        .start();
     let (src, dst) = (kafka.bootstrap(), node.addr());
     kafka.create_topic("forever", 1, &[("segment.bytes", "1048576")]);
     kafka.create_topic(

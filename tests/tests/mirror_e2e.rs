@@ -80,7 +80,7 @@ fn kafka_topic_is_mirrored_log_equal_read_only_then_fails_over_writable() {
     let (acked, errors, _) = java_produce(&src, 3_000, &[]);
     assert_eq!((acked, errors), (3_000, 0), "producing to Kafka");
 
-    let node = KmirrorNode::start_with(&["--cores", "2"]);
+    let node = KmirrorNode::builder().args(&["--cores", "2"]).start();
     let dst = node.addr();
     cli(
         &dst,
@@ -234,8 +234,8 @@ fn produce_batches(boot: &str, topic: &str, n: usize, tag: &str) {
 
 #[test]
 fn kmirror_failback_truncates_exactly_the_divergent_tail() {
-    let a = KmirrorNode::start_with(&["--cores", "1"]);
-    let b = KmirrorNode::start_with(&["--cores", "2"]);
+    let a = KmirrorNode::builder().args(&["--cores", "1"]).start();
+    let b = KmirrorNode::builder().args(&["--cores", "2"]).start();
     let (aa, ba) = (a.addr(), b.addr());
     let t = "payments";
     let code = WireClient::connect(&aa)
@@ -295,8 +295,8 @@ fn kmirror_failback_truncates_exactly_the_divergent_tail() {
 
 #[test]
 fn mirroring_resumes_after_sigkill_of_the_destination_without_operator_action() {
-    let a = KmirrorNode::start_with(&["--cores", "1"]);
-    let mut b = KmirrorNode::start_with(&["--cores", "2"]);
+    let a = KmirrorNode::builder().args(&["--cores", "1"]).start();
+    let mut b = KmirrorNode::builder().args(&["--cores", "2"]).start();
     let (aa, ba) = (a.addr(), b.addr());
     let t = "events";
     assert_eq!(
@@ -396,8 +396,8 @@ fn fetch_offset(boot: &str, group: &str, topic: &str) -> i64 {
 
 #[test]
 fn group_offsets_are_synced_and_clamped_to_the_mirrored_log() {
-    let a = KmirrorNode::start_with(&["--cores", "1"]);
-    let b = KmirrorNode::start_with(&["--cores", "1"]);
+    let a = KmirrorNode::builder().args(&["--cores", "1"]).start();
+    let b = KmirrorNode::builder().args(&["--cores", "1"]).start();
     let (aa, ba) = (a.addr(), b.addr());
     let t = "clicks";
     assert_eq!(
@@ -449,8 +449,8 @@ fn describe_one(dst: &str, mirror: &str) -> serde_json::Value {
 
 #[test]
 fn paused_partition_shows_source_progress_and_growing_lag_ms_then_resumes() {
-    let a = KmirrorNode::start_with(&["--cores", "1"]);
-    let b = KmirrorNode::start_with(&["--cores", "1"]);
+    let a = KmirrorNode::builder().args(&["--cores", "1"]).start();
+    let b = KmirrorNode::builder().args(&["--cores", "1"]).start();
     let (aa, ba) = (a.addr(), b.addr());
     let t = "audit";
     assert_eq!(
@@ -594,14 +594,14 @@ fn consumer_protocol_group_offsets_sync_from(src: &str, b: &KmirrorNode) {
 
 #[test]
 fn consumer_protocol_group_offsets_are_synced_from_kmirror() {
-    let a = KmirrorNode::start_with(&["--cores", "1"]);
-    let b = KmirrorNode::start_with(&["--cores", "1"]);
+    let a = KmirrorNode::builder().args(&["--cores", "1"]).start();
+    let b = KmirrorNode::builder().args(&["--cores", "1"]).start();
     consumer_protocol_group_offsets_sync_from(&a.addr(), &b);
 }
 
 #[test]
 fn consumer_protocol_group_offsets_are_synced_from_apache_kafka() {
     let kafka = KafkaCluster::single();
-    let b = KmirrorNode::start_with(&["--cores", "1"]);
+    let b = KmirrorNode::builder().args(&["--cores", "1"]).start();
     consumer_protocol_group_offsets_sync_from(&kafka.bootstrap(), &b);
 }

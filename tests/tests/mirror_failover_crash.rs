@@ -101,7 +101,9 @@ fn sigkill_at_each_failover_step_then_restart_completes_the_failover_exactly_onc
     }
 
     for (step, topic) in STEPS.iter().zip(&topics) {
-        let mut node = KmirrorNode::start_with_env(&[], &[("KMIRROR_FAILPOINT", step)]);
+        let mut node = KmirrorNode::builder()
+            .env(&[("KMIRROR_FAILPOINT", step)])
+            .start();
         let dst = node.addr();
         mirror::create(
             &dst,

@@ -121,7 +121,7 @@ fn produce(c: &mut WireClient, topic: &str, partition: i32, tag: &str) -> Result
 fn two_hundred_partitions_share_a_few_source_connections_and_are_log_equal() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
-        KmirrorNode::start_with(&["--cores", "2"])
+        KmirrorNode::builder().args(&["--cores", "2"]).start()
     });
     let src = kafka.bootstrap();
     let dst = node.addr();
@@ -239,7 +239,9 @@ fn lost_session_and_source_restart_lose_and_duplicate_nothing() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let maddr = format!("127.0.0.1:{}", proc::free_port());
     let (mut kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
-        KmirrorNode::start_with(&["--cores", "1", "--metrics", &maddr])
+        KmirrorNode::builder()
+            .args(&["--cores", "1", "--metrics", &maddr])
+            .start()
     });
     let src = kafka.bootstrap();
     let dst = node.addr();
@@ -314,7 +316,7 @@ fn a_source_without_session_slots_is_mirrored_with_full_fetches() {
                 ..KafkaOptions::default()
             })
         },
-        || KmirrorNode::start_with(&["--cores", "2"]),
+        || KmirrorNode::builder().args(&["--cores", "2"]).start(),
     );
     let src = kafka.bootstrap();
     let dst = node.addr();
@@ -391,7 +393,7 @@ fn a_bulk_backlog_does_not_hold_back_a_live_partition_in_the_same_session() {
     const BATCHES: usize = 200;
     let _heavy = kmirror_tests::heavy_test_lock();
     let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
-        KmirrorNode::start_with(&["--cores", "1"])
+        KmirrorNode::builder().args(&["--cores", "1"]).start()
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

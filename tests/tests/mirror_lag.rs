@@ -57,7 +57,9 @@ fn first_lag_while_behind(dst: &str, state: &str, what: &str) -> (i64, i64) {
 fn lag_ms_after_resume_and_after_a_restart_is_the_age_of_the_oldest_unmirrored_record() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let (kafka, mut node) = start_kafka_and_kmirror(KafkaCluster::single, || {
-        KmirrorNode::start_with(&["--mirror-byte-rate", RATE])
+        KmirrorNode::builder()
+            .args(&["--mirror-byte-rate", RATE])
+            .start()
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

@@ -115,7 +115,7 @@ fn metrics_count_mirrored_records_and_bytes_exactly_and_follow_lag_and_state() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let maddr = format!("127.0.0.1:{}", proc::free_port());
     let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
-        KmirrorNode::start_with(&["--metrics", &maddr])
+        KmirrorNode::builder().args(&["--metrics", &maddr]).start()
     });
     let (src, dst) = (kafka.bootstrap(), node.addr());
     let log = node.log_path();

@@ -62,12 +62,14 @@ fn measure(dst: &str, bytes_per_record: f64, hot_lag: &mut impl FnMut()) -> f64 
 fn the_ceiling_holds_as_a_total_changes_at_runtime_and_priority_topics_keep_up() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
-        KmirrorNode::start_with(&[
-            "--mirror-byte-rate",
-            &FIRST_RATE.to_string(),
-            "--cores",
-            "2",
-        ])
+        KmirrorNode::builder()
+            .args(&[
+                "--mirror-byte-rate",
+                &FIRST_RATE.to_string(),
+                "--cores",
+                "2",
+            ])
+            .start()
     });
     let src = kafka.bootstrap();
     let dst = node.addr();

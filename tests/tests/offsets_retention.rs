@@ -85,12 +85,14 @@ fn committed_offsets_of_empty_groups_expire_after_offsets_retention_minutes() {
         ],
         ..KafkaOptions::default()
     });
-    let node = KmirrorNode::start_with(&[
-        "--offsets-retention-minutes",
-        "1",
-        "--offsets-retention-check-interval-ms",
-        "1000",
-    ]);
+    let node = KmirrorNode::builder()
+        .args(&[
+            "--offsets-retention-minutes",
+            "1",
+            "--offsets-retention-check-interval-ms",
+            "1000",
+        ])
+        .start();
     let (kb, mb) = (kafka.bootstrap(), node.addr());
     let k0 = commit_both(&kb);
     let m0 = commit_both(&mb);

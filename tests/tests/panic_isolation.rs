@@ -18,10 +18,10 @@ use kmirror_tests::{proc, python, KmirrorNode, WireClient};
 #[test]
 fn a_panicking_connection_closes_alone_while_the_core_keeps_serving() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let mut node = KmirrorNode::start_with_env(
-        &["--cores", "1"],
-        &[("KMIRROR_FAILPOINT", "panic-on-client-id:boom")],
-    );
+    let mut node = KmirrorNode::builder()
+        .args(&["--cores", "1"])
+        .env(&[("KMIRROR_FAILPOINT", "panic-on-client-id:boom")])
+        .start();
     let boot = node.addr();
     let mut admin = WireClient::connect(&boot).expect("connect");
     assert_eq!(admin.create_topic("steady", 1, 1, &[]).expect("create"), 0);
@@ -110,10 +110,10 @@ fn a_panicking_connection_closes_alone_while_the_core_keeps_serving() {
 #[test]
 fn a_panicking_append_job_fails_that_produce_only() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let mut node = KmirrorNode::start_with_env(
-        &["--cores", "1"],
-        &[("KMIRROR_FAILPOINT", "panic-in-append:doomed")],
-    );
+    let mut node = KmirrorNode::builder()
+        .args(&["--cores", "1"])
+        .env(&[("KMIRROR_FAILPOINT", "panic-in-append:doomed")])
+        .start();
     let boot = node.addr();
     let mut c = WireClient::connect(&boot).expect("connect");
     assert_eq!(c.create_topic("doomed", 1, 1, &[]).expect("create"), 0);

@@ -422,9 +422,9 @@ fn given_secured_kmirror_when_java_librdkafka_and_franz_go_use_sasl_ssl_and_mtls
     let pki = TestPki::new();
     let server = pki.server("kmirror");
     let carol = pki.client("carol", &[("CN", "carol")]);
-    let mut node = KmirrorNode::start_listeners(
-        &["PLAINTEXT", "SASL_SSL", "SSL"],
-        &[
+    let mut node = KmirrorNode::builder()
+        .listeners(&["PLAINTEXT", "SASL_SSL", "SSL"])
+        .args(&[
             "--tls-cert",
             server.cert.to_str().unwrap(),
             "--tls-key",
@@ -437,8 +437,8 @@ fn given_secured_kmirror_when_java_librdkafka_and_franz_go_use_sasl_ssl_and_mtls
             "true",
             "--super-users",
             "User:admin;User:ANONYMOUS",
-        ],
-    );
+        ])
+        .start();
     assert!(node.stop(), "clean stop");
     sasl::scram_add(&node.data_dir(), "admin", "SCRAM-SHA-512", ADMIN_PW);
     node.start_again();

@@ -99,7 +99,10 @@ fn metric(addr: &str, name: &str) -> i64 {
 /// A kmirror node with PLAINTEXT and SASL_PLAINTEXT listeners and `admin` bootstrapped
 /// offline with SCRAM-SHA-512.
 fn kmirror_sasl(extra: &[&str]) -> KmirrorNode {
-    let mut node = KmirrorNode::start_listeners(&["PLAINTEXT", "SASL_PLAINTEXT"], extra);
+    let mut node = KmirrorNode::builder()
+        .listeners(&["PLAINTEXT", "SASL_PLAINTEXT"])
+        .args(extra)
+        .start();
     assert!(node.stop(), "clean stop");
     sasl::scram_add(&node.data_dir(), "admin", "SCRAM-SHA-512", ADMIN_PW);
     node.start_again();
@@ -560,9 +563,9 @@ fn given_a_jwks_when_clients_present_bearer_tokens_should_accept_only_valid_ones
     let key = JwtKey::new("k1");
     let jwks = dir.path().join("jwks.json");
     std::fs::write(&jwks, key.jwks()).unwrap();
-    let node = KmirrorNode::start_listeners(
-        &["PLAINTEXT", "SASL_PLAINTEXT"],
-        &[
+    let node = KmirrorNode::builder()
+        .listeners(&["PLAINTEXT", "SASL_PLAINTEXT"])
+        .args(&[
             "--sasl-mechanisms",
             "OAUTHBEARER",
             "--sasl-oauthbearer-jwks-file",
@@ -571,8 +574,8 @@ fn given_a_jwks_when_clients_present_bearer_tokens_should_accept_only_valid_ones
             "https://idp.test",
             "--sasl-oauthbearer-expected-audience",
             "kmirror",
-        ],
-    );
+        ])
+        .start();
     let addr = node.listener_addr("SASL_PLAINTEXT");
     let now = sasl::unix_now();
     let claims = |sub: &str, iss: &str, aud: &str, exp: i64| serde_json::json!({"sub": sub, "iss": iss, "aud": aud, "exp": exp, "iat": now});
@@ -791,15 +794,15 @@ fn given_a_sasl_ssl_listener_when_librdkafka_authenticates_should_round_trip() {
     let t = Instant::now();
     let pki = kmirror_tests::pki::TestPki::new();
     let server = pki.server("kmirror");
-    let mut node = KmirrorNode::start_listeners(
-        &["PLAINTEXT", "SASL_SSL"],
-        &[
+    let mut node = KmirrorNode::builder()
+        .listeners(&["PLAINTEXT", "SASL_SSL"])
+        .args(&[
             "--tls-cert",
             server.cert.to_str().unwrap(),
             "--tls-key",
             server.key.to_str().unwrap(),
-        ],
-    );
+        ])
+        .start();
     assert!(node.stop(), "clean stop");
     sasl::scram_add(&node.data_dir(), "alice", "SCRAM-SHA-256", ALICE_PW);
     node.start_again();

@@ -246,7 +246,10 @@ fn kmirror_tls(pki: &TestPki, server: &Identity, mutual: bool) -> (KmirrorNode, 
         args.push(pki.ca_pem.display().to_string());
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    let node = KmirrorNode::start_listeners(&["PLAINTEXT", "SSL"], &args);
+    let node = KmirrorNode::builder()
+        .listeners(&["PLAINTEXT", "SSL"])
+        .args(&args)
+        .start();
     let ssl = node.listener_addr("SSL");
     let t = Target {
         plain: node.listener_addr("PLAINTEXT"),

@@ -753,7 +753,10 @@ fn a_one_node_data_dir_written_by_d07dd8c_opens_with_everything_intact() {
     let m = manifest();
     // A node of the binary under test with its own listeners; its fresh data dir is then
     // replaced by the fixture's.
-    let mut node = KmirrorNode::start_listeners(&["PLAINTEXT", "SASL_PLAINTEXT"], SERVE_FLAGS);
+    let mut node = KmirrorNode::builder()
+        .listeners(&["PLAINTEXT", "SASL_PLAINTEXT"])
+        .args(SERVE_FLAGS)
+        .start();
     assert!(node.stop(), "clean stop of the fresh node");
     let data = node.data_dir();
     std::fs::remove_dir_all(&data).expect("remove fresh data dir");

@@ -268,10 +268,10 @@ fn main_tls(records: u64, partitions: i32, rounds: usize) {
         server.cert.display().to_string(),
         server.key.display().to_string(),
     );
-    let mut node = KmirrorNode::start_listeners(
-        &["PLAINTEXT", "SSL"],
-        &["--tls-cert", &cert, "--tls-key", &key],
-    );
+    let mut node = KmirrorNode::builder()
+        .listeners(&["PLAINTEXT", "SSL"])
+        .args(&["--tls-cert", &cert, "--tls-key", &key])
+        .start();
     let (kp, ks) = (kafka.bootstrap(), kafka.ssl_bootstrap());
     let (mp, ms) = (node.listener_addr("PLAINTEXT"), node.listener_addr("SSL"));
     // Warm-up of both, untimed.
@@ -422,12 +422,14 @@ fn main_consume(records: u64, partitions: i32, rounds: usize) {
     let alt_env: Vec<(&str, &str)> = alt_env.iter().filter_map(|w| w.split_once('=')).collect();
     let (mut copying, alt_name): (KmirrorNode, &'static str) = if alt.trim().is_empty() {
         (
-            KmirrorNode::start_with_env(&[], &[("KMIRROR_SENDFILE", "1")]),
+            KmirrorNode::builder()
+                .env(&[("KMIRROR_SENDFILE", "1")])
+                .start(),
             "kmirror, sendfile forced",
         )
     } else {
         (
-            KmirrorNode::start_with_env(&alt_args, &alt_env),
+            KmirrorNode::builder().args(&alt_args).env(&alt_env).start(),
             Box::leak(format!("kmirror {alt}").into_boxed_str()),
         )
     };
