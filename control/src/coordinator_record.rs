@@ -26,6 +26,7 @@ pub type DecodeError = String;
 const KIND_RECORD: u8 = 1;
 const KIND_TRANSACTIONAL: u8 = 2;
 const KIND_MARKER: u8 = 3;
+const KIND_PRODUCER_ID_BLOCK: u8 = 4;
 
 /// Whether a payload is a record of the old JSON encoding (written before Kafka's format).
 pub fn is_legacy_json(payload: &[u8]) -> bool {
@@ -35,10 +36,13 @@ pub fn is_legacy_json(payload: &[u8]) -> bool {
 /// One payload of a coordinator record file.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Payload {
-    /// A record as Kafka writes it: key bytes and value bytes, `None` for a tombstone.
+    /// A record as Kafka writes it: key bytes and value bytes, `None` for a tombstone, and
+    /// record headers, where kmirror keeps what Kafka's schema has no field for (Kafka's
+    /// readers ignore headers).
     Record {
         key: Vec<u8>,
         value: Option<Vec<u8>>,
+        headers: Vec<(String, Vec<u8>)>,
     },
     /// A record of producer `producer_id`'s open transaction. Kafka writes a TxnOffsetCommit's
     /// offsets as ordinary OffsetCommit records inside a transactional batch of the producer
@@ -59,15 +63,37 @@ pub enum Payload {
         commit: bool,
         group: String,
     },
+    /// kmirror's own: every producer id below `end` may have been handed out by this
+    /// coordinator. Kafka's brokers take producer-id blocks from the controller
+    /// (AllocateProducerIds, kept in the metadata log); a one-node kmirror keeps them here.
+    ProducerIdBlock { end: i64 },
 }
 
 impl Payload {
+    /// A record without headers.
+    pub fn record(key: Vec<u8>, value: Option<Vec<u8>>) -> Payload {
+        Payload::Record {
+            key,
+            value,
+            headers: Vec::new(),
+        }
+    }
+
     pub fn encode(&self) -> Vec<u8> {
         let mut w = Writer::classic();
         match self {
-            Payload::Record { key, value } => {
+            Payload::Record {
+                key,
+                value,
+                headers,
+            } => {
                 w.raw(&[KIND_RECORD]);
                 w.key_value(key, value.as_deref());
+                w.array_len(headers.len());
+                for (name, v) in headers {
+                    w.string(name);
+                    w.bytes(v);
+                }
             }
             Payload::Transactional {
                 producer_id,
@@ -90,6 +116,10 @@ impl Payload {
                 w.i16(i16::from(*commit));
                 w.string(group);
             }
+            Payload::ProducerIdBlock { end } => {
+                w.raw(&[KIND_PRODUCER_ID_BLOCK]);
+                w.i64(*end);
+            }
         }
         w.into_bytes()
     }
@@ -102,7 +132,15 @@ impl Payload {
         let p = match kind {
             KIND_RECORD => {
                 let (key, value) = r.key_value()?;
-                Payload::Record { key, value }
+                let mut headers = Vec::new();
+                for _ in 0..r.array_len()? {
+                    headers.push((r.string()?, r.bytes()?));
+                }
+                Payload::Record {
+                    key,
+                    value,
+                    headers,
+                }
             }
             KIND_TRANSACTIONAL => {
                 let producer_id = r.i64()?;
@@ -131,6 +169,7 @@ impl Payload {
                     group,
                 }
             }
+            KIND_PRODUCER_ID_BLOCK => Payload::ProducerIdBlock { end: r.i64()? },
             k => return Err(format!("unknown payload kind {k}")),
         };
         r.end()?;
@@ -160,6 +199,13 @@ pub fn value(version: i16, flexible_from: i16, fields: impl FnOnce(&mut Writer))
 pub struct Writer {
     buf: Vec<u8>,
     flexible: bool,
+}
+
+/// Fields of a non-flexible message without a version prefix (e.g. a record header's value).
+pub fn classic(fields: impl FnOnce(&mut Writer)) -> Vec<u8> {
+    let mut w = Writer::classic();
+    fields(&mut w);
+    w.into_bytes()
 }
 
 impl Writer {
@@ -284,7 +330,8 @@ pub struct Reader<'a> {
 const SHORT: &str = "record ends early";
 
 impl<'a> Reader<'a> {
-    fn classic(buf: &'a [u8]) -> Reader<'a> {
+    /// A reader over fields of a non-flexible message without a version prefix.
+    pub fn classic(buf: &'a [u8]) -> Reader<'a> {
         Reader {
             buf,
             flexible: false,
@@ -459,14 +506,14 @@ mod tests {
     #[test]
     fn payload_kinds_round_trip_and_never_start_like_json() {
         let all = [
+            Payload::record(vec![0, 1, 2], Some(vec![3])),
+            Payload::record(vec![0, 2], None),
             Payload::Record {
-                key: vec![0, 1, 2],
-                value: Some(vec![3]),
+                key: vec![0, 0],
+                value: Some(vec![1]),
+                headers: vec![("h".into(), vec![2, 3])],
             },
-            Payload::Record {
-                key: vec![0, 2],
-                value: None,
-            },
+            Payload::ProducerIdBlock { end: 1000 },
             Payload::Transactional {
                 producer_id: 7,
                 key: vec![0, 1],
@@ -487,13 +534,13 @@ mod tests {
     }
 
     #[test]
-    fn a_record_payload_is_kind_then_length_prefixed_key_and_value() {
-        let bytes = Payload::Record {
-            key: vec![0xAA],
-            value: None,
-        }
-        .encode();
-        assert_eq!(bytes, [1, 0, 0, 0, 1, 0xAA, 0xFF, 0xFF, 0xFF, 0xFF]);
+    fn a_record_payload_is_kind_then_length_prefixed_key_value_and_headers() {
+        let bytes = Payload::record(vec![0xAA], None).encode();
+        assert_eq!(
+            bytes,
+            [1, 0, 0, 0, 1, 0xAA, 0xFF, 0xFF, 0xFF, 0xFF, 0, 0, 0, 0],
+            "kind, key, null value, no headers"
+        );
     }
 
     #[test]

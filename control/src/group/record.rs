@@ -284,7 +284,7 @@ impl Rec {
 
     /// The key this record writes (for records of a consumer group's state).
     pub(crate) fn payload(&self) -> Payload {
-        let record = |key, value| Payload::Record { key, value };
+        let record = Payload::record;
         match self {
             Rec::Group {
                 group,
@@ -440,7 +440,7 @@ impl Rec {
             return serde_json::from_slice(bytes).map_err(|e| e.to_string());
         }
         match Payload::decode(bytes)? {
-            Payload::Record { key, value } => decode_record(&key, value.as_deref()),
+            Payload::Record { key, value, .. } => decode_record(&key, value.as_deref()),
             Payload::Transactional {
                 producer_id,
                 key,
@@ -475,6 +475,7 @@ impl Rec {
                 pid: producer_id,
                 commit,
             }),
+            p @ Payload::ProducerIdBlock { .. } => Err(format!("not a group record: {p:?}")),
         }
     }
 }
@@ -747,11 +748,7 @@ pub(crate) fn keyed_payloads(records: &[Rec]) -> BTreeMap<Vec<u8>, Vec<u8>> {
 
 /// The tombstone of a record key.
 pub(crate) fn tombstone(key: &[u8]) -> Vec<u8> {
-    Payload::Record {
-        key: key.to_vec(),
-        value: None,
-    }
-    .encode()
+    Payload::record(key.to_vec(), None).encode()
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@ fn kv(rec: &Rec) -> (Vec<u8>, Option<Vec<u8>>) {
     let bytes = rec.encode();
     assert_eq!(bytes.len(), 1);
     match Payload::decode(&bytes[0]).unwrap() {
-        Payload::Record { key, value } => (key, value),
+        Payload::Record { key, value, .. } => (key, value),
         p => panic!("not a plain record: {p:?}"),
     }
 }
@@ -118,10 +118,7 @@ fn older_offset_commit_values_are_read() {
         &1_000i64.to_be_bytes(),
     ]);
     for (value, epoch) in [(v1, -1), (v3, 7)] {
-        let p = Payload::Record {
-            key: key.clone(),
-            value: Some(value),
-        };
+        let p = Payload::record(key.clone(), Some(value));
         let Rec::Offset { leader_epoch, .. } = Rec::decode(&p.encode()).unwrap() else {
             panic!("not an offset");
         };
@@ -228,10 +225,7 @@ fn group_metadata_version_0_takes_the_session_timeout_as_rebalance_timeout() {
         &[0, 0, 0, 0],
         &[0, 0, 0, 0],
     ]);
-    let p = Payload::Record {
-        key: cat(&[&2i16.to_be_bytes(), &s16("g")]),
-        value: Some(value),
-    };
+    let p = Payload::record(cat(&[&2i16.to_be_bytes(), &s16("g")]), Some(value));
     let Rec::Group { members, .. } = Rec::decode(&p.encode()).unwrap() else {
         panic!("not a group");
     };
@@ -401,10 +395,7 @@ fn consumer_group_tombstones_and_unknown_tags_are_read() {
         &[1, 0, 8],
         &7i64.to_be_bytes(),
     ]);
-    let p = Payload::Record {
-        key: cat(&[&3i16.to_be_bytes(), &s16("g")]),
-        value: Some(value),
-    };
+    let p = Payload::record(cat(&[&3i16.to_be_bytes(), &s16("g")]), Some(value));
     assert_eq!(
         Rec::decode(&p.encode()).unwrap(),
         Rec::CgEpoch {
@@ -529,17 +520,11 @@ fn a_consumer_groups_records_diff_by_key() {
 
 #[test]
 fn unknown_record_types_and_trailing_bytes_are_errors() {
-    let share = Payload::Record {
-        key: cat(&[&10i16.to_be_bytes(), &s16("g")]),
-        value: None,
-    };
+    let share = Payload::record(cat(&[&10i16.to_be_bytes(), &s16("g")]), None);
     assert!(Rec::decode(&share.encode()).is_err());
     let (key, value) = kv(&offset(Some("m")));
     let mut long = value.unwrap();
     long.push(0);
-    let p = Payload::Record {
-        key,
-        value: Some(long),
-    };
+    let p = Payload::record(key, Some(long));
     assert!(Rec::decode(&p.encode()).is_err());
 }
