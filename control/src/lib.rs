@@ -4,8 +4,9 @@
 //! machine (`mirror`), the classic consumer-group coordinator with its durable committed-offset store
 //! (`group`), the producer-id allocator and transaction coordinator (`txn`), the small
 //! CRC-framed record file both persist into (`offsets_log`), written through `append_file`,
-//! which never leaves a torn record in front of a later one, and Kafka's coordinator record
-//! format of what they write there (`coordinator_record`). Everything here is plain
+//! which never leaves a torn record in front of a later one, Kafka's coordinator record
+//! format of what they write there (`coordinator_record`) and which internal-topic partition
+//! coordinates a group or transactional id (`coordinator_partition`). Everything here is plain
 //! single-threaded state driven by explicit `now_ms` arguments and returning outcomes: no async
 //! runtime, no glommio, no wire-protocol crate (the `net` crate maps Kafka messages onto these
 //! types). Invariant: a reply is handed out only after the state change it reports was made
@@ -14,6 +15,7 @@
 pub mod acl;
 pub mod append_file;
 pub mod authz;
+pub mod coordinator_partition;
 pub mod coordinator_record;
 pub mod group;
 pub mod metadata;
