@@ -528,3 +528,64 @@ fn unknown_record_types_and_trailing_bytes_are_errors() {
     let p = Payload::record(key, Some(long));
     assert!(Rec::decode(&p.encode()).is_err());
 }
+
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
+/// The same records as written by Kafka 4.1.1's generated message classes
+/// (`MessageUtil.toCoordinatorTypePrefixedBytes` for keys, `toVersionPrefixedBytes` for values,
+/// run with kafka-group-coordinator-4.1.1.jar), as hex.
+#[test]
+fn bytes_equal_what_kafkas_own_generated_classes_write() {
+    let records = consumer_records("g", &consumer_group());
+    let by_type = |t: i16| {
+        records
+            .iter()
+            .find(|r| key_of(r)[..2] == t.to_be_bytes())
+            .unwrap()
+            .clone()
+    };
+    let cases: [(&Rec, &str, &str); 7] = [
+        (
+            &offset(Some("m")),
+            "000100016700017400000003",
+            "0004000000000000002a00000007026d00000000000003e800",
+        ),
+        (
+            &classic_group(vec![member()], None),
+            "0002000167",
+            "00030008636f6e73756d657200000005000572616e676500026d31ffffffffffffffff0000000100026d31\
+             0002693100016300022f68000493e00000afc80000000201020000000103",
+        ),
+        (&by_type(3), "0003000167", "00000000000400"),
+        (
+            &by_type(4),
+            "0004000167",
+            "0000020102030405060708090a0b0c0d0e0f10027400000003010000",
+        ),
+        (
+            &by_type(5),
+            "000500016700026d31",
+            "00000002720263032f6802027404782e2a0000753008756e69666f726d00",
+        ),
+        (
+            &by_type(7),
+            "000700016700026d31",
+            "0000020102030405060708090a0b0c0d0e0f1002000000000000",
+        ),
+        (
+            &by_type(8),
+            "000800016700026d31",
+            "0000000000040000000301020102030405060708090a0b0c0d0e0f100200000000000201020304050607\
+             08090a0b0c0d0e0f100300000001000000020000",
+        ),
+    ];
+    for (rec, key, value) in cases {
+        assert_eq!(key_of(rec), unhex(key), "key of {rec:?}");
+        assert_eq!(value_of(rec), unhex(value), "value of {rec:?}");
+    }
+}

@@ -265,6 +265,22 @@ mod tests {
         assert_eq!(TxnRec::decode(&rec.encode()).unwrap(), rec);
     }
 
+    /// As Kafka 4.1.1's generated TransactionLogKey / TransactionLogValue write them (hex).
+    #[test]
+    fn bytes_equal_what_kafkas_own_generated_classes_write() {
+        let rec = txn(TxnState::Ongoing, &[("a", 0), ("a", 2), ("b", 1)], &[]);
+        let Payload::Record { key, value, .. } = Payload::decode(&rec.encode()).unwrap() else {
+            panic!("not a record");
+        };
+        let hex = |b: &[u8]| b.iter().map(|x| format!("{x:02x}")).collect::<String>();
+        assert_eq!(hex(&key), "000000027478");
+        assert_eq!(
+            hex(&value.unwrap()),
+            "0000000000000000000700020000ea600100000002000161000000020000000000000002000162\
+             0000000100000001ffffffffffffffff00000000000003e8"
+        );
+    }
+
     #[test]
     fn an_empty_transaction_has_null_partitions_and_no_header() {
         let rec = txn(TxnState::Empty, &[], &[]);
