@@ -626,7 +626,7 @@ impl BrokerHost {
         &self,
         mirror: &MirrorDefinition,
         tp: &TopicPartition,
-        local_lme: Option<i32>,
+        local_lme: Option<LeaderEpoch>,
         skip_prepare: bool,
     ) -> FetchTask {
         use kmirror_control::mirror::definition::settings::{
@@ -1256,7 +1256,7 @@ impl Control {
         let r = match ev {
             FetchEvent::Prepared(plan) => {
                 if plan.truncated() > 0 {
-                    tracing::info!(%tp, truncated = plan.truncated(), to = plan.truncate_to, "failback truncation");
+                    tracing::info!(%tp, truncated = plan.truncated(), to = %plan.truncate_to, "failback truncation");
                 }
                 let (svc, host) = (&mut self.service, &mut self.host);
                 svc.coordinator_mut().preparation_done(&tp, host)
@@ -1271,13 +1271,14 @@ impl Control {
                 if let Err(e) = self.host.propose_topic(MetadataCommand::BumpLeaderEpoch {
                     name: tp.topic.clone(),
                     partition: tp.partition,
-                    at_least: to,
+                    at_least: to.get(),
                 }) {
                     tracing::warn!(%tp, error = %e, "cannot persist leader epoch");
                 }
                 Ok(())
             }
             FetchEvent::SourceLogStartMoved { lost_from, lost_to } => {
+                let (lost_from, lost_to) = (lost_from.get(), lost_to.get());
                 tracing::warn!(%tp, lost_from, lost_to, "source retention deleted records before they were mirrored");
                 let e = self.host.lost.entry(tp.clone()).or_insert((0, -1, -1));
                 *e = (e.0 + (lost_to - lost_from).max(0), lost_from, lost_to);
@@ -1472,7 +1473,7 @@ impl Control {
                     && self.host.leads(&meta, tp);
                 if wants && !running {
                     if let Some(def) = store.mirror(mirror) {
-                        let lme = store.last_mirrored_epoch(tp);
+                        let lme = store.last_mirrored_epoch(tp).map(LeaderEpoch);
                         let skip = *st != PartitionState::Preparing;
                         starts.push(self.host.fetch_task(def, tp, lme, skip));
                     }
@@ -1649,17 +1650,11 @@ impl Control {
                             let Ok(leader) = src.leader(&tp.topic, tp.partition).await else {
                                 continue;
                             };
-                            if let Ok((0, end)) = src
-                                .list_offset(
-                                    &leader,
-                                    &tp.topic,
-                                    tp.partition,
-                                    kmirror_types::LeaderEpoch(leader.leader_epoch),
-                                    -1,
-                                )
+                            if let Ok(Ok(end)) = src
+                                .list_offset(&leader, &tp.topic, tp.partition, leader.leader_epoch, -1)
                                 .await
                             {
-                                idle_ends.push((tp, end));
+                                idle_ends.push((tp, end.get()));
                             }
                         }
                         Ok(SourceSnapshot {
