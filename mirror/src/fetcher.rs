@@ -818,7 +818,7 @@ impl PartitionFetcher {
         observer: &mut O,
     ) -> Result<(), LocalError> {
         // A -1 on the wire says nothing: only a real epoch is learned.
-        if epoch.get() >= 0 && self.source_epoch.map_or(true, |known| epoch > known) {
+        if epoch.get() >= 0 && self.source_epoch.is_none_or(|known| epoch > known) {
             self.source_epoch = Some(epoch);
             self.status.source_leader_epoch = epoch.get();
         }
@@ -1010,7 +1010,7 @@ impl PartitionFetcher {
                     Some(CurrentLeader {
                         leader_id,
                         leader_epoch: epoch,
-                    }) if self.source_epoch.map_or(true, |known| epoch > known)
+                    }) if self.source_epoch.is_none_or(|known| epoch > known)
                         && leader_id.0 == leader.broker_id =>
                     {
                         if let Err(e) = self.learn_epoch(epoch, local, observer).await {
