@@ -617,10 +617,10 @@ fn add(
         .map(|r| PlanRow {
             topic: &r.topic,
             partition: r.partition,
-            local_end_offset: r.plan.local_end_offset,
-            truncate_to: r.plan.truncate_to,
+            local_end_offset: r.plan.local_end_offset.get(),
+            truncate_to: r.plan.truncate_to.get(),
             records_truncated: r.plan.truncated(),
-            last_mirrored_epoch: r.plan.last_mirrored_epoch,
+            last_mirrored_epoch: r.plan.last_mirrored_epoch.map(|e| e.get()),
         })
         .collect();
     if json {

@@ -828,7 +828,7 @@ pub mod build {
         OffsetForLeaderEpochRequest, TopicName,
     };
     use kafka_protocol::protocol::StrBytes;
-    use kmirror_types::LeaderEpoch;
+    use kmirror_types::{LeaderEpoch, Offset};
     use uuid::Uuid;
 
     /// `isolation_level` value for read_committed.
@@ -858,9 +858,9 @@ pub mod build {
         pub topic: String,
         pub topic_id: Uuid,
         pub partition: i32,
-        pub fetch_offset: i64,
-        /// Source leader epoch we know, -1 if unknown.
-        pub current_leader_epoch: i32,
+        pub fetch_offset: Offset,
+        /// Source leader epoch we know ([`LeaderEpoch::UNKNOWN`] until learned).
+        pub current_leader_epoch: LeaderEpoch,
         pub partition_max_bytes: i32,
     }
 
@@ -877,8 +877,8 @@ pub mod build {
         for p in parts {
             let fp = FetchPartition::default()
                 .with_partition(p.partition)
-                .with_current_leader_epoch(p.current_leader_epoch)
-                .with_fetch_offset(p.fetch_offset)
+                .with_current_leader_epoch(p.current_leader_epoch.get())
+                .with_fetch_offset(p.fetch_offset.get())
                 .with_last_fetched_epoch(-1)
                 .with_log_start_offset(-1)
                 .with_partition_max_bytes(p.partition_max_bytes);
@@ -991,7 +991,7 @@ mod tests {
     use super::*;
     use bytes::Buf;
     use kafka_protocol::messages::{MetadataRequest, MetadataResponse};
-    use kmirror_types::LeaderEpoch;
+    use kmirror_types::{LeaderEpoch, Offset};
 
     /// A one-shot TLS peer on loopback (rustls server, certificate from rcgen) that answers
     /// the client's ApiVersions and then waits for the client to hang up; returns its
@@ -1218,8 +1218,8 @@ mod tests {
             topic: "t".into(),
             topic_id: uuid::Uuid::from_bytes([1; 16]),
             partition: 0,
-            fetch_offset: 0,
-            current_leader_epoch: -1,
+            fetch_offset: Offset(0),
+            current_leader_epoch: LeaderEpoch::UNKNOWN,
             partition_max_bytes: 1024,
         };
         for v in 13..=18 {
@@ -1237,8 +1237,8 @@ mod tests {
             topic: "orders".into(),
             topic_id: id,
             partition: p,
-            fetch_offset: 10,
-            current_leader_epoch: -1,
+            fetch_offset: Offset(10),
+            current_leader_epoch: LeaderEpoch::UNKNOWN,
             partition_max_bytes: 1 << 20,
         });
         let f = build::consumer_fetch(&parts, 500, 1, 50 << 20, "");

@@ -33,7 +33,7 @@ use kmirror_log::batch::{
     ATTRIBUTES_POS, BASE_TIMESTAMP_POS, LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD,
     MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS, RECORDS_COUNT_POS,
 };
-use kmirror_types::{LeaderEpoch, TopicPartition};
+use kmirror_types::{ErrorCode, LeaderEpoch, NodeId, Offset, TopicPartition};
 use uuid::Uuid;
 
 use crate::client::{build, BlockingConnection, ClientError, Connection, Transport};
@@ -57,32 +57,41 @@ pub enum LocalError {
     Other(String),
 }
 
+/// The end of a leader epoch in a log (Kafka's OffsetsForLeaderEpoch answer): the largest
+/// epoch at or below the one asked for, and the offset where it ends (the start of the next
+/// higher epoch, or the log end).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochEnd {
+    pub epoch: LeaderEpoch,
+    pub end_offset: Offset,
+}
+
 /// The destination partition as the fetcher sees it. Async so the broker can implement it
 /// with its engine's `Router::with_partition` (inline on the owning core): no borrow of the
 /// log may be held across an `.await` in an implementation.
 #[allow(async_fn_in_trait)]
 pub trait LocalPartition {
-    async fn log_start_offset(&self) -> i64;
+    async fn log_start_offset(&self) -> Result<Offset, LocalError>;
     /// Next offset to be written (where fetching resumes after a restart).
-    async fn log_end_offset(&self) -> i64;
+    async fn log_end_offset(&self) -> Result<Offset, LocalError>;
     /// The destination partition's leader epoch.
-    async fn leader_epoch(&self) -> i32;
+    async fn leader_epoch(&self) -> Result<LeaderEpoch, LocalError>;
     /// Raise the destination leader epoch to `epoch` (called only when it is higher).
-    async fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError>;
+    async fn bump_leader_epoch_to(&mut self, epoch: LeaderEpoch) -> Result<(), LocalError>;
     /// Append whole batches verbatim at their own offsets (`kmirror_log::Log::append_mirror`;
     /// on a single node the high watermark follows the log end). Returns the last offset.
-    async fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError>;
+    async fn append_mirror(&mut self, batches: Bytes) -> Result<Offset, LocalError>;
     /// Drop everything and make `offset` the new log start and end.
-    async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError>;
-    /// Kafka OffsetsForLeaderEpoch on the local log: the largest epoch <= `epoch` and its end
-    /// offset (`kmirror_log::Log::end_offset_for_epoch`); None if no such epoch.
-    async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)>;
+    async fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LocalError>;
+    /// Kafka OffsetsForLeaderEpoch on the local log (`kmirror_log::Log::end_offset_for_epoch`);
+    /// None if the log holds no epoch <= `epoch` (or cannot be read).
+    async fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<EpochEnd>;
     /// Drop every batch at or above `offset` (failback truncation).
-    async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError>;
+    async fn truncate_to(&mut self, offset: Offset) -> Result<(), LocalError>;
     /// Raise the log start to `offset` (at most the high watermark), as DeleteRecords does, so
     /// the destination's log start follows the source's (a Kafka follower does the same).
     /// Views that cannot do it leave the log start alone.
-    async fn advance_log_start_to(&mut self, offset: i64) -> Result<(), LocalError> {
+    async fn advance_log_start_to(&mut self, offset: Offset) -> Result<(), LocalError> {
         let _ = offset;
         Ok(())
     }
@@ -111,93 +120,79 @@ impl EngineLocalPartition {
         self.router
             .with_partition(self.tp.clone(), f)
             .await
-            .map_err(engine_to_local)?
+            .map_err(LocalError::from)?
     }
 }
 
-fn engine_to_local(e: kmirror_engine::EngineError) -> LocalError {
-    match e {
-        kmirror_engine::EngineError::Log(l) => log_to_local(l),
-        other => LocalError::Other(other.to_string()),
+/// The engine's errors as the fetcher tells them apart (the one map at this seam).
+impl From<kmirror_engine::EngineError> for LocalError {
+    fn from(e: kmirror_engine::EngineError) -> LocalError {
+        match e {
+            kmirror_engine::EngineError::Log(l) => l.into(),
+            other => LocalError::Other(other.to_string()),
+        }
     }
 }
 
-fn log_to_local(e: kmirror_log::LogError) -> LocalError {
-    match e {
-        kmirror_log::LogError::Corrupt { .. } | kmirror_log::LogError::InvalidRecord(_) => {
-            LocalError::Corrupt(e.to_string())
+impl From<kmirror_log::LogError> for LocalError {
+    fn from(e: kmirror_log::LogError) -> LocalError {
+        match e {
+            kmirror_log::LogError::Corrupt { .. } | kmirror_log::LogError::InvalidRecord(_) => {
+                LocalError::Corrupt(e.to_string())
+            }
+            kmirror_log::LogError::NonMonotonicMirrorOffset { .. } => {
+                LocalError::NonMonotonic(e.to_string())
+            }
+            other => LocalError::Other(other.to_string()),
         }
-        kmirror_log::LogError::NonMonotonicMirrorOffset { .. } => {
-            LocalError::NonMonotonic(e.to_string())
-        }
-        other => LocalError::Other(other.to_string()),
     }
 }
 
 impl LocalPartition for EngineLocalPartition {
-    async fn log_start_offset(&self) -> i64 {
-        self.with(|p| Ok(p.log.log_start_offset().0))
-            .await
-            .unwrap_or(-1)
+    async fn log_start_offset(&self) -> Result<Offset, LocalError> {
+        self.with(|p| Ok(p.log.log_start_offset())).await
     }
-    async fn log_end_offset(&self) -> i64 {
-        self.with(|p| Ok(p.log.log_end_offset().0))
-            .await
-            .unwrap_or(-1)
+    async fn log_end_offset(&self) -> Result<Offset, LocalError> {
+        self.with(|p| Ok(p.log.log_end_offset())).await
     }
-    async fn leader_epoch(&self) -> i32 {
-        self.with(|p| Ok(p.leader_epoch.0)).await.unwrap_or(-1)
+    async fn leader_epoch(&self) -> Result<LeaderEpoch, LocalError> {
+        self.with(|p| Ok(p.leader_epoch)).await
     }
-    async fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
+    async fn bump_leader_epoch_to(&mut self, epoch: LeaderEpoch) -> Result<(), LocalError> {
         self.with(move |p| {
-            if epoch > p.leader_epoch.0 {
-                p.leader_epoch = kmirror_types::LeaderEpoch(epoch);
+            if epoch > p.leader_epoch {
+                p.leader_epoch = epoch;
             }
             Ok(())
         })
         .await
     }
-    async fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
-        self.with(move |p| {
-            p.append_mirror(batches)
-                .map(|i| i.last_offset.0)
-                .map_err(engine_to_local)
-        })
-        .await
+    async fn append_mirror(&mut self, batches: Bytes) -> Result<Offset, LocalError> {
+        self.with(move |p| Ok(p.append_mirror(batches)?.last_offset))
+            .await
     }
-    async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
-        self.with(move |p| {
-            p.log
-                .truncate_fully_and_start_at(kmirror_types::Offset(offset))
-                .map_err(log_to_local)
-        })
-        .await
+    async fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LocalError> {
+        self.with(move |p| Ok(p.log.truncate_fully_and_start_at(offset)?))
+            .await
     }
-    async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+    async fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<EpochEnd> {
         self.with(move |p| {
             Ok(p.log
-                .end_offset_for_epoch(kmirror_types::LeaderEpoch(epoch))
-                .map(|(e, o)| (e.0, o.0)))
+                .end_offset_for_epoch(epoch)
+                .map(|(epoch, end_offset)| EpochEnd { epoch, end_offset }))
         })
         .await
         .ok()
         .flatten()
     }
-    async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
-        self.with(move |p| {
-            p.log
-                .truncate_to(kmirror_types::Offset(offset))
-                .map_err(log_to_local)
-        })
-        .await
+    async fn truncate_to(&mut self, offset: Offset) -> Result<(), LocalError> {
+        self.with(move |p| Ok(p.log.truncate_to(offset)?)).await
     }
-    async fn advance_log_start_to(&mut self, offset: i64) -> Result<(), LocalError> {
+    async fn advance_log_start_to(&mut self, offset: Offset) -> Result<(), LocalError> {
         self.with(move |p| {
-            let to = offset.min(p.log.high_watermark().0);
-            p.log
-                .delete_records_before(kmirror_types::Offset(to))
-                .map(|_| ())
-                .map_err(log_to_local)
+            let to = offset.min(p.log.high_watermark());
+            p.log.delete_records_before(to)?;
+            Ok(())
         })
         .await
     }
@@ -208,21 +203,73 @@ impl LocalPartition for EngineLocalPartition {
 pub struct SourceLeader {
     pub broker_id: i32,
     pub addr: String,
-    pub leader_epoch: i32,
+    pub leader_epoch: LeaderEpoch,
     pub topic_id: Uuid,
 }
 
-/// One partition's answer to a Fetch.
+/// The leader a Fetch answer names (KIP-951 current-leader hint).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CurrentLeader {
+    pub leader_id: NodeId,
+    pub leader_epoch: LeaderEpoch,
+}
+
+/// One partition's answer to a Fetch: its records, or the error code the source answered.
+#[derive(Debug, Clone)]
+pub enum FetchOutcome {
+    Records(FetchedRecords),
+    Refused {
+        error: ErrorCode,
+        /// Current leader hint (KIP-951), if the source sent one.
+        current_leader: Option<CurrentLeader>,
+    },
+}
+
+/// The records of a partition the source answered without error, and its offsets then.
 #[derive(Debug, Clone, Default)]
-pub struct FetchOutcome {
-    pub error_code: i16,
-    pub high_watermark: i64,
-    pub last_stable_offset: i64,
-    pub log_start_offset: i64,
-    /// Current leader hint (KIP-951), if the source sent one.
-    pub current_leader: Option<(i32, i32)>,
+pub struct FetchedRecords {
+    pub high_watermark: Offset,
+    /// None when the source did not say (Kafka sends -1 then).
+    pub last_stable_offset: Option<Offset>,
+    /// None when the source did not say (Kafka sends -1 then).
+    pub log_start_offset: Option<Offset>,
     pub records: Bytes,
 }
+
+impl FetchOutcome {
+    /// A partition answer refused with `error` and no leader hint.
+    pub fn refused(error: ErrorCode) -> FetchOutcome {
+        FetchOutcome::Refused {
+            error,
+            current_leader: None,
+        }
+    }
+
+    /// One partition of a Fetch response (the one conversion from the wire, shared by the
+    /// single-partition source and the session loop).
+    pub fn from_wire(p: &kafka_protocol::messages::fetch_response::PartitionData) -> FetchOutcome {
+        let error = ErrorCode::new(p.error_code);
+        if !error.is_none() {
+            return FetchOutcome::Refused {
+                error,
+                current_leader: (p.current_leader.leader_epoch >= 0).then_some(CurrentLeader {
+                    leader_id: NodeId(p.current_leader.leader_id.0),
+                    leader_epoch: LeaderEpoch(p.current_leader.leader_epoch),
+                }),
+            };
+        }
+        let known = |o: i64| (o >= 0).then_some(Offset(o));
+        FetchOutcome::Records(FetchedRecords {
+            high_watermark: Offset(p.high_watermark),
+            last_stable_offset: known(p.last_stable_offset),
+            log_start_offset: known(p.log_start_offset),
+            records: p.records.clone().unwrap_or_default(),
+        })
+    }
+}
+
+/// The source's answer for one partition: the value, or the error code it answered.
+pub type PartitionAnswer<T> = Result<T, ErrorCode>;
 
 /// A source-side failure that is not a per-partition error code.
 #[derive(Debug, thiserror::Error)]
@@ -264,7 +311,7 @@ pub trait Source {
         req: &build::FetchPart,
         cfg: &FetcherConfig,
     ) -> Result<FetchOutcome, SourceError>;
-    /// ListOffsets (EARLIEST / LATEST, read_committed) of the partition; (error code, offset).
+    /// ListOffsets (EARLIEST / LATEST, read_committed) of the partition.
     async fn list_offset(
         &mut self,
         leader: &SourceLeader,
@@ -272,7 +319,7 @@ pub trait Source {
         partition: i32,
         current_leader_epoch: LeaderEpoch,
         timestamp: i64,
-    ) -> Result<(i16, i64), SourceError>;
+    ) -> Result<PartitionAnswer<Offset>, SourceError>;
     /// LastMirroredEpochs of a source that is a kmirror: the last source epoch it mirrored
     /// for this partition before failing over. None when it has no record or no such API.
     async fn last_mirrored_epoch(
@@ -280,8 +327,9 @@ pub trait Source {
         mirror: &str,
         topic: &str,
         partition: i32,
-    ) -> Result<Option<i32>, SourceError>;
-    /// OffsetsForLeaderEpoch (consumer) on the leader: (error code, epoch, end offset).
+    ) -> Result<Option<LeaderEpoch>, SourceError>;
+    /// OffsetsForLeaderEpoch (consumer) on the leader; None when the source holds no epoch
+    /// at or below `epoch`.
     async fn end_offset_for_epoch(
         &mut self,
         leader: &SourceLeader,
@@ -289,7 +337,7 @@ pub trait Source {
         partition: i32,
         current_leader_epoch: LeaderEpoch,
         epoch: LeaderEpoch,
-    ) -> Result<(i16, i32, i64), SourceError>;
+    ) -> Result<PartitionAnswer<Option<EpochEnd>>, SourceError>;
     async fn sleep(&mut self, d: Duration);
     fn now_ms(&self) -> i64;
 }
@@ -511,12 +559,12 @@ pub enum FetchEvent {
     LeaderChanged {
         broker_id: i32,
         addr: String,
-        leader_epoch: i32,
+        leader_epoch: LeaderEpoch,
     },
     /// The local leader epoch was raised to keep it >= the source's.
-    EpochBumped { to: i32 },
+    EpochBumped { to: LeaderEpoch },
     /// The source log start moved past our end: `[lost_from, lost_to)` was never mirrored.
-    SourceLogStartMoved { lost_from: i64, lost_to: i64 },
+    SourceLogStartMoved { lost_from: Offset, lost_to: Offset },
     /// The partition must go FAILED (reason for DescribeMirrors); the fetcher keeps retrying
     /// with backoff.
     Failed { reason: String },
@@ -597,7 +645,7 @@ pub enum FetcherExit {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Step {
     /// Appended `bytes` of batches up to this last offset.
-    Appended { last_offset: i64, bytes: usize },
+    Appended { last_offset: Offset, bytes: usize },
     /// Nothing new (caught up or empty response).
     Idle,
     /// Something to retry after the given backoff.
@@ -621,10 +669,19 @@ impl Backoff {
     }
 }
 
-/// Splits fetched bytes into the prefix of whole batches, returning (prefix, first base offset,
-/// last offset, max partition leader epoch). Incomplete trailing data (Kafka may cut the last
-/// batch at the size limit) is left out.
-pub fn complete_batches(records: &Bytes) -> Option<(Bytes, i64, i64, i32)> {
+/// The whole batches at the front of fetched bytes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WholeBatches {
+    pub bytes: Bytes,
+    pub first_base: Offset,
+    pub last_offset: Offset,
+    /// The largest partition leader epoch stamped in them.
+    pub max_epoch: LeaderEpoch,
+}
+
+/// Splits fetched bytes into the prefix of whole batches; None if there is none. Incomplete
+/// trailing data (Kafka may cut the last batch at the size limit) is left out.
+pub fn complete_batches(records: &Bytes) -> Option<WholeBatches> {
     let mut pos = 0usize;
     let mut first = None;
     let mut last = -1i64;
@@ -655,7 +712,12 @@ pub fn complete_batches(records: &Bytes) -> Option<(Bytes, i64, i64, i32)> {
         max_epoch = max_epoch.max(epoch);
         pos += total;
     }
-    first.map(|f| (records.slice(..pos), f, last, max_epoch))
+    first.map(|f| WholeBatches {
+        bytes: records.slice(..pos),
+        first_base: Offset(f),
+        last_offset: Offset(last),
+        max_epoch: LeaderEpoch(max_epoch),
+    })
 }
 
 /// The per-partition fetcher state.
@@ -665,7 +727,8 @@ pub struct PartitionFetcher {
     topic_id: Uuid,
     cfg: FetcherConfig,
     leader: Option<SourceLeader>,
-    source_epoch: i32,
+    /// The source leader epoch we know; None until learned (Fetch then sends -1).
+    source_epoch: Option<LeaderEpoch>,
     backoff: Backoff,
     consecutive_errors: u32,
     /// When a round last succeeded (or the first round began): how long errors have lasted.
@@ -691,7 +754,7 @@ impl PartitionFetcher {
             topic_id,
             cfg,
             leader: None,
-            source_epoch: -1,
+            source_epoch: None,
             backoff,
             consecutive_errors: 0,
             last_ok_ms: None,
@@ -711,8 +774,13 @@ impl PartitionFetcher {
         &self.status
     }
 
-    pub fn source_epoch(&self) -> i32 {
+    pub fn source_epoch(&self) -> Option<LeaderEpoch> {
         self.source_epoch
+    }
+
+    /// The epoch to send as the current leader epoch: unknown until learned.
+    fn known_source_epoch(&self) -> LeaderEpoch {
+        self.source_epoch.unwrap_or(LeaderEpoch::UNKNOWN)
     }
 
     /// Run until `stop` is set. Never returns an error: failures are reported as events and
@@ -745,24 +813,25 @@ impl PartitionFetcher {
 
     async fn learn_epoch<L: LocalPartition, O: FetchObserver>(
         &mut self,
-        epoch: i32,
+        epoch: LeaderEpoch,
         local: &mut L,
         observer: &mut O,
     ) -> Result<(), LocalError> {
-        if epoch > self.source_epoch {
-            self.source_epoch = epoch;
-            self.status.source_leader_epoch = epoch;
+        // A -1 on the wire says nothing: only a real epoch is learned.
+        if epoch.get() >= 0 && self.source_epoch.is_none_or(|known| epoch > known) {
+            self.source_epoch = Some(epoch);
+            self.status.source_leader_epoch = epoch.get();
         }
         self.ensure_local_epoch(epoch, local, observer).await
     }
 
     async fn ensure_local_epoch<L: LocalPartition, O: FetchObserver>(
         &mut self,
-        epoch: i32,
+        epoch: LeaderEpoch,
         local: &mut L,
         observer: &mut O,
     ) -> Result<(), LocalError> {
-        if epoch > local.leader_epoch().await {
+        if epoch > local.leader_epoch().await? {
             local.bump_leader_epoch_to(epoch).await?;
             observer.on_event(&self.tp, FetchEvent::EpochBumped { to: epoch });
         }
@@ -887,13 +956,16 @@ impl PartitionFetcher {
             },
         };
 
-        let fetch_offset = local.log_end_offset().await;
+        let fetch_offset = match local.log_end_offset().await {
+            Ok(o) => o,
+            Err(e) => return self.fail(observer, FetchErrorKind::Local, e.to_string()),
+        };
         let part = build::FetchPart {
             topic: self.tp.topic.clone(),
             topic_id: self.topic_id,
             partition: self.tp.partition,
             fetch_offset,
-            current_leader_epoch: self.source_epoch,
+            current_leader_epoch: self.known_source_epoch(),
             partition_max_bytes: self.cfg.partition_max_bytes,
         };
         let out = match source.fetch(&leader, &part, &self.cfg).await {
@@ -919,16 +991,28 @@ impl PartitionFetcher {
         };
         self.status.last_fetch_ms = source.now_ms();
 
-        match out.error_code {
-            code::NONE => {
-                self.on_data(out, fetch_offset, local, observer, source.now_ms())
+        let (error, current_leader) = match out {
+            FetchOutcome::Records(data) => {
+                return self
+                    .on_data(data, fetch_offset, local, observer, source.now_ms())
                     .await
             }
+            FetchOutcome::Refused {
+                error,
+                current_leader,
+            } => (error, current_leader),
+        };
+        match error.code() {
             code::FENCED_LEADER_EPOCH => {
                 // Our epoch is older than the leader's: learn it and retry at once.
                 observer.on_fetch_error(&self.tp, FetchErrorKind::Leader);
-                match out.current_leader {
-                    Some((id, epoch)) if epoch > self.source_epoch && id == leader.broker_id => {
+                match current_leader {
+                    Some(CurrentLeader {
+                        leader_id,
+                        leader_epoch: epoch,
+                    }) if self.source_epoch.is_none_or(|known| epoch > known)
+                        && leader_id.0 == leader.broker_id =>
+                    {
                         if let Err(e) = self.learn_epoch(epoch, local, observer).await {
                             return self.fail(observer, FetchErrorKind::Local, e.to_string());
                         }
@@ -950,7 +1034,7 @@ impl PartitionFetcher {
                     FetchErrorKind::Leader,
                     format!(
                         "{} from {}; refreshing metadata",
-                        code::name(out.error_code),
+                        code::name(error.code()),
                         leader.addr
                     ),
                     source.now_ms(),
@@ -992,31 +1076,34 @@ impl PartitionFetcher {
 
     async fn on_data<L: LocalPartition, O: FetchObserver>(
         &mut self,
-        out: FetchOutcome,
-        fetch_offset: i64,
+        out: FetchedRecords,
+        fetch_offset: Offset,
         local: &mut L,
         observer: &mut O,
         now_ms: i64,
     ) -> Step {
-        self.status.source_high_watermark = out.high_watermark;
-        self.status.source_last_stable_offset = if out.last_stable_offset >= 0 {
-            out.last_stable_offset
-        } else {
-            out.high_watermark
-        };
-        self.status.source_log_start_offset = out.log_start_offset;
+        self.status.source_high_watermark = out.high_watermark.get();
+        self.status.source_last_stable_offset =
+            out.last_stable_offset.unwrap_or(out.high_watermark).get();
+        self.status.source_log_start_offset = out.log_start_offset.map_or(-1, Offset::get);
 
         let mut step = Step::Idle;
         let whole = complete_batches(&out.records);
         // The response starts at the oldest unmirrored record; after the whole batches are
         // stored, it is the first batch not stored, if the response holds its header (a
         // batch cut at the size limit).
-        let whole_len = whole.as_ref().map_or(0, |w| w.0.len());
+        let whole_len = whole.as_ref().map_or(0, |w| w.bytes.len());
         let next_ts = out.records.get(whole_len..).and_then(batch_first_ts);
         if !out.records.is_empty() {
             self.status.next_unmirrored_ts_ms = batch_first_ts(&out.records).unwrap_or(-1);
         }
-        if let Some((batches, first_base, last, max_epoch)) = whole {
+        if let Some(WholeBatches {
+            bytes: batches,
+            first_base,
+            last_offset: last,
+            max_epoch,
+        }) = whole
+        {
             if last < fetch_offset {
                 // Entirely below what we have: nothing to do (should not happen).
             } else {
@@ -1024,7 +1111,14 @@ impl PartitionFetcher {
                     // The source log start is inside this batch (DeleteRecords / retention
                     // moved it mid-batch). Like a Kafka follower, restart the local log at the
                     // batch's base offset so the batch is stored whole.
-                    if local.log_end_offset().await == local.log_start_offset().await {
+                    let empty = match (local.log_end_offset().await, local.log_start_offset().await)
+                    {
+                        (Ok(end), Ok(start)) => end == start,
+                        (Err(e), _) | (_, Err(e)) => {
+                            return self.fail(observer, FetchErrorKind::Local, e.to_string())
+                        }
+                    };
+                    if empty {
                         if let Err(e) = local.truncate_fully_and_start_at(first_base).await {
                             return self.fail(observer, FetchErrorKind::Local, e.to_string());
                         }
@@ -1039,7 +1133,11 @@ impl PartitionFetcher {
                     }
                 }
                 if let Err(e) = self
-                    .ensure_local_epoch(max_epoch.max(self.source_epoch), local, observer)
+                    .ensure_local_epoch(
+                        self.source_epoch.map_or(max_epoch, |s| s.max(max_epoch)),
+                        local,
+                        observer,
+                    )
                     .await
                 {
                     return self.fail(observer, FetchErrorKind::Local, e.to_string());
@@ -1063,7 +1161,8 @@ impl PartitionFetcher {
                         // The log end did not move: publish it (and the source end just
                         // learned) so describe shows real offsets and lag while FAILED, not
                         // the -1 of a fetcher that never appended (a disk full at offset 0).
-                        self.status.destination_log_end_offset = local.log_end_offset().await;
+                        self.status.destination_log_end_offset =
+                            local.log_end_offset().await.map_or(-1, Offset::get);
                         observer.on_event(&self.tp, FetchEvent::Progress(self.status.clone()));
                         return self.fail(
                             observer,
@@ -1076,22 +1175,23 @@ impl PartitionFetcher {
         }
         // Follow the source log start (DeleteRecords / retention on the source, including a
         // start inside the batch just stored whole), so log start offsets stay equal.
-        if out.log_start_offset > 0 {
-            let local_start = local.log_start_offset().await;
-            if out.log_start_offset > local_start
-                && out.log_start_offset <= local.log_end_offset().await
-            {
-                if let Err(e) = local.advance_log_start_to(out.log_start_offset).await {
-                    return self.fail(
-                        observer,
-                        FetchErrorKind::Local,
-                        format!("advance log start: {e}"),
-                    );
+        if let Some(source_start) = out.log_start_offset.filter(|o| o.get() > 0) {
+            let local_range = (local.log_start_offset().await, local.log_end_offset().await);
+            if let (Ok(local_start), Ok(local_end)) = local_range {
+                if source_start > local_start && source_start <= local_end {
+                    if let Err(e) = local.advance_log_start_to(source_start).await {
+                        return self.fail(
+                            observer,
+                            FetchErrorKind::Local,
+                            format!("advance log start: {e}"),
+                        );
+                    }
                 }
             }
         }
         self.succeeded(observer, now_ms);
-        self.status.destination_log_end_offset = local.log_end_offset().await;
+        self.status.destination_log_end_offset =
+            local.log_end_offset().await.map_or(-1, Offset::get);
         if self.status.lag() == 0 {
             self.status.last_caught_up_ms = now_ms;
             self.status.next_unmirrored_ts_ms = -1;
@@ -1105,31 +1205,26 @@ impl PartitionFetcher {
         &mut self,
         source: &mut S,
         leader: &SourceLeader,
-        fetch_offset: i64,
+        fetch_offset: Offset,
         local: &mut L,
         observer: &mut O,
     ) -> Step {
         let (t, p) = (self.tp.topic.clone(), self.tp.partition);
+        let epoch = self.known_source_epoch();
         let start = source
-            .list_offset(
-                leader,
-                &t,
-                p,
-                LeaderEpoch(self.source_epoch),
-                build::EARLIEST,
-            )
+            .list_offset(leader, &t, p, epoch, build::EARLIEST)
             .await;
         let end = source
-            .list_offset(leader, &t, p, LeaderEpoch(self.source_epoch), build::LATEST)
+            .list_offset(leader, &t, p, epoch, build::LATEST)
             .await;
         let (start, end) = match (start, end) {
-            (Ok((code::NONE, s)), Ok((code::NONE, e))) => (s, e),
-            (Ok((c, _)), _) | (_, Ok((c, _))) if c != code::NONE => {
+            (Ok(Ok(s)), Ok(Ok(e))) => (s, e),
+            (Ok(Err(c)), _) | (_, Ok(Err(c))) => {
                 self.leader = None;
                 return self.transient(
                     observer,
                     FetchErrorKind::OffsetOutOfRange,
-                    format!("ListOffsets: {}", code::name(c)),
+                    format!("ListOffsets: {}", code::name(c.code())),
                     source.now_ms(),
                 );
             }
@@ -1142,12 +1237,11 @@ impl PartitionFetcher {
                     source.now_ms(),
                 );
             }
-            _ => unreachable!("all combinations covered"),
         };
         if fetch_offset < start {
             // Source retention / DeleteRecords removed data we never mirrored: restart at the
             // source log start and report the gap (never silent).
-            tracing::warn!(tp = %self.tp, lost_from = fetch_offset, lost_to = start,
+            tracing::warn!(tp = %self.tp, lost_from = %fetch_offset, lost_to = %start,
                 "source log start moved past the mirror's end; truncating fully");
             if let Err(e) = local.truncate_fully_and_start_at(start).await {
                 return self.fail(observer, FetchErrorKind::Local, e.to_string());
@@ -1196,17 +1290,23 @@ pub enum LmeOrigin {
 /// to `truncate_to` (equal = nothing to drop), then mirror from there.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PreparePlan {
-    pub local_end_offset: i64,
-    pub truncate_to: i64,
-    pub last_mirrored_epoch: Option<i32>,
+    pub local_end_offset: Offset,
+    pub truncate_to: Offset,
+    pub last_mirrored_epoch: Option<LeaderEpoch>,
     pub origin: LmeOrigin,
 }
 
 impl PreparePlan {
     /// Records that would be (or were) dropped.
     pub fn truncated(&self) -> i64 {
-        (self.local_end_offset - self.truncate_to).max(0)
+        (self.local_end_offset.get() - self.truncate_to.get()).max(0)
     }
+}
+
+/// A local failure while planning or applying the PREPARING truncation, told as the source
+/// errors of that step are (the caller retries both with backoff).
+fn local_prepare_error(what: &str, e: LocalError) -> SourceError {
+    SourceError::Other(format!("{what}: {e}"))
 }
 
 /// Compute where the local log diverges from the source (seed 000 failback): take the last
@@ -1218,10 +1318,16 @@ pub async fn plan_preparation<S: Source, L: LocalPartition>(
     local: &L,
     mirror: &str,
     tp: &TopicPartition,
-    local_lme: Option<i32>,
+    local_lme: Option<LeaderEpoch>,
 ) -> Result<PreparePlan, SourceError> {
-    let local_end = local.log_end_offset().await;
-    let start = local.log_start_offset().await;
+    let local_end = local
+        .log_end_offset()
+        .await
+        .map_err(|e| local_prepare_error("local log end", e))?;
+    let start = local
+        .log_start_offset()
+        .await
+        .map_err(|e| local_prepare_error("local log start", e))?;
     if local_end == start {
         return Ok(PreparePlan {
             local_end_offset: local_end,
@@ -1246,31 +1352,30 @@ pub async fn plan_preparation<S: Source, L: LocalPartition>(
         }
     };
     let leader = source.leader(&tp.topic, tp.partition).await?;
-    let (c, source_epoch, source_end) = source
-        .end_offset_for_epoch(
-            &leader,
-            &tp.topic,
-            tp.partition,
-            LeaderEpoch(leader.leader_epoch),
-            LeaderEpoch(lme),
-        )
-        .await?;
-    if c != code::NONE {
-        return Err(SourceError::Other(format!(
-            "OffsetsForLeaderEpoch({lme}) on {}: {}",
-            leader.addr,
-            code::name(c)
-        )));
-    }
-    let truncate_to = if source_end < 0 || source_epoch < 0 {
+    let source_end = source
+        .end_offset_for_epoch(&leader, &tp.topic, tp.partition, leader.leader_epoch, lme)
+        .await?
+        .map_err(|c| {
+            SourceError::Other(format!(
+                "OffsetsForLeaderEpoch({lme}) on {}: {}",
+                leader.addr,
+                code::name(c.code())
+            ))
+        })?;
+    let truncate_to = match source_end {
         // The source has no data of any epoch <= LME: nothing local can be trusted.
-        start
-    } else {
-        let local_bound = match local.end_offset_for_epoch(source_epoch).await {
-            Some((_, off)) => off,
-            None => start,
-        };
-        source_end.min(local_bound).min(local_end).max(start)
+        None => start,
+        Some(source_end) => {
+            let local_bound = match local.end_offset_for_epoch(source_end.epoch).await {
+                Some(e) => e.end_offset,
+                None => start,
+            };
+            source_end
+                .end_offset
+                .min(local_bound)
+                .min(local_end)
+                .max(start)
+        }
     };
     Ok(PreparePlan {
         local_end_offset: local_end,
@@ -1287,16 +1392,20 @@ pub async fn prepare_partition<S: Source, L: LocalPartition>(
     local: &mut L,
     mirror: &str,
     tp: &TopicPartition,
-    local_lme: Option<i32>,
+    local_lme: Option<LeaderEpoch>,
 ) -> Result<PreparePlan, SourceError> {
     let plan = plan_preparation(source, local, mirror, tp, local_lme).await?;
     if plan.truncate_to < plan.local_end_offset {
-        if plan.truncate_to == local.log_start_offset().await {
+        let start = local
+            .log_start_offset()
+            .await
+            .map_err(|e| local_prepare_error("local truncation", e))?;
+        if plan.truncate_to == start {
             local.truncate_fully_and_start_at(plan.truncate_to).await
         } else {
             local.truncate_to(plan.truncate_to).await
         }
-        .map_err(|e| SourceError::Other(format!("local truncation: {e}")))?;
+        .map_err(|e| local_prepare_error("local truncation", e))?;
     }
     Ok(plan)
 }
@@ -1313,7 +1422,7 @@ pub async fn mirror_partition<S: Source, L: LocalPartition, O: FetchObserver>(
     stop: &Cell<bool>,
     mirror: &str,
     fetcher: PartitionFetcher,
-    local_lme: Option<i32>,
+    local_lme: Option<LeaderEpoch>,
     skip_prepare: bool,
 ) -> FetcherExit {
     let tp = fetcher.tp.clone();
@@ -1335,16 +1444,27 @@ pub async fn mirror_partition<S: Source, L: LocalPartition, O: FetchObserver>(
                     // they re-truncate through OffsetsForLeaderEpoch instead of appending
                     // the source's batches on top of the dropped tail.
                     let bump = if plan.truncated() > 0 {
-                        let to = local.leader_epoch().await + 1;
-                        if let Err(e) = local.bump_leader_epoch_to(to).await {
-                            observer.on_event(
-                                &tp,
-                                FetchEvent::Failed {
-                                    reason: format!("epoch bump after failback truncation: {e}"),
-                                },
-                            );
-                            return FetcherExit::Stopped;
-                        }
+                        let bumped = match local.leader_epoch().await {
+                            Ok(e) => {
+                                let to = LeaderEpoch(e.get() + 1);
+                                local.bump_leader_epoch_to(to).await.map(|()| to)
+                            }
+                            Err(e) => Err(e),
+                        };
+                        let to = match bumped {
+                            Ok(to) => to,
+                            Err(e) => {
+                                observer.on_event(
+                                    &tp,
+                                    FetchEvent::Failed {
+                                        reason: format!(
+                                            "epoch bump after failback truncation: {e}"
+                                        ),
+                                    },
+                                );
+                                return FetcherExit::Stopped;
+                            }
+                        };
                         Some(to)
                     } else {
                         None
@@ -1874,7 +1994,7 @@ pub(crate) fn leader_from_metadata(
     Ok(SourceLeader {
         broker_id: p.leader_id.0,
         addr: format!("{}:{}", b.host, b.port),
-        leader_epoch: p.leader_epoch,
+        leader_epoch: LeaderEpoch(p.leader_epoch),
         topic_id: t.topic_id,
     })
 }
@@ -1938,10 +2058,7 @@ impl<T: Transport> Source for KafkaSource<T> {
             }
         };
         if resp.error_code != code::NONE {
-            return Ok(FetchOutcome {
-                error_code: resp.error_code,
-                ..Default::default()
-            });
+            return Ok(FetchOutcome::refused(ErrorCode::new(resp.error_code)));
         }
         let part = resp
             .responses
@@ -1950,17 +2067,7 @@ impl<T: Transport> Source for KafkaSource<T> {
             .flat_map(|t| t.partitions.iter())
             .find(|p| p.partition_index == req.partition)
             .ok_or_else(|| SourceError::Other("partition missing from fetch response".into()))?;
-        Ok(FetchOutcome {
-            error_code: part.error_code,
-            high_watermark: part.high_watermark,
-            last_stable_offset: part.last_stable_offset,
-            log_start_offset: part.log_start_offset,
-            current_leader: (part.current_leader.leader_epoch >= 0).then_some((
-                part.current_leader.leader_id.0,
-                part.current_leader.leader_epoch,
-            )),
-            records: part.records.clone().unwrap_or_default(),
-        })
+        Ok(FetchOutcome::from_wire(part))
     }
 
     async fn list_offset(
@@ -1970,7 +2077,7 @@ impl<T: Transport> Source for KafkaSource<T> {
         partition: i32,
         current_leader_epoch: LeaderEpoch,
         timestamp: i64,
-    ) -> Result<(i16, i64), SourceError> {
+    ) -> Result<PartitionAnswer<Offset>, SourceError> {
         let addr = leader.addr.clone();
         let r = match self.conn(&addr).await {
             Ok(c) => {
@@ -1986,7 +2093,7 @@ impl<T: Transport> Source for KafkaSource<T> {
         mirror: &str,
         topic: &str,
         partition: i32,
-    ) -> Result<Option<i32>, SourceError> {
+    ) -> Result<Option<LeaderEpoch>, SourceError> {
         let mut last_err = SourceError::Other("no bootstrap servers".to_owned());
         for addr in self.bootstrap.clone() {
             let conn = match self.conn(&addr).await {
@@ -2010,7 +2117,7 @@ impl<T: Transport> Source for KafkaSource<T> {
         partition: i32,
         current_leader_epoch: LeaderEpoch,
         epoch: LeaderEpoch,
-    ) -> Result<(i16, i32, i64), SourceError> {
+    ) -> Result<PartitionAnswer<Option<EpochEnd>>, SourceError> {
         let addr = leader.addr.clone();
         let r = match self.conn(&addr).await {
             Ok(c) => epoch_end_over(c, topic, partition, current_leader_epoch, epoch).await,
@@ -2028,7 +2135,7 @@ impl<T: Transport> Source for KafkaSource<T> {
     }
 }
 
-/// ListOffsets of one partition on `c`: (error code, offset).
+/// ListOffsets of one partition on `c`.
 async fn list_offset_over<T: Transport>(
     c: &mut Connection<T>,
     topic: &str,
@@ -2036,7 +2143,7 @@ async fn list_offset_over<T: Transport>(
     current_leader_epoch: LeaderEpoch,
     timestamp: i64,
     read_committed: bool,
-) -> Result<(i16, i64), SourceError> {
+) -> Result<PartitionAnswer<Offset>, SourceError> {
     let req = build::list_offsets(
         topic,
         partition,
@@ -2051,7 +2158,7 @@ async fn list_offset_over<T: Transport>(
         .flat_map(|t| t.partitions.iter())
         .find(|p| p.partition_index == partition)
         .ok_or_else(|| SourceError::Other("partition missing from ListOffsets".into()))?;
-    Ok((p.error_code, p.offset))
+    Ok(ErrorCode::new(p.error_code).ok().map(|()| Offset(p.offset)))
 }
 
 /// LastMirroredEpochs of one partition on `c`; None when `c` is not a kmirror (an Apache Kafka
@@ -2061,7 +2168,7 @@ async fn lme_over<T: Transport>(
     mirror: &str,
     topic: &str,
     partition: i32,
-) -> Result<Option<i32>, SourceError> {
+) -> Result<Option<LeaderEpoch>, SourceError> {
     use crate::api::{LastMirroredEpochsRequest, PartitionIndex, TopicPartitionsQuery};
     if !c.versions().supports_mirroring() {
         return Ok(None);
@@ -2090,18 +2197,19 @@ async fn lme_over<T: Transport>(
         .iter()
         .flat_map(|t| t.partitions.iter())
         .find(|p| p.partition_index == partition && p.error_code == code::NONE)
-        .map(|p| p.last_mirrored_epoch)
-        .filter(|e| *e >= 0))
+        .filter(|p| p.last_mirrored_epoch >= 0)
+        .map(|p| LeaderEpoch(p.last_mirrored_epoch)))
 }
 
-/// OffsetsForLeaderEpoch (consumer) of one partition on `c`: (error code, epoch, end offset).
+/// OffsetsForLeaderEpoch (consumer) of one partition on `c`; None when `c` holds no epoch at
+/// or below `epoch` (Kafka answers -1, -1).
 async fn epoch_end_over<T: Transport>(
     c: &mut Connection<T>,
     topic: &str,
     partition: i32,
     current_leader_epoch: LeaderEpoch,
     epoch: LeaderEpoch,
-) -> Result<(i16, i32, i64), SourceError> {
+) -> Result<PartitionAnswer<Option<EpochEnd>>, SourceError> {
     let req = build::offsets_for_leader_epoch(topic, partition, current_leader_epoch, epoch);
     // Consumer (replica id -1) OffsetsForLeaderEpoch needs v3+.
     let (_, r) = c.send_with(&req, 3, i16::MAX, Duration::ZERO).await?;
@@ -2111,7 +2219,12 @@ async fn epoch_end_over<T: Transport>(
         .flat_map(|t| t.partitions.iter())
         .find(|p| p.partition == partition)
         .ok_or_else(|| SourceError::Other("partition missing from OffsetsForLeaderEpoch".into()))?;
-    Ok((p.error_code, p.leader_epoch, p.end_offset))
+    Ok(ErrorCode::new(p.error_code).ok().map(|()| {
+        (p.leader_epoch >= 0 && p.end_offset >= 0).then_some(EpochEnd {
+            epoch: LeaderEpoch(p.leader_epoch),
+            end_offset: Offset(p.end_offset),
+        })
+    }))
 }
 
 /// A destination partition seen over the wire (read-only): what a dry run needs.
@@ -2119,30 +2232,30 @@ struct RemotePartitionView<'a> {
     conn: RefCell<&'a mut BlockingConnection>,
     topic: String,
     partition: i32,
-    start: i64,
-    end: i64,
+    start: Offset,
+    end: Offset,
 }
 
 impl LocalPartition for RemotePartitionView<'_> {
-    async fn log_start_offset(&self) -> i64 {
-        self.start
+    async fn log_start_offset(&self) -> Result<Offset, LocalError> {
+        Ok(self.start)
     }
-    async fn log_end_offset(&self) -> i64 {
-        self.end
+    async fn log_end_offset(&self) -> Result<Offset, LocalError> {
+        Ok(self.end)
     }
-    async fn leader_epoch(&self) -> i32 {
-        -1
-    }
-    async fn bump_leader_epoch_to(&mut self, _epoch: i32) -> Result<(), LocalError> {
+    async fn leader_epoch(&self) -> Result<LeaderEpoch, LocalError> {
         Err(LocalError::Other("read-only view".into()))
     }
-    async fn append_mirror(&mut self, _batches: Bytes) -> Result<i64, LocalError> {
+    async fn bump_leader_epoch_to(&mut self, _epoch: LeaderEpoch) -> Result<(), LocalError> {
         Err(LocalError::Other("read-only view".into()))
     }
-    async fn truncate_fully_and_start_at(&mut self, _offset: i64) -> Result<(), LocalError> {
+    async fn append_mirror(&mut self, _batches: Bytes) -> Result<Offset, LocalError> {
         Err(LocalError::Other("read-only view".into()))
     }
-    async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+    async fn truncate_fully_and_start_at(&mut self, _offset: Offset) -> Result<(), LocalError> {
+        Err(LocalError::Other("read-only view".into()))
+    }
+    async fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<EpochEnd> {
         let mut c = self.conn.borrow_mut();
         // A blocking connection's futures complete in one poll; no borrow outlives this call.
         let r = futures_lite::future::block_on(epoch_end_over(
@@ -2150,14 +2263,11 @@ impl LocalPartition for RemotePartitionView<'_> {
             &self.topic,
             self.partition,
             LeaderEpoch::UNKNOWN,
-            LeaderEpoch(epoch),
+            epoch,
         ));
-        match r {
-            Ok((code::NONE, e, o)) if e >= 0 && o >= 0 => Some((e, o)),
-            _ => None,
-        }
+        r.ok().and_then(|answer| answer.ok()).flatten()
     }
-    async fn truncate_to(&mut self, _offset: i64) -> Result<(), LocalError> {
+    async fn truncate_to(&mut self, _offset: Offset) -> Result<(), LocalError> {
         Err(LocalError::Other("read-only view".into()))
     }
 }
@@ -2202,21 +2312,21 @@ pub fn dry_run_plan(
         for p in parts {
             let tp = TopicPartition::new(t.clone(), p);
             let local_lme = block_on(lme_over(dest.get_mut(), mirror, t, p))?;
-            let mut bound = |ts| -> Result<i64, SourceError> {
-                match block_on(list_offset_over(
+            let mut bound = |ts| -> Result<Offset, SourceError> {
+                block_on(list_offset_over(
                     dest.get_mut(),
                     t,
                     p,
                     LeaderEpoch::UNKNOWN,
                     ts,
                     false,
-                ))? {
-                    (code::NONE, offset) => Ok(offset),
-                    (c, _) => Err(SourceError::Other(format!(
+                ))?
+                .map_err(|c| {
+                    SourceError::Other(format!(
                         "ListOffsets {tp} on the destination: {}",
-                        code::name(c)
-                    ))),
-                }
+                        code::name(c.code())
+                    ))
+                })
             };
             let start = bound(build::EARLIEST)?;
             let end = bound(build::LATEST)?;
@@ -2286,21 +2396,22 @@ mod tests {
     }
 
     impl LocalPartition for FakeLocal {
-        async fn log_start_offset(&self) -> i64 {
-            self.start
+        async fn log_start_offset(&self) -> Result<Offset, LocalError> {
+            Ok(Offset(self.start))
         }
-        async fn log_end_offset(&self) -> i64 {
-            self.end
+        async fn log_end_offset(&self) -> Result<Offset, LocalError> {
+            Ok(Offset(self.end))
         }
-        async fn leader_epoch(&self) -> i32 {
-            self.epoch
+        async fn leader_epoch(&self) -> Result<LeaderEpoch, LocalError> {
+            Ok(LeaderEpoch(self.epoch))
         }
-        async fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
+        async fn bump_leader_epoch_to(&mut self, epoch: LeaderEpoch) -> Result<(), LocalError> {
+            let epoch = epoch.get();
             assert!(epoch > self.epoch, "bump must only raise the epoch");
             self.epoch = epoch;
             Ok(())
         }
-        async fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
+        async fn append_mirror(&mut self, batches: Bytes) -> Result<Offset, LocalError> {
             let mut pos = 0;
             let mut staged = Vec::new();
             let mut end = self.end;
@@ -2326,27 +2437,33 @@ mod tests {
             }
             self.batches.extend(staged);
             self.end = end;
-            Ok(end - 1)
+            Ok(Offset(end - 1))
         }
-        async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
+        async fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LocalError> {
+            let offset = offset.get();
             self.batches.clear();
             self.start = offset;
             self.end = offset;
             self.truncations.push(offset);
             Ok(())
         }
-        async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+        async fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<EpochEnd> {
             epoch_end(
                 self.batches.iter().map(|(base, b)| {
                     let e = i32::from_be_bytes(b[12..16].try_into().unwrap());
                     let delta = i32::from_be_bytes(b[23..27].try_into().unwrap());
                     (*base, *base + i64::from(delta), e)
                 }),
-                epoch,
+                epoch.get(),
                 self.end,
             )
+            .map(|(e, o)| EpochEnd {
+                epoch: LeaderEpoch(e),
+                end_offset: Offset(o),
+            })
         }
-        async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
+        async fn truncate_to(&mut self, offset: Offset) -> Result<(), LocalError> {
+            let offset = offset.get();
             assert!(
                 offset == self.end || self.batches.iter().any(|(b, _)| *b == offset),
                 "truncation at {offset} is not a batch boundary"
@@ -2425,7 +2542,7 @@ mod tests {
             Ok(SourceLeader {
                 broker_id: self.leader_id,
                 addr: format!("b{}:9092", self.leader_id),
-                leader_epoch: self.leader_epoch,
+                leader_epoch: LeaderEpoch(self.leader_epoch),
                 topic_id: self.topic_id,
             })
         }
@@ -2435,50 +2552,45 @@ mod tests {
             req: &build::FetchPart,
             _cfg: &FetcherConfig,
         ) -> Result<FetchOutcome, SourceError> {
-            self.fetches.push((
-                leader.addr.clone(),
-                req.fetch_offset,
-                req.current_leader_epoch,
-            ));
+            let (fetch_offset, current_leader_epoch) =
+                (req.fetch_offset.get(), req.current_leader_epoch.get());
+            self.fetches
+                .push((leader.addr.clone(), fetch_offset, current_leader_epoch));
             if let Some(o) = self.scripted.pop_front() {
                 return Ok(o);
             }
-            let base = FetchOutcome {
-                high_watermark: self.end(),
-                last_stable_offset: self.end(),
-                log_start_offset: self.log_start,
+            let base = FetchedRecords {
+                high_watermark: Offset(self.end()),
+                last_stable_offset: Some(Offset(self.end())),
+                log_start_offset: Some(Offset(self.log_start)),
                 ..Default::default()
             };
             if leader.broker_id != self.leader_id {
-                return Ok(FetchOutcome {
-                    error_code: code::NOT_LEADER_OR_FOLLOWER,
-                    ..base
+                return Ok(refused(code::NOT_LEADER_OR_FOLLOWER));
+            }
+            if current_leader_epoch >= 0 && current_leader_epoch < self.leader_epoch {
+                return Ok(FetchOutcome::Refused {
+                    error: ErrorCode::new(code::FENCED_LEADER_EPOCH),
+                    current_leader: Some(CurrentLeader {
+                        leader_id: NodeId(self.leader_id),
+                        leader_epoch: LeaderEpoch(self.leader_epoch),
+                    }),
                 });
             }
-            if req.current_leader_epoch >= 0 && req.current_leader_epoch < self.leader_epoch {
-                return Ok(FetchOutcome {
-                    error_code: code::FENCED_LEADER_EPOCH,
-                    current_leader: Some((self.leader_id, self.leader_epoch)),
-                    ..base
-                });
-            }
-            if req.fetch_offset < self.log_start || req.fetch_offset > self.end() {
-                return Ok(FetchOutcome {
-                    error_code: code::OFFSET_OUT_OF_RANGE,
-                    ..base
-                });
+            if fetch_offset < self.log_start || fetch_offset > self.end() {
+                return Ok(refused(code::OFFSET_OUT_OF_RANGE));
             }
             let parts: Vec<Bytes> = self
                 .log
                 .iter()
-                .filter(|(_, last, _)| *last >= req.fetch_offset)
+                .filter(|(_, last, _)| *last >= fetch_offset)
                 .map(|(_, _, b)| b.clone())
                 .collect();
             let mut records = concat(&parts);
             if let Some(n) = self.cut_to {
                 records = records.slice(..n.min(records.len()));
             }
-            Ok(FetchOutcome { records, ..base })
+            Ok(FetchOutcome::Records(FetchedRecords { records, ..base }))
         }
         async fn list_offset(
             &mut self,
@@ -2487,23 +2599,20 @@ mod tests {
             _p: i32,
             _e: LeaderEpoch,
             ts: i64,
-        ) -> Result<(i16, i64), SourceError> {
-            Ok((
-                0,
-                if ts == build::EARLIEST {
-                    self.log_start
-                } else {
-                    self.end()
-                },
-            ))
+        ) -> Result<PartitionAnswer<Offset>, SourceError> {
+            Ok(Ok(Offset(if ts == build::EARLIEST {
+                self.log_start
+            } else {
+                self.end()
+            })))
         }
         async fn last_mirrored_epoch(
             &mut self,
             _m: &str,
             _t: &str,
             _p: i32,
-        ) -> Result<Option<i32>, SourceError> {
-            Ok(self.lme)
+        ) -> Result<Option<LeaderEpoch>, SourceError> {
+            Ok(self.lme.map(LeaderEpoch))
         }
         async fn end_offset_for_epoch(
             &mut self,
@@ -2512,21 +2621,20 @@ mod tests {
             _p: i32,
             _c: LeaderEpoch,
             epoch: LeaderEpoch,
-        ) -> Result<(i16, i32, i64), SourceError> {
+        ) -> Result<PartitionAnswer<Option<EpochEnd>>, SourceError> {
             let epoch = epoch.get();
             let end = self.end();
-            Ok(
-                match epoch_end(
-                    self.log.iter().map(|(b, l, x)| {
-                        (*b, *l, i32::from_be_bytes(x[12..16].try_into().unwrap()))
-                    }),
-                    epoch,
-                    end,
-                ) {
-                    Some((e, o)) => (0, e, o),
-                    None => (0, -1, -1),
-                },
+            Ok(Ok(epoch_end(
+                self.log
+                    .iter()
+                    .map(|(b, l, x)| (*b, *l, i32::from_be_bytes(x[12..16].try_into().unwrap()))),
+                epoch,
+                end,
             )
+            .map(|(e, o)| EpochEnd {
+                epoch: LeaderEpoch(e),
+                end_offset: Offset(o),
+            })))
         }
         async fn sleep(&mut self, d: Duration) {
             self.slept.push(d);
@@ -2551,6 +2659,11 @@ mod tests {
                 .filter(|e| matches!(e, FetchEvent::Failed { .. }))
                 .count()
         }
+    }
+
+    /// A partition answer refused with `code`, no leader hint.
+    fn refused(code: i16) -> FetchOutcome {
+        FetchOutcome::refused(ErrorCode::new(code))
     }
 
     fn fetcher(topic_id: Uuid) -> PartitionFetcher {
@@ -2616,11 +2729,13 @@ mod tests {
         s.leader_epoch = 9;
         s.log.push((1, 1, batch(1, 1, 9, 2)));
         drive(&mut f, &mut s, &mut l, &mut o, 2);
-        assert_eq!(f.source_epoch(), 9);
+        assert_eq!(f.source_epoch(), Some(LeaderEpoch(9)));
         assert_eq!(s.fetches.last().unwrap().2, 9);
         assert_eq!(l.end, 2);
         assert_eq!(l.epoch, 9);
-        assert!(o.0.contains(&FetchEvent::EpochBumped { to: 9 }));
+        assert!(o
+            .0
+            .contains(&FetchEvent::EpochBumped { to: LeaderEpoch(9) }));
         assert_eq!(o.failed(), 0);
     }
 
@@ -2636,7 +2751,13 @@ mod tests {
         s.log.push((2, 3, batch(2, 3, 6, 2)));
         let steps = drive(&mut f, &mut s, &mut l, &mut o, 2);
         assert!(matches!(steps[0], Step::Backoff(_)));
-        assert!(matches!(steps[1], Step::Appended { last_offset: 4, .. }));
+        assert!(matches!(
+            steps[1],
+            Step::Appended {
+                last_offset: Offset(4),
+                ..
+            }
+        ));
         assert_eq!(s.fetches.last().unwrap().0, "b2:9092");
         assert_eq!(s.metadata_calls, 2);
         assert_eq!(l.end, 5);
@@ -2658,8 +2779,8 @@ mod tests {
         assert_eq!(l.start, 20, "destination log start equals the source's");
         assert_eq!(l.end, 23);
         assert!(o.0.contains(&FetchEvent::SourceLogStartMoved {
-            lost_from: 5,
-            lost_to: 20
+            lost_from: Offset(5),
+            lost_to: Offset(20)
         }));
     }
 
@@ -2746,10 +2867,7 @@ mod tests {
     fn persistent_transient_errors_eventually_fail_then_recover() {
         let mut s = FakeSource::new(&[(0, 1, 1)]);
         for _ in 0..3 {
-            s.scripted.push_back(FetchOutcome {
-                error_code: code::REQUEST_TIMED_OUT,
-                ..Default::default()
-            });
+            s.scripted.push_back(refused(code::REQUEST_TIMED_OUT));
         }
         let mut l = FakeLocal::default();
         let mut o = Events::default();
@@ -2779,10 +2897,7 @@ mod tests {
             }
         }
         let mut s = FakeSource::new(&[(0, 3, 1), (3, 4, 1)]);
-        s.scripted.push_back(FetchOutcome {
-            error_code: code::NOT_LEADER_OR_FOLLOWER,
-            ..Default::default()
-        });
+        s.scripted.push_back(refused(code::NOT_LEADER_OR_FOLLOWER));
         let mut l = FakeLocal::default();
         let mut o = Counting::default();
         let mut f = fetcher(s.topic_id);
@@ -2804,10 +2919,7 @@ mod tests {
         // Backoff 0.1 s doubling to 10 s: 8 errors span 12.7 s of sleeps, the 9th comes at
         // 22.7 s, past the 15 s limit, long before errors_before_failed (30).
         for _ in 0..9 {
-            s.scripted.push_back(FetchOutcome {
-                error_code: code::REQUEST_TIMED_OUT,
-                ..Default::default()
-            });
+            s.scripted.push_back(refused(code::REQUEST_TIMED_OUT));
         }
         let mut l = FakeLocal::default();
         let mut o = Events::default();
@@ -3005,7 +3117,10 @@ mod tests {
         let tp = TopicPartition::new("orders", 0);
         let plan = block_on(prepare_partition(&mut s, &mut l, "back", &tp, None)).unwrap();
         assert_eq!(plan.origin, LmeOrigin::Source);
-        assert_eq!((plan.local_end_offset, plan.truncate_to), (15, 5));
+        assert_eq!(
+            (plan.local_end_offset, plan.truncate_to),
+            (Offset(15), Offset(5))
+        );
         assert_eq!(plan.truncated(), 10);
         assert_eq!(l.end, 5);
         assert_eq!(l.truncations, vec![5]);
@@ -3024,11 +3139,25 @@ mod tests {
         let mut l = local_with(&[(0, 10, 2), (10, 4, 3)]);
         let mut s = FakeSource::new(&[(0, 10, 2), (10, 10, 2)]);
         let tp = TopicPartition::new("orders", 0);
-        let plan = block_on(plan_preparation(&mut s, &l, "dr", &tp, Some(2))).unwrap();
+        let plan = block_on(plan_preparation(
+            &mut s,
+            &l,
+            "dr",
+            &tp,
+            Some(LeaderEpoch(2)),
+        ))
+        .unwrap();
         assert_eq!(plan.origin, LmeOrigin::Local);
-        assert_eq!(plan.truncate_to, 10, "only our own writes go");
+        assert_eq!(plan.truncate_to, Offset(10), "only our own writes go");
         assert_eq!(l.end, 14, "planning changes nothing");
-        block_on(prepare_partition(&mut s, &mut l, "dr", &tp, Some(2))).unwrap();
+        block_on(prepare_partition(
+            &mut s,
+            &mut l,
+            "dr",
+            &tp,
+            Some(LeaderEpoch(2)),
+        ))
+        .unwrap();
         assert_eq!(l.end, 10);
     }
 
@@ -3039,7 +3168,7 @@ mod tests {
         let tp = TopicPartition::new("orders", 0);
         let plan = block_on(prepare_partition(&mut s, &mut l, "dr", &tp, None)).unwrap();
         assert_eq!(plan.origin, LmeOrigin::None);
-        assert_eq!((plan.truncate_to, l.end), (0, 0));
+        assert_eq!((plan.truncate_to.get(), l.end), (0, 0));
         let mut empty = FakeLocal::default();
         let plan = block_on(prepare_partition(&mut s, &mut empty, "dr", &tp, None)).unwrap();
         assert_eq!(plan.truncated(), 0);
@@ -3079,7 +3208,7 @@ mod tests {
                 p: i32,
                 e: LeaderEpoch,
                 ts: i64,
-            ) -> Result<(i16, i64), SourceError> {
+            ) -> Result<PartitionAnswer<Offset>, SourceError> {
                 self.0.list_offset(l, t, p, e, ts).await
             }
             async fn last_mirrored_epoch(
@@ -3087,7 +3216,7 @@ mod tests {
                 m: &str,
                 t: &str,
                 p: i32,
-            ) -> Result<Option<i32>, SourceError> {
+            ) -> Result<Option<LeaderEpoch>, SourceError> {
                 self.0.last_mirrored_epoch(m, t, p).await
             }
             async fn end_offset_for_epoch(
@@ -3097,7 +3226,7 @@ mod tests {
                 p: i32,
                 c: LeaderEpoch,
                 e: LeaderEpoch,
-            ) -> Result<(i16, i32, i64), SourceError> {
+            ) -> Result<PartitionAnswer<Option<EpochEnd>>, SourceError> {
                 self.0.end_offset_for_epoch(l, t, p, c, e).await
             }
             async fn sleep(&mut self, d: Duration) {
@@ -3144,10 +3273,10 @@ mod tests {
             &stop,
             "dr",
             f,
-            Some(2),
+            Some(LeaderEpoch(2)),
             false,
         ));
-        assert!(matches!(&o.0[0], FetchEvent::Prepared(p) if p.truncate_to == 10));
+        assert!(matches!(&o.0[0], FetchEvent::Prepared(p) if p.truncate_to == Offset(10)));
         assert_eq!(l.end, 13);
         assert_eq!(l.batches[1].1, s.log[1].2);
     }

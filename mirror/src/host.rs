@@ -31,13 +31,13 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kmirror_control::metadata::{topic_config, TopicMeta};
 use kmirror_control::mirror::{
-    id_changed_reason, plan_group_sync, plan_metadata_sync, DeletionConfirmations, LocalTopic,
-    MirrorCoordinator, MirrorDefinition, MirrorHost, MirrorStateStore, MissingVerdict,
+    id_changed_reason, plan_group_sync, plan_metadata_sync, DeletionConfirmations, HostError,
+    LocalTopic, MirrorCoordinator, MirrorDefinition, MirrorHost, MirrorStateStore, MissingVerdict,
     PartitionState, SourceLookup, SourceTopic, SyncAction,
 };
 use kmirror_engine::Router;
 use kmirror_log::ControlKind;
-use kmirror_types::{LeaderEpoch, ProducerId, TopicPartition};
+use kmirror_types::{LeaderEpoch, Offset, ProducerId, TopicPartition};
 
 use crate::client_security::ClientSecurity;
 use crate::fetcher::{FetchEvent, FetcherConfig, KafkaSource};
@@ -296,7 +296,11 @@ impl ExtensionApis for MirrorBroker {
         }]
     }
 
-    fn update_feature(&self, name: &str, level: i16) -> Option<Result<(), String>> {
+    fn update_feature(
+        &self,
+        name: &str,
+        level: i16,
+    ) -> Option<Result<(), kmirror_net::broker::ExtensionError>> {
         if name != keys::feature::MIRROR_VERSION {
             return None;
         }
@@ -313,8 +317,11 @@ impl ExtensionApis for MirrorBroker {
             }
             Ok(())
         })();
-        if let Err(e) = written {
-            return Some(Err(format!("persisting {name}: {e}")));
+        if let Err(source) = written {
+            return Some(Err(kmirror_net::broker::ExtensionError::Persist {
+                what: name.to_owned(),
+                source,
+            }));
         }
         self.feature_level
             .store(level, std::sync::atomic::Ordering::Relaxed);
@@ -375,8 +382,10 @@ impl ExtensionApis for MirrorBroker {
             BrokerConfigLevel::ClusterDefault => RateLevel::ClusterDefault,
         };
         Some(Box::pin(async move {
-            let value = parsed?;
-            let rate = rate.ok_or_else(|| "mirroring has not started".to_string())?;
+            use kmirror_net::broker::ExtensionError;
+            let value = parsed.map_err(ExtensionError::Invalid)?;
+            let rate =
+                rate.ok_or_else(|| ExtensionError::Invalid("mirroring has not started".into()))?;
             if validate_only {
                 return Ok(());
             }
@@ -626,7 +635,7 @@ impl BrokerHost {
         &self,
         mirror: &MirrorDefinition,
         tp: &TopicPartition,
-        local_lme: Option<i32>,
+        local_lme: Option<LeaderEpoch>,
         skip_prepare: bool,
     ) -> FetchTask {
         use kmirror_control::mirror::definition::settings::{
@@ -674,7 +683,7 @@ impl MirrorHost for BrokerHost {
         }
     }
 
-    fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), String> {
+    fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), HostError> {
         // A fetcher already waited for once is only checked briefly on a retry: the control
         // thread serves every mirror request and must not block 30 s per retry.
         let wait = if self.stop_pending.contains(tp) {
@@ -688,95 +697,105 @@ impl MirrorHost for BrokerHost {
         }
         self.stop_pending.insert(tp.clone());
         tracing::error!(%tp, "mirror fetcher did not stop in time");
-        Err(format!(
-            "mirror fetcher did not stop within {} s",
-            STOP_TIMEOUT.as_secs()
-        ))
+        Err(HostError::FetcherStillRunning {
+            waited_secs: STOP_TIMEOUT.as_secs(),
+        })
     }
 
-    fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String> {
-        self.on_partition(tp, |p| Ok(p.leader_epoch.0))
+    fn leader_epoch(&self, tp: &TopicPartition) -> Result<LeaderEpoch, HostError> {
+        self.on_partition(tp, |p| Ok(p.leader_epoch))
+            .map_err(HostError::Failed)
     }
 
-    fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<i32, String> {
+    fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<LeaderEpoch, HostError> {
         // Above everything: the in-memory epoch, every epoch in the log, the durable one.
-        let local = self.on_partition(tp, |p| {
-            Ok(p.leader_epoch
-                .0
-                .max(p.log.latest_epoch().map_or(-1, |e| e.0)))
-        })?;
+        let local = self
+            .on_partition(tp, |p| {
+                Ok(p.leader_epoch
+                    .0
+                    .max(p.log.latest_epoch().map_or(-1, |e| e.0)))
+            })
+            .map_err(HostError::Failed)?;
         let idx = tp.partition as usize;
         let durable = self
             .topic(&tp.topic)
             .and_then(|t| t.leader_epochs.get(idx).copied())
-            .ok_or_else(|| format!("{tp} does not exist"))?;
+            .ok_or_else(|| HostError::UnknownPartition(tp.clone()))?;
         let new = local.max(durable) + 1;
         self.propose_topic(MetadataCommand::BumpLeaderEpoch {
             name: tp.topic.clone(),
             partition: tp.partition,
             at_least: new,
-        })?;
+        })
+        .map_err(HostError::Failed)?;
         self.on_partition(tp, move |p| {
             p.leader_epoch = p.leader_epoch.max(LeaderEpoch(new));
-            Ok(new)
+            Ok(LeaderEpoch(new))
         })
+        .map_err(HostError::Failed)
     }
 
-    fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<i64, String> {
+    fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<Offset, HostError> {
         // The LSO is below the high watermark: mirrored records not yet on the followers
         // would be cut, so they are replicated first.
-        self.await_replicated(tp)?;
+        self.await_replicated(tp).map_err(HostError::Failed)?;
         self.on_partition(tp, |p| {
             let lso = p.log.last_stable_offset();
             p.log.truncate_to(lso).map_err(|e| e.to_string())?;
             p.log.set_high_watermark(lso);
             p.log.flush().map_err(|e| e.to_string())?;
-            Ok(lso.0)
+            Ok(lso)
         })
+        .map_err(HostError::Failed)
     }
 
-    fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String> {
-        let ends = self.on_partition(tp, |p| {
-            let end = p.log.log_end_offset().0;
-            if end <= p.log.log_start_offset().0 {
-                return Ok(false);
-            }
-            let r = p
-                .log
-                .read(
-                    kmirror_types::Offset(end - 1),
-                    1,
-                    kmirror_types::Offset(end),
-                )
-                .map_err(|e| e.to_string())?;
-            let mut b: &[u8] = &r.records;
-            // The slice starts at the batch holding end-1: find the last batch in it.
-            let mut last = None;
-            while let Ok(h) = kmirror_log::batch::BatchHeader::parse(b) {
-                let size = h.total_size();
-                last = Some((h.is_control(), b[..size.min(b.len())].to_vec()));
-                if size >= b.len() {
-                    break;
+    fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, HostError> {
+        let ends = self
+            .on_partition(tp, |p| {
+                let end = p.log.log_end_offset().0;
+                if end <= p.log.log_start_offset().0 {
+                    return Ok(false);
                 }
-                b = &b[size..];
-            }
-            Ok(match last {
-                Some((true, bytes)) => kmirror_log::batch::control_record(&bytes)
-                    .is_some_and(|(t, _)| t == kmirror_log::batch::CONTROL_TYPE_MIRROR_PID_RESET),
-                _ => false,
+                let r = p
+                    .log
+                    .read(
+                        kmirror_types::Offset(end - 1),
+                        1,
+                        kmirror_types::Offset(end),
+                    )
+                    .map_err(|e| e.to_string())?;
+                let mut b: &[u8] = &r.records;
+                // The slice starts at the batch holding end-1: find the last batch in it.
+                let mut last = None;
+                while let Ok(h) = kmirror_log::batch::BatchHeader::parse(b) {
+                    let size = h.total_size();
+                    last = Some((h.is_control(), b[..size.min(b.len())].to_vec()));
+                    if size >= b.len() {
+                        break;
+                    }
+                    b = &b[size..];
+                }
+                Ok(match last {
+                    Some((true, bytes)) => {
+                        kmirror_log::batch::control_record(&bytes).is_some_and(|(t, _)| {
+                            t == kmirror_log::batch::CONTROL_TYPE_MIRROR_PID_RESET
+                        })
+                    }
+                    _ => false,
+                })
             })
-        })?;
+            .map_err(HostError::Failed)?;
         // A marker written by an earlier try counts once the followers have it.
         if ends {
-            self.await_replicated(tp)?;
+            self.await_replicated(tp).map_err(HostError::Failed)?;
         }
         Ok(ends)
     }
 
-    fn leadership_epoch(&self, tp: &TopicPartition) -> Option<i32> {
+    fn leadership_epoch(&self, tp: &TopicPartition) -> Option<LeaderEpoch> {
         let cluster = &self.broker.cluster;
         match cluster.role(&cluster.snapshot(), tp) {
-            Some(kmirror_net::cluster::Role::Leader { epoch }) => Some(epoch),
+            Some(kmirror_net::cluster::Role::Leader { epoch }) => Some(LeaderEpoch(epoch)),
             _ => None,
         }
     }
@@ -785,7 +804,7 @@ impl MirrorHost for BrokerHost {
         self.leads(&self.broker.cluster.snapshot(), tp)
     }
 
-    fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String> {
+    fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), HostError> {
         self.on_partition(tp, |p| {
             p.append_control(
                 ControlKind::MirrorPidReset,
@@ -796,8 +815,9 @@ impl MirrorHost for BrokerHost {
             )
             .map_err(|e| e.to_string())?;
             p.log.flush().map_err(|e| e.to_string())
-        })?;
-        self.await_replicated(tp)
+        })
+        .map_err(HostError::Failed)?;
+        self.await_replicated(tp).map_err(HostError::Failed)
     }
 }
 
@@ -1256,7 +1276,7 @@ impl Control {
         let r = match ev {
             FetchEvent::Prepared(plan) => {
                 if plan.truncated() > 0 {
-                    tracing::info!(%tp, truncated = plan.truncated(), to = plan.truncate_to, "failback truncation");
+                    tracing::info!(%tp, truncated = plan.truncated(), to = %plan.truncate_to, "failback truncation");
                 }
                 let (svc, host) = (&mut self.service, &mut self.host);
                 svc.coordinator_mut().preparation_done(&tp, host)
@@ -1271,13 +1291,14 @@ impl Control {
                 if let Err(e) = self.host.propose_topic(MetadataCommand::BumpLeaderEpoch {
                     name: tp.topic.clone(),
                     partition: tp.partition,
-                    at_least: to,
+                    at_least: to.get(),
                 }) {
                     tracing::warn!(%tp, error = %e, "cannot persist leader epoch");
                 }
                 Ok(())
             }
             FetchEvent::SourceLogStartMoved { lost_from, lost_to } => {
+                let (lost_from, lost_to) = (lost_from.get(), lost_to.get());
                 tracing::warn!(%tp, lost_from, lost_to, "source retention deleted records before they were mirrored");
                 let e = self.host.lost.entry(tp.clone()).or_insert((0, -1, -1));
                 *e = (e.0 + (lost_to - lost_from).max(0), lost_from, lost_to);
@@ -1472,7 +1493,7 @@ impl Control {
                     && self.host.leads(&meta, tp);
                 if wants && !running {
                     if let Some(def) = store.mirror(mirror) {
-                        let lme = store.last_mirrored_epoch(tp);
+                        let lme = store.last_mirrored_epoch(tp).map(LeaderEpoch);
                         let skip = *st != PartitionState::Preparing;
                         starts.push(self.host.fetch_task(def, tp, lme, skip));
                     }
@@ -1649,17 +1670,11 @@ impl Control {
                             let Ok(leader) = src.leader(&tp.topic, tp.partition).await else {
                                 continue;
                             };
-                            if let Ok((0, end)) = src
-                                .list_offset(
-                                    &leader,
-                                    &tp.topic,
-                                    tp.partition,
-                                    kmirror_types::LeaderEpoch(leader.leader_epoch),
-                                    -1,
-                                )
+                            if let Ok(Ok(end)) = src
+                                .list_offset(&leader, &tp.topic, tp.partition, leader.leader_epoch, -1)
                                 .await
                             {
-                                idle_ends.push((tp, end));
+                                idle_ends.push((tp, end.get()));
                             }
                         }
                         Ok(SourceSnapshot {

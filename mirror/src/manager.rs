@@ -37,7 +37,7 @@ pub struct FetchTask {
     /// The mirror topic's id (== the source's); nil = learn from metadata.
     pub topic_id: Uuid,
     /// Our own LME for failback (from `__mirror_state`).
-    pub local_lme: Option<i32>,
+    pub local_lme: Option<kmirror_types::LeaderEpoch>,
     /// Already MIRRORING (restart): skip the PREPARING truncation.
     pub skip_prepare: bool,
     /// The mirror's `mirror.retry.backoff.ms` / `mirror.retry.backoff.max.ms`, when set;

@@ -497,7 +497,7 @@ async fn fetch_once(
                     code::NONE => {
                         let records = pd.records.unwrap_or_default();
                         let whole = complete_batches(&records)
-                            .map(|(b, ..)| b)
+                            .map(|w| w.bytes)
                             .unwrap_or_default();
                         progressed |= !whole.is_empty();
                         let (hw, start) = (Offset(pd.high_watermark), Offset(pd.log_start_offset));

@@ -752,7 +752,8 @@ fn check_cores(settings: &BTreeMap<String, String>, cores: Option<usize>) -> Res
 mod tests {
     use super::*;
     use crate::client::codec;
-    use kmirror_control::mirror::{MirrorDefinition, MirrorStateStore};
+    use kmirror_control::mirror::{HostError, MirrorDefinition, MirrorStateStore};
+    use kmirror_types::{LeaderEpoch, Offset};
     use std::collections::BTreeMap;
 
     #[derive(Default)]
@@ -769,24 +770,24 @@ mod tests {
         fn start_fetcher(&mut self, _m: &MirrorDefinition, tp: &TopicPartition) {
             self.fetchers.push(tp.clone());
         }
-        fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), String> {
+        fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), HostError> {
             self.fetchers.retain(|x| x != tp);
             Ok(())
         }
-        fn leader_epoch(&self, _tp: &TopicPartition) -> Result<i32, String> {
-            Ok(self.epoch)
+        fn leader_epoch(&self, _tp: &TopicPartition) -> Result<LeaderEpoch, HostError> {
+            Ok(LeaderEpoch(self.epoch))
         }
-        fn bump_leader_epoch(&mut self, _tp: &TopicPartition) -> Result<i32, String> {
+        fn bump_leader_epoch(&mut self, _tp: &TopicPartition) -> Result<LeaderEpoch, HostError> {
             self.epoch += 1;
-            Ok(self.epoch)
+            Ok(LeaderEpoch(self.epoch))
         }
-        fn truncate_to_lso(&mut self, _tp: &TopicPartition) -> Result<i64, String> {
-            Ok(0)
+        fn truncate_to_lso(&mut self, _tp: &TopicPartition) -> Result<Offset, HostError> {
+            Ok(Offset(0))
         }
-        fn ends_with_pid_reset(&self, _tp: &TopicPartition) -> Result<bool, String> {
+        fn ends_with_pid_reset(&self, _tp: &TopicPartition) -> Result<bool, HostError> {
             Ok(false)
         }
-        fn write_pid_reset(&mut self, _tp: &TopicPartition) -> Result<(), String> {
+        fn write_pid_reset(&mut self, _tp: &TopicPartition) -> Result<(), HostError> {
             Ok(())
         }
     }

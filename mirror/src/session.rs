@@ -33,14 +33,14 @@ use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::ForgottenTopic;
 use kafka_protocol::messages::{FetchResponse, MetadataResponse};
-use kmirror_types::LeaderEpoch;
+use kmirror_types::{ErrorCode, LeaderEpoch, Offset};
 use uuid::Uuid;
 
 use crate::client::{build, AsyncConnection, ClientError};
 use crate::client_security::{ClientSecurity, SecurityConfigError};
 use crate::fetcher::{
-    leader_from_metadata, now_ms, FetchOutcome, FetcherConfig, KafkaSource, Source, SourceError,
-    SourceLeader,
+    leader_from_metadata, now_ms, EpochEnd, FetchOutcome, FetcherConfig, KafkaSource,
+    PartitionAnswer, Source, SourceError, SourceLeader,
 };
 use crate::keys::error as code;
 
@@ -98,7 +98,7 @@ pub enum SessionVerdict {
     /// The session is gone (70 / 71): send a full fetch at once; waiters keep waiting.
     Resend,
     /// Another top-level error: every waiter gets it as its partition error.
-    Fail(i16),
+    Fail(ErrorCode),
 }
 
 /// A client-side KIP-227 fetch session: which partitions the broker's session holds and at
@@ -172,10 +172,10 @@ impl FetchSession {
     pub fn on_response(
         &mut self,
         req: &SessionRequest,
-        error_code: i16,
+        error: ErrorCode,
         session_id: i32,
     ) -> SessionVerdict {
-        match error_code {
+        match error.code() {
             code::NONE => {
                 if req.is_full() {
                     // A broker without a free session slot answers id 0: stay sessionless
@@ -195,9 +195,9 @@ impl FetchSession {
                 self.reset();
                 SessionVerdict::Resend
             }
-            other => {
+            _ => {
                 self.reset();
-                SessionVerdict::Fail(other)
+                SessionVerdict::Fail(error)
             }
         }
     }
@@ -532,7 +532,7 @@ async fn session_loop(b: Rc<BrokerFetcher>, woken: flume::Receiver<()>, cfg: Rc<
                 continue;
             }
         };
-        match session.on_response(&req, resp.error_code, resp.session_id) {
+        match session.on_response(&req, ErrorCode::new(resp.error_code), resp.session_id) {
             SessionVerdict::Resend => {
                 cfg.evictions.fetch_add(1, Ordering::Relaxed);
                 tracing::info!(
@@ -546,10 +546,7 @@ async fn session_loop(b: Rc<BrokerFetcher>, woken: flume::Receiver<()>, cfg: Rc<
             SessionVerdict::Fail(err) => {
                 let mut st = b.state.borrow_mut();
                 for p in st.pending.drain(..) {
-                    let _ = p.tx.try_send(Ok(FetchOutcome {
-                        error_code: err,
-                        ..Default::default()
-                    }));
+                    let _ = p.tx.try_send(Ok(FetchOutcome::refused(err)));
                 }
                 st.answered.clear();
             }
@@ -586,16 +583,7 @@ fn dispatch(b: &BrokerFetcher, resp: &FetchResponse, session: &FetchSession) {
                 continue;
             };
             let w = st.pending.remove(i);
-            let out = FetchOutcome {
-                error_code: p.error_code,
-                high_watermark: p.high_watermark,
-                last_stable_offset: p.last_stable_offset,
-                log_start_offset: p.log_start_offset,
-                current_leader: (p.current_leader.leader_epoch >= 0)
-                    .then_some((p.current_leader.leader_id.0, p.current_leader.leader_epoch)),
-                records: p.records.clone().unwrap_or_default(),
-            };
-            if w.tx.try_send(Ok(out)).is_ok() {
+            if w.tx.try_send(Ok(FetchOutcome::from_wire(p))).is_ok() {
                 st.answered.insert(k);
             }
         }
@@ -669,7 +657,7 @@ impl Source for SharedSource {
         partition: i32,
         current_leader_epoch: LeaderEpoch,
         timestamp: i64,
-    ) -> Result<(i16, i64), SourceError> {
+    ) -> Result<PartitionAnswer<Offset>, SourceError> {
         let mut admin = self.hub.admin().await;
         admin
             .src()
@@ -682,7 +670,7 @@ impl Source for SharedSource {
         mirror: &str,
         topic: &str,
         partition: i32,
-    ) -> Result<Option<i32>, SourceError> {
+    ) -> Result<Option<LeaderEpoch>, SourceError> {
         let mut admin = self.hub.admin().await;
         admin
             .src()
@@ -697,7 +685,7 @@ impl Source for SharedSource {
         partition: i32,
         current_leader_epoch: LeaderEpoch,
         epoch: LeaderEpoch,
-    ) -> Result<(i16, i32, i64), SourceError> {
+    ) -> Result<PartitionAnswer<Option<EpochEnd>>, SourceError> {
         let mut admin = self.hub.admin().await;
         admin
             .src()
@@ -723,8 +711,8 @@ mod tests {
             topic: topic.to_owned(),
             topic_id: Uuid::from_u128(id),
             partition: p,
-            fetch_offset: offset,
-            current_leader_epoch: 3,
+            fetch_offset: Offset(offset),
+            current_leader_epoch: LeaderEpoch(3),
             partition_max_bytes: 1024,
         }
     }
@@ -732,7 +720,7 @@ mod tests {
     fn names(r: &SessionRequest) -> Vec<(i32, i64)> {
         r.parts
             .iter()
-            .map(|p| (p.partition, p.fetch_offset))
+            .map(|p| (p.partition, p.fetch_offset.get()))
             .collect()
     }
 
@@ -746,7 +734,10 @@ mod tests {
         assert_eq!((r.session_id, r.epoch), (0, 0));
         assert!(r.is_full());
         assert_eq!(r.parts.len(), 2);
-        assert_eq!(s.on_response(&r, code::NONE, 77), SessionVerdict::Dispatch);
+        assert_eq!(
+            s.on_response(&r, ErrorCode::new(code::NONE), 77),
+            SessionVerdict::Dispatch
+        );
 
         // a moved on, b unchanged, c new: only a and c are sent.
         let a2 = part("t", 1, 0, 15);
@@ -756,22 +747,22 @@ mod tests {
         sent.sort();
         assert_eq!(sent, vec![(0, 15), (0, 30)]);
         assert!(r.forgotten.is_empty());
-        s.on_response(&r, code::NONE, 77);
+        s.on_response(&r, ErrorCode::new(code::NONE), 77);
 
         // Nothing changed: an empty incremental request (the idle case).
         let r = s.build(&[a2.clone(), b.clone(), c.clone()]);
         assert_eq!(r.epoch, 2);
         assert!(r.parts.is_empty() && r.forgotten.is_empty());
-        s.on_response(&r, code::NONE, 77);
+        s.on_response(&r, ErrorCode::new(code::NONE), 77);
 
         // b no longer wanted (stopped / busy / leader moved): forgotten; a new epoch re-sent.
         let mut a3 = a2.clone();
-        a3.current_leader_epoch = 4;
+        a3.current_leader_epoch = LeaderEpoch(4);
         let r = s.build(&[a3, c.clone()]);
         assert_eq!(r.epoch, 3);
         assert_eq!(names(&r), vec![(0, 15)]);
         assert_eq!(r.forgotten, vec![("t".to_owned(), Uuid::from_u128(1), 1)]);
-        s.on_response(&r, code::NONE, 77);
+        s.on_response(&r, ErrorCode::new(code::NONE), 77);
 
         // b comes back: added again.
         let r = s.build(&[part("t", 1, 0, 15), b.clone(), c]);
@@ -783,7 +774,7 @@ mod tests {
     fn the_fetch_request_carries_session_and_forgotten_topics() {
         let mut s = FetchSession::new();
         let r = s.build(&[part("t", 1, 0, 1), part("t", 1, 1, 1)]);
-        s.on_response(&r, code::NONE, 5);
+        s.on_response(&r, ErrorCode::new(code::NONE), 5);
         let r = s.build(&[part("t", 1, 0, 2)]);
         let f = fetch_request(&r, &FetcherConfig::default());
         assert_eq!((f.session_id, f.session_epoch), (5, 1));
@@ -800,16 +791,16 @@ mod tests {
         let mut s = FetchSession::new();
         let w = [part("t", 1, 0, 0)];
         let r = s.build(&w);
-        s.on_response(&r, code::NONE, 9);
+        s.on_response(&r, ErrorCode::new(code::NONE), 9);
         for want in 1..=5 {
             let r = s.build(&w);
             assert_eq!(r.epoch, want);
-            s.on_response(&r, code::NONE, 9);
+            s.on_response(&r, ErrorCode::new(code::NONE), 9);
         }
         s.epoch = i32::MAX;
         let r = s.build(&w);
         assert_eq!(r.epoch, i32::MAX);
-        s.on_response(&r, code::NONE, 9);
+        s.on_response(&r, ErrorCode::new(code::NONE), 9);
         assert_eq!(s.build(&w).epoch, 1);
     }
 
@@ -822,10 +813,13 @@ mod tests {
             let mut s = FetchSession::new();
             let w = [part("t", 1, 0, 0), part("t", 1, 1, 0)];
             let r = s.build(&w);
-            s.on_response(&r, code::NONE, 9);
+            s.on_response(&r, ErrorCode::new(code::NONE), 9);
             let r = s.build(&w);
             assert_eq!(r.epoch, 1);
-            assert_eq!(s.on_response(&r, err, 0), SessionVerdict::Resend);
+            assert_eq!(
+                s.on_response(&r, ErrorCode::new(err), 0),
+                SessionVerdict::Resend
+            );
             let r = s.build(&w);
             assert_eq!((r.session_id, r.epoch, r.parts.len()), (0, 0, 2));
             assert_eq!(s.resets(), 1);
@@ -833,18 +827,18 @@ mod tests {
         let mut s = FetchSession::new();
         let w = [part("t", 1, 0, 0)];
         let r = s.build(&w);
-        s.on_response(&r, code::NONE, 9);
+        s.on_response(&r, ErrorCode::new(code::NONE), 9);
         let _ = s.build(&w);
         s.on_disconnect();
         let r = s.build(&w);
         assert!(r.is_full() && r.session_id == 0 && r.parts.len() == 1);
         assert_eq!(s.resets(), 1);
         // Another top-level error fails the waiters and resets as well.
-        s.on_response(&r, code::NONE, 4);
+        s.on_response(&r, ErrorCode::new(code::NONE), 4);
         let r = s.build(&w);
         assert_eq!(
-            s.on_response(&r, code::UNKNOWN_SERVER_ERROR, 0),
-            SessionVerdict::Fail(-1)
+            s.on_response(&r, ErrorCode::new(code::UNKNOWN_SERVER_ERROR), 0),
+            SessionVerdict::Fail(ErrorCode::new(-1))
         );
         assert!(s.build(&w).is_full());
     }
@@ -856,7 +850,10 @@ mod tests {
         for _ in 0..3 {
             let r = s.build(&w);
             assert!(r.is_full() && r.session_id == 0 && r.parts.len() == 1);
-            assert_eq!(s.on_response(&r, code::NONE, 0), SessionVerdict::Dispatch);
+            assert_eq!(
+                s.on_response(&r, ErrorCode::new(code::NONE), 0),
+                SessionVerdict::Dispatch
+            );
         }
         assert_eq!(s.resets(), 0);
     }
@@ -874,7 +871,7 @@ mod tests {
             sorted.sort();
             assert_eq!(sorted, vec![0, 1, 2]);
             // Stay sessionless so every request is full and carries all three.
-            s.on_response(&r, code::NONE, 0);
+            s.on_response(&r, ErrorCode::new(code::NONE), 0);
         }
         assert_eq!(firsts, vec![0, 1, 2]);
     }
@@ -900,7 +897,7 @@ mod tests {
             .map(|p| p.part.clone())
             .collect();
         let r = s.build(&wanted);
-        s.on_response(&r, code::NONE, 3);
+        s.on_response(&r, ErrorCode::new(code::NONE), 3);
         // Partition 1's fetcher was replaced meanwhile by one at another offset.
         drop(rx1);
         let rx1 = b.submit(part("t", 1, 1, 5));
@@ -916,7 +913,10 @@ mod tests {
             ])]);
         dispatch(&b, &resp, &s);
         let out = rx0.try_recv().expect("answered").expect("ok");
-        assert_eq!(out.high_watermark, 11);
+        let FetchOutcome::Records(out) = out else {
+            panic!("records expected, got {out:?}");
+        };
+        assert_eq!(out.high_watermark, Offset(11));
         assert!(
             rx1.try_recv().is_err(),
             "data for offset 20 must not reach a waiter at 5"

@@ -210,8 +210,15 @@ impl BrokerRate {
 
     /// Persists (write, fsync, rename) then applies `value` at `level`; `None` removes that
     /// level's value. Blocking: call it off the engine cores.
-    pub fn set_blocking(&self, level: RateLevel, value: Option<u64>) -> Result<(), String> {
-        let io = |e: std::io::Error| format!("{}: {e}", self.path.display());
+    pub fn set_blocking(
+        &self,
+        level: RateLevel,
+        value: Option<u64>,
+    ) -> Result<(), kmirror_net::broker::ExtensionError> {
+        let io = |source: std::io::Error| kmirror_net::broker::ExtensionError::Persist {
+            what: self.path.display().to_string(),
+            source,
+        };
         let _writer = self.writer.lock().unwrap_or_else(|p| p.into_inner());
         let mut next = **self.levels.load();
         match level {

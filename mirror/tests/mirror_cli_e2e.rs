@@ -11,9 +11,11 @@ use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::api_versions_response::ApiVersion;
 use kafka_protocol::messages::{ApiVersionsResponse, RequestHeader, ResponseHeader};
 use kafka_protocol::protocol::{Decodable, Encodable};
-use kmirror_control::mirror::{MirrorCoordinator, MirrorDefinition, MirrorHost, MirrorStateStore};
+use kmirror_control::mirror::{
+    HostError, MirrorCoordinator, MirrorDefinition, MirrorHost, MirrorStateStore,
+};
 use kmirror_mirror::service::{LivePartition, MirrorLiveStatus, MirrorService};
-use kmirror_types::TopicPartition;
+use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
 
 struct Host {
     topics: BTreeMap<String, i32>,
@@ -25,23 +27,23 @@ impl MirrorHost for Host {
         self.topics.get(topic).copied()
     }
     fn start_fetcher(&mut self, _m: &MirrorDefinition, _tp: &TopicPartition) {}
-    fn stop_fetcher(&mut self, _tp: &TopicPartition) -> Result<(), String> {
+    fn stop_fetcher(&mut self, _tp: &TopicPartition) -> Result<(), HostError> {
         Ok(())
     }
-    fn leader_epoch(&self, _tp: &TopicPartition) -> Result<i32, String> {
-        Ok(self.epoch)
+    fn leader_epoch(&self, _tp: &TopicPartition) -> Result<LeaderEpoch, HostError> {
+        Ok(LeaderEpoch(self.epoch))
     }
-    fn bump_leader_epoch(&mut self, _tp: &TopicPartition) -> Result<i32, String> {
+    fn bump_leader_epoch(&mut self, _tp: &TopicPartition) -> Result<LeaderEpoch, HostError> {
         self.epoch += 1;
-        Ok(self.epoch)
+        Ok(LeaderEpoch(self.epoch))
     }
-    fn truncate_to_lso(&mut self, _tp: &TopicPartition) -> Result<i64, String> {
-        Ok(0)
+    fn truncate_to_lso(&mut self, _tp: &TopicPartition) -> Result<Offset, HostError> {
+        Ok(Offset(0))
     }
-    fn ends_with_pid_reset(&self, _tp: &TopicPartition) -> Result<bool, String> {
+    fn ends_with_pid_reset(&self, _tp: &TopicPartition) -> Result<bool, HostError> {
         Ok(false)
     }
-    fn write_pid_reset(&mut self, _tp: &TopicPartition) -> Result<(), String> {
+    fn write_pid_reset(&mut self, _tp: &TopicPartition) -> Result<(), HostError> {
         Ok(())
     }
 }

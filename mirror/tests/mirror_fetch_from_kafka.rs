@@ -14,7 +14,7 @@ use kafka_protocol::protocol::StrBytes;
 use kmirror_log::{LeaderEpoch, Log, LogConfig, LogError, Offset};
 use kmirror_mirror::client::{build, BlockingConnection};
 use kmirror_mirror::fetcher::{
-    fetcher_client_id, FetchEvent, FetchObserver, FetcherConfig, KafkaSource, LocalError,
+    fetcher_client_id, EpochEnd, FetchEvent, FetchObserver, FetcherConfig, KafkaSource, LocalError,
     LocalPartition, PartitionFetcher, Step,
 };
 use kmirror_tests::records::{batch, split_batches};
@@ -28,41 +28,41 @@ struct LogLocal {
 }
 
 impl LocalPartition for LogLocal {
-    async fn log_start_offset(&self) -> i64 {
-        self.log.log_start_offset().0
+    async fn log_start_offset(&self) -> Result<Offset, LocalError> {
+        Ok(self.log.log_start_offset())
     }
-    async fn log_end_offset(&self) -> i64 {
-        self.log.log_end_offset().0
+    async fn log_end_offset(&self) -> Result<Offset, LocalError> {
+        Ok(self.log.log_end_offset())
     }
-    async fn leader_epoch(&self) -> i32 {
-        self.epoch
+    async fn leader_epoch(&self) -> Result<LeaderEpoch, LocalError> {
+        Ok(LeaderEpoch(self.epoch))
     }
-    async fn bump_leader_epoch_to(&mut self, epoch: i32) -> Result<(), LocalError> {
-        self.epoch = epoch;
+    async fn bump_leader_epoch_to(&mut self, epoch: LeaderEpoch) -> Result<(), LocalError> {
+        self.epoch = epoch.get();
         Ok(())
     }
-    async fn append_mirror(&mut self, batches: Bytes) -> Result<i64, LocalError> {
+    async fn append_mirror(&mut self, batches: Bytes) -> Result<Offset, LocalError> {
         let info = self.log.append_mirror(batches).map_err(|e| match e {
             LogError::Corrupt { .. } => LocalError::Corrupt(e.to_string()),
             other => LocalError::Other(other.to_string()),
         })?;
         let end = self.log.log_end_offset();
         self.log.set_high_watermark(end);
-        Ok(info.last_offset.0)
+        Ok(info.last_offset)
     }
-    async fn truncate_fully_and_start_at(&mut self, offset: i64) -> Result<(), LocalError> {
+    async fn truncate_fully_and_start_at(&mut self, offset: Offset) -> Result<(), LocalError> {
         self.log
-            .truncate_fully_and_start_at(Offset(offset))
+            .truncate_fully_and_start_at(offset)
             .map_err(|e| LocalError::Other(e.to_string()))
     }
-    async fn end_offset_for_epoch(&self, epoch: i32) -> Option<(i32, i64)> {
+    async fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> Option<EpochEnd> {
         self.log
-            .end_offset_for_epoch(LeaderEpoch(epoch))
-            .map(|(e, o)| (e.0, o.0))
+            .end_offset_for_epoch(epoch)
+            .map(|(epoch, end_offset)| EpochEnd { epoch, end_offset })
     }
-    async fn truncate_to(&mut self, offset: i64) -> Result<(), LocalError> {
+    async fn truncate_to(&mut self, offset: Offset) -> Result<(), LocalError> {
         self.log
-            .truncate_to(Offset(offset))
+            .truncate_to(offset)
             .map_err(|e| LocalError::Other(e.to_string()))
     }
 }
@@ -241,8 +241,8 @@ fn fetcher_mirrors_kafka_batches_at_same_offsets_byte_identical_and_follows_log_
     assert_eq!(dr.topics[0].partitions[0].error_code, 0);
     mirror_until(&boot, &mut fetcher, &mut local, &mut events, end2);
     assert!(events.0.contains(&FetchEvent::SourceLogStartMoved {
-        lost_from: end,
-        lost_to: cut
+        lost_from: Offset(end),
+        lost_to: Offset(cut)
     }));
     assert_eq!(local.log.log_end_offset().0, end2);
     let src = source_batches(&mut wire, "orders");
@@ -379,12 +379,15 @@ fn re_added_stopped_topic_truncates_only_its_own_writes_then_mirrors_log_equal()
         .unwrap()
         .run(async {
             let mut source = KafkaSource::new(&boot, "kmirror-it".into(), Duration::from_secs(10));
-            prepare_partition(&mut source, &mut local, "dr", &tp, Some(lme))
+            prepare_partition(&mut source, &mut local, "dr", &tp, Some(LeaderEpoch(lme)))
                 .await
                 .expect("prepare")
         });
     assert_eq!(plan.origin, LmeOrigin::Local);
-    assert_eq!((plan.local_end_offset, plan.truncate_to), (end + 5, end));
+    assert_eq!(
+        (plan.local_end_offset, plan.truncate_to),
+        (Offset(end + 5), Offset(end))
+    );
     assert_eq!(local.log.log_end_offset().0, end);
 
     let mut fetcher = PartitionFetcher::new(tp, uuid::Uuid::nil(), config());

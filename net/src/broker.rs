@@ -58,8 +58,26 @@ impl BrokerConfig {
     }
 }
 
-/// A broker config change being applied on the calling core: Err is the reason to report.
-pub type ConfigChange = Pin<Box<dyn Future<Output = Result<(), String>>>>;
+/// A broker config change being applied on the calling core.
+pub type ConfigChange = Pin<Box<dyn Future<Output = Result<(), ExtensionError>>>>;
+
+/// Why an extension refused or failed a broker-side change (a dynamic config, a feature
+/// level): the one error type at the [`ExtensionApis`] seam, mapped to Kafka codes by
+/// [`crate::errors::extension_error_code`].
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ExtensionError {
+    /// The change is not acceptable as asked (a malformed value, the extension not ready).
+    #[error("{0}")]
+    Invalid(String),
+    /// Making the change durable failed.
+    #[error("persisting {what}: {source}")]
+    Persist {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// Which level a broker-resource config change or description addresses: the resource named
 /// by this node's id, or the cluster-wide default (the empty name, `--entity-default`).
@@ -123,7 +141,7 @@ pub trait ExtensionApis: Send + Sync {
     /// Finalizes the extension's feature `name` at `level` (validated against
     /// [`ExtensionApis::features`]) durably; runs on a blocking thread. `None`: not the
     /// extension's feature.
-    fn update_feature(&self, name: &str, level: i16) -> Option<Result<(), String>> {
+    fn update_feature(&self, name: &str, level: i16) -> Option<Result<(), ExtensionError>> {
         let _ = (name, level);
         None
     }

@@ -64,6 +64,18 @@ pub fn engine_error_code(e: &EngineError) -> i16 {
     }
 }
 
+/// An extension's refusal or failure (dynamic broker config, feature level): a bad value is
+/// INVALID_REQUEST, a failure to persist it UNKNOWN_SERVER_ERROR (the change did not happen).
+pub fn extension_error_code(e: &crate::broker::ExtensionError) -> i16 {
+    use crate::broker::ExtensionError as X;
+    match e {
+        X::Invalid(_) => E::InvalidRequest.code(),
+        X::Persist { .. } => E::UnknownServerError.code(),
+        #[allow(unreachable_patterns)]
+        _ => E::UnknownServerError.code(),
+    }
+}
+
 /// How an `acks=all` produce ends when it did not simply succeed.
 pub fn ack_state_code(s: kmirror_engine::AckState) -> i16 {
     use kmirror_engine::AckState as A;

@@ -239,7 +239,7 @@ pub async fn update_features(
         for (n, r) in done {
             if let Some(Err(e)) = r {
                 if let Some(i) = names.iter().position(|x| *x == n) {
-                    applied[i] = Err((E::UnknownServerError.code(), e));
+                    applied[i] = Err((crate::errors::extension_error_code(&e), e.to_string()));
                 }
             }
         }

@@ -11,7 +11,7 @@ use std::fmt;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::str::FromStr;
 
-use crate::session::SecurityProtocol;
+use crate::session::{ParseError, SecurityProtocol};
 
 /// One configured listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub struct ListenerSpec {
 
 impl ListenerSpec {
     /// A PLAINTEXT listener on `HOST:PORT` (the `listen` shorthand).
-    pub fn plaintext(host_port: &str) -> Result<ListenerSpec, String> {
+    pub fn plaintext(host_port: &str) -> Result<ListenerSpec, ParseError> {
         format!("PLAINTEXT://{host_port}").parse()
     }
 
@@ -81,37 +81,42 @@ impl fmt::Display for ListenerSpec {
 }
 
 impl FromStr for ListenerSpec {
-    type Err = String;
+    type Err = ParseError;
 
     /// Parses one `PROTOCOL://HOST:PORT`.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         let s = s.trim();
-        let (proto, rest) = s
-            .split_once("://")
-            .ok_or_else(|| format!("listener \"{s}\" is not of the form PROTOCOL://HOST:PORT"))?;
+        let bad = |m: String| ParseError::Listener(m);
+        let (proto, rest) = s.split_once("://").ok_or_else(|| {
+            bad(format!(
+                "listener \"{s}\" is not of the form PROTOCOL://HOST:PORT"
+            ))
+        })?;
         let protocol: SecurityProtocol = proto
             .parse()
-            .map_err(|e| format!("listener \"{s}\": {e}"))?;
-        let (host, port) = rest
-            .rsplit_once(':')
-            .ok_or_else(|| format!("listener \"{s}\" has no port (PROTOCOL://HOST:PORT)"))?;
+            .map_err(|e| bad(format!("listener \"{s}\": {e}")))?;
+        let (host, port) = rest.rsplit_once(':').ok_or_else(|| {
+            bad(format!(
+                "listener \"{s}\" has no port (PROTOCOL://HOST:PORT)"
+            ))
+        })?;
         let host = match host.strip_prefix('[') {
             Some(h) => h
                 .strip_suffix(']')
-                .ok_or_else(|| format!("listener \"{s}\": unbalanced '[' in the host"))?,
+                .ok_or_else(|| bad(format!("listener \"{s}\": unbalanced '[' in the host")))?,
             None if host.contains(':') => {
-                return Err(format!(
+                return Err(bad(format!(
                     "listener \"{s}\": an IPv6 host must be in brackets ([::1])"
-                ))
+                )))
             }
             None => host,
         };
         if host.contains('/') || host.contains(char::is_whitespace) {
-            return Err(format!("listener \"{s}\": bad host \"{host}\""));
+            return Err(bad(format!("listener \"{s}\": bad host \"{host}\"")));
         }
         let port: u16 = port
             .parse()
-            .map_err(|_| format!("listener \"{s}\": bad port \"{port}\" (0..65535)"))?;
+            .map_err(|_| bad(format!("listener \"{s}\": bad port \"{port}\" (0..65535)")))?;
         Ok(ListenerSpec {
             name: protocol.name().to_string(),
             protocol,
@@ -123,26 +128,28 @@ impl FromStr for ListenerSpec {
 
 /// Parses a comma-separated listener list (Kafka's `listeners`). Names (= protocols) must be
 /// distinct, and so must fixed ports on the same host; the list must not be empty.
-pub fn parse_listeners(s: &str) -> Result<Vec<ListenerSpec>, String> {
+pub fn parse_listeners(s: &str) -> Result<Vec<ListenerSpec>, ParseError> {
     let mut out: Vec<ListenerSpec> = Vec::new();
     for item in s.split(',').map(str::trim).filter(|i| !i.is_empty()) {
         let l: ListenerSpec = item.parse()?;
         if out.iter().any(|o| o.name == l.name) {
-            return Err(format!(
+            return Err(ParseError::Listener(format!(
                 "listener name {} appears twice in \"{s}\" (one listener per protocol)",
                 l.name
-            ));
+            )));
         }
         if l.port != 0 && out.iter().any(|o| o.port == l.port && o.host == l.host) {
-            return Err(format!(
+            return Err(ParseError::Listener(format!(
                 "listeners {} and {item} use the same address",
                 out.iter().find(|o| o.port == l.port).expect("found")
-            ));
+            )));
         }
         out.push(l);
     }
     if out.is_empty() {
-        return Err("no listener given (e.g. PLAINTEXT://127.0.0.1:9092)".into());
+        return Err(ParseError::Listener(
+            "no listener given (e.g. PLAINTEXT://127.0.0.1:9092)".into(),
+        ));
     }
     Ok(out)
 }
@@ -213,7 +220,7 @@ mod tests {
             ("SSL://a:1,SSL://b:2", "appears twice"),
             ("PLAINTEXT://a:1,SSL://a:1", "same address"),
         ] {
-            let e = parse_listeners(bad).unwrap_err();
+            let e = parse_listeners(bad).unwrap_err().to_string();
             assert!(e.contains(why), "{bad}: {e}");
         }
         // Port 0 twice is fine: each picks its own.

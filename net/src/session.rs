@@ -45,17 +45,29 @@ impl fmt::Display for SecurityProtocol {
     }
 }
 
+/// Why a security protocol, principal or listener does not parse (config files, command
+/// lines, ACL principals): the message names the value and the form expected.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ParseError {
+    #[error("unknown security protocol \"{0}\" (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)")]
+    UnknownProtocol(String),
+    #[error("principal \"{0}\" is not of the form Type:name")]
+    Principal(String),
+    /// A listener (`PROTOCOL://HOST:PORT`) or listener list that is malformed.
+    #[error("{0}")]
+    Listener(String),
+}
+
 impl FromStr for SecurityProtocol {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = ParseError;
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s.trim().to_ascii_uppercase().as_str() {
             "PLAINTEXT" => Ok(SecurityProtocol::Plaintext),
             "SSL" => Ok(SecurityProtocol::Ssl),
             "SASL_PLAINTEXT" => Ok(SecurityProtocol::SaslPlaintext),
             "SASL_SSL" => Ok(SecurityProtocol::SaslSsl),
-            other => Err(format!(
-                "unknown security protocol \"{other}\" (PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL)"
-            )),
+            other => Err(ParseError::UnknownProtocol(other.to_owned())),
         }
     }
 }
@@ -89,15 +101,15 @@ impl fmt::Display for Principal {
 }
 
 impl FromStr for Principal {
-    type Err = String;
+    type Err = ParseError;
     /// Parses `Type:name`; the name may itself contain ':'.
-    fn from_str(s: &str) -> Result<Self, String> {
+    fn from_str(s: &str) -> Result<Self, ParseError> {
         match s.split_once(':') {
             Some((k, n)) if !k.is_empty() => Ok(Principal {
                 kind: k.to_string(),
                 name: n.to_string(),
             }),
-            _ => Err(format!("principal \"{s}\" is not of the form Type:name")),
+            _ => Err(ParseError::Principal(s.to_owned())),
         }
     }
 }

@@ -1,7 +1,7 @@
 //! Small shared types used by every layer of kmirror.
 //!
-//! Owns: the newtypes for offsets, leader epochs and producer ids, and the
-//! topic-partition key. Depends on nothing else in the workspace and on no
+//! Owns: the newtypes for offsets, leader epochs, producer ids and Kafka error codes, and
+//! the topic-partition key. Depends on nothing else in the workspace and on no
 //! runtime, so every crate can use it.
 //!
 //! Invariants worth naming: an [`Offset`] is a Kafka log offset (non-negative
@@ -78,6 +78,54 @@ impl fmt::Display for NodeId {
     }
 }
 
+/// A Kafka error code (Kafka's `Errors.java` numbers) as it crosses a seam between layers:
+/// the one type for "the source answered this code" or "answer the client this code".
+/// 0 is no error ([`ErrorCode::NONE`]). The numbers are named in one table
+/// (`kmirror_net::keys::error`), so this type accepts any `i16`: a source may answer codes
+/// newer than ours, and they must pass through unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct ErrorCode(i16);
+
+impl ErrorCode {
+    /// No error.
+    pub const NONE: ErrorCode = ErrorCode(0);
+
+    pub const fn new(code: i16) -> ErrorCode {
+        ErrorCode(code)
+    }
+
+    /// The number on the wire.
+    pub const fn code(self) -> i16 {
+        self.0
+    }
+
+    pub const fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
+    /// `Ok(())` for no error, else the code as an error: a per-partition answer becomes a
+    /// `Result` at the seam instead of a code to remember to check.
+    pub fn ok(self) -> Result<(), ErrorCode> {
+        if self.is_none() {
+            Ok(())
+        } else {
+            Err(self)
+        }
+    }
+}
+
+impl From<i16> for ErrorCode {
+    fn from(code: i16) -> ErrorCode {
+        ErrorCode(code)
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
 /// A topic name and partition index.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TopicPartition {
@@ -107,6 +155,13 @@ mod tests {
     #[test]
     fn topic_partition_displays_like_kafka_directory_names() {
         assert_eq!(TopicPartition::new("orders", 3).to_string(), "orders-3");
+    }
+
+    #[test]
+    fn only_error_code_zero_is_success() {
+        assert_eq!(ErrorCode::NONE.ok(), Ok(()));
+        assert_eq!(ErrorCode::new(6).ok(), Err(ErrorCode::new(6)));
+        assert_eq!(ErrorCode::from(-1).code(), -1);
     }
 
     #[test]

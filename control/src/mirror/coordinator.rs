@@ -22,7 +22,7 @@
 
 use std::collections::BTreeMap;
 
-use kmirror_types::TopicPartition;
+use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
 
 use super::definition::MirrorDefinition;
 use super::failpoint;
@@ -37,23 +37,24 @@ pub trait MirrorHost {
     fn local_partition_count(&self, topic: &str) -> Option<i32>;
     /// Start mirroring `tp` from the local log end (MIRRORING).
     fn start_fetcher(&mut self, mirror: &MirrorDefinition, tp: &TopicPartition);
-    /// Stop the fetcher of `tp` if one runs (idempotent). `Err` when it is still running
-    /// after the host's timeout: the caller must not act as if it had stopped (a failover
-    /// would otherwise leave two writers).
-    fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), String>;
+    /// Stop the fetcher of `tp` if one runs (idempotent).
+    /// [`HostError::FetcherStillRunning`] when it is still running after the host's timeout:
+    /// the caller must not act as if it had stopped (a failover would otherwise leave two
+    /// writers).
+    fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), HostError>;
     /// Current local leader epoch of `tp`.
-    fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String>;
+    fn leader_epoch(&self, tp: &TopicPartition) -> Result<LeaderEpoch, HostError>;
     /// Raise the local leader epoch above every epoch in the log; returns the new epoch.
-    fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<i32, String>;
+    fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<LeaderEpoch, HostError>;
     /// Truncate the log to its last stable offset; returns the new log end.
-    fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<i64, String>;
+    fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<Offset, HostError>;
     /// Whether the last batch of the log is a MIRROR_PID_RESET control batch.
-    fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String>;
+    fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, HostError>;
     /// Append a MIRROR_PID_RESET control record (expires all producer state).
-    fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String>;
+    fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), HostError>;
     /// Cluster: the leader epoch this node leads `tp` at, which fences the records of its
     /// failover steps and fetcher events. None on one node (nothing to fence).
-    fn leadership_epoch(&self, _tp: &TopicPartition) -> Option<i32> {
+    fn leadership_epoch(&self, _tp: &TopicPartition) -> Option<LeaderEpoch> {
         None
     }
     /// Whether this node does the log work of `tp`'s failover steps. In a cluster only the
@@ -62,6 +63,22 @@ pub trait MirrorHost {
     fn runs_partition_steps(&self, _tp: &TopicPartition) -> bool {
         true
     }
+}
+
+/// Why a [`MirrorHost`] call failed.
+#[non_exhaustive]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum HostError {
+    /// The fetcher still runs after the host waited this long: the failover must wait.
+    #[error("mirror fetcher did not stop within {waited_secs} s")]
+    FetcherStillRunning { waited_secs: u64 },
+    /// The topic or partition is not on this node.
+    #[error("{0} does not exist")]
+    UnknownPartition(TopicPartition),
+    /// The partition's log, its replication or a metadata proposal failed (disk, engine
+    /// shutting down, followers not caught up, no quorum leader).
+    #[error("{0}")]
+    Failed(String),
 }
 
 /// Why a per-topic operation failed.
@@ -561,7 +578,8 @@ impl MirrorCoordinator {
         host: &mut impl MirrorHost,
     ) -> Result<(), TopicOpError> {
         // The steps are the partition leader's: fenced by the epoch it leads at.
-        self.store.set_step_fence(tp, host.leadership_epoch(tp));
+        self.store
+            .set_step_fence(tp, host.leadership_epoch(tp).map(LeaderEpoch::get));
         let r = self.run_failover_steps(tp, host);
         self.store.clear_step_fence();
         r
@@ -572,9 +590,9 @@ impl MirrorCoordinator {
         tp: &TopicPartition,
         host: &mut impl MirrorHost,
     ) -> Result<(), TopicOpError> {
-        let host_err = |reason: String| TopicOpError::Host {
+        let host_err = |e: HostError| TopicOpError::Host {
             tp: tp.clone(),
-            reason,
+            reason: e.to_string(),
         };
         if !host.runs_partition_steps(tp) {
             return Ok(());
@@ -592,13 +610,16 @@ impl MirrorCoordinator {
                 Some(FailoverStep::FetchersStopped) => {
                     // Not recorded until the fetcher is gone: the partition stays STOPPING
                     // (read-only) with the reason, and the failover is retried.
-                    if let Err(reason) = host.stop_fetcher(tp) {
-                        let reason = format!("failover waiting: {reason}; retrying");
+                    if let Err(e) = host.stop_fetcher(tp) {
+                        let reason = format!("failover waiting: {e}; retrying");
                         self.store.set_reason(tp, Some(reason.clone()))?;
-                        return Err(host_err(reason));
+                        return Err(TopicOpError::Host {
+                            tp: tp.clone(),
+                            reason,
+                        });
                     }
                     let lme = host.leader_epoch(tp).map_err(host_err)?;
-                    self.store.set_last_mirrored_epoch(tp, lme)?;
+                    self.store.set_last_mirrored_epoch(tp, lme.get())?;
                     self.store
                         .record_failover_step(tp, FailoverStep::FetchersStopped)?;
                     failpoint::hit("after_fetchers_stopped");
@@ -606,7 +627,7 @@ impl MirrorCoordinator {
                 Some(FailoverStep::EpochBumped) => {
                     let bumped = host.bump_leader_epoch(tp).map_err(host_err)?;
                     // Its own bump does not depose this leader.
-                    self.store.raise_step_fence(bumped);
+                    self.store.raise_step_fence(bumped.get());
                     self.store
                         .record_failover_step(tp, FailoverStep::EpochBumped)?;
                     failpoint::hit("after_epoch_bump");
@@ -615,7 +636,7 @@ impl MirrorCoordinator {
                     let end = host.truncate_to_lso(tp).map_err(host_err)?;
                     // Everything below the cut was mirrored: its last record is what a
                     // failback asks for (seed 003, LastMirroredOffset).
-                    self.store.record_truncated(tp, end - 1)?;
+                    self.store.record_truncated(tp, end.get() - 1)?;
                     failpoint::hit("after_truncate");
                 }
                 Some(FailoverStep::LmePersisted) => {
@@ -744,10 +765,10 @@ mod tests {
     }
 
     impl FakeHost {
-        fn crash(&mut self, step: &'static str) -> Result<(), String> {
+        fn crash(&mut self, step: &'static str) -> Result<(), HostError> {
             if self.crash_at == Some(step) {
                 self.crash_at = None;
-                return Err(format!("crash at {step}"));
+                return Err(HostError::Failed(format!("crash at {step}")));
             }
             Ok(())
         }
@@ -761,36 +782,36 @@ mod tests {
             self.fetchers.insert(tp.clone());
             self.calls.push(format!("start {tp}"));
         }
-        fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), String> {
+        fn stop_fetcher(&mut self, tp: &TopicPartition) -> Result<(), HostError> {
             if self.stuck_fetchers.contains(tp) {
-                return Err("mirror fetcher did not stop".into());
+                return Err(HostError::FetcherStillRunning { waited_secs: 0 });
             }
             self.fetchers.remove(tp);
             self.calls.push(format!("stop {tp}"));
             Ok(())
         }
-        fn leader_epoch(&self, tp: &TopicPartition) -> Result<i32, String> {
-            Ok(*self.epoch.get(tp).unwrap_or(&0))
+        fn leader_epoch(&self, tp: &TopicPartition) -> Result<LeaderEpoch, HostError> {
+            Ok(LeaderEpoch(*self.epoch.get(tp).unwrap_or(&0)))
         }
-        fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<i32, String> {
+        fn bump_leader_epoch(&mut self, tp: &TopicPartition) -> Result<LeaderEpoch, HostError> {
             self.crash("bump")?;
             let e = self.epoch.entry(tp.clone()).or_insert(0);
             *e += 1;
             self.calls.push(format!("bump {tp}"));
-            Ok(*e)
+            Ok(LeaderEpoch(*e))
         }
-        fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<i64, String> {
+        fn truncate_to_lso(&mut self, tp: &TopicPartition) -> Result<Offset, HostError> {
             self.crash("truncate")?;
             let lso = *self.lso.get(tp).unwrap_or(&0);
             self.end.insert(tp.clone(), lso);
             self.ends_with_reset.remove(tp);
             self.calls.push(format!("truncate {tp}"));
-            Ok(lso)
+            Ok(Offset(lso))
         }
-        fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, String> {
+        fn ends_with_pid_reset(&self, tp: &TopicPartition) -> Result<bool, HostError> {
             Ok(self.ends_with_reset.contains(tp))
         }
-        fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), String> {
+        fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), HostError> {
             *self.pid_resets.entry(tp.clone()).or_insert(0) += 1;
             self.ends_with_reset.insert(tp.clone());
             // Crash *after* the append, before the step is recorded.

@@ -19,7 +19,7 @@ pub mod sync;
 use kmirror_types::TopicPartition;
 
 pub use coordinator::{
-    DescribedPartition, MirrorCoordinator, MirrorHost, TopicOpError, TopicResults,
+    DescribedPartition, HostError, MirrorCoordinator, MirrorHost, TopicOpError, TopicResults,
 };
 pub use definition::{ConfigExclude, CorePlacement, MirrorDefinition, TopicFilter};
 pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};

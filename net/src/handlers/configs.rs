@@ -293,10 +293,11 @@ async fn alter_broker(
         .collect();
     let ext = ctx.broker.extension.as_ref();
     let level = broker_level(name);
-    let invalid = |m: String| (E::InvalidRequest.code(), m);
+    let refused =
+        |e: crate::broker::ExtensionError| (crate::errors::extension_error_code(&e), e.to_string());
     for (k, v) in &changes {
         match ext.and_then(|x| x.alter_broker_config(level, k, v.as_deref(), true)) {
-            Some(check) => check.await.map_err(invalid)?,
+            Some(check) => check.await.map_err(refused)?,
             None => {
                 let (code, msg) = static_broker_error();
                 return Err((code, format!("{k}: {msg}")));
@@ -309,7 +310,7 @@ async fn alter_broker(
     for (k, v) in &changes {
         if let Some(apply) = ext.and_then(|x| x.alter_broker_config(level, k, v.as_deref(), false))
         {
-            apply.await.map_err(invalid)?;
+            apply.await.map_err(refused)?;
         }
     }
     Ok(())
