@@ -229,7 +229,11 @@ mod tests {
         let started = std::time::Instant::now();
         let err = exchange_on_a_core(addr, Duration::from_millis(300)).unwrap_err();
         assert!(err.contains("timed out"), "{err}");
-        assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]
