@@ -342,6 +342,25 @@ impl Router {
         })
     }
 
+    /// [`Router::spawn_on`] for a plain thread that must not wait for the core (a
+    /// coordinator starting a job): the task is queued and this returns at once, waiting
+    /// only while `core`'s queue is full (back-pressure).
+    pub fn spawn_on_queued<F, Fut>(&self, core: usize, make: F) -> Result<(), EngineError>
+    where
+        F: FnOnce() -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = ()> + 'static,
+    {
+        let tx = self
+            .inner
+            .senders
+            .get(core)
+            .ok_or(EngineError::NoSuchCore(core))?;
+        tx.send(Box::new(move |_s: &mut Shard| {
+            let _ = run_caught(core, || spawn_later(make()));
+        }))
+        .map_err(|_| EngineError::ShuttingDown)
+    }
+
     /// Blocking variant of [`Router::run_on`] for plain threads (never call it on a core).
     pub fn run_on_blocking<R: Send + 'static>(
         &self,

@@ -729,6 +729,20 @@ impl<T: Transport> Connection<T> {
         let resp = self.roundtrip(frame, Duration::ZERO).await?;
         codec::decode_mirror_response::<R>(resp, corr)
     }
+
+    /// Sends a request frame built elsewhere (header and body, no size prefix: a request
+    /// forwarded as is) and returns the response frame without its size prefix. The
+    /// correlation id is the frame's own and is not checked.
+    pub async fn exchange_frame(
+        &mut self,
+        frame: &[u8],
+        extra: Duration,
+    ) -> Result<Bytes, ClientError> {
+        let mut out = BytesMut::with_capacity(frame.len() + 4);
+        out.put_u32(frame.len() as u32);
+        out.extend_from_slice(frame);
+        self.roundtrip(out.freeze(), extra).await
+    }
 }
 
 /// The blocking connection (std::net), for the admin CLI, the demo, dry runs and tests: a
@@ -800,16 +814,6 @@ impl BlockingConnection {
     /// Send a mirror API request (the broker must advertise the key).
     pub fn send_mirror<R: MirrorRequest>(&mut self, req: &R) -> Result<R::Response, ClientError> {
         block_on(self.0.send_mirror(req))
-    }
-
-    /// Sends a request frame built elsewhere (header and body, no size prefix: a request
-    /// forwarded as is) and returns the response frame without its size prefix. The
-    /// correlation id is the frame's own and is not checked.
-    pub fn exchange_frame(&mut self, frame: &[u8], extra: Duration) -> Result<Bytes, ClientError> {
-        let mut out = BytesMut::with_capacity(frame.len() + 4);
-        out.put_u32(frame.len() as u32);
-        out.extend_from_slice(frame);
-        block_on(self.0.roundtrip(out.freeze(), extra))
     }
 }
 

@@ -5,7 +5,8 @@
 //! serializes everything that changes mirror state: wire requests, fetcher events and the
 //! per-mirror sync rounds. It may block (the host's failover steps wait for the owning core and
 //! fsync), which is why it is never an engine core. Engine cores only hand it frames and await
-//! the reply over a channel.
+//! the reply over a channel; at a node without the seat the reply names the seat and the core
+//! forwards the frame there itself, so the thread never waits on a peer.
 //!
 //! After every message the thread reconciles: each topic with a read-only mirror partition
 //! carries `TopicMeta::mirror` (clients are refused with READ_ONLY_TOPIC), a topic whose
@@ -84,7 +85,21 @@ impl Default for MirrorSettings {
     }
 }
 
-type Reply = flume::Sender<Option<Bytes>>;
+/// The control thread's answer to a mirror request.
+enum Answer {
+    /// The response frame (None: send nothing).
+    Frame(Option<Bytes>),
+    /// This node does not hold the seat: the core that read the request forwards it to
+    /// `addr`, the seat's inter-broker listener (async on that core; the control thread
+    /// serves the fetchers' events meanwhile).
+    Forward {
+        addr: String,
+        frame: Bytes,
+        ib: kmirror_net::interbroker::InterBroker,
+    },
+}
+
+type Reply = flume::Sender<Answer>;
 
 enum Msg {
     Request(Bytes, Reply),
@@ -198,7 +213,7 @@ impl ExtensionApis for MirrorBroker {
         session: &kmirror_net::session::Session,
         api_key: i16,
         frame: Bytes,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>>>> {
         if let Some(refused) = self.broker.get().and_then(|b| {
             crate::authz::refuse_mirror_api(&b.authz.access(session), api_key, &frame)
         }) {
@@ -210,7 +225,10 @@ impl ExtensionApis for MirrorBroker {
             if !sent {
                 return None;
             }
-            rrx.recv_async().await.ok().flatten()
+            match rrx.recv_async().await.ok()? {
+                Answer::Frame(out) => out,
+                Answer::Forward { addr, frame, ib } => forward(&ib, &addr, frame).await,
+            }
         })
     }
 
@@ -478,9 +496,12 @@ impl BrokerHost {
                     .push(tp.partition);
             }
         }
+        // v7: the version every Kafka 4.x and kmirror broker serves.
+        const VERSION: i16 = 7;
+        // The leader's inter-broker listener, authenticated as the broker itself.
+        let ib = self.broker.config.inter_broker.clone();
+        let mut asks = Vec::new();
         for (leader, topics) in by_leader {
-            // The leader's inter-broker listener, authenticated as the broker itself.
-            let ib = &self.broker.config.inter_broker;
             let Some(addr) = ib.peer_addr(&meta, leader) else {
                 continue;
             };
@@ -506,18 +527,46 @@ impl BrokerHost {
                         })
                         .collect(),
                 );
-            // v7: the version every Kafka 4.x and kmirror broker serves.
-            const VERSION: i16 = 7;
-            let resp =
-                crate::client::codec::encode_request(&req, VERSION, 1, "kmirror-mirror-seat")
+            match crate::client::codec::encode_request(&req, VERSION, 1, "kmirror-mirror-seat") {
+                Ok(frame) => asks.push((addr, frame.slice(4..))),
+                Err(e) => tracing::debug!(error = %e, "cannot encode ListOffsets"),
+            }
+        }
+        if asks.is_empty() {
+            return;
+        }
+        // The requests go out together from a core (async sockets); this thread waits for
+        // their answers, each bounded by LEADER_HW_TIMEOUT.
+        let (tx, rx) = flume::bounded(1);
+        let spawned = self.router.spawn_on_blocking(0, move || async move {
+            let asked: Vec<_> = asks
+                .into_iter()
+                .map(|(addr, frame)| {
+                    let ib = ib.clone();
+                    glommio::spawn_local(async move {
+                        let r = ib.exchange(&addr, frame, LEADER_HW_TIMEOUT).await;
+                        (addr, r)
+                    })
+                })
+                .collect();
+            let mut answers = Vec::with_capacity(asked.len());
+            for a in asked {
+                answers.push(a.await);
+            }
+            let _ = tx.send(answers);
+        });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "cannot ask the partition leaders for their high watermarks");
+            return;
+        }
+        let Ok(answers) = rx.recv_timeout(LEADER_HW_TIMEOUT + Duration::from_secs(1)) else {
+            return;
+        };
+        for (addr, answer) in answers {
+            let resp = answer.and_then(|frame| {
+                crate::client::codec::decode_response::<ListOffsetsRequest>(frame, VERSION, 1)
                     .map_err(|e| e.to_string())
-                    .and_then(|frame| ib.exchange(&addr, &frame[4..], LEADER_HW_TIMEOUT))
-                    .and_then(|frame| {
-                        crate::client::codec::decode_response::<ListOffsetsRequest>(
-                            frame, VERSION, 1,
-                        )
-                        .map_err(|e| e.to_string())
-                    });
+            });
             match resp {
                 Ok(r) => {
                     for t in r.topics {
@@ -880,16 +929,29 @@ impl MirrorLiveStatus for BrokerHost {
     }
 }
 
-/// Sends one request frame to `addr` (the seat's inter-broker listener, with its TLS and
-/// SASL) and returns its response frame (a mirror request forwarded to the seat; the
-/// correlation id is the client's, so the answer passes back as is).
-fn forward(
+/// Sends a mirror request frame to `addr` (the seat's inter-broker listener, with its TLS and
+/// SASL) and returns its response frame (the correlation id is the client's, so the answer
+/// passes back as is); COORDINATOR_NOT_AVAILABLE when the seat cannot be reached. Async on
+/// the core that read the request.
+async fn forward(
     ib: &kmirror_net::interbroker::InterBroker,
     addr: &str,
-    frame: &[u8],
-) -> Result<Bytes, String> {
+    frame: Bytes,
+) -> Option<Bytes> {
     // A failover on the seat waits for fetchers to stop (up to STOP_TIMEOUT per partition).
-    ib.exchange(addr, frame, Duration::from_secs(120))
+    match ib
+        .exchange(addr, frame.clone(), Duration::from_secs(120))
+        .await
+    {
+        Ok(b) => Some(b),
+        Err(e) => {
+            tracing::warn!(%addr, error = %e, "cannot forward a mirror request to the seat");
+            coordinator_not_available(
+                &frame,
+                &format!("mirror coordinator seat {addr} unreachable: {e}"),
+            )
+        }
+    }
 }
 
 /// The COORDINATOR_NOT_AVAILABLE answer (seed 000: "the mirror coordinator is not active")
@@ -1174,40 +1236,24 @@ impl Control {
             Got::Msg(Msg::Request(frame, reply)) => {
                 if !self.quorum.seat {
                     // The seat answers (Kafka forwards mirror admin requests to its
-                    // controller); off this thread, which serves the fetchers' events. With
+                    // controller); the requesting core forwards it, so this thread goes on
+                    // serving the fetchers' events. With
                     // no seat to reach (mid-election) the client hears
                     // COORDINATOR_NOT_AVAILABLE and retries, rather than a dropped request.
                     let Some(addr) = self.seat_addr() else {
-                        let _ = reply.send(coordinator_not_available(
+                        let _ = reply.send(Answer::Frame(coordinator_not_available(
                             &frame,
                             "no mirror coordinator seat is known",
-                        ));
+                        )));
                         return false;
                     };
                     let ib = self.host.broker.config.inter_broker.clone();
-                    let spawned = std::thread::Builder::new()
-                        .name("kmirror-mirror-fwd".into())
-                        .spawn(move || {
-                            let out = match forward(&ib, &addr, &frame) {
-                                Ok(b) => Some(b),
-                                Err(e) => {
-                                    tracing::warn!(%addr, error = %e, "cannot forward a mirror request to the seat");
-                                    coordinator_not_available(
-                                        &frame,
-                                        &format!("mirror coordinator seat {addr} unreachable: {e}"),
-                                    )
-                                }
-                            };
-                            let _ = reply.send(out);
-                        });
-                    if let Err(e) = spawned {
-                        tracing::warn!(error = %e, "cannot spawn a mirror forwarding thread");
-                    }
+                    let _ = reply.send(Answer::Forward { addr, frame, ib });
                     return false;
                 }
                 let key = kmirror_net::frame::header_prefix(&frame).api_key;
                 if key == api::BUMP_LEADER_EPOCHS && self.service.feature_level() > 0 {
-                    let _ = reply.send(self.bump_leader_epochs(frame));
+                    let _ = reply.send(Answer::Frame(self.bump_leader_epochs(frame)));
                     return false;
                 }
                 if key == api::DESCRIBE_MIRRORS {
@@ -1227,7 +1273,7 @@ impl Control {
                 // Flags and fetchers follow the new states before the caller hears back:
                 // a `remove` that returned must leave the topic writable.
                 self.reconcile();
-                let _ = reply.send(out);
+                let _ = reply.send(Answer::Frame(out));
                 if matches!(
                     key,
                     api::CREATE_MIRROR | api::ADD_TOPICS_TO_MIRROR | api::RESUME_MIRROR_TOPICS
@@ -2204,8 +2250,13 @@ mod tests {
         // A port nothing listens on: the forward fails and the client still gets an answer.
         let frame = frame.freeze();
         let ib = kmirror_net::interbroker::InterBroker::plain("PLAINTEXT");
-        let err = forward(&ib, "127.0.0.1:1", &frame).unwrap_err();
-        let mut out = coordinator_not_available(&frame, &err.to_string()).unwrap();
+        // Forwarding runs on the core that read the request.
+        let mut out = glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move { forward(&ib, "127.0.0.1:1", frame).await })
+            .unwrap()
+            .join()
+            .unwrap()
+            .expect("an answer");
         assert_eq!(read_response_header_v1(&mut out).unwrap(), 41);
         let r: WriteMirrorStatesResponse = decode_body("WriteMirrorStates", 0, out).unwrap();
         assert_eq!(r.error_code, keys::error::COORDINATOR_NOT_AVAILABLE);

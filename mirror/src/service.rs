@@ -663,7 +663,7 @@ impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> kmirror_net::broker::Ext
         _session: &kmirror_net::session::Session,
         _api_key: i16,
         frame: Bytes,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>> + Send>> {
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>>>> {
         let now = crate::fetcher::now_ms();
         let out = self.with(|svc, host| svc.handle_frame(frame, host, now));
         Box::pin(std::future::ready(out))

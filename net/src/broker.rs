@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::cluster::{Cluster, MetaCache, ProposeFailure};
 use crate::errors;
-use crate::groups::{GroupsService, MarkerSink, TxnMarker};
+use crate::groups::{GroupsService, MarkerSink, MarkersDone, TxnMarker};
 use kmirror_control::quorum::{ClusterCommand, MetadataCommand, Outcome};
 
 /// Static broker settings.
@@ -123,12 +123,13 @@ pub trait ExtensionApis: Send + Sync {
     /// (api key, min version, max version) to advertise in ApiVersions.
     fn versions(&self) -> Vec<(i16, i16, i16)>;
     fn handles(&self, api_key: i16) -> bool;
+    /// The future runs on the core that read the request (it may use that core's sockets).
     fn handle(
         &self,
         session: &crate::session::Session,
         api_key: i16,
         frame: Bytes,
-    ) -> Pin<Box<dyn Future<Output = Option<Bytes>> + Send>>;
+    ) -> Pin<Box<dyn Future<Output = Option<Bytes>>>>;
     /// Called once by [`crate::start`] when every core accepts connections, handing the
     /// extension the broker (metadata, coordinator) and the router (partition owners).
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
@@ -474,6 +475,7 @@ impl Ctx {
 }
 
 /// Writes transaction markers for the coordinator by routing each to its partition's core.
+#[derive(Clone)]
 pub struct EngineMarkerSink {
     router: Arc<OnceLock<Router>>,
 }
@@ -483,57 +485,79 @@ impl EngineMarkerSink {
     pub fn new(router: Arc<OnceLock<Router>>) -> EngineMarkerSink {
         EngineMarkerSink { router }
     }
+
+    /// Queues a marker job as a task on the core owning `first`'s partition (whose marker is
+    /// then written inline); returns at once. `make` builds the task on that core.
+    pub(crate) fn spawn<F, Fut>(&self, first: &TxnMarker, make: F) -> Result<(), String>
+    where
+        F: FnOnce(Router) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
+        let router = self
+            .router
+            .get()
+            .ok_or_else(|| "broker not started".to_string())?
+            .clone();
+        let core = router.owner(&TopicPartition::new(first.topic.clone(), first.partition));
+        let r = router.clone();
+        router
+            .spawn_on_queued(core, move || make(r))
+            .map_err(|e| e.to_string())
+    }
+
+    /// Appends each marker on its partition's core (from an engine core).
+    pub(crate) async fn write(router: &Router, markers: Vec<TxnMarker>) -> Result<(), String> {
+        let mut pending = Vec::new();
+        for m in markers {
+            let tp = TopicPartition::new(m.topic.clone(), m.partition);
+            let kind = if m.commit {
+                ControlKind::Commit
+            } else {
+                ControlKind::Abort
+            };
+            pending.push(
+                router
+                    .submit_partition(tp, move |p| {
+                        p.append_control(
+                            kind,
+                            ProducerId(m.producer_id),
+                            m.producer_epoch,
+                            m.coordinator_epoch,
+                            kmirror_engine::now_ms(),
+                        )
+                    })
+                    .await
+                    .map_err(|e| e.to_string())?,
+            );
+        }
+        let mut first_err = None;
+        for p in pending {
+            match p.wait().await {
+                Ok(Ok(Ok(_))) => {}
+                // A deleted partition has nothing left to mark.
+                Ok(Err(EngineError::UnknownPartition(_))) => {}
+                // A mirror partition never joins a transaction (AddPartitionsToTxn refuses
+                // it); should a marker still target one, it must not write into the
+                // mirror, and retrying would never succeed.
+                Ok(Ok(Err(EngineError::ReadOnly { tp, mirror }))) => {
+                    tracing::warn!(%tp, %mirror, "transaction marker for a mirror partition dropped");
+                }
+                Ok(Err(e)) | Ok(Ok(Err(e))) | Err(e) => {
+                    first_err.get_or_insert(e.to_string());
+                }
+            }
+        }
+        first_err.map_or(Ok(()), Err)
+    }
 }
 
 impl MarkerSink for EngineMarkerSink {
-    fn write_markers(
-        &self,
-        markers: Vec<TxnMarker>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
-        let router = self.router.get().cloned();
-        Box::pin(async move {
-            let router = router.ok_or_else(|| "broker not started".to_string())?;
-            let mut pending = Vec::new();
-            for m in markers {
-                let tp = TopicPartition::new(m.topic.clone(), m.partition);
-                let kind = if m.commit {
-                    ControlKind::Commit
-                } else {
-                    ControlKind::Abort
-                };
-                pending.push(
-                    router
-                        .submit_partition(tp, move |p| {
-                            p.append_control(
-                                kind,
-                                ProducerId(m.producer_id),
-                                m.producer_epoch,
-                                m.coordinator_epoch,
-                                kmirror_engine::now_ms(),
-                            )
-                        })
-                        .await
-                        .map_err(|e| e.to_string())?,
-                );
-            }
-            let mut first_err = None;
-            for p in pending {
-                match p.wait().await {
-                    Ok(Ok(Ok(_))) => {}
-                    // A deleted partition has nothing left to mark.
-                    Ok(Err(EngineError::UnknownPartition(_))) => {}
-                    // A mirror partition never joins a transaction (AddPartitionsToTxn refuses
-                    // it); should a marker still target one, it must not write into the
-                    // mirror, and retrying would never succeed.
-                    Ok(Ok(Err(EngineError::ReadOnly { tp, mirror }))) => {
-                        tracing::warn!(%tp, %mirror, "transaction marker for a mirror partition dropped");
-                    }
-                    Ok(Err(e)) | Ok(Ok(Err(e))) | Err(e) => {
-                        first_err.get_or_insert(e.to_string());
-                    }
-                }
-            }
-            first_err.map_or(Ok(()), Err)
+    fn write_markers(&self, markers: Vec<TxnMarker>, done: MarkersDone) -> Result<(), String> {
+        let Some(first) = markers.first().cloned() else {
+            return Err("no markers".into());
+        };
+        self.spawn(&first, move |router| async move {
+            done.report(Self::write(&router, markers).await).await
         })
     }
 }

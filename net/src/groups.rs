@@ -7,7 +7,7 @@
 //! fires timers, fsyncs the coordinator logs once (group commit), and only then sends the
 //! replies, so an acknowledged OffsetCommit survives a crash. Parked JoinGroup / SyncGroup /
 //! EndTxn requests are answered from later batches. Transaction markers are written through the
-//! broker's [`MarkerSink`] on helper threads; failures are retried every second.
+//! broker's [`MarkerSink`], as tasks on engine cores; failures are retried every second.
 //!
 //! KIP-848 ConsumerGroupHeartbeat / ConsumerGroupDescribe arrive with a snapshot of the
 //! cluster's topics ([`topic_view`], built by the connection), since the coordinator thread
@@ -24,10 +24,8 @@
 //! coordinators; they are loaded again from the log while this node still leads.
 
 use std::collections::HashMap;
-use std::future::Future;
 #[cfg(test)]
 use std::path::Path;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -68,10 +66,36 @@ use kmirror_control::txn::{MarkerJob, TxnConfig, TxnCoordinator};
 /// Writes transaction markers (commit/abort control batches) to data partitions. Implemented by
 /// the broker, which routes each marker to the core owning the partition.
 pub trait MarkerSink: Send + Sync {
-    fn write_markers(
-        &self,
-        markers: Vec<TxnMarker>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+    /// Starts writing `markers` as a task on an engine core and returns at once: the
+    /// coordinator thread never waits on a partition or a peer. The task ends with
+    /// [`MarkersDone::report`]. `Err`: no core took the job (the engine has not started or is
+    /// stopping); nothing was written and `done` is dropped.
+    fn write_markers(&self, markers: Vec<TxnMarker>, done: MarkersDone) -> Result<(), String>;
+}
+
+/// A marker job's way back to the coordinator thread.
+pub struct MarkersDone {
+    job: MarkerJob,
+    tx: flume::Sender<Msg>,
+}
+
+impl MarkersDone {
+    /// Hands the job's outcome to the coordinator (a failed job is retried a second later).
+    /// Waits for room in the coordinator's queue without blocking the core.
+    pub async fn report(self, result: Result<(), String>) {
+        if let Err(e) = &result {
+            tracing::warn!(
+                transactional_id = %self.job.transactional_id,
+                error = %e,
+                "writing transaction markers failed; will retry"
+            );
+        }
+        let msg = Msg::MarkersDone {
+            job: self.job,
+            ok: result.is_ok(),
+        };
+        let _ = self.tx.send_async(msg).await;
+    }
 }
 
 /// One commit/abort marker to append to `topic`/`partition`.
@@ -869,26 +893,17 @@ impl CoordinatorThread {
                 commit: job.commit,
             })
             .collect();
-        let fut = self.markers.write_markers(markers);
-        let tx = self.self_tx.clone();
-        let spawned = std::thread::Builder::new()
-            .name("kmirror-markers".into())
-            .spawn(move || {
-                let result = futures_lite::future::block_on(fut);
-                if let Err(e) = &result {
-                    tracing::warn!(
-                        transactional_id = %job.transactional_id,
-                        error = %e,
-                        "writing transaction markers failed; will retry"
-                    );
-                }
-                let _ = tx.send(Msg::MarkersDone {
-                    job,
-                    ok: result.is_ok(),
-                });
-            });
-        if let Err(e) = spawned {
-            tracing::error!(error = %e, "cannot spawn marker writer");
+        let done = MarkersDone {
+            job: job.clone(),
+            tx: self.self_tx.clone(),
+        };
+        if let Err(e) = self.markers.write_markers(markers, done) {
+            tracing::warn!(
+                transactional_id = %job.transactional_id,
+                error = %e,
+                "cannot start writing transaction markers; will retry"
+            );
+            self.retry.push((Instant::now() + MARKER_RETRY, job));
         }
     }
 
@@ -1992,19 +2007,18 @@ mod tests {
     }
 
     impl MarkerSink for RecordingSink {
-        fn write_markers(
-            &self,
-            markers: Vec<TxnMarker>,
-        ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+        fn write_markers(&self, markers: Vec<TxnMarker>, done: MarkersDone) -> Result<(), String> {
             let fail = std::mem::replace(&mut *self.fail_first.lock().unwrap(), false);
             self.calls.lock().unwrap().push(markers);
-            Box::pin(async move {
-                if fail {
-                    Err("partition offline".to_string())
-                } else {
-                    Ok(())
-                }
-            })
+            let result = if fail {
+                Err("partition offline".to_string())
+            } else {
+                Ok(())
+            };
+            // Reported from elsewhere, as a core would: never into the coordinator's own
+            // queue from its own thread.
+            std::thread::spawn(move || futures_lite::future::block_on(done.report(result)));
+            Ok(())
         }
     }
 

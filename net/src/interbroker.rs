@@ -13,20 +13,26 @@
 //! `mirror` crate (its client); this crate only has the plaintext one, used when no other is
 //! given (tests, one-node brokers).
 
-use std::io::{Read, Write};
-use std::net::{TcpStream, ToSocketAddrs};
+use std::future::Future;
+use std::net::ToSocketAddrs;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures_lite::{AsyncReadExt, AsyncWriteExt};
 use kmirror_control::metadata::ClusterMetadata;
+
+/// A dialer's exchange in flight: it holds the core's socket, so it stays on that core.
+pub type Exchange<'a> = Pin<Box<dyn Future<Output = Result<Bytes, String>> + 'a>>;
 
 /// Opens connections to peers' inter-broker listener and runs one exchange on them.
 pub trait Dialer: Send + Sync + std::fmt::Debug + 'static {
     /// Sends one request frame (header and body, without the size prefix) to `addr` and
-    /// returns the response frame (without its size prefix). Blocking: call it from a plain
-    /// thread, never an engine core. The connection is authenticated as the listener needs.
-    fn exchange(&self, addr: &str, frame: &[u8], timeout: Duration) -> Result<Bytes, String>;
+    /// returns the response frame (without its size prefix), all within `timeout`. Async on
+    /// the calling engine core (glommio sockets: poll it on a core, never a plain thread).
+    /// The connection is authenticated as the listener needs.
+    fn exchange<'a>(&'a self, addr: &'a str, frame: Bytes, timeout: Duration) -> Exchange<'a>;
 }
 
 /// A PLAINTEXT connection with no authentication (the default inter-broker listener).
@@ -37,30 +43,42 @@ pub struct PlainDialer;
 const MAX_RESPONSE: usize = 100 << 20;
 
 impl Dialer for PlainDialer {
-    fn exchange(&self, addr: &str, frame: &[u8], timeout: Duration) -> Result<Bytes, String> {
-        let err = |e: std::io::Error| e.to_string();
-        let sa = addr
-            .to_socket_addrs()
-            .map_err(err)?
-            .next()
-            .ok_or_else(|| format!("{addr} resolves to nothing"))?;
-        let mut s = TcpStream::connect_timeout(&sa, timeout).map_err(err)?;
-        s.set_read_timeout(Some(timeout)).map_err(err)?;
-        s.set_write_timeout(Some(timeout)).map_err(err)?;
-        let len = u32::try_from(frame.len()).map_err(|e| e.to_string())?;
-        let mut out = Vec::with_capacity(frame.len() + 4);
-        out.extend_from_slice(&len.to_be_bytes());
-        out.extend_from_slice(frame);
-        s.write_all(&out).map_err(err)?;
-        let mut len = [0u8; 4];
-        s.read_exact(&mut len).map_err(err)?;
-        let len = u32::from_be_bytes(len) as usize;
-        if len > MAX_RESPONSE {
-            return Err(format!("response frame of {len} bytes"));
-        }
-        let mut buf = vec![0u8; len];
-        s.read_exact(&mut buf).map_err(err)?;
-        Ok(Bytes::from(buf))
+    fn exchange<'a>(&'a self, addr: &'a str, frame: Bytes, timeout: Duration) -> Exchange<'a> {
+        Box::pin(async move {
+            let sa = addr
+                .to_socket_addrs()
+                .map_err(|e| e.to_string())?
+                .next()
+                .ok_or_else(|| format!("{addr} resolves to nothing"))?;
+            let len = u32::try_from(frame.len()).map_err(|e| e.to_string())?;
+            let mut out = BytesMut::with_capacity(frame.len() + 4);
+            out.put_u32(len);
+            out.extend_from_slice(&frame);
+            let exchange = async move {
+                let mut s = glommio::net::TcpStream::connect_timeout(sa, timeout).await?;
+                s.set_nodelay(true)?;
+                s.write_all(&out).await?;
+                let mut len = [0u8; 4];
+                s.read_exact(&mut len).await?;
+                let len = u32::from_be_bytes(len) as usize;
+                if len > MAX_RESPONSE {
+                    return Err(glommio::GlommioError::IoError(std::io::Error::other(
+                        format!("response frame of {len} bytes"),
+                    )));
+                }
+                let mut buf = vec![0u8; len];
+                s.read_exact(&mut buf).await?;
+                Ok(Bytes::from(buf))
+            };
+            // One deadline for connect, request and response, as the socket timeouts of a
+            // blocking client bounded each step.
+            glommio::timer::timeout(timeout, exchange)
+                .await
+                .map_err(|e| match e {
+                    glommio::GlommioError::TimedOut(_) => format!("{addr}: timed out"),
+                    e => format!("{addr}: {e}"),
+                })
+        })
     }
 }
 
@@ -120,9 +138,14 @@ impl InterBroker {
         })
     }
 
-    /// See [`Dialer::exchange`].
-    pub fn exchange(&self, addr: &str, frame: &[u8], timeout: Duration) -> Result<Bytes, String> {
-        self.dialer.exchange(addr, frame, timeout)
+    /// See [`Dialer::exchange`] (on an engine core).
+    pub async fn exchange(
+        &self,
+        addr: &str,
+        frame: Bytes,
+        timeout: Duration,
+    ) -> Result<Bytes, String> {
+        self.dialer.exchange(addr, frame, timeout).await
     }
 }
 
@@ -156,6 +179,61 @@ mod tests {
             },
         );
         m
+    }
+
+    /// A peer that reads one frame and answers it with `answer` (None: stays silent).
+    fn peer(answer: Option<&'static [u8]>) -> String {
+        use std::io::{Read, Write};
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = l.local_addr().unwrap().to_string();
+        std::thread::spawn(move || {
+            let (mut s, _) = l.accept().unwrap();
+            let mut len = [0u8; 4];
+            s.read_exact(&mut len).unwrap();
+            let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
+            s.read_exact(&mut frame).unwrap();
+            assert_eq!(frame, b"ping");
+            match answer {
+                Some(a) => {
+                    s.write_all(&(a.len() as u32).to_be_bytes()).unwrap();
+                    s.write_all(a).unwrap();
+                }
+                None => std::thread::sleep(Duration::from_secs(3)),
+            }
+        });
+        addr
+    }
+
+    fn exchange_on_a_core(addr: String, timeout: Duration) -> Result<Bytes, String> {
+        glommio::LocalExecutorBuilder::default()
+            .spawn(move || async move {
+                PlainDialer
+                    .exchange(&addr, Bytes::from_static(b"ping"), timeout)
+                    .await
+            })
+            .unwrap()
+            .join()
+            .unwrap()
+    }
+
+    #[test]
+    fn the_plain_dialer_returns_the_peers_answer_frame() {
+        let addr = peer(Some(b"pong"));
+        let got = exchange_on_a_core(addr, Duration::from_secs(5)).unwrap();
+        assert_eq!(&got[..], b"pong");
+    }
+
+    #[test]
+    fn a_silent_peer_is_a_timeout_within_the_callers_bound() {
+        let addr = peer(None);
+        let started = std::time::Instant::now();
+        let err = exchange_on_a_core(addr, Duration::from_millis(300)).unwrap_err();
+        assert!(err.contains("timed out"), "{err}");
+        assert!(
+            started.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
     }
 
     #[test]

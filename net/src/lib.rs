@@ -369,7 +369,7 @@ pub fn start_with(
     }
     cluster::spawn_reconciler(cluster.clone(), engine.router().clone(), updates)?;
     let seed = bootstrap_scram(&cfg.data_dir, broker.sasl.scram.clone())?;
-    let registered = register(&cluster, cfg.node_id, &endpoints, seed)?;
+    let registered = register(&cluster, engine.router(), cfg.node_id, &endpoints, seed)?;
     if quorum.is_single(cfg.node_id) {
         // Alone, the node elects itself at once: wait for its registration so that the
         // first client it answers finds it in Metadata (a cluster's nodes come up apart).
@@ -562,10 +562,12 @@ fn start_quorum(
 }
 
 /// Registers this broker with the quorum (with its advertised listeners), in the
-/// background: until a leader exists the proposal is retried. A new incarnation id per start
+/// background (a task on core 0; proposals are messages to the controller thread): until a
+/// leader exists the proposal is retried every 500 ms. A new incarnation id per start
 /// replaces the earlier registration.
 fn register(
     cluster: &Cluster,
+    router: &kmirror_engine::Router,
     node_id: i32,
     endpoints: &[Endpoint],
     seed: Option<ScramSeed>,
@@ -594,25 +596,30 @@ fn register(
     };
     let cluster = cluster.clone();
     let (done, registered) = flume::bounded(1);
-    std::thread::Builder::new()
-        .name("kmirror-register".into())
-        .spawn(move || loop {
-            let cmd = ClusterCommand::Metadata(MetadataCommand::RegisterBroker(reg.clone()));
-            match cluster.propose_blocking(cmd) {
-                Ok(_) => {
-                    tracing::info!(node = node_id, "broker registered with the metadata quorum");
-                    if let Some(seed) = seed {
-                        seed.propose(&cluster);
+    router
+        .spawn_on_queued(0, move || async move {
+            loop {
+                let cmd = ClusterCommand::Metadata(MetadataCommand::RegisterBroker(reg.clone()));
+                match cluster.propose(cmd).await {
+                    Ok(_) => {
+                        tracing::info!(
+                            node = node_id,
+                            "broker registered with the metadata quorum"
+                        );
+                        if let Some(seed) = seed {
+                            seed.propose(&cluster).await;
+                        }
+                        let _ = done.send(());
+                        return;
                     }
-                    let _ = done.send(());
-                    return;
-                }
-                Err(e) => {
-                    tracing::info!(node = node_id, error = %e, "broker registration pending");
-                    std::thread::sleep(Duration::from_millis(500));
+                    Err(e) => {
+                        tracing::info!(node = node_id, error = %e, "broker registration pending");
+                        glommio::timer::sleep(Duration::from_millis(500)).await;
+                    }
                 }
             }
-        })?;
+        })
+        .map_err(|e| NetError::Quorum(format!("starting the registration: {e}")))?;
     Ok(registered)
 }
 
@@ -640,7 +647,7 @@ impl ScramSeed {
     /// Called once this node's registration applied here, so the replicated set it checks
     /// already holds every earlier change: only an empty one is seeded, and a later
     /// rotation through the API is never undone by a stale local file.
-    fn propose(self, cluster: &Cluster) {
+    async fn propose(self, cluster: &Cluster) {
         use kmirror_control::quorum::ClusterCommand;
         use kmirror_control::scram::ScramEdit;
         if !self.replicated.snapshot().is_empty() {
@@ -661,7 +668,7 @@ impl ScramSeed {
             })
             .collect();
         let users = self.local.keys().cloned().collect::<Vec<_>>().join(",");
-        match cluster.propose_blocking(ClusterCommand::Scram { edits }) {
+        match cluster.propose(ClusterCommand::Scram { edits }).await {
             Ok(_) => tracing::info!(%users, "quorum seeded with this node's SCRAM credentials"),
             Err(e) => {
                 tracing::warn!(%users, error = %e, "seeding the quorum's SCRAM credentials failed")

@@ -5,18 +5,17 @@
 //! Owns: the WriteTxnMarkers (key 27) handler a partition leader serves, and
 //! [`RoutingMarkerSink`], the coordinator's [`MarkerSink`] in cluster mode: markers of
 //! partitions this node leads go to its engine ([`EngineMarkerSink`]), the others to their
-//! leader's broker in one blocking WriteTxnMarkers request each. The sink runs on the
-//! coordinator's marker threads (`groups`), never on an engine core, so the blocking socket is
-//! fine there. A failure (no leader, NOT_LEADER_OR_FOLLOWER, a dead node) fails the job, which
-//! the coordinator retries every second with fresh metadata.
+//! leader's broker in one WriteTxnMarkers request each. A job is one task on an engine core
+//! (the core owning its first partition), its requests async on that core; the coordinator
+//! thread only queues it. A failure (no leader, NOT_LEADER_OR_FOLLOWER, a dead node, 10 s
+//! without an answer) fails the job, which the coordinator retries every second with fresh
+//! metadata.
 //!
 //! The request goes to the leader's inter-broker listener ([`InterBroker`], Kafka's
 //! `inter.broker.listener.name`) with the TLS and SASL that listener needs; the leader
 //! checks CLUSTER_ACTION on the cluster, so the coordinator's principal needs it (a super
 //! user, as Kafka's brokers are).
 
-use std::future::Future;
-use std::pin::Pin;
 use std::time::Duration;
 
 use bytes::{Buf, BytesMut};
@@ -36,7 +35,7 @@ use kmirror_types::TopicPartition;
 
 use crate::broker::{Ctx, EngineMarkerSink};
 use crate::cluster::{Cluster, Role};
-use crate::groups::{MarkerSink, TxnMarker};
+use crate::groups::{MarkerSink, MarkersDone, TxnMarker};
 use crate::interbroker::InterBroker;
 
 /// The WriteTxnMarkers version sent (v1: flexible, Kafka 2.8+).
@@ -146,10 +145,10 @@ impl RoutingMarkerSink {
 }
 
 impl MarkerSink for RoutingMarkerSink {
-    fn write_markers(
-        &self,
-        markers: Vec<TxnMarker>,
-    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send>> {
+    fn write_markers(&self, markers: Vec<TxnMarker>, done: MarkersDone) -> Result<(), String> {
+        let Some(first) = markers.first().cloned() else {
+            return Err("no markers".into());
+        };
         let meta = self.cluster.snapshot();
         let mut local = Vec::new();
         let mut remote: std::collections::BTreeMap<i32, Vec<TxnMarker>> = Default::default();
@@ -173,26 +172,30 @@ impl MarkerSink for RoutingMarkerSink {
                 None => unknown.push(TopicPartition::new(ms[0].topic.clone(), ms[0].partition)),
             }
         }
-        let local_write = (!local.is_empty()).then(|| self.local.write_markers(local));
         let inter_broker = self.inter_broker.clone();
-        Box::pin(async move {
-            if !unknown.is_empty() {
-                return Err(format!("no leader known for {unknown:?}"));
-            }
-            if let Some(w) = local_write {
-                w.await?;
-            }
-            for (addr, ms) in targets {
-                send_markers(&inter_broker, &addr, &ms)
-                    .map_err(|e| format!("WriteTxnMarkers to {addr}: {e}"))?;
-            }
-            Ok(())
+        self.local.spawn(&first, move |router| async move {
+            let result = async {
+                if !unknown.is_empty() {
+                    return Err(format!("no leader known for {unknown:?}"));
+                }
+                if !local.is_empty() {
+                    EngineMarkerSink::write(&router, local).await?;
+                }
+                for (addr, ms) in targets {
+                    send_markers(&inter_broker, &addr, &ms)
+                        .await
+                        .map_err(|e| format!("WriteTxnMarkers to {addr}: {e}"))?;
+                }
+                Ok(())
+            };
+            done.report(result.await).await
         })
     }
 }
 
-/// One blocking WriteTxnMarkers request; `Err` unless every partition answered NONE.
-fn send_markers(
+/// One WriteTxnMarkers request (async, on the task's core); `Err` unless every partition
+/// answered NONE.
+async fn send_markers(
     inter_broker: &InterBroker,
     addr: &str,
     markers: &[TxnMarker],
@@ -246,7 +249,9 @@ fn send_markers(
         .encode(&mut body, WriteTxnMarkersRequest::header_version(VERSION))
         .map_err(|e| e.to_string())?;
     req.encode(&mut body, VERSION).map_err(|e| e.to_string())?;
-    let mut buf = inter_broker.exchange(addr, &body, IO_TIMEOUT)?;
+    let mut buf = inter_broker
+        .exchange(addr, body.freeze(), IO_TIMEOUT)
+        .await?;
     ResponseHeader::decode(&mut buf, WriteTxnMarkersResponse::header_version(VERSION))
         .map_err(|e| e.to_string())?;
     let resp = WriteTxnMarkersResponse::decode(&mut buf, VERSION).map_err(|e| e.to_string())?;

@@ -7,7 +7,8 @@
 //!
 //! Only the Raft leader knows every voter's progress, so a node that is not the leader
 //! forwards the request once to the leader's inter-broker listener (with its TLS and SASL;
-//! Kafka's brokers forward it to the active controller too), on a plain thread, never blocking the core. A forwarded
+//! Kafka's brokers forward it to the active controller too), with async I/O on the core that
+//! received it; a leader that does not answer within 5 s leaves the local answer. A forwarded
 //! request is always answered locally. A one-node broker answers as a one-node KRaft broker
 //! does: itself, the only voter, leads.
 
@@ -197,30 +198,15 @@ pub async fn describe_quorum(
         return DescribeQuorumResponse::default()
             .with_error_code(E::ClusterAuthorizationFailed.code());
     }
-    let cluster = &ctx.broker.cluster;
+    let status = ctx.broker.cluster.quorum_status();
+    let leader = status.leader.filter(|l| *l != status.node_id);
+    if let Some(addr) = leader
+        .filter(|_| client_id != Some(FORWARDED))
+        .and_then(|l| leader_addr(ctx, l))
     {
-        let status = cluster.quorum_status();
-        let me = status.node_id;
-        if client_id != Some(FORWARDED) {
-            if let Some(addr) = status
-                .leader
-                .filter(|l| *l != me)
-                .and_then(|l| leader_addr(ctx, l))
-            {
-                let (tx, rx) = flume::bounded(1);
-                let r = req.clone();
-                let ib = ctx.broker.config.inter_broker.clone();
-                let spawned = std::thread::Builder::new()
-                    .name("kmirror-quorum-fwd".into())
-                    .spawn(move || {
-                        let _ = tx.send(forward(&ib, &addr, version, &r));
-                    });
-                if spawned.is_ok() {
-                    if let Ok(Ok(resp)) = rx.recv_async().await {
-                        return resp;
-                    }
-                }
-            }
+        let ib = &ctx.broker.config.inter_broker;
+        if let Ok(resp) = forward(ib, &addr, version, &req).await {
+            return resp;
         }
     }
     local(ctx, version, &req)
@@ -235,7 +221,7 @@ fn leader_addr(ctx: &Ctx, leader: u64) -> Option<String> {
         .peer_addr(&meta, i32::try_from(leader).ok()?)
 }
 
-fn forward(
+async fn forward(
     ib: &crate::interbroker::InterBroker,
     addr: &str,
     version: i16,
@@ -252,7 +238,9 @@ fn forward(
         .encode(&mut buf, DescribeQuorumRequest::header_version(version))
         .map_err(|e| err(&e))?;
     req.encode(&mut buf, version).map_err(|e| err(&e))?;
-    let mut body = ib.exchange(addr, &buf, Duration::from_secs(5))?;
+    let mut body = ib
+        .exchange(addr, buf.freeze(), Duration::from_secs(5))
+        .await?;
     ResponseHeader::decode(&mut body, DescribeQuorumResponse::header_version(version))
         .map_err(|e| err(&e))?;
     let resp = DescribeQuorumResponse::decode(&mut body, version).map_err(|e| err(&e))?;
