@@ -2,9 +2,9 @@
 //!
 //! Owns: one glommio executor per core (pinned when possible), the partition → core
 //! assignment, each core's [`Shard`] (the partitions it owns, their [`kmirror_log::Log`]s and
-//! their long-poll waiters), the bounded cross-core job channels ([`Router`]), the generic
-//! control-plane thread ([`ControlThread`]), the stop signal, log compaction scheduling
-//! (the `cleaner` module: one cleaner thread, passes installed by the owning core), and the
+//! their long-poll waiters), the bounded cross-core job channels ([`Router`]), the stop
+//! signal, log compaction scheduling (the `cleaner` module: one cleaner thread, passes
+//! installed by the owning core), and the
 //! leader's replica state of a replicated partition ([`ReplicaSet`]: follower log ends, ISR
 //! changes to propose, high watermark, `acks=all` completion) and its [`Role`] on the
 //! [`Partition`] (alone, leader, follower; issue 12).
@@ -36,7 +36,6 @@
 
 mod assign;
 mod cleaner;
-mod control;
 mod partition_meta;
 mod replica;
 mod router;
@@ -45,7 +44,6 @@ mod shard;
 
 pub use assign::{Assignment, Routing, TopicRule};
 pub use cleaner::CleanerConfig;
-pub use control::ControlThread;
 pub use replica::{AckState, FollowerState, IsrChange, LeaderState, ReplicaSet, Role};
 pub use router::{Moved, Pending, Router};
 pub use runtime::{CoreContext, Engine, EngineConfig, StopToken};
