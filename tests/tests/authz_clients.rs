@@ -21,11 +21,10 @@ fn probe(args: &[&str]) -> String {
     ran.stdout.trim().to_string()
 }
 
-#[test]
-fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_authorization_errors()
-{
-    let _g = kmirror_tests::heavy_test_lock();
-    let node = KmirrorNode::builder()
+/// One core, the authorizer on, and what no ACL matches allowed (Kafka's
+/// `allow.everyone.if.no.acl.found=true`): only the ACLs a test adds deny anything.
+fn authorizer_allowing_unmatched() -> KmirrorNode {
+    KmirrorNode::builder()
         .args(&[
             "--cores",
             "1",
@@ -34,7 +33,14 @@ fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_au
             "--allow-everyone-if-no-acl-found",
             "true",
         ])
-        .start();
+        .start()
+}
+
+#[test]
+fn given_deny_acls_added_with_kafka_acls_when_librdkafka_uses_them_should_see_authorization_errors()
+{
+    let _g = kmirror_tests::heavy_test_lock();
+    let node = authorizer_allowing_unmatched();
     let boot = node.addr();
     let mut admin = WireClient::connect(&boot).expect("connect");
     for t in ["open", "secret"] {
@@ -119,16 +125,7 @@ fn given_cluster_alter_denied_when_the_mirror_cli_creates_a_mirror_should_fail_w
 ) {
     use kmirror_tests::mirror;
     let _g = kmirror_tests::heavy_test_lock();
-    let node = KmirrorNode::builder()
-        .args(&[
-            "--cores",
-            "1",
-            "--authorizer",
-            "true",
-            "--allow-everyone-if-no-acl-found",
-            "true",
-        ])
-        .start();
+    let node = authorizer_allowing_unmatched();
     let boot = node.addr();
     mirror::cli_ok(&boot, &["list"]);
     acls_tool(
