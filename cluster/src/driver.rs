@@ -915,10 +915,14 @@ impl Run {
             // Unfenced brokers get a full session; a fenced one stays fenced until it is
             // heard (as Kafka's new active controller: only a heartbeat unfences). Without
             // this a new leader unfenced a stopped or wiped node for one session.
+            // What this node heard as a follower does not count for a fenced one either:
+            // otherwise a node stopped just before the election is unfenced for a session.
             for id in self.node.voters().into_iter().chain(self.node.learners()) {
                 let fenced =
                     i32::try_from(id).is_ok_and(|b| self.liveness.may_unfence.contains(&b));
-                if !fenced {
+                if fenced {
+                    self.liveness.last_heard.remove(&id);
+                } else {
                     self.liveness.last_heard.insert(id, now);
                 }
             }

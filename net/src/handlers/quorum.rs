@@ -8,8 +8,9 @@
 //! Only the Raft leader knows every voter's progress, so a node that is not the leader
 //! forwards the request once to the leader's inter-broker listener (with its TLS and SASL;
 //! Kafka's brokers forward it to the active controller too), with async I/O on the core that
-//! received it; a leader that does not answer within 5 s leaves the local answer. A forwarded
-//! request is always answered locally. A one-node broker answers as a one-node KRaft broker
+//! received it. A node that knows a leader it cannot reach through its inter-broker listener
+//! (in 5 s) answers NOT_LEADER_OR_FOLLOWER, never its own stale view; a node that knows no
+//! leader answers what it knows (leader -1). A forwarded request is always answered locally. A one-node broker answers as a one-node KRaft broker
 //! does: itself, the only voter, leads.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -200,16 +201,43 @@ pub async fn describe_quorum(
     }
     let status = ctx.broker.cluster.quorum_status();
     let leader = status.leader.filter(|l| *l != status.node_id);
-    if let Some(addr) = leader
-        .filter(|_| client_id != Some(FORWARDED))
-        .and_then(|l| leader_addr(ctx, l))
-    {
-        let ib = &ctx.broker.config.inter_broker;
-        if let Ok(resp) = forward(ib, &addr, version, &req).await {
-            return resp;
+    if let Some(l) = leader.filter(|_| client_id != Some(FORWARDED)) {
+        if let Some(addr) = leader_addr(ctx, l) {
+            let ib = &ctx.broker.config.inter_broker;
+            if let Ok(resp) = forward(ib, &addr, version, &req).await {
+                return resp;
+            }
         }
+        // A leader is known and did not answer through this node (or this node does not
+        // know where it listens: a node whose data dir was wiped and is not admitted yet).
+        // Its own view would be stale, so it says so as a Kafka controller that is not the
+        // leader does; the Admin client retries, on another node too.
+        return not_leader(&req);
     }
     local(ctx, version, &req)
+}
+
+/// NOT_LEADER_OR_FOLLOWER for every partition asked (retriable for the Admin client).
+fn not_leader(req: &DescribeQuorumRequest) -> DescribeQuorumResponse {
+    let topics = req
+        .topics
+        .iter()
+        .map(|t| {
+            TopicData::default()
+                .with_topic_name(topic_name(t.topic_name.as_str()))
+                .with_partitions(
+                    t.partitions
+                        .iter()
+                        .map(|p| {
+                            PartitionData::default()
+                                .with_partition_index(p.partition_index)
+                                .with_error_code(E::NotLeaderOrFollower.code())
+                        })
+                        .collect(),
+                )
+        })
+        .collect();
+    DescribeQuorumResponse::default().with_topics(topics)
 }
 
 /// The leader broker's inter-broker listener.
