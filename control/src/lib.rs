@@ -2,9 +2,11 @@
 //!
 //! Owns the durable cluster metadata (`metadata`) and its Raft-replicated form (`quorum`), the durable ACL store (`acl`), the pure ACL evaluator (`authz`), the SCRAM credential store (`scram`), the client quota store (`quota`), the mirror definitions and partition state
 //! machine (`mirror`), the classic consumer-group coordinator with its durable committed-offset store
-//! (`group`), the producer-id allocator and transaction coordinator (`txn`), and the small
-//! CRC-framed record file both persist into (`offsets_log`), written through `append_file`, which
-//! never leaves a torn record in front of a later one. Everything here is plain
+//! (`group`), the producer-id allocator and transaction coordinator (`txn`), the small
+//! CRC-framed record file both persist into (`offsets_log`), written through `append_file`,
+//! which never leaves a torn record in front of a later one, Kafka's coordinator record
+//! format of what they write there (`coordinator_record`) and which internal-topic partition
+//! coordinates a group or transactional id (`coordinator_partition`). Everything here is plain
 //! single-threaded state driven by explicit `now_ms` arguments and returning outcomes: no async
 //! runtime, no glommio, no wire-protocol crate (the `net` crate maps Kafka messages onto these
 //! types). Invariant: a reply is handed out only after the state change it reports was made
@@ -13,6 +15,8 @@
 pub mod acl;
 pub mod append_file;
 pub mod authz;
+pub mod coordinator_partition;
+pub mod coordinator_record;
 pub mod group;
 pub mod metadata;
 pub mod mirror;

@@ -480,22 +480,8 @@ impl ConsumerGroup {
                 self.members.insert(
                     member_id.clone(),
                     CMember {
-                        id: member_id.clone(),
                         instance_id: req.instance_id.clone(),
-                        rack_id: None,
-                        client_id: String::new(),
-                        client_host: String::new(),
-                        rebalance_timeout_ms: 300_000,
-                        subscribed: Vec::new(),
-                        regex: None,
-                        server_assignor: None,
-                        epoch: 0,
-                        previous_epoch: 0,
-                        state: MemberState::Stable,
-                        assigned: Parts::new(),
-                        revoking: Parts::new(),
-                        session_deadline: 0,
-                        revoke_deadline: None,
+                        ..CMember::new(&member_id)
                     },
                 );
                 joined = true;
@@ -662,6 +648,28 @@ impl ConsumerGroup {
 }
 
 impl CMember {
+    /// A member that just joined: epoch 0, nothing assigned.
+    pub(crate) fn new(id: &str) -> CMember {
+        CMember {
+            id: id.to_string(),
+            instance_id: None,
+            rack_id: None,
+            client_id: String::new(),
+            client_host: String::new(),
+            rebalance_timeout_ms: 300_000,
+            subscribed: Vec::new(),
+            regex: None,
+            server_assignor: None,
+            epoch: 0,
+            previous_epoch: 0,
+            state: MemberState::Stable,
+            assigned: Parts::new(),
+            revoking: Parts::new(),
+            session_deadline: 0,
+            revoke_deadline: None,
+        }
+    }
+
     /// The member without its timers (what the log records).
     fn persisted(&self) -> CMember {
         CMember {

@@ -419,3 +419,35 @@ fn a_plain_heartbeat_writes_nothing_and_a_join_does() {
     Client::join(&mut c, "b", 6000);
     assert!(c.appends() > n);
 }
+
+/// The group's state without the timers a restart re-arms.
+fn persisted(c: &GroupCoordinator) -> ConsumerGroup {
+    let (mut g, _, _) = c.consumer_describe("g").unwrap();
+    for m in g.members.values_mut() {
+        m.session_deadline = 0;
+        m.revoke_deadline = None;
+    }
+    g
+}
+
+#[test]
+fn a_consumer_group_written_as_kafka_records_comes_back_whole_after_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open(dir.path(), 0);
+    let mut a = Client::join(&mut c, "a", 0);
+    let mut b = Client::join(&mut c, "b", 1);
+    let _x = Client::join(&mut c, "x", 2);
+    a.beat(&mut c, 3);
+    b.beat(&mut c, 4);
+    // x leaves: its subscription, target and assignment records become tombstones.
+    let mut leave = hb("x", LEAVE_EPOCH, None);
+    leave.subscribed_topic_names = None;
+    c.consumer_heartbeat(&leave, &topics(4), 5);
+    a.beat(&mut c, 6);
+    c.flush().unwrap();
+    let before = persisted(&c);
+    assert!(!before.members.contains_key("x"));
+    drop(c);
+    let c = open(dir.path(), 100);
+    assert_eq!(persisted(&c), before);
+}

@@ -6,8 +6,10 @@ use std::path::Path;
 use bytes::Bytes;
 
 use super::codes::*;
-use super::consumer::{CgHeartbeat, CgHeartbeatResponse, CgLimits, ConsumerGroup, TopicView};
-use super::record::{MemberRec, Rec};
+use super::consumer::{
+    CMember, CgHeartbeat, CgHeartbeatResponse, CgLimits, ConsumerGroup, TopicView,
+};
+use super::record::{self, MemberRec, Rec};
 use super::{
     subscription_topics, CommitContext, CommittedOffset, FetchedOffset, GroupConfig,
     GroupDescription, GroupListing, JoinRequest, JoinResponse, JoinedMember, LeavingMember,
@@ -667,6 +669,9 @@ pub struct GroupCoordinator {
     write_error: Option<StoreError>,
     next_cleanup_ms: i64,
     next_offsets_check_ms: i64,
+    /// Per consumer group, the key and payload of each record its state was last written as:
+    /// a change writes only the records that differ, and tombstones for keys that went away.
+    written: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
 }
 
 impl GroupCoordinator {
@@ -739,7 +744,9 @@ impl GroupCoordinator {
             write_error: None,
             next_cleanup_ms: now_ms + CLEANUP_INTERVAL_MS,
             next_offsets_check_ms: 0,
+            written: BTreeMap::new(),
         };
+        c.reset_written();
         let live = c.live_records().len();
         if n > 2 * live + 1000 {
             c.compact()?;
@@ -774,11 +781,51 @@ impl GroupCoordinator {
     }
 
     fn persist(&mut self, rec: &Rec) {
-        if let Err(e) = self.file.append(&rec.encode()) {
-            tracing::error!(error = %e, "offsets log append failed");
-            self.write_error.get_or_insert(e);
+        let payloads = match rec {
+            Rec::Consumer { group, state } => {
+                let now = record::keyed_payloads(&record::consumer_records(group, state));
+                let before = self.written.insert(group.clone(), now.clone());
+                let before = before.unwrap_or_default();
+                let gone = before.keys().filter(|k| !now.contains_key(*k));
+                let mut out: Vec<Vec<u8>> = gone.map(|k| record::tombstone(k)).collect();
+                out.extend(
+                    now.into_iter()
+                        .filter(|(k, p)| before.get(k) != Some(p))
+                        .map(|(_, p)| p),
+                );
+                out
+            }
+            // A classic group's metadata replaces its consumer-group state; a deletion ends
+            // both. Kafka deletes the consumer group's records with tombstones.
+            Rec::Group { group, .. } | Rec::GroupDeleted { group } => {
+                let before = self.written.remove(group).unwrap_or_default();
+                let mut out: Vec<Vec<u8>> = before.keys().map(|k| record::tombstone(k)).collect();
+                out.extend(rec.encode());
+                out
+            }
+            rec => rec.encode(),
+        };
+        for p in payloads {
+            if let Err(e) = self.file.append(&p) {
+                tracing::error!(error = %e, "offsets log append failed");
+                self.write_error.get_or_insert(e);
+            }
+            self.appends_since_compact += 1;
         }
-        self.appends_since_compact += 1;
+    }
+
+    /// Sets [`GroupCoordinator::written`] to the groups' current consumer states (after a
+    /// restore or a compaction wrote exactly those).
+    fn reset_written(&mut self) {
+        self.written = self
+            .groups
+            .values()
+            .filter_map(|g| {
+                let c = g.consumer.as_ref()?;
+                let records = record::consumer_records(&g.id, c);
+                Some((g.id.clone(), record::keyed_payloads(&records)))
+            })
+            .collect();
     }
 
     /// Makes every state change so far durable. Must succeed before replies are sent.
@@ -797,12 +844,12 @@ impl GroupCoordinator {
         let mut out = Vec::new();
         for g in self.groups.values() {
             if let Some(rec) = g.consumer_record() {
-                out.push(rec.encode());
+                out.extend(rec.encode());
             } else if g.generation > 0 || !g.members.is_empty() {
-                out.push(g.group_record().encode());
+                out.extend(g.group_record().encode());
             }
             for ((topic, partition), o) in &g.offsets {
-                out.push(
+                out.extend(
                     Rec::Offset {
                         group: g.id.clone(),
                         topic: topic.clone(),
@@ -817,7 +864,7 @@ impl GroupCoordinator {
             }
             for (pid, offsets) in &g.txn_offsets {
                 for ((topic, partition), o) in offsets {
-                    out.push(
+                    out.extend(
                         Rec::TxnOffset {
                             group: g.id.clone(),
                             pid: *pid,
@@ -841,6 +888,7 @@ impl GroupCoordinator {
         let live = self.live_records();
         self.file.rewrite(&live)?;
         self.appends_since_compact = live.len() as u64;
+        self.reset_written();
         Ok(())
     }
 
@@ -1284,7 +1332,16 @@ impl GroupCoordinator {
                     NON_EMPTY_GROUP
                 }
                 Some(_) => {
-                    self.groups.remove(id);
+                    let g = self.groups.remove(id).expect("checked above");
+                    // Tombstones for its offsets too, as Kafka writes: compaction by key keeps
+                    // nothing of a deleted group.
+                    for (topic, partition) in g.offsets.into_keys() {
+                        self.persist(&Rec::OffsetDeleted {
+                            group: id.clone(),
+                            topic,
+                            partition,
+                        });
+                    }
                     self.persist(&Rec::GroupDeleted { group: id.clone() });
                     NONE
                 }
@@ -1368,7 +1425,7 @@ impl GroupCoordinator {
                 partition: o.partition,
                 offset: o.offset,
                 leader_epoch: o.leader_epoch,
-                metadata: o.metadata.clone(),
+                metadata: Some(no_metadata_as_empty(&o.metadata)),
                 ts: now_ms,
             };
             self.persist(&rec);
@@ -1400,7 +1457,7 @@ impl GroupCoordinator {
                 partition: o.partition,
                 offset: o.offset,
                 leader_epoch: o.leader_epoch,
-                metadata: o.metadata.clone(),
+                metadata: Some(no_metadata_as_empty(&o.metadata)),
                 ts: now_ms,
             };
             self.persist(&rec);
@@ -1892,16 +1949,63 @@ fn replay(groups: &mut BTreeMap<String, Group>, rec: Rec, now: i64) {
             groups.remove(&group);
         }
         Rec::Consumer { group, state } => {
-            let g = groups
-                .entry(group.clone())
-                .or_insert_with(|| Group::new(&group));
-            g.members.clear();
-            g.leader = None;
-            g.protocol_type = None;
-            g.protocol_name = None;
-            g.state = GroupState::Empty;
-            g.consumer = Some(state);
+            *consumer_of(groups, &group) = state;
         }
+        Rec::CgEpoch { group, epoch } => match epoch {
+            Some(e) => consumer_of(groups, &group).epoch = e,
+            None => {
+                if let Some(g) = groups.get_mut(&group) {
+                    g.consumer = None;
+                }
+            }
+        },
+        Rec::CgTopics { group, topics } => {
+            if topics.is_some() || has_consumer(groups, &group) {
+                consumer_of(groups, &group).subscribed_meta = topics.unwrap_or_default();
+            }
+        }
+        Rec::CgTargetEpoch { group, epoch } => {
+            if epoch.is_some() || has_consumer(groups, &group) {
+                consumer_of(groups, &group).target_epoch = epoch.unwrap_or_default();
+            }
+        }
+        Rec::CgMember { group, member, sub } => match sub {
+            Some(sub) => sub.apply(member_of(groups, &group, &member)),
+            None => {
+                if let Some(c) = groups.get_mut(&group).and_then(|g| g.consumer.as_mut()) {
+                    c.members.remove(&member);
+                }
+            }
+        },
+        Rec::CgCurrent {
+            group,
+            member,
+            current,
+        } => match current {
+            Some(cur) => cur.apply(member_of(groups, &group, &member)),
+            None => {
+                // Kafka deletes a member's assignment before its subscription.
+                let c = groups.get_mut(&group).and_then(|g| g.consumer.as_mut());
+                if let Some(m) = c.and_then(|c| c.members.get_mut(&member)) {
+                    m.assigned.clear();
+                    m.revoking.clear();
+                }
+            }
+        },
+        Rec::CgTarget {
+            group,
+            member,
+            parts,
+        } => match parts {
+            Some(p) => {
+                consumer_of(groups, &group).target.insert(member, p);
+            }
+            None => {
+                if let Some(c) = groups.get_mut(&group).and_then(|g| g.consumer.as_mut()) {
+                    c.target.remove(&member);
+                }
+            }
+        },
         Rec::Offset {
             group,
             topic,
@@ -1966,4 +2070,42 @@ fn replay(groups: &mut BTreeMap<String, Group>, rec: Rec, now: i64) {
             }
         }
     }
+}
+
+/// Kafka stores a commit without metadata as "" (`OffsetAndMetadata.NO_METADATA`), and so
+/// answers OffsetFetch with "" for it.
+fn no_metadata_as_empty(metadata: &Option<String>) -> String {
+    metadata.clone().unwrap_or_default()
+}
+
+fn has_consumer(groups: &BTreeMap<String, Group>, group: &str) -> bool {
+    groups.get(group).is_some_and(|g| g.consumer.is_some())
+}
+
+/// The consumer-group state of `group`, created (replacing any classic metadata) if needed.
+fn consumer_of<'a>(groups: &'a mut BTreeMap<String, Group>, group: &str) -> &'a mut ConsumerGroup {
+    let g = groups
+        .entry(group.to_string())
+        .or_insert_with(|| Group::new(group));
+    if g.consumer.is_none() {
+        g.members.clear();
+        g.leader = None;
+        g.protocol_type = None;
+        g.protocol_name = None;
+        g.state = GroupState::Empty;
+    }
+    g.consumer.get_or_insert_with(ConsumerGroup::default)
+}
+
+/// A member of `group`'s consumer-group state, created with defaults if needed (its
+/// subscription and assignment are separate records).
+fn member_of<'a>(
+    groups: &'a mut BTreeMap<String, Group>,
+    group: &str,
+    member: &str,
+) -> &'a mut CMember {
+    consumer_of(groups, group)
+        .members
+        .entry(member.to_string())
+        .or_insert_with(|| CMember::new(member))
 }

@@ -805,3 +805,41 @@ fn classic_group_offsets_expire_retention_after_it_became_empty() {
         "the empty group without offsets is removed"
     );
 }
+
+#[test]
+fn an_offsets_log_of_json_records_opens_and_takes_kafka_records_after_them() {
+    let dir = tempfile::tempdir().unwrap();
+    {
+        // What main wrote before the coordinators used Kafka's record format.
+        let (mut f, _) = crate::offsets_log::RecordFile::open(dir.path(), "records.log").unwrap();
+        for json in [
+            r#"{"t":"Offset","group":"old","topic":"t","partition":0,"offset":5,"leader_epoch":1,"metadata":"kept","ts":1}"#,
+            r#"{"t":"Group","group":"old","generation":2,"protocol_type":"consumer","protocol":"range","leader":null,"members":[],"empty_since":1}"#,
+            r#"{"t":"Offset","group":"gone","topic":"t","partition":0,"offset":9,"leader_epoch":1,"metadata":null,"ts":1}"#,
+            r#"{"t":"GroupDeleted","group":"gone"}"#,
+        ] {
+            f.append(json.as_bytes()).unwrap();
+        }
+        f.sync().unwrap();
+    }
+    {
+        let mut c = open(dir.path(), 10);
+        assert_eq!(c.fetch_offsets("old", None, false)[0].offset, 5);
+        assert!(c.fetch_offsets("gone", None, false).is_empty());
+        assert_eq!(commit(&mut c, "old", "t", 1, 7, 11), Ok(vec![NONE]));
+        c.flush().unwrap();
+    }
+    let c = open(dir.path(), 20);
+    let got: Vec<(i32, i64, Option<String>)> = c
+        .fetch_offsets("old", None, false)
+        .into_iter()
+        .map(|f| (f.partition, f.offset, f.metadata))
+        .collect();
+    assert_eq!(
+        got,
+        vec![(0, 5, Some("kept".into())), (1, 7, Some("m".into()))]
+    );
+    let listed = c.list_groups(&[], &[]);
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].group_id, "old");
+}

@@ -459,6 +459,12 @@ impl QuorumNode {
         {
             return Ok(());
         }
+        tracing::info!(
+            node = self.cfg.id,
+            from = committed + 1,
+            to = last,
+            "a lone voter's persisted entries after the recorded commit index are committed"
+        );
         self.raw.raft.raft_log.commit_to(last);
         Ok(())
     }
@@ -544,11 +550,13 @@ impl QuorumNode {
             && (self.raw.raft.commit_to_current_term() || self.sole_voter_applied_all())
     }
 
-    /// A lone voter that applied every entry its storage holds: nobody else can have
+    /// A lone voter that applied every entry raft knows as persisted: nobody else can have
     /// committed anything, so its applied state is the quorum's even before its new term's
     /// first entry is durable (a restart on a full disk must still serve what it holds).
+    /// Entries of a held ready may sit in the file already (the entries fit, the hard state
+    /// did not); nobody was answered for them, so they do not count until raft is told.
     fn sole_voter_applied_all(&self) -> bool {
-        self.voters() == [self.cfg.id] && self.applied >= self.raw.store().stored_last_index()
+        self.voters() == [self.cfg.id] && self.applied >= self.raw.raft.raft_log.persisted
     }
 
     /// Whether writes to this node's storage are failing (proposals are refused until a

@@ -386,11 +386,6 @@ impl DurableStorage {
         self.snapshot.get_metadata().index + 1
     }
 
-    /// The index of the last entry stored (the snapshot's index when none follows it).
-    pub fn stored_last_index(&self) -> u64 {
-        self.last()
-    }
-
     fn last(&self) -> u64 {
         self.snapshot.get_metadata().index + self.entries.len() as u64
     }

@@ -21,6 +21,9 @@ use crate::group::codes::*;
 use crate::group::Token;
 use crate::offsets_log::{RecordFile, StoreError};
 
+mod record;
+use record::TxnRec;
+
 const LOG_NAME: &str = "records.log";
 
 /// Coordinator tunables (Kafka names in the comments).
@@ -106,23 +109,6 @@ pub struct MarkerJob {
     pub groups: Vec<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize)]
-#[serde(tag = "t")]
-enum TxnRec {
-    /// Every producer id below `end` may have been handed out.
-    PidBlock { end: i64 },
-    Txn {
-        id: String,
-        pid: i64,
-        epoch: i16,
-        timeout_ms: i32,
-        state: TxnState,
-        partitions: Vec<(String, i32)>,
-        groups: Vec<String>,
-        start_ms: i64,
-    },
-}
-
 #[derive(Debug, Clone)]
 struct TxnMeta {
     pid: i64,
@@ -187,10 +173,10 @@ impl TxnCoordinator {
         let mut txns = BTreeMap::new();
         let mut block_end = 0i64;
         for (index, p) in payloads.iter().enumerate() {
-            let rec: TxnRec = serde_json::from_slice(p).map_err(|e| StoreError::BadRecord {
+            let rec = TxnRec::decode(p).map_err(|reason| StoreError::BadRecord {
                 path: path.to_path_buf(),
                 index,
-                reason: e.to_string(),
+                reason,
             })?;
             match rec {
                 TxnRec::PidBlock { end } => block_end = block_end.max(end),
@@ -243,7 +229,7 @@ impl TxnCoordinator {
     }
 
     fn persist(&mut self, rec: &TxnRec) {
-        let bytes = serde_json::to_vec(rec).expect("txn records always serialize");
+        let bytes = rec.encode();
         if let Err(e) = self.file.append(&bytes) {
             tracing::error!(error = %e, "transaction log append failed");
             self.write_error.get_or_insert(e);
@@ -267,13 +253,13 @@ impl TxnCoordinator {
 
     fn compact(&mut self) -> Result<(), StoreError> {
         self.file.sync()?;
-        let mut live = vec![serde_json::to_vec(&TxnRec::PidBlock {
+        let mut live = vec![TxnRec::PidBlock {
             end: self.block_end,
-        })
-        .expect("serializes")];
+        }
+        .encode()];
         for (id, m) in &self.txns {
             live.push(
-                serde_json::to_vec(&TxnRec::Txn {
+                TxnRec::Txn {
                     id: id.clone(),
                     pid: m.pid,
                     epoch: m.epoch,
@@ -282,8 +268,8 @@ impl TxnCoordinator {
                     partitions: m.partitions.iter().cloned().collect(),
                     groups: m.groups.iter().cloned().collect(),
                     start_ms: m.start_ms,
-                })
-                .expect("serializes"),
+                }
+                .encode(),
             );
         }
         self.file.rewrite(&live)
