@@ -185,7 +185,8 @@ pub struct Broker {
 
 /// One core's view: the broker plus the engine context and a metadata cache.
 pub struct Ctx {
-    pub broker: Arc<Broker>,
+    /// Reached only through the accessors below: a handler asks for the part it needs.
+    broker: Arc<Broker>,
     pub core: CoreContext,
     meta: MetaCache,
     /// This core's client fetch sessions (never borrowed across an await).
@@ -219,6 +220,46 @@ fn unused_topic_id(meta: &ClusterMetadata) -> Uuid {
 }
 
 impl Ctx {
+    /// This node's static settings (id, listeners, data dir, defaults).
+    pub fn config(&self) -> &BrokerConfig {
+        &self.broker.config
+    }
+
+    /// The metadata quorum: the applied metadata view and proposals.
+    pub fn cluster(&self) -> &Cluster {
+        &self.broker.cluster
+    }
+
+    /// The group and transaction coordinators.
+    pub fn groups(&self) -> Option<&GroupsService> {
+        self.broker.groups.as_ref()
+    }
+
+    /// The APIs served outside kafka-protocol's set (the mirror plug-in).
+    pub fn extension(&self) -> Option<&Arc<dyn ExtensionApis>> {
+        self.broker.extension.as_ref()
+    }
+
+    pub fn metrics(&self) -> &crate::metrics::NetMetrics {
+        &self.broker.metrics
+    }
+
+    pub fn authz(&self) -> &crate::authz::Authz {
+        &self.broker.authz
+    }
+
+    pub fn sasl(&self) -> &crate::sasl::Sasl {
+        &self.broker.sasl
+    }
+
+    pub fn acls(&self) -> &crate::acl::SharedAcls {
+        &self.broker.acls
+    }
+
+    pub fn quotas(&self) -> &crate::quota::SharedQuotas {
+        &self.broker.quotas
+    }
+
     pub fn new(broker: Arc<Broker>, core: CoreContext) -> Ctx {
         let meta = MetaCache::new(broker.cluster.view());
         let fetch_sessions =
@@ -232,7 +273,7 @@ impl Ctx {
     }
 
     pub fn meta(&self) -> Arc<ClusterMetadata> {
-        self.meta.get(self.broker.cluster.view())
+        self.meta.get(self.cluster().view())
     }
 
     /// A partition this node does not lead in a cluster: its leader and leader epoch (client
@@ -257,8 +298,8 @@ impl Ctx {
         meta: &ClusterMetadata,
         ids: impl IntoIterator<Item = i32>,
     ) -> Vec<crate::cluster::ListedBroker> {
-        let listener = &self.broker.config.listeners[0].name;
-        let all = self.broker.cluster.listed_brokers(meta, listener);
+        let listener = &self.config().listeners[0].name;
+        let all = self.cluster().listed_brokers(meta, listener);
         let ids: std::collections::BTreeSet<i32> = ids.into_iter().collect();
         all.into_iter().filter(|b| ids.contains(&b.id)).collect()
     }
@@ -268,7 +309,7 @@ impl Ctx {
     }
 
     pub fn node_id(&self) -> i32 {
-        self.broker.config.node_id
+        self.config().node_id
     }
 
     /// Creates a topic (one node: durably; a cluster: through the quorum, with replicas
@@ -289,7 +330,7 @@ impl Ctx {
             0,
             partitions.clamp(0, 100_000),
             replication_factor,
-            self.broker.config.default_replication_factor,
+            self.config().default_replication_factor,
         )
         .map_err(meta_err)?;
         let id = id.unwrap_or_else(|| unused_topic_id(&meta));
@@ -326,7 +367,7 @@ impl Ctx {
         cmd: MetadataCommand,
         validate_only: bool,
     ) -> Result<TopicMeta, ItemError> {
-        let cluster = &self.broker.cluster;
+        let cluster = &self.cluster();
         if validate_only {
             return match cluster.validate(&cmd).map_err(meta_err)? {
                 Outcome::Topic(t) => Ok(t),
@@ -349,9 +390,9 @@ impl Ctx {
             return Ok(());
         }
         let partitions = if name == "__transaction_state" {
-            self.broker.config.transaction_state_partitions
+            self.config().transaction_state_partitions
         } else {
-            self.broker.config.offsets_topic_partitions
+            self.config().offsets_topic_partitions
         };
         let id = loop {
             let id = Uuid::new_v4();
@@ -359,8 +400,7 @@ impl Ctx {
                 break id;
             }
         };
-        self.broker
-            .cluster
+        self.cluster()
             .propose(ClusterCommand::Metadata(
                 MetadataCommand::CreateInternalTopic {
                     name: name.to_string(),
@@ -382,7 +422,7 @@ impl Ctx {
         let router = self.router();
         let mut pending = Vec::new();
         // A node of a cluster opens only the partitions it is a replica of.
-        for p in (from..t.partition_count()).filter(|p| self.broker.cluster.hosts(t, *p)) {
+        for p in (from..t.partition_count()).filter(|p| self.cluster().hosts(t, *p)) {
             let tp = TopicPartition::new(t.name.clone(), p);
             pending.push(
                 router
@@ -403,8 +443,7 @@ impl Ctx {
     /// A mirrored topic is refused (apply checks it): it is deleted only after failover.
     pub async fn delete_topic(&self, name: String) -> Result<TopicMeta, ItemError> {
         let t = self
-            .broker
-            .cluster
+            .cluster()
             .propose_topic(MetadataCommand::DeleteTopic { name })
             .await
             .map_err(propose_err)?;
@@ -412,7 +451,7 @@ impl Ctx {
         let mut pending = Vec::new();
         for p in 0..t.partition_count() {
             let tp = TopicPartition::new(t.name.clone(), p);
-            let dir = self.broker.cluster.partition_dir(&tp);
+            let dir = self.cluster().partition_dir(&tp);
             pending.push(
                 router
                     .submit(router.owner(&tp), move |s| {
@@ -446,7 +485,7 @@ impl Ctx {
                 return Ok(t.clone());
             }
         }
-        if !(allow_create && self.broker.config.auto_create_topics) {
+        if !(allow_create && self.config().auto_create_topics) {
             return Err((
                 errors::code(kafka_protocol::ResponseError::UnknownTopicOrPartition),
                 format!("unknown topic '{name}'"),
@@ -455,7 +494,7 @@ impl Ctx {
         match self
             .create_topic(
                 name.to_string(),
-                self.broker.config.default_partitions,
+                self.config().default_partitions,
                 -1,
                 BTreeMap::new(),
                 None,

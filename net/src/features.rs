@@ -55,7 +55,7 @@ pub fn all(ctx: &Ctx) -> Vec<ExtensionFeature> {
             level: KRAFT_VERSION_FINALIZED,
         },
     ];
-    if let Some(ext) = &ctx.broker.extension {
+    if let Some(ext) = ctx.extension() {
         v.extend(ext.features());
     }
     v
@@ -227,7 +227,7 @@ pub async fn update_features(
         .map(|u| (u.feature.to_string(), u.max_version_level))
         .collect();
     let mut applied: Vec<Result<(), Refusal>> = outcomes;
-    if let (Some(ext), false) = (ctx.broker.extension.clone(), changes.is_empty()) {
+    if let (Some(ext), false) = (ctx.extension().cloned(), changes.is_empty()) {
         let done = glommio::executor()
             .spawn_blocking(move || {
                 changes

@@ -37,7 +37,7 @@ const POLL: Duration = Duration::from_millis(100);
 pub async fn run(ctx: Rc<Ctx>) {
     let mut applied = u64::MAX;
     let mut last_sync = std::time::Instant::now();
-    let lag = ctx.broker.config.replica_lag_time_max_ms.max(2);
+    let lag = ctx.config().replica_lag_time_max_ms.max(2);
     let check_every = Duration::from_millis((lag / 2) as u64);
     let mut last_check = std::time::Instant::now();
     // Whether any topic has assignments, per metadata version (one-node mode: never, and then
@@ -45,7 +45,7 @@ pub async fn run(ctx: Rc<Ctx>) {
     let mut replicated = (u64::MAX, false);
     // Woken by every metadata publish, so a committed ISR or leader change reaches the
     // partitions within a scheduling round, not a poll period.
-    let published = ctx.broker.cluster.view().watch();
+    let published = ctx.cluster().view().watch();
     while !ctx.core.stop.is_stopped() {
         let meta = ctx.meta();
         if replicated.0 != meta.version {
@@ -183,7 +183,7 @@ pub fn propose_isr_change(
         partition_epoch,
         isr,
     };
-    let cluster = ctx.broker.cluster.clone();
+    let cluster = ctx.cluster().clone();
     let router = ctx.router().clone();
     let node = ctx.node_id();
     let task = async move {

@@ -86,7 +86,7 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
         let lctx = lctx.clone();
         let open2 = open.clone();
         open.set(open.get() + 1);
-        let m = &ctx.broker.metrics;
+        let m = &ctx.metrics();
         m.connections_accepted.fetch_add(1, Relaxed);
         m.connections_active.fetch_add(1, Relaxed);
         glommio::spawn_local(async move {
@@ -123,12 +123,12 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
                         .map(|s| s.to_string())
                         .or_else(|| panic.downcast_ref::<String>().cloned())
                         .unwrap_or_default();
-                    ctx.broker.metrics.protocol_errors.fetch_add(1, Relaxed);
+                    ctx.metrics().protocol_errors.fetch_add(1, Relaxed);
                     tracing::error!(?peer, panic = %what, "closing connection: its request handling panicked");
                     Ok(())
                 }
             };
-            let m = &ctx.broker.metrics;
+            let m = &ctx.metrics();
             m.connections_active.fetch_sub(1, Relaxed);
             match r {
                 Err(ConnError::Protocol(e)) => {
@@ -336,7 +336,7 @@ async fn connection<S: Transport>(
     stream: S,
     mut session: Session,
 ) -> Result<(), ConnError> {
-    let max = ctx.broker.config.max_request_bytes;
+    let max = ctx.config().max_request_bytes;
     // Small per-connection buffer: large frames are read straight into their own buffer.
     let mut reader = BufReader::with_capacity(16 << 10, stream);
     let mut auth = ConnAuth::new(&session);
@@ -353,8 +353,7 @@ async fn connection<S: Transport>(
             Some(Err(FrameError::Closed)) => return Ok(()),
             Some(r) => r?,
         };
-        ctx.broker
-            .metrics
+        ctx.metrics()
             .bytes_in
             .fetch_add(frame.len() as u64 + 4, Relaxed);
         // SASL first: before authentication only the handshake is served.
@@ -371,7 +370,7 @@ async fn connection<S: Transport>(
         if let Some(chunks) = chunks {
             write_response(reader.get_mut(), &chunks, sendfile).await?;
             let n = chunks.len();
-            ctx.broker.metrics.bytes_out.fetch_add(n as u64, Relaxed);
+            ctx.metrics().bytes_out.fetch_add(n as u64, Relaxed);
         }
         if throttle_ms > 0 {
             // KIP-219: the response went out with throttle_time_ms; the channel stays muted
@@ -406,12 +405,7 @@ async fn handle_frame(
         )));
     }
     let Ok(api_key) = ApiKey::try_from(p.api_key) else {
-        if let Some(ext) = ctx
-            .broker
-            .extension
-            .as_ref()
-            .filter(|e| e.handles(p.api_key))
-        {
+        if let Some(ext) = ctx.extension().as_ref().filter(|e| e.handles(p.api_key)) {
             let resp = ext.handle(session, p.api_key, frame).await;
             return Ok(resp.map(|r| {
                 let mut out = BytesMut::with_capacity(4 + r.len());
@@ -450,7 +444,7 @@ async fn handle_frame(
             p.api_version, range.min, range.max
         )));
     }
-    ctx.broker.metrics.count_request(api_key);
+    ctx.metrics().count_request(api_key);
     let frame_len = frame.len() as u64 + 4;
     // The request quota charges the core's working time on the request: decoding, the
     // handler's polls (not its waits) and encoding the response.
@@ -539,8 +533,7 @@ pub fn decode_request(
 }
 
 fn extension_versions(ctx: &Ctx) -> Vec<(i16, i16, i16)> {
-    ctx.broker
-        .extension
+    ctx.extension()
         .as_ref()
         .map(|e| e.versions())
         .unwrap_or_default()
@@ -579,7 +572,7 @@ async fn dispatch(
             panic!("failpoint panic-on-client-id:{id}");
         }
     }
-    let access = ctx.broker.authz.access(session);
+    let access = ctx.authz().access(session);
     let access = &access;
     let resp = match req {
         RequestKind::ApiVersions(_) => {
@@ -631,34 +624,31 @@ async fn dispatch(
         }
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(match acl_access(ctx, access, authz::table::CREATE_ACLS) {
-                Ok(()) => crate::acl::create_acls(&ctx.broker.cluster, r).await,
+                Ok(()) => crate::acl::create_acls(&ctx.cluster(), r).await,
                 Err(code) => crate::acl::create_acls_refused(&r, code),
             })
         }
         RequestKind::DescribeAcls(r) => {
             ResponseKind::DescribeAcls(match acl_access(ctx, access, authz::table::DESCRIBE_ACLS) {
-                Ok(()) => crate::acl::describe_acls(&ctx.broker.acls, r),
+                Ok(()) => crate::acl::describe_acls(&ctx.acls(), r),
                 Err(code) => crate::acl::describe_acls_refused(code),
             })
         }
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(match acl_access(ctx, access, authz::table::DELETE_ACLS) {
-                Ok(()) => crate::acl::delete_acls(&ctx.broker.cluster, r).await,
+                Ok(()) => crate::acl::delete_acls(&ctx.cluster(), r).await,
                 Err(code) => crate::acl::delete_acls_refused(&r, code),
             })
         }
         RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
             match access.check_cluster(authz::table::DESCRIBE_CLIENT_QUOTAS) {
-                Ok(()) => crate::quota::describe_client_quotas(&ctx.broker.quotas, r),
+                Ok(()) => crate::quota::describe_client_quotas(&ctx.quotas(), r),
                 Err(code) => authz::describe_client_quotas_refused(code),
             },
         ),
         RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
             match access.check_cluster(authz::table::ALTER_CLIENT_QUOTAS) {
-                Ok(()) => {
-                    crate::quota::alter_client_quotas(&ctx.broker.cluster, &ctx.broker.quotas, r)
-                        .await
-                }
+                Ok(()) => crate::quota::alter_client_quotas(&ctx.cluster(), &ctx.quotas(), r).await,
                 Err(code) => crate::quota::alter_client_quotas_refused(&r, code),
             },
         ),
@@ -703,7 +693,7 @@ async fn dispatch(
             match authz::before_group_api(access, v, req) {
                 Err(refused) => refused,
                 Ok((req, patch)) => {
-                    let Some(groups) = ctx.broker.groups.as_ref() else {
+                    let Some(groups) = ctx.groups() else {
                         return Err(ConnError::Protocol(format!(
                             "{api_key:?}: no group coordinator"
                         )));
@@ -808,7 +798,7 @@ async fn dispatch(
 /// (kafka-acls then says "No Authorizer is configured"); otherwise the principal needs the
 /// API's operation on the cluster.
 fn acl_access(ctx: &Ctx, access: &authz::Access<'_>, need: authz::Need) -> Result<(), i16> {
-    if !ctx.broker.authz.enabled() {
+    if !ctx.authz().enabled() {
         return Err(crate::keys::error::SECURITY_DISABLED);
     }
     access.check_cluster(need)
@@ -818,7 +808,7 @@ fn acl_access(ctx: &Ctx, access: &authz::Access<'_>, need: authz::Need) -> Resul
 /// came in through: FindCoordinator's answer is in the coordinator's own (first listener's)
 /// terms.
 fn advertise_coordinator(ctx: &Ctx, session: &Session, resp: ResponseKind) -> ResponseKind {
-    let cfg = &ctx.broker.config;
+    let cfg = &ctx.config();
     let (host, port) = cfg.advertised(&session.listener);
     if (host, port) == (cfg.host.as_str(), cfg.port) {
         return resp;
@@ -849,7 +839,7 @@ async fn group_request(
     req: RequestKind,
 ) -> Result<ResponseKind, ConnError> {
     let v = header.request_api_version;
-    let Some(groups) = ctx.broker.groups.as_ref() else {
+    let Some(groups) = ctx.groups() else {
         return Err(ConnError::Protocol(format!(
             "{api_key:?}: no group coordinator"
         )));

@@ -52,7 +52,7 @@ pub async fn write_txn_markers(
     let refused = access
         .check_cluster(crate::authz::table::TXN_CLUSTER_ACTION)
         .err();
-    let meta = ctx.broker.cluster.snapshot();
+    let meta = ctx.cluster().snapshot();
     let mut markers = Vec::with_capacity(req.markers.len());
     for mut m in req.markers {
         let mut topics = Vec::with_capacity(m.topics.len());
@@ -62,7 +62,7 @@ pub async fn write_txn_markers(
                 let tp = TopicPartition::new(t.name.0.to_string(), p);
                 let code = match refused {
                     Some(code) => code,
-                    None => match ctx.broker.cluster.role(&meta, &tp) {
+                    None => match ctx.cluster().role(&meta, &tp) {
                         None => kafka_protocol::ResponseError::UnknownTopicOrPartition.code(),
                         Some(Role::Leader { .. }) => {
                             let kind = if m.transaction_result {

@@ -50,7 +50,7 @@ pub async fn create_topics(
                 partitions = t.assignments.len() as i32;
             }
             if partitions == -1 {
-                partitions = ctx.broker.config.default_partitions;
+                partitions = ctx.config().default_partitions;
             }
             let mut configs = BTreeMap::new();
             for c in t.configs {
@@ -213,7 +213,7 @@ pub async fn create_partitions(
                     ));
                 }
             }
-            let cluster = &ctx.broker.cluster;
+            let cluster = &ctx.cluster();
             let snapshot = ctx.meta();
             let assignments = match snapshot.topics.get(&n) {
                 Some(topic) if total > before => match &t.assignments {
@@ -272,7 +272,7 @@ pub fn describe_cluster(
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
     let meta = ctx.meta();
-    let cluster = &ctx.broker.cluster;
+    let cluster = &ctx.cluster();
     let brokers = cluster
         .listed_brokers(&meta, &session.listener)
         .into_iter()
@@ -401,8 +401,7 @@ pub async fn elect_leaders_replicated(
                     )
                 }),
                 Some(_) => ctx
-                    .broker
-                    .cluster
+                    .cluster()
                     .propose(kmirror_control::quorum::ClusterCommand::Metadata(
                         MetadataCommand::ElectPreferredLeader {
                             name: topic.clone(),
@@ -470,8 +469,7 @@ pub async fn alter_partition_reassignments(
             let r: Result<(), ItemError> = match refused {
                 Some(code) => Err((code, CLUSTER_AUTH_FAILED.into())),
                 None => ctx
-                    .broker
-                    .cluster
+                    .cluster()
                     .propose(kmirror_control::quorum::ClusterCommand::Metadata(
                         MetadataCommand::ReassignPartition {
                             name: name.clone(),

@@ -32,7 +32,7 @@ const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
 
 fn broker_configs(ctx: &Ctx) -> Vec<(&'static str, String)> {
-    let c = &ctx.broker.config;
+    let c = &ctx.config();
     vec![
         ("node.id", c.node_id.to_string()),
         ("broker.id", c.node_id.to_string()),
@@ -131,8 +131,7 @@ pub fn describe_configs(
                 } else {
                     let level = broker_level(&name);
                     let dynamic = ctx
-                        .broker
-                        .extension
+                        .extension()
                         .as_ref()
                         .map(|x| x.broker_configs(level))
                         .unwrap_or_default();
@@ -223,20 +222,17 @@ async fn alter_topic(
         TopicChange::Replace(configs) => MetadataCommand::ReplaceConfigs { name, configs },
     };
     if validate_only {
-        ctx.broker
-            .cluster
+        ctx.cluster()
             .validate(&cmd)
             .map_err(|e| (errors::metadata_error_code(&e), e.to_string()))?;
         return Ok(());
     }
     let t = ctx
-        .broker
-        .cluster
+        .cluster()
         .propose_topic(cmd)
         .await
         .map_err(crate::broker::propose_err)?;
-    ctx.broker
-        .cluster
+    ctx.cluster()
         .refresh_partitions(ctx.router(), &t)
         .await
         .map_err(|e| (errors::engine_error_code(&e), e.to_string()))?;
@@ -291,7 +287,7 @@ async fn alter_broker(
         .into_iter()
         .filter(|(k, v)| !(v.is_none() && REPLICATION_THROTTLE_RATES.contains(&k.as_str())))
         .collect();
-    let ext = ctx.broker.extension.as_ref();
+    let ext = ctx.extension();
     let level = broker_level(name);
     let refused =
         |e: crate::broker::ExtensionError| (crate::errors::extension_error_code(&e), e.to_string());

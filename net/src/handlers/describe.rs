@@ -230,7 +230,7 @@ pub async fn describe_log_dirs(
             );
         }
     }
-    let dir = ctx.broker.config.data_dir.clone();
+    let dir = ctx.config().data_dir.clone();
     let (log_dir, space) = glommio::executor()
         .spawn_blocking(move || {
             let abs = std::fs::canonicalize(&dir).unwrap_or(dir);

@@ -210,7 +210,7 @@ async fn read_all(
         // metadata, KIP-392) may read a follower's log up to its high watermark; before v11,
         // or on a broker that holds no replica, NOT_LEADER_OR_FOLLOWER (which also ends a
         // long poll at once).
-        let refused = match ctx.broker.cluster.role(&meta, &tp) {
+        let refused = match ctx.cluster().role(&meta, &tp) {
             Some(Role::Follower { .. }) => !follower_reads,
             Some(Role::NotReplica { .. }) => true,
             Some(Role::Leader { .. }) | None => false,

@@ -99,7 +99,7 @@ pub async fn metadata(
         }
     }
     let meta = ctx.meta();
-    let cluster = &ctx.broker.cluster;
+    let cluster = &ctx.cluster();
     // The unfenced registered brokers, each at this listener.
     let brokers = cluster
         .listed_brokers(&meta, &session.listener)
@@ -128,7 +128,7 @@ pub async fn metadata(
 fn authorized(ctx: &Ctx, access: &Access<'_>, name: &str, allow_create: bool) -> Result<bool, i16> {
     access.check(table::METADATA, name)?;
     let exists = ctx.meta().described(name).is_some();
-    if exists || !allow_create || !ctx.broker.config.auto_create_topics {
+    if exists || !allow_create || !ctx.config().auto_create_topics {
         return Ok(allow_create);
     }
     if access.allows_cluster(table::CREATE_CLUSTER) {

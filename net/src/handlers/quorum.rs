@@ -67,7 +67,7 @@ fn voter_request_checks(
     if !access.allows_cluster(table::ALTER_VOTERS) {
         return Err((E::ClusterAuthorizationFailed.code(), String::new()));
     }
-    let driver = ctx.broker.cluster.driver().clone();
+    let driver = ctx.cluster().driver().clone();
     let meta = ctx.meta();
     if let Some(id) = cluster_id.filter(|id| *id != meta.cluster_id) {
         return Err((
@@ -199,11 +199,11 @@ pub async fn describe_quorum(
         return DescribeQuorumResponse::default()
             .with_error_code(E::ClusterAuthorizationFailed.code());
     }
-    let status = ctx.broker.cluster.quorum_status();
+    let status = ctx.cluster().quorum_status();
     let leader = status.leader.filter(|l| *l != status.node_id);
     if let Some(l) = leader.filter(|_| client_id != Some(FORWARDED)) {
         if let Some(addr) = leader_addr(ctx, l) {
-            let ib = &ctx.broker.config.inter_broker;
+            let ib = &ctx.config().inter_broker;
             if let Ok(resp) = forward(ib, &addr, version, &req).await {
                 return resp;
             }
@@ -243,8 +243,7 @@ fn not_leader(req: &DescribeQuorumRequest) -> DescribeQuorumResponse {
 /// The leader broker's inter-broker listener.
 fn leader_addr(ctx: &Ctx, leader: u64) -> Option<String> {
     let meta = ctx.meta();
-    ctx.broker
-        .config
+    ctx.config()
         .inter_broker
         .peer_addr(&meta, i32::try_from(leader).ok()?)
 }
@@ -287,7 +286,7 @@ fn now_ms() -> i64 {
 /// This node's answer: the leader's full view, or (a follower whose leader is unknown or
 /// unreachable) what it knows, with unknown progress as -1.
 fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorumResponse {
-    let cluster = &ctx.broker.cluster;
+    let cluster = &ctx.cluster();
     let now = now_ms();
     let (leader, epoch, hw, (voters, observers), nodes) = {
         let st = cluster.quorum_status();
@@ -418,7 +417,7 @@ pub async fn unregister_broker(
     if !access.allows_cluster(table::ALTER_VOTERS) {
         return answer(E::ClusterAuthorizationFailed.code(), String::new());
     }
-    let cluster = &ctx.broker.cluster;
+    let cluster = &ctx.cluster();
     let driver = cluster.driver();
     let id = req.broker_id.0;
     let cmd = kmirror_control::quorum::ClusterCommand::Metadata(

@@ -58,7 +58,7 @@ pub async fn alter(
             u
         };
         let cmd = kmirror_control::quorum::ClusterCommand::Scram { edits };
-        match ctx.broker.cluster.propose(cmd).await {
+        match ctx.cluster().propose(cmd).await {
             Ok(kmirror_control::quorum::Outcome::Scram(r)) => r,
             Ok(other) => failed(users, format!("unexpected {other:?}")),
             Err(e) => failed(users, e.to_string()),
@@ -98,8 +98,7 @@ pub fn describe(
         .users
         .map(|us| us.iter().map(|u| u.name.to_string()).collect());
     let results = ctx
-        .broker
-        .sasl
+        .sasl()
         .scram
         .describe(users.as_deref())
         .into_iter()

@@ -181,7 +181,7 @@ impl ConnAuth {
     /// Decides what happens to `frame` (without its length prefix); handles the SASL requests
     /// themselves and updates the session's principal on success.
     pub async fn gate(&mut self, ctx: &Ctx, session: &mut Session, frame: &Bytes) -> Gate {
-        let sasl = &ctx.broker.sasl;
+        let sasl = &ctx.sasl();
         if let Stage::Exchanging { legacy: true, .. } = self.stage {
             return self.legacy_token(ctx, session, frame).await;
         }
@@ -197,7 +197,7 @@ impl ConnAuth {
             Some(ApiKey::SaslHandshake) | Some(ApiKey::SaslAuthenticate)
         );
         if let (true, Some(k)) = (sasl_request, key) {
-            ctx.broker.metrics.count_request(k);
+            ctx.metrics().count_request(k);
         }
         if self.expires_at.is_some_and(|t| now >= t) && !sasl_request {
             return Gate::Close("the SASL session expired without re-authentication".into());
@@ -250,8 +250,7 @@ impl ConnAuth {
             .copied()
             .find(|m| m.name() == wanted)
         else {
-            ctx.broker
-                .metrics
+            ctx.metrics()
                 .sasl_authentication_failures
                 .fetch_add(1, Relaxed);
             return reply_close(answer(
@@ -358,7 +357,7 @@ impl ConnAuth {
             return Err("no SASL exchange in progress".into());
         };
         let mechanism = *mechanism;
-        let sasl = &ctx.broker.sasl;
+        let sasl = &ctx.sasl();
         let out = match exchange {
             // PLAIN derives the password's keys (PBKDF2, up to 16384 rounds): off the core.
             Exchange::Plain(server) => {
@@ -372,8 +371,7 @@ impl ConnAuth {
         };
         let now_ms = unix_ms();
         let fail = |msg: String| {
-            ctx.broker
-                .metrics
+            ctx.metrics()
                 .sasl_authentication_failures
                 .fetch_add(1, Relaxed);
             log_failure(session, mechanism, &msg);
@@ -403,10 +401,7 @@ impl ConnAuth {
                 };
                 self.expires_at = (lifetime_ms > 0 || expires_at_ms.is_some())
                     .then(|| Instant::now() + Duration::from_millis(lifetime_ms as u64));
-                ctx.broker
-                    .metrics
-                    .sasl_authentications
-                    .fetch_add(1, Relaxed);
+                ctx.metrics().sasl_authentications.fetch_add(1, Relaxed);
                 tracing::debug!(peer = ?session.peer, user, mechanism = mechanism.name(), lifetime_ms, "authenticated");
                 session.principal = Principal::user(user.clone());
                 session.authenticated = true;
