@@ -224,7 +224,6 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         kmirror_mirror::host::MirrorSettings {
             feature_level: c.mirror_version,
             byte_rate: c.mirror_byte_rate,
-            inter_broker: inter_broker_security,
             ..Default::default()
         },
     )?;
@@ -252,6 +251,13 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         Some(mirror.clone()),
         quorum,
     )?;
+    // The follower side of in-cluster replication is the node's, beside the leader side
+    // that `start_with` runs on every core.
+    let replicas = kmirror_mirror::replica_fetcher::start(
+        broker.broker().clone(),
+        broker.router().clone(),
+        inter_broker_security,
+    );
     if !c.metrics.is_empty() {
         start_metrics(&c.metrics, &broker, &mirror)?;
     }
@@ -272,6 +278,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     // Fetchers first: they run on the engine's cores.
     mirror.shutdown();
+    replicas.stop();
     broker.stop();
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,

@@ -70,8 +70,6 @@ pub struct MirrorSettings {
     pub fetcher: FetcherConfig,
     /// Broker-wide mirror byte-rate ceiling (bytes/s, 0 = unlimited).
     pub byte_rate: u64,
-    /// How the replica fetcher connects to the leaders' inter-broker listener (TLS, SASL).
-    pub inter_broker: crate::client_security::ClientSecurity,
 }
 
 impl Default for MirrorSettings {
@@ -80,7 +78,6 @@ impl Default for MirrorSettings {
             feature_level: 1,
             fetcher: FetcherConfig::default(),
             byte_rate: 0,
-            inter_broker: Default::default(),
         }
     }
 }
@@ -145,8 +142,6 @@ pub struct MirrorBroker {
     /// feature levels are set at format time and then only by UpdateFeatures).
     feature_level: std::sync::atomic::AtomicI16,
     feature_file: std::path::PathBuf,
-    /// The replica fetcher's connection security (`MirrorSettings::inter_broker`).
-    inter_broker: crate::client_security::ClientSecurity,
 }
 
 /// File (in the data directory) holding `mirror.version` once UpdateFeatures set it.
@@ -169,9 +164,7 @@ impl MirrorBroker {
             .unwrap_or(settings.feature_level);
         let service = MirrorService::new(MirrorCoordinator::new(store), level);
         let (tx, rx) = flume::unbounded();
-        let inter_broker = settings.inter_broker.clone();
         Ok(Arc::new(MirrorBroker {
-            inter_broker,
             tx,
             broker: std::sync::OnceLock::new(),
             pending: Mutex::new(Some((rx, service, settings))),
@@ -234,12 +227,6 @@ impl ExtensionApis for MirrorBroker {
 
     fn started(&self, broker: &Arc<Broker>, router: &Router) {
         let _ = self.broker.set(broker.clone());
-        crate::replica_fetcher::start(
-            broker.clone(),
-            router.clone(),
-            self.stop.clone(),
-            self.inter_broker.clone(),
-        );
         let Some((rx, mut service, settings)) = self
             .pending
             .lock()

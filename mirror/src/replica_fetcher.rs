@@ -60,8 +60,34 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A leader's fetcher with nothing to follow for this long exits.
 const IDLE_EXIT: Duration = Duration::from_secs(5);
 
-/// Starts the supervisor on every core (from a plain thread, once the broker serves).
-pub fn start(broker: Arc<Broker>, router: Router, stop: Arc<AtomicBool>, security: ClientSecurity) {
+/// The follower side of in-cluster replication on every core, started by the node (not by
+/// the mirror plug-in) once the broker serves; it runs until [`ReplicaFetchers::stop`].
+#[must_use = "the replica fetchers run until stop() is called on this handle"]
+pub struct ReplicaFetchers {
+    stop: Arc<AtomicBool>,
+}
+
+impl ReplicaFetchers {
+    /// Asks every core's supervisor and fetchers to end (call before stopping the engine).
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Starts the supervisor on every core (from a plain thread, once the broker serves), with
+/// `security` for the connections to the leaders' inter-broker listeners.
+pub fn start(broker: Arc<Broker>, router: Router, security: ClientSecurity) -> ReplicaFetchers {
+    let stop = Arc::new(AtomicBool::new(false));
+    spawn_supervisors(broker, router, stop.clone(), security);
+    ReplicaFetchers { stop }
+}
+
+fn spawn_supervisors(
+    broker: Arc<Broker>,
+    router: Router,
+    stop: Arc<AtomicBool>,
+    security: ClientSecurity,
+) {
     for core in 0..router.cores() {
         let (b, r, s, sec) = (
             broker.clone(),

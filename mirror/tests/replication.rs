@@ -17,6 +17,7 @@ use kmirror_control::quorum::command::{ClusterCommand, MetadataCommand};
 use kmirror_engine::EngineConfig;
 use kmirror_log::{Log, LogConfig};
 use kmirror_mirror::host::{MirrorBroker, MirrorSettings};
+use kmirror_mirror::replica_fetcher::{self, ReplicaFetchers};
 use kmirror_net::{RunningBroker, ServerConfig};
 use kmirror_tests::records::batch;
 use kmirror_tests::wire::{WireClient, WireError};
@@ -31,7 +32,7 @@ struct Node {
     dir: PathBuf,
     /// The listener address, kept across restarts (it is registered in the metadata).
     listen: String,
-    running: Option<(RunningBroker, Arc<MirrorBroker>)>,
+    running: Option<(RunningBroker, Arc<MirrorBroker>, ReplicaFetchers)>,
 }
 
 impl Node {
@@ -73,7 +74,12 @@ impl Node {
         )
         .unwrap();
         self.listen = broker.addr().to_string();
-        self.running = Some((broker, mirror));
+        let replicas = replica_fetcher::start(
+            broker.broker().clone(),
+            broker.router().clone(),
+            Default::default(),
+        );
+        self.running = Some((broker, mirror, replicas));
     }
 
     fn broker(&self) -> &RunningBroker {
@@ -85,8 +91,9 @@ impl Node {
     }
 
     fn stop(&mut self) {
-        if let Some((b, m)) = self.running.take() {
+        if let Some((b, m, r)) = self.running.take() {
             m.shutdown();
+            r.stop();
             b.stop();
         }
     }
