@@ -19,7 +19,7 @@ use kmirror_engine::EngineConfig;
 use kmirror_log::batch::{build_batch, BatchSpec};
 use kmirror_mirror::api::DescribeMirrorsRequest;
 use kmirror_mirror::client::BlockingConnection;
-use kmirror_mirror::host::{MirrorBroker, MirrorSettings};
+use kmirror_mirror::{MirrorBroker, MirrorSettings};
 use kmirror_net::{RunningBroker, ServerConfig};
 use kmirror_types::LeaderEpoch;
 

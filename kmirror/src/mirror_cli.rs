@@ -594,7 +594,7 @@ fn add(
         .find(|m| m.mirror_name == name)
         .map(|m| m.source_bootstrap.clone())
         .ok_or_else(|| format!("mirror '{name}' does not exist"))?;
-    let plan = kmirror_mirror::fetcher::dry_run_plan(
+    let plan = kmirror_mirror::dry_run_plan(
         conn,
         &source,
         &source_security,

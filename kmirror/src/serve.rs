@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kmirror_engine::{Assignment, EngineConfig};
-use kmirror_mirror::metrics::MirrorCollector;
+use kmirror_mirror::MirrorCollector;
 use kmirror_net::metrics::BrokerCollector;
 use kmirror_net::{RunningBroker, ServerConfig};
 use prometheus_client::registry::Registry;
@@ -174,7 +174,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     // KRaft combined mode: this node is a voter of the metadata quorum and a broker. Without
     // --quorum it is the only voter of its own (a one-controller quorum).
     let dialer: Arc<dyn kmirror_net::interbroker::Dialer> =
-        Arc::new(kmirror_mirror::interbroker::InterBrokerDialer {
+        Arc::new(kmirror_mirror::InterBrokerDialer {
             security: inter_broker_security.clone(),
             client_id: format!("kmirror-{}-inter-broker", c.node_id),
         });
@@ -219,9 +219,9 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         replica_lag_time_max_ms: c.replica_lag_time_max_ms.max(2),
         ..EngineConfig::default()
     };
-    let mirror = kmirror_mirror::host::MirrorBroker::open(
+    let mirror = kmirror_mirror::MirrorBroker::open(
         &c.data_dir,
-        kmirror_mirror::host::MirrorSettings {
+        kmirror_mirror::MirrorSettings {
             feature_level: c.mirror_version,
             byte_rate: c.mirror_byte_rate,
             ..Default::default()
@@ -253,7 +253,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     )?;
     // The follower side of in-cluster replication is the node's, beside the leader side
     // that `start_with` runs on every core.
-    let replicas = kmirror_mirror::replica_fetcher::start(
+    let replicas = kmirror_mirror::start_replica_fetchers(
         broker.broker().clone(),
         broker.router().clone(),
         inter_broker_security,
@@ -292,7 +292,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
 fn start_metrics(
     addr: &str,
     broker: &RunningBroker,
-    mirror: &kmirror_mirror::host::MirrorBroker,
+    mirror: &kmirror_mirror::MirrorBroker,
 ) -> Result<(), Box<dyn std::error::Error>> {
     let listener = std::net::TcpListener::bind(addr)?;
     let mut registry = Registry::default();

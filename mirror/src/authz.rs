@@ -9,7 +9,7 @@ use kmirror_net::authz::{table, Access};
 
 /// A mirror API the principal may not call: the whole error response frame (header
 /// included, as the extension answers). None: authorized (or not a mirror API).
-pub fn refuse_mirror_api(
+pub(crate) fn refuse_mirror_api(
     access: &Access<'_>,
     api_key: i16,
     frame: &bytes::Bytes,

@@ -269,7 +269,7 @@ impl FetchOutcome {
 }
 
 /// The source's answer for one partition: the value, or the error code it answered.
-pub type PartitionAnswer<T> = Result<T, ErrorCode>;
+pub(crate) type PartitionAnswer<T> = Result<T, ErrorCode>;
 
 /// A source-side failure that is not a per-partition error code.
 #[derive(Debug, thiserror::Error)]
@@ -671,7 +671,7 @@ impl Backoff {
 
 /// The whole batches at the front of fetched bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct WholeBatches {
+pub(crate) struct WholeBatches {
     pub bytes: Bytes,
     pub first_base: Offset,
     pub last_offset: Offset,
@@ -681,7 +681,7 @@ pub struct WholeBatches {
 
 /// Splits fetched bytes into the prefix of whole batches; None if there is none. Incomplete
 /// trailing data (Kafka may cut the last batch at the size limit) is left out.
-pub fn complete_batches(records: &Bytes) -> Option<WholeBatches> {
+pub(crate) fn complete_batches(records: &Bytes) -> Option<WholeBatches> {
     let mut pos = 0usize;
     let mut first = None;
     let mut last = -1i64;
@@ -1313,7 +1313,7 @@ fn local_prepare_error(what: &str, e: LocalError) -> SourceError {
 /// mirrored epoch (LME) from the source's LastMirroredEpochs, else our own recorded LME, ask
 /// the source leader for the end offset of that epoch (OffsetsForLeaderEpoch), and keep the
 /// local log only up to `min(source end, local end)` for that epoch. Changes nothing.
-pub async fn plan_preparation<S: Source, L: LocalPartition>(
+pub(crate) async fn plan_preparation<S: Source, L: LocalPartition>(
     source: &mut S,
     local: &L,
     mirror: &str,
@@ -1506,7 +1506,7 @@ pub struct KafkaSource<T: Transport = glommio::net::TcpStream> {
 
 /// [`KafkaSource`] over blocking sockets, for the admin CLI (dry runs) and tests. Its async
 /// methods block the calling thread; drive it with `futures_lite::future::block_on`.
-pub type BlockingSource = KafkaSource<std::net::TcpStream>;
+pub(crate) type BlockingSource = KafkaSource<std::net::TcpStream>;
 
 impl KafkaSource {
     /// `client_id` should be deterministic so the source can apply client quotas; see
@@ -2349,7 +2349,7 @@ pub fn dry_run_plan(
 }
 
 /// Wall-clock milliseconds.
-pub fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)

@@ -404,7 +404,7 @@ impl ExtensionApis for MirrorBroker {
 
 /// [`MirrorHost`] over the broker: metadata through the control thread, logs through the
 /// owning cores (blocking calls: this runs on the mirror control thread only).
-pub struct BrokerHost {
+pub(crate) struct BrokerHost {
     broker: Arc<Broker>,
     router: Router,
     manager: Arc<FetcherManager>,

@@ -10,7 +10,7 @@
 //! running broker and drives the control plane from the "kmirror-mirror" thread (`host`).
 //!
 //! Must not: be depended on by `kmirror-net` (the broker reaches mirroring only through its
-//! `ExtensionApis` seam, which [`host::MirrorBroker`] implements); touch a partition's log
+//! `ExtensionApis` seam, which [`MirrorBroker`] implements); touch a partition's log
 //! except through the engine's router on the owning core; decode or re-encode a mirrored batch
 //! (batches pass through as `Bytes`).
 //!
@@ -19,18 +19,32 @@
 //! [`keys`] (the broker's single code table, re-exported here).
 
 pub mod api;
-pub mod authz;
 pub mod client;
 pub mod client_security;
-pub mod fetcher;
-pub mod host;
-pub mod interbroker;
-pub mod manager;
-pub mod metrics;
-pub mod replica_fetcher;
-pub mod service;
-pub mod session;
-pub mod throttle;
+
+mod authz;
+mod fetcher;
+mod host;
+mod interbroker;
+mod manager;
+mod metrics;
+mod replica_fetcher;
+mod service;
+mod session;
+mod throttle;
+
+// The surface other crates use; the modules behind it are private.
+pub use fetcher::{
+    dry_run_plan, fetcher_client_id, mirror_partition, prepare_partition, EngineLocalPartition,
+    EpochEnd, FetchEvent, FetchObserver, FetcherConfig, KafkaSource, LmeOrigin, LocalError,
+    LocalPartition, PartitionFetcher, Step,
+};
+pub use host::{MirrorBroker, MirrorSettings};
+pub use interbroker::InterBrokerDialer;
+pub use manager::{FetchTask, FetcherManager};
+pub use metrics::MirrorCollector;
+pub use replica_fetcher::{start as start_replica_fetchers, ReplicaFetchers};
+pub use service::{LivePartition, MirrorLiveStatus, MirrorService};
 
 /// The broker's API keys, error codes and config names: one table for both crates.
 pub use kmirror_net::keys;

@@ -70,7 +70,7 @@ pub trait MirrorLiveStatus {
 }
 
 /// Kafka code and message for a per-topic failure.
-pub fn topic_op_error(e: &TopicOpError) -> (i16, String) {
+pub(crate) fn topic_op_error(e: &TopicOpError) -> (i16, String) {
     let c = match e {
         TopicOpError::Mirror(m) => keys::mirror_error_code(m),
         TopicOpError::Refused { refusal, .. } => keys::state_refusal_code(*refusal),
@@ -628,25 +628,29 @@ impl MirrorService {
 /// A ready-made [`kmirror_net::broker::ExtensionApis`] over a [`MirrorService`] and the broker's
 /// [`MirrorHost`] + [`MirrorLiveStatus`] implementation: the lead only writes the host. Requests
 /// are handled one at a time under a mutex (admin traffic; each may fsync `__mirror_state`).
-pub struct MirrorExtension<H> {
+/// The broker uses [`crate::MirrorBroker`]; this one serves the service's unit tests.
+#[cfg(test)]
+pub(crate) struct MirrorExtension<H> {
     inner: std::sync::Mutex<(MirrorService, H)>,
 }
 
+#[cfg(test)]
 impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> MirrorExtension<H> {
-    pub fn new(service: MirrorService, host: H) -> Self {
+    pub(crate) fn new(service: MirrorService, host: H) -> Self {
         MirrorExtension {
             inner: std::sync::Mutex::new((service, host)),
         }
     }
 
     /// Run `f` with the service and host (for the control loops: sync, fetch events).
-    pub fn with<R>(&self, f: impl FnOnce(&mut MirrorService, &mut H) -> R) -> R {
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut MirrorService, &mut H) -> R) -> R {
         let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let (svc, host) = &mut *g;
         f(svc, host)
     }
 }
 
+#[cfg(test)]
 impl<H: MirrorHost + MirrorLiveStatus + Send + 'static> kmirror_net::broker::ExtensionApis
     for MirrorExtension<H>
 {
@@ -715,7 +719,7 @@ fn redacted_settings(settings: &BTreeMap<String, String>) -> Vec<MirrorConfig> {
 }
 
 /// What DescribeMirrors shows instead of a secret.
-pub const HIDDEN: &str = "[hidden]";
+pub(crate) const HIDDEN: &str = "[hidden]";
 
 /// The security part of a mirror's settings, checked as the source client will use it.
 fn check_client_settings(settings: &BTreeMap<String, String>) -> Result<(), String> {

@@ -48,7 +48,7 @@ use crate::keys::error as code;
 static SESSION_RESETS: AtomicU64 = AtomicU64::new(0);
 
 /// How many fetch sessions were reset to a full fetch in this process (for metrics).
-pub fn session_resets_total() -> u64 {
+pub(crate) fn session_resets_total() -> u64 {
     SESSION_RESETS.load(Ordering::Relaxed)
 }
 
@@ -75,7 +75,7 @@ fn same_fetch(a: &build::FetchPart, b: &build::FetchPart) -> bool {
 
 /// What one Fetch of a session carries.
 #[derive(Debug, Clone)]
-pub struct SessionRequest {
+pub(crate) struct SessionRequest {
     pub session_id: i32,
     pub epoch: i32,
     /// Full fetch: every wanted partition; incremental: only added or altered ones.
@@ -85,14 +85,14 @@ pub struct SessionRequest {
 }
 
 impl SessionRequest {
-    pub fn is_full(&self) -> bool {
+    pub(crate) fn is_full(&self) -> bool {
         self.epoch == 0
     }
 }
 
 /// What to do after a response.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SessionVerdict {
+pub(crate) enum SessionVerdict {
     /// Dispatch the partitions in the response.
     Dispatch,
     /// The session is gone (70 / 71): send a full fetch at once; waiters keep waiting.
@@ -105,7 +105,7 @@ pub enum SessionVerdict {
 /// which fetch state, and the id / epoch of the next request. Pure (no I/O) so it is tested
 /// on its own.
 #[derive(Debug, Default)]
-pub struct FetchSession {
+pub(crate) struct FetchSession {
     id: i32,
     /// Epoch of the next request: 0 = full fetch.
     epoch: i32,
@@ -117,22 +117,23 @@ pub struct FetchSession {
 }
 
 impl FetchSession {
-    pub fn new() -> Self {
+    pub(crate) fn new() -> Self {
         FetchSession::default()
     }
 
-    pub fn id(&self) -> i32 {
+    pub(crate) fn id(&self) -> i32 {
         self.id
     }
 
-    pub fn resets(&self) -> u64 {
+    #[cfg(test)]
+    pub(crate) fn resets(&self) -> u64 {
         self.resets
     }
 
     /// The next request for `wanted` (the partitions waiting now, in submission order).
     /// Assumes it is sent: call [`FetchSession::on_response`] or [`FetchSession::on_disconnect`]
     /// with its outcome.
-    pub fn build(&mut self, wanted: &[build::FetchPart]) -> SessionRequest {
+    pub(crate) fn build(&mut self, wanted: &[build::FetchPart]) -> SessionRequest {
         let n = wanted.len();
         let start = if n == 0 { 0 } else { self.rotation % n };
         self.rotation = self.rotation.wrapping_add(1);
@@ -169,7 +170,7 @@ impl FetchSession {
     }
 
     /// Apply the response to `req`: its top-level error and session id.
-    pub fn on_response(
+    pub(crate) fn on_response(
         &mut self,
         req: &SessionRequest,
         error: ErrorCode,
@@ -203,12 +204,12 @@ impl FetchSession {
     }
 
     /// The connection was lost (or the request failed): the next request is a full fetch.
-    pub fn on_disconnect(&mut self) {
+    pub(crate) fn on_disconnect(&mut self) {
         self.reset();
     }
 
     /// We closed the connection ourselves (idle): start over without counting a reset.
-    pub fn on_close(&mut self) {
+    pub(crate) fn on_close(&mut self) {
         self.id = 0;
         self.epoch = 0;
         self.sent.clear();
@@ -272,7 +273,7 @@ struct BrokerState {
 }
 
 /// One source broker's fetch connection and session loop (per core and mirror).
-pub struct BrokerFetcher {
+pub(crate) struct BrokerFetcher {
     addr: String,
     state: RefCell<BrokerState>,
     wake: flume::Sender<()>,
@@ -306,7 +307,7 @@ struct HubConfig {
 
 /// Per (core, mirror): the shared admin source, the topic metadata cache and the per-broker
 /// fetchers.
-pub struct SessionHub {
+pub(crate) struct SessionHub {
     cfg: Rc<HubConfig>,
     /// The admin source circulates through this channel: taking it is holding the lock.
     admin_tx: flume::Sender<KafkaSource>,
@@ -352,7 +353,7 @@ impl AdminGuard<'_> {
 impl SessionHub {
     /// The hub of `mirror` on this core (created on first use; gone with its last user).
     /// Call on an engine core: the fetch loops are spawned on the current executor.
-    pub fn for_mirror(
+    pub(crate) fn for_mirror(
         mirror: &str,
         bootstrap: &str,
         client_id: String,
@@ -591,7 +592,7 @@ fn dispatch(b: &BrokerFetcher, resp: &FetchResponse, session: &FetchSession) {
 }
 
 /// A partition's [`Source`] over its core's shared hub.
-pub struct SharedSource {
+pub(crate) struct SharedSource {
     hub: Rc<SessionHub>,
     /// The leader this partition was last given: asking again means it failed, so the
     /// answer must come from fresh metadata, not the cache.
@@ -599,7 +600,7 @@ pub struct SharedSource {
 }
 
 impl SharedSource {
-    pub fn new(hub: Rc<SessionHub>) -> Self {
+    pub(crate) fn new(hub: Rc<SessionHub>) -> Self {
         SharedSource {
             hub,
             last_leader: None,

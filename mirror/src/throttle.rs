@@ -100,7 +100,7 @@ impl MirrorThrottle {
 /// (`--entity-default`). The broker's value wins over the default, the default over the
 /// static `mirror_byte_rate`. Both are kept in `<data_dir>/mirror-dynamic.properties` so they
 /// outlive a restart, as Kafka's dynamic broker configs do.
-pub const BROKER_THROTTLED_RATE: &str = "mirror.replication.throttled.rate";
+pub(crate) const BROKER_THROTTLED_RATE: &str = "mirror.replication.throttled.rate";
 
 const DYNAMIC_FILE: &str = "mirror-dynamic.properties";
 /// The file's key for the cluster-wide default level (the broker level uses the plain name).
@@ -108,14 +108,14 @@ const DEFAULT_PREFIX: &str = "cluster-default.";
 
 /// Which level of a dynamic broker config a change addresses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateLevel {
+pub(crate) enum RateLevel {
     Broker,
     ClusterDefault,
 }
 
 /// Where the ceiling in force comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RateSource {
+pub(crate) enum RateSource {
     Broker,
     ClusterDefault,
     /// `mirror_byte_rate` from the config file (or flag); 0 is "not set".
@@ -124,7 +124,7 @@ pub enum RateSource {
 
 /// The broker-wide ceiling and where its dynamic values live.
 #[derive(Debug)]
-pub struct BrokerRate {
+pub(crate) struct BrokerRate {
     ceiling: Arc<RateCeiling>,
     static_rate: u64,
     /// Read lock-free by DescribeConfigs on the engine cores.
@@ -153,7 +153,11 @@ impl Levels {
 
 impl BrokerRate {
     /// Applies the persisted dynamic values if there are any, else `static_rate`.
-    pub fn open(data_dir: &std::path::Path, static_rate: u64, ceiling: Arc<RateCeiling>) -> Self {
+    pub(crate) fn open(
+        data_dir: &std::path::Path,
+        static_rate: u64,
+        ceiling: Arc<RateCeiling>,
+    ) -> Self {
         let path = data_dir.join(DYNAMIC_FILE);
         let mut levels = Levels::default();
         for l in std::fs::read_to_string(&path).unwrap_or_default().lines() {
@@ -188,17 +192,17 @@ impl BrokerRate {
     }
 
     /// (rate in force, where it comes from).
-    pub fn describe(&self) -> (u64, RateSource) {
+    pub(crate) fn describe(&self) -> (u64, RateSource) {
         self.levels.load().effective(self.static_rate)
     }
 
     /// The cluster-wide default's dynamic value, if set.
-    pub fn cluster_default(&self) -> Option<u64> {
+    pub(crate) fn cluster_default(&self) -> Option<u64> {
         self.levels.load().default
     }
 
     /// A config value as given to AlterConfigs (`None` = delete).
-    pub fn parse(value: Option<&str>) -> Result<Option<u64>, String> {
+    pub(crate) fn parse(value: Option<&str>) -> Result<Option<u64>, String> {
         value
             .map(|v| {
                 v.trim().parse::<u64>().map_err(|_| {
@@ -210,7 +214,7 @@ impl BrokerRate {
 
     /// Persists (write, fsync, rename) then applies `value` at `level`; `None` removes that
     /// level's value. Blocking: call it off the engine cores.
-    pub fn set_blocking(
+    pub(crate) fn set_blocking(
         &self,
         level: RateLevel,
         value: Option<u64>,
@@ -258,7 +262,7 @@ impl BrokerRate {
 }
 
 /// Microseconds on a monotonic clock shared by every core.
-pub fn now_us() -> i64 {
+pub(crate) fn now_us() -> i64 {
     use std::sync::OnceLock;
     use std::time::Instant;
     static START: OnceLock<Instant> = OnceLock::new();

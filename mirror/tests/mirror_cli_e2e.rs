@@ -14,7 +14,7 @@ use kafka_protocol::protocol::{Decodable, Encodable};
 use kmirror_control::mirror::{
     HostError, MirrorCoordinator, MirrorDefinition, MirrorHost, MirrorStateStore,
 };
-use kmirror_mirror::service::{LivePartition, MirrorLiveStatus, MirrorService};
+use kmirror_mirror::{LivePartition, MirrorLiveStatus, MirrorService};
 use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
 
 struct Host {

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use kmirror_engine::{Catalog, Engine, EngineConfig, EngineError, PartitionSpec};
 use kmirror_log::{LeaderEpoch, LogConfig, Offset};
-use kmirror_mirror::fetcher::{
+use kmirror_mirror::{
     fetcher_client_id, mirror_partition, EngineLocalPartition, FetchEvent, FetchObserver,
     FetcherConfig, KafkaSource, PartitionFetcher,
 };
@@ -212,8 +212,8 @@ fn fetchers_on_owning_cores_mirror_kafka_partitions_log_equal() {
 
 #[test]
 fn fetcher_manager_starts_stops_and_resumes_partitions_and_reports_live_lag() {
-    use kmirror_mirror::manager::{FetchTask, FetcherManager};
-    use kmirror_mirror::service::MirrorLiveStatus;
+    use kmirror_mirror::MirrorLiveStatus;
+    use kmirror_mirror::{FetchTask, FetcherManager};
 
     let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::single();

@@ -13,7 +13,7 @@ use kafka_protocol::messages::{DeleteRecordsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kmirror_log::{LeaderEpoch, Log, LogConfig, LogError, Offset};
 use kmirror_mirror::client::{build, BlockingConnection};
-use kmirror_mirror::fetcher::{
+use kmirror_mirror::{
     fetcher_client_id, EpochEnd, FetchEvent, FetchObserver, FetcherConfig, KafkaSource, LocalError,
     LocalPartition, PartitionFetcher, Step,
 };
@@ -329,7 +329,7 @@ fn source_snapshot_reports_ids_partitions_set_configs_and_committed_group_offset
 
 #[test]
 fn re_added_stopped_topic_truncates_only_its_own_writes_then_mirrors_log_equal() {
-    use kmirror_mirror::fetcher::{prepare_partition, LmeOrigin};
+    use kmirror_mirror::{prepare_partition, LmeOrigin};
 
     let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::single();

@@ -16,8 +16,8 @@ use kmirror_control::metadata::{BrokerEndpoint, BrokerRegistration};
 use kmirror_control::quorum::command::{ClusterCommand, MetadataCommand};
 use kmirror_engine::EngineConfig;
 use kmirror_log::{Log, LogConfig};
-use kmirror_mirror::host::{MirrorBroker, MirrorSettings};
-use kmirror_mirror::replica_fetcher::{self, ReplicaFetchers};
+use kmirror_mirror::ReplicaFetchers;
+use kmirror_mirror::{MirrorBroker, MirrorSettings};
 use kmirror_net::{RunningBroker, ServerConfig};
 use kmirror_tests::records::batch;
 use kmirror_tests::wire::{WireClient, WireError};
@@ -74,7 +74,7 @@ impl Node {
         )
         .unwrap();
         self.listen = broker.addr().to_string();
-        let replicas = replica_fetcher::start(
+        let replicas = kmirror_mirror::start_replica_fetchers(
             broker.broker().clone(),
             broker.router().clone(),
             Default::default(),
