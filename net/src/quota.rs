@@ -345,8 +345,8 @@ pub struct Charge<'a> {
 impl<'a> Charge<'a> {
     pub fn new(ctx: &'a Ctx, session: &'a Session, header: &'a RequestHeader) -> Charge<'a> {
         Charge {
-            registry: &ctx.quotas(),
-            metrics: &ctx.metrics(),
+            registry: ctx.quotas(),
+            metrics: ctx.metrics(),
             user: &session.principal.name,
             client_id: header.client_id.as_deref().unwrap_or(""),
         }

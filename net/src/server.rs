@@ -624,31 +624,31 @@ async fn dispatch(
         }
         RequestKind::CreateAcls(r) => {
             ResponseKind::CreateAcls(match acl_access(ctx, access, authz::table::CREATE_ACLS) {
-                Ok(()) => crate::acl::create_acls(&ctx.cluster(), r).await,
+                Ok(()) => crate::acl::create_acls(ctx.cluster(), r).await,
                 Err(code) => crate::acl::create_acls_refused(&r, code),
             })
         }
         RequestKind::DescribeAcls(r) => {
             ResponseKind::DescribeAcls(match acl_access(ctx, access, authz::table::DESCRIBE_ACLS) {
-                Ok(()) => crate::acl::describe_acls(&ctx.acls(), r),
+                Ok(()) => crate::acl::describe_acls(ctx.acls(), r),
                 Err(code) => crate::acl::describe_acls_refused(code),
             })
         }
         RequestKind::DeleteAcls(r) => {
             ResponseKind::DeleteAcls(match acl_access(ctx, access, authz::table::DELETE_ACLS) {
-                Ok(()) => crate::acl::delete_acls(&ctx.cluster(), r).await,
+                Ok(()) => crate::acl::delete_acls(ctx.cluster(), r).await,
                 Err(code) => crate::acl::delete_acls_refused(&r, code),
             })
         }
         RequestKind::DescribeClientQuotas(r) => ResponseKind::DescribeClientQuotas(
             match access.check_cluster(authz::table::DESCRIBE_CLIENT_QUOTAS) {
-                Ok(()) => crate::quota::describe_client_quotas(&ctx.quotas(), r),
+                Ok(()) => crate::quota::describe_client_quotas(ctx.quotas(), r),
                 Err(code) => authz::describe_client_quotas_refused(code),
             },
         ),
         RequestKind::AlterClientQuotas(r) => ResponseKind::AlterClientQuotas(
             match access.check_cluster(authz::table::ALTER_CLIENT_QUOTAS) {
-                Ok(()) => crate::quota::alter_client_quotas(&ctx.cluster(), &ctx.quotas(), r).await,
+                Ok(()) => crate::quota::alter_client_quotas(ctx.cluster(), ctx.quotas(), r).await,
                 Err(code) => crate::quota::alter_client_quotas_refused(&r, code),
             },
         ),
