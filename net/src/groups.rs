@@ -13,10 +13,11 @@
 //! cluster's topics ([`topic_view`], built by the connection), since the coordinator thread
 //! computes assignments and names topics by id but owns no metadata.
 //!
-//! One node: this node is the coordinator for every group and transactional id, with its logs
-//! in local files. Cluster (`serve --quorum`, [`GroupsService::start_clustered`]): the node
-//! leading the quorum is the coordinator of every group and transactional id, its logs on the
-//! Raft log (`kmirror_control::replicated`). The thread asks its [`CoordinatorSeat`] before
+//! Every node runs [`GroupsService::start_clustered`] (a lone node is a one-voter quorum):
+//! the node leading the metadata quorum is the coordinator of every group and transactional
+//! id, its logs on the Raft log (`kmirror_control::replicated`), in Kafka's own record format
+//! (`kmirror_control::coordinator_record`). Moving each coordinator to the leader of its
+//! `__consumer_offsets` / `__transaction_state` partition is issue 20's step 2. The thread asks its [`CoordinatorSeat`] before
 //! each batch: on taking the seat it loads both coordinators from the applied copy of the logs
 //! (COORDINATOR_LOAD_IN_PROGRESS until the new leader applied its log); elsewhere it answers
 //! NOT_COORDINATOR and FindCoordinator names the leader's broker, so clients re-find as after
