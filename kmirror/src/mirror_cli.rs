@@ -256,7 +256,7 @@ fn retriable(e: &(dyn std::error::Error + 'static)) -> Option<String> {
         use kmirror_mirror::client::ClientError;
         return match c {
             ClientError::Io { .. } | ClientError::Timeout { .. } => Some(c.to_string()),
-            ClientError::Kafka { code, .. } if RETRIABLE_CODES.contains(code) => {
+            ClientError::Kafka { code, .. } if RETRIABLE_CODES.contains(&code.code()) => {
                 Some(c.to_string())
             }
             _ => None,

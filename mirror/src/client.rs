@@ -70,10 +70,10 @@ pub enum ClientError {
     CorrelationMismatch { expected: i32, got: i32 },
     #[error("response frame of {0} bytes exceeds the limit")]
     FrameTooLarge(usize),
-    #[error("{api} failed: {} ({code}){}", keys::error::name(*code), message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
+    #[error("{api} failed: {} ({}){}", keys::error::name(code.code()), code.code(), message.as_ref().map(|m| format!(": {m}")).unwrap_or_default())]
     Kafka {
         api: &'static str,
-        code: i16,
+        code: kmirror_types::ErrorCode,
         message: Option<String>,
     },
     /// The connection's security settings cannot be used (bad server name, token file gone).
@@ -100,7 +100,7 @@ impl ClientError {
         use keys::error as e;
         match self {
             ClientError::Kafka { code, .. } => matches!(
-                *code,
+                code.code(),
                 e::SASL_AUTHENTICATION_FAILED
                     | e::UNSUPPORTED_SASL_MECHANISM
                     | e::ILLEGAL_SASL_STATE
@@ -575,7 +575,7 @@ impl<T: Transport> Connection<T> {
         if resp.error_code != 0 {
             return Err(ClientError::Kafka {
                 api: "ApiVersions",
-                code: resp.error_code,
+                code: resp.error_code.into(),
                 message: None,
             });
         }

@@ -764,7 +764,7 @@ impl SaslExchange {
             let offered: Vec<&str> = r.mechanisms.iter().map(|m| m.as_str()).collect();
             return Err(ClientError::Kafka {
                 api: "SaslHandshake",
-                code: r.error_code,
+                code: r.error_code.into(),
                 message: Some(format!(
                     "{} not enabled; the broker offers [{}]",
                     self.mechanism.name(),
@@ -805,7 +805,7 @@ impl SaslExchange {
             }
             return Err(ClientError::Kafka {
                 api: "SaslAuthenticate",
-                code: r.error_code,
+                code: r.error_code.into(),
                 message,
             });
         }
@@ -813,7 +813,7 @@ impl SaslExchange {
             if self.oauth_error.is_some() {
                 return Err(ClientError::Kafka {
                     api: "SaslAuthenticate",
-                    code: crate::keys::error::SASL_AUTHENTICATION_FAILED,
+                    code: crate::keys::error::SASL_AUTHENTICATION_FAILED.into(),
                     message: self.oauth_error.clone(),
                 });
             }
@@ -847,7 +847,7 @@ fn auth_request(bytes: Vec<u8>) -> SaslAuthenticateRequest {
 fn sasl_err(e: rsasl::prelude::SessionError) -> ClientError {
     ClientError::Kafka {
         api: "SaslAuthenticate",
-        code: crate::keys::error::SASL_AUTHENTICATION_FAILED,
+        code: crate::keys::error::SASL_AUTHENTICATION_FAILED.into(),
         message: Some(format!("client side: {e}")),
     }
 }

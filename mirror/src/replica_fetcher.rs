@@ -468,7 +468,7 @@ async fn fetch_once(
         // act, so the reconnect backs off and the refusal is logged (once per attempt).
         return Err(ClientError::Kafka {
             api: "Fetch",
-            code: resp.error_code,
+            code: resp.error_code.into(),
             message: None,
         });
     }
@@ -501,7 +501,7 @@ async fn fetch_once(
     {
         return Err(ClientError::Kafka {
             api: "Fetch",
-            code: code::TOPIC_AUTHORIZATION_FAILED,
+            code: code::TOPIC_AUTHORIZATION_FAILED.into(),
             message: None,
         });
     }
