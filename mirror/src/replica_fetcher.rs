@@ -78,16 +78,6 @@ impl ReplicaFetchers {
 /// `security` for the connections to the leaders' inter-broker listeners.
 pub fn start(broker: Arc<Broker>, router: Router, security: ClientSecurity) -> ReplicaFetchers {
     let stop = Arc::new(AtomicBool::new(false));
-    spawn_supervisors(broker, router, stop.clone(), security);
-    ReplicaFetchers { stop }
-}
-
-fn spawn_supervisors(
-    broker: Arc<Broker>,
-    router: Router,
-    stop: Arc<AtomicBool>,
-    security: ClientSecurity,
-) {
     for core in 0..router.cores() {
         let (b, r, s, sec) = (
             broker.clone(),
@@ -99,6 +89,7 @@ fn spawn_supervisors(
             tracing::error!(core, error = %e, "cannot start the replica fetchers");
         }
     }
+    ReplicaFetchers { stop }
 }
 
 /// One followed partition as its owning core sees it now.
