@@ -266,6 +266,28 @@ pub const KAFKA_INTERNAL_TOPICS: [&str; 3] = [
     "__share_group_state",
 ];
 
+/// Kafka's configs of its internal topics (`GroupCoordinatorService.groupMetadataTopicConfigs`,
+/// `TransactionStateManager.transactionTopicConfigs`): compacted, 100 MiB segments; the
+/// transaction log uncompressed with `min.insync.replicas` of
+/// `transaction.state.log.min.isr` (2), at most its replication factor.
+pub fn internal_topic_configs(name: &str, replication_factor: usize) -> BTreeMap<String, String> {
+    let mut c = BTreeMap::new();
+    c.insert("cleanup.policy".to_string(), "compact".to_string());
+    c.insert("segment.bytes".to_string(), "104857600".to_string());
+    if name == "__transaction_state" {
+        c.insert("compression.type".to_string(), "uncompressed".to_string());
+        let min_isr = replication_factor.clamp(1, 2);
+        c.insert("min.insync.replicas".to_string(), min_isr.to_string());
+        c.insert(
+            "unclean.leader.election.enable".to_string(),
+            "false".to_string(),
+        );
+    } else {
+        c.insert("compression.type".to_string(), "producer".to_string());
+    }
+    c
+}
+
 impl ClusterMetadata {
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
         self.topics.values().find(|t| t.id == id)
@@ -531,6 +553,50 @@ impl MetadataStore {
             return Err(e);
         }
         Ok(true)
+    }
+
+    /// Makes internal topic `name` a real topic with the given partitions (as Kafka creates
+    /// `__consumer_offsets` / `__transaction_state` on first use), with Kafka's configs for
+    /// it. A described-only entry of an older version is replaced; its partitions' leader
+    /// epochs go up by one, so a client holding the old epoch is told it changed.
+    pub fn create_internal_topic(
+        &mut self,
+        name: &str,
+        id: Uuid,
+        assignments: Vec<PartitionAssignment>,
+    ) -> Result<TopicMeta, MetadataError> {
+        if !INTERNAL_TOPICS.contains(&name) {
+            return Err(MetadataError::UnknownTopic(name.to_string()));
+        }
+        if assignments.is_empty() {
+            return Err(MetadataError::InvalidPartitions(
+                "an internal topic needs at least one partition".into(),
+            ));
+        }
+        let legacy = self.state.internal_topics.get(name);
+        let leader_epochs = match legacy {
+            Some(l) if l.leader_epochs.len() == assignments.len() => l
+                .leader_epochs
+                .iter()
+                .map(|e| e.saturating_add(1))
+                .collect(),
+            _ => vec![0; assignments.len()],
+        };
+        let rf = assignments.first().map_or(1, |a| a.replicas.len());
+        let meta = TopicMeta {
+            name: name.to_string(),
+            id,
+            leader_epochs,
+            configs: internal_topic_configs(name, rf),
+            mirror: None,
+            internal: true,
+            assignments,
+        };
+        self.update_cluster(|s| {
+            s.internal_topics.remove(name);
+            s.topics.insert(name.to_string(), meta.clone());
+            Ok(meta)
+        })
     }
 
     pub fn delete_topic(&mut self, name: &str) -> Result<TopicMeta, MetadataError> {

@@ -50,6 +50,11 @@ pub(crate) struct ServeConfig {
     pub offsets_topic_num_partitions: i32,
     /// Kafka's `transaction.state.log.num.partitions`, likewise for `__transaction_state`.
     pub transaction_state_log_num_partitions: i32,
+    /// Kafka's `offsets.topic.replication.factor` (default 3; at most the brokers there are
+    /// when `__consumer_offsets` is created).
+    pub offsets_topic_replication_factor: i16,
+    /// Kafka's `transaction.state.log.replication.factor`, likewise for `__transaction_state`.
+    pub transaction_state_log_replication_factor: i16,
     /// Kafka's `offsets.retention.minutes` (default 10080, 7 days): committed offsets of an
     /// empty group expire this long after it became empty (or after the commit).
     pub offsets_retention_minutes: i64,
@@ -150,6 +155,8 @@ impl Default for ServeConfig {
             group_initial_rebalance_delay_ms: 0,
             offsets_topic_num_partitions: 50,
             transaction_state_log_num_partitions: 50,
+            offsets_topic_replication_factor: 3,
+            transaction_state_log_replication_factor: 3,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
             retention_check_secs: 30,
@@ -260,6 +267,13 @@ impl ServeConfig {
         if self.offsets_topic_num_partitions < 1 || self.transaction_state_log_num_partitions < 1 {
             return Err(ConfigError::Invalid(
                 "offsets_topic_num_partitions and transaction_state_log_num_partitions must be at least 1".into(),
+            ));
+        }
+        if self.offsets_topic_replication_factor < 1
+            || self.transaction_state_log_replication_factor < 1
+        {
+            return Err(ConfigError::Invalid(
+                "offsets_topic_replication_factor and transaction_state_log_replication_factor must be at least 1".into(),
             ));
         }
         if self.offsets_retention_minutes < 1 || self.offsets_retention_check_interval_ms < 1 {

@@ -243,6 +243,8 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
                 initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
                 offsets_topic_num_partitions: c.offsets_topic_num_partitions,
                 transaction_state_num_partitions: c.transaction_state_log_num_partitions,
+                offsets_topic_replication_factor: c.offsets_topic_replication_factor,
+                transaction_state_replication_factor: c.transaction_state_log_replication_factor,
                 offsets_retention_ms: c.offsets_retention_minutes.saturating_mul(60_000),
                 offsets_retention_check_interval_ms: c.offsets_retention_check_interval_ms,
                 ..Default::default()

@@ -16,7 +16,7 @@ use uuid::Uuid;
 use crate::cluster::{Cluster, MetaCache, ProposeFailure};
 use crate::errors;
 use crate::groups::{GroupsService, MarkerSink, MarkersDone, TxnMarker};
-use kmirror_control::quorum::{ClusterCommand, MetadataCommand, Outcome};
+use kmirror_control::quorum::{MetadataCommand, Outcome};
 
 /// Static broker settings.
 #[derive(Debug, Clone)]
@@ -38,6 +38,10 @@ pub struct BrokerConfig {
     pub offsets_topic_partitions: i32,
     /// `transaction.state.log.num.partitions`: partitions of `__transaction_state`.
     pub transaction_state_partitions: i32,
+    /// `offsets.topic.replication.factor`: replicas of each `__consumer_offsets` partition.
+    pub offsets_topic_replication_factor: i16,
+    /// `transaction.state.log.replication.factor`, likewise for `__transaction_state`.
+    pub transaction_state_replication_factor: i16,
     /// `replica.lag.time.max.ms` (from the engine config).
     pub replica_lag_time_max_ms: i64,
     /// `default.replication.factor` for CreateTopics with -1 and auto-created topics (1 on
@@ -382,34 +386,54 @@ impl Ctx {
         Ok(t)
     }
 
-    /// Records internal topic `name` (`__consumer_offsets` or `__transaction_state`) the
-    /// first time Kafka would have created it; a cheap snapshot check afterwards.
+    /// Creates internal topic `name` (`__consumer_offsets` or `__transaction_state`) the
+    /// first time Kafka would have: a real topic, `offsets.topic.num.partitions` partitions
+    /// with `offsets.topic.replication.factor` replicas (at most the unfenced brokers, where
+    /// Kafka would refuse until there are enough), placed like any topic; a described-only
+    /// entry of an older version keeps its id and partition count. A cheap snapshot check
+    /// once it exists.
     pub async fn ensure_internal_topic(&self, name: &str) -> Result<(), ItemError> {
         let meta = self.meta();
-        if meta.internal_topics.contains_key(name) {
+        if meta.topics.get(name).is_some_and(|t| t.internal) {
             return Ok(());
         }
-        let partitions = if name == "__transaction_state" {
-            self.config().transaction_state_partitions
+        let cfg = self.config();
+        let (configured, rf) = if name == "__transaction_state" {
+            (
+                cfg.transaction_state_partitions,
+                cfg.transaction_state_replication_factor,
+            )
         } else {
-            self.config().offsets_topic_partitions
+            (
+                cfg.offsets_topic_partitions,
+                cfg.offsets_topic_replication_factor,
+            )
         };
-        let id = loop {
+        let legacy = meta.internal_topics.get(name);
+        let partitions = legacy.map_or(configured, |t| t.partition_count());
+        let id = legacy.map(|t| t.id).unwrap_or_else(|| loop {
             let id = Uuid::new_v4();
             if meta.described_by_id(id).is_none() && !id.is_nil() {
                 break id;
             }
+        });
+        let live = kmirror_control::quorum::controller::unfenced_brokers(&meta).len();
+        let rf = i16::try_from(live).map_or(rf, |n| rf.min(n)).max(1);
+        let assignments =
+            kmirror_control::quorum::controller::propose_placement(&meta, 0, partitions, rf, rf)
+                .map_err(meta_err)?;
+        let cmd = MetadataCommand::CreateInternalTopic {
+            name: name.to_string(),
+            partitions,
+            id,
+            assignments,
         };
-        self.cluster()
-            .propose(ClusterCommand::Metadata(
-                MetadataCommand::CreateInternalTopic {
-                    name: name.to_string(),
-                    partitions,
-                    id,
-                },
-            ))
+        let t = self
+            .cluster()
+            .propose_topic(cmd)
             .await
             .map_err(propose_err)?;
+        self.create_partitions_on_cores(&t, 0).await?;
         Ok(())
     }
 
@@ -475,10 +499,16 @@ impl Ctx {
         name: &str,
         allow_create: bool,
     ) -> Result<TopicMeta, ItemError> {
-        if let Some(t) = self.meta().described(name) {
+        let internal = kmirror_control::metadata::INTERNAL_TOPICS.contains(&name);
+        let meta = self.meta();
+        // A described-only internal topic of an older version is made real on first use.
+        if let Some(t) = meta
+            .described(name)
+            .filter(|t| !internal || meta.topics.contains_key(&t.name))
+        {
             return Ok(t.clone());
         }
-        if kmirror_control::metadata::INTERNAL_TOPICS.contains(&name) && allow_create {
+        if internal && allow_create {
             // Kafka's auto topic creation makes an internal topic with its own partition count.
             self.ensure_internal_topic(name).await?;
             if let Some(t) = self.meta().described(name) {

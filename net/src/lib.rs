@@ -296,6 +296,8 @@ pub fn start_with(
             default_partitions: cfg.default_partitions,
             offsets_topic_partitions: cfg.groups.offsets_topic_num_partitions,
             transaction_state_partitions: cfg.groups.transaction_state_num_partitions,
+            offsets_topic_replication_factor: cfg.groups.offsets_topic_replication_factor,
+            transaction_state_replication_factor: cfg.groups.transaction_state_replication_factor,
             replica_lag_time_max_ms: cfg.engine.replica_lag_time_max_ms as i64,
             default_replication_factor: quorum.default_replication_factor,
             inter_broker,

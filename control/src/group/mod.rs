@@ -58,6 +58,11 @@ pub struct GroupConfig {
     pub offsets_topic_num_partitions: i32,
     /// transaction.state.log.num.partitions, likewise for `__transaction_state`.
     pub transaction_state_num_partitions: i32,
+    /// offsets.topic.replication.factor (Kafka's default 3): replicas of each
+    /// `__consumer_offsets` partition, at most the brokers there are when it is created.
+    pub offsets_topic_replication_factor: i16,
+    /// transaction.state.log.replication.factor, likewise for `__transaction_state`.
+    pub transaction_state_replication_factor: i16,
     /// offsets.retention.minutes, in ms (Kafka default 7 days): committed offsets of a group
     /// expire this long after the group became Empty (classic groups) or after their commit
     /// (groups that never had members, KIP-848 groups without members, and topics a Stable
@@ -81,6 +86,8 @@ impl Default for GroupConfig {
             consumer_max_size: i32::MAX as usize,
             offsets_topic_num_partitions: 50,
             transaction_state_num_partitions: 50,
+            offsets_topic_replication_factor: 3,
+            transaction_state_replication_factor: 3,
             offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
             offsets_retention_check_interval_ms: 600_000,
         }

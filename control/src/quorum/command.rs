@@ -141,6 +141,12 @@ pub enum MetadataCommand {
         partitions: i32,
         #[serde(with = "crate::metadata::uuid_text")]
         id: Uuid,
+        /// Replica lists, one per partition: the topic is a real, replicated topic (its
+        /// partitions hold the coordinators' records, as in Kafka). Empty in entries written
+        /// before that: a described-only entry, which a later creation with replica lists
+        /// turns into a real topic.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        assignments: Vec<Vec<i32>>,
     },
     /// A client's deletion: refused for a topic a mirror owns (deleting it would silently
     /// drop the DR copy).
@@ -354,12 +360,38 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             name,
             partitions,
             id,
-        } => {
+            assignments,
+        } if assignments.is_empty() => {
             store.ensure_internal_topic_with_id(name, *partitions, *id)?;
-            Outcome::Topic(store.state().internal_topics[name].clone())
+            Outcome::Topic(
+                store
+                    .state()
+                    .described(name)
+                    .cloned()
+                    .ok_or_else(|| MetadataError::UnknownTopic(name.to_string()))?,
+            )
+        }
+        C::CreateInternalTopic {
+            name,
+            partitions,
+            id,
+            assignments,
+        } => {
+            if let Some(t) = store.state().topics.get(name) {
+                return Ok(Outcome::Topic(t.clone()));
+            }
+            if assignments.len() != usize::try_from(*partitions).unwrap_or(0) {
+                return Err(MetadataError::InvalidRequest(format!(
+                    "{} replica lists for {partitions} partitions",
+                    assignments.len()
+                )));
+            }
+            let placed = controller::new_partitions(store.state(), assignments)?;
+            Outcome::Topic(store.create_internal_topic(name, *id, placed)?)
         }
         C::DeleteTopic { name } => {
             refuse_mirror_topic(store, name)?;
+            refuse_internal_topic(store, name, "deleted")?;
             Outcome::Deleted(store.delete_topic(name)?)
         }
         C::CreatePartitions {
@@ -367,6 +399,7 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             total,
             assignments,
         } => {
+            refuse_internal_topic(store, name, "given more partitions")?;
             let replicated = store.topic(name).is_some_and(|t| !t.assignments.is_empty());
             if !replicated && assignments.is_empty() {
                 Outcome::Topic(store.create_partitions(name, *total, false)?)
@@ -537,6 +570,21 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
 }
 
 /// Client changes of a mirror topic are refused: it is read-only while mirrored.
+/// The coordinators' topics stay as created: deleting one would drop every group's offsets
+/// and every transaction's state, and more partitions would move keys to other partitions.
+fn refuse_internal_topic(
+    store: &MetadataStore,
+    name: &str,
+    what: &str,
+) -> Result<(), MetadataError> {
+    if store.topic(name).is_some_and(|t| t.internal) {
+        return Err(MetadataError::InvalidRequest(format!(
+            "internal topic {name} cannot be {what}"
+        )));
+    }
+    Ok(())
+}
+
 fn refuse_mirror_topic(store: &MetadataStore, name: &str) -> Result<(), MetadataError> {
     if store.topic(name).is_some_and(|t| t.mirror.is_some()) {
         return Err(MetadataError::MirrorReadOnly(name.to_string()));

@@ -191,11 +191,13 @@ pub async fn produce(
     let mut topics = Vec::with_capacity(req.topic_data.len());
     let mut leaders = Vec::new();
     for td in req.topic_data {
+        // An internal topic is answered below as described-but-not-writable.
         let topic = if version >= 13 {
             meta.topic_by_id(td.topic_id)
         } else {
             meta.topics.get(td.name.as_str())
-        };
+        }
+        .filter(|t| !t.internal);
         let mut slots = Vec::with_capacity(td.partition_data.len());
         // Authorized before existence, so a refused principal learns nothing of the topic.
         let denied = txn_denied.or_else(|| match (version >= 13, topic) {
