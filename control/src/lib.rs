@@ -5,8 +5,9 @@
 //! (`group`), the producer-id allocator and transaction coordinator (`txn`), the small
 //! CRC-framed record file both persist into (`offsets_log`), written through `append_file`,
 //! which never leaves a torn record in front of a later one, Kafka's coordinator record
-//! format of what they write there (`coordinator_record`) and which internal-topic partition
-//! coordinates a group or transactional id (`coordinator_partition`). Everything here is plain
+//! format of what they write there (`coordinator_record`), those records as the Kafka record
+//! batches of the coordinator partitions (`coordinator_batch`), and which internal-topic
+//! partition coordinates a group or transactional id (`coordinator_partition`). Everything here is plain
 //! single-threaded state driven by explicit `now_ms` arguments and returning outcomes: no async
 //! runtime, no glommio, no wire-protocol crate (the `net` crate maps Kafka messages onto these
 //! types). Invariant: a reply is handed out only after the state change it reports was made
@@ -15,6 +16,7 @@
 pub mod acl;
 pub mod append_file;
 pub mod authz;
+pub mod coordinator_batch;
 pub mod coordinator_partition;
 pub mod coordinator_record;
 pub mod group;

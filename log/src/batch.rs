@@ -1245,29 +1245,74 @@ pub struct BatchSpec {
 pub fn build_batch(spec: &BatchSpec, records: &[KeyValue<'_>]) -> Vec<u8> {
     let mut body = Vec::new();
     for (i, (k, v)) in records.iter().enumerate() {
-        let mut rec = Vec::with_capacity(16 + k.map_or(0, |k| k.len()) + v.map_or(0, |v| v.len()));
-        rec.push(0); // attributes
-        write_varint(&mut rec, 0); // timestamp delta
-        write_varint(&mut rec, i as i64); // offset delta
-        match k {
-            Some(k) => {
-                write_varint(&mut rec, k.len() as i64);
-                rec.extend_from_slice(k);
-            }
-            None => write_varint(&mut rec, -1),
-        }
-        match v {
-            Some(v) => {
-                write_varint(&mut rec, v.len() as i64);
-                rec.extend_from_slice(v);
-            }
-            None => write_varint(&mut rec, -1),
-        }
-        write_varint(&mut rec, 0); // headers
-        write_varint(&mut body, rec.len() as i64);
-        body.extend_from_slice(&rec);
+        write_record(&mut body, i, *k, *v, &[]);
     }
-    let n = records.len() as i32;
+    frame_batch(spec, records.len(), &body)
+}
+
+/// A record header: its key (a string, as Kafka's headers have) and optional value.
+pub type Header<'a> = (&'a str, Option<&'a [u8]>);
+
+/// One record of [`build_batch_with_headers`].
+#[derive(Debug, Clone, Default)]
+pub struct RecordParts<'a> {
+    pub key: Option<&'a [u8]>,
+    pub value: Option<&'a [u8]>,
+    pub headers: Vec<Header<'a>>,
+}
+
+/// [`build_batch`] for records that carry headers (e.g. kmirror's coordinator records, which
+/// keep in headers what Kafka's schemas have no field for).
+pub fn build_batch_with_headers(spec: &BatchSpec, records: &[RecordParts<'_>]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (i, r) in records.iter().enumerate() {
+        write_record(&mut body, i, r.key, r.value, &r.headers);
+    }
+    frame_batch(spec, records.len(), &body)
+}
+
+/// Appends one record (length varint first) at offset delta `index`, timestamp delta 0.
+fn write_record(
+    body: &mut Vec<u8>,
+    index: usize,
+    key: Option<&[u8]>,
+    value: Option<&[u8]>,
+    headers: &[Header<'_>],
+) {
+    fn nullable(rec: &mut Vec<u8>, b: Option<&[u8]>) {
+        match b {
+            Some(b) => {
+                write_varint(rec, b.len() as i64);
+                rec.extend_from_slice(b);
+            }
+            None => write_varint(rec, -1),
+        }
+    }
+    let mut rec = Vec::with_capacity(
+        16 + key.map_or(0, <[u8]>::len)
+            + value.map_or(0, <[u8]>::len)
+            + headers
+                .iter()
+                .map(|(k, v)| 4 + k.len() + v.map_or(0, <[u8]>::len))
+                .sum::<usize>(),
+    );
+    rec.push(0); // attributes
+    write_varint(&mut rec, 0); // timestamp delta
+    write_varint(&mut rec, index as i64); // offset delta
+    nullable(&mut rec, key);
+    nullable(&mut rec, value);
+    write_varint(&mut rec, headers.len() as i64);
+    for (k, v) in headers {
+        nullable(&mut rec, Some(k.as_bytes()));
+        nullable(&mut rec, *v);
+    }
+    write_varint(body, rec.len() as i64);
+    body.extend_from_slice(&rec);
+}
+
+/// The header of `n` records in `body` (built by [`write_record`]), then `body`, with its CRC.
+fn frame_batch(spec: &BatchSpec, n: usize, body: &[u8]) -> Vec<u8> {
+    let n = n as i32;
     let mut out = Vec::with_capacity(HEADER_SIZE + body.len());
     out.extend_from_slice(&spec.base_offset.to_be_bytes());
     out.extend_from_slice(&((HEADER_SIZE - LOG_OVERHEAD + body.len()) as i32).to_be_bytes());
@@ -1282,7 +1327,7 @@ pub fn build_batch(spec: &BatchSpec, records: &[KeyValue<'_>]) -> Vec<u8> {
     out.extend_from_slice(&spec.producer_epoch.to_be_bytes());
     out.extend_from_slice(&spec.base_sequence.to_be_bytes());
     out.extend_from_slice(&n.to_be_bytes());
-    out.extend_from_slice(&body);
+    out.extend_from_slice(body);
     let crc = crc32c::crc32c(&out[ATTRIBUTES_POS..]);
     out[CRC_POS..CRC_POS + 4].copy_from_slice(&crc.to_be_bytes());
     out
@@ -1961,6 +2006,55 @@ pub(crate) mod tests {
         write("segment_recovery", "flipped-bit", 0, &flipped);
         write("segment_recovery", "flipped-bit-fixed", 1, &flipped);
         write("segment_recovery", "empty", 0, &[]);
+    }
+
+    #[test]
+    fn batch_with_headers_writes_kafka_record_headers() {
+        let spec = BatchSpec {
+            base_offset: 5,
+            partition_leader_epoch: 1,
+            attributes: 0,
+            base_timestamp: 77,
+            producer_id: -1,
+            producer_epoch: -1,
+            base_sequence: -1,
+        };
+        // Without headers it is build_batch, byte for byte.
+        let kv: [KeyValue<'_>; 2] = [(Some(b"k"), Some(b"v")), (None, None)];
+        let parts: Vec<RecordParts<'_>> = kv
+            .iter()
+            .map(|&(key, value)| RecordParts {
+                key,
+                value,
+                headers: Vec::new(),
+            })
+            .collect();
+        assert_eq!(
+            build_batch_with_headers(&spec, &parts),
+            build_batch(&spec, &kv)
+        );
+
+        let b = build_batch_with_headers(
+            &spec,
+            &[RecordParts {
+                key: Some(b"k"),
+                value: None,
+                headers: vec![("h", Some(b"xy")), ("n", None)],
+            }],
+        );
+        let (h, total) = validate(&b).unwrap();
+        assert_eq!(
+            (total, h.records_count(), h.max_timestamp()),
+            (b.len(), 1, 77)
+        );
+        validate_client_records(&b, 1 << 20).unwrap();
+        // attributes, timestampDelta 0, offsetDelta 0, key "k", null value, 2 headers:
+        // ("h", "xy"), ("n", null); varints zig-zag encoded.
+        let rec = [0, 0, 0, 2, b'k', 1, 4, 2, b'h', 4, b'x', b'y', 2, b'n', 1];
+        let mut section = Vec::new();
+        write_varint(&mut section, rec.len() as i64);
+        section.extend_from_slice(&rec);
+        assert_eq!(&b[HEADER_SIZE..], &section[..]);
     }
 
     #[test]
