@@ -42,6 +42,17 @@ fn wall_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The header bytes the log stamps into a batch it assigns offsets to: base offset, batch
+/// length and partition leader epoch (all before the CRC's range, so the CRC stays valid).
+const OFFSET_AND_EPOCH: usize = PARTITION_LEADER_EPOCH_POS + 4;
+
+/// Writes base offset `first` and partition leader epoch `epoch` into a batch's first bytes
+/// (at least [`OFFSET_AND_EPOCH`] of them).
+fn stamp_offset_and_epoch(pre: &mut [u8], first: i64, epoch: LeaderEpoch) {
+    pre[..8].copy_from_slice(&first.to_be_bytes());
+    pre[PARTITION_LEADER_EPOCH_POS..OFFSET_AND_EPOCH].copy_from_slice(&epoch.0.to_be_bytes());
+}
+
 /// One partition's log. Single-threaded: every mutation takes `&mut self`.
 pub struct Log {
     dir: PathBuf,
@@ -82,6 +93,14 @@ struct Pending {
     max_ts: i64,
     /// How the batch is written: as produced, or rewritten for the topic's configs.
     form: Form,
+}
+
+/// A coordinator batch being appended: its bytes in the caller's input and, for a control
+/// batch, its marker (type, coordinator epoch).
+struct CoordinatorBatch {
+    start: usize,
+    end: usize,
+    control: Option<(i16, i32)>,
 }
 
 /// A produced batch's stored form (Kafka's LogValidator: in place or re-built).
@@ -479,6 +498,27 @@ impl Log {
         Ok(())
     }
 
+    /// [`Self::write_batches`] then [`Self::after_append`] for an append that assigned its
+    /// offsets from the log end. If the flush fails the append is cut back: its caller reports
+    /// an error (and retries, for a marker or coordinator write), so the batches must not stay
+    /// in the log to be served.
+    fn write_and_flush(
+        &mut self,
+        bufs: &[IoSlice<'_>],
+        epoch_starts: &[(i32, i64)],
+        tracked: &[Tracked],
+        messages: u64,
+        now_ms: i64,
+    ) -> Result<(), LogError> {
+        let prev_leo = self.leo;
+        self.write_batches(bufs, epoch_starts, tracked)?;
+        if let Err(e) = self.after_append(messages, now_ms) {
+            self.undo_append(prev_leo, tracked.iter().map(|t| t.size).sum());
+            return Err(e);
+        }
+        Ok(())
+    }
+
     /// One or more concatenated batches from a producer. All are validated (frame, CRC,
     /// counts, size, producer sequence/epoch/transaction state) before anything is written;
     /// then each gets base offset = log end offset and partition leader epoch `epoch` stamped
@@ -643,11 +683,7 @@ impl Log {
             next = last + 1;
         }
         // Base offset and leader epoch go into each batch's first bytes (outside the CRC).
-        let stamp = |pre: &mut [u8], first: i64| {
-            pre[..8].copy_from_slice(&first.to_be_bytes());
-            pre[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + 4]
-                .copy_from_slice(&epoch.0.to_be_bytes());
-        };
+        let stamp = |pre: &mut [u8], first: i64| stamp_offset_and_epoch(pre, first, epoch);
         let mut prefixes: Vec<[u8; batch::STAMPED_PREFIX]> = Vec::with_capacity(pending.len());
         for p in pending.iter_mut() {
             let mut pre = [0u8; batch::STAMPED_PREFIX];
@@ -685,12 +721,7 @@ impl Log {
         }
         let first = self.leo;
         let last = next - 1;
-        self.write_batches(&bufs, &[(epoch.0, first)], &tracked)?;
-        if let Err(e) = self.after_append(messages, now_ms) {
-            // The client gets an error: the records must not stay in the log to be served.
-            self.undo_append(first, tracked.iter().map(|t| t.size).sum());
-            return Err(e);
-        }
+        self.write_and_flush(&bufs, &[(epoch.0, first)], &tracked, messages, now_ms)?;
         let mut hdr = Vec::new();
         for (p, pre) in pending.iter().zip(&prefixes) {
             // The stored header (a retry is answered with the stored max timestamp).
@@ -914,22 +945,137 @@ impl Log {
             now_ms,
         );
         let h = BatchHeader::parse(&bytes).expect("built");
-        self.write_batches(
+        self.write_and_flush(
             &[IoSlice::new(&bytes)],
             &[(epoch.0, offset)],
             &[Tracked::of(&h)],
+            1,
+            now_ms,
         )?;
-        if let Err(e) = self.after_append(1, now_ms) {
-            // A marker reported as failed must not be in the log (the coordinator retries).
-            self.undo_append(offset, bytes.len());
-            return Err(e);
-        }
         self.producers
             .apply(&h, offset, offset, Some((ctype, coordinator_epoch)));
         Ok(AppendInfo {
             first_offset: Offset(offset),
             last_offset: Offset(offset),
             max_timestamp: now_ms,
+            log_append_time: -1,
+            duplicate: false,
+        })
+    }
+
+    /// Batches the partition's own coordinator built (Kafka's AppendOrigin.COORDINATOR): the
+    /// group and transaction coordinators' state, written into `__consumer_offsets` /
+    /// `__transaction_state` as Kafka v2 batches (`batches`: one or more back to back, as
+    /// `kmirror_control::coordinator_batch::encode` makes them).
+    ///
+    /// Every batch is checked before anything is written: frame and CRC, size against
+    /// max.message.bytes ([`LogError::RecordTooLarge`]), counts agreeing with its offsets and
+    /// bytes, a producer id on transactional and control batches, and a COMMIT/ABORT marker
+    /// as a control batch's record ([`LogError::InvalidRecord`] otherwise). None of a
+    /// producer's rules apply: no sequence or epoch check against producer state, control
+    /// batches and sequence-less transactional batches are accepted, timestamps are not
+    /// range-checked, and nothing is re-compressed or stamped with LogAppendTime (the
+    /// coordinator's topics use CreateTime).
+    ///
+    /// Each batch gets base offset = log end offset and partition leader epoch `epoch` in its
+    /// header (outside the CRC's range); its other bytes are stored as given. Producer state
+    /// follows as on the leader path: a transactional batch opens (or continues) its
+    /// producer's transaction, holding the last stable offset below it; a control batch ends
+    /// it, and an ABORT is then listed by [`Log::aborted_transactions`].
+    pub fn append_coordinator(
+        &mut self,
+        batches: &[u8],
+        epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, LogError> {
+        if batches.is_empty() {
+            return Err(LogError::InvalidRecord("empty records".into()));
+        }
+        let max = self.config.max_message_bytes;
+        let mut next = self.leo;
+        let mut max_ts = -1i64;
+        let mut messages = 0u64;
+        // Each batch's bytes and marker, with its assigned offsets in `tracked`.
+        let mut pending: Vec<CoordinatorBatch> = Vec::new();
+        let mut tracked: Vec<Tracked> = Vec::new();
+        for r in BatchIter::validating(batches) {
+            let (h, start, end) = r.map_err(|e| LogError::corrupt(Some(next), e))?;
+            if end - start > max as usize {
+                return Err(LogError::RecordTooLarge {
+                    size: end - start,
+                    max,
+                });
+            }
+            // Offsets are assigned from lastOffsetDelta, so it must agree with the records the
+            // batch holds (as Kafka's LogValidator checks for every origin).
+            batch::check_client_counts(&h)
+                .and_then(|()| batch::check_count_fits_bytes(&h))
+                .map_err(|e| LogError::InvalidRecord(e.to_string()))?;
+            if (h.is_transactional() || h.is_control()) && !h.has_producer_id() {
+                return Err(LogError::InvalidRecord(
+                    "transactional or control batch without producer id".into(),
+                ));
+            }
+            let control = if h.is_control() {
+                // Only a transaction marker: kmirror's MIRROR_PID_RESET (or an unreadable
+                // record, which replay would take for a data batch) would corrupt producer
+                // state.
+                match batch::control_record(&batches[start..end]) {
+                    Some((t, ce)) if t == CONTROL_TYPE_COMMIT || t == CONTROL_TYPE_ABORT => {
+                        Some((t, ce))
+                    }
+                    _ => {
+                        return Err(LogError::InvalidRecord(
+                            "control batch is not a COMMIT/ABORT transaction marker".into(),
+                        ))
+                    }
+                }
+            } else {
+                None
+            };
+            let first = next;
+            let last = first + h.last_offset_delta() as i64;
+            tracked.push(Tracked {
+                base: first,
+                next: last + 1,
+                max_ts: h.max_timestamp(),
+                size: end - start,
+            });
+            pending.push(CoordinatorBatch {
+                start,
+                end,
+                control,
+            });
+            max_ts = max_ts.max(h.max_timestamp());
+            messages += h.records_count() as u64;
+            next = last + 1;
+        }
+        let prefixes: Vec<[u8; OFFSET_AND_EPOCH]> = pending
+            .iter()
+            .zip(&tracked)
+            .map(|(b, t)| {
+                let mut pre = [0u8; OFFSET_AND_EPOCH];
+                pre.copy_from_slice(&batches[b.start..b.start + OFFSET_AND_EPOCH]);
+                stamp_offset_and_epoch(&mut pre, t.base, epoch);
+                pre
+            })
+            .collect();
+        let mut bufs = Vec::with_capacity(pending.len() * 2);
+        for (b, pre) in pending.iter().zip(&prefixes) {
+            bufs.push(IoSlice::new(pre));
+            bufs.push(IoSlice::new(&batches[b.start + OFFSET_AND_EPOCH..b.end]));
+        }
+        let first = self.leo;
+        self.write_and_flush(&bufs, &[(epoch.0, first)], &tracked, messages, now_ms)?;
+        for (b, t) in pending.iter().zip(&tracked) {
+            // Producer fields are the batch's own; offsets are the assigned ones.
+            let h = BatchHeader::parse(&batches[b.start..b.end]).expect("validated");
+            self.producers.apply(&h, t.base, t.next - 1, b.control);
+        }
+        Ok(AppendInfo {
+            first_offset: Offset(first),
+            last_offset: Offset(next - 1),
+            max_timestamp: max_ts,
             log_append_time: -1,
             duplicate: false,
         })
@@ -1780,5 +1926,285 @@ mod tests {
         assert_eq!(log.log_end_offset(), Offset(1));
         let r = log.read(Offset(0), 1 << 20, Offset(1)).unwrap();
         assert_eq!(r.records, b);
+    }
+
+    /// Coordinator-built batches for the `append_coordinator` tests, shaped as
+    /// `kmirror_control::coordinator_batch::encode` makes them: base offset 0, a stale
+    /// partitionLeaderEpoch (the log stamps its own), CreateTime 1_000, no sequence.
+    mod coordinator {
+        use crate::batch::{
+            self, BatchSpec, RecordParts, CONTROL_ATTRIBUTES, TRANSACTIONAL_ATTRIBUTES,
+        };
+
+        pub(super) const TS: i64 = 1_000;
+
+        fn spec(attributes: i16, producer_id: i64, producer_epoch: i16) -> BatchSpec {
+            BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 1,
+                attributes,
+                base_timestamp: TS,
+                producer_id,
+                producer_epoch,
+                base_sequence: -1,
+            }
+        }
+
+        /// A plain batch of `n` records (no producer), with a record header as group
+        /// metadata records carry.
+        pub(super) fn plain(n: usize) -> Vec<u8> {
+            let records: Vec<RecordParts<'_>> = (0..n)
+                .map(|_| RecordParts {
+                    key: Some(&b"group-key"[..]),
+                    value: Some(&b"state"[..]),
+                    headers: vec![("kmirror.h", Some(&b"v"[..]))],
+                })
+                .collect();
+            batch::build_batch_with_headers(&spec(0, -1, -1), &records)
+        }
+
+        /// A transactional batch of `n` offset records of `pid` (epoch 0, no sequence).
+        pub(super) fn txn(pid: i64, n: usize) -> Vec<u8> {
+            let records: Vec<_> = (0..n).map(|_| (Some(&b"k"[..]), Some(&b"v"[..]))).collect();
+            batch::build_batch(&spec(TRANSACTIONAL_ATTRIBUTES, pid, 0), &records)
+        }
+
+        /// An EndTransactionMarker control batch of `pid` with a `kmirror.group` record header.
+        pub(super) fn marker(pid: i64, control_type: i16) -> Vec<u8> {
+            let key = [0i16.to_be_bytes(), control_type.to_be_bytes()].concat();
+            let value = [&0i16.to_be_bytes()[..], &0i32.to_be_bytes()[..]].concat();
+            let record = RecordParts {
+                key: Some(&key),
+                value: Some(&value),
+                headers: vec![("kmirror.group", Some(&b"g"[..]))],
+            };
+            batch::build_batch_with_headers(&spec(CONTROL_ATTRIBUTES, pid, 0), &[record])
+        }
+    }
+
+    /// Plain coordinator batches get consecutive offsets from the log end and the given leader
+    /// epoch; every other byte is stored as given (no re-compression, no LogAppendTime even
+    /// where the topic config asks for them), the CRC stays valid, and recovery keeps them.
+    #[test]
+    fn coordinator_batches_get_consecutive_offsets_and_the_epoch() {
+        use coordinator::{plain, TS};
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            compression: Some(crate::TopicCodec {
+                codec: Compression::Zstd,
+                level: None,
+            }),
+            log_append_time: true,
+            ..LogConfig::default()
+        };
+        let mut log = Log::open(dir.path(), config.clone()).unwrap();
+        let now = 1_700_000_000_000;
+        let info = log
+            .append_coordinator(&plain(2), LeaderEpoch(6), now)
+            .unwrap();
+        assert_eq!(
+            (info.first_offset, info.last_offset),
+            (Offset(0), Offset(1))
+        );
+        let input = [plain(1), plain(3), plain(2)];
+        let info = log
+            .append_coordinator(&input.concat(), LeaderEpoch(7), now)
+            .unwrap();
+        assert_eq!(
+            (
+                info.first_offset,
+                info.last_offset,
+                info.max_timestamp,
+                info.log_append_time,
+                info.duplicate
+            ),
+            (Offset(2), Offset(7), TS, -1, false)
+        );
+        assert_eq!(log.log_end_offset(), Offset(8));
+        assert_eq!(
+            log.epoch_entries(),
+            vec![(LeaderEpoch(6), Offset(0)), (LeaderEpoch(7), Offset(2))]
+        );
+        let check = |log: &Log| {
+            let r = log.read(Offset(2), 1 << 20, Offset(8)).unwrap();
+            let mut n = 0;
+            for ((got, want), base) in BatchIter::validating(&r.records)
+                .map(|b| b.expect("CRC valid"))
+                .zip(&input)
+                .zip([2i64, 3, 6])
+            {
+                let (h, start, end) = got;
+                let stored = &r.records[start..end];
+                batch::validate(stored).expect("CRC valid");
+                assert_eq!((h.base_offset(), h.partition_leader_epoch()), (base, 7));
+                // Only base offset and leader epoch differ (the length between them is equal).
+                assert_eq!(&stored[8..PARTITION_LEADER_EPOCH_POS], &want[8..12]);
+                assert_eq!(&stored[OFFSET_AND_EPOCH..], &want[OFFSET_AND_EPOCH..]);
+                n += 1;
+            }
+            assert_eq!(n, 3);
+        };
+        check(&log);
+        // Recovery re-validates every batch (no checkpoint) and keeps all of them.
+        drop(log);
+        std::fs::remove_file(dir.path().join(crate::checkpoint::CHECKPOINT_FILE)).unwrap();
+        let log = Log::open(dir.path(), config).unwrap();
+        assert_eq!(log.log_end_offset(), Offset(8));
+        check(&log);
+    }
+
+    /// A coordinator's transactional batch holds the LSO at its offset until its COMMIT
+    /// marker; an ABORTed one is listed by aborted_transactions; both survive a reopen.
+    #[test]
+    fn coordinator_transactions_hold_the_lso_until_their_marker() {
+        use coordinator::{marker, plain, txn};
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        let now = 5_000;
+        log.append_coordinator(&[plain(1), txn(9, 2)].concat(), LeaderEpoch(0), now)
+            .unwrap(); // 0, 1..=2
+        log.append_coordinator(&plain(1), LeaderEpoch(0), now)
+            .unwrap(); // 3
+        log.set_high_watermark(Offset(4));
+        assert_eq!(log.last_stable_offset(), Offset(1));
+        assert_eq!(
+            log.producer_state(ProducerId(9))
+                .unwrap()
+                .current_txn_first_offset,
+            Some(Offset(1))
+        );
+        let info = log
+            .append_coordinator(&marker(9, CONTROL_TYPE_COMMIT), LeaderEpoch(0), now)
+            .unwrap();
+        assert_eq!(
+            (info.first_offset, info.last_offset),
+            (Offset(4), Offset(4))
+        );
+        log.set_high_watermark(Offset(5));
+        assert_eq!(log.last_stable_offset(), Offset(5));
+        // A transaction and its ABORT in one append.
+        log.append_coordinator(
+            &[txn(10, 1), plain(1), marker(10, CONTROL_TYPE_ABORT)].concat(),
+            LeaderEpoch(0),
+            now,
+        )
+        .unwrap(); // 5, 6, 7
+        log.set_high_watermark(Offset(8));
+        assert_eq!(log.last_stable_offset(), Offset(8));
+        let aborted = vec![AbortedTxn {
+            producer_id: ProducerId(10),
+            first_offset: Offset(5),
+        }];
+        assert_eq!(log.aborted_transactions(Offset(0), Offset(8)), aborted);
+        assert!(log.aborted_transactions(Offset(8), Offset(8)).is_empty());
+        // Recovery replays the stored batches into the same producer state.
+        log.close().unwrap();
+        let log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        assert_eq!(log.last_stable_offset(), Offset(8));
+        assert_eq!(log.aborted_transactions(Offset(0), Offset(8)), aborted);
+    }
+
+    /// One bad batch (CRC, size) anywhere in the input and nothing of it is written.
+    #[test]
+    fn a_coordinator_append_with_a_bad_batch_in_the_middle_writes_nothing() {
+        use coordinator::{plain, txn};
+        let dir = tempfile::tempdir().unwrap();
+        let mut log = Log::open(dir.path(), LogConfig::default()).unwrap();
+        log.append_coordinator(&plain(1), LeaderEpoch(0), 1)
+            .unwrap();
+        let (leo, size) = (log.log_end_offset(), log.size_bytes());
+        let mut bad = txn(9, 2);
+        let last = bad.len() - 1;
+        bad[last] ^= 0xff; // inside the CRC's range
+        let input = [plain(2), bad, plain(1)].concat();
+        let e = log
+            .append_coordinator(&input, LeaderEpoch(0), 1)
+            .unwrap_err();
+        assert!(matches!(e, LogError::Corrupt { .. }), "{e}");
+        assert_eq!((log.log_end_offset(), log.size_bytes()), (leo, size));
+        assert_eq!(log.last_stable_offset(), log.high_watermark());
+        assert!(log.producer_state(ProducerId(9)).is_none());
+        // A batch over max.message.bytes in the middle: RecordTooLarge, nothing written.
+        let big = plain(20);
+        log.set_config(LogConfig {
+            max_message_bytes: (big.len() - 1) as u32,
+            ..LogConfig::default()
+        });
+        let e = log
+            .append_coordinator(&[plain(1), big, plain(1)].concat(), LeaderEpoch(0), 1)
+            .unwrap_err();
+        assert!(matches!(e, LogError::RecordTooLarge { .. }), "{e}");
+        assert_eq!((log.log_end_offset(), log.size_bytes()), (leo, size));
+    }
+
+    /// What the coordinator may write and a producer may not: control batches, transactional
+    /// batches without sequence, an older producer epoch, timestamps out of range. Control
+    /// batches other than COMMIT/ABORT are refused even here.
+    #[test]
+    fn control_and_sequenceless_transactional_batches_are_coordinator_only() {
+        use coordinator::{marker, txn};
+        let dir = tempfile::tempdir().unwrap();
+        let config = LogConfig {
+            timestamp_before_max_ms: 60_000,
+            ..LogConfig::default()
+        };
+        let mut log = Log::open(dir.path(), config).unwrap();
+        let now = 1_700_000_000_000;
+        // A producer's control batch (timestamp in range) is refused as such.
+        let control = batch::build_control_batch(0, 0, 9, 0, CONTROL_TYPE_COMMIT, 0, now);
+        let e = log
+            .append_leader(Bytes::from(control), LeaderEpoch(0), now)
+            .unwrap_err();
+        assert!(
+            matches!(&e, LogError::InvalidRecord(r) if r.contains("control")),
+            "{e}"
+        );
+        let e = log
+            .append_leader(Bytes::from(txn(9, 1)), LeaderEpoch(0), now)
+            .unwrap_err();
+        assert!(matches!(e, LogError::InvalidTimestamp { .. }), "{e}");
+        assert_eq!(log.log_end_offset(), Offset(0));
+        // Producer 9 at epoch 3 (a producer's batch, sequence 0, timestamp in range).
+        let produced = batch::build_batch(
+            &batch::BatchSpec {
+                base_offset: 0,
+                partition_leader_epoch: 0,
+                attributes: batch::TRANSACTIONAL_ATTRIBUTES,
+                base_timestamp: now,
+                producer_id: 9,
+                producer_epoch: 3,
+                base_sequence: 0,
+            },
+            &[(None, Some(&b"v"[..]))],
+        );
+        log.append_leader(Bytes::from(produced), LeaderEpoch(0), now)
+            .unwrap(); // 0
+        let info = log
+            .append_coordinator(
+                &[txn(9, 2), marker(9, CONTROL_TYPE_COMMIT)].concat(),
+                LeaderEpoch(0),
+                now,
+            )
+            .unwrap(); // 1..=2, 3
+        assert_eq!(
+            (info.first_offset, info.last_offset),
+            (Offset(1), Offset(3))
+        );
+        log.set_high_watermark(Offset(4));
+        assert_eq!(log.last_stable_offset(), Offset(4));
+        let p = log.producer_state(ProducerId(9)).unwrap();
+        assert_eq!((p.producer_epoch, p.current_txn_first_offset), (0, None));
+        // MIRROR_PID_RESET would wipe producer state; a control batch without producer id
+        // cannot end a transaction: both refused, nothing written.
+        for bad in [
+            marker(9, CONTROL_TYPE_MIRROR_PID_RESET),
+            marker(-1, CONTROL_TYPE_COMMIT),
+        ] {
+            let e = log
+                .append_coordinator(&bad, LeaderEpoch(0), now)
+                .unwrap_err();
+            assert!(matches!(e, LogError::InvalidRecord(_)), "{e}");
+        }
+        assert_eq!(log.log_end_offset(), Offset(4));
     }
 }
