@@ -29,6 +29,32 @@ pub trait Committer: Send + Sync {
     fn commit(&self, cmd: ClusterCommand) -> std::io::Result<()>;
 }
 
+/// Appends a coordinator's batches to the log of a coordinator partition this node leads
+/// (implemented by the node on its engine; Kafka's coordinator runtime writing through the
+/// partition's leader).
+pub trait PartitionWriter: Send + Sync {
+    /// Appends `batches` (back to back) to partition `partition` of `log`'s topic as its
+    /// leader in `leader_epoch`, and returns once the high watermark covers them (acks=all).
+    /// `Err`: not that leader any more, or not replicated in time; the coordinator is then
+    /// fenced and reloaded, as Kafka unloads a coordinator whose write failed.
+    fn append(
+        &self,
+        log: CoordinatorLog,
+        partition: i32,
+        leader_epoch: i32,
+        batches: Vec<u8>,
+    ) -> std::io::Result<()>;
+}
+
+/// The partitions of one coordinator topic a node coordinates: each with the leader epoch it
+/// was loaded in (its writes are fenced by it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Loaded {
+    /// The topic's partition count (keys map to partitions by Kafka's `partitionFor`).
+    pub partitions: i32,
+    pub epochs: std::collections::BTreeMap<i32, i32>,
+}
+
 /// The first producer id of the quorum's replicated blocks (`AllocateProducerIds`). The
 /// transaction coordinator hands out ids from its own blocks below it (from 0 up, 1000 per
 /// block): reaching 2^32 would take four billion producer ids.

@@ -422,11 +422,13 @@ impl Ctx {
         let assignments =
             kmirror_control::quorum::controller::propose_placement(&meta, 0, partitions, rf, rf)
                 .map_err(meta_err)?;
+        let term = self.cluster().quorum_status().term;
         let cmd = MetadataCommand::CreateInternalTopic {
             name: name.to_string(),
             partitions,
             id,
             assignments,
+            first_leader_epoch: i32::try_from(term).unwrap_or(i32::MAX),
         };
         let t = self
             .cluster()
@@ -578,6 +580,14 @@ impl EngineMarkerSink {
     pub(crate) async fn write(router: &Router, markers: Vec<TxnMarker>) -> Result<(), String> {
         let mut pending = Vec::new();
         for m in markers {
+            if m.topic == crate::groups::OFFSETS_TOPIC {
+                // Its group coordinator was not loaded when the job started; the retry
+                // settles the offsets there once it is.
+                return Err(format!(
+                    "the coordinator of {} partition {} is not loaded yet",
+                    m.topic, m.partition
+                ));
+            }
             let tp = TopicPartition::new(m.topic.clone(), m.partition);
             let kind = if m.commit {
                 ControlKind::Commit
