@@ -3,7 +3,8 @@
 //!
 //! A Java consumer group (classic protocol, synchronous commits) consumes 20 records and
 //! stops; a Java transactional producer commits two transactions and leaves a third one open.
-//! Then the node that coordinates (the quorum leader) is SIGKILLed. On the new coordinator:
+//! Then the node that coordinates both (the leader of their `__consumer_offsets` and
+//! `__transaction_state` partitions) is SIGKILLed. On the new coordinator:
 //! - the group's committed offset is still 20, and the restarted member resumes from it:
 //!   it receives exactly the 5 records produced after the kill, nothing re-delivered;
 //! - a new producer with the same `transactional.id` initializes (fencing the old one and
@@ -70,26 +71,17 @@ impl Cluster {
             .join(",")
     }
 
-    /// The node (1-based id) whose log says it loaded the coordinators last, once every
-    /// live node agrees nobody loaded them later.
-    fn coordinator(&self, after: usize) -> usize {
-        proc::wait_for(T, "a coordinator loaded", || {
-            self.nodes
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| Some((i, n.as_ref()?)))
-                .find(|(_, n)| {
-                    let log = std::fs::read_to_string(n.log_path()).unwrap_or_default();
-                    log.matches("coordinators loaded from the replicated log")
-                        .count()
-                        > 0
-                        && !log[log
-                            .rfind("coordinators loaded from the replicated log")
-                            .unwrap()..]
-                            .contains("coordinators unloaded")
-                })
-                .map(|(i, _)| i + 1)
-                .filter(|id| *id != after)
+    /// The metadata quorum's leader (1-based id), once every live node names the same one
+    /// and it is not `after` (a node just killed).
+    fn quorum_leader(&self, after: usize) -> usize {
+        proc::wait_for(T, "a quorum leader every node agrees on", || {
+            let mut named = self.nodes.iter().flatten().map(|n| {
+                let mut c = WireClient::connect(&n.addr()).ok()?;
+                let (leader, _) = c.quorum_leader().ok()?;
+                usize::try_from(leader).ok().filter(|l| *l >= 1)
+            });
+            let first = named.next()??;
+            named.all(|l| l == Some(first)).then_some(first).filter(|l| *l != after)
         })
     }
 }
@@ -220,8 +212,8 @@ fn scenario(nodes: &mut dyn Nodes) {
         (old.count("OPEN") == 1).then_some(())
     });
     assert_eq!(old.count("COMMITTED "), 3, "{:?}", old.lines());
-    // The group's offsets are on the quorum: every record of both topics acknowledged so far
-    // must survive the coordinator's loss.
+    // The group's offsets and the transactions are on their replicated internal partitions:
+    // every record of both topics acknowledged so far must survive the coordinator's loss.
 
     // SIGKILL the coordinator's node.
     nodes.kill(coord);
@@ -289,7 +281,7 @@ fn scenario(nodes: &mut dyn Nodes) {
 fn group_offsets_and_transactions_survive_the_loss_of_the_coordinator_node() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut cluster = Cluster::start();
-    cluster.coordinator(0);
+    cluster.quorum_leader(0);
     scenario(&mut cluster);
 }
 
@@ -314,7 +306,7 @@ fn scram_credentials_and_quotas_are_replicated_to_every_node() {
     use kmirror_tests::sasl;
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut cluster = Cluster::start();
-    let leader = cluster.coordinator(0);
+    let leader = cluster.quorum_leader(0);
     let addr = |c: &Cluster, i: usize| c.nodes[i].as_ref().unwrap().addr();
     let sb = |s: &str| StrBytes::from_string(s.to_string());
     // Through a node that does not lead: the change is proposed to the leader.
@@ -376,7 +368,7 @@ fn scram_credentials_and_quotas_are_replicated_to_every_node() {
     }
     cluster.nodes[leader - 1].as_mut().unwrap().kill_now();
     cluster.nodes[leader - 1] = None;
-    cluster.coordinator(leader);
+    cluster.quorum_leader(leader);
     for i in (0..3).filter(|i| *i != leader - 1) {
         check(&cluster, i);
     }
