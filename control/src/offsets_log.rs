@@ -332,7 +332,8 @@ fn write_partitions(
                 log_path(log).display()
             )));
         };
-        let batches = coordinator_batch::encode(&payloads, epoch, now).map_err(std::io::Error::other)?;
+        let batches =
+            coordinator_batch::encode(&payloads, epoch, now).map_err(std::io::Error::other)?;
         let bytes: Vec<u8> = batches.into_iter().flat_map(|b| b.bytes).collect();
         writer.append(log, p, epoch, bytes)?;
     }

@@ -989,7 +989,10 @@ const OFFSETS_TOPIC: &str = "__consumer_offsets";
 
 /// The node that coordinates `group` (the leader of its `__consumer_offsets` partition), if
 /// known.
-fn group_coordinator(meta: &kmirror_control::metadata::ClusterMetadata, group: &str) -> Option<i32> {
+fn group_coordinator(
+    meta: &kmirror_control::metadata::ClusterMetadata,
+    group: &str,
+) -> Option<i32> {
     let t = meta.topics.get(OFFSETS_TOPIC)?;
     let p = kmirror_control::coordinator_partition::partition_for(group, t.partition_count());
     let a = t.assignments.get(usize::try_from(p).ok()?)?;
@@ -2159,14 +2162,18 @@ impl Control {
         let call = |group: &str, key: ApiKey, v: i16, req: RequestKind| -> ResponseKind {
             let node = group_coordinator(&self.host.broker.cluster.snapshot(), group);
             match (node, req) {
-                (Some(n), RequestKind::OffsetFetch(r)) if n != me => self
-                    .host
-                    .ask_peer(n, r, v)
-                    .map_or(ResponseKind::Heartbeat(Default::default()), ResponseKind::OffsetFetch),
-                (Some(n), RequestKind::OffsetCommit(r)) if n != me => self
-                    .host
-                    .ask_peer(n, r, v)
-                    .map_or(ResponseKind::Heartbeat(Default::default()), ResponseKind::OffsetCommit),
+                (Some(n), RequestKind::OffsetFetch(r)) if n != me => {
+                    self.host.ask_peer(n, r, v).map_or(
+                        ResponseKind::Heartbeat(Default::default()),
+                        ResponseKind::OffsetFetch,
+                    )
+                }
+                (Some(n), RequestKind::OffsetCommit(r)) if n != me => {
+                    self.host.ask_peer(n, r, v).map_or(
+                        ResponseKind::Heartbeat(Default::default()),
+                        ResponseKind::OffsetCommit,
+                    )
+                }
                 (_, req) => local(key, v, req),
             }
         };

@@ -231,10 +231,7 @@ impl Broker {
     /// entry of an older version keeps its id and partition count. A cheap snapshot check
     /// once it exists. Returns the topic when this call created it (its partitions open on
     /// their replicas as the metadata arrives there).
-    pub async fn propose_internal_topic(
-        &self,
-        name: &str,
-    ) -> Result<Option<TopicMeta>, ItemError> {
+    pub async fn propose_internal_topic(&self, name: &str) -> Result<Option<TopicMeta>, ItemError> {
         let meta = self.cluster.snapshot();
         if meta.topics.get(name).is_some_and(|t| t.internal) {
             return Ok(None);
@@ -275,7 +272,6 @@ impl Broker {
         let t = self.cluster.propose_topic(cmd).await.map_err(propose_err)?;
         Ok(Some(t))
     }
-
 }
 
 impl Ctx {

@@ -222,7 +222,10 @@ impl PartitionWriter for EngineWriter {
         let tp = TopicPartition::new(topic(log), partition);
         let meta = self.cluster.snapshot();
         let Some(t) = meta.topics.get(&tp.topic) else {
-            return Err(std::io::Error::other(format!("{} does not exist", tp.topic)));
+            return Err(std::io::Error::other(format!(
+                "{} does not exist",
+                tp.topic
+            )));
         };
         let min_insync = crate::handlers::produce::min_insync_replicas(t);
         let committed = crate::handlers::produce::committed_isr(t, partition, self.node_id);

@@ -13,16 +13,19 @@
 //! cluster's topics ([`topic_view`], built by the connection), since the coordinator thread
 //! computes assignments and names topics by id but owns no metadata.
 //!
-//! Every node runs [`GroupsService::start_clustered`] (a lone node is a one-voter quorum):
-//! the node leading the metadata quorum is the coordinator of every group and transactional
-//! id, its logs on the Raft log (`kmirror_control::replicated`), in Kafka's own record format
-//! (`kmirror_control::coordinator_record`). Moving each coordinator to the leader of its
-//! `__consumer_offsets` / `__transaction_state` partition is issue 20's step 2. The thread asks its [`CoordinatorSeat`] before
-//! each batch: on taking the seat it loads both coordinators from the applied copy of the logs
-//! (COORDINATOR_LOAD_IN_PROGRESS until the new leader applied its log); elsewhere it answers
-//! NOT_COORDINATOR and FindCoordinator names the leader's broker, so clients re-find as after
-//! a Kafka coordinator move. A failed replicated flush (a leader change) fences the loaded
-//! coordinators; they are loaded again from the log while this node still leads.
+//! Every node runs [`GroupsService::start_clustered`] (a lone node is a one-voter quorum), as
+//! Kafka does: a group is coordinated by the leader of its `__consumer_offsets` partition, a
+//! transactional id by the leader of its `__transaction_state` partition, with their records
+//! in those partitions in Kafka's own format (`kmirror_control::coordinator_batch`). The
+//! thread asks its [`CoordinatorSeat`] before each batch which of those partitions this node
+//! leads; when that changed (or a write failed) it loads both coordinators again from the led
+//! partitions (COORDINATOR_LOAD_IN_PROGRESS until it could). A request whose keys are led
+//! elsewhere gets NOT_COORDINATOR and FindCoordinator names each key's partition leader, so
+//! clients re-find as after a Kafka coordinator move. A flush appends each partition's
+//! records as its leader in the epoch it was loaded in and waits for the ISR; a refused or
+//! unreplicated append fences the coordinators until they load again. Transaction markers
+//! for groups coordinated elsewhere go to their `__consumer_offsets` partition's leader
+//! (WriteTxnMarkers, [`GroupsService::group_markers`] there).
 
 use std::collections::HashMap;
 #[cfg(test)]
@@ -54,6 +57,9 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use kmirror_control::coordinator_batch;
+use kmirror_control::coordinator_partition::partition_for;
+use kmirror_control::coordinator_record::{payload_key_id, Payload};
 use kmirror_control::group::codes;
 use kmirror_control::group::consumer::{CgHeartbeat, Parts, TopicView};
 use kmirror_control::group::{
@@ -61,9 +67,6 @@ use kmirror_control::group::{
     LeavingMember, OffsetToCommit, Reply, SyncRequest as CSync, SyncResponse as CSyncResp, Token,
 };
 use kmirror_control::offsets_log::StoreError;
-use kmirror_control::coordinator_batch;
-use kmirror_control::coordinator_partition::partition_for;
-use kmirror_control::coordinator_record::{payload_key_id, Payload};
 use kmirror_control::replicated::{
     Committer, CoordinatorLog, CoordinatorLogs, Loaded, PartitionWriter,
 };
@@ -547,6 +550,9 @@ struct Outgoing {
     req: Option<(Box<RequestKind>, i16)>,
 }
 
+/// The live records of the Raft-log coordinator state: offsets log, transaction log.
+type LegacyLive = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 struct CoordinatorThread {
     node_id: i32,
     host: String,
@@ -776,7 +782,7 @@ impl CoordinatorThread {
         now: i64,
     ) -> Result<Vec<MarkerJob>, String> {
         let writer = source.writer();
-        let mut legacy: Option<(Vec<Vec<u8>>, Vec<Vec<u8>>)> = None;
+        let mut legacy: Option<LegacyLive> = None;
         let mut records: [Vec<Vec<u8>>; 2] = [Vec::new(), Vec::new()];
         for (i, log) in [CoordinatorLog::Offsets, CoordinatorLog::Transactions]
             .into_iter()
@@ -799,7 +805,8 @@ impl CoordinatorThread {
                         .iter()
                         .filter_map(|r| Payload::decode(r).ok())
                         .filter(|pl| {
-                            payload_key_id(pl).is_some_and(|id| partition_for(&id, l.partitions) == p)
+                            payload_key_id(pl)
+                                .is_some_and(|id| partition_for(&id, l.partitions) == p)
                         })
                         .collect();
                     if !mine.is_empty() {
@@ -809,8 +816,12 @@ impl CoordinatorThread {
                         writer
                             .append(log, p, epoch, bytes)
                             .map_err(|e| format!("moving {log:?} partition {p}: {e}"))?;
-                        tracing::info!(?log, partition = p, records = mine.len(),
-                            "coordinator state moved from the metadata log to its partition");
+                        tracing::info!(
+                            ?log,
+                            partition = p,
+                            records = mine.len(),
+                            "coordinator state moved from the metadata log to its partition"
+                        );
                         payloads.extend(mine);
                     }
                 }
@@ -844,7 +855,7 @@ impl CoordinatorThread {
         &self,
         source: &Arc<dyn CoordinatorSeat>,
         now: i64,
-    ) -> Result<(Vec<Vec<u8>>, Vec<Vec<u8>>), String> {
+    ) -> Result<LegacyLive, String> {
         let logs = source
             .legacy_logs()
             .ok_or("the metadata log's coordinator state is not readable yet")?;
@@ -922,7 +933,9 @@ impl CoordinatorThread {
     fn route(&mut self, req: &RequestKind, version: i16) -> Option<ResponseKind> {
         let seat = self.seat.clone()?;
         match req {
-            RequestKind::FindCoordinator(r) => return Some(self.find_coordinator_at(&*seat, r, version)),
+            RequestKind::FindCoordinator(r) => {
+                return Some(self.find_coordinator_at(&*seat, r, version))
+            }
             // Any broker serves an idempotent producer's InitProducerId, as in Kafka, with
             // ids from the quorum's blocks.
             RequestKind::InitProducerId(r) if r.transactional_id.is_none() => {
@@ -1984,15 +1997,15 @@ fn request_keys(req: &RequestKind, version: i16) -> Vec<(CoordinatorLog, String)
         RequestKind::ConsumerGroupHeartbeat(r) => vec![g(&r.group_id)],
         RequestKind::ConsumerGroupDescribe(r) => r.group_ids.iter().map(|x| g(x)).collect(),
         RequestKind::InitProducerId(r) => r.transactional_id.iter().map(|x| t(x)).collect(),
-        RequestKind::AddPartitionsToTxn(r) if version >= 4 => {
-            r.transactions.iter().map(|x| t(&x.transactional_id)).collect()
-        }
+        RequestKind::AddPartitionsToTxn(r) if version >= 4 => r
+            .transactions
+            .iter()
+            .map(|x| t(&x.transactional_id))
+            .collect(),
         RequestKind::AddPartitionsToTxn(r) => vec![t(&r.v3_and_below_transactional_id)],
         RequestKind::AddOffsetsToTxn(r) => vec![t(&r.transactional_id)],
         RequestKind::EndTxn(r) => vec![t(&r.transactional_id)],
-        RequestKind::DescribeTransactions(r) => {
-            r.transactional_ids.iter().map(|x| t(x)).collect()
-        }
+        RequestKind::DescribeTransactions(r) => r.transactional_ids.iter().map(|x| t(x)).collect(),
         RequestKind::WriteTxnMarkers(_) => Vec::new(),
         _ => Vec::new(),
     }
@@ -2795,7 +2808,12 @@ mod tests {
                 None => Located::Unknown,
             }
         }
-        fn read(&self, log: CoordinatorLog, partition: i32, _: i32) -> std::io::Result<(Vec<u8>, i64)> {
+        fn read(
+            &self,
+            log: CoordinatorLog,
+            partition: i32,
+            _: i32,
+        ) -> std::io::Result<(Vec<u8>, i64)> {
             if !*self.readable.lock().unwrap() {
                 return Err(std::io::Error::other("not open yet"));
             }
@@ -2844,7 +2862,8 @@ mod tests {
     }
 
     #[test]
-    fn each_coordinator_runs_on_its_partitions_leader_and_loads_them_with_the_old_raft_state_moved_once() {
+    fn each_coordinator_runs_on_its_partitions_leader_and_loads_them_with_the_old_raft_state_moved_once(
+    ) {
         // An older version's coordinator state on the Raft log: group "old" committed 5.
         let raft = Arc::new(Mutex::new(CoordinatorLogs::default()));
         let mut old = GroupCoordinator::open_replicated(
@@ -2949,7 +2968,12 @@ mod tests {
         assert_eq!(r.coordinators[0].node_id.0, 7);
         // Another node took the partitions: this coordinator's write is fenced, and it
         // loads again once it leads them in the new epoch.
-        seat.parts.epochs.lock().unwrap().values_mut().for_each(|e| *e = 4);
+        seat.parts
+            .epochs
+            .lock()
+            .unwrap()
+            .values_mut()
+            .for_each(|e| *e = 4);
         let r = commit(&svc, "grp", 43);
         assert_ne!(r.topics[0].partitions[0].error_code, 0);
         seat.lead_none((3, "node3", 9094));
@@ -2978,5 +3002,4 @@ mod tests {
         );
         svc.shutdown();
     }
-
 }

@@ -69,8 +69,12 @@ pub async fn write_txn_markers(
                         Some(Role::Leader { .. }) if tp.topic == crate::groups::OFFSETS_TOPIC => {
                             match ctx.groups() {
                                 Some(g) => {
-                                    g.group_markers(tp.partition, m.producer_id.0, m.transaction_result)
-                                        .await
+                                    g.group_markers(
+                                        tp.partition,
+                                        m.producer_id.0,
+                                        m.transaction_result,
+                                    )
+                                    .await
                                 }
                                 None => kafka_protocol::ResponseError::NotLeaderOrFollower.code(),
                             }

@@ -12,6 +12,10 @@
 //! - a read_committed reader sees every committed transaction's records and none of the
 //!   open one's: the open transaction ended aborted, never both.
 //!
+//! Before that, on the same cluster (issue 20): FindCoordinator for 30 groups names more than
+//! one node, each group commits through its coordinator, and Kafka's `OffsetsMessageFormatter`
+//! prints every commit from `__consumer_offsets` ([`offsets_scenario`]).
+//!
 //! The data partitions are led by other nodes than the coordinator: this test is about the
 //! coordinator state, not the replication data path. The same scenario runs on a three-node
 //! Apache Kafka (RF 3 internal topics), where FindCoordinator names the node to kill and the
@@ -81,7 +85,10 @@ impl Cluster {
                 usize::try_from(leader).ok().filter(|l| *l >= 1)
             });
             let first = named.next()??;
-            named.all(|l| l == Some(first)).then_some(first).filter(|l| *l != after)
+            named
+                .all(|l| l == Some(first))
+                .then_some(first)
+                .filter(|l| *l != after)
         })
     }
 }
@@ -277,21 +284,24 @@ fn scenario(nodes: &mut dyn Nodes) {
     );
 }
 
+/// Both scenarios share one cluster (the offsets one first: the other kills a node).
 #[test]
-fn group_offsets_and_transactions_survive_the_loss_of_the_coordinator_node() {
+fn groups_spread_over_the_nodes_and_survive_the_loss_of_their_coordinator() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut cluster = Cluster::start();
     cluster.quorum_leader(0);
+    offsets_scenario(&cluster.bootstrap());
     scenario(&mut cluster);
 }
 
 #[test]
-fn the_coordinator_scenario_holds_on_apache_kafka() {
+fn the_coordinator_scenarios_hold_on_apache_kafka() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut kafka = KafkaCluster::start_with(KafkaOptions {
         netns: false,
         ..KafkaCluster::three_replicated_options()
     });
+    offsets_scenario(&kafka.bootstrap());
     scenario(&mut kafka);
 }
 
@@ -372,4 +382,115 @@ fn scram_credentials_and_quotas_are_replicated_to_every_node() {
     for i in (0..3).filter(|i| *i != leader - 1) {
         check(&cluster, i);
     }
+}
+
+/// Issue 20: groups are coordinated by every node (each by the leader of its
+/// `__consumer_offsets` partition), and their commits are records there that Kafka's own
+/// `OffsetsMessageFormatter` reads. FindCoordinator for 30 groups names more than one node;
+/// each group commits through its coordinator; `kafka-console-consumer --formatter
+/// org.apache.kafka.tools.consumer.OffsetsMessageFormatter` on `__consumer_offsets` prints
+/// every commit.
+fn offsets_scenario(boot: &str) {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        FindCoordinatorRequest, GroupId, OffsetCommitRequest, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let first = boot.split(',').next().unwrap().to_string();
+    proc::wait_for(T, "three brokers in Metadata", || {
+        let mut c = WireClient::connect(&first).ok()?;
+        (c.metadata(Some(&[])).ok()?.brokers.len() == 3).then_some(())
+    });
+    let topic = format!("spread-{}", proc::free_port());
+    let mut c = WireClient::connect(&first).unwrap();
+    assert_eq!(c.create_topic(&topic, 3, 3, &[]).unwrap(), 0);
+    let groups: Vec<String> = (0..30).map(|i| format!("spread-group-{i}")).collect();
+    let sb = |s: &str| StrBytes::from_string(s.to_string());
+    // (group, node id, host:port) once every group has a coordinator.
+    let coordinators = proc::wait_for(T, "a coordinator for every group", || {
+        let mut c = WireClient::connect(&first).ok()?;
+        let r = c
+            .send_at(
+                FindCoordinatorRequest::default()
+                    .with_key_type(0)
+                    .with_coordinator_keys(groups.iter().map(|g| sb(g)).collect()),
+                4,
+            )
+            .ok()?;
+        r.coordinators
+            .iter()
+            .map(|k| {
+                (k.error_code == 0).then(|| {
+                    (
+                        k.key.to_string(),
+                        k.node_id.0,
+                        format!("{}:{}", k.host, k.port),
+                    )
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+    });
+    let nodes: std::collections::BTreeSet<i32> = coordinators.iter().map(|c| c.1).collect();
+    assert!(nodes.len() > 1, "30 groups all coordinated by {nodes:?}");
+    // Group i commits offset 100 + i on partition i % 3, through its coordinator.
+    for (i, (group, _, addr)) in coordinators.iter().enumerate() {
+        let offset = 100 + i as i64;
+        proc::wait_for(T, "an offset commit", || {
+            let mut c = WireClient::connect(addr).ok()?;
+            let r = c
+                .send_at(
+                    OffsetCommitRequest::default()
+                        .with_group_id(GroupId(sb(group)))
+                        .with_generation_id_or_member_epoch(-1)
+                        .with_topics(vec![OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(sb(&topic)))
+                            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                                .with_partition_index(i as i32 % 3)
+                                .with_committed_offset(offset)])]),
+                    8,
+                )
+                .ok()?;
+            (r.topics[0].partitions[0].error_code == 0).then_some(())
+        });
+    }
+    // Kafka's formatter prints each OffsetCommit record as
+    // {"key":{"type":1,"data":{"group":"g","topic":"t","partition":0}},"value":{..."offset":5,...}}.
+    let printed = proc::wait_for(T, "every commit printed by OffsetsMessageFormatter", || {
+        let ran = java::run_tool(
+            java::tools::CONSOLE_CONSUMER,
+            &[
+                "--bootstrap-server",
+                boot,
+                "--topic",
+                "__consumer_offsets",
+                "--from-beginning",
+                "--formatter",
+                "org.apache.kafka.tools.consumer.OffsetsMessageFormatter",
+                "--consumer-property",
+                "exclude.internal.topics=false",
+                "--timeout-ms",
+                "15000",
+            ],
+            T,
+        );
+        let commits: std::collections::BTreeSet<(String, i64)> = ran
+            .stdout
+            .lines()
+            .filter(|l| l.contains(&format!("\"topic\":\"{topic}\"")))
+            .filter_map(|l| {
+                let group = l.split("\"group\":\"").nth(1)?.split('"').next()?;
+                let offset = l.split("\"offset\":").nth(1)?.split([',', '}']).next()?;
+                Some((group.to_string(), offset.parse().ok()?))
+            })
+            .collect();
+        (commits.len() == groups.len()).then_some(commits)
+    });
+    let expected: std::collections::BTreeSet<(String, i64)> = coordinators
+        .iter()
+        .enumerate()
+        .map(|(i, (g, _, _))| (g.clone(), 100 + i as i64))
+        .collect();
+    assert_eq!(printed, expected);
 }
