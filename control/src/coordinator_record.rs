@@ -177,6 +177,21 @@ impl Payload {
     }
 }
 
+/// The group or transactional id a payload is about: every key of Kafka's coordinator records
+/// starts with it (after the record type), and a marker names its group. `None` for a
+/// producer-id block, which belongs to no key.
+pub fn payload_key_id(payload: &Payload) -> Option<String> {
+    match payload {
+        Payload::Record { key, .. } | Payload::Transactional { key, .. } => {
+            let mut r = Reader::classic(key);
+            r.i16().ok()?;
+            r.string().ok()
+        }
+        Payload::Marker { group, .. } => Some(group.clone()),
+        Payload::ProducerIdBlock { .. } => None,
+    }
+}
+
 /// A key: the record type and the key message (version 0, never flexible).
 pub fn key(record_type: i16, fields: impl FnOnce(&mut Writer)) -> Vec<u8> {
     let mut w = Writer::classic();

@@ -558,12 +558,14 @@ impl MetadataStore {
     /// Makes internal topic `name` a real topic with the given partitions (as Kafka creates
     /// `__consumer_offsets` / `__transaction_state` on first use), with Kafka's configs for
     /// it. A described-only entry of an older version is replaced; its partitions' leader
-    /// epochs go up by one, so a client holding the old epoch is told it changed.
+    /// epochs go up by one, so a client holding the old epoch is told it changed; none starts
+    /// below `first_leader_epoch`.
     pub fn create_internal_topic(
         &mut self,
         name: &str,
         id: Uuid,
         assignments: Vec<PartitionAssignment>,
+        first_leader_epoch: i32,
     ) -> Result<TopicMeta, MetadataError> {
         if !INTERNAL_TOPICS.contains(&name) {
             return Err(MetadataError::UnknownTopic(name.to_string()));
@@ -574,13 +576,14 @@ impl MetadataStore {
             ));
         }
         let legacy = self.state.internal_topics.get(name);
+        let first = first_leader_epoch.max(0);
         let leader_epochs = match legacy {
             Some(l) if l.leader_epochs.len() == assignments.len() => l
                 .leader_epochs
                 .iter()
-                .map(|e| e.saturating_add(1))
+                .map(|e| e.saturating_add(1).max(first))
                 .collect(),
-            _ => vec![0; assignments.len()],
+            _ => vec![first; assignments.len()],
         };
         let rf = assignments.first().map_or(1, |a| a.replicas.len());
         let meta = TopicMeta {

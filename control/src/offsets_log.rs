@@ -23,9 +23,15 @@ use std::path::{Path, PathBuf};
 
 use std::sync::Arc;
 
+use std::collections::BTreeMap;
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use crate::append_file::AppendFile;
+use crate::coordinator_batch;
+use crate::coordinator_partition::partition_for;
+use crate::coordinator_record::{self, Payload};
 use crate::quorum::ClusterCommand;
-use crate::replicated::{Committer, CoordinatorLog, LogOp};
+use crate::replicated::{Committer, CoordinatorLog, Loaded, LogOp, PartitionWriter};
 
 /// Errors of the coordinators' durable storage.
 #[derive(Debug, thiserror::Error)]
@@ -63,15 +69,28 @@ enum Sink {
 
 struct Replicated {
     log: CoordinatorLog,
-    /// The quorum term this coordinator was loaded in (its writes are fenced by it).
-    term: u64,
-    committer: Arc<dyn Committer>,
+    target: Target,
     /// The records buffered since the last sync (`pending` holds them framed, for `len_bytes`).
     records: Vec<Vec<u8>>,
     /// Framed size of the committed records.
     committed_len: u64,
     /// Set by a failed sync or rewrite: see the module doc.
     fenced: bool,
+}
+
+/// Where a replicated log's records go.
+enum Target {
+    /// The Raft log, fenced by the quorum term the coordinator was loaded in.
+    Quorum {
+        term: u64,
+        committer: Arc<dyn Committer>,
+    },
+    /// The coordinator topic's partitions this node leads, each fenced by the leader epoch it
+    /// was loaded in; a record goes to its key's partition.
+    Partitions {
+        loaded: Loaded,
+        writer: Arc<dyn PartitionWriter>,
+    },
 }
 
 impl std::fmt::Debug for Sink {
@@ -128,8 +147,27 @@ impl RecordFile {
         RecordFile {
             sink: Sink::Replicated(Replicated {
                 log,
-                term,
-                committer,
+                target: Target::Quorum { term, committer },
+                records: Vec::new(),
+                committed_len: existing.iter().map(|r| (HEADER + r.len()) as u64).sum(),
+                fenced: false,
+            }),
+            pending: Vec::new(),
+        }
+    }
+
+    /// The coordinator log `log` on the partitions of its topic this node leads (`loaded`),
+    /// holding `existing` (read from them, which the caller replays).
+    pub fn partitioned(
+        log: CoordinatorLog,
+        loaded: Loaded,
+        existing: &[Vec<u8>],
+        writer: Arc<dyn PartitionWriter>,
+    ) -> RecordFile {
+        RecordFile {
+            sink: Sink::Replicated(Replicated {
+                log,
+                target: Target::Partitions { loaded, writer },
                 records: Vec::new(),
                 committed_len: existing.iter().map(|r| (HEADER + r.len()) as u64).sum(),
                 fenced: false,
@@ -158,10 +196,22 @@ impl RecordFile {
             if r.records.is_empty() {
                 return Ok(());
             }
-            let op = LogOp::Append(std::mem::take(&mut r.records));
-            let (log, term) = (r.log, r.term);
-            let cmd = ClusterCommand::Coordinator { log, term, op };
-            if let Err(e) = r.committer.commit(cmd) {
+            let records = std::mem::take(&mut r.records);
+            let log = r.log;
+            let written = match &r.target {
+                Target::Quorum { term, committer } => {
+                    let op = LogOp::Append(records);
+                    committer.commit(ClusterCommand::Coordinator {
+                        log,
+                        term: *term,
+                        op,
+                    })
+                }
+                Target::Partitions { loaded, writer } => {
+                    write_partitions(log, loaded, writer.as_ref(), &records)
+                }
+            };
+            if let Err(e) = written {
                 r.fenced = true;
                 return Err(StoreError::Io {
                     path: log_path(r.log),
@@ -201,10 +251,20 @@ impl RecordFile {
             if r.fenced {
                 return Err(fenced(r.log));
             }
+            let Target::Quorum { term, committer } = &r.target else {
+                // On partitions the log cleaner compacts by key; every removal was written as
+                // a tombstone, and callers synced their appends first.
+                r.records.clear();
+                self.pending.clear();
+                return Ok(());
+            };
             let op = LogOp::Replace(payloads.to_vec());
-            let (log, term) = (r.log, r.term);
-            let cmd = ClusterCommand::Coordinator { log, term, op };
-            if let Err(e) = r.committer.commit(cmd) {
+            let cmd = ClusterCommand::Coordinator {
+                log: r.log,
+                term: *term,
+                op,
+            };
+            if let Err(e) = committer.commit(cmd) {
                 r.fenced = true;
                 return Err(StoreError::Io {
                     path: log_path(r.log),
@@ -242,6 +302,42 @@ impl RecordFile {
         };
         StoreError::Io { path, source }
     }
+}
+
+/// Writes one sync's records to their keys' partitions, one append (of one or more batches)
+/// per partition. Producer-id blocks are not written: on partitions they come from the
+/// metadata quorum.
+fn write_partitions(
+    log: CoordinatorLog,
+    loaded: &Loaded,
+    writer: &dyn PartitionWriter,
+    records: &[Vec<u8>],
+) -> std::io::Result<()> {
+    let mut by_partition: BTreeMap<i32, Vec<Payload>> = BTreeMap::new();
+    for r in records {
+        let payload = Payload::decode(r).map_err(std::io::Error::other)?;
+        let Some(id) = coordinator_record::payload_key_id(&payload) else {
+            continue;
+        };
+        let p = partition_for(&id, loaded.partitions);
+        by_partition.entry(p).or_default().push(payload);
+    }
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    for (p, payloads) in by_partition {
+        let Some(&epoch) = loaded.epochs.get(&p) else {
+            return Err(std::io::Error::other(format!(
+                "{} partition {p} is not coordinated here",
+                log_path(log).display()
+            )));
+        };
+        let batches =
+            coordinator_batch::encode(&payloads, epoch, now).map_err(std::io::Error::other)?;
+        let bytes: Vec<u8> = batches.into_iter().flat_map(|b| b.bytes).collect();
+        writer.append(log, p, epoch, bytes)?;
+    }
+    Ok(())
 }
 
 /// The name a replicated log's errors carry.

@@ -1,21 +1,21 @@
-//! The coordinators' durable stores on the Raft log (issue 12, step 3: internal state
-//! replicated), as an alternative backend to their local files.
+//! The coordinators' replicated stores: their `__consumer_offsets` / `__transaction_state`
+//! partitions ([`PartitionWriter`], [`Loaded`]; issue 20), and the Raft log an older version
+//! kept them on, still read once to move that state into the partitions.
 //!
-//! Owns: the [`Committer`] seam (proposing a [`ClusterCommand`] and waiting for it to commit),
-//! the coordinator logs' commands ([`CoordinatorLog`], [`LogOp`]) and the applied copy every
-//! quorum node keeps of them ([`CoordinatorLogs`]).
+//! Owns: the [`PartitionWriter`] seam (a coordinator's batches appended by the partition's
+//! leader, answered once replicated) and [`Loaded`] (the partitions a coordinator was loaded
+//! from, with the leader epochs that fence its writes); the [`Committer`] seam (proposing a
+//! [`ClusterCommand`] and waiting for it to commit), the Raft-log coordinator commands
+//! ([`CoordinatorLog`], [`LogOp`]) and the applied copy every quorum node keeps of them
+//! ([`CoordinatorLogs`]), which the mirror's state also uses.
 //!
-//! Model (Kafka's coordinator on the leader of its internal partition, with the Raft log as
-//! the one internal partition): the group, transaction and mirror coordinators run on the
-//! node that leads the quorum. Every record they would append to their local file is
-//! proposed instead, a flush's records batched into one entry, and the flush returns only
-//! once the entry committed, so a reply still follows durability. Every node applies the
-//! entries to [`CoordinatorLogs`]; a node that becomes leader opens its coordinators from that
-//! copy exactly as from a file (`RecordFile::replicated`). A coordinator's compaction becomes a
-//! `Replace` of its whole log, which also bounds the copy and the Raft snapshot.
+//! The Raft-log coordinator model (the coordinators on the quorum leader, every flush one
+//! proposal, compaction a `Replace`) is what data dirs of earlier versions hold: applying
+//! those entries stays deterministic, and the coordinators move that state to their
+//! partitions the first time they load a partition never written.
 //!
 //! Must not depend on a runtime: [`Committer::commit`] blocks the calling thread (the
-//! coordinator thread, never an engine core).
+//! coordinator thread, never an engine core); so does [`PartitionWriter::append`].
 
 use serde::{Deserialize, Serialize};
 
@@ -27,6 +27,32 @@ pub trait Committer: Send + Sync {
     /// `Err` if it was refused, dropped or its fate is unknown (a leader change): the caller
     /// answers the client with an error and the client retries, as with a failed fsync.
     fn commit(&self, cmd: ClusterCommand) -> std::io::Result<()>;
+}
+
+/// Appends a coordinator's batches to the log of a coordinator partition this node leads
+/// (implemented by the node on its engine; Kafka's coordinator runtime writing through the
+/// partition's leader).
+pub trait PartitionWriter: Send + Sync {
+    /// Appends `batches` (back to back) to partition `partition` of `log`'s topic as its
+    /// leader in `leader_epoch`, and returns once the high watermark covers them (acks=all).
+    /// `Err`: not that leader any more, or not replicated in time; the coordinator is then
+    /// fenced and reloaded, as Kafka unloads a coordinator whose write failed.
+    fn append(
+        &self,
+        log: CoordinatorLog,
+        partition: i32,
+        leader_epoch: i32,
+        batches: Vec<u8>,
+    ) -> std::io::Result<()>;
+}
+
+/// The partitions of one coordinator topic a node coordinates: each with the leader epoch it
+/// was loaded in (its writes are fenced by it).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Loaded {
+    /// The topic's partition count (keys map to partitions by Kafka's `partitionFor`).
+    pub partitions: i32,
+    pub epochs: std::collections::BTreeMap<i32, i32>,
 }
 
 /// The first producer id of the quorum's replicated blocks (`AllocateProducerIds`). The

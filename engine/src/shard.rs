@@ -87,6 +87,25 @@ impl Partition {
         Ok(info)
     }
 
+    /// Appends batches the partition's own coordinator built (kmirror's group or transaction
+    /// coordinator on `__consumer_offsets` / `__transaction_state`) as leader in `epoch`: a
+    /// coordinator loaded in an older epoch is refused (NOT_LEADER_OR_FOLLOWER), so a deposed
+    /// coordinator never writes behind the new one.
+    pub fn append_coordinator(
+        &mut self,
+        batches: &[u8],
+        epoch: LeaderEpoch,
+        now_ms: i64,
+    ) -> Result<AppendInfo, EngineError> {
+        self.check_leader()?;
+        if self.leader_epoch != epoch {
+            return Err(EngineError::NotLeader(self.tp.clone()));
+        }
+        let info = self.log.append_coordinator(batches, epoch, now_ms)?;
+        self.after_append();
+        Ok(info)
+    }
+
     /// Appends batches copied verbatim from a mirror source at their own offsets.
     pub fn append_mirror(&mut self, batches: Bytes) -> Result<AppendInfo, EngineError> {
         let info = self.log.append_mirror(batches)?;

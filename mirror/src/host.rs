@@ -574,6 +574,34 @@ impl BrokerHost {
         }
     }
 
+    /// Sends `req` to broker `node`'s inter-broker listener (authenticated as this broker)
+    /// and returns its answer; the exchange runs on core 0, this thread waits for it.
+    fn ask_peer<R>(&self, node: i32, req: R, version: i16) -> Result<R::Response, String>
+    where
+        R: kafka_protocol::protocol::Request + Send + 'static,
+        R::Response: Send + 'static,
+    {
+        let meta = self.broker.cluster.snapshot();
+        let ib = self.broker.config.inter_broker.clone();
+        let addr = ib
+            .peer_addr(&meta, node)
+            .ok_or_else(|| format!("node {node} has no inter-broker endpoint"))?;
+        let frame = crate::client::codec::encode_request(&req, version, 1, "kmirror-mirror-seat")
+            .map_err(|e| e.to_string())?
+            .slice(4..);
+        let (tx, rx) = flume::bounded(1);
+        self.router
+            .spawn_on_blocking(0, move || async move {
+                let _ = tx.send(ib.exchange(&addr, frame, PEER_TIMEOUT).await);
+            })
+            .map_err(|e| e.to_string())?;
+        let answer = rx
+            .recv_timeout(PEER_TIMEOUT + Duration::from_secs(1))
+            .map_err(|_| format!("node {node} did not answer"))?
+            .map_err(|e| e.to_string())?;
+        crate::client::codec::decode_response::<R>(answer, version, 1).map_err(|e| e.to_string())
+    }
+
     /// Pushes a topic's metadata (epoch, configs, mirror flag) to its open partitions.
     fn refresh(&self, t: &TopicMeta) -> Result<(), String> {
         futures_lite::future::block_on(self.broker.cluster.refresh_partitions(&self.router, t))
@@ -956,6 +984,23 @@ fn coordinator_not_available(frame: &Bytes, message: &str) -> Option<Bytes> {
     out.extend_from_slice(&resp);
     Some(out.freeze())
 }
+
+const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// The node that coordinates `group` (the leader of its `__consumer_offsets` partition), if
+/// known.
+fn group_coordinator(
+    meta: &kmirror_control::metadata::ClusterMetadata,
+    group: &str,
+) -> Option<i32> {
+    let t = meta.topics.get(OFFSETS_TOPIC)?;
+    let p = kmirror_control::coordinator_partition::partition_for(group, t.partition_count());
+    let a = t.assignments.get(usize::try_from(p).ok()?)?;
+    (a.leader >= 0).then_some(a.leader)
+}
+
+/// How long the mirror control thread waits for another node's answer to a group request.
+const PEER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long the seat waits for another partition leader's high watermarks (DescribeMirrors).
 const LEADER_HW_TIMEOUT: Duration = Duration::from_secs(2);
@@ -2101,18 +2146,64 @@ impl Control {
         let Some(groups) = self.host.broker.groups.clone() else {
             return Ok(());
         };
-        let call = |key: ApiKey, v: i16, req: RequestKind| -> ResponseKind {
+        // The group coordinators live on the leaders of their `__consumer_offsets`
+        // partitions: a group coordinated here is asked in process, another one over the
+        // inter-broker listener of the node that coordinates it (as MirrorMaker 2 commits
+        // through each group's coordinator).
+        futures_lite::future::block_on(self.host.broker.propose_internal_topic(OFFSETS_TOPIC))
+            .map_err(|(code, msg)| format!("cannot create {OFFSETS_TOPIC}: {code} {msg}"))?;
+        let me = self.host.broker.config.node_id;
+        let local = |key: ApiKey, v: i16, req: RequestKind| -> ResponseKind {
             let header = RequestHeader::default()
                 .with_request_api_key(key as i16)
                 .with_request_api_version(v);
             futures_lite::future::block_on(groups.handle(key, v, &header, req))
         };
+        let call = |group: &str, key: ApiKey, v: i16, req: RequestKind| -> ResponseKind {
+            let node = group_coordinator(&self.host.broker.cluster.snapshot(), group);
+            match (node, req) {
+                (Some(n), RequestKind::OffsetFetch(r)) if n != me => {
+                    self.host.ask_peer(n, r, v).map_or(
+                        ResponseKind::Heartbeat(Default::default()),
+                        ResponseKind::OffsetFetch,
+                    )
+                }
+                (Some(n), RequestKind::OffsetCommit(r)) if n != me => {
+                    self.host.ask_peer(n, r, v).map_or(
+                        ResponseKind::Heartbeat(Default::default()),
+                        ResponseKind::OffsetCommit,
+                    )
+                }
+                (_, req) => local(key, v, req),
+            }
+        };
         let mut active = BTreeSet::new();
-        if let ResponseKind::ListGroups(r) = call(
+        let mut listed = Vec::new();
+        if let ResponseKind::ListGroups(r) = local(
             ApiKey::ListGroups,
             4,
             RequestKind::ListGroups(ListGroupsRequest::default()),
         ) {
+            listed.push(r);
+        }
+        let peers: Vec<i32> = self
+            .host
+            .broker
+            .cluster
+            .snapshot()
+            .brokers
+            .keys()
+            .copied()
+            .filter(|id| *id != me)
+            .collect();
+        for n in peers {
+            match self.host.ask_peer(n, ListGroupsRequest::default(), 4) {
+                Ok(r) => listed.push(r),
+                // Its groups' states are unknown: none of them may be written now.
+                Err(e) => return Err(format!("cannot list the groups of node {n}: {e}")),
+            }
+        }
+        for r in listed {
             for g in r.groups {
                 if !matches!(g.group_state.as_str(), "Empty" | "Dead" | "") {
                     active.insert(g.group_id.0.to_string());
@@ -2127,7 +2218,7 @@ impl Control {
                 )))
                 .with_topics(None);
             if let ResponseKind::OffsetFetch(r) =
-                call(ApiKey::OffsetFetch, 7, RequestKind::OffsetFetch(req))
+                call(g, ApiKey::OffsetFetch, 7, RequestKind::OffsetFetch(req))
             {
                 for t in r.topics {
                     for p in t.partitions {
@@ -2200,7 +2291,7 @@ impl Control {
                         })
                         .collect(),
                 );
-            match call(ApiKey::OffsetCommit, 8, RequestKind::OffsetCommit(req)) {
+            match call(&g, ApiKey::OffsetCommit, 8, RequestKind::OffsetCommit(req)) {
                 ResponseKind::OffsetCommit(r) => {
                     let bad: Vec<i16> = r
                         .topics

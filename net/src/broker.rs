@@ -223,6 +223,57 @@ fn unused_topic_id(meta: &ClusterMetadata) -> Uuid {
     }
 }
 
+impl Broker {
+    /// Creates internal topic `name` (`__consumer_offsets` or `__transaction_state`) the
+    /// first time Kafka would have: a real topic, `offsets.topic.num.partitions` partitions
+    /// with `offsets.topic.replication.factor` replicas (at most the unfenced brokers, where
+    /// Kafka would refuse until there are enough), placed like any topic; a described-only
+    /// entry of an older version keeps its id and partition count. A cheap snapshot check
+    /// once it exists. Returns the topic when this call created it (its partitions open on
+    /// their replicas as the metadata arrives there).
+    pub async fn propose_internal_topic(&self, name: &str) -> Result<Option<TopicMeta>, ItemError> {
+        let meta = self.cluster.snapshot();
+        if meta.topics.get(name).is_some_and(|t| t.internal) {
+            return Ok(None);
+        }
+        let cfg = &self.config;
+        let (configured, rf) = if name == "__transaction_state" {
+            (
+                cfg.transaction_state_partitions,
+                cfg.transaction_state_replication_factor,
+            )
+        } else {
+            (
+                cfg.offsets_topic_partitions,
+                cfg.offsets_topic_replication_factor,
+            )
+        };
+        let legacy = meta.internal_topics.get(name);
+        let partitions = legacy.map_or(configured, |t| t.partition_count());
+        let id = legacy.map(|t| t.id).unwrap_or_else(|| loop {
+            let id = Uuid::new_v4();
+            if meta.described_by_id(id).is_none() && !id.is_nil() {
+                break id;
+            }
+        });
+        let live = kmirror_control::quorum::controller::unfenced_brokers(&meta).len();
+        let rf = i16::try_from(live).map_or(rf, |n| rf.min(n)).max(1);
+        let assignments =
+            kmirror_control::quorum::controller::propose_placement(&meta, 0, partitions, rf, rf)
+                .map_err(meta_err)?;
+        let term = self.cluster.quorum_status().term;
+        let cmd = MetadataCommand::CreateInternalTopic {
+            name: name.to_string(),
+            partitions,
+            id,
+            assignments,
+            first_leader_epoch: i32::try_from(term).unwrap_or(i32::MAX),
+        };
+        let t = self.cluster.propose_topic(cmd).await.map_err(propose_err)?;
+        Ok(Some(t))
+    }
+}
+
 impl Ctx {
     /// This node's static settings (id, listeners, data dir, defaults).
     pub fn config(&self) -> &BrokerConfig {
@@ -386,54 +437,12 @@ impl Ctx {
         Ok(t)
     }
 
-    /// Creates internal topic `name` (`__consumer_offsets` or `__transaction_state`) the
-    /// first time Kafka would have: a real topic, `offsets.topic.num.partitions` partitions
-    /// with `offsets.topic.replication.factor` replicas (at most the unfenced brokers, where
-    /// Kafka would refuse until there are enough), placed like any topic; a described-only
-    /// entry of an older version keeps its id and partition count. A cheap snapshot check
-    /// once it exists.
+    /// Creates internal topic `name` (see [`Broker::propose_internal_topic`]) and opens its
+    /// partitions this node hosts; a cheap snapshot check once it exists.
     pub async fn ensure_internal_topic(&self, name: &str) -> Result<(), ItemError> {
-        let meta = self.meta();
-        if meta.topics.get(name).is_some_and(|t| t.internal) {
-            return Ok(());
+        if let Some(t) = self.broker.propose_internal_topic(name).await? {
+            self.create_partitions_on_cores(&t, 0).await?;
         }
-        let cfg = self.config();
-        let (configured, rf) = if name == "__transaction_state" {
-            (
-                cfg.transaction_state_partitions,
-                cfg.transaction_state_replication_factor,
-            )
-        } else {
-            (
-                cfg.offsets_topic_partitions,
-                cfg.offsets_topic_replication_factor,
-            )
-        };
-        let legacy = meta.internal_topics.get(name);
-        let partitions = legacy.map_or(configured, |t| t.partition_count());
-        let id = legacy.map(|t| t.id).unwrap_or_else(|| loop {
-            let id = Uuid::new_v4();
-            if meta.described_by_id(id).is_none() && !id.is_nil() {
-                break id;
-            }
-        });
-        let live = kmirror_control::quorum::controller::unfenced_brokers(&meta).len();
-        let rf = i16::try_from(live).map_or(rf, |n| rf.min(n)).max(1);
-        let assignments =
-            kmirror_control::quorum::controller::propose_placement(&meta, 0, partitions, rf, rf)
-                .map_err(meta_err)?;
-        let cmd = MetadataCommand::CreateInternalTopic {
-            name: name.to_string(),
-            partitions,
-            id,
-            assignments,
-        };
-        let t = self
-            .cluster()
-            .propose_topic(cmd)
-            .await
-            .map_err(propose_err)?;
-        self.create_partitions_on_cores(&t, 0).await?;
         Ok(())
     }
 
@@ -578,6 +587,14 @@ impl EngineMarkerSink {
     pub(crate) async fn write(router: &Router, markers: Vec<TxnMarker>) -> Result<(), String> {
         let mut pending = Vec::new();
         for m in markers {
+            if m.topic == crate::groups::OFFSETS_TOPIC {
+                // Its group coordinator was not loaded when the job started; the retry
+                // settles the offsets there once it is.
+                return Err(format!(
+                    "the coordinator of {} partition {} is not loaded yet",
+                    m.topic, m.partition
+                ));
+            }
             let tp = TopicPartition::new(m.topic.clone(), m.partition);
             let kind = if m.commit {
                 ControlKind::Commit

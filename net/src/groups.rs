@@ -13,16 +13,19 @@
 //! cluster's topics ([`topic_view`], built by the connection), since the coordinator thread
 //! computes assignments and names topics by id but owns no metadata.
 //!
-//! Every node runs [`GroupsService::start_clustered`] (a lone node is a one-voter quorum):
-//! the node leading the metadata quorum is the coordinator of every group and transactional
-//! id, its logs on the Raft log (`kmirror_control::replicated`), in Kafka's own record format
-//! (`kmirror_control::coordinator_record`). Moving each coordinator to the leader of its
-//! `__consumer_offsets` / `__transaction_state` partition is issue 20's step 2. The thread asks its [`CoordinatorSeat`] before
-//! each batch: on taking the seat it loads both coordinators from the applied copy of the logs
-//! (COORDINATOR_LOAD_IN_PROGRESS until the new leader applied its log); elsewhere it answers
-//! NOT_COORDINATOR and FindCoordinator names the leader's broker, so clients re-find as after
-//! a Kafka coordinator move. A failed replicated flush (a leader change) fences the loaded
-//! coordinators; they are loaded again from the log while this node still leads.
+//! Every node runs [`GroupsService::start_clustered`] (a lone node is a one-voter quorum), as
+//! Kafka does: a group is coordinated by the leader of its `__consumer_offsets` partition, a
+//! transactional id by the leader of its `__transaction_state` partition, with their records
+//! in those partitions in Kafka's own format (`kmirror_control::coordinator_batch`). The
+//! thread asks its [`CoordinatorSeat`] before each batch which of those partitions this node
+//! leads; when that changed (or a write failed) it loads both coordinators again from the led
+//! partitions (COORDINATOR_LOAD_IN_PROGRESS until it could). A request whose keys are led
+//! elsewhere gets NOT_COORDINATOR and FindCoordinator names each key's partition leader, so
+//! clients re-find as after a Kafka coordinator move. A flush appends each partition's
+//! records as its leader in the epoch it was loaded in and waits for the ISR; a refused or
+//! unreplicated append fences the coordinators until they load again. Transaction markers
+//! for groups coordinated elsewhere go to their `__consumer_offsets` partition's leader
+//! (WriteTxnMarkers, [`GroupsService::group_markers`] there).
 
 use std::collections::HashMap;
 #[cfg(test)]
@@ -54,6 +57,9 @@ use kafka_protocol::messages::txn_offset_commit_response::{
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
 
+use kmirror_control::coordinator_batch;
+use kmirror_control::coordinator_partition::partition_for;
+use kmirror_control::coordinator_record::{payload_key_id, Payload};
 use kmirror_control::group::codes;
 use kmirror_control::group::consumer::{CgHeartbeat, Parts, TopicView};
 use kmirror_control::group::{
@@ -61,8 +67,10 @@ use kmirror_control::group::{
     LeavingMember, OffsetToCommit, Reply, SyncRequest as CSync, SyncResponse as CSyncResp, Token,
 };
 use kmirror_control::offsets_log::StoreError;
-use kmirror_control::replicated::{Committer, CoordinatorLog, CoordinatorLogs};
-use kmirror_control::txn::{MarkerJob, TxnConfig, TxnCoordinator};
+use kmirror_control::replicated::{
+    Committer, CoordinatorLog, CoordinatorLogs, Loaded, PartitionWriter,
+};
+use kmirror_control::txn::{MarkerJob, ProducerIdSource, TxnConfig, TxnCoordinator};
 
 /// Writes transaction markers (commit/abort control batches) to data partitions. Implemented by
 /// the broker, which routes each marker to the core owning the partition.
@@ -78,6 +86,7 @@ pub trait MarkerSink: Send + Sync {
 pub struct MarkersDone {
     job: MarkerJob,
     tx: flume::Sender<Msg>,
+    generation: u64,
 }
 
 impl MarkersDone {
@@ -94,6 +103,7 @@ impl MarkersDone {
         let msg = Msg::MarkersDone {
             job: self.job,
             ok: result.is_ok(),
+            generation: self.generation,
         };
         let _ = self.tx.send_async(msg).await;
     }
@@ -121,129 +131,83 @@ pub enum GroupsError {
 }
 
 /// One node: only one coordinator epoch exists, this node has always been the coordinator.
-/// In a cluster the quorum term is the coordinator epoch.
+/// On partitions, a transaction's coordinator epoch is its `__transaction_state` partition's
+/// leader epoch.
 const COORDINATOR_EPOCH: i32 = 0;
 
-/// Where the coordinators of a cluster are, as the quorum says (implemented by the cluster
-/// wiring). Called from the coordinator thread, once per batch: must be cheap and never block
-/// on the quorum.
-pub trait CoordinatorSeat: Send + Sync {
-    fn seat(&self) -> Seat;
-    /// The applied coordinator logs, read when this node takes the seat (`None`: not
-    /// readable now; the seat is taken on a later batch).
-    fn logs(&self) -> Option<CoordinatorLogs>;
-    /// Commits coordinator records through the quorum (blocks the coordinator thread).
-    fn committer(&self) -> Arc<dyn Committer>;
-    /// A block of producer ids from the quorum (`start..end`), for idempotent producers
-    /// initialized on a node that does not coordinate (clients send that InitProducerId to
-    /// any broker). Blocks the coordinator thread.
-    fn allocate_producer_ids(&self, _count: u32) -> Option<(i64, i64)> {
-        None
-    }
+/// The coordinator partitions this node leads: of `__consumer_offsets` (groups) and of
+/// `__transaction_state` (transactional ids), each with its leader epoch.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Led {
+    pub offsets: Loaded,
+    pub txns: Loaded,
 }
 
-/// The seat as the Raft driver of `serve --quorum` tells it: the coordinators follow the
-/// quorum leader; its broker is found in the published metadata on `listener`.
-pub struct QuorumSeat {
-    cluster: crate::cluster::Cluster,
-    node_id: i32,
-    listener: String,
-    committer: Arc<dyn Committer>,
-}
-
-/// Commits coordinator records through [`crate::cluster::Cluster::propose_blocking`].
-struct ClusterCommitter(crate::cluster::Cluster);
-
-impl Committer for ClusterCommitter {
-    fn commit(&self, cmd: kmirror_control::quorum::ClusterCommand) -> std::io::Result<()> {
-        self.0
-            .propose_blocking(cmd)
-            .map(|_| ())
-            .map_err(|e| std::io::Error::other(e.to_string()))
-    }
-}
-
-impl QuorumSeat {
-    pub fn new(cluster: crate::cluster::Cluster, node_id: i32, listener: String) -> QuorumSeat {
-        QuorumSeat {
-            committer: Arc::new(ClusterCommitter(cluster.clone())),
-            cluster,
-            node_id,
-            listener,
+impl Led {
+    fn of(&self, log: CoordinatorLog) -> &Loaded {
+        match log {
+            CoordinatorLog::Offsets => &self.offsets,
+            CoordinatorLog::Transactions => &self.txns,
         }
     }
 }
 
-impl CoordinatorSeat for QuorumSeat {
-    fn seat(&self) -> Seat {
-        let status = self.cluster.quorum_status();
-        let Some(leader) = status.leader.and_then(|l| i32::try_from(l).ok()) else {
-            return Seat::Unknown;
-        };
-        if leader == self.node_id {
-            return if status.coordinator_ready {
-                Seat::Here { term: status.term }
-            } else {
-                Seat::Loading
-            };
-        }
-        let meta = self.cluster.snapshot();
-        let endpoint = meta.brokers.get(&leader).and_then(|b| {
-            b.endpoints
-                .iter()
-                .find(|e| e.name == self.listener)
-                .or_else(|| b.endpoints.first())
-        });
-        match endpoint {
-            Some(e) => Seat::Elsewhere {
-                node_id: leader,
-                host: e.host.clone(),
-                port: i32::from(e.port),
-            },
-            // The leader has not registered its broker yet.
-            None => Seat::Unknown,
-        }
-    }
-
-    fn logs(&self) -> Option<CoordinatorLogs> {
-        self.cluster
-            .driver()
-            .read(|n| n.coordinator_logs().clone(), Duration::from_secs(30))
-    }
-
-    fn committer(&self) -> Arc<dyn Committer> {
-        self.committer.clone()
-    }
-
-    fn allocate_producer_ids(&self, count: u32) -> Option<(i64, i64)> {
-        let cmd = kmirror_control::quorum::ClusterCommand::AllocateProducerIds { count };
-        match self.cluster.propose_blocking(cmd) {
-            Ok(kmirror_control::quorum::Outcome::ProducerIds { start, end }) => Some((start, end)),
-            Ok(_) => None,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot allocate producer ids");
-                None
-            }
-        }
-    }
-}
-
-/// This node's part in coordinating groups and transactions.
+/// Where the coordinator of a key is, as the metadata says.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Seat {
-    /// This node leads the quorum in `term` and applied its whole log: it coordinates.
-    Here { term: u64 },
-    /// This node leads but has not applied its log yet (COORDINATOR_LOAD_IN_PROGRESS).
-    Loading,
-    /// The broker of the quorum leader coordinates (NOT_COORDINATOR here).
+pub enum Located {
+    /// This node leads the key's partition.
+    Here,
+    /// Broker `node_id` leads it (NOT_COORDINATOR here; FindCoordinator names it).
     Elsewhere {
         node_id: i32,
         host: String,
         port: i32,
     },
-    /// No leader is known (COORDINATOR_NOT_AVAILABLE).
+    /// The topic does not exist yet or the partition has no leader (COORDINATOR_NOT_AVAILABLE).
     Unknown,
 }
+
+/// What the coordinator thread needs of the node (implemented by the node's wiring,
+/// [`crate::coordinator_partitions::PartitionSeat`]): which coordinator partitions it leads,
+/// their logs, and producer-id blocks. Called from the coordinator thread, which may block on
+/// the engine cores and on the quorum.
+pub trait CoordinatorSeat: Send + Sync {
+    /// The coordinator partitions this node leads now (`None`: no metadata yet).
+    fn led(&self) -> Option<Led>;
+    /// Where the coordinator of `key` in `log` is.
+    fn locate(&self, log: CoordinatorLog, key: &str) -> Located;
+    /// Partition `partition` of `log`'s topic, whole from its log start, led here in
+    /// `leader_epoch`: its batches and its log end offset.
+    fn read(
+        &self,
+        log: CoordinatorLog,
+        partition: i32,
+        leader_epoch: i32,
+    ) -> std::io::Result<(Vec<u8>, i64)>;
+    /// Appends the coordinators' records to the partitions they lead.
+    fn writer(&self) -> Arc<dyn PartitionWriter>;
+    /// The coordinator logs an older version kept on the Raft log (`None`: not readable now).
+    /// A partition that was never written gets its part of them once (the one-time move).
+    fn legacy_logs(&self) -> Option<CoordinatorLogs>;
+    /// A block of producer ids from the quorum (`start..end`). Blocks the coordinator thread.
+    fn allocate_producer_ids(&self, _count: u32) -> Option<(i64, i64)> {
+        None
+    }
+}
+
+/// Producer-id blocks of the transaction coordinator, from the quorum.
+struct SeatPids(Arc<dyn CoordinatorSeat>);
+
+impl ProducerIdSource for SeatPids {
+    fn allocate(&mut self, count: u32) -> Option<(i64, i64)> {
+        self.0.allocate_producer_ids(count)
+    }
+}
+
+/// The groups' coordinator topic: a transaction marker for it goes to the group
+/// coordinator of that partition, not into the log as a data partition's marker.
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 const QUEUE_DEPTH: usize = 4096;
 const TICK: Duration = Duration::from_millis(50);
 const MARKER_RETRY: Duration = Duration::from_secs(1);
@@ -263,6 +227,15 @@ enum Msg {
     MarkersDone {
         job: MarkerJob,
         ok: bool,
+        generation: u64,
+    },
+    /// A transaction's marker for `__consumer_offsets` partition `partition`, from its
+    /// transaction coordinator.
+    GroupMarkers {
+        partition: i32,
+        producer_id: i64,
+        commit: bool,
+        reply: flume::Sender<ResponseKind>,
     },
     Shutdown {
         done: flume::Sender<()>,
@@ -335,10 +308,12 @@ impl GroupsService {
             clock,
             seat: None,
             loaded: None,
+            led_now: Led::default(),
+            generation: 0,
+            load_error_logged: None,
             pid_block: (0, 0),
             group_cfg: GroupConfig::default(),
             txn_cfg: TxnConfig::default(),
-            coordinator_epoch: COORDINATOR_EPOCH,
         };
         for job in resume {
             state.start_job(job, now);
@@ -380,10 +355,12 @@ impl GroupsService {
             clock,
             seat: Some(seat),
             loaded: None,
+            led_now: Led::default(),
+            generation: 0,
+            load_error_logged: None,
             pid_block: (0, 0),
             group_cfg,
             txn_cfg,
-            coordinator_epoch: COORDINATOR_EPOCH,
         };
         std::thread::Builder::new()
             .name("kmirror-coord".into())
@@ -435,6 +412,28 @@ impl GroupsService {
         rx.recv_async().await.unwrap_or(fallback)
     }
 
+    /// A transaction marker for `__consumer_offsets` partition `partition` (WriteTxnMarkers
+    /// on its leader): settles producer `producer_id`'s pending offsets of the groups of that
+    /// partition, durably. NONE, or NOT_LEADER_OR_FOLLOWER while the partition's coordinator
+    /// is not loaded here (the transaction coordinator retries).
+    pub async fn group_markers(&self, partition: i32, producer_id: i64, commit: bool) -> i16 {
+        let unavailable = kafka_protocol::ResponseError::NotLeaderOrFollower.code();
+        let (reply, rx) = flume::bounded(1);
+        let msg = Msg::GroupMarkers {
+            partition,
+            producer_id,
+            commit,
+            reply,
+        };
+        if self.tx.send_async(msg).await.is_err() {
+            return unavailable;
+        }
+        match rx.recv_async().await {
+            Ok(ResponseKind::Heartbeat(r)) => r.error_code,
+            _ => unavailable,
+        }
+    }
+
     /// Flushes the offsets and transaction logs and stops the coordinator thread; idempotent.
     pub fn shutdown(&self) {
         let (done, rx) = flume::bounded(1);
@@ -451,17 +450,20 @@ fn unloaded(
     txn_cfg: &TxnConfig,
     now: i64,
 ) -> Result<(GroupCoordinator, TxnCoordinator), StoreError> {
+    let groups = GroupCoordinator::open_replicated(&[], nowhere(), 0, group_cfg.clone(), now)?;
+    let (txns, _) = TxnCoordinator::open_replicated(&[], nowhere(), 0, txn_cfg.clone())?;
+    Ok((groups, txns))
+}
+
+/// A committer that refuses every write: for coordinators that must never write.
+fn nowhere() -> Arc<dyn Committer> {
     struct Nowhere;
     impl Committer for Nowhere {
         fn commit(&self, _: kmirror_control::quorum::ClusterCommand) -> std::io::Result<()> {
             Err(std::io::Error::other("not the coordinator"))
         }
     }
-    let nowhere: Arc<dyn Committer> = Arc::new(Nowhere);
-    let groups =
-        GroupCoordinator::open_replicated(&[], nowhere.clone(), 0, group_cfg.clone(), now)?;
-    let (txns, _) = TxnCoordinator::open_replicated(&[], nowhere, 0, txn_cfg.clone())?;
-    Ok((groups, txns))
+    Arc::new(Nowhere)
 }
 
 /// The topics consumer groups may subscribe to: every non-internal topic, by name. Cached per
@@ -548,6 +550,9 @@ struct Outgoing {
     req: Option<(Box<RequestKind>, i16)>,
 }
 
+/// The live records of the Raft-log coordinator state: offsets log, transaction log.
+type LegacyLive = (Vec<Vec<u8>>, Vec<Vec<u8>>);
+
 struct CoordinatorThread {
     node_id: i32,
     host: String,
@@ -563,14 +568,21 @@ struct CoordinatorThread {
     /// Jobs with no data partition: complete within the current batch.
     done_locally: Vec<MarkerJob>,
     clock: Clock,
-    /// Cluster mode: the quorum's answer, and the term whose coordinators are loaded.
+    /// Cluster mode: the node's answer of which coordinator partitions it leads (`None`:
+    /// unit tests' local files, where every key is coordinated here).
     seat: Option<Arc<dyn CoordinatorSeat>>,
-    loaded: Option<u64>,
-    /// Producer ids from the quorum for idempotent producers while not coordinating.
+    /// The partitions the coordinators were loaded from (`None`: nothing loaded), and the
+    /// ones the node led at the start of this batch.
+    loaded: Option<Led>,
+    led_now: Led,
+    /// Bumped on every load: marker jobs of an earlier load are not reported to this one.
+    generation: u64,
+    /// When a failed load was last logged (it is retried every tick).
+    load_error_logged: Option<Instant>,
+    /// Producer ids from the quorum for idempotent producers.
     pid_block: (i64, i64),
     group_cfg: GroupConfig,
     txn_cfg: TxnConfig,
-    coordinator_epoch: i32,
 }
 
 impl CoordinatorThread {
@@ -595,7 +607,7 @@ impl CoordinatorThread {
             }
             let now = self.clock.now();
             let mut out = Vec::new();
-            let seat = self.take_seat(now, &mut out);
+            self.take_seat(now, &mut out);
             for m in batch {
                 match m {
                     Msg::Request {
@@ -605,8 +617,7 @@ impl CoordinatorThread {
                         topics,
                         reply,
                     } => {
-                        if let Some(seat) = &seat {
-                            let resp = self.not_here(seat, &req, version);
+                        if let Some(resp) = self.route(&req, version) {
                             out.push(Outgoing {
                                 reply,
                                 resp,
@@ -635,8 +646,26 @@ impl CoordinatorThread {
                     }
                     // Markers of coordinators since unloaded: the next coordinator resumes
                     // the transaction from the log.
-                    Msg::MarkersDone { .. } if seat.is_some() => {}
-                    Msg::MarkersDone { job, ok } => self.markers_done(job, ok, &mut out),
+                    Msg::MarkersDone { generation, .. } if generation != self.generation => {}
+                    Msg::MarkersDone { job, ok, .. } => self.markers_done(job, ok, &mut out),
+                    Msg::GroupMarkers {
+                        partition,
+                        producer_id,
+                        commit,
+                        reply,
+                    } => {
+                        let code = self.group_markers(partition, producer_id, commit, now);
+                        // The answer is a bare error code (a Heartbeat response carries one);
+                        // a failed flush turns it into COORDINATOR_NOT_AVAILABLE below.
+                        let probe = RequestKind::Heartbeat(HeartbeatRequest::default());
+                        out.push(Outgoing {
+                            reply,
+                            resp: ResponseKind::Heartbeat(
+                                HeartbeatResponse::default().with_error_code(code),
+                            ),
+                            req: (code == codes::NONE).then(|| (Box::new(probe), 0)),
+                        });
+                    }
                     Msg::Shutdown { done } => shutdown = Some(done),
                 }
             }
@@ -695,57 +724,156 @@ impl CoordinatorThread {
         }
     }
 
-    /// Cluster mode: loads or unloads the coordinators as the seat moved. `Some(seat)` when
-    /// this node does not coordinate now (requests get the seat's error).
-    fn take_seat(&mut self, now: i64, out: &mut Vec<Outgoing>) -> Option<Seat> {
-        let source = self.seat.clone()?;
-        let seat = source.seat();
+    /// Cluster mode: loads the coordinators again whenever the partitions this node leads (or
+    /// their leader epochs) changed or a write failed. A load reads every led partition from
+    /// its log start; until it succeeds, keys of those partitions get
+    /// COORDINATOR_LOAD_IN_PROGRESS.
+    fn take_seat(&mut self, now: i64, out: &mut Vec<Outgoing>) {
+        let Some(source) = self.seat.clone() else {
+            return;
+        };
+        let Some(led) = source.led() else {
+            return;
+        };
         let fenced = self.groups.is_fenced() || self.txns.is_fenced();
-        match &seat {
-            Seat::Here { term } if self.loaded == Some(*term) && !fenced => return None,
-            Seat::Here { term } => {
-                self.unload(out);
-                let Some(logs) = source.logs() else {
-                    return Some(Seat::Loading);
-                };
-                let committer = source.committer();
-                let opened = GroupCoordinator::open_replicated(
-                    logs.log(CoordinatorLog::Offsets),
-                    committer.clone(),
-                    *term,
-                    self.group_cfg.clone(),
-                    now,
-                )
-                .and_then(|g| {
-                    let (t, resume) = TxnCoordinator::open_replicated(
-                        logs.log(CoordinatorLog::Transactions),
-                        committer,
-                        *term,
-                        self.txn_cfg.clone(),
-                    )?;
-                    Ok((g, t, resume))
-                });
-                match opened {
-                    Ok((g, t, resume)) => {
-                        tracing::info!(term, "coordinators loaded from the replicated log");
-                        self.groups = g;
-                        self.txns = t;
-                        self.loaded = Some(*term);
-                        self.coordinator_epoch = i32::try_from(*term).unwrap_or(i32::MAX);
-                        for job in resume {
-                            self.start_job(job, now);
-                        }
-                        return None;
-                    }
-                    Err(e) => {
-                        tracing::error!(error = %e, "cannot load the coordinators");
-                        return Some(Seat::Unknown);
-                    }
+        self.led_now = led.clone();
+        if self.loaded.as_ref() == Some(&led) && !fenced {
+            return;
+        }
+        self.unload(out);
+        if led.offsets.epochs.is_empty() && led.txns.epochs.is_empty() {
+            self.loaded = Some(led);
+            return;
+        }
+        match self.load(&source, &led, now) {
+            Ok(resume) => {
+                tracing::info!(
+                    offsets = ?led.offsets.epochs.keys().collect::<Vec<_>>(),
+                    transactions = ?led.txns.epochs.keys().collect::<Vec<_>>(),
+                    "coordinators loaded from their partitions"
+                );
+                self.loaded = Some(led);
+                self.generation += 1;
+                self.load_error_logged = None;
+                for job in resume {
+                    self.start_job(job, now);
                 }
             }
-            _ => self.unload(out),
+            Err(e) => {
+                if self
+                    .load_error_logged
+                    .is_none_or(|t| t.elapsed() >= Duration::from_secs(10))
+                {
+                    tracing::warn!(error = %e, "cannot load the coordinators yet; retrying");
+                    self.load_error_logged = Some(Instant::now());
+                }
+            }
         }
-        Some(seat)
+    }
+
+    /// Reads the led partitions and opens both coordinators from them. A partition never
+    /// written gets its part of the coordinator logs an older version kept on the Raft log
+    /// first (the one-time move; Kafka's format, so every record lands on its key's
+    /// partition).
+    fn load(
+        &mut self,
+        source: &Arc<dyn CoordinatorSeat>,
+        led: &Led,
+        now: i64,
+    ) -> Result<Vec<MarkerJob>, String> {
+        let writer = source.writer();
+        let mut legacy: Option<LegacyLive> = None;
+        let mut records: [Vec<Vec<u8>>; 2] = [Vec::new(), Vec::new()];
+        for (i, log) in [CoordinatorLog::Offsets, CoordinatorLog::Transactions]
+            .into_iter()
+            .enumerate()
+        {
+            let l = led.of(log);
+            for (&p, &epoch) in &l.epochs {
+                let (bytes, log_end) = source
+                    .read(log, p, epoch)
+                    .map_err(|e| format!("reading {log:?} partition {p}: {e}"))?;
+                let mut payloads = coordinator_batch::decode(&bytes)
+                    .map_err(|e| format!("{log:?} partition {p}: {e}"))?;
+                if log_end == 0 {
+                    if legacy.is_none() {
+                        legacy = Some(self.legacy_live(source, now)?);
+                    }
+                    let (offsets, txns) = legacy.as_ref().expect("set above");
+                    let all = if i == 0 { offsets } else { txns };
+                    let mine: Vec<Payload> = all
+                        .iter()
+                        .filter_map(|r| Payload::decode(r).ok())
+                        .filter(|pl| {
+                            payload_key_id(pl)
+                                .is_some_and(|id| partition_for(&id, l.partitions) == p)
+                        })
+                        .collect();
+                    if !mine.is_empty() {
+                        let batches = coordinator_batch::encode(&mine, epoch, now)
+                            .map_err(|e| e.to_string())?;
+                        let bytes: Vec<u8> = batches.into_iter().flat_map(|b| b.bytes).collect();
+                        writer
+                            .append(log, p, epoch, bytes)
+                            .map_err(|e| format!("moving {log:?} partition {p}: {e}"))?;
+                        tracing::info!(
+                            ?log,
+                            partition = p,
+                            records = mine.len(),
+                            "coordinator state moved from the metadata log to its partition"
+                        );
+                        payloads.extend(mine);
+                    }
+                }
+                records[i].extend(payloads.iter().map(Payload::encode));
+            }
+        }
+        let groups = GroupCoordinator::open_partitioned(
+            &records[0],
+            writer.clone(),
+            led.offsets.clone(),
+            self.group_cfg.clone(),
+            now,
+        )
+        .map_err(|e| e.to_string())?;
+        let (txns, resume) = TxnCoordinator::open_partitioned(
+            &records[1],
+            writer,
+            led.txns.clone(),
+            self.txn_cfg.clone(),
+            Box::new(SeatPids(source.clone())),
+        )
+        .map_err(|e| e.to_string())?;
+        self.groups = groups;
+        self.txns = txns;
+        Ok(resume)
+    }
+
+    /// The live records of the coordinator logs an older version kept on the Raft log
+    /// (offsets, transactions), in Kafka's format.
+    fn legacy_live(
+        &self,
+        source: &Arc<dyn CoordinatorSeat>,
+        now: i64,
+    ) -> Result<LegacyLive, String> {
+        let logs = source
+            .legacy_logs()
+            .ok_or("the metadata log's coordinator state is not readable yet")?;
+        if logs.offsets.is_empty() && logs.transactions.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let g = GroupCoordinator::open_replicated(
+            &logs.offsets,
+            nowhere(),
+            0,
+            self.group_cfg.clone(),
+            now,
+        )
+        .map_err(|e| e.to_string())?;
+        let (t, _) =
+            TxnCoordinator::open_replicated(&logs.transactions, nowhere(), 0, self.txn_cfg.clone())
+                .map_err(|e| e.to_string())?;
+        Ok((g.live_payloads(), t.live_payloads()))
     }
 
     /// Drops the loaded coordinators; parked requests learn the coordinator moved.
@@ -799,55 +927,111 @@ impl CoordinatorThread {
         }
     }
 
-    /// The answer of a node that does not coordinate now.
-    fn not_here(&mut self, seat: &Seat, req: &RequestKind, version: i16) -> ResponseKind {
-        match (seat, req) {
-            // Any broker serves an idempotent producer's InitProducerId, as in Kafka.
-            (_, RequestKind::InitProducerId(r)) if r.transactional_id.is_none() => {
-                if self.pid_block.0 >= self.pid_block.1 {
-                    let block = self
-                        .seat
-                        .as_ref()
-                        .and_then(|s| s.allocate_producer_ids(PID_BLOCK));
-                    match block {
-                        Some(b) => self.pid_block = b,
-                        None => {
-                            return error_response(req, version, codes::COORDINATOR_NOT_AVAILABLE)
-                        }
-                    }
-                }
-                let pid = self.pid_block.0;
-                self.pid_block.0 += 1;
-                ResponseKind::InitProducerId(
-                    InitProducerIdResponse::default()
-                        .with_producer_id(ProducerId(pid))
-                        .with_producer_epoch(0),
-                )
+    /// The answer to a request this node does not serve now (`None`: serve it). Every
+    /// group or transactional id it names must be coordinated here (clients send each
+    /// coordinator only its own keys); otherwise all get the first key's error.
+    fn route(&mut self, req: &RequestKind, version: i16) -> Option<ResponseKind> {
+        let seat = self.seat.clone()?;
+        match req {
+            RequestKind::FindCoordinator(r) => {
+                return Some(self.find_coordinator_at(&*seat, r, version))
             }
-            (
-                Seat::Elsewhere {
-                    node_id,
-                    host,
-                    port,
-                },
-                RequestKind::FindCoordinator(r),
-            ) => self.find_coordinator_at(r, version, *node_id, host, *port),
-            // Sent to every broker; one that coordinates no group answers an empty list, as
-            // a Kafka broker that leads no `__consumer_offsets` partition does.
-            (Seat::Elsewhere { .. }, RequestKind::ListGroups(_)) => {
-                ResponseKind::ListGroups(ListGroupsResponse::default())
+            // Any broker serves an idempotent producer's InitProducerId, as in Kafka, with
+            // ids from the quorum's blocks.
+            RequestKind::InitProducerId(r) if r.transactional_id.is_none() => {
+                return Some(self.idempotent_producer_id(&*seat, req, version));
             }
-            (Seat::Elsewhere { .. }, RequestKind::ListTransactions(_)) => {
-                ResponseKind::ListTransactions(ListTransactionsResponse::default())
-            }
-            // Kafka names the leader of the coordinator partition while it loads.
-            (Seat::Loading, RequestKind::FindCoordinator(r)) => {
-                self.find_coordinator_at(r, version, self.node_id, &self.host, self.port)
-            }
-            (Seat::Loading, _) => error_response(req, version, codes::COORDINATOR_LOAD_IN_PROGRESS),
-            (Seat::Elsewhere { .. }, _) => error_response(req, version, codes::NOT_COORDINATOR),
-            _ => error_response(req, version, codes::COORDINATOR_NOT_AVAILABLE),
+            // Each node lists the groups and transactions it coordinates, as a Kafka broker
+            // lists those of the partitions it leads.
+            RequestKind::ListGroups(_) | RequestKind::ListTransactions(_) => return None,
+            _ => {}
         }
+        let code = request_keys(req, version)
+            .into_iter()
+            .map(|(log, key)| self.key_code(log, &key))
+            .find(|c| *c != codes::NONE)?;
+        Some(error_response(req, version, code))
+    }
+
+    /// Whether the coordinator of `key` is loaded here (NONE), loading, elsewhere or unknown.
+    fn key_code(&self, log: CoordinatorLog, key: &str) -> i16 {
+        let led = self.led_now.of(log);
+        if led.partitions < 1 {
+            return codes::COORDINATOR_NOT_AVAILABLE;
+        }
+        let p = partition_for(key, led.partitions);
+        if self
+            .loaded
+            .as_ref()
+            .is_some_and(|l| l.of(log).epochs.contains_key(&p))
+        {
+            codes::NONE
+        } else if led.epochs.contains_key(&p) {
+            codes::COORDINATOR_LOAD_IN_PROGRESS
+        } else {
+            codes::NOT_COORDINATOR
+        }
+    }
+
+    /// Settles `producer_id`'s pending offsets of the groups of `__consumer_offsets`
+    /// partition `partition`, if it is loaded here.
+    fn group_markers(&mut self, partition: i32, producer_id: i64, commit: bool, now: i64) -> i16 {
+        let loaded = self.seat.is_none()
+            || self
+                .loaded
+                .as_ref()
+                .is_some_and(|l| l.offsets.epochs.contains_key(&partition));
+        if !loaded {
+            return kafka_protocol::ResponseError::NotLeaderOrFollower.code();
+        }
+        let partitions = self.led_now.offsets.partitions;
+        for g in self.groups.groups_in_txn(producer_id) {
+            if self.seat.is_none() || partition_for(&g, partitions) == partition {
+                self.groups.complete_txn(&g, producer_id, commit, now);
+            }
+        }
+        codes::NONE
+    }
+
+    /// Whether the group's offsets partition is loaded here (always, with local files).
+    fn group_is_local(&self, group: &str) -> bool {
+        self.seat.is_none() || self.key_code(CoordinatorLog::Offsets, group) == codes::NONE
+    }
+
+    /// The coordinator epoch of a transaction's markers: its `__transaction_state`
+    /// partition's leader epoch (Kafka's), fencing markers of a deposed coordinator.
+    fn txn_coordinator_epoch(&self, transactional_id: &str) -> i32 {
+        let Some(loaded) = self.loaded.as_ref().filter(|_| self.seat.is_some()) else {
+            return COORDINATOR_EPOCH;
+        };
+        let p = partition_for(transactional_id, loaded.txns.partitions);
+        loaded
+            .txns
+            .epochs
+            .get(&p)
+            .copied()
+            .unwrap_or(COORDINATOR_EPOCH)
+    }
+
+    fn idempotent_producer_id(
+        &mut self,
+        seat: &dyn CoordinatorSeat,
+        req: &RequestKind,
+        version: i16,
+    ) -> ResponseKind {
+        if self.pid_block.0 >= self.pid_block.1 {
+            match seat.allocate_producer_ids(PID_BLOCK) {
+                Some(b) => self.pid_block = b,
+                None => return error_response(req, version, codes::COORDINATOR_NOT_AVAILABLE),
+            }
+        }
+        let pid = self.pid_block.0;
+        self.pid_block.0 += 1;
+        ResponseKind::InitProducerId(
+            InitProducerIdResponse::default()
+                .with_producer_id(ProducerId(pid))
+                .with_producer_epoch(0),
+        )
     }
 
     fn token(&mut self) -> Token {
@@ -873,30 +1057,45 @@ impl CoordinatorThread {
     }
 
     fn start_job(&mut self, job: MarkerJob, now: i64) {
-        // The offsets "partition" lives here: settle the group's pending offsets directly.
+        // A group coordinated here settles its pending offsets directly; a group coordinated
+        // elsewhere gets the marker on its `__consumer_offsets` partition, as in Kafka (its
+        // coordinator completes the producer's offsets there).
+        let mut group_partitions = std::collections::BTreeSet::new();
         for g in &job.groups {
-            self.groups
-                .complete_txn(g, job.producer_id, job.commit, now);
+            if self.group_is_local(g) {
+                self.groups
+                    .complete_txn(g, job.producer_id, job.commit, now);
+            } else {
+                group_partitions.insert(partition_for(g, self.led_now.offsets.partitions));
+            }
         }
-        if job.partitions.is_empty() {
+        if job.partitions.is_empty() && group_partitions.is_empty() {
             self.done_locally.push(job);
             return;
         }
+        let coordinator_epoch = self.txn_coordinator_epoch(&job.transactional_id);
         let markers: Vec<TxnMarker> = job
             .partitions
             .iter()
+            .cloned()
+            .chain(
+                group_partitions
+                    .into_iter()
+                    .map(|p| (OFFSETS_TOPIC.to_string(), p)),
+            )
             .map(|(topic, partition)| TxnMarker {
-                topic: topic.clone(),
-                partition: *partition,
+                topic,
+                partition,
                 producer_id: job.producer_id,
                 producer_epoch: job.producer_epoch,
-                coordinator_epoch: self.coordinator_epoch,
+                coordinator_epoch,
                 commit: job.commit,
             })
             .collect();
         let done = MarkersDone {
             job: job.clone(),
             tx: self.self_tx.clone(),
+            generation: self.generation,
         };
         if let Err(e) = self.markers.write_markers(markers, done) {
             tracing::warn!(
@@ -1250,57 +1449,33 @@ impl CoordinatorThread {
         )
     }
 
+    /// FindCoordinator with local files: this node coordinates every key.
     fn find_coordinator(&mut self, r: &FindCoordinatorRequest, version: i16) -> ResponseKind {
-        let host = self.host.clone();
-        self.find_coordinator_at(r, version, self.node_id, &host, self.port)
+        let here = (self.node_id, self.host.clone(), self.port);
+        find_coordinator_response(r, version, |_| Ok(here.clone()))
     }
 
-    /// FindCoordinator naming broker `node_id` at `host:port`.
+    /// FindCoordinator naming, per key, the leader of its coordinator partition.
     fn find_coordinator_at(
         &self,
+        seat: &dyn CoordinatorSeat,
         r: &FindCoordinatorRequest,
         version: i16,
-        node_id: i32,
-        host: &str,
-        port: i32,
     ) -> ResponseKind {
-        let answer = |key: &StrBytes| -> (i16, Option<StrBytes>) {
-            if r.key_type != 0 && r.key_type != 1 {
-                return (
-                    codes::INVALID_REQUEST,
-                    Some(s("unknown coordinator key type")),
-                );
-            }
-            if r.key_type == 1 && key.is_empty() {
-                return (codes::INVALID_REQUEST, Some(s("empty transactional id")));
-            }
-            (codes::NONE, None)
-        };
-        let mut resp = FindCoordinatorResponse::default();
-        if version >= 4 {
-            resp.coordinators = r
-                .coordinator_keys
-                .iter()
-                .map(|k| {
-                    let (code, msg) = answer(k);
-                    Coordinator::default()
-                        .with_key(k.clone())
-                        .with_node_id(BrokerId(if code == 0 { node_id } else { -1 }))
-                        .with_host(if code == 0 { s(host) } else { s("") })
-                        .with_port(if code == 0 { port } else { -1 })
-                        .with_error_code(code)
-                        .with_error_message(msg)
-                })
-                .collect();
+        let log = if r.key_type == 1 {
+            CoordinatorLog::Transactions
         } else {
-            let (code, msg) = answer(&r.key);
-            resp.error_code = code;
-            resp.error_message = msg;
-            resp.node_id = BrokerId(if code == 0 { node_id } else { -1 });
-            resp.host = if code == 0 { s(host) } else { s("") };
-            resp.port = if code == 0 { port } else { -1 };
-        }
-        ResponseKind::FindCoordinator(resp)
+            CoordinatorLog::Offsets
+        };
+        find_coordinator_response(r, version, |key| match seat.locate(log, key) {
+            Located::Here => Ok((self.node_id, self.host.clone(), self.port)),
+            Located::Elsewhere {
+                node_id,
+                host,
+                port,
+            } => Ok((node_id, host, port)),
+            Located::Unknown => Err(codes::COORDINATOR_NOT_AVAILABLE),
+        })
     }
 
     fn leave_group(
@@ -1741,6 +1916,101 @@ impl CoordinatorThread {
 
 /// Old clients do not know PRODUCER_FENCED; Kafka answers INVALID_PRODUCER_EPOCH below
 /// `first_version_with_fenced`.
+/// A FindCoordinator answer with each key's coordinator from `locate` (node, host, port) or
+/// its error.
+fn find_coordinator_response(
+    r: &FindCoordinatorRequest,
+    version: i16,
+    locate: impl Fn(&str) -> Result<(i32, String, i32), i16>,
+) -> ResponseKind {
+    let answer = |key: &StrBytes| -> Result<(i32, String, i32), (i16, Option<StrBytes>)> {
+        if r.key_type != 0 && r.key_type != 1 {
+            return Err((
+                codes::INVALID_REQUEST,
+                Some(s("unknown coordinator key type")),
+            ));
+        }
+        if r.key_type == 1 && key.is_empty() {
+            return Err((codes::INVALID_REQUEST, Some(s("empty transactional id"))));
+        }
+        locate(key).map_err(|code| (code, None))
+    };
+    let mut resp = FindCoordinatorResponse::default();
+    if version >= 4 {
+        resp.coordinators = r
+            .coordinator_keys
+            .iter()
+            .map(|k| match answer(k) {
+                Ok((node_id, host, port)) => Coordinator::default()
+                    .with_key(k.clone())
+                    .with_node_id(BrokerId(node_id))
+                    .with_host(s(&host))
+                    .with_port(port),
+                Err((code, msg)) => Coordinator::default()
+                    .with_key(k.clone())
+                    .with_node_id(BrokerId(-1))
+                    .with_host(s(""))
+                    .with_port(-1)
+                    .with_error_code(code)
+                    .with_error_message(msg),
+            })
+            .collect();
+    } else {
+        match answer(&r.key) {
+            Ok((node_id, host, port)) => {
+                resp.node_id = BrokerId(node_id);
+                resp.host = s(&host);
+                resp.port = port;
+            }
+            Err((code, msg)) => {
+                resp.error_code = code;
+                resp.error_message = msg;
+                resp.node_id = BrokerId(-1);
+                resp.host = s("");
+                resp.port = -1;
+            }
+        }
+    }
+    ResponseKind::FindCoordinator(resp)
+}
+
+/// The group and transactional ids a coordinator request names, with the log coordinating
+/// each (FindCoordinator, ListGroups, ListTransactions and an idempotent InitProducerId name
+/// none).
+fn request_keys(req: &RequestKind, version: i16) -> Vec<(CoordinatorLog, String)> {
+    let g = |id: &str| (CoordinatorLog::Offsets, id.to_string());
+    let t = |id: &str| (CoordinatorLog::Transactions, id.to_string());
+    match req {
+        RequestKind::JoinGroup(r) => vec![g(&r.group_id)],
+        RequestKind::SyncGroup(r) => vec![g(&r.group_id)],
+        RequestKind::Heartbeat(r) => vec![g(&r.group_id)],
+        RequestKind::LeaveGroup(r) => vec![g(&r.group_id)],
+        RequestKind::OffsetCommit(r) => vec![g(&r.group_id)],
+        RequestKind::OffsetDelete(r) => vec![g(&r.group_id)],
+        RequestKind::TxnOffsetCommit(r) => vec![g(&r.group_id)],
+        RequestKind::OffsetFetch(r) if version >= 8 => {
+            r.groups.iter().map(|x| g(&x.group_id)).collect()
+        }
+        RequestKind::OffsetFetch(r) => vec![g(&r.group_id)],
+        RequestKind::DescribeGroups(r) => r.groups.iter().map(|x| g(x)).collect(),
+        RequestKind::DeleteGroups(r) => r.groups_names.iter().map(|x| g(x)).collect(),
+        RequestKind::ConsumerGroupHeartbeat(r) => vec![g(&r.group_id)],
+        RequestKind::ConsumerGroupDescribe(r) => r.group_ids.iter().map(|x| g(x)).collect(),
+        RequestKind::InitProducerId(r) => r.transactional_id.iter().map(|x| t(x)).collect(),
+        RequestKind::AddPartitionsToTxn(r) if version >= 4 => r
+            .transactions
+            .iter()
+            .map(|x| t(&x.transactional_id))
+            .collect(),
+        RequestKind::AddPartitionsToTxn(r) => vec![t(&r.v3_and_below_transactional_id)],
+        RequestKind::AddOffsetsToTxn(r) => vec![t(&r.transactional_id)],
+        RequestKind::EndTxn(r) => vec![t(&r.transactional_id)],
+        RequestKind::DescribeTransactions(r) => r.transactional_ids.iter().map(|x| t(x)).collect(),
+        RequestKind::WriteTxnMarkers(_) => Vec::new(),
+        _ => Vec::new(),
+    }
+}
+
 fn fenced(code: i16, version: i16, first_version_with_fenced: i16) -> i16 {
     if code == codes::PRODUCER_FENCED && version < first_version_with_fenced {
         codes::INVALID_PRODUCER_EPOCH
@@ -2431,13 +2701,137 @@ mod tests {
         svc.shutdown();
     }
 
-    /// The quorum as the coordinator thread sees it: a seat the test moves, and a log that
-    /// applies every committed coordinator record (a one-voter quorum's applied copy).
+    /// The node as the coordinator thread sees it: the partitions the test hands it (held in
+    /// memory, each append fenced by the partition's current leader epoch as the engine
+    /// does, base offsets stamped), where other keys are, an older version's Raft-log
+    /// coordinator state, and the quorum's producer-id blocks.
+    #[derive(Default)]
     struct TestSeat {
-        seat: Mutex<Seat>,
-        logs: Arc<Mutex<CoordinatorLogs>>,
+        led: Mutex<Led>,
+        elsewhere: Mutex<Option<(i32, String, i32)>>,
+        readable: Mutex<bool>,
+        parts: Arc<MemPartitions>,
+        legacy: Mutex<CoordinatorLogs>,
+        quorum: Mutex<CoordinatorLogs>,
     }
 
+    type Key = (CoordinatorLog, i32);
+
+    #[derive(Default)]
+    struct MemPartitions {
+        logs: Mutex<std::collections::BTreeMap<Key, (Vec<u8>, i64)>>,
+        epochs: Mutex<std::collections::BTreeMap<Key, i32>>,
+    }
+
+    impl PartitionWriter for MemPartitions {
+        fn append(
+            &self,
+            log: CoordinatorLog,
+            partition: i32,
+            leader_epoch: i32,
+            mut batches: Vec<u8>,
+        ) -> std::io::Result<()> {
+            let key = (log, partition);
+            if self.epochs.lock().unwrap().get(&key) != Some(&leader_epoch) {
+                return Err(std::io::Error::other("fenced"));
+            }
+            let mut logs = self.logs.lock().unwrap();
+            let (bytes, end) = logs.entry(key).or_default();
+            let headers: Vec<_> = kmirror_log::batch::BatchIter::headers(&batches)
+                .map(|r| r.unwrap())
+                .map(|(h, start, _)| (start, h.last_offset_delta()))
+                .collect();
+            for (start, delta) in headers {
+                batches[start..start + 8].copy_from_slice(&end.to_be_bytes());
+                *end += i64::from(delta) + 1;
+            }
+            bytes.extend_from_slice(&batches);
+            Ok(())
+        }
+    }
+
+    impl TestSeat {
+        /// Leads every partition of both topics (4 each) in `epoch`.
+        fn lead_all(&self, epoch: i32) {
+            let all = |log| Loaded {
+                partitions: 4,
+                epochs: (0..4)
+                    .map(|p| {
+                        self.parts.epochs.lock().unwrap().insert((log, p), epoch);
+                        (p, epoch)
+                    })
+                    .collect(),
+            };
+            *self.led.lock().unwrap() = Led {
+                offsets: all(CoordinatorLog::Offsets),
+                txns: all(CoordinatorLog::Transactions),
+            };
+        }
+
+        fn lead_none(&self, elsewhere: (i32, &str, i32)) {
+            let none = Loaded {
+                partitions: 4,
+                epochs: Default::default(),
+            };
+            *self.led.lock().unwrap() = Led {
+                offsets: none.clone(),
+                txns: none,
+            };
+            *self.elsewhere.lock().unwrap() =
+                Some((elsewhere.0, elsewhere.1.to_string(), elsewhere.2));
+        }
+
+        fn records(&self, log: CoordinatorLog, key: &str) -> usize {
+            let p = partition_for(key, 4);
+            let logs = self.parts.logs.lock().unwrap();
+            logs.get(&(log, p)).map_or(0, |(b, _)| {
+                kmirror_control::coordinator_batch::decode(b).unwrap().len()
+            })
+        }
+    }
+
+    impl CoordinatorSeat for TestSeat {
+        fn led(&self) -> Option<Led> {
+            Some(self.led.lock().unwrap().clone())
+        }
+        fn locate(&self, log: CoordinatorLog, key: &str) -> Located {
+            let led = self.led.lock().unwrap().clone();
+            if led.of(log).epochs.contains_key(&partition_for(key, 4)) {
+                return Located::Here;
+            }
+            match self.elsewhere.lock().unwrap().clone() {
+                Some((node_id, host, port)) => Located::Elsewhere {
+                    node_id,
+                    host,
+                    port,
+                },
+                None => Located::Unknown,
+            }
+        }
+        fn read(
+            &self,
+            log: CoordinatorLog,
+            partition: i32,
+            _: i32,
+        ) -> std::io::Result<(Vec<u8>, i64)> {
+            if !*self.readable.lock().unwrap() {
+                return Err(std::io::Error::other("not open yet"));
+            }
+            let logs = self.parts.logs.lock().unwrap();
+            Ok(logs.get(&(log, partition)).cloned().unwrap_or_default())
+        }
+        fn writer(&self) -> Arc<dyn PartitionWriter> {
+            self.parts.clone()
+        }
+        fn legacy_logs(&self) -> Option<CoordinatorLogs> {
+            Some(self.legacy.lock().unwrap().clone())
+        }
+        fn allocate_producer_ids(&self, count: u32) -> Option<(i64, i64)> {
+            Some(self.quorum.lock().unwrap().allocate_producer_ids(count))
+        }
+    }
+
+    /// Commits coordinator records into a [`CoordinatorLogs`] (an older version's Raft log).
     struct LogCommitter(Arc<Mutex<CoordinatorLogs>>);
 
     impl Committer for LogCommitter {
@@ -2446,21 +2840,6 @@ mod tests {
                 self.0.lock().unwrap().apply(log, &op);
             }
             Ok(())
-        }
-    }
-
-    impl CoordinatorSeat for TestSeat {
-        fn seat(&self) -> Seat {
-            self.seat.lock().unwrap().clone()
-        }
-        fn logs(&self) -> Option<CoordinatorLogs> {
-            Some(self.logs.lock().unwrap().clone())
-        }
-        fn committer(&self) -> Arc<dyn Committer> {
-            Arc::new(LogCommitter(self.logs.clone()))
-        }
-        fn allocate_producer_ids(&self, count: u32) -> Option<(i64, i64)> {
-            Some(self.logs.lock().unwrap().allocate_producer_ids(count))
         }
     }
 
@@ -2483,16 +2862,40 @@ mod tests {
     }
 
     #[test]
-    fn in_a_cluster_only_the_quorum_leader_coordinates_and_a_new_one_loads_the_replicated_log() {
+    fn each_coordinator_runs_on_its_partitions_leader_and_loads_them_with_the_old_raft_state_moved_once(
+    ) {
+        // An older version's coordinator state on the Raft log: group "old" committed 5.
+        let raft = Arc::new(Mutex::new(CoordinatorLogs::default()));
+        let mut old = GroupCoordinator::open_replicated(
+            &[],
+            Arc::new(LogCommitter(raft.clone())),
+            1,
+            GroupConfig::default(),
+            now_ms(),
+        )
+        .unwrap();
+        let ctx = CommitContext {
+            group_id: "old".into(),
+            generation_id: -1,
+            api_version: 8,
+            ..Default::default()
+        };
+        let offsets = vec![OffsetToCommit {
+            topic: "t".into(),
+            partition: 0,
+            offset: 5,
+            leader_epoch: -1,
+            metadata: None,
+        }];
+        old.commit_offsets(&ctx, &offsets, now_ms()).unwrap();
+        old.flush().unwrap();
+        assert!(!raft.lock().unwrap().offsets.is_empty());
         let seat = Arc::new(TestSeat {
-            seat: Mutex::new(Seat::Elsewhere {
-                node_id: 2,
-                host: "node2".into(),
-                port: 9093,
-            }),
-            logs: Arc::default(),
+            legacy: Mutex::new(raft.lock().unwrap().clone()),
+            readable: Mutex::new(true),
+            ..Default::default()
         });
-        let set = |s: Seat| *seat.seat.lock().unwrap() = s;
+        seat.lead_none((2, "node2", 9093));
         let svc = GroupsService::start_clustered(
             seat.clone(),
             7,
@@ -2535,21 +2938,25 @@ mod tests {
             kmirror_control::replicated::PRODUCER_ID_BLOCKS_START
         );
         assert_eq!(b.producer_id.0, a.producer_id.0 + 1);
-        // The new leader still applying its log: COORDINATOR_LOAD_IN_PROGRESS.
-        set(Seat::Loading);
+        // Led but not readable yet: COORDINATOR_LOAD_IN_PROGRESS.
+        *seat.readable.lock().unwrap() = false;
+        seat.lead_all(3);
         let r = commit(&svc, "grp", 10);
         assert_eq!(
             r.topics[0].partitions[0].error_code,
             codes::COORDINATOR_LOAD_IN_PROGRESS
         );
-        // Here: records go to the replicated log only.
-        set(Seat::Here { term: 5 });
+        // Loaded: the old state moved into its partition once, new records go to theirs.
+        *seat.readable.lock().unwrap() = true;
         let r = commit(&svc, "grp", 42);
         assert_eq!(r.topics[0].partitions[0].error_code, 0);
+        assert_eq!(seat.records(CoordinatorLog::Offsets, "old"), 1);
+        assert_eq!(fetch_offset(&svc, "old"), (0, 5));
+        assert!(seat.records(CoordinatorLog::Offsets, "grp") >= 1);
         let first = init_pid(&svc, Some("tx"));
         assert_eq!((first.error_code, first.producer_epoch), (0, 0));
-        assert!(!seat.logs.lock().unwrap().offsets.is_empty());
-        assert!(!seat.logs.lock().unwrap().transactions.is_empty());
+        assert!(first.producer_id.0 >= kmirror_control::replicated::PRODUCER_ID_BLOCKS_START);
+        assert_eq!(seat.records(CoordinatorLog::Transactions, "tx"), 1);
         let ResponseKind::FindCoordinator(r) = call(
             &svc,
             ApiKey::FindCoordinator,
@@ -2559,12 +2966,17 @@ mod tests {
             panic!()
         };
         assert_eq!(r.coordinators[0].node_id.0, 7);
-        // The seat moves away and back (a later term): the state comes from the log.
-        set(Seat::Elsewhere {
-            node_id: 3,
-            host: "node3".into(),
-            port: 9094,
-        });
+        // Another node took the partitions: this coordinator's write is fenced, and it
+        // loads again once it leads them in the new epoch.
+        seat.parts
+            .epochs
+            .lock()
+            .unwrap()
+            .values_mut()
+            .for_each(|e| *e = 4);
+        let r = commit(&svc, "grp", 43);
+        assert_ne!(r.topics[0].partitions[0].error_code, 0);
+        seat.lead_none((3, "node3", 9094));
         assert_eq!(fetch_offset(&svc, "grp").0, codes::NOT_COORDINATOR);
         let ResponseKind::ListGroups(r) = call(
             &svc,
@@ -2575,8 +2987,14 @@ mod tests {
             panic!()
         };
         assert_eq!((r.error_code, r.groups.len()), (0, 0));
-        set(Seat::Here { term: 7 });
+        seat.lead_all(5);
         assert_eq!(fetch_offset(&svc, "grp"), (0, 42));
+        assert_eq!(fetch_offset(&svc, "old"), (0, 5));
+        assert_eq!(
+            seat.records(CoordinatorLog::Offsets, "old"),
+            1,
+            "the old state is moved once"
+        );
         let again = init_pid(&svc, Some("tx"));
         assert_eq!(
             (again.error_code, again.producer_id, again.producer_epoch),

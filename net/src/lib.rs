@@ -27,6 +27,7 @@ pub mod acl;
 pub mod authz;
 pub mod broker;
 pub mod cluster;
+pub mod coordinator_partitions;
 pub mod errors;
 pub mod features;
 pub mod fetch_encode;
@@ -273,8 +274,14 @@ pub fn start_with(
         inter_broker.clone(),
     ));
     let txn_cfg = kmirror_control::txn::TxnConfig::default();
-    // The coordinators follow the quorum leader, their logs on the Raft log.
-    let seat = groups::QuorumSeat::new(cluster.clone(), cfg.node_id, endpoints[0].name.clone());
+    // Each coordinator runs on the leader of its `__consumer_offsets` /
+    // `__transaction_state` partition, its records in that partition.
+    let seat = coordinator_partitions::PartitionSeat::new(
+        cluster.clone(),
+        router_cell.clone(),
+        cfg.node_id,
+        endpoints[0].name.clone(),
+    );
     let groups = groups::GroupsService::start_clustered(
         Arc::new(seat),
         cfg.node_id,

@@ -64,6 +64,21 @@ pub async fn write_txn_markers(
                     Some(code) => code,
                     None => match ctx.cluster().role(&meta, &tp) {
                         None => kafka_protocol::ResponseError::UnknownTopicOrPartition.code(),
+                        // The group coordinator of that partition settles the producer's
+                        // pending offsets (Kafka's coordinator replays the marker).
+                        Some(Role::Leader { .. }) if tp.topic == crate::groups::OFFSETS_TOPIC => {
+                            match ctx.groups() {
+                                Some(g) => {
+                                    g.group_markers(
+                                        tp.partition,
+                                        m.producer_id.0,
+                                        m.transaction_result,
+                                    )
+                                    .await
+                                }
+                                None => kafka_protocol::ResponseError::NotLeaderOrFollower.code(),
+                            }
+                        }
                         Some(Role::Leader { .. }) => {
                             let kind = if m.transaction_result {
                                 ControlKind::Commit

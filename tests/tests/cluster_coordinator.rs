@@ -3,13 +3,18 @@
 //!
 //! A Java consumer group (classic protocol, synchronous commits) consumes 20 records and
 //! stops; a Java transactional producer commits two transactions and leaves a third one open.
-//! Then the node that coordinates (the quorum leader) is SIGKILLed. On the new coordinator:
+//! Then the node that coordinates both (the leader of their `__consumer_offsets` and
+//! `__transaction_state` partitions) is SIGKILLed. On the new coordinator:
 //! - the group's committed offset is still 20, and the restarted member resumes from it:
 //!   it receives exactly the 5 records produced after the kill, nothing re-delivered;
 //! - a new producer with the same `transactional.id` initializes (fencing the old one and
 //!   aborting its open transaction) and commits;
 //! - a read_committed reader sees every committed transaction's records and none of the
 //!   open one's: the open transaction ended aborted, never both.
+//!
+//! Before that, on the same cluster (issue 20): FindCoordinator for 30 groups names more than
+//! one node, each group commits through its coordinator, and Kafka's `OffsetsMessageFormatter`
+//! prints every commit from `__consumer_offsets` ([`offsets_scenario`]).
 //!
 //! The data partitions are led by other nodes than the coordinator: this test is about the
 //! coordinator state, not the replication data path. The same scenario runs on a three-node
@@ -70,26 +75,20 @@ impl Cluster {
             .join(",")
     }
 
-    /// The node (1-based id) whose log says it loaded the coordinators last, once every
-    /// live node agrees nobody loaded them later.
-    fn coordinator(&self, after: usize) -> usize {
-        proc::wait_for(T, "a coordinator loaded", || {
-            self.nodes
-                .iter()
-                .enumerate()
-                .filter_map(|(i, n)| Some((i, n.as_ref()?)))
-                .find(|(_, n)| {
-                    let log = std::fs::read_to_string(n.log_path()).unwrap_or_default();
-                    log.matches("coordinators loaded from the replicated log")
-                        .count()
-                        > 0
-                        && !log[log
-                            .rfind("coordinators loaded from the replicated log")
-                            .unwrap()..]
-                            .contains("coordinators unloaded")
-                })
-                .map(|(i, _)| i + 1)
-                .filter(|id| *id != after)
+    /// The metadata quorum's leader (1-based id), once every live node names the same one
+    /// and it is not `after` (a node just killed).
+    fn quorum_leader(&self, after: usize) -> usize {
+        proc::wait_for(T, "a quorum leader every node agrees on", || {
+            let mut named = self.nodes.iter().flatten().map(|n| {
+                let mut c = WireClient::connect(&n.addr()).ok()?;
+                let (leader, _) = c.quorum_leader().ok()?;
+                usize::try_from(leader).ok().filter(|l| *l >= 1)
+            });
+            let first = named.next()??;
+            named
+                .all(|l| l == Some(first))
+                .then_some(first)
+                .filter(|l| *l != after)
         })
     }
 }
@@ -220,8 +219,8 @@ fn scenario(nodes: &mut dyn Nodes) {
         (old.count("OPEN") == 1).then_some(())
     });
     assert_eq!(old.count("COMMITTED "), 3, "{:?}", old.lines());
-    // The group's offsets are on the quorum: every record of both topics acknowledged so far
-    // must survive the coordinator's loss.
+    // The group's offsets and the transactions are on their replicated internal partitions:
+    // every record of both topics acknowledged so far must survive the coordinator's loss.
 
     // SIGKILL the coordinator's node.
     nodes.kill(coord);
@@ -285,21 +284,24 @@ fn scenario(nodes: &mut dyn Nodes) {
     );
 }
 
+/// Both scenarios share one cluster (the offsets one first: the other kills a node).
 #[test]
-fn group_offsets_and_transactions_survive_the_loss_of_the_coordinator_node() {
+fn groups_spread_over_the_nodes_and_survive_the_loss_of_their_coordinator() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut cluster = Cluster::start();
-    cluster.coordinator(0);
+    cluster.quorum_leader(0);
+    offsets_scenario(&cluster.bootstrap());
     scenario(&mut cluster);
 }
 
 #[test]
-fn the_coordinator_scenario_holds_on_apache_kafka() {
+fn the_coordinator_scenarios_hold_on_apache_kafka() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut kafka = KafkaCluster::start_with(KafkaOptions {
         netns: false,
         ..KafkaCluster::three_replicated_options()
     });
+    offsets_scenario(&kafka.bootstrap());
     scenario(&mut kafka);
 }
 
@@ -314,7 +316,7 @@ fn scram_credentials_and_quotas_are_replicated_to_every_node() {
     use kmirror_tests::sasl;
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut cluster = Cluster::start();
-    let leader = cluster.coordinator(0);
+    let leader = cluster.quorum_leader(0);
     let addr = |c: &Cluster, i: usize| c.nodes[i].as_ref().unwrap().addr();
     let sb = |s: &str| StrBytes::from_string(s.to_string());
     // Through a node that does not lead: the change is proposed to the leader.
@@ -376,8 +378,120 @@ fn scram_credentials_and_quotas_are_replicated_to_every_node() {
     }
     cluster.nodes[leader - 1].as_mut().unwrap().kill_now();
     cluster.nodes[leader - 1] = None;
-    cluster.coordinator(leader);
+    cluster.quorum_leader(leader);
     for i in (0..3).filter(|i| *i != leader - 1) {
         check(&cluster, i);
     }
+}
+
+/// Issue 20: groups are coordinated by every node (each by the leader of its
+/// `__consumer_offsets` partition), and their commits are records there that Kafka's own
+/// `OffsetsMessageFormatter` reads. FindCoordinator for 30 groups names more than one node;
+/// each group commits through its coordinator; `kafka-console-consumer --formatter
+/// org.apache.kafka.tools.consumer.OffsetsMessageFormatter` on `__consumer_offsets` prints
+/// every commit.
+fn offsets_scenario(boot: &str) {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        FindCoordinatorRequest, GroupId, OffsetCommitRequest, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let first = boot.split(',').next().unwrap().to_string();
+    proc::wait_for(T, "three brokers in Metadata", || {
+        let mut c = WireClient::connect(&first).ok()?;
+        (c.metadata(Some(&[])).ok()?.brokers.len() == 3).then_some(())
+    });
+    let topic = format!("spread-{}", proc::free_port());
+    let mut c = WireClient::connect(&first).unwrap();
+    assert_eq!(c.create_topic(&topic, 3, 3, &[]).unwrap(), 0);
+    let groups: Vec<String> = (0..30).map(|i| format!("spread-group-{i}")).collect();
+    let sb = |s: &str| StrBytes::from_string(s.to_string());
+    // (group, node id, host:port) once every group has a coordinator.
+    let coordinators = proc::wait_for(T, "a coordinator for every group", || {
+        let mut c = WireClient::connect(&first).ok()?;
+        let r = c
+            .send_at(
+                FindCoordinatorRequest::default()
+                    .with_key_type(0)
+                    .with_coordinator_keys(groups.iter().map(|g| sb(g)).collect()),
+                4,
+            )
+            .ok()?;
+        r.coordinators
+            .iter()
+            .map(|k| {
+                (k.error_code == 0).then(|| {
+                    (
+                        k.key.to_string(),
+                        k.node_id.0,
+                        format!("{}:{}", k.host, k.port),
+                    )
+                })
+            })
+            .collect::<Option<Vec<_>>>()
+    });
+    let nodes: std::collections::BTreeSet<i32> = coordinators.iter().map(|c| c.1).collect();
+    assert!(nodes.len() > 1, "30 groups all coordinated by {nodes:?}");
+    // Group i commits offset 100 + i on partition i % 3, through its coordinator.
+    for (i, (group, _, addr)) in coordinators.iter().enumerate() {
+        let offset = 100 + i as i64;
+        proc::wait_for(T, "an offset commit", || {
+            let mut c = WireClient::connect(addr).ok()?;
+            let r = c
+                .send_at(
+                    OffsetCommitRequest::default()
+                        .with_group_id(GroupId(sb(group)))
+                        .with_generation_id_or_member_epoch(-1)
+                        .with_topics(vec![OffsetCommitRequestTopic::default()
+                            .with_name(TopicName(sb(&topic)))
+                            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                                .with_partition_index(i as i32 % 3)
+                                .with_committed_offset(offset)])]),
+                    8,
+                )
+                .ok()?;
+            (r.topics[0].partitions[0].error_code == 0).then_some(())
+        });
+    }
+    // Kafka's formatter prints each OffsetCommit record as
+    // {"key":{"type":1,"data":{"group":"g","topic":"t","partition":0}},"value":{..."offset":5,...}}.
+    let printed = proc::wait_for(T, "every commit printed by OffsetsMessageFormatter", || {
+        let ran = java::run_tool(
+            java::tools::CONSOLE_CONSUMER,
+            &[
+                "--bootstrap-server",
+                boot,
+                "--topic",
+                "__consumer_offsets",
+                "--from-beginning",
+                "--formatter",
+                "org.apache.kafka.tools.consumer.OffsetsMessageFormatter",
+                "--consumer-property",
+                "exclude.internal.topics=false",
+                "--timeout-ms",
+                "15000",
+            ],
+            T,
+        );
+        // Kafka 4.1's formatter ends a record without a newline: split on the records.
+        let commits: std::collections::BTreeSet<(String, i64)> = ran
+            .stdout
+            .split("{\"key\":")
+            .filter(|l| l.contains(&format!("\"topic\":\"{topic}\"")))
+            .filter_map(|l| {
+                let group = l.split("\"group\":\"").nth(1)?.split('"').next()?;
+                let offset = l.split("\"offset\":").nth(1)?.split([',', '}']).next()?;
+                Some((group.to_string(), offset.parse().ok()?))
+            })
+            .collect();
+        (commits.len() == groups.len()).then_some(commits)
+    });
+    let expected: std::collections::BTreeSet<(String, i64)> = coordinators
+        .iter()
+        .enumerate()
+        .map(|(i, (g, _, _))| (g.clone(), 100 + i as i64))
+        .collect();
+    assert_eq!(printed, expected);
 }

@@ -703,6 +703,37 @@ impl GroupCoordinator {
         )
     }
 
+    /// The coordinator of the `__consumer_offsets` partitions this node leads (`loaded`):
+    /// restores from their records and writes each record to its group's partition through
+    /// `writer`.
+    pub fn open_partitioned(
+        records: &[Vec<u8>],
+        writer: std::sync::Arc<dyn crate::replicated::PartitionWriter>,
+        loaded: crate::replicated::Loaded,
+        cfg: GroupConfig,
+        now_ms: i64,
+    ) -> Result<GroupCoordinator, StoreError> {
+        let log = crate::replicated::CoordinatorLog::Offsets;
+        let file = RecordFile::partitioned(log, loaded, records, writer);
+        let path = Path::new("<partitions>/__consumer_offsets");
+        Self::restore(file, records, path, cfg, now_ms)
+    }
+
+    /// Every record of the live state (what a compaction keeps), in Kafka's format: to move
+    /// this coordinator's state into another store.
+    pub fn live_payloads(&self) -> Vec<Vec<u8>> {
+        self.live_records()
+    }
+
+    /// The groups holding offsets of producer `producer_id`'s open transaction.
+    pub fn groups_in_txn(&self, producer_id: i64) -> Vec<String> {
+        self.groups
+            .values()
+            .filter(|g| g.txn_offsets.contains_key(&producer_id))
+            .map(|g| g.id.clone())
+            .collect()
+    }
+
     /// Whether a replicated write failed: this coordinator must be reopened (see
     /// `offsets_log`); until then it answers nothing durable.
     pub fn is_fenced(&self) -> bool {

@@ -147,6 +147,11 @@ pub enum MetadataCommand {
         /// turns into a real topic.
         #[serde(default, skip_serializing_if = "Vec::is_empty")]
         assignments: Vec<Vec<i32>>,
+        /// The partitions' first leader epoch: the proposer's quorum term, so a transaction
+        /// coordinator's epoch (its partition's leader epoch) stays above the terms an older
+        /// version used as coordinator epoch, which producers' state on data partitions keeps.
+        #[serde(default)]
+        first_leader_epoch: i32,
     },
     /// A client's deletion: refused for a topic a mirror owns (deleting it would silently
     /// drop the DR copy).
@@ -361,6 +366,7 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             partitions,
             id,
             assignments,
+            ..
         } if assignments.is_empty() => {
             store.ensure_internal_topic_with_id(name, *partitions, *id)?;
             Outcome::Topic(
@@ -376,6 +382,7 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             partitions,
             id,
             assignments,
+            first_leader_epoch,
         } => {
             if let Some(t) = store.state().topics.get(name) {
                 return Ok(Outcome::Topic(t.clone()));
@@ -387,7 +394,7 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
                 )));
             }
             let placed = controller::new_partitions(store.state(), assignments)?;
-            Outcome::Topic(store.create_internal_topic(name, *id, placed)?)
+            Outcome::Topic(store.create_internal_topic(name, *id, placed, *first_leader_epoch)?)
         }
         C::DeleteTopic { name } => {
             refuse_mirror_topic(store, name)?;

@@ -130,6 +130,17 @@ pub struct TxnCoordinator {
     block_end: i64,
     file: RecordFile,
     write_error: Option<StoreError>,
+    /// Where producer-id blocks come from when they are not this log's own (coordinators on
+    /// several nodes must never hand out the same id: the metadata quorum allocates them).
+    pid_source: Option<Box<dyn ProducerIdSource>>,
+}
+
+/// Producer-id blocks from outside the coordinator (the metadata quorum's
+/// AllocateProducerIds, as Kafka's coordinators take them from the controller).
+pub trait ProducerIdSource: Send {
+    /// A fresh block `start..end` of about `count` ids, never handed out before; `None` when
+    /// none can be had now (the client is told COORDINATOR_NOT_AVAILABLE and retries).
+    fn allocate(&mut self, count: u32) -> Option<(i64, i64)>;
 }
 
 impl TxnCoordinator {
@@ -157,6 +168,27 @@ impl TxnCoordinator {
         let file = RecordFile::replicated(log, term, records, committer);
         let path = Path::new("<quorum>/__transaction_state");
         Self::restore(file, records, path, cfg)
+    }
+
+    /// The coordinator of the `__transaction_state` partitions this node leads (`loaded`):
+    /// restores from their records and writes through `writer`; producer ids come from
+    /// `pids`.
+    pub fn open_partitioned(
+        records: &[Vec<u8>],
+        writer: std::sync::Arc<dyn crate::replicated::PartitionWriter>,
+        loaded: crate::replicated::Loaded,
+        cfg: TxnConfig,
+        pids: Box<dyn ProducerIdSource>,
+    ) -> Result<(TxnCoordinator, Vec<MarkerJob>), StoreError> {
+        let log = crate::replicated::CoordinatorLog::Transactions;
+        let file = RecordFile::partitioned(log, loaded, records, writer);
+        let path = Path::new("<partitions>/__transaction_state");
+        let (mut c, jobs) = Self::restore(file, records, path, cfg)?;
+        c.pid_source = Some(pids);
+        // Ids below a block from the quorum are not this coordinator's to reuse.
+        c.next_pid = 0;
+        c.block_end = 0;
+        Ok((c, jobs))
     }
 
     /// Whether a replicated write failed: this coordinator must be reopened.
@@ -215,6 +247,7 @@ impl TxnCoordinator {
             block_end,
             file,
             write_error: None,
+            pid_source: None,
         };
         if payloads.len() > 2 * c.txns.len() + 1000 {
             c.compact()?;
@@ -253,6 +286,13 @@ impl TxnCoordinator {
 
     fn compact(&mut self) -> Result<(), StoreError> {
         self.file.sync()?;
+        let live = self.live_payloads();
+        self.file.rewrite(&live)
+    }
+
+    /// Every record of the live state (what a compaction keeps): to move this coordinator's
+    /// state into another store.
+    pub fn live_payloads(&self) -> Vec<Vec<u8>> {
         let mut live = vec![TxnRec::PidBlock {
             end: self.block_end,
         }
@@ -272,7 +312,7 @@ impl TxnCoordinator {
                 .encode(),
             );
         }
-        self.file.rewrite(&live)
+        live
     }
 
     /// Makes every change so far durable. Must succeed before replies are sent.
@@ -283,9 +323,19 @@ impl TxnCoordinator {
         self.file.sync()
     }
 
-    /// A fresh producer id, never handed out before (also across restarts once flushed).
-    pub fn allocate_producer_id(&mut self) -> i64 {
+    /// A fresh producer id, never handed out before (also across restarts once flushed);
+    /// `Err(COORDINATOR_NOT_AVAILABLE)` when an outside block is needed and none came.
+    pub fn allocate_producer_id(&mut self) -> Result<i64, i16> {
         if self.next_pid >= self.block_end {
+            if let Some(src) = self.pid_source.as_mut() {
+                let count = u32::try_from(self.cfg.pid_block_size).unwrap_or(1000);
+                let (start, end) = src.allocate(count).ok_or(COORDINATOR_NOT_AVAILABLE)?;
+                self.next_pid = start;
+                self.block_end = end;
+                let pid = self.next_pid;
+                self.next_pid += 1;
+                return Ok(pid);
+            }
             self.block_end = self.next_pid + self.cfg.pid_block_size;
             let rec = TxnRec::PidBlock {
                 end: self.block_end,
@@ -294,7 +344,7 @@ impl TxnCoordinator {
         }
         let pid = self.next_pid;
         self.next_pid += 1;
-        pid
+        Ok(pid)
     }
 
     /// InitProducerId. Returns `(pid, epoch)` or an error code, plus a marker job when an
@@ -308,7 +358,7 @@ impl TxnCoordinator {
         now_ms: i64,
     ) -> (Result<(i64, i16), i16>, Option<MarkerJob>) {
         let Some(id) = transactional_id else {
-            return (Ok((self.allocate_producer_id(), 0)), None);
+            return (self.allocate_producer_id().map(|pid| (pid, 0)), None);
         };
         if id.is_empty() {
             return (Err(INVALID_REQUEST), None);
@@ -317,7 +367,10 @@ impl TxnCoordinator {
             return (Err(INVALID_TRANSACTION_TIMEOUT), None);
         }
         if !self.txns.contains_key(id) {
-            let pid = self.allocate_producer_id();
+            let pid = match self.allocate_producer_id() {
+                Ok(pid) => pid,
+                Err(code) => return (Err(code), None),
+            };
             self.txns.insert(
                 id.to_string(),
                 TxnMeta {
@@ -359,7 +412,10 @@ impl TxnCoordinator {
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort => {
                 let exhausted = m.epoch >= i16::MAX - 1;
                 let new_pid = if exhausted {
-                    Some(self.allocate_producer_id())
+                    match self.allocate_producer_id() {
+                        Ok(pid) => Some(pid),
+                        Err(code) => return (Err(code), None),
+                    }
                 } else {
                     None
                 };

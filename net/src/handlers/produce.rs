@@ -143,7 +143,7 @@ pub(crate) fn min_insync_replicas(t: &kmirror_control::metadata::TopicMeta) -> u
 /// The ISR committed for partition `p` where this node leads it, as the metadata this node
 /// published holds it: an `acks=all` produce is decided by it even when the replication task
 /// has not applied it to the partition yet (see `Partition::sync_committed_isr`).
-fn committed_isr(
+pub(crate) fn committed_isr(
     t: &kmirror_control::metadata::TopicMeta,
     p: i32,
     node: i32,
