@@ -355,11 +355,15 @@ fn mirroring_resumes_after_sigkill_of_the_destination_without_operator_action() 
     log_equal(&aa, &ba, t, 0, end).unwrap_or_else(|e| panic!("after restarts: {e}"));
 }
 
+/// Commits as a client does: FindCoordinator first (which creates `__consumer_offsets` on
+/// first use, as on Kafka), then OffsetCommit, asked again while the coordinator loads.
 fn commit_offset(boot: &str, group: &str, topic: &str, offset: i64) {
     use kafka_protocol::messages::offset_commit_request::{
         OffsetCommitRequestPartition, OffsetCommitRequestTopic,
     };
-    use kafka_protocol::messages::{GroupId, OffsetCommitRequest, TopicName};
+    use kafka_protocol::messages::{
+        FindCoordinatorRequest, GroupId, OffsetCommitRequest, TopicName,
+    };
     use kafka_protocol::protocol::StrBytes;
     let req = OffsetCommitRequest::default()
         .with_group_id(GroupId(StrBytes::from_string(group.into())))
@@ -369,11 +373,25 @@ fn commit_offset(boot: &str, group: &str, topic: &str, offset: i64) {
             .with_partitions(vec![OffsetCommitRequestPartition::default()
                 .with_partition_index(0)
                 .with_committed_offset(offset)])]);
-    let r = WireClient::connect(boot)
-        .unwrap()
-        .send_at(req, 8)
-        .expect("OffsetCommit");
-    assert_eq!(r.topics[0].partitions[0].error_code, 0, "OffsetCommit");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut c = WireClient::connect(boot).unwrap();
+        let find = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.into()))
+            .with_key_type(0);
+        c.send_at(find, 3).expect("FindCoordinator");
+        let r = c.send_at(req.clone(), 8).expect("OffsetCommit");
+        let code = r.topics[0].partitions[0].error_code;
+        if code == 0 {
+            return;
+        }
+        // COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: retriable.
+        assert!(
+            matches!(code, 14..=16) && std::time::Instant::now() < deadline,
+            "OffsetCommit: {code}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 fn fetch_offset(boot: &str, group: &str, topic: &str) -> i64 {
