@@ -93,17 +93,22 @@ pub struct AuthzConfig {
 
 impl AuthzConfig {
     /// Parses Kafka's `super.users` form: principals separated by semicolons.
-    pub fn parse_super_users(s: &str) -> Result<Vec<String>, String> {
+    pub fn parse_super_users(s: &str) -> Result<Vec<String>, BadSuperUser> {
         s.split(';')
             .map(str::trim)
             .filter(|p| !p.is_empty())
             .map(|p| match p.split_once(':') {
                 Some((t, n)) if !t.is_empty() && !n.is_empty() => Ok(p.to_string()),
-                _ => Err(format!("super user \"{p}\" is not of the form Type:name")),
+                _ => Err(BadSuperUser(p.to_string())),
             })
             .collect()
     }
 }
+
+/// A `super.users` entry that is not a `Type:name` principal.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("super user \"{0}\" is not of the form Type:name")]
+pub struct BadSuperUser(pub String);
 
 /// An immutable view of every ACL, indexed by resource type.
 #[derive(Debug, Default, Clone)]

@@ -182,6 +182,9 @@ pub enum ScramError {
     Io(#[from] std::io::Error),
     #[error("SCRAM store {path} is corrupt: {reason}")]
     Corrupt { path: PathBuf, reason: String },
+    /// A stored credential row that does not decode (unknown mechanism, bad base64).
+    #[error("undecodable SCRAM credential of {user}: {reason}")]
+    BadRow { user: String, reason: String },
 }
 
 // Per-user results travel in the quorum's `Outcome` (Clone, PartialEq); an i/o error is
@@ -196,6 +199,10 @@ impl Clone for ScramError {
             ScramError::Io(e) => ScramError::Io(std::io::Error::new(e.kind(), e.to_string())),
             ScramError::Corrupt { path, reason } => ScramError::Corrupt {
                 path: path.clone(),
+                reason: reason.clone(),
+            },
+            ScramError::BadRow { user, reason } => ScramError::BadRow {
+                user: user.clone(),
                 reason: reason.clone(),
             },
         }
@@ -351,21 +358,23 @@ pub fn to_rows(creds: &Credentials) -> Vec<ScramRow> {
 }
 
 /// The credential set of `rows`; `Err` names what does not decode.
-pub fn from_rows(rows: Vec<ScramRow>) -> Result<Credentials, String> {
+pub fn from_rows(rows: Vec<ScramRow>) -> Result<Credentials, ScramError> {
     let mut creds = Credentials::new();
     for r in rows {
+        let bad = |reason: String| ScramError::BadRow {
+            user: r.user.clone(),
+            reason,
+        };
         let mech = ScramMechanism::from_name(&r.mechanism)
-            .ok_or_else(|| format!("unknown mechanism {}", r.mechanism))?;
-        let d = |s: &str| B64.decode(s).map_err(|e| e.to_string());
-        creds.entry(r.user).or_default().insert(
-            mech,
-            ScramCredential {
-                salt: d(&r.salt)?,
-                stored_key: d(&r.stored_key)?,
-                server_key: d(&r.server_key)?,
-                iterations: r.iterations,
-            },
-        );
+            .ok_or_else(|| bad(format!("unknown mechanism {}", r.mechanism)))?;
+        let d = |s: &str| B64.decode(s).map_err(|e| bad(e.to_string()));
+        let cred = ScramCredential {
+            salt: d(&r.salt)?,
+            stored_key: d(&r.stored_key)?,
+            server_key: d(&r.server_key)?,
+            iterations: r.iterations,
+        };
+        creds.entry(r.user).or_default().insert(mech, cred);
     }
     Ok(creds)
 }
@@ -396,7 +405,7 @@ impl ScramStore {
         } else {
             let rows: Vec<ScramRow> =
                 serde_json::from_slice(&data).map_err(|e| corrupt(e.to_string()))?;
-            from_rows(rows).map_err(corrupt)?
+            from_rows(rows).map_err(|e| corrupt(e.to_string()))?
         };
         Ok(ScramStore {
             file: Some(file),

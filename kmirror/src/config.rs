@@ -503,8 +503,8 @@ impl ServeConfig {
     /// The SASL settings of the broker.
     pub(crate) fn sasl_config(&self) -> Result<kmirror_net::sasl::SaslConfig, ConfigError> {
         use kmirror_net::sasl::{Mechanism, OAuthSettings, SaslConfig};
-        let mechanisms =
-            SaslConfig::parse_mechanisms(&self.sasl_mechanisms).map_err(ConfigError::Invalid)?;
+        let mechanisms = SaslConfig::parse_mechanisms(&self.sasl_mechanisms)
+            .map_err(|e| ConfigError::Invalid(e.to_string()))?;
         if mechanisms.contains(&Mechanism::OAuthBearer) && self.sasl_oauthbearer_jwks_file.is_none()
         {
             return Err(ConfigError::Invalid(

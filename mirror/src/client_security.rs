@@ -487,7 +487,7 @@ fn sasl_settings(props: &BTreeMap<String, String>) -> Result<SaslSettings, Secur
         },
     };
     let jaas = match get(keys::SASL_JAAS_CONFIG) {
-        Some(j) => parse_jaas(j).map_err(|r| bad(keys::SASL_JAAS_CONFIG, r))?,
+        Some(j) => parse_jaas(j).map_err(|r| bad(keys::SASL_JAAS_CONFIG, r.to_string()))?,
         None => BTreeMap::new(),
     };
     let credentials = if mechanism == SaslMechanism::OAuthBearer {
@@ -623,9 +623,20 @@ fn unescape(c: char) -> char {
     }
 }
 
+/// What is wrong with a `sasl.jaas.config` value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum JaasError {
+    #[error("expected '<LoginModule class> required key=\"value\" …;'")]
+    NoLoginModule,
+    #[error("option '{0}' has no '=value'")]
+    NoValue(String),
+    #[error("unterminated quote in option '{0}'")]
+    UnterminatedQuote(String),
+}
+
 /// Options of a one-entry JAAS configuration:
 /// `some.LoginModule required key="value" key2=value2;`.
-pub fn parse_jaas(s: &str) -> Result<BTreeMap<String, String>, String> {
+pub fn parse_jaas(s: &str) -> Result<BTreeMap<String, String>, JaasError> {
     let mut chars = s.trim().chars().peekable();
     let mut word = || -> String {
         while chars.peek().is_some_and(|c| c.is_whitespace()) {
@@ -646,7 +657,7 @@ pub fn parse_jaas(s: &str) -> Result<BTreeMap<String, String>, String> {
     if module.is_empty()
         || !["required", "requisite", "sufficient", "optional"].contains(&flag.as_str())
     {
-        return Err("expected '<LoginModule class> required key=\"value\" …;'".into());
+        return Err(JaasError::NoLoginModule);
     }
     let rest: String = chars.collect();
     let mut out = BTreeMap::new();
@@ -668,7 +679,7 @@ pub fn parse_jaas(s: &str) -> Result<BTreeMap<String, String>, String> {
             it.next();
         }
         if it.next() != Some('=') || key.is_empty() {
-            return Err(format!("option '{key}' has no '=value'"));
+            return Err(JaasError::NoValue(key));
         }
         let mut value = String::new();
         if it.peek() == Some(&'"') {
@@ -689,7 +700,7 @@ pub fn parse_jaas(s: &str) -> Result<BTreeMap<String, String>, String> {
                 }
             }
             if !closed {
-                return Err(format!("unterminated quote in option '{key}'"));
+                return Err(JaasError::UnterminatedQuote(key));
             }
         } else {
             while let Some(&c) = it.peek() {

@@ -83,7 +83,10 @@ pub enum NetError {
     #[error("SASL: {0}")]
     Sasl(#[from] sasl::SaslError),
     #[error("listener {listener}: {reason}")]
-    Tls { listener: String, reason: String },
+    Tls {
+        listener: String,
+        reason: tls::TlsError,
+    },
     #[error("metadata quorum: {0}")]
     Quorum(String),
 }

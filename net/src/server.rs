@@ -184,9 +184,9 @@ async fn tls_handshake(
     };
     let principal = match tls.get_ref().1.peer_certificates().and_then(|c| c.first()) {
         None => Principal::anonymous(),
-        Some(cert) => {
-            Principal::user(crate::tls::principal_name(cert.as_ref()).map_err(ConnError::Tls)?)
-        }
+        Some(cert) => Principal::user(
+            crate::tls::principal_name(cert.as_ref()).map_err(|e| ConnError::Tls(e.to_string()))?,
+        ),
     };
     Ok((tls, principal))
 }

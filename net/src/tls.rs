@@ -38,60 +38,84 @@ impl TlsFiles {
     }
 }
 
+/// What is wrong with a TLS listener's files, or a client's certificate.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    #[error("a TLS listener (SSL or SASL_SSL) needs tls_cert and tls_key (--tls-cert, --tls-key)")]
+    MissingFiles,
+    /// `what` is the setting (tls_cert, tls_key, tls_client_ca) naming `path`.
+    #[error("{what} {}: {reason}", path.display())]
+    File {
+        what: &'static str,
+        path: PathBuf,
+        reason: String,
+    },
+    #[error("TLS protocol versions: {0}")]
+    Versions(String),
+    #[error("tls_cert/tls_key do not make a usable identity: {0}")]
+    Identity(String),
+    #[error("unparsable client certificate: {0}")]
+    ClientCertificate(String),
+}
+
 /// Builds the rustls server configuration. Errors name the file and what is wrong with it.
-pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, String> {
+pub fn server_config(files: &TlsFiles) -> Result<Arc<rustls::ServerConfig>, TlsError> {
     let (Some(cert), Some(key)) = (&files.cert, &files.key) else {
-        return Err(
-            "a TLS listener (SSL or SASL_SSL) needs tls_cert and tls_key (--tls-cert, --tls-key)"
-                .into(),
-        );
+        return Err(TlsError::MissingFiles);
+    };
+    let file = |what, path: &Path, reason: String| TlsError::File {
+        what,
+        path: path.to_owned(),
+        reason,
     };
     let certs = read_certs(cert, "tls_cert")?;
     let key = PrivateKeyDer::from_pem_file(key)
-        .map_err(|e| format!("tls_key {}: no usable PEM private key ({e})", key.display()))?;
+        .map_err(|e| file("tls_key", key, format!("no usable PEM private key ({e})")))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let builder = rustls::ServerConfig::builder_with_provider(provider.clone())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(|e| format!("TLS protocol versions: {e}"))?;
+        .map_err(|e| TlsError::Versions(e.to_string()))?;
     let builder = match &files.client_ca {
         Some(ca) => {
             let mut roots = RootCertStore::empty();
             for c in read_certs(ca, "tls_client_ca")? {
                 roots
                     .add(c)
-                    .map_err(|e| format!("tls_client_ca {}: {e}", ca.display()))?;
+                    .map_err(|e| file("tls_client_ca", ca, e.to_string()))?;
             }
             let verifier = WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider)
                 .build()
-                .map_err(|e| format!("tls_client_ca {}: {e}", ca.display()))?;
+                .map_err(|e| file("tls_client_ca", ca, e.to_string()))?;
             builder.with_client_cert_verifier(verifier)
         }
         None => builder.with_no_client_auth(),
     };
     let cfg = builder
         .with_single_cert(certs, key)
-        .map_err(|e| format!("tls_cert/tls_key do not make a usable identity: {e}"))?;
+        .map_err(|e| TlsError::Identity(e.to_string()))?;
     Ok(Arc::new(cfg))
 }
 
-fn read_certs(path: &Path, key: &str) -> Result<Vec<CertificateDer<'static>>, String> {
+fn read_certs(path: &Path, what: &'static str) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let file = |reason: String| TlsError::File {
+        what,
+        path: path.to_owned(),
+        reason,
+    };
     let certs = CertificateDer::pem_file_iter(path)
         .and_then(|it| it.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("{key} {}: {e}", path.display()))?;
+        .map_err(|e| file(e.to_string()))?;
     if certs.is_empty() {
-        return Err(format!(
-            "{key} {}: no PEM certificate in the file",
-            path.display()
-        ));
+        return Err(file("no PEM certificate in the file".into()));
     }
     Ok(certs)
 }
 
 /// Kafka's principal name for a verified client certificate (DER): its subject DN per
 /// [`rfc2253`].
-pub fn principal_name(cert_der: &[u8]) -> Result<String, String> {
+pub fn principal_name(cert_der: &[u8]) -> Result<String, TlsError> {
     let (_, cert) = X509Certificate::from_der(cert_der)
-        .map_err(|e| format!("unparsable client certificate: {e}"))?;
+        .map_err(|e| TlsError::ClientCertificate(e.to_string()))?;
     Ok(rfc2253(cert.subject()))
 }
 

@@ -287,7 +287,7 @@ fn a_tls_listener_without_certificate_or_key_is_a_startup_error() {
         key: Some(dir.path().join("missing-key.pem")),
         client_ca: None,
     };
-    let e = kmirror_net::tls::server_config(&e).unwrap_err();
+    let e = kmirror_net::tls::server_config(&e).unwrap_err().to_string();
     assert!(e.contains("missing.pem"), "{e}");
 }
 

@@ -116,7 +116,10 @@ pub struct Server {
 }
 
 impl Server {
-    pub fn new(scram: Arc<ScramRegistry>, oauth: Option<OAuthValidator>) -> Result<Server, String> {
+    pub fn new(
+        scram: Arc<ScramRegistry>,
+        oauth: Option<OAuthValidator>,
+    ) -> Result<Server, super::SaslError> {
         // An explicit registry: features enabled elsewhere on the shared rsasl crate must not
         // add mechanisms (or their -PLUS variants, which change SCRAM's GS2 handling) here.
         static MECHANISMS: &[RsaslMechanism] = &[
@@ -131,7 +134,7 @@ impl Server {
                 scram,
                 oauth: oauth.map(Arc::new),
             })
-            .map_err(|e| format!("SASL server: {e}"))?;
+            .map_err(|e| super::SaslError::Config(format!("SASL server: {e}")))?;
         Ok(Server { config })
     }
 
@@ -435,7 +438,11 @@ pub struct OAuthValidator {
 }
 
 impl OAuthValidator {
-    pub fn load(jwks: &Path, settings: &OAuthSettings) -> Result<OAuthValidator, String> {
+    pub fn load(jwks: &Path, settings: &OAuthSettings) -> Result<OAuthValidator, super::SaslError> {
+        Self::load_keys(jwks, settings).map_err(super::SaslError::Config)
+    }
+
+    fn load_keys(jwks: &Path, settings: &OAuthSettings) -> Result<OAuthValidator, String> {
         let text = std::fs::read_to_string(jwks)
             .map_err(|e| format!("cannot read JWKS {}: {e}", jwks.display()))?;
         let set: JwkSet = serde_json::from_str(&text)

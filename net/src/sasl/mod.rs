@@ -51,6 +51,8 @@ pub enum SaslError {
     Scram(#[from] ScramError),
     #[error("SASL configuration: {0}")]
     Config(String),
+    #[error("unknown SASL mechanism \"{0}\" (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)")]
+    UnknownMechanism(String),
 }
 
 /// The broker's SASL settings.
@@ -78,14 +80,11 @@ impl Default for SaslConfig {
 
 impl SaslConfig {
     /// Parses `sasl_mechanisms` ("SCRAM-SHA-512,PLAIN").
-    pub fn parse_mechanisms(s: &str) -> Result<Vec<Mechanism>, String> {
+    pub fn parse_mechanisms(s: &str) -> Result<Vec<Mechanism>, SaslError> {
         let mut out = Vec::new();
         for name in s.split(',').map(str::trim).filter(|n| !n.is_empty()) {
-            let m = Mechanism::parse(name).ok_or_else(|| {
-                format!(
-                    "unknown SASL mechanism \"{name}\" (PLAIN, SCRAM-SHA-256, SCRAM-SHA-512, OAUTHBEARER)"
-                )
-            })?;
+            let m = Mechanism::parse(name)
+                .ok_or_else(|| SaslError::UnknownMechanism(name.to_owned()))?;
             if !out.contains(&m) {
                 out.push(m);
             }
@@ -113,11 +112,11 @@ impl Sasl {
                     "OAUTHBEARER needs sasl_oauthbearer_jwks_file".into(),
                 ));
             };
-            Some(OAuthValidator::load(jwks, &config.oauth).map_err(SaslError::Config)?)
+            Some(OAuthValidator::load(jwks, &config.oauth)?)
         } else {
             None
         };
-        let server = Server::new(scram.clone(), oauth).map_err(SaslError::Config)?;
+        let server = Server::new(scram.clone(), oauth)?;
         Ok(Sasl {
             config,
             scram,
