@@ -1,5 +1,5 @@
 //! Java tools from the Kafka 4.1.1 jars and our small Java client programs in
-//! `tests/java/src`, compiled once per test process with javac against the same classpath.
+//! `tests/java/src`, compiled with javac against the same classpath once per change of either.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -42,30 +42,52 @@ pub fn run_tool(main_class: &str, args: &[&str], timeout: Duration) -> Ran {
     proc::run_ok(tool(main_class).args(args), timeout)
 }
 
-/// Directory with our compiled test programs (compiled once per process).
+/// Directory with our compiled test programs. Compiled once per set of sources and
+/// classpath, not once per test process: the classes go to a directory named by their hash,
+/// written beside it and renamed into place, so concurrent processes never read a half-built
+/// one and the later ones reuse it.
 pub fn programs_dir() -> &'static PathBuf {
     static DIR: OnceLock<PathBuf> = OnceLock::new();
     DIR.get_or_init(|| {
+        use std::hash::{Hash, Hasher};
         let src = deps::workspace_root().join("tests/java/src");
-        let out = deps::target_dir()
-            .join("kmirror-tests-java")
-            .join(std::process::id().to_string());
-        std::fs::create_dir_all(&out).expect("javac output dir");
         let mut sources: Vec<PathBuf> = std::fs::read_dir(&src)
             .expect("tests/java/src")
             .filter_map(|e| e.ok().map(|e| e.path()))
             .filter(|p| p.extension().is_some_and(|x| x == "java"))
             .collect();
         sources.sort();
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        deps::kafka_classpath().hash(&mut h);
+        for s in &sources {
+            s.hash(&mut h);
+            std::fs::read(s).expect("java source").hash(&mut h);
+        }
+        let root = deps::target_dir().join("kmirror-tests-java");
+        let out = root.join(format!("{:016x}", h.finish()));
+        if out.is_dir() {
+            return out;
+        }
+        let tmp = root.join(format!("tmp-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(&tmp).expect("javac output dir");
         proc::run_ok(
             Command::new(deps::javac())
                 .args(["-nowarn", "-d"])
-                .arg(&out)
+                .arg(&tmp)
                 .arg("-cp")
                 .arg(deps::kafka_classpath())
                 .args(&sources),
             Duration::from_secs(180),
         );
+        // Another process may have renamed its copy first: then use that one.
+        if std::fs::rename(&tmp, &out).is_err() {
+            let _ = std::fs::remove_dir_all(&tmp);
+            assert!(
+                out.is_dir(),
+                "cannot place the compiled test programs in {out:?}"
+            );
+        }
         out
     })
 }

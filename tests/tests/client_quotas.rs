@@ -415,31 +415,45 @@ fn librdkafka_sized(
 /// other 0.8 MB at the quota (about 8 s).
 const RDK_RECORDS: u32 = 1800;
 
-/// librdkafka's quota-limited producer and consumer: [produce s, throttle responses,
-/// consume s, throttle responses].
-fn librdkafka_enforcement(boot: &str) -> [f64; 4] {
-    set_client_quota(boot, "slow-p-rdk", "producer_byte_rate");
-    set_client_quota(boot, "slow-c-rdk", "consumer_byte_rate");
-    std::thread::sleep(Duration::from_secs(2));
-    let (p_s, p_n, p_max) = librdkafka("produce", boot, "slow-p-rdk", RDK_RECORDS);
-    let (c_s, c_n, c_max) = librdkafka("consume", boot, "slow-c-rdk", RDK_RECORDS);
-    eprintln!("{boot}: librdkafka produce {p_s:.1}s ({p_n} throttles, max {p_max} ms), consume {c_s:.1}s ({c_n} throttles, max {c_max} ms)");
-    [p_s, p_n, c_s, c_n]
-}
-
-/// (slow produce s, its throttle, fast produce s, slow consume s, its throttle, fast consume s)
-fn enforcement(boot: &str) -> [f64; 6] {
+/// The Java and librdkafka clients against one broker: ([slow produce s, its throttle, fast
+/// produce s, slow consume s, its throttle, fast consume s], [librdkafka produce s, throttle
+/// responses, consume s, throttle responses]). The four quota-limited clients run together:
+/// each client id has its own quota, so each takes as long as it would alone. The unlimited
+/// ones, the yardstick, run alone: the producer first (it writes what every consumer reads),
+/// the consumer last.
+fn enforcement(boot: &str) -> ([f64; 6], [f64; 4]) {
     create_topic(boot, "quota-t");
-    set_client_quota(boot, "slow-p", "producer_byte_rate");
-    set_client_quota(boot, "slow-c", "consumer_byte_rate");
+    for (client, key) in [
+        ("slow-p", "producer_byte_rate"),
+        ("slow-c", "consumer_byte_rate"),
+        ("slow-p-rdk", "producer_byte_rate"),
+        ("slow-c-rdk", "consumer_byte_rate"),
+    ] {
+        set_client_quota(boot, client, key);
+    }
     // Quotas reach Kafka's brokers through metadata propagation: give it a moment.
     std::thread::sleep(Duration::from_secs(2));
     let (fast_p, _) = produce(boot, "quota-t", "fast-p", RECORDS);
-    let (slow_p, slow_p_thr) = produce(boot, "quota-t", "slow-p", RECORDS);
+    let ((slow_p, slow_p_thr), (slow_c, slow_c_thr), (p_s, p_n, p_max), (c_s, c_n, c_max)) =
+        std::thread::scope(|s| {
+            let sp = s.spawn(|| produce(boot, "quota-t", "slow-p", RECORDS));
+            let sc = s.spawn(|| consume(boot, "quota-t", "slow-c", RECORDS));
+            let rp = s.spawn(|| librdkafka("produce", boot, "slow-p-rdk", RDK_RECORDS));
+            let rc = s.spawn(|| librdkafka("consume", boot, "slow-c-rdk", RDK_RECORDS));
+            (
+                sp.join().unwrap(),
+                sc.join().unwrap(),
+                rp.join().unwrap(),
+                rc.join().unwrap(),
+            )
+        });
     let (fast_c, _) = consume(boot, "quota-t", "fast-c", RECORDS);
-    let (slow_c, slow_c_thr) = consume(boot, "quota-t", "slow-c", RECORDS);
     eprintln!("{boot}: produce {slow_p:.1}s (throttle avg {slow_p_thr:.0} ms) vs {fast_p:.1}s; consume {slow_c:.1}s (throttle avg {slow_c_thr:.0} ms) vs {fast_c:.1}s");
-    [slow_p, slow_p_thr, fast_p, slow_c, slow_c_thr, fast_c]
+    eprintln!("{boot}: librdkafka produce {p_s:.1}s ({p_n} throttles, max {p_max} ms), consume {c_s:.1}s ({c_n} throttles, max {c_max} ms)");
+    (
+        [slow_p, slow_p_thr, fast_p, slow_c, slow_c_thr, fast_c],
+        [p_s, p_n, c_s, c_n],
+    )
 }
 
 #[test]
@@ -447,13 +461,11 @@ fn produce_and_fetch_byte_rate_quotas_hold_a_client_id_near_its_quota_like_kafka
     // Timing-sensitive: not next to other heavy tests.
     let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::single();
-    let want = enforcement(&kafka.bootstrap());
-    let want_rdk = librdkafka_enforcement(&kafka.bootstrap());
+    let (want, want_rdk) = enforcement(&kafka.bootstrap());
     drop(kafka);
     let maddr = format!("127.0.0.1:{}", proc::free_port());
     let node = KmirrorNode::builder().args(&["--metrics", &maddr]).start();
-    let got = enforcement(&node.addr());
-    let got_rdk = librdkafka_enforcement(&node.addr());
+    let (got, got_rdk) = enforcement(&node.addr());
     let m = kmirror_tests::metrics::scrape(&maddr);
     for name in [
         "kmirror_quota_throttled_produce_requests_total",
