@@ -29,16 +29,17 @@ case $target_dir in /*) ;; *) target_dir=$PWD/$target_dir ;; esac
 export KMIRROR_BIN=$target_dir/ci/kmirror
 
 # Integration test files of the tests crate, split in two groups of similar length (about
-# 31 minutes each on 2 cores under load): the mirroring and three-node cluster files, and the
-# rest plus the mirror fetch-session, TLS, SASL and secured-client files. (security_clients
-# moved over when the mirroring group was the longer one by ~100 s; two three-node files
-# never run at once, so they stay together.)
+# 33 minutes each on 2 cores under load): the mirroring and three-node cluster files, and the
+# rest plus the mirror fetch-session, lag, throttle, TLS, SASL and secured-client files.
+# (Files move over when one group is the longer by a minute or more; two three-node files
+# never run at once, so those stay together.)
 mirror_tests=()
 other_tests=()
 for f in tests/tests/*.rs; do
   name=$(basename "$f" .rs)
   case "$name" in
-    mirror_fetch_sessions | security_tls | security_sasl | security_clients) other_tests+=(--test "$name") ;;
+    mirror_fetch_sessions | mirror_lag | mirror_throttle | security_tls | security_sasl | security_clients)
+      other_tests+=(--test "$name") ;;
     mirror_* | security_* | cluster_*) mirror_tests+=(--test "$name") ;;
     *) other_tests+=(--test "$name") ;;
   esac
