@@ -242,12 +242,11 @@ pub struct ClusterMetadata {
     /// Bumped on every change; lets readers cache snapshots cheaply.
     pub version: u64,
     pub topics: BTreeMap<String, TopicMeta>,
-    /// `__consumer_offsets` and `__transaction_state` once Kafka would have created them
-    /// (first FindCoordinator for a group / a transactional id). Described in Metadata as
-    /// internal topics led by this node; they have no partition logs (the coordinators keep
-    /// their state in their own stores), so the data path never sees them. Left out of the
-    /// document while empty, as `brokers` is, so an older one-node document reads and writes
-    /// back unchanged.
+    /// Older versions' described-only `__consumer_offsets` and `__transaction_state` (an id
+    /// and a partition count, no partitions: their coordinators kept their state elsewhere).
+    /// Each node converts them to real topics (same id and partition count) once it is
+    /// registered, so nothing else serves them. Left out of the document while empty, as
+    /// `brokers` is, so an older one-node document reads and writes back unchanged.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub internal_topics: BTreeMap<String, TopicMeta>,
     /// The registered brokers of a replicated cluster (empty on a one-node broker, whose
@@ -291,15 +290,6 @@ pub fn internal_topic_configs(name: &str, replication_factor: usize) -> BTreeMap
 impl ClusterMetadata {
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
         self.topics.values().find(|t| t.id == id)
-    }
-
-    /// The leader epoch of partition `partition` of internal topic `name`, if both exist.
-    /// kmirror serves these partitions as existing and empty (it keeps no records there).
-    pub fn internal_partition_epoch(&self, name: &str, partition: i32) -> Option<i32> {
-        let t = self.internal_topics.get(name)?;
-        usize::try_from(partition)
-            .ok()
-            .and_then(|p| t.leader_epochs.get(p).copied())
     }
 
     /// Every topic a client may see described: the topics, then the internal topics.

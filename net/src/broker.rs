@@ -510,7 +510,8 @@ impl Ctx {
     ) -> Result<TopicMeta, ItemError> {
         let internal = kmirror_control::metadata::INTERNAL_TOPICS.contains(&name);
         let meta = self.meta();
-        // A described-only internal topic of an older version is made real on first use.
+        // A described-only internal topic of an older version is made real here if a client
+        // asks before the node's startup conversion did it.
         if let Some(t) = meta
             .described(name)
             .filter(|t| !internal || meta.topics.contains_key(&t.name))

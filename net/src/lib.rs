@@ -392,6 +392,7 @@ pub fn start_with(
             );
         }
     }
+    convert_described_internal_topics(&broker, engine.router())?;
     if let Some(ext) = &broker.extension {
         ext.started(&broker, engine.router());
     }
@@ -400,6 +401,40 @@ pub fn start_with(
         broker,
         driver,
     })
+}
+
+/// Internal topics an older version only described (`ClusterMetadata::internal_topics`: an
+/// id and a partition count, no partitions) become real topics once this node is
+/// registered, keeping their ids and partition counts, so nothing serves them as a special
+/// case and their coordinators load the moved state from real partitions. A task on core 0
+/// (a proposal is a message to the controller thread), retried while no leader takes it;
+/// any node may propose it, and a topic already converted is left alone.
+fn convert_described_internal_topics(
+    broker: &Arc<Broker>,
+    router: &kmirror_engine::Router,
+) -> Result<(), NetError> {
+    let broker = broker.clone();
+    router
+        .spawn_on_queued(0, move || async move {
+            let me = broker.config.node_id;
+            loop {
+                let meta = broker.cluster.snapshot();
+                let registered = meta.brokers.get(&me).is_some_and(|b| !b.fenced);
+                if registered && meta.internal_topics.is_empty() {
+                    return;
+                }
+                if registered {
+                    for name in meta.internal_topics.keys() {
+                        match broker.propose_internal_topic(name).await {
+                            Ok(_) => tracing::info!(topic = %name, "described-only internal topic converted to a real one"),
+                            Err((code, msg)) => tracing::debug!(topic = %name, code, %msg, "internal topic conversion pending"),
+                        }
+                    }
+                }
+                glommio::timer::sleep(Duration::from_millis(500)).await;
+            }
+        })
+        .map_err(|e| NetError::Quorum(format!("starting the internal topic conversion: {e}")))
 }
 
 /// The inter-broker listener and dialer of a node: the one named in the quorum options (it

@@ -233,6 +233,40 @@ fn check_metadata(boot: &str, m: &Value) {
     }
 }
 
+/// Every committed offset of the manifest's groups is a record in `__consumer_offsets` within
+/// 30 s of the start, with no FindCoordinator or group request sent: the node converts the
+/// old described-only topic and its coordinators move the old state into the partitions
+/// they lead.
+fn check_offsets_topic_holds_the_commits(boot: &str, m: &Value) {
+    let commits: i64 = m["groups"]
+        .as_object()
+        .expect("groups")
+        .values()
+        .flat_map(|g| g["offsets"].as_object().expect("offsets").values())
+        .map(|t| t.as_object().expect("partitions").len() as i64)
+        .sum();
+    assert!(commits > 0, "the fixture has no committed offsets");
+    let until = Instant::now() + Duration::from_secs(30);
+    let mut held = 0;
+    while Instant::now() < until {
+        let mut c = WireClient::connect(boot).expect("connect");
+        let md = c.metadata(Some(&["__consumer_offsets"])).expect("Metadata");
+        let parts = md
+            .topics
+            .first()
+            .filter(|t| t.error_code == 0)
+            .map_or(0, |t| t.partitions.len() as i32);
+        held = (0..parts)
+            .filter_map(|p| c.list_offset("__consumer_offsets", p, -1).ok())
+            .sum::<i64>();
+        if held >= commits {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    panic!("__consumer_offsets holds {held} records, fewer than the {commits} commits of the old data dir");
+}
+
 /// Log start and end of every partition (`appended` more records at the end than the
 /// manifest says), and every batch up to the manifest's end byte for byte.
 fn check_logs(boot: &str, m: &Value, appended: &BTreeMap<(String, i32), i64>) {
@@ -773,6 +807,10 @@ fn a_one_node_data_dir_written_by_d07dd8c_opens_with_everything_intact() {
     let boot = node.addr();
     let sasl_addr = node.listener_addr("SASL_PLAINTEXT");
     eprintln!("upgraded node up after {:?}", t0.elapsed());
+    // Before any client asks for a coordinator: the described-only internal topics of the
+    // old version are real ones now, and the groups' commits have moved into
+    // `__consumer_offsets`.
+    check_offsets_topic_holds_the_commits(&boot, &m);
 
     check_mirror(&boot, &m, true);
     check_metadata(&boot, &m);

@@ -159,34 +159,6 @@ fn read_partition(
     got
 }
 
-/// A partition of an internal topic: it exists, led here, and is empty (kmirror keeps the
-/// coordinators' state in their own stores, not as records there).
-fn internal_partition(w: &Want, epoch: i32, read_committed: bool) -> Got {
-    let le = w.current_leader_epoch;
-    let error = if le >= 0 && le < epoch {
-        E::FencedLeaderEpoch.code()
-    } else if le > epoch {
-        E::UnknownLeaderEpoch.code()
-    } else if w.fetch_offset != 0 {
-        E::OffsetOutOfRange.code()
-    } else {
-        0
-    };
-    if error != 0 && error != E::OffsetOutOfRange.code() {
-        return Got::error(error);
-    }
-    Got {
-        error,
-        hw: 0,
-        lso: 0,
-        log_start: 0,
-        aborted: read_committed.then(Vec::new),
-        records: Bytes::new(),
-        file: None,
-        isr_change: None,
-    }
-}
-
 async fn read_all(
     ctx: &Ctx,
     wants: &[Want],
@@ -197,11 +169,10 @@ async fn read_all(
 ) -> Vec<Got> {
     let now = kmirror_engine::now_ms();
     let meta = ctx.meta();
-    let internal = |w: &Want| meta.internal_partition_epoch(&w.topic, w.partition);
     let mut pending: Vec<Result<Pending<Result<Got, EngineError>>, EngineError>> =
         Vec::with_capacity(wants.len());
     for w in wants {
-        if w.topic.is_empty() || w.denied.is_some() || internal(w).is_some() {
+        if w.topic.is_empty() || w.denied.is_some() {
             pending.push(Err(EngineError::ShuttingDown)); // placeholder, replaced below
             continue;
         }
@@ -247,10 +218,6 @@ async fn read_all(
         }
         if w.topic.is_empty() {
             out.push(Got::error(E::UnknownTopicId.code()));
-            continue;
-        }
-        if let Some(epoch) = internal(w) {
-            out.push(internal_partition(w, epoch, read_committed));
             continue;
         }
         let r = match p {

@@ -75,18 +75,6 @@ pub async fn list_offsets(
         for p in &t.partitions {
             let tp = TopicPartition::new(t.name.to_string(), p.partition_index);
             let (ts, cle) = (p.timestamp, p.current_leader_epoch);
-            if let Some(epoch) = meta.internal_partition_epoch(t.name.as_str(), p.partition_index) {
-                // An internal partition: existing and empty (log start = end = 0).
-                pending.push(Err(match ts {
-                    _ if cle >= 0 && cle < epoch => Err(E::FencedLeaderEpoch.code()),
-                    _ if cle > epoch => Err(E::UnknownLeaderEpoch.code()),
-                    EARLIEST | EARLIEST_LOCAL | LATEST | LATEST_TIERED => Ok((-1, 0, epoch)),
-                    MAX_TIMESTAMP => Ok((-1, -1, -1)),
-                    ts if ts >= 0 => Ok((-1, -1, -1)),
-                    _ => Err(E::InvalidRequest.code()),
-                }));
-                continue;
-            }
             if ctx.not_leader(&meta, &tp.topic, tp.partition).is_some() {
                 pending.push(Err(Err(E::NotLeaderOrFollower.code())));
                 continue;
