@@ -7,18 +7,53 @@ use std::process::{Child, ExitStatus};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-/// A loopback port that was free a moment ago and that this process never handed out before.
+/// A loopback port that was free a moment ago and that this process never handed out before,
+/// for a server a test starts. Taken below the kernel's ephemeral range
+/// (`net.ipv4.ip_local_port_range`), where outgoing connections get their local ports: a
+/// port from inside it can be handed to some client's socket between this check and the
+/// server's bind (seen under the full suite as a node exiting with "Address already in
+/// use"). Each process walks the range from its own starting point, so the test processes
+/// running side by side rarely try the same ports.
 pub fn free_port() -> u16 {
-    static GIVEN: Mutex<Option<HashSet<u16>>> = Mutex::new(None);
-    let mut given = GIVEN.lock().unwrap_or_else(|p| p.into_inner());
-    let set = given.get_or_insert_with(HashSet::new);
-    loop {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
-        let port = listener.local_addr().expect("local addr").port();
-        if set.insert(port) {
+    const LOW: u32 = 10_000;
+    static STATE: Mutex<Option<(u32, HashSet<u16>)>> = Mutex::new(None);
+    let high = ephemeral_low();
+    let mut state = STATE.lock().unwrap_or_else(|p| p.into_inner());
+    if high < LOW + 1_000 {
+        // An unusual range: the kernel's own choice, as before.
+        let (_, given) = state.get_or_insert_with(|| (0, HashSet::new()));
+        loop {
+            let l = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
+            let port = l.local_addr().expect("local addr").port();
+            if given.insert(port) {
+                return port;
+            }
+        }
+    }
+    let span = high - LOW;
+    let (cursor, given) = state.get_or_insert_with(|| {
+        (
+            std::process::id().wrapping_mul(7_919) % span,
+            HashSet::new(),
+        )
+    });
+    for _ in 0..span {
+        let port = u16::try_from(LOW + *cursor).expect("below 65536");
+        *cursor = (*cursor + 1) % span;
+        if !given.contains(&port) && TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            given.insert(port);
             return port;
         }
     }
+    panic!("no free loopback port between {LOW} and {high}");
+}
+
+/// The first port of the kernel's ephemeral range (32768 when it cannot be read).
+fn ephemeral_low() -> u32 {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(32_768)
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, or panics with `what` after `timeout`.
