@@ -87,11 +87,18 @@ fn three_node_kafka_keeps_serving_a_partition_after_its_leader_is_killed() {
     k.kill_node(old);
     let new = proc::wait_for(Duration::from_secs(60), "a new leader", || {
         let survivors = k.bootstrap();
-        WireClient::connect(survivors.split(',').next()?)
+        let candidate = WireClient::connect(survivors.split(',').next()?)
             .and_then(|mut c| c.partition_info("ha", 0))
             .ok()
-            .filter(|p| p.leader_id != old && p.leader_id > 0)
-            .map(|p| p.leader_id)
+            .filter(|p| p.leader_id != old && p.leader_id > 0)?
+            .leader_id;
+        // The new leader's own metadata can lag the survivor's for a moment (it still names
+        // the killed leader, which it no longer lists): wait until it knows it leads.
+        WireClient::connect(&k.addr_of(candidate))
+            .and_then(|mut c| c.partition_info("ha", 0))
+            .ok()
+            .filter(|p| p.leader_id == candidate)
+            .map(|_| candidate)
     });
     assert_ne!(new, old);
     let mut c = WireClient::connect(&k.addr_of(new)).expect("new leader");
