@@ -6,6 +6,7 @@
 
 use kmirror_control::acl::{AclBinding, AclFilter};
 use kmirror_control::mirror::MirrorDefinition;
+use kmirror_control::quorum::AclCommand;
 
 /// The destination's ACLs as the sync sees them.
 pub(super) trait AclStore {
@@ -72,19 +73,20 @@ impl AclStore for super::BrokerHost {
     }
 
     fn create(&self, bindings: Vec<AclBinding>) -> Result<(), String> {
-        use kmirror_control::quorum::{AclCommand, ClusterCommand};
-        self.broker
-            .cluster
-            .propose_blocking(ClusterCommand::Acl(AclCommand::Create { bindings }))
-            .map(|_| ())
-            .map_err(|e| e.to_string())
+        self.propose_acls(AclCommand::Create { bindings })
     }
 
     fn delete(&self, filters: Vec<AclFilter>) -> Result<(), String> {
-        use kmirror_control::quorum::{AclCommand, ClusterCommand};
+        self.propose_acls(AclCommand::Delete { filters })
+    }
+}
+
+impl super::BrokerHost {
+    /// An ACL change through the quorum, as CreateAcls / DeleteAcls make it.
+    fn propose_acls(&self, cmd: AclCommand) -> Result<(), String> {
         self.broker
             .cluster
-            .propose_blocking(ClusterCommand::Acl(AclCommand::Delete { filters }))
+            .propose_blocking(kmirror_control::quorum::ClusterCommand::Acl(cmd))
             .map(|_| ())
             .map_err(|e| e.to_string())
     }
