@@ -351,11 +351,11 @@ impl ServeConfig {
     ) -> Result<
         (
             Option<String>,
-            kmirror_mirror::client_security::ClientSecurity,
+            kmirror_mirror::client::security::ClientSecurity,
         ),
         ConfigError,
     > {
-        use kmirror_mirror::client_security::{keys, ClientSecurity};
+        use kmirror_mirror::client::security::{keys, ClientSecurity};
         let listeners = self.listener_specs()?;
         let named = self.inter_broker_listener_name.trim();
         if named.is_empty() && self.quorum.trim().is_empty() {
@@ -644,7 +644,7 @@ mod tests {
 
     #[test]
     fn inter_broker_settings_are_validated() {
-        use kmirror_mirror::client_security::SecurityProtocol;
+        use kmirror_mirror::client::security::SecurityProtocol;
         let dir = tempfile::tempdir().unwrap();
         let pw = dir.path().join("pw");
         std::fs::write(&pw, "s3cret\n").unwrap();

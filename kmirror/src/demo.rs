@@ -18,7 +18,7 @@ use kafka_protocol::protocol::StrBytes;
 use kmirror_engine::EngineConfig;
 use kmirror_log::batch::{build_batch, BatchSpec};
 use kmirror_mirror::api::DescribeMirrorsRequest;
-use kmirror_mirror::client::BlockingConnection;
+use kmirror_mirror::client::{BlockingConnection, BlockingMirrorCalls};
 use kmirror_mirror::{MirrorBroker, MirrorSettings};
 use kmirror_net::{RunningBroker, ServerConfig};
 use kmirror_types::LeaderEpoch;

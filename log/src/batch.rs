@@ -14,6 +14,8 @@
 use std::fmt;
 use std::io::{self, BufRead, BufReader, Read};
 
+use kmirror_types::{LeaderEpoch, Offset};
+
 /// Size of baseOffset + batchLength (the part not counted by batchLength).
 pub const LOG_OVERHEAD: usize = 12;
 /// Size of the whole v2 header, records start here.
@@ -1369,6 +1371,58 @@ pub fn build_control_batch(
     )
 }
 
+/// The whole batches at the front of fetched bytes (a Fetch response's records for one
+/// partition), as a zero-copy slice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WholeBatches {
+    pub bytes: bytes::Bytes,
+    pub first_base: Offset,
+    pub last_offset: Offset,
+    /// The largest partition leader epoch stamped in them.
+    pub max_epoch: LeaderEpoch,
+}
+
+/// Splits fetched bytes into the prefix of whole batches; None if there is none. Incomplete
+/// trailing data (Kafka may cut the last batch at the size limit) is left out.
+pub fn whole_batches(records: &bytes::Bytes) -> Option<WholeBatches> {
+    let mut pos = 0usize;
+    let mut first = None;
+    let mut last = -1i64;
+    let mut max_epoch = -1i32;
+    while records.len() - pos >= LAST_OFFSET_DELTA_POS + 4 {
+        let b = &records[pos..];
+        let base = i64::from_be_bytes(b[0..8].try_into().expect("8"));
+        let len = i32::from_be_bytes(b[LENGTH_POS..LENGTH_POS + 4].try_into().expect("4"));
+        if len <= 0 {
+            break;
+        }
+        let total = LOG_OVERHEAD + len as usize;
+        if b.len() < total {
+            break;
+        }
+        let epoch = i32::from_be_bytes(
+            b[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + 4]
+                .try_into()
+                .expect("4"),
+        );
+        let delta = i32::from_be_bytes(
+            b[LAST_OFFSET_DELTA_POS..LAST_OFFSET_DELTA_POS + 4]
+                .try_into()
+                .expect("4"),
+        );
+        first.get_or_insert(base);
+        last = base + i64::from(delta);
+        max_epoch = max_epoch.max(epoch);
+        pos += total;
+    }
+    first.map(|f| WholeBatches {
+        bytes: records.slice(..pos),
+        first_base: Offset(f),
+        last_offset: Offset(last),
+        max_epoch: LeaderEpoch(max_epoch),
+    })
+}
+
 /// Test helper: 4 bytes that, placed between `prefix` and `suffix`, make the CRC32C of the
 /// whole 0. CRC is linear, so the bytes are found by running the register backwards.
 #[cfg(test)]
@@ -1423,6 +1477,24 @@ pub(crate) mod tests {
             },
             &recs,
         )
+    }
+
+    #[test]
+    fn whole_batches_stop_before_a_batch_cut_at_the_size_limit() {
+        let mut second = sample(2);
+        second[..8].copy_from_slice(&103i64.to_be_bytes());
+        second[12..16].copy_from_slice(&9i32.to_be_bytes());
+        let mut fetched = sample(3);
+        fetched.extend_from_slice(&second);
+        let whole_len = fetched.len();
+        fetched.extend_from_slice(&sample(4)[..30]);
+        let w = whole_batches(&bytes::Bytes::from(fetched)).unwrap();
+        assert_eq!(w.bytes.len(), whole_len);
+        assert_eq!((w.first_base, w.last_offset), (Offset(100), Offset(104)));
+        assert_eq!(w.max_epoch, LeaderEpoch(9));
+        let cut = bytes::Bytes::copy_from_slice(&sample(1)[..40]);
+        assert_eq!(whole_batches(&cut), None);
+        assert_eq!(whole_batches(&bytes::Bytes::new()), None);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use kmirror_types::{ErrorCode, LeaderEpoch, NodeId, Offset, TopicPartition};
 use uuid::Uuid;
 
 use crate::client::{build, BlockingConnection, ClientError, Connection, Transport};
-use crate::client_security::{ClientSecurity, SecurityConfigError};
+use crate::client::security::{ClientSecurity, SecurityConfigError};
 use crate::keys::error as code;
 
 /// Attributes bit of a LogAppendTime batch (Kafka's RecordBatch timestampType).
@@ -669,57 +669,6 @@ impl Backoff {
     }
 }
 
-/// The whole batches at the front of fetched bytes.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct WholeBatches {
-    pub bytes: Bytes,
-    pub first_base: Offset,
-    pub last_offset: Offset,
-    /// The largest partition leader epoch stamped in them.
-    pub max_epoch: LeaderEpoch,
-}
-
-/// Splits fetched bytes into the prefix of whole batches; None if there is none. Incomplete
-/// trailing data (Kafka may cut the last batch at the size limit) is left out.
-pub(crate) fn complete_batches(records: &Bytes) -> Option<WholeBatches> {
-    let mut pos = 0usize;
-    let mut first = None;
-    let mut last = -1i64;
-    let mut max_epoch = -1i32;
-    while records.len() - pos >= LAST_OFFSET_DELTA_POS + 4 {
-        let b = &records[pos..];
-        let base = i64::from_be_bytes(b[0..8].try_into().expect("8"));
-        let len = i32::from_be_bytes(b[LENGTH_POS..LENGTH_POS + 4].try_into().expect("4"));
-        if len <= 0 {
-            break;
-        }
-        let total = LOG_OVERHEAD + len as usize;
-        if b.len() < total {
-            break;
-        }
-        let epoch = i32::from_be_bytes(
-            b[PARTITION_LEADER_EPOCH_POS..PARTITION_LEADER_EPOCH_POS + 4]
-                .try_into()
-                .expect("4"),
-        );
-        let delta = i32::from_be_bytes(
-            b[LAST_OFFSET_DELTA_POS..LAST_OFFSET_DELTA_POS + 4]
-                .try_into()
-                .expect("4"),
-        );
-        first.get_or_insert(base);
-        last = base + i64::from(delta);
-        max_epoch = max_epoch.max(epoch);
-        pos += total;
-    }
-    first.map(|f| WholeBatches {
-        bytes: records.slice(..pos),
-        first_base: Offset(f),
-        last_offset: Offset(last),
-        max_epoch: LeaderEpoch(max_epoch),
-    })
-}
-
 /// The per-partition fetcher state.
 pub struct PartitionFetcher {
     tp: TopicPartition,
@@ -1088,7 +1037,7 @@ impl PartitionFetcher {
         self.status.source_log_start_offset = out.log_start_offset.map_or(-1, Offset::get);
 
         let mut step = Step::Idle;
-        let whole = complete_batches(&out.records);
+        let whole = kmirror_log::batch::whole_batches(&out.records);
         // The response starts at the oldest unmirrored record; after the whole batches are
         // stored, it is the first batch not stored, if the response holds its header (a
         // batch cut at the size limit).
@@ -1097,7 +1046,7 @@ impl PartitionFetcher {
         if !out.records.is_empty() {
             self.status.next_unmirrored_ts_ms = batch_first_ts(&out.records).unwrap_or(-1);
         }
-        if let Some(WholeBatches {
+        if let Some(kmirror_log::batch::WholeBatches {
             bytes: batches,
             first_base,
             last_offset: last,
@@ -2173,8 +2122,9 @@ async fn lme_over<T: Transport>(
     if !c.versions().supports_mirroring() {
         return Ok(None);
     }
-    let r = c
-        .send_mirror(&LastMirroredEpochsRequest {
+    let r = crate::client::send_mirror(
+        c,
+        &LastMirroredEpochsRequest {
             mirror_name: mirror.to_owned(),
             topics: vec![TopicPartitionsQuery {
                 name: topic.to_owned(),
@@ -2185,8 +2135,9 @@ async fn lme_over<T: Transport>(
                 ..Default::default()
             }],
             ..Default::default()
-        })
-        .await?;
+        },
+    )
+    .await?;
     if r.error_code != code::NONE {
         return Err(SourceError::Other(format!(
             "LastMirroredEpochs: {}",

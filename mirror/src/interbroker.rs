@@ -8,7 +8,7 @@ use bytes::Bytes;
 use kmirror_net::interbroker::Exchange;
 
 use crate::client::AsyncConnection;
-use crate::client_security::ClientSecurity;
+use crate::client::security::ClientSecurity;
 
 /// The inter-broker dialer of a cluster node: an [`AsyncConnection`] per exchange to the
 /// peer's inter-broker listener, on the calling core, with TLS and SASL as `security` says

@@ -2,7 +2,7 @@
 //!
 //! Owns: the mirror wire APIs and their codec (`api`) and their authorization answers
 //! (`authz`); the Kafka client that talks to the source cluster, with its TLS and SASL
-//! (`client`, `client_security`); the per-partition fetchers that copy source batches at their
+//! (`client`: the node's client stack from `kmirror-net` plus the mirror APIs); the per-partition fetchers that copy source batches at their
 //! source offsets, with failback (`fetcher`); the byte-rate ceilings they share across cores
 //! (`throttle`); the manager that runs one fetcher
 //! task per mirrored partition on its owning core (`manager`); the mirror service that applies
@@ -20,7 +20,6 @@
 
 pub mod api;
 pub mod client;
-pub mod client_security;
 
 mod authz;
 mod fetcher;

@@ -18,7 +18,7 @@ use kmirror_engine::Router;
 use kmirror_types::TopicPartition;
 use uuid::Uuid;
 
-use crate::client_security::{ClientSecurity, SecurityConfigError};
+use crate::client::security::{ClientSecurity, SecurityConfigError};
 use crate::fetcher::{
     fetcher_client_id, mirror_partition, EngineLocalPartition, FetchErrorKind, FetchEvent,
     FetchObserver, FetcherConfig, FetcherStatus, PartitionFetcher,

@@ -43,8 +43,8 @@ use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
 use uuid::Uuid;
 
 use crate::client::{AsyncConnection, ClientError};
-use crate::client_security::ClientSecurity;
-use crate::fetcher::complete_batches;
+use crate::client::security::ClientSecurity;
+
 use crate::keys::error as code;
 
 /// Kafka's replica.fetch.wait.max.ms, replica.fetch.min.bytes, replica.fetch.max.bytes,
@@ -513,7 +513,7 @@ async fn fetch_once(
                 match pd.error_code {
                     code::NONE => {
                         let records = pd.records.unwrap_or_default();
-                        let whole = complete_batches(&records)
+                        let whole = kmirror_log::batch::whole_batches(&records)
                             .map(|w| w.bytes)
                             .unwrap_or_default();
                         progressed |= !whole.is_empty();

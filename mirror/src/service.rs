@@ -708,7 +708,7 @@ fn redacted_settings(settings: &BTreeMap<String, String>) -> Vec<MirrorConfig> {
         .iter()
         .map(|(k, v)| MirrorConfig {
             name: k.clone(),
-            value: Some(if crate::client_security::is_secret_key(k) {
+            value: Some(if crate::client::security::is_secret_key(k) {
                 HIDDEN.to_owned()
             } else {
                 v.clone()
@@ -728,7 +728,7 @@ fn check_client_settings(settings: &BTreeMap<String, String>) -> Result<(), Stri
         .filter(|(k, _)| !k.starts_with("mirror."))
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    crate::client_security::ClientSecurity::from_properties(&client)
+    crate::client::security::ClientSecurity::from_properties(&client)
         .map(|_| ())
         .map_err(|e| format!("invalid mirror setting {e}"))
 }
@@ -755,7 +755,6 @@ fn check_cores(settings: &BTreeMap<String, String>, cores: Option<usize>) -> Res
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::client::codec;
     use kmirror_control::mirror::{HostError, MirrorDefinition, MirrorStateStore};
     use kmirror_types::{LeaderEpoch, Offset};
     use std::collections::BTreeMap;
@@ -812,10 +811,9 @@ mod tests {
 
     /// Send one request through the service as the broker would, decode the response.
     fn call<R: MirrorRequest>(svc: &mut MirrorService, host: &mut Host, req: &R) -> R::Response {
-        let mut frame = codec::encode_mirror_request(req, 77, "test");
-        let _len = bytes::Buf::get_i32(&mut frame);
+        let frame = crate::client::encode_mirror_request(req, 77, "test");
         let resp = svc.handle_frame(frame, host, 1_000).expect("mirror api");
-        codec::decode_mirror_response::<R>(resp, 77).expect("decodes")
+        crate::client::decode_mirror_response::<R>(resp, 77).expect("decodes")
     }
 
     fn service(dir: &std::path::Path, level: i16) -> MirrorService {
@@ -1144,13 +1142,13 @@ mod tests {
         let mut w = BytesMut::new();
         write_request_header_v2(&mut w, api::LIST_MIRRORS, 3, 5, None);
         let resp = svc.handle_frame(w.freeze(), &mut h, 0).unwrap();
-        let r = codec::decode_mirror_response::<ListMirrorsRequest>(resp, 5).unwrap();
+        let r = crate::client::decode_mirror_response::<ListMirrorsRequest>(resp, 5).unwrap();
         assert_eq!(r.error_code, code::UNSUPPORTED_VERSION);
         let mut w = BytesMut::new();
         write_request_header_v2(&mut w, api::CREATE_MIRROR, 0, 6, None);
         w.extend_from_slice(&[0xff, 0xff]);
         let resp = svc.handle_frame(w.freeze(), &mut h, 0).unwrap();
-        let r = codec::decode_mirror_response::<CreateMirrorRequest>(resp, 6).unwrap();
+        let r = crate::client::decode_mirror_response::<CreateMirrorRequest>(resp, 6).unwrap();
         assert_eq!(r.error_code, code::INVALID_REQUEST);
         // Not a mirror API: not ours.
         let mut w = BytesMut::new();
@@ -1164,15 +1162,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ext = MirrorExtension::new(service(dir.path(), 1), Host::default());
         assert!(ext.handles(api::CREATE_MIRROR) && !ext.handles(1));
-        let mut frame = codec::encode_mirror_request(&create("dr"), 9, "t");
-        let _len = bytes::Buf::get_i32(&mut frame);
+        let frame = crate::client::encode_mirror_request(&create("dr"), 9, "t");
         let resp = futures_lite::future::block_on(ext.handle(
             &kmirror_net::session::Session::plaintext(None),
             api::CREATE_MIRROR,
             frame,
         ))
         .unwrap();
-        let r = codec::decode_mirror_response::<CreateMirrorRequest>(resp, 9).unwrap();
+        let r = crate::client::decode_mirror_response::<CreateMirrorRequest>(resp, 9).unwrap();
         assert_eq!(r.error_code, 0);
         assert_eq!(ext.with(|s, _| s.coordinator().mirrors().count()), 1);
     }

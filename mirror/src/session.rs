@@ -37,7 +37,7 @@ use kmirror_types::{ErrorCode, LeaderEpoch, Offset};
 use uuid::Uuid;
 
 use crate::client::{build, AsyncConnection, ClientError};
-use crate::client_security::{ClientSecurity, SecurityConfigError};
+use crate::client::security::{ClientSecurity, SecurityConfigError};
 use crate::fetcher::{
     leader_from_metadata, now_ms, EpochEnd, FetchOutcome, FetcherConfig, KafkaSource,
     PartitionAnswer, Source, SourceError, SourceLeader,

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use bytes::{Buf, Bytes};
 use kmirror_mirror::api::*;
-use kmirror_mirror::client::codec;
+
 use kmirror_net::keys::api;
 use kmirror_tests::KmirrorNode;
 
@@ -28,8 +28,9 @@ impl Conn {
     fn call_as<R: MirrorRequest, Resp: Wire>(&mut self, key: i16, req: &R) -> Result<Resp, String> {
         self.correlation += 1;
         let corr = self.correlation;
-        let frame = codec::encode_mirror_request(req, corr, "conformance");
-        let mut frame = frame.to_vec();
+        let body = kmirror_mirror::client::encode_mirror_request(req, corr, "conformance");
+        let mut frame = (body.len() as u32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&body);
         frame[4..6].copy_from_slice(&key.to_be_bytes());
         self.stream
             .write_all(&frame)

@@ -7,7 +7,9 @@
 //! ApiVersions with KIP-511 fallback (`versions`), the listener list (`listeners`: several
 //! `PROTOCOL://HOST:PORT`, each advertised to the clients that use it), TLS and certificate
 //! principals (`tls`), SASL authentication and the SCRAM credential APIs (`sasl`), client quotas and
-//! their produce/fetch byte-rate enforcement (`quota`), the
+//! their produce/fetch byte-rate enforcement (`quota`), the Kafka client with its TLS and SASL
+//! (`client`: one stack for peers, mirror sources and the CLI), in-cluster replication, leader
+//! and follower side (`replication`), the
 //! per-core listeners and connection loop (`server`), the API handlers (`handlers`),
 //! zero-copy Fetch response writing (`fetch_encode`; under TLS the chunks are encrypted, so
 //! copied), the single internal-error → Kafka-code mapping
@@ -15,7 +17,8 @@
 //! the metadata quorum's controller (a lone node: a one-voter quorum), the group coordinator
 //! and the engine together.
 //!
-//! Must not: depend on the mirror crate or talk to other clusters (no Kafka client here);
+//! Must not: depend on the mirror crate or talk to other clusters (the client here reaches
+//! this cluster's peers; the mirror crate uses it for sources);
 //! touch a partition's log except through the engine's router (the owning core); re-encode
 //! record batches (they pass through as `Bytes`).
 //!
@@ -26,6 +29,7 @@
 pub mod acl;
 pub mod authz;
 pub mod broker;
+pub mod client;
 pub mod cluster;
 pub mod coordinator_partitions;
 pub mod errors;

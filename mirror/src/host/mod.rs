@@ -41,7 +41,7 @@ use kmirror_engine::Router;
 use kmirror_log::ControlKind;
 use kmirror_types::{LeaderEpoch, Offset, ProducerId, TopicPartition};
 
-use crate::client_security::ClientSecurity;
+use crate::client::security::ClientSecurity;
 use crate::fetcher::{FetchEvent, FetcherConfig, KafkaSource};
 use crate::keys::{self, api};
 use crate::manager::{FetchTask, FetcherManager};
