@@ -21,8 +21,8 @@ use kmirror_mirror::api::{
     PauseMirrorTopicsRequest, PauseResumeTopics, RemoveTopicsFromMirrorRequest,
     ResumeMirrorTopicsRequest, StartTopic, TopicName, TopicRef,
 };
-use kmirror_mirror::client::{BlockingConnection, BlockingMirrorCalls};
 use kmirror_mirror::client::security::{parse_properties, ClientSecurity};
+use kmirror_mirror::client::{BlockingConnection, BlockingMirrorCalls};
 use kmirror_net::keys::error as code;
 use serde::Serialize;
 

@@ -173,15 +173,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let controller_tls = c.controller_tls()?;
     // KRaft combined mode: this node is a voter of the metadata quorum and a broker. Without
     // --quorum it is the only voter of its own (a one-controller quorum).
-    let dialer: Arc<dyn kmirror_net::interbroker::Dialer> =
-        Arc::new(kmirror_mirror::InterBrokerDialer {
-            security: inter_broker_security.clone(),
-            client_id: format!("kmirror-{}-inter-broker", c.node_id),
-        });
     let quorum = if voters.is_empty() {
         kmirror_net::cluster::QuorumOptions {
             inter_broker_listener: inter_broker_listener.clone(),
-            inter_broker_dialer: Some(dialer),
+            inter_broker_security: inter_broker_security.clone(),
             ..kmirror_net::cluster::QuorumOptions::single(c.node_id)
         }
     } else {
@@ -191,7 +186,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             session_timeout: Some(Duration::from_millis(c.broker_session_timeout_ms.max(100))),
             default_replication_factor: c.default_replication_factor,
             inter_broker_listener: inter_broker_listener.clone(),
-            inter_broker_dialer: Some(dialer),
+            inter_broker_security: inter_broker_security.clone(),
             controller_tls: controller_tls.clone(),
             leader_rebalance: c
                 .auto_leader_rebalance_enable

@@ -30,14 +30,14 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use kmirror_log::batch::{
-    ATTRIBUTES_POS, BASE_TIMESTAMP_POS, LAST_OFFSET_DELTA_POS, LENGTH_POS, LOG_OVERHEAD,
-    MAX_TIMESTAMP_POS, PARTITION_LEADER_EPOCH_POS, RECORDS_COUNT_POS,
+    ATTRIBUTES_POS, BASE_TIMESTAMP_POS, LENGTH_POS, LOG_OVERHEAD, MAX_TIMESTAMP_POS,
+    RECORDS_COUNT_POS,
 };
 use kmirror_types::{ErrorCode, LeaderEpoch, NodeId, Offset, TopicPartition};
 use uuid::Uuid;
 
-use crate::client::{build, BlockingConnection, ClientError, Connection, Transport};
 use crate::client::security::{ClientSecurity, SecurityConfigError};
+use crate::client::{build, BlockingConnection, ClientError, Connection, Transport};
 use crate::keys::error as code;
 
 /// Attributes bit of a LogAppendTime batch (Kafka's RecordBatch timestampType).

@@ -24,7 +24,6 @@ pub mod client;
 mod authz;
 mod fetcher;
 mod host;
-mod interbroker;
 mod manager;
 mod metrics;
 mod replica_fetcher;
@@ -39,7 +38,6 @@ pub use fetcher::{
     LocalPartition, PartitionFetcher, Step,
 };
 pub use host::{MirrorBroker, MirrorSettings};
-pub use interbroker::InterBrokerDialer;
 pub use manager::{FetchTask, FetcherManager};
 pub use metrics::MirrorCollector;
 pub use replica_fetcher::{start as start_replica_fetchers, ReplicaFetchers};

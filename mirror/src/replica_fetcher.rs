@@ -42,8 +42,8 @@ use kmirror_net::broker::Broker;
 use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
 use uuid::Uuid;
 
-use crate::client::{AsyncConnection, ClientError};
 use crate::client::security::ClientSecurity;
+use crate::client::{AsyncConnection, ClientError};
 
 use crate::keys::error as code;
 

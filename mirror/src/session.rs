@@ -36,8 +36,8 @@ use kafka_protocol::messages::{FetchResponse, MetadataResponse};
 use kmirror_types::{ErrorCode, LeaderEpoch, Offset};
 use uuid::Uuid;
 
-use crate::client::{build, AsyncConnection, ClientError};
 use crate::client::security::{ClientSecurity, SecurityConfigError};
+use crate::client::{build, AsyncConnection, ClientError};
 use crate::fetcher::{
     leader_from_metadata, now_ms, EpochEnd, FetchOutcome, FetcherConfig, KafkaSource,
     PartitionAnswer, Source, SourceError, SourceLeader,

@@ -187,8 +187,9 @@ pub struct QuorumOptions {
     /// Kafka's `inter.broker.listener.name`: the listener (one of this node's) peers are
     /// reached on; `None`: the first listener.
     pub inter_broker_listener: Option<String>,
-    /// Connects to that listener with the TLS and SASL it needs; `None`: in the clear.
-    pub inter_broker_dialer: Option<Arc<dyn crate::interbroker::Dialer>>,
+    /// The TLS and SASL that listener needs (the broker's own client credentials); the
+    /// default is in the clear.
+    pub inter_broker_security: crate::client::security::ClientSecurity,
     /// Mutual TLS on the controller listener (Kafka's controller listener with SSL).
     pub controller_tls: Option<kmirror_cluster::transport::ControllerTls>,
 }
@@ -209,7 +210,7 @@ impl QuorumOptions {
             leader_rebalance: None,
             default_replication_factor: 1,
             inter_broker_listener: None,
-            inter_broker_dialer: None,
+            inter_broker_security: crate::client::security::ClientSecurity::plaintext(),
             controller_tls: None,
         }
     }

@@ -1,120 +1,64 @@
 //! How a node of a cluster reaches its peers' Kafka listeners (Kafka's
 //! `inter.broker.listener.name` and the broker's own client credentials for it).
 //!
-//! Owns: [`InterBroker`], the listener peers are reached on and the [`Dialer`] that opens a
-//! connection to it. Every node-to-node Kafka-protocol request goes through it: the replica
-//! fetcher (its address; the `mirror` crate connects with the same credentials), transaction
-//! markers (WriteTxnMarkers), DescribeQuorum and mirror requests forwarded to the leader.
+//! Owns: [`InterBroker`], the listener peers are reached on and the client security
+//! (TLS, SASL) to reach it with. Every node-to-node Kafka-protocol request goes through it:
+//! the replica fetchers (a long-lived connection each, [`InterBroker::connect`]),
+//! transaction markers (WriteTxnMarkers), DescribeQuorum and mirror requests forwarded to the
+//! leader ([`InterBroker::exchange`], a connection per exchange). All of them use the one
+//! client stack, [`crate::client`].
 //!
 //! A peer's address is the endpoint of that name it registered with the quorum (every
 //! broker registers all its listeners). kmirror names a listener by its protocol, as
 //! Kafka does when `listener.security.protocol.map` is not set, so the name is one of
-//! PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL. The dialer with TLS and SASL lives in the
-//! `mirror` crate (its client); this crate only has the plaintext one, used when no other is
-//! given (tests, one-node brokers).
+//! PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL.
 
-use std::future::Future;
-use std::net::ToSocketAddrs;
-use std::pin::Pin;
-use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::{BufMut, Bytes, BytesMut};
-use futures_lite::{AsyncReadExt, AsyncWriteExt};
+use bytes::Bytes;
 use kmirror_control::metadata::ClusterMetadata;
 
-/// A dialer's exchange in flight: it holds the core's socket, so it stays on that core.
-pub type Exchange<'a> = Pin<Box<dyn Future<Output = Result<Bytes, String>> + 'a>>;
+use crate::client::security::ClientSecurity;
+use crate::client::{AsyncConnection, ClientError};
 
-/// Opens connections to peers' inter-broker listener and runs one exchange on them.
-pub trait Dialer: Send + Sync + std::fmt::Debug + 'static {
-    /// Sends one request frame (header and body, without the size prefix) to `addr` and
-    /// returns the response frame (without its size prefix), all within `timeout`. Async on
-    /// the calling engine core (glommio sockets: poll it on a core, never a plain thread).
-    /// The connection is authenticated as the listener needs.
-    fn exchange<'a>(&'a self, addr: &'a str, frame: Bytes, timeout: Duration) -> Exchange<'a>;
-}
-
-/// A PLAINTEXT connection with no authentication (the default inter-broker listener).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PlainDialer;
-
-/// Largest response frame read.
-const MAX_RESPONSE: usize = 100 << 20;
-
-impl Dialer for PlainDialer {
-    fn exchange<'a>(&'a self, addr: &'a str, frame: Bytes, timeout: Duration) -> Exchange<'a> {
-        Box::pin(async move {
-            let sa = addr
-                .to_socket_addrs()
-                .map_err(|e| e.to_string())?
-                .next()
-                .ok_or_else(|| format!("{addr} resolves to nothing"))?;
-            let len = u32::try_from(frame.len()).map_err(|e| e.to_string())?;
-            let mut out = BytesMut::with_capacity(frame.len() + 4);
-            out.put_u32(len);
-            out.extend_from_slice(&frame);
-            let exchange = async move {
-                let mut s = glommio::net::TcpStream::connect_timeout(sa, timeout).await?;
-                s.set_nodelay(true)?;
-                s.write_all(&out).await?;
-                let mut len = [0u8; 4];
-                s.read_exact(&mut len).await?;
-                let len = u32::from_be_bytes(len) as usize;
-                if len > MAX_RESPONSE {
-                    return Err(glommio::GlommioError::IoError(std::io::Error::other(
-                        format!("response frame of {len} bytes"),
-                    )));
-                }
-                let mut buf = vec![0u8; len];
-                s.read_exact(&mut buf).await?;
-                Ok(Bytes::from(buf))
-            };
-            // One deadline for connect, request and response, as the socket timeouts of a
-            // blocking client bounded each step.
-            glommio::timer::timeout(timeout, exchange)
-                .await
-                .map_err(|e| match e {
-                    glommio::GlommioError::TimedOut(_) => format!("{addr}: timed out"),
-                    e => format!("{addr}: {e}"),
-                })
-        })
-    }
-}
+/// Connecting (TCP, TLS, ApiVersions, SASL) is bounded by this, or by the caller's whole
+/// bound when that is shorter.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The inter-broker listener of this node's peers and how to connect to it.
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 pub struct InterBroker {
     listener: String,
     /// Named by the operator: a peer without that listener is not reached another way
     /// (falling back to its first listener could send the request in the clear).
     explicit: bool,
-    dialer: Arc<dyn Dialer>,
-}
-
-impl std::fmt::Debug for InterBroker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("InterBroker")
-            .field("listener", &self.listener)
-            .field("explicit", &self.explicit)
-            .finish_non_exhaustive()
-    }
+    /// The broker's own client settings for that listener (Kafka's
+    /// `sasl.mechanism.inter.broker.protocol` and listener-scoped JAAS); its Debug hides
+    /// secrets.
+    security: ClientSecurity,
+    client_id: String,
 }
 
 impl InterBroker {
     /// `listener`: the name set by the operator, or `None` for this node's first listener
-    /// (`first`), reached in the clear unless `dialer` says otherwise.
-    pub fn new(listener: Option<&str>, first: &str, dialer: Arc<dyn Dialer>) -> InterBroker {
+    /// (`first`), reached with `security`; `node_id` names this node's connections.
+    pub fn new(
+        listener: Option<&str>,
+        first: &str,
+        security: ClientSecurity,
+        node_id: i32,
+    ) -> InterBroker {
         InterBroker {
             listener: listener.unwrap_or(first).to_string(),
             explicit: listener.is_some(),
-            dialer,
+            security,
+            client_id: format!("kmirror-{node_id}-inter-broker"),
         }
     }
 
     /// The first listener, in the clear (a one-node broker; the default).
     pub fn plain(first: &str) -> InterBroker {
-        InterBroker::new(None, first, Arc::new(PlainDialer))
+        InterBroker::new(None, first, ClientSecurity::plaintext(), -1)
     }
 
     /// The listener's name.
@@ -138,14 +82,58 @@ impl InterBroker {
         })
     }
 
-    /// See [`Dialer::exchange`] (on an engine core).
+    /// A connection to `addr` (a peer's inter-broker listener) with this node's TLS and SASL
+    /// settings, named `client_id`. Async on the calling engine core.
+    pub async fn connect(
+        &self,
+        addr: &str,
+        client_id: &str,
+    ) -> Result<AsyncConnection, ClientError> {
+        AsyncConnection::connect_secured(addr, client_id, CONNECT_TIMEOUT, &self.security).await
+    }
+
+    /// Sends `req` at exactly `version` to `addr` on a new connection and decodes the answer,
+    /// all within `timeout` (a peer that does not serve that version answers
+    /// [`ClientError::UnsupportedApi`]).
+    pub async fn request<R: kafka_protocol::protocol::Request>(
+        &self,
+        addr: &str,
+        req: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response, ClientError> {
+        let connect = timeout.min(CONNECT_TIMEOUT);
+        let started = std::time::Instant::now();
+        let mut c =
+            AsyncConnection::connect_secured(addr, &self.client_id, connect, &self.security)
+                .await?;
+        let left = timeout.saturating_sub(started.elapsed());
+        let (_, resp) = c
+            .send_with(req, version, version, left.saturating_sub(connect))
+            .await?;
+        Ok(resp)
+    }
+
+    /// Sends one request frame (header and body, without the size prefix) to `addr` on a new
+    /// connection and returns the response frame (without its size prefix), all within
+    /// `timeout`. The correlation id is the frame's own, so a forwarded request's answer
+    /// passes back as is. Async on the calling engine core (glommio sockets: poll it on a
+    /// core, never a plain thread).
     pub async fn exchange(
         &self,
         addr: &str,
         frame: Bytes,
         timeout: Duration,
-    ) -> Result<Bytes, String> {
-        self.dialer.exchange(addr, frame, timeout).await
+    ) -> Result<Bytes, ClientError> {
+        let connect = timeout.min(CONNECT_TIMEOUT);
+        let started = std::time::Instant::now();
+        let mut c =
+            AsyncConnection::connect_secured(addr, &self.client_id, connect, &self.security)
+                .await?;
+        // The exchange gets what is left of the caller's bound (the connection's own
+        // timeout, `connect`, plus this).
+        let left = timeout.saturating_sub(started.elapsed());
+        c.exchange_frame(&frame, left.saturating_sub(connect)).await
     }
 }
 
@@ -181,33 +169,58 @@ mod tests {
         m
     }
 
-    /// A peer that reads one frame and answers it with `answer` (None: stays silent).
+    /// A peer that answers ApiVersions (as every Kafka listener does first), then reads one
+    /// frame and answers it with `answer` (None: stays silent from the start).
     fn peer(answer: Option<&'static [u8]>) -> String {
+        use bytes::{Buf, BytesMut};
+        use kafka_protocol::messages::api_versions_response::ApiVersion;
+        use kafka_protocol::messages::{ApiVersionsResponse, RequestHeader, ResponseHeader};
+        use kafka_protocol::protocol::{Decodable, Encodable};
         use std::io::{Read, Write};
         let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = l.local_addr().unwrap().to_string();
         std::thread::spawn(move || {
             let (mut s, _) = l.accept().unwrap();
-            let mut len = [0u8; 4];
-            s.read_exact(&mut len).unwrap();
-            let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
-            s.read_exact(&mut frame).unwrap();
-            assert_eq!(frame, b"ping");
-            match answer {
-                Some(a) => {
-                    s.write_all(&(a.len() as u32).to_be_bytes()).unwrap();
-                    s.write_all(a).unwrap();
-                }
-                None => std::thread::sleep(Duration::from_secs(3)),
-            }
+            let Some(answer) = answer else {
+                std::thread::sleep(Duration::from_secs(3));
+                return;
+            };
+            let read_frame = |s: &mut std::net::TcpStream| {
+                let mut len = [0u8; 4];
+                s.read_exact(&mut len).unwrap();
+                let mut frame = vec![0u8; u32::from_be_bytes(len) as usize];
+                s.read_exact(&mut frame).unwrap();
+                frame
+            };
+            let mut req = Bytes::from(read_frame(&mut s));
+            let h = RequestHeader::decode(&mut req, 2).unwrap();
+            assert_eq!(h.request_api_key, 18, "ApiVersions first");
+            let mut out = BytesMut::new();
+            ResponseHeader::default()
+                .with_correlation_id(h.correlation_id)
+                .encode(&mut out, 0)
+                .unwrap();
+            ApiVersionsResponse::default()
+                .with_api_keys(vec![ApiVersion::default()
+                    .with_api_key(18)
+                    .with_max_version(3)])
+                .encode(&mut out, h.request_api_version)
+                .unwrap();
+            s.write_all(&(out.len() as u32).to_be_bytes()).unwrap();
+            s.write_all(&out).unwrap();
+            let ping = read_frame(&mut s);
+            assert_eq!(ping, b"ping");
+            s.write_all(&(answer.len() as u32).to_be_bytes()).unwrap();
+            s.write_all(answer).unwrap();
+            let _ = req.remaining();
         });
         addr
     }
 
-    fn exchange_on_a_core(addr: String, timeout: Duration) -> Result<Bytes, String> {
+    fn exchange_on_a_core(addr: String, timeout: Duration) -> Result<Bytes, ClientError> {
         glommio::LocalExecutorBuilder::default()
             .spawn(move || async move {
-                PlainDialer
+                InterBroker::plain("PLAINTEXT")
                     .exchange(&addr, Bytes::from_static(b"ping"), timeout)
                     .await
             })
@@ -217,7 +230,7 @@ mod tests {
     }
 
     #[test]
-    fn the_plain_dialer_returns_the_peers_answer_frame() {
+    fn an_exchange_returns_the_peers_answer_frame() {
         let addr = peer(Some(b"pong"));
         let got = exchange_on_a_core(addr, Duration::from_secs(5)).unwrap();
         assert_eq!(&got[..], b"pong");
@@ -228,7 +241,7 @@ mod tests {
         let addr = peer(None);
         let started = std::time::Instant::now();
         let err = exchange_on_a_core(addr, Duration::from_millis(300)).unwrap_err();
-        assert!(err.contains("timed out"), "{err}");
+        assert!(matches!(err, ClientError::Timeout { .. }), "{err}");
         assert!(
             started.elapsed() < Duration::from_secs(2),
             "{:?}",
@@ -239,9 +252,14 @@ mod tests {
     #[test]
     fn the_named_listener_is_used_and_never_replaced_by_another() {
         let m = meta();
-        let named = InterBroker::new(Some("SASL_SSL"), "PLAINTEXT", Arc::new(PlainDialer));
+        let named = InterBroker::new(
+            Some("SASL_SSL"),
+            "PLAINTEXT",
+            ClientSecurity::plaintext(),
+            1,
+        );
         assert_eq!(named.peer_addr(&m, 2).as_deref(), Some("10.0.0.2:9093"));
-        let missing = InterBroker::new(Some("SSL"), "PLAINTEXT", Arc::new(PlainDialer));
+        let missing = InterBroker::new(Some("SSL"), "PLAINTEXT", ClientSecurity::plaintext(), 1);
         assert_eq!(missing.peer_addr(&m, 2), None);
         assert_eq!(missing.peer_addr(&m, 3), None);
         // The default: this node's first listener's name, else the peer's first listener.

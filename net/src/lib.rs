@@ -270,7 +270,7 @@ pub fn start_with(
             scram: sasl.scram.clone(),
         },
     )?;
-    let inter_broker = inter_broker_of(&quorum, &endpoints)?;
+    let inter_broker = inter_broker_of(&quorum, &endpoints, cfg.node_id)?;
     let router_cell = Arc::new(OnceLock::new());
     let local_markers = EngineMarkerSink::new(router_cell.clone());
     // Markers go to each partition's leader (WriteTxnMarkers to the other nodes).
@@ -441,11 +441,12 @@ fn convert_described_internal_topics(
         .map_err(|e| NetError::Quorum(format!("starting the internal topic conversion: {e}")))
 }
 
-/// The inter-broker listener and dialer of a node: the one named in the quorum options (it
+/// The inter-broker listener and client security of a node: the one named in the quorum options (it
 /// must be one of this node's listeners), else the first listener in the clear.
 fn inter_broker_of(
     q: &cluster::QuorumOptions,
     endpoints: &[Endpoint],
+    node_id: i32,
 ) -> Result<interbroker::InterBroker, NetError> {
     let first = &endpoints[0].name;
     if let Some(name) = &q.inter_broker_listener {
@@ -460,14 +461,11 @@ fn inter_broker_of(
             )));
         }
     }
-    let dialer = q
-        .inter_broker_dialer
-        .clone()
-        .unwrap_or_else(|| Arc::new(interbroker::PlainDialer));
     Ok(interbroker::InterBroker::new(
         q.inter_broker_listener.as_deref(),
         first,
-        dialer,
+        q.inter_broker_security.clone(),
+        node_id,
     ))
 }
 

@@ -18,7 +18,6 @@
 
 use std::time::Duration;
 
-use bytes::{Buf, BytesMut};
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
@@ -26,10 +25,9 @@ use kafka_protocol::messages::write_txn_markers_response::{
     WritableTxnMarkerPartitionResult, WritableTxnMarkerResult, WritableTxnMarkerTopicResult,
 };
 use kafka_protocol::messages::{
-    ApiKey, ProducerId, RequestHeader, ResponseHeader, TopicName, WriteTxnMarkersRequest,
-    WriteTxnMarkersResponse,
+    ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kmirror_log::ControlKind;
 use kmirror_types::TopicPartition;
 
@@ -254,23 +252,10 @@ async fn send_markers(
             })
             .collect(),
     );
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::WriteTxnMarkers as i16)
-        .with_request_api_version(VERSION)
-        .with_correlation_id(1)
-        .with_client_id(Some(StrBytes::from_static_str("kmirror-txn-coordinator")));
-    let mut body = BytesMut::new();
-    header
-        .encode(&mut body, WriteTxnMarkersRequest::header_version(VERSION))
+    let resp = inter_broker
+        .request(addr, &req, VERSION, IO_TIMEOUT)
+        .await
         .map_err(|e| e.to_string())?;
-    req.encode(&mut body, VERSION).map_err(|e| e.to_string())?;
-    let mut buf = inter_broker
-        .exchange(addr, body.freeze(), IO_TIMEOUT)
-        .await?;
-    ResponseHeader::decode(&mut buf, WriteTxnMarkersResponse::header_version(VERSION))
-        .map_err(|e| e.to_string())?;
-    let resp = WriteTxnMarkersResponse::decode(&mut buf, VERSION).map_err(|e| e.to_string())?;
-    let _ = buf.remaining();
     for m in &resp.markers {
         for t in &m.topics {
             for p in &t.partitions {

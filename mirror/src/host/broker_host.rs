@@ -114,10 +114,7 @@ impl BrokerHost {
                         })
                         .collect(),
                 );
-            match crate::client::codec::encode_request(&req, VERSION, 1, "kmirror-mirror-seat") {
-                Ok(frame) => asks.push((addr, frame.slice(4..))),
-                Err(e) => tracing::debug!(error = %e, "cannot encode ListOffsets"),
-            }
+            asks.push((addr, req));
         }
         if asks.is_empty() {
             return;
@@ -128,10 +125,10 @@ impl BrokerHost {
         let spawned = self.router.spawn_on_blocking(0, move || async move {
             let asked: Vec<_> = asks
                 .into_iter()
-                .map(|(addr, frame)| {
+                .map(|(addr, req)| {
                     let ib = ib.clone();
                     glommio::spawn_local(async move {
-                        let r = ib.exchange(&addr, frame, LEADER_HW_TIMEOUT).await;
+                        let r = ib.request(&addr, &req, VERSION, LEADER_HW_TIMEOUT).await;
                         (addr, r)
                     })
                 })
@@ -149,11 +146,7 @@ impl BrokerHost {
         let Ok(answers) = rx.recv_timeout(LEADER_HW_TIMEOUT + Duration::from_secs(1)) else {
             return;
         };
-        for (addr, answer) in answers {
-            let resp = answer.and_then(|frame| {
-                crate::client::codec::decode_response::<ListOffsetsRequest>(frame, VERSION, 1)
-                    .map_err(|e| e.to_string())
-            });
+        for (addr, resp) in answers {
             match resp {
                 Ok(r) => {
                     for t in r.topics {
@@ -186,20 +179,15 @@ impl BrokerHost {
         let addr = ib
             .peer_addr(&meta, node)
             .ok_or_else(|| format!("node {node} has no inter-broker endpoint"))?;
-        let frame = crate::client::codec::encode_request(&req, version, 1, "kmirror-mirror-seat")
-            .map_err(|e| e.to_string())?
-            .slice(4..);
         let (tx, rx) = flume::bounded(1);
         self.router
             .spawn_on_blocking(0, move || async move {
-                let _ = tx.send(ib.exchange(&addr, frame, PEER_TIMEOUT).await);
+                let _ = tx.send(ib.request(&addr, &req, version, PEER_TIMEOUT).await);
             })
             .map_err(|e| e.to_string())?;
-        let answer = rx
-            .recv_timeout(PEER_TIMEOUT + Duration::from_secs(1))
+        rx.recv_timeout(PEER_TIMEOUT + Duration::from_secs(1))
             .map_err(|_| format!("node {node} did not answer"))?
-            .map_err(|e| e.to_string())?;
-        crate::client::codec::decode_response::<R>(answer, version, 1).map_err(|e| e.to_string())
+            .map_err(|e| e.to_string())
     }
 
     /// Pushes a topic's metadata (epoch, configs, mirror flag) to its open partitions.

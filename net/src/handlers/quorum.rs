@@ -15,14 +15,13 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use bytes::{Buf, BytesMut};
 use kafka_protocol::messages::describe_quorum_response::*;
 use kafka_protocol::messages::{
-    AddRaftVoterRequest, AddRaftVoterResponse, ApiKey, DescribeQuorumRequest,
-    DescribeQuorumResponse, RemoveRaftVoterRequest, RemoveRaftVoterResponse, RequestHeader,
-    ResponseHeader, UnregisterBrokerRequest, UnregisterBrokerResponse,
+    AddRaftVoterRequest, AddRaftVoterResponse, DescribeQuorumRequest, DescribeQuorumResponse,
+    RemoveRaftVoterRequest, RemoveRaftVoterResponse, UnregisterBrokerRequest,
+    UnregisterBrokerResponse,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, HeaderVersion, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError as E;
 
 use super::{broker, s, topic_name};
@@ -254,27 +253,9 @@ async fn forward(
     version: i16,
     req: &DescribeQuorumRequest,
 ) -> Result<DescribeQuorumResponse, String> {
-    let err = |e: &dyn std::fmt::Display| e.to_string();
-    let header = RequestHeader::default()
-        .with_request_api_key(ApiKey::DescribeQuorum as i16)
-        .with_request_api_version(version)
-        .with_correlation_id(1)
-        .with_client_id(Some(StrBytes::from_static_str(FORWARDED)));
-    let mut buf = BytesMut::new();
-    header
-        .encode(&mut buf, DescribeQuorumRequest::header_version(version))
-        .map_err(|e| err(&e))?;
-    req.encode(&mut buf, version).map_err(|e| err(&e))?;
-    let mut body = ib
-        .exchange(addr, buf.freeze(), Duration::from_secs(5))
-        .await?;
-    ResponseHeader::decode(&mut body, DescribeQuorumResponse::header_version(version))
-        .map_err(|e| err(&e))?;
-    let resp = DescribeQuorumResponse::decode(&mut body, version).map_err(|e| err(&e))?;
-    if body.has_remaining() {
-        return Err("trailing bytes".into());
-    }
-    Ok(resp)
+    ib.request(addr, req, version, Duration::from_secs(5))
+        .await
+        .map_err(|e| e.to_string())
 }
 
 fn now_ms() -> i64 {
