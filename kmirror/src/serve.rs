@@ -248,13 +248,6 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
         Some(mirror.clone()),
         quorum,
     )?;
-    // The follower side of in-cluster replication is the node's, beside the leader side
-    // that `start_with` runs on every core.
-    let replicas = kmirror_mirror::start_replica_fetchers(
-        broker.broker().clone(),
-        broker.router().clone(),
-        inter_broker_security,
-    );
     if !c.metrics.is_empty() {
         start_metrics(&c.metrics, &broker, &mirror)?;
     }
@@ -275,7 +268,6 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
     let t = Instant::now();
     // Fetchers first: they run on the engine's cores.
     mirror.shutdown();
-    replicas.stop();
     broker.stop();
     tracing::info!(
         elapsed_ms = t.elapsed().as_millis() as u64,

@@ -26,7 +26,6 @@ mod fetcher;
 mod host;
 mod manager;
 mod metrics;
-mod replica_fetcher;
 mod service;
 mod session;
 mod throttle;
@@ -40,7 +39,6 @@ pub use fetcher::{
 pub use host::{MirrorBroker, MirrorSettings};
 pub use manager::{FetchTask, FetcherManager};
 pub use metrics::MirrorCollector;
-pub use replica_fetcher::{start as start_replica_fetchers, ReplicaFetchers};
 pub use service::{LivePartition, MirrorLiveStatus, MirrorService};
 
 /// The broker's API keys, error codes and config names: one table for both crates.

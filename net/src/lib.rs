@@ -359,6 +359,7 @@ pub fn start_with(
             let _ = bound_tx.send(Ok(()));
             let ctx = Rc::new(Ctx::new(broker, core));
             glommio::spawn_local(replication::run(ctx.clone())).detach();
+            glommio::spawn_local(replication::follower::run(ctx.clone())).detach();
             let tasks: Vec<_> = bound
                 .into_iter()
                 .map(|(listener, lctx)| {

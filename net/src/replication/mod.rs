@@ -1,5 +1,6 @@
-//! The replication side of a broker core (issue 12, step 2): which role this node has for
-//! each replicated partition the core owns, and the leader's ISR changes.
+//! In-cluster partition replication on a broker core, both sides: which role this node has
+//! for each replicated partition the core owns, the leader's ISR changes, and the follower's
+//! fetchers ([`follower`]). The node starts both on every core; nothing else does.
 //!
 //! Owns: one task per core ([`run`]) that (1) applies the published assignments to the
 //! core's partitions (become leader / follower / alone: a diff on every metadata version,
@@ -9,10 +10,12 @@
 //! `MetadataCommand::AlterPartition` ([`propose_isr_change`]) and are applied to the
 //! partition only once committed.
 //!
-//! Must not depend on: the follower fetcher (the mirror crate's `replica_fetcher` reads the
-//! roles set here from the partitions). Invariants: partitions are only touched in jobs on
+//! The follower side reads the roles set here from the partitions, never the other way
+//! round. Invariants: partitions are only touched in jobs on
 //! their owning core; no lock and no blocking call on the core; one ISR change per partition
 //! in flight (the partition holds it as pending).
+
+pub mod follower;
 
 use std::collections::BTreeSet;
 use std::rc::Rc;

@@ -1,11 +1,11 @@
-//! Follower-side partition replication (issue 12, step 2): Kafka's ReplicaFetcherThread on
-//! kmirror's cores. A partition fetcher of a mirror follows a remote cluster's leader; this
-//! one follows a leader inside the cluster, with the same client stack
-//! ([`crate::client::AsyncConnection`]) and the same verbatim append (the leader's batches
-//! at their own offsets, never re-encoded).
+//! Follower-side partition replication: Kafka's ReplicaFetcherThread on kmirror's cores. A
+//! mirror's partition fetcher follows a remote cluster's leader; this one follows a leader
+//! inside the cluster, with the same client stack ([`crate::client::AsyncConnection`]) and
+//! the same verbatim append (the leader's batches at their own offsets, never re-encoded).
 //!
-//! Owns: per core, one supervisor task that finds the core's partitions in the follower role
-//! (set by `kmirror_net::replication` from the published assignments) and, per leader
+//! Owns: per core, one supervisor task ([`run`], started by the node beside the leader side)
+//! that finds the core's partitions in the follower role (set by [`super::apply_roles`]
+//! from the published assignments) and, per leader
 //! broker, one fetcher task carrying all of them in one Fetch with this node's replica id
 //! (`replica_id` below v15, `ReplicaState` from v15, KIP-903). So there is one fetcher per
 //! (core, leader): with one core exactly Kafka's default `num.replica.fetchers=1`; with more,
@@ -21,14 +21,13 @@
 //! fetcher's own core, inline); hold a shard borrow across an await.
 //!
 //! The connection goes to the leader's inter-broker listener with the broker's own TLS and
-//! SASL settings (`serve --inter-broker-listener-name`, Kafka's `inter.broker.listener.name`).
+//! SASL settings ([`crate::interbroker::InterBroker::connect`]; `serve
+//! --inter-broker-listener-name`, Kafka's `inter.broker.listener.name`).
 //! Gaps: no fetch session (each Fetch is a full one), no replication throttle.
 
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashSet};
 use std::rc::Rc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use std::time::Duration;
 
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
@@ -38,13 +37,11 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 use kafka_protocol::messages::{BrokerId, FetchRequest, OffsetForLeaderEpochRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kmirror_engine::{Role, Router};
-use kmirror_net::broker::Broker;
 use kmirror_types::{LeaderEpoch, Offset, TopicPartition};
 use uuid::Uuid;
 
-use crate::client::security::ClientSecurity;
+use crate::broker::Ctx;
 use crate::client::{AsyncConnection, ClientError};
-
 use crate::keys::error as code;
 
 /// Kafka's replica.fetch.wait.max.ms, replica.fetch.min.bytes, replica.fetch.max.bytes,
@@ -56,41 +53,8 @@ const RESPONSE_MAX_BYTES: i32 = 10 << 20;
 /// Kafka's replica.fetch.backoff.ms.
 const BACKOFF: Duration = Duration::from_millis(1000);
 const SHORT_BACKOFF: Duration = Duration::from_millis(50);
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A leader's fetcher with nothing to follow for this long exits.
 const IDLE_EXIT: Duration = Duration::from_secs(5);
-
-/// The follower side of in-cluster replication on every core, started by the node (not by
-/// the mirror plug-in) once the broker serves; it runs until [`ReplicaFetchers::stop`].
-#[must_use = "the replica fetchers run until stop() is called on this handle"]
-pub struct ReplicaFetchers {
-    stop: Arc<AtomicBool>,
-}
-
-impl ReplicaFetchers {
-    /// Asks every core's supervisor and fetchers to end (call before stopping the engine).
-    pub fn stop(&self) {
-        self.stop.store(true, Ordering::Relaxed);
-    }
-}
-
-/// Starts the supervisor on every core (from a plain thread, once the broker serves), with
-/// `security` for the connections to the leaders' inter-broker listeners.
-pub fn start(broker: Arc<Broker>, router: Router, security: ClientSecurity) -> ReplicaFetchers {
-    let stop = Arc::new(AtomicBool::new(false));
-    for core in 0..router.cores() {
-        let (b, r, s, sec) = (
-            broker.clone(),
-            router.clone(),
-            stop.clone(),
-            security.clone(),
-        );
-        if let Err(e) = router.spawn_on_blocking(core, move || supervise(b, r, core, s, sec)) {
-            tracing::error!(core, error = %e, "cannot start the replica fetchers");
-        }
-    }
-    ReplicaFetchers { stop }
-}
 
 /// One followed partition as its owning core sees it now.
 #[derive(Debug, Clone)]
@@ -128,17 +92,14 @@ async fn followed(router: &Router, core: usize, leader: Option<i32>) -> Vec<Foll
         .unwrap_or_default()
 }
 
-async fn supervise(
-    broker: Arc<Broker>,
-    router: Router,
-    core: usize,
-    stop: Arc<AtomicBool>,
-    security: ClientSecurity,
-) {
-    let security = Rc::new(security);
+/// The follower side of in-cluster replication on this core: one fetcher task per leader
+/// this core follows partitions from, started when the first such partition appears; ends
+/// when the engine stops.
+pub async fn run(ctx: Rc<Ctx>) {
+    let core = ctx.core.core;
     let running: Rc<RefCell<HashSet<i32>>> = Rc::default();
-    while !stop.load(Ordering::Relaxed) {
-        let leaders: HashSet<i32> = followed(&router, core, None)
+    while !ctx.core.stop.is_stopped() {
+        let leaders: HashSet<i32> = followed(ctx.router(), core, None)
             .await
             .into_iter()
             .map(|f| f.leader)
@@ -148,44 +109,36 @@ async fn supervise(
             if leader < 0 || !running.borrow_mut().insert(leader) {
                 continue;
             }
-            let (b, r, s, run, sec) = (
-                broker.clone(),
-                router.clone(),
-                stop.clone(),
-                running.clone(),
-                security.clone(),
-            );
+            let (ctx, run) = (ctx.clone(), running.clone());
             glommio::spawn_local(async move {
-                follow(&b, &r, core, leader, &s, &sec).await;
+                follow(&ctx, leader).await;
                 run.borrow_mut().remove(&leader);
             })
             .detach();
         }
-        glommio::timer::sleep(Duration::from_millis(100)).await;
+        futures_lite::future::or(
+            async {
+                glommio::timer::sleep(Duration::from_millis(100)).await;
+            },
+            ctx.core.stop.stopped(),
+        )
+        .await;
     }
 }
 
 /// The address of `leader`'s inter-broker listener.
-fn leader_addr(broker: &Broker, leader: i32) -> Option<String> {
-    let meta = broker.cluster.snapshot();
-    broker.config.inter_broker.peer_addr(&meta, leader)
+fn leader_addr(ctx: &Ctx, leader: i32) -> Option<String> {
+    ctx.config().inter_broker.peer_addr(&ctx.meta(), leader)
 }
 
 /// The fetch loop for the partitions this core follows from `leader`.
-async fn follow(
-    broker: &Broker,
-    router: &Router,
-    core: usize,
-    leader: i32,
-    stop: &AtomicBool,
-    security: &ClientSecurity,
-) {
-    let node = broker.config.node_id;
+async fn follow(ctx: &Ctx, leader: i32) {
+    let (router, core, node) = (ctx.router(), ctx.core.core, ctx.node_id());
     let client_id = format!("kmirror-{node}-replica-fetcher-{core}");
     let mut conn: Option<AsyncConnection> = None;
     let mut idle_since: Option<std::time::Instant> = None;
     tracing::info!(core, leader, "replica fetcher started");
-    while !stop.load(Ordering::Relaxed) {
+    while !ctx.core.stop.is_stopped() {
         let parts = followed(router, core, Some(leader)).await;
         if parts.is_empty() {
             let since = *idle_since.get_or_insert_with(std::time::Instant::now);
@@ -201,13 +154,11 @@ async fn follow(
             conn = None;
         }
         if conn.is_none() {
-            let Some(addr) = leader_addr(broker, leader) else {
+            let Some(addr) = leader_addr(ctx, leader) else {
                 glommio::timer::sleep(BACKOFF).await;
                 continue;
             };
-            match AsyncConnection::connect_secured(&addr, &client_id, CONNECT_TIMEOUT, security)
-                .await
-            {
+            match ctx.config().inter_broker.connect(&addr, &client_id).await {
                 Ok(c) => conn = Some(c),
                 Err(e) if e.is_auth_failure() => {
                     tracing::warn!(leader, %addr, error = %e, "replica fetcher refused by the leader (inter-broker credentials)");

@@ -8,7 +8,6 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
@@ -16,8 +15,6 @@ use kmirror_control::metadata::{BrokerEndpoint, BrokerRegistration};
 use kmirror_control::quorum::command::{ClusterCommand, MetadataCommand};
 use kmirror_engine::EngineConfig;
 use kmirror_log::{Log, LogConfig};
-use kmirror_mirror::ReplicaFetchers;
-use kmirror_mirror::{MirrorBroker, MirrorSettings};
 use kmirror_net::{RunningBroker, ServerConfig};
 use kmirror_tests::records::batch;
 use kmirror_tests::wire::{WireClient, WireError};
@@ -32,7 +29,7 @@ struct Node {
     dir: PathBuf,
     /// The listener address, kept across restarts (it is registered in the metadata).
     listen: String,
-    running: Option<(RunningBroker, Arc<MirrorBroker>, ReplicaFetchers)>,
+    running: Option<RunningBroker>,
 }
 
 impl Node {
@@ -50,7 +47,6 @@ impl Node {
 
     fn restart(&mut self) {
         std::fs::create_dir_all(&self.dir).unwrap();
-        let mirror = MirrorBroker::open(&self.dir, MirrorSettings::default()).unwrap();
         let broker = kmirror_net::start(
             ServerConfig {
                 listeners: vec![kmirror_net::ListenerSpec::plaintext(&self.listen).unwrap()],
@@ -70,20 +66,15 @@ impl Node {
                 sasl: Default::default(),
                 groups: Default::default(),
             },
-            Some(mirror.clone()),
+            None,
         )
         .unwrap();
         self.listen = broker.addr().to_string();
-        let replicas = kmirror_mirror::start_replica_fetchers(
-            broker.broker().clone(),
-            broker.router().clone(),
-            Default::default(),
-        );
-        self.running = Some((broker, mirror, replicas));
+        self.running = Some(broker);
     }
 
     fn broker(&self) -> &RunningBroker {
-        &self.running.as_ref().expect("running").0
+        self.running.as_ref().expect("running")
     }
 
     fn addr(&self) -> String {
@@ -91,9 +82,7 @@ impl Node {
     }
 
     fn stop(&mut self) {
-        if let Some((b, m, r)) = self.running.take() {
-            m.shutdown();
-            r.stop();
+        if let Some(b) = self.running.take() {
             b.stop();
         }
     }
