@@ -135,9 +135,10 @@ pub trait ExtensionApis: Send + Sync {
         frame: Bytes,
     ) -> Pin<Box<dyn Future<Output = Option<Bytes>>>>;
     /// Called once by [`crate::start`] when every core accepts connections, handing the
-    /// extension the broker (metadata, coordinator) and the router (partition owners).
-    fn started(&self, broker: &Arc<Broker>, router: &Router) {
-        let _ = (broker, router);
+    /// extension what it may use of the broker ([`crate::mirror_deps::MirrorDeps`]) and the
+    /// router (partition owners).
+    fn started(&self, deps: Arc<dyn crate::mirror_deps::MirrorDeps>, router: &Router) {
+        let _ = (deps, router);
     }
     /// The feature flags the extension owns, advertised in ApiVersions.
     fn features(&self) -> Vec<ExtensionFeature> {

@@ -43,6 +43,7 @@ pub mod interbroker;
 pub mod keys;
 pub mod listeners;
 pub mod metrics;
+pub mod mirror_deps;
 pub mod quota;
 pub mod replication;
 pub mod sasl;
@@ -399,7 +400,7 @@ pub fn start_with(
     }
     convert_described_internal_topics(&broker, engine.router())?;
     if let Some(ext) = &broker.extension {
-        ext.started(&broker, engine.router());
+        ext.started(broker.clone(), engine.router());
     }
     Ok(RunningBroker {
         engine,

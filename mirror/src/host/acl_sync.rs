@@ -69,7 +69,7 @@ fn exact_filter(b: &AclBinding) -> AclFilter {
 
 impl AclStore for super::BrokerHost {
     fn bindings(&self) -> Vec<AclBinding> {
-        self.broker.acls.all().as_ref().clone()
+        self.broker.acls().as_ref().clone()
     }
 
     fn create(&self, bindings: Vec<AclBinding>) -> Result<(), String> {
@@ -85,8 +85,7 @@ impl super::BrokerHost {
     /// An ACL change through the quorum, as CreateAcls / DeleteAcls make it.
     fn propose_acls(&self, cmd: AclCommand) -> Result<(), String> {
         self.broker
-            .cluster
-            .propose_blocking(kmirror_control::quorum::ClusterCommand::Acl(cmd))
+            .propose(kmirror_control::quorum::ClusterCommand::Acl(cmd))
             .map(|_| ())
             .map_err(|e| e.to_string())
     }

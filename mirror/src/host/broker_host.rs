@@ -5,7 +5,7 @@ use super::*;
 /// [`MirrorHost`] over the broker: metadata through the control thread, logs through the
 /// owning cores (blocking calls: this runs on the mirror control thread only).
 pub(crate) struct BrokerHost {
-    pub(super) broker: Arc<Broker>,
+    pub(super) broker: Arc<dyn MirrorDeps>,
     pub(super) router: Router,
     pub(super) manager: Arc<FetcherManager>,
     /// Source LSO of partitions without a fetcher, from the sync rounds.
@@ -37,7 +37,7 @@ impl BrokerHost {
     }
 
     pub(super) fn topic(&self, name: &str) -> Option<TopicMeta> {
-        self.broker.cluster.snapshot().topics.get(name).cloned()
+        self.broker.metadata().topics.get(name).cloned()
     }
 
     /// Cluster: what a consumer can read of `tp`, its high watermark on the leader. Here
@@ -45,7 +45,7 @@ impl BrokerHost {
     /// this replica's own high watermark (what the leader last told it) when the leader
     /// could not be asked. None on one node, where the log end is readable.
     pub(super) fn readable_end(&self, tp: &TopicPartition) -> Option<i64> {
-        if !self.leads(&self.broker.cluster.snapshot(), tp) {
+        if !self.leads(&self.broker.metadata(), tp) {
             if let Some(&hw) = self.leader_hws.get(tp) {
                 return Some(hw);
             }
@@ -62,9 +62,8 @@ impl BrokerHost {
         };
         use kafka_protocol::messages::{BrokerId, ListOffsetsRequest};
         self.leader_hws.clear();
-        let cluster = &self.broker.cluster;
-        let meta = cluster.snapshot();
-        let me = self.broker.config.node_id;
+        let meta = self.broker.metadata();
+        let me = self.broker.node_id();
         let mut by_leader: BTreeMap<i32, BTreeMap<String, Vec<i32>>> = BTreeMap::new();
         for tp in partitions {
             let Some(a) = meta
@@ -86,7 +85,7 @@ impl BrokerHost {
         // v7: the version every Kafka 4.x and kmirror broker serves.
         const VERSION: i16 = 7;
         // The leader's inter-broker listener, authenticated as the broker itself.
-        let ib = self.broker.config.inter_broker.clone();
+        let ib = self.broker.inter_broker().clone();
         let mut asks = Vec::new();
         for (leader, topics) in by_leader {
             let Some(addr) = ib.peer_addr(&meta, leader) else {
@@ -174,8 +173,8 @@ impl BrokerHost {
         R: kafka_protocol::protocol::Request + Send + 'static,
         R::Response: Send + 'static,
     {
-        let meta = self.broker.cluster.snapshot();
-        let ib = self.broker.config.inter_broker.clone();
+        let meta = self.broker.metadata();
+        let ib = self.broker.inter_broker().clone();
         let addr = ib
             .peer_addr(&meta, node)
             .ok_or_else(|| format!("node {node} has no inter-broker endpoint"))?;
@@ -192,18 +191,15 @@ impl BrokerHost {
 
     /// Pushes a topic's metadata (epoch, configs, mirror flag) to its open partitions.
     pub(super) fn refresh(&self, t: &TopicMeta) -> Result<(), String> {
-        futures_lite::future::block_on(self.broker.cluster.refresh_partitions(&self.router, t))
+        self.broker
+            .refresh_partitions(&self.router, t)
             .map_err(|e| e.to_string())
     }
 
     /// Proposes a topic change (the cluster's one mutation entry point), then pushes the
     /// result to the open partitions.
     pub(super) fn propose_topic(&self, cmd: MetadataCommand) -> Result<TopicMeta, String> {
-        let t = self
-            .broker
-            .cluster
-            .propose_topic_blocking(cmd)
-            .map_err(|e| e.to_string())?;
+        let t = self.broker.propose_topic(cmd).map_err(|e| e.to_string())?;
         self.refresh(&t)?;
         Ok(t)
     }
@@ -217,10 +213,9 @@ impl BrokerHost {
         count: i32,
         rf: Option<i16>,
     ) -> Result<Vec<Vec<i32>>, String> {
-        let cluster = &self.broker.cluster;
-        let default_rf = self.broker.config.default_replication_factor;
+        let default_rf = self.broker.default_replication_factor();
         kmirror_control::quorum::controller::propose_placement(
-            &cluster.snapshot(),
+            &self.broker.metadata(),
             start,
             count.clamp(0, MAX_MIRROR_PARTITIONS),
             rf.unwrap_or(default_rf),
@@ -239,11 +234,11 @@ impl BrokerHost {
         // A restarted node replays its own metadata log first: until it has heard from the
         // quorum leader and applied what is committed, the leaderships it sees may be old
         // ones, and a fetcher started on them would write beside the real leader.
-        let q = self.broker.cluster.quorum_status();
+        let q = self.broker.quorum_status();
         let current = q.leader.is_some() && q.applied_index >= q.commit_index;
         current
             && matches!(
-                self.broker.cluster.role(meta, tp),
+                self.broker.role(meta, tp),
                 Some(kmirror_net::cluster::Role::Leader { .. })
             )
     }
@@ -256,7 +251,7 @@ impl BrokerHost {
         from: i32,
     ) -> Result<(), String> {
         for p in from..t.partition_count() {
-            if !self.broker.cluster.hosts(t, p) {
+            if !self.broker.hosts(t, p) {
                 continue;
             }
             let tp = TopicPartition::new(t.name.clone(), p);
@@ -334,7 +329,7 @@ impl MirrorHost for BrokerHost {
     }
 
     fn start_fetcher(&mut self, mirror: &MirrorDefinition, tp: &TopicPartition) {
-        if !self.leads(&self.broker.cluster.snapshot(), tp) {
+        if !self.leads(&self.broker.metadata(), tp) {
             // Its leader runs it (the reconcile there starts it).
             return;
         }
@@ -454,15 +449,14 @@ impl MirrorHost for BrokerHost {
     }
 
     fn leadership_epoch(&self, tp: &TopicPartition) -> Option<LeaderEpoch> {
-        let cluster = &self.broker.cluster;
-        match cluster.role(&cluster.snapshot(), tp) {
+        match self.broker.role(&self.broker.metadata(), tp) {
             Some(kmirror_net::cluster::Role::Leader { epoch }) => Some(LeaderEpoch(epoch)),
             _ => None,
         }
     }
 
     fn runs_partition_steps(&self, tp: &TopicPartition) -> bool {
-        self.leads(&self.broker.cluster.snapshot(), tp)
+        self.leads(&self.broker.metadata(), tp)
     }
 
     fn write_pid_reset(&mut self, tp: &TopicPartition) -> Result<(), HostError> {
@@ -494,7 +488,7 @@ impl MirrorLiveStatus for BrokerHost {
     fn live(&self, tp: &TopicPartition, now_ms: i64) -> Option<LivePartition> {
         // A fetcher's last status counts while it runs, or where this node leads (paused);
         // a replica that does not lead reports its own log.
-        let leads = || self.leads(&self.broker.cluster.snapshot(), tp);
+        let leads = || self.leads(&self.broker.metadata(), tp);
         let status = self
             .manager
             .status(tp)

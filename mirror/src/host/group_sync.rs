@@ -104,13 +104,14 @@ fn group_coordinator(
 /// their inter-broker listeners (blocking: the mirror control thread only).
 impl GroupCoordinators for super::BrokerHost {
     fn ensure_offsets_topic(&self) -> Result<(), String> {
-        futures_lite::future::block_on(self.broker.propose_internal_topic(OFFSETS_TOPIC))
+        self.broker
+            .ensure_internal_topic(OFFSETS_TOPIC)
             .map(|_| ())
             .map_err(|(code, msg)| format!("cannot create {OFFSETS_TOPIC}: {code} {msg}"))
     }
 
     fn list_groups(&self) -> Result<Vec<(String, String)>, String> {
-        let me = self.broker.config.node_id;
+        let me = self.broker.node_id();
         let mut listed = Vec::new();
         if let ResponseKind::ListGroups(r) = self.ask_local(
             ApiKey::ListGroups,
@@ -121,8 +122,7 @@ impl GroupCoordinators for super::BrokerHost {
         }
         let peers: Vec<i32> = self
             .broker
-            .cluster
-            .snapshot()
+            .metadata()
             .brokers
             .keys()
             .copied()
@@ -229,8 +229,7 @@ impl super::BrokerHost {
     /// Another node that coordinates `group`; None when it is this node or unknown (then
     /// this node's coordinator answers, NOT_COORDINATOR if it is not the one).
     fn coordinator_of(&self, group: &str) -> Option<i32> {
-        group_coordinator(&self.broker.cluster.snapshot(), group)
-            .filter(|n| *n != self.broker.config.node_id)
+        group_coordinator(&self.broker.metadata(), group).filter(|n| *n != self.broker.node_id())
     }
 
     /// A group request answered by this node's groups service.
@@ -240,17 +239,12 @@ impl super::BrokerHost {
         version: i16,
         req: RequestKind,
     ) -> Result<ResponseKind, String> {
-        let groups = self
-            .broker
-            .groups
-            .clone()
-            .ok_or_else(|| "this node runs no group coordinator".to_owned())?;
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
             .with_request_api_version(version);
-        Ok(futures_lite::future::block_on(
-            groups.handle(key, version, &header, req),
-        ))
+        self.broker
+            .group_request(key, version, &header, req)
+            .ok_or_else(|| "this node runs no group coordinator".to_owned())
     }
 }
 

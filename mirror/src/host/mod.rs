@@ -48,8 +48,9 @@ use crate::manager::{FetchTask, FetcherManager};
 use crate::metrics::{MirrorMetrics, SyncErrorKind};
 use crate::service::{LivePartition, MirrorLiveStatus, MirrorService};
 use crate::throttle::{BrokerRate, RateLevel, RateSource, BROKER_THROTTLED_RATE};
-use kmirror_net::broker::{Broker, ExtensionApis};
+use kmirror_net::broker::ExtensionApis;
 use kmirror_net::broker::{BrokerConfigLevel, BrokerConfigSource, ExtensionConfig};
+use kmirror_net::mirror_deps::MirrorDeps;
 
 mod acl_sync;
 mod broker_host;
@@ -140,7 +141,7 @@ struct SourceSnapshot {
 pub struct MirrorBroker {
     tx: flume::Sender<Msg>,
     /// Set when the broker starts: the authorizer the mirror APIs are checked against.
-    broker: std::sync::OnceLock<Arc<Broker>>,
+    broker: std::sync::OnceLock<Arc<dyn MirrorDeps>>,
     pending: Mutex<Option<(flume::Receiver<Msg>, MirrorService, MirrorSettings)>>,
     stop: Arc<std::sync::atomic::AtomicBool>,
     thread: Mutex<Option<std::thread::JoinHandle<()>>>,
@@ -218,9 +219,11 @@ impl ExtensionApis for MirrorBroker {
         api_key: i16,
         frame: Bytes,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Option<Bytes>>>> {
-        if let Some(refused) = self.broker.get().and_then(|b| {
-            crate::authz::refuse_mirror_api(&b.authz.access(session), api_key, &frame)
-        }) {
+        if let Some(refused) = self
+            .broker
+            .get()
+            .and_then(|b| crate::authz::refuse_mirror_api(&b.access(session), api_key, &frame))
+        {
             return Box::pin(async move { Some(refused) });
         }
         let (rtx, rrx) = flume::bounded(1);
@@ -236,7 +239,7 @@ impl ExtensionApis for MirrorBroker {
         })
     }
 
-    fn started(&self, broker: &Arc<Broker>, router: &Router) {
+    fn started(&self, broker: Arc<dyn MirrorDeps>, router: &Router) {
         let _ = self.broker.set(broker.clone());
         let Some((rx, mut service, settings)) = self
             .pending
@@ -250,13 +253,13 @@ impl ExtensionApis for MirrorBroker {
         let (ev_tx, ev_rx) = flume::unbounded();
         let manager = FetcherManager::with_metrics(
             router.clone(),
-            broker.config.node_id,
+            broker.node_id(),
             settings.fetcher.clone(),
             ev_tx,
             self.metrics.clone(),
         );
         let _ = self.broker_rate.set(Arc::new(BrokerRate::open(
-            &broker.config.data_dir,
+            broker.data_dir(),
             settings.byte_rate,
             manager.broker_ceiling(),
         )));
@@ -273,7 +276,7 @@ impl ExtensionApis for MirrorBroker {
         // The mirror state is the quorum's (`__mirror_state` on the Raft log): the view
         // starts empty until the first load.
         let quorum = QuorumMirror {
-            committer: Arc::new(ClusterCommitter(broker.cluster.clone())),
+            committer: Arc::new(DepsCommitter(broker.clone())),
             loaded: None,
             seat: false,
         };
@@ -473,12 +476,12 @@ const DRAIN_MAX: usize = 10_000;
 const RECONCILE_SAFETY_NET: Duration = Duration::from_secs(5);
 
 /// Commits mirror records through the metadata quorum (blocks the mirror control thread).
-struct ClusterCommitter(kmirror_net::cluster::Cluster);
+struct DepsCommitter(Arc<dyn MirrorDeps>);
 
-impl kmirror_control::replicated::Committer for ClusterCommitter {
+impl kmirror_control::replicated::Committer for DepsCommitter {
     fn commit(&self, cmd: ClusterCommand) -> std::io::Result<()> {
         self.0
-            .propose_blocking(cmd)
+            .propose(cmd)
             .map(|_| ())
             .map_err(|e| std::io::Error::other(e.to_string()))
     }
@@ -538,20 +541,16 @@ impl Control {
     /// True when the view was reloaded.
     fn follow_quorum(&mut self) -> bool {
         let q = &mut self.quorum;
-        let cluster = &self.host.broker.cluster;
-        let status = cluster.quorum_status();
-        let version = cluster.mirror_state_version();
-        let me = u64::try_from(self.host.broker.config.node_id).ok();
+        let deps = &self.host.broker;
+        let status = deps.quorum_status();
+        let version = deps.mirror_state_version();
+        let me = u64::try_from(deps.node_id()).ok();
         let seat = status.leader.is_some() && status.leader == me && status.coordinator_ready;
         if q.loaded == Some((status.term, version)) && q.seat == seat {
             return false;
         }
-        let driver = cluster.driver();
         let (committer, term) = (q.committer.clone(), status.term);
-        let Some(store) = driver.read(
-            move |n| MirrorStateStore::replicated(n.mirrors(), committer, term),
-            Duration::from_secs(5),
-        ) else {
+        let Some(store) = deps.mirror_state(committer, term, Duration::from_secs(5)) else {
             return false;
         };
         if seat != q.seat {
@@ -569,17 +568,12 @@ impl Control {
         if self.quorum.seat {
             return None;
         }
-        let cluster = &self.host.broker.cluster;
-        let leader = i32::try_from(cluster.quorum_status().leader?).ok()?;
-        if leader == self.host.broker.config.node_id {
+        let deps = &self.host.broker;
+        let leader = i32::try_from(deps.quorum_status().leader?).ok()?;
+        if leader == deps.node_id() {
             return None;
         }
-        let meta = cluster.snapshot();
-        self.host
-            .broker
-            .config
-            .inter_broker
-            .peer_addr(&meta, leader)
+        deps.inter_broker().peer_addr(&deps.metadata(), leader)
     }
 
     fn run(
@@ -601,7 +595,7 @@ impl Control {
         }
         self.reconcile();
         let mut last_reconcile = Instant::now();
-        let mut last_meta = self.host.broker.cluster.view().version();
+        let mut last_meta = self.host.broker.metadata_version();
         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
             let got = flume::Selector::new()
                 .recv(&rx, |m| m.map_or(Got::Idle, Got::Msg))
@@ -630,7 +624,7 @@ impl Control {
             // change, or as a slow safety net.
             // Leadership moves with the published metadata: a new leader starts the
             // fetchers it now owns, a deposed one stops them.
-            let meta_version = self.host.broker.cluster.view().version();
+            let meta_version = self.host.broker.metadata_version();
             if dirty
                 || meta_version != last_meta
                 || last_reconcile.elapsed() >= RECONCILE_SAFETY_NET
@@ -662,7 +656,7 @@ impl Control {
                         )));
                         return false;
                     };
-                    let ib = self.host.broker.config.inter_broker.clone();
+                    let ib = self.host.broker.inter_broker().clone();
                     let _ = reply.send(Answer::Forward { addr, frame, ib });
                     return false;
                 }

@@ -100,7 +100,7 @@ impl Control {
         self.retry_failovers();
         self.restart_on_settings_change();
         self.apply_core_placement();
-        let meta = self.host.broker.cluster.snapshot();
+        let meta = self.host.broker.metadata();
         let store = self.service.coordinator().store();
         let mut by_topic: BTreeMap<String, Vec<(TopicPartition, String, PartitionState)>> =
             BTreeMap::new();

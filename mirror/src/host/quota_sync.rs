@@ -36,12 +36,11 @@ pub(super) fn sync_quotas(
 
 impl ClientQuotas for super::BrokerHost {
     fn quotas(&self) -> BTreeMap<Entity, Values> {
-        self.broker.quotas.all().as_ref().clone()
+        self.broker.quotas().as_ref().clone()
     }
 
     fn alter(&self, plan: &[Alteration]) -> Result<(), String> {
-        let registry = self.broker.quotas.clone();
-        for r in kmirror_net::quota::alter(&self.broker.cluster, &registry, plan, false) {
+        for r in self.broker.alter_quotas(plan) {
             r.map_err(|e| e.to_string())?;
         }
         Ok(())

@@ -50,15 +50,12 @@ impl Control {
             let name = def.name.clone();
             let bootstrap = def.source_bootstrap().to_owned();
             let security = ClientSecurity::from_properties(&def.client_settings());
-            let client_id = format!(
-                "kmirror-{}-sync-{}",
-                self.host.broker.config.node_id, def.name
-            );
+            let client_id = format!("kmirror-{}-sync-{}", self.host.broker.node_id(), def.name);
             // Managed topics are asked for too, so a deselected-but-mirrored topic is not
             // mistaken for a deleted one.
             // Also the partitions led elsewhere in a cluster: the seat answers DescribeMirrors
             // for them from its replica's log end and this source end.
-            let meta = self.host.broker.cluster.snapshot();
+            let meta = self.host.broker.metadata();
             let idle: Vec<TopicPartition> = self
                 .service
                 .coordinator()
@@ -77,7 +74,7 @@ impl Control {
                 .partitions_of(&def.name)
                 .map(|(tp, _)| tp.topic.clone())
                 .collect();
-            let meta = self.host.broker.cluster.snapshot();
+            let meta = self.host.broker.metadata();
             let managed_ids: BTreeMap<String, uuid::Uuid> = managed
                 .iter()
                 .filter_map(|t| meta.topics.get(t).map(|m| (t.clone(), m.id)))
@@ -194,7 +191,7 @@ impl Control {
         if snap.quotas_failed {
             self.count_sync_error(mirror, SyncErrorKind::Quotas);
         }
-        let meta = self.host.broker.cluster.snapshot();
+        let meta = self.host.broker.metadata();
         let local: Vec<LocalTopic> = meta
             .topics
             .values()
@@ -489,7 +486,7 @@ pub(super) fn apply_action(
 
 impl Topics for BrokerHost {
     fn metadata(&self) -> Arc<ClusterMetadata> {
-        self.broker.cluster.snapshot()
+        self.broker.metadata()
     }
 
     fn propose(&self, cmd: MetadataCommand) -> Result<TopicMeta, String> {
