@@ -15,12 +15,12 @@ use kafka_protocol::messages::create_topics_request::CreatableTopic;
 use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
 use kafka_protocol::messages::{CreateTopicsRequest, ProduceRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
+use kmirror::node::{RunningBroker, ServerConfig};
 use kmirror_engine::EngineConfig;
 use kmirror_log::batch::{build_batch, BatchSpec};
 use kmirror_mirror::api::DescribeMirrorsRequest;
 use kmirror_mirror::client::{BlockingConnection, BlockingMirrorCalls};
 use kmirror_mirror::{MirrorBroker, MirrorSettings};
-use kmirror_net::{RunningBroker, ServerConfig};
 use kmirror_types::LeaderEpoch;
 
 use crate::mirror_cli::{describe_rows, format_table};
@@ -40,7 +40,7 @@ struct Node {
 impl Node {
     fn start(dir: &Path, node_id: i32) -> DemoResult<Node> {
         let mirror = MirrorBroker::open(dir, MirrorSettings::default())?;
-        let broker = kmirror_net::start(
+        let broker = kmirror::node::start(
             ServerConfig {
                 listeners: vec![
                     kmirror_net::ListenerSpec::plaintext("127.0.0.1:0").expect("listener")

@@ -6,10 +6,10 @@ use std::io::{Read, Write};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use kmirror::node::{RunningBroker, ServerConfig};
 use kmirror_engine::{Assignment, EngineConfig};
 use kmirror_mirror::MirrorCollector;
 use kmirror_net::metrics::BrokerCollector;
-use kmirror_net::{RunningBroker, ServerConfig};
 use prometheus_client::registry::Registry;
 use signal_hook::consts::{SIGINT, SIGTERM};
 
@@ -222,7 +222,7 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
             ..Default::default()
         },
     )?;
-    let broker = kmirror_net::start_with(
+    let broker = kmirror::node::start_with(
         ServerConfig {
             listeners: c.listener_specs()?,
             tls: c.tls_files(),

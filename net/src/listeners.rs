@@ -12,6 +12,7 @@ use std::net::{SocketAddr, ToSocketAddrs};
 use std::str::FromStr;
 
 use crate::session::{ParseError, SecurityProtocol};
+use crate::tls::TlsFiles;
 
 /// One configured listener.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -164,6 +165,87 @@ pub struct Endpoint {
     pub port: i32,
     /// The bound address.
     pub addr: SocketAddr,
+}
+
+/// A listener that cannot be set up.
+#[non_exhaustive]
+#[derive(Debug, thiserror::Error)]
+pub enum ListenerError {
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        addr: String,
+        source: std::io::Error,
+    },
+    #[error("listener {listener}: {reason}")]
+    Tls {
+        listener: String,
+        reason: crate::tls::TlsError,
+    },
+}
+
+/// Resolves every listener (picking the port of those with port 0) and builds the TLS
+/// acceptors the listeners need: SSL's requires a client certificate when `tls_client_ca` is
+/// set; SASL_SSL's never does, as in Kafka, where a broker-wide `ssl.client.auth` does not
+/// apply to SASL_SSL listeners (the client authenticates with SASL there). A TLS listener
+/// without a usable certificate and key is an error here, before anything starts.
+pub fn resolve(
+    specs: &[ListenerSpec],
+    tls: &TlsFiles,
+) -> Result<(Vec<Endpoint>, Acceptors), ListenerError> {
+    let mut endpoints = Vec::new();
+    let mut acceptors = Acceptors::default();
+    for spec in specs {
+        let slot = match spec.protocol {
+            SecurityProtocol::Ssl => Some((&mut acceptors.ssl, tls.clone())),
+            SecurityProtocol::SaslSsl => Some((
+                &mut acceptors.sasl_ssl,
+                TlsFiles {
+                    client_ca: None,
+                    ..tls.clone()
+                },
+            )),
+            _ => None,
+        };
+        if let Some((slot, files)) = slot {
+            if slot.is_none() {
+                let cfg =
+                    crate::tls::server_config(&files).map_err(|reason| ListenerError::Tls {
+                        listener: spec.to_string(),
+                        reason,
+                    })?;
+                *slot = Some(futures_rustls::TlsAcceptor::from(cfg));
+            }
+        }
+        let addr = spec.resolve().map_err(|e| ListenerError::Bind {
+            addr: spec.to_string(),
+            source: e,
+        })?;
+        endpoints.push(Endpoint {
+            name: spec.name.clone(),
+            protocol: spec.protocol,
+            host: spec.advertised_host(),
+            port: addr.port() as i32,
+            addr,
+        });
+    }
+    Ok((endpoints, acceptors))
+}
+
+/// The TLS acceptor of each TLS protocol (None: no such listener).
+#[derive(Default)]
+pub struct Acceptors {
+    ssl: Option<futures_rustls::TlsAcceptor>,
+    sasl_ssl: Option<futures_rustls::TlsAcceptor>,
+}
+
+impl Acceptors {
+    pub fn for_protocol(&self, p: SecurityProtocol) -> Option<futures_rustls::TlsAcceptor> {
+        match p {
+            SecurityProtocol::Ssl => self.ssl.clone(),
+            SecurityProtocol::SaslSsl => self.sasl_ssl.clone(),
+            _ => None,
+        }
+    }
 }
 
 #[cfg(test)]

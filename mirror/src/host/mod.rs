@@ -137,7 +137,7 @@ struct SourceSnapshot {
     lookups: BTreeMap<String, SourceLookup>,
 }
 
-/// The broker's mirroring: pass it to [`kmirror_net::start`] as the extension.
+/// The broker's mirroring: pass it to `kmirror::node::start` as the extension.
 pub struct MirrorBroker {
     tx: flume::Sender<Msg>,
     /// Set when the broker starts: the authorizer the mirror APIs are checked against.

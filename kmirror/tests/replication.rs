@@ -11,11 +11,11 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use kmirror::node::{RunningBroker, ServerConfig};
 use kmirror_control::metadata::{BrokerEndpoint, BrokerRegistration};
 use kmirror_control::quorum::command::{ClusterCommand, MetadataCommand};
 use kmirror_engine::EngineConfig;
 use kmirror_log::{Log, LogConfig};
-use kmirror_net::{RunningBroker, ServerConfig};
 use kmirror_tests::records::batch;
 use kmirror_tests::wire::{WireClient, WireError};
 use kmirror_types::Offset;
@@ -47,7 +47,7 @@ impl Node {
 
     fn restart(&mut self) {
         std::fs::create_dir_all(&self.dir).unwrap();
-        let broker = kmirror_net::start(
+        let broker = kmirror::node::start(
             ServerConfig {
                 listeners: vec![kmirror_net::ListenerSpec::plaintext(&self.listen).unwrap()],
                 tls: Default::default(),

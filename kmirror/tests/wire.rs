@@ -9,12 +9,12 @@ use std::time::{Duration, Instant};
 use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kmirror::node::{RunningBroker, ServerConfig};
 use kmirror_engine::EngineConfig;
 use kmirror_log::batch::{build_batch, BatchSpec};
-use kmirror_net::{RunningBroker, ServerConfig};
 
 fn start(dir: &std::path::Path) -> RunningBroker {
-    kmirror_net::start(
+    kmirror::node::start(
         ServerConfig {
             listeners: vec![kmirror_net::ListenerSpec::plaintext("127.0.0.1:0").expect("listener")],
             tls: Default::default(),

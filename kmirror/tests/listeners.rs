@@ -11,15 +11,16 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kmirror::node::{RunningBroker, ServerConfig};
 use kmirror_engine::EngineConfig;
 use kmirror_net::listeners::parse_listeners;
-use kmirror_net::{RunningBroker, ServerConfig, TlsFiles};
+use kmirror_net::TlsFiles;
 use kmirror_tests::pki::{Identity, TestPki};
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 fn start(dir: &std::path::Path, listeners: &str, tls: TlsFiles) -> RunningBroker {
-    kmirror_net::start(
+    kmirror::node::start(
         ServerConfig {
             listeners: parse_listeners(listeners).unwrap(),
             tls,
@@ -258,7 +259,7 @@ fn mutual_tls_requires_a_client_certificate_from_the_client_ca() {
 #[test]
 fn a_tls_listener_without_certificate_or_key_is_a_startup_error() {
     let dir = tempfile::tempdir().unwrap();
-    let e = kmirror_net::start(
+    let e = kmirror::node::start(
         ServerConfig {
             listeners: parse_listeners("SASL_SSL://127.0.0.1:0").unwrap(),
             tls: TlsFiles::default(),
