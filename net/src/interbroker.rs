@@ -92,6 +92,22 @@ impl InterBroker {
         AsyncConnection::connect_secured(addr, client_id, CONNECT_TIMEOUT, &self.security).await
     }
 
+    /// A connection to `addr` made within `timeout` (at most [`CONNECT_TIMEOUT`]), and the
+    /// extra wait its one exchange gets on top of the connection's own timeout so that the
+    /// exchange ends within what is left of `timeout`.
+    async fn connect_within(
+        &self,
+        addr: &str,
+        timeout: Duration,
+    ) -> Result<(AsyncConnection, Duration), ClientError> {
+        let connect = timeout.min(CONNECT_TIMEOUT);
+        let started = std::time::Instant::now();
+        let c = AsyncConnection::connect_secured(addr, &self.client_id, connect, &self.security)
+            .await?;
+        let left = timeout.saturating_sub(started.elapsed());
+        Ok((c, left.saturating_sub(connect)))
+    }
+
     /// Sends `req` at exactly `version` to `addr` on a new connection and decodes the answer,
     /// all within `timeout` (a peer that does not serve that version answers
     /// [`ClientError::UnsupportedApi`]).
@@ -102,15 +118,8 @@ impl InterBroker {
         version: i16,
         timeout: Duration,
     ) -> Result<R::Response, ClientError> {
-        let connect = timeout.min(CONNECT_TIMEOUT);
-        let started = std::time::Instant::now();
-        let mut c =
-            AsyncConnection::connect_secured(addr, &self.client_id, connect, &self.security)
-                .await?;
-        let left = timeout.saturating_sub(started.elapsed());
-        let (_, resp) = c
-            .send_with(req, version, version, left.saturating_sub(connect))
-            .await?;
+        let (mut c, extra) = self.connect_within(addr, timeout).await?;
+        let (_, resp) = c.send_with(req, version, version, extra).await?;
         Ok(resp)
     }
 
@@ -125,15 +134,8 @@ impl InterBroker {
         frame: Bytes,
         timeout: Duration,
     ) -> Result<Bytes, ClientError> {
-        let connect = timeout.min(CONNECT_TIMEOUT);
-        let started = std::time::Instant::now();
-        let mut c =
-            AsyncConnection::connect_secured(addr, &self.client_id, connect, &self.security)
-                .await?;
-        // The exchange gets what is left of the caller's bound (the connection's own
-        // timeout, `connect`, plus this).
-        let left = timeout.saturating_sub(started.elapsed());
-        c.exchange_frame(&frame, left.saturating_sub(connect)).await
+        let (mut c, extra) = self.connect_within(addr, timeout).await?;
+        c.exchange_frame(&frame, extra).await
     }
 }
 

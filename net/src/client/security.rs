@@ -91,37 +91,8 @@ fn bad(key: &str, reason: impl Into<String>) -> SecurityConfigError {
     }
 }
 
-/// Kafka's `security.protocol`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SecurityProtocol {
-    Plaintext,
-    Ssl,
-    SaslPlaintext,
-    SaslSsl,
-}
-
-impl SecurityProtocol {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s.trim().to_ascii_uppercase().as_str() {
-            "PLAINTEXT" => Some(SecurityProtocol::Plaintext),
-            "SSL" => Some(SecurityProtocol::Ssl),
-            "SASL_PLAINTEXT" => Some(SecurityProtocol::SaslPlaintext),
-            "SASL_SSL" => Some(SecurityProtocol::SaslSsl),
-            _ => None,
-        }
-    }
-
-    pub fn uses_tls(self) -> bool {
-        matches!(self, SecurityProtocol::Ssl | SecurityProtocol::SaslSsl)
-    }
-
-    pub fn uses_sasl(self) -> bool {
-        matches!(
-            self,
-            SecurityProtocol::SaslPlaintext | SecurityProtocol::SaslSsl
-        )
-    }
-}
+/// Kafka's `security.protocol`: the same values as a listener's.
+pub use crate::session::SecurityProtocol;
 
 /// SASL mechanisms the client speaks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -216,7 +187,7 @@ impl ClientSecurity {
         let get = |k: &str| props.get(k).map(|v| v.trim()).filter(|v| !v.is_empty());
         let protocol = match get(keys::SECURITY_PROTOCOL) {
             None => SecurityProtocol::Plaintext,
-            Some(p) => SecurityProtocol::parse(p).ok_or_else(|| {
+            Some(p) => p.parse::<SecurityProtocol>().map_err(|_| {
                 bad(
                     keys::SECURITY_PROTOCOL,
                     format!("unknown protocol '{p}' (PLAINTEXT, SSL, SASL_PLAINTEXT, SASL_SSL)"),
