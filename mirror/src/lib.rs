@@ -12,7 +12,7 @@
 //! Must not: be depended on by `kmirror-net` (the broker reaches mirroring only through its
 //! `ExtensionApis` seam, which [`MirrorBroker`] implements, and mirroring reaches the broker
 //! only through `kmirror_net::mirror_deps::MirrorDeps`, never the `Broker` itself); run the
-//! cluster's own replication (the node does, in `kmirror_net::replication`); touch a partition's log
+//! cluster's own replication (the node does, with net's replication module); touch a partition's log
 //! except through the engine's router on the owning core; decode or re-encode a mirrored batch
 //! (batches pass through as `Bytes`).
 //!

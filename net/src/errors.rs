@@ -10,20 +10,21 @@ use kmirror_log::LogError;
 
 use crate::keys;
 
-pub const NONE: i16 = 0;
+pub(crate) const NONE: i16 = 0;
 
 /// Kafka's default messages of two codes, sent where Kafka sends them (DescribeProducers for
 /// a topic it does not know, ElectLeaders for a partition already led by its preferred leader).
-pub const UNKNOWN_TOPIC_OR_PARTITION_MESSAGE: &str =
+pub(crate) const UNKNOWN_TOPIC_OR_PARTITION_MESSAGE: &str =
     "This server does not host this topic-partition.";
-pub const ELECTION_NOT_NEEDED_MESSAGE: &str = "Leader election not needed for topic partition.";
+pub(crate) const ELECTION_NOT_NEEDED_MESSAGE: &str =
+    "Leader election not needed for topic partition.";
 
 /// Shorthand for a standard Kafka code.
-pub fn code(e: E) -> i16 {
+pub(crate) fn code(e: E) -> i16 {
     e.code()
 }
 
-pub fn log_error_code(e: &LogError) -> i16 {
+pub(crate) fn log_error_code(e: &LogError) -> i16 {
     match e {
         LogError::Corrupt { .. } => E::CorruptMessage.code(),
         LogError::InvalidRecord(_) => E::InvalidRecord.code(),
@@ -47,7 +48,7 @@ pub fn log_error_code(e: &LogError) -> i16 {
     }
 }
 
-pub fn engine_error_code(e: &EngineError) -> i16 {
+pub(crate) fn engine_error_code(e: &EngineError) -> i16 {
     match e {
         EngineError::UnknownPartition(_) => E::UnknownTopicOrPartition.code(),
         EngineError::ReadOnly { .. } => keys::error::READ_ONLY_TOPIC,
@@ -66,7 +67,7 @@ pub fn engine_error_code(e: &EngineError) -> i16 {
 
 /// An extension's refusal or failure (dynamic broker config, feature level): a bad value is
 /// INVALID_REQUEST, a failure to persist it UNKNOWN_SERVER_ERROR (the change did not happen).
-pub fn extension_error_code(e: &crate::broker::ExtensionError) -> i16 {
+pub(crate) fn extension_error_code(e: &crate::broker::ExtensionError) -> i16 {
     use crate::broker::ExtensionError as X;
     match e {
         X::Invalid(_) => E::InvalidRequest.code(),
@@ -77,7 +78,7 @@ pub fn extension_error_code(e: &crate::broker::ExtensionError) -> i16 {
 }
 
 /// How an `acks=all` produce ends when it did not simply succeed.
-pub fn ack_state_code(s: kmirror_engine::AckState) -> i16 {
+pub(crate) fn ack_state_code(s: kmirror_engine::AckState) -> i16 {
     use kmirror_engine::AckState as A;
     match s {
         A::Done => 0,
@@ -90,7 +91,7 @@ pub fn ack_state_code(s: kmirror_engine::AckState) -> i16 {
 /// A replica's Fetch the leader cannot record: Kafka's Partition answers UNKNOWN_LEADER_EPOCH
 /// to a non-replica that named the current leader epoch (it may be a replica being added),
 /// NOT_LEADER_OR_FOLLOWER otherwise.
-pub fn replica_fetch_code(e: kmirror_engine::ReplicaFetchError, named_epoch: bool) -> i16 {
+pub(crate) fn replica_fetch_code(e: kmirror_engine::ReplicaFetchError, named_epoch: bool) -> i16 {
     use kmirror_engine::ReplicaFetchError as R;
     match e {
         R::NotReplica if named_epoch => E::UnknownLeaderEpoch.code(),
@@ -98,7 +99,7 @@ pub fn replica_fetch_code(e: kmirror_engine::ReplicaFetchError, named_epoch: boo
     }
 }
 
-pub fn acl_error_code(e: &kmirror_control::acl::AclError) -> i16 {
+pub(crate) fn acl_error_code(e: &kmirror_control::acl::AclError) -> i16 {
     use kmirror_control::acl::AclError as A;
     match e {
         A::Invalid(_) => E::InvalidRequest.code(),
@@ -108,7 +109,7 @@ pub fn acl_error_code(e: &kmirror_control::acl::AclError) -> i16 {
     }
 }
 
-pub fn quota_error_code(e: &kmirror_control::quota::QuotaError) -> i16 {
+pub(crate) fn quota_error_code(e: &kmirror_control::quota::QuotaError) -> i16 {
     use kmirror_control::quota::QuotaError as Q;
     match e {
         Q::Invalid(_) => E::InvalidRequest.code(),
@@ -120,7 +121,7 @@ pub fn quota_error_code(e: &kmirror_control::quota::QuotaError) -> i16 {
 }
 
 /// The authorization-failed code of a resource type (Kafka's `AclEntry.authorizationError`).
-pub fn authorization_failed(resource_type: i8) -> i16 {
+pub(crate) fn authorization_failed(resource_type: i8) -> i16 {
     use kmirror_control::authz::resource as R;
     match resource_type {
         R::TOPIC => E::TopicAuthorizationFailed.code(),
@@ -131,7 +132,7 @@ pub fn authorization_failed(resource_type: i8) -> i16 {
     }
 }
 
-pub fn scram_error_code(e: &kmirror_control::scram::ScramError) -> i16 {
+pub(crate) fn scram_error_code(e: &kmirror_control::scram::ScramError) -> i16 {
     use kmirror_control::scram::ScramError as S;
     match e {
         S::UnknownMechanism(_) => E::UnsupportedSaslMechanism.code(),
@@ -144,7 +145,7 @@ pub fn scram_error_code(e: &kmirror_control::scram::ScramError) -> i16 {
     }
 }
 
-pub fn metadata_error_code(e: &MetadataError) -> i16 {
+pub(crate) fn metadata_error_code(e: &MetadataError) -> i16 {
     match e {
         MetadataError::TopicExists(_) => E::TopicAlreadyExists.code(),
         MetadataError::UnknownTopic(_) => E::UnknownTopicOrPartition.code(),
@@ -175,7 +176,7 @@ pub fn metadata_error_code(e: &MetadataError) -> i16 {
 /// controller is NOT_CONTROLLER (clients retry admin requests on it, as on Kafka's forwarding
 /// to the active controller); an unknown outcome is REQUEST_TIMED_OUT, as Kafka answers around
 /// a controller failover.
-pub fn propose_failure_code(e: &crate::cluster::ProposeFailure) -> i16 {
+pub(crate) fn propose_failure_code(e: &crate::cluster::ProposeFailure) -> i16 {
     use crate::cluster::ProposeFailure as F;
     use kmirror_control::quorum::ApplyError;
     match e {
@@ -191,7 +192,7 @@ pub fn propose_failure_code(e: &crate::cluster::ProposeFailure) -> i16 {
 
 /// AddRaftVoter / RemoveRaftVoter refusals as Kafka's `AddVoterHandler` /
 /// `RemoveVoterHandler` answer them.
-pub fn voter_error_code(e: &kmirror_cluster::VoterError) -> i16 {
+pub(crate) fn voter_error_code(e: &kmirror_cluster::VoterError) -> i16 {
     use kmirror_cluster::VoterError as V;
     match e {
         V::ChangePending | V::NotCaughtUp { .. } => E::RequestTimedOut.code(),

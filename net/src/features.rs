@@ -26,9 +26,9 @@ use crate::broker::{Ctx, ExtensionFeature};
 use crate::handlers::s;
 
 /// `metadata.version` levels: 3.3-IV3 (the oldest Kafka 4 accepts) to 4.1-IV1.
-pub const METADATA_VERSION: (i16, i16) = (7, 27);
+pub(crate) const METADATA_VERSION: (i16, i16) = (7, 27);
 /// `kraft.version`: static quorum (0) or KIP-853 dynamic quorum (1).
-pub const KRAFT_VERSION: (i16, i16) = (0, 1);
+pub(crate) const KRAFT_VERSION: (i16, i16) = (0, 1);
 const KRAFT_VERSION_FINALIZED: i16 = 0;
 
 /// Kafka's UpdateFeatures upgrade types.
@@ -40,7 +40,7 @@ const UNSAFE_DOWNGRADE: i8 = 3;
 static EPOCH: AtomicI64 = AtomicI64::new(1);
 
 /// Every feature with its supported range and finalized level (0 = not finalized).
-pub fn all(ctx: &Ctx) -> Vec<ExtensionFeature> {
+pub(crate) fn all(ctx: &Ctx) -> Vec<ExtensionFeature> {
     let mut v = vec![
         ExtensionFeature {
             name: "metadata.version",
@@ -62,7 +62,7 @@ pub fn all(ctx: &Ctx) -> Vec<ExtensionFeature> {
 }
 
 /// Fills ApiVersions' (v3+) supported and finalized features.
-pub fn advertise(ctx: &Ctx, version: i16, resp: &mut ApiVersionsResponse) {
+pub(crate) fn advertise(ctx: &Ctx, version: i16, resp: &mut ApiVersionsResponse) {
     if version < 3 {
         return;
     }
@@ -136,7 +136,7 @@ fn validate(
 }
 
 /// UpdateFeatures: ALTER on the cluster; all updates valid or none applied.
-pub async fn update_features(
+pub(crate) async fn update_features(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,

@@ -19,7 +19,7 @@ const SPLICE_MIN: usize = 16 << 10;
 
 /// A response frame as chunks to write in order; some chunks are also file regions.
 #[derive(Debug, Default)]
-pub struct Frames {
+pub(crate) struct Frames {
     pub chunks: Vec<Bytes>,
     /// (index into `chunks`, the file bytes equal to that chunk), increasing.
     pub files: Vec<(usize, FileRegion)>,
@@ -27,19 +27,15 @@ pub struct Frames {
 
 impl Frames {
     /// One chunk, no file.
-    pub fn one(b: Bytes) -> Frames {
+    pub(crate) fn one(b: Bytes) -> Frames {
         Frames {
             chunks: vec![b],
             files: Vec::new(),
         }
     }
 
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.chunks.iter().map(Bytes::len).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 }
 
@@ -144,7 +140,7 @@ fn put_partition(
 /// The whole response frame (length prefix and header included) as chunks to write in order.
 /// `files[i]`, when present, is where the records of the i-th partition (in response order)
 /// lie on disk.
-pub fn encode_fetch_response(
+pub(crate) fn encode_fetch_response(
     resp: &FetchResponse,
     version: i16,
     correlation_id: i32,

@@ -22,7 +22,7 @@ use indexmap::IndexMap;
 use uuid::Uuid;
 
 /// Sessions per core (Kafka's max.incremental.fetch.session.cache.slots is 1000 per broker).
-pub const MAX_SESSIONS: usize = 1000;
+pub(crate) const MAX_SESSIONS: usize = 1000;
 
 /// The client's view of one partition in a session, and what it was last told.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +55,7 @@ pub enum Mode {
 }
 
 /// A session request the cache refuses: the Kafka error code.
-pub type Refused = i16;
+pub(crate) type Refused = i16;
 
 const FETCH_SESSION_ID_NOT_FOUND: i16 = 70;
 const INVALID_FETCH_SESSION_EPOCH: i16 = 71;
@@ -169,7 +169,12 @@ impl Session {
 
 /// Whether an incremental response must carry the partition: new records, an error, or
 /// offsets the client was not told yet. Updates what the client was told.
-pub fn changed(c: &mut Cached, error: i16, has_records: bool, offsets: (i64, i64, i64)) -> bool {
+pub(crate) fn changed(
+    c: &mut Cached,
+    error: i16,
+    has_records: bool,
+    offsets: (i64, i64, i64),
+) -> bool {
     let moved = c.sent != Some(offsets);
     if error == 0 {
         c.sent = Some(offsets);

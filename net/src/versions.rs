@@ -9,7 +9,7 @@ use kafka_protocol::protocol::{Message, StrBytes, VersionRange};
 macro_rules! served {
     ($($key:ident => $req:ty),* $(,)?) => {
         /// Every API the broker answers, with the versions of kafka-protocol's schemas.
-        pub const SERVED: &[(ApiKey, VersionRange)] = &[$((ApiKey::$key, <$req as Message>::VERSIONS)),*];
+        pub(crate) const SERVED: &[(ApiKey, VersionRange)] = &[$((ApiKey::$key, <$req as Message>::VERSIONS)),*];
     };
 }
 
@@ -72,7 +72,7 @@ served! {
 }
 
 /// APIs handled by the group / transaction coordinator (`groups.rs`).
-pub fn is_group_api(key: ApiKey) -> bool {
+pub(crate) fn is_group_api(key: ApiKey) -> bool {
     matches!(
         key,
         ApiKey::OffsetCommit
@@ -98,7 +98,7 @@ pub fn is_group_api(key: ApiKey) -> bool {
     )
 }
 
-pub fn served_range(key: ApiKey) -> Option<VersionRange> {
+pub(crate) fn served_range(key: ApiKey) -> Option<VersionRange> {
     SERVED.iter().find(|(k, _)| *k == key).map(|(_, r)| *r)
 }
 
@@ -115,7 +115,10 @@ fn advertised_min(key: ApiKey, min: i16) -> i16 {
 
 /// Builds the ApiVersions response. `extra` are (key, min, max) of APIs served by
 /// extensions (the mirror APIs).
-pub fn api_versions_response(error_code: i16, extra: &[(i16, i16, i16)]) -> ApiVersionsResponse {
+pub(crate) fn api_versions_response(
+    error_code: i16,
+    extra: &[(i16, i16, i16)],
+) -> ApiVersionsResponse {
     let mut keys: Vec<ApiVersion> = SERVED
         .iter()
         .map(|(k, r)| {

@@ -22,7 +22,7 @@ use crate::errors;
 use kmirror_control::metadata::TopicMeta;
 use kmirror_control::quorum::MetadataCommand;
 
-pub async fn create_topics(
+pub(crate) async fn create_topics(
     ctx: &Ctx,
     access: &Access<'_>,
     _version: i16,
@@ -124,7 +124,7 @@ fn replication_factor(t: &TopicMeta) -> i16 {
     t.assignments.first().map_or(1, |a| a.replicas.len() as i16)
 }
 
-pub async fn delete_topics(
+pub(crate) async fn delete_topics(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,
@@ -180,7 +180,7 @@ pub async fn delete_topics(
     DeleteTopicsResponse::default().with_responses(results)
 }
 
-pub async fn create_partitions(
+pub(crate) async fn create_partitions(
     ctx: &Ctx,
     access: &Access<'_>,
     _version: i16,
@@ -264,7 +264,7 @@ pub async fn create_partitions(
 }
 
 /// The broker is described at the endpoint of the listener `session` came in through.
-pub fn describe_cluster(
+pub(crate) fn describe_cluster(
     ctx: &Ctx,
     session: &crate::session::Session,
     access: &Access<'_>,
@@ -320,7 +320,7 @@ pub(crate) fn cluster_operations(access: &Access<'_>, asked: bool) -> i32 {
 /// controller). Unclean elections stay off: with a leader, ELECTION_NOT_NEEDED; without one,
 /// ELIGIBLE_LEADERS_NOT_AVAILABLE. For all partitions (null) only those not led by their
 /// preferred replica are elected and listed. Needs ALTER on the cluster.
-pub async fn elect_leaders_replicated(
+pub(crate) async fn elect_leaders_replicated(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,
@@ -443,7 +443,7 @@ const CLUSTER_AUTH_FAILED: &str = "Cluster authorization failed.";
 /// INVALID_REPLICATION_FACTOR when v1 forbids a change of replication factor,
 /// NO_REASSIGNMENT_IN_PROGRESS on a cancel with nothing to cancel). A one-node broker answers
 /// with the same checks against itself as the only broker. Needs ALTER on the cluster.
-pub async fn alter_partition_reassignments(
+pub(crate) async fn alter_partition_reassignments(
     ctx: &Ctx,
     access: &Access<'_>,
     req: kafka_protocol::messages::AlterPartitionReassignmentsRequest,
@@ -503,7 +503,7 @@ pub async fn alter_partition_reassignments(
 /// metadata. All of them for a null topic list; otherwise the named partitions that are
 /// reassigning (unknown topics and partitions are left out, as Kafka does). Needs DESCRIBE on
 /// the cluster.
-pub fn list_partition_reassignments(
+pub(crate) fn list_partition_reassignments(
     ctx: &Ctx,
     access: &Access<'_>,
     req: kafka_protocol::messages::ListPartitionReassignmentsRequest,

@@ -71,7 +71,7 @@ fn config_denied(access: &Access<'_>, resource_type: i8, name: &str, alter: bool
     access.check(need, name).err()
 }
 
-pub fn describe_configs(
+pub(crate) fn describe_configs(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,
@@ -312,7 +312,7 @@ async fn alter_broker(
     Ok(())
 }
 
-pub async fn alter_configs(
+pub(crate) async fn alter_configs(
     ctx: &Ctx,
     access: &Access<'_>,
     _version: i16,
@@ -360,7 +360,7 @@ pub async fn alter_configs(
     AlterConfigsResponse::default().with_responses(out)
 }
 
-pub async fn incremental_alter_configs(
+pub(crate) async fn incremental_alter_configs(
     ctx: &Ctx,
     access: &Access<'_>,
     _version: i16,

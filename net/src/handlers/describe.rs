@@ -38,7 +38,7 @@ const MAX_PARTITIONS_PER_RESPONSE: i32 = 2000;
 /// `next_cursor` says where the next page starts. Unauthorized named topics are answered
 /// TOPIC_AUTHORIZATION_FAILED without saying whether they exist; unknown ones
 /// UNKNOWN_TOPIC_OR_PARTITION.
-pub fn describe_topic_partitions(
+pub(crate) fn describe_topic_partitions(
     ctx: &Ctx,
     access: &Access<'_>,
     req: DescribeTopicPartitionsRequest,
@@ -173,7 +173,7 @@ fn partitions_of(
 /// DescribeLogDirs: the one data directory, with the size of each (requested, existing)
 /// partition and the disk's total and usable bytes. Without DESCRIBE on the cluster, Kafka
 /// answers CLUSTER_AUTHORIZATION_FAILED (v3+) and no directories.
-pub async fn describe_log_dirs(
+pub(crate) async fn describe_log_dirs(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,
@@ -269,7 +269,7 @@ fn disk_space(dir: &Path) -> Option<(i64, i64)> {
 /// sequence and timestamp, coordinator epoch, open transaction's first offset). READ on the
 /// topic, else TOPIC_AUTHORIZATION_FAILED; UNKNOWN_TOPIC_OR_PARTITION for a partition that
 /// does not exist.
-pub async fn describe_producers(
+pub(crate) async fn describe_producers(
     ctx: &Ctx,
     access: &Access<'_>,
     req: DescribeProducersRequest,

@@ -344,7 +344,7 @@ fn follower_replica_id(version: i16, req: &FetchRequest) -> Option<NodeId> {
 /// With a fetch session (v7+, KIP-227) an incremental request names only what changed, and
 /// the response carries only partitions with news. A follower's Fetch reads up to the log
 /// end and moves its position in the leader's replica state.
-pub async fn fetch(
+pub(crate) async fn fetch(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,

@@ -12,7 +12,7 @@ use crate::broker::Ctx;
 use crate::session::Session;
 
 /// Brokers are advertised at the endpoint of the listener `session` came in through.
-pub async fn metadata(
+pub(crate) async fn metadata(
     ctx: &Ctx,
     session: &Session,
     access: &Access<'_>,

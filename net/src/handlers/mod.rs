@@ -1,17 +1,17 @@
 //! One module per API family. Handlers turn decoded requests into responses; failures go
 //! through [`crate::errors`] so each condition always maps to the same Kafka code.
 
-pub mod admin;
-pub mod configs;
-pub mod describe;
-pub mod fetch;
-pub mod metadata;
-pub mod offset_commit;
-pub mod offsets;
-pub mod produce;
-pub mod quorum;
-pub mod transactions;
-pub mod txn;
+pub(crate) mod admin;
+pub(crate) mod configs;
+pub(crate) mod describe;
+pub(crate) mod fetch;
+pub(crate) mod metadata;
+pub(crate) mod offset_commit;
+pub(crate) mod offsets;
+pub(crate) mod produce;
+pub(crate) mod quorum;
+pub(crate) mod transactions;
+pub(crate) mod txn;
 
 use kafka_protocol::messages::{BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;

@@ -13,7 +13,10 @@ use kafka_protocol::ResponseError as E;
 use crate::broker::Ctx;
 
 /// Splits the unknown topics off an (authorized) OffsetCommit. Other requests pass through.
-pub fn split_unknown(ctx: &Ctx, req: RequestKind) -> (RequestKind, Vec<OffsetCommitResponseTopic>) {
+pub(crate) fn split_unknown(
+    ctx: &Ctx,
+    req: RequestKind,
+) -> (RequestKind, Vec<OffsetCommitResponseTopic>) {
     let RequestKind::OffsetCommit(mut r) = req else {
         return (req, Vec::new());
     };
@@ -52,12 +55,12 @@ pub fn split_unknown(ctx: &Ctx, req: RequestKind) -> (RequestKind, Vec<OffsetCom
 }
 
 /// Whether nothing is left to commit (the coordinator need not be asked).
-pub fn is_empty_commit(req: &RequestKind) -> bool {
+pub(crate) fn is_empty_commit(req: &RequestKind) -> bool {
     matches!(req, RequestKind::OffsetCommit(r) if r.topics.is_empty())
 }
 
 /// Adds the unknown topics' answers to the coordinator's response.
-pub fn merge(resp: ResponseKind, refused: Vec<OffsetCommitResponseTopic>) -> ResponseKind {
+pub(crate) fn merge(resp: ResponseKind, refused: Vec<OffsetCommitResponseTopic>) -> ResponseKind {
     match resp {
         ResponseKind::OffsetCommit(mut c) if !refused.is_empty() => {
             for t in refused {

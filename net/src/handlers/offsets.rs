@@ -48,7 +48,7 @@ async fn settle<T>(p: Submitted<T>) -> Result<T, i16> {
     }
 }
 
-pub async fn list_offsets(
+pub(crate) async fn list_offsets(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,
@@ -142,7 +142,7 @@ pub async fn list_offsets(
     ListOffsetsResponse::default().with_topics(topics)
 }
 
-pub async fn offset_for_leader_epoch(
+pub(crate) async fn offset_for_leader_epoch(
     ctx: &Ctx,
     access: &Access<'_>,
     _version: i16,
@@ -225,7 +225,7 @@ pub async fn offset_for_leader_epoch(
     OffsetForLeaderEpochResponse::default().with_topics(topics)
 }
 
-pub async fn delete_records(
+pub(crate) async fn delete_records(
     ctx: &Ctx,
     access: &Access<'_>,
     _version: i16,

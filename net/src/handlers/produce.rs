@@ -174,7 +174,7 @@ async fn replicated(ack: Ack, deadline: std::time::Instant) -> AckState {
 }
 
 /// Returns None for acks=0 (the client expects no response).
-pub async fn produce(
+pub(crate) async fn produce(
     ctx: &Ctx,
     access: &Access<'_>,
     version: i16,

@@ -114,7 +114,7 @@ fn message(text: String) -> Option<StrBytes> {
 /// AddRaftVoter (80): makes an observer that caught up a voter. `Listeners` must name the
 /// controller endpoint (Kafka: INVALID_REQUEST without one for the controller listener);
 /// the address the quorum uses is the one the node joined with.
-pub async fn add_raft_voter(
+pub(crate) async fn add_raft_voter(
     ctx: &Ctx,
     access: &Access<'_>,
     req: AddRaftVoterRequest,
@@ -160,7 +160,7 @@ pub async fn add_raft_voter(
 /// RemoveRaftVoter (81): the voter with this id and directory id leaves the voter set and
 /// keeps following the log as an observer (a combined node stays a broker). Removing the
 /// leader works: it steps down once the change applied and the others elect.
-pub async fn remove_raft_voter(
+pub(crate) async fn remove_raft_voter(
     ctx: &Ctx,
     access: &Access<'_>,
     req: RemoveRaftVoterRequest,
@@ -187,7 +187,7 @@ pub async fn remove_raft_voter(
     answer(change_voters(driver, change, Duration::from_secs(30)).await)
 }
 
-pub async fn describe_quorum(
+pub(crate) async fn describe_quorum(
     ctx: &Ctx,
     access: &Access<'_>,
     client_id: Option<&str>,
@@ -385,7 +385,7 @@ fn local(ctx: &Ctx, version: i16, req: &DescribeQuorumRequest) -> DescribeQuorum
 /// that is only an observer also leaves the quorum's configuration, so the leader stops
 /// sending it the log. For a node that left for good: a running broker is not registered
 /// again until it restarts. ALTER on CLUSTER, as Kafka's `ControllerApis`.
-pub async fn unregister_broker(
+pub(crate) async fn unregister_broker(
     ctx: &Ctx,
     access: &Access<'_>,
     req: UnregisterBrokerRequest,

@@ -15,7 +15,7 @@ use kmirror_control::txn::{TxnCoordinator, TxnState};
 use super::{s, topic_name};
 
 /// DescribeTransactions: TRANSACTIONAL_ID_NOT_FOUND for an id the coordinator does not know.
-pub fn describe(txns: &TxnCoordinator, req: &DescribeTransactionsRequest) -> ResponseKind {
+pub(crate) fn describe(txns: &TxnCoordinator, req: &DescribeTransactionsRequest) -> ResponseKind {
     let states = req
         .transactional_ids
         .iter()
@@ -56,7 +56,7 @@ pub fn describe(txns: &TxnCoordinator, req: &DescribeTransactionsRequest) -> Res
 /// ListTransactions with its filters: states (unknown names are echoed back), producer ids,
 /// duration (v1+: open longer than this) and the transactional-id pattern (v2+, a regular
 /// expression the whole id must match; INVALID_REGULAR_EXPRESSION when it does not parse).
-pub fn list(
+pub(crate) fn list(
     txns: &TxnCoordinator,
     req: &ListTransactionsRequest,
     version: i16,

@@ -65,7 +65,7 @@ fn refusal(
 
 /// Splits a request: the answer for transactions naming a mirror partition (refused whole),
 /// and the request left for the coordinator (None when nothing is left to forward).
-pub fn refuse_mirror_partitions(
+pub(crate) fn refuse_mirror_partitions(
     meta: &ClusterMetadata,
     version: i16,
     mut req: AddPartitionsToTxnRequest,
@@ -108,7 +108,7 @@ pub fn refuse_mirror_partitions(
 /// TRANSACTIONAL_ID_AUTHORIZATION_FAILED everywhere), WRITE on every topic (else
 /// TOPIC_AUTHORIZATION_FAILED on those, OPERATION_NOT_ATTEMPTED on the rest); v4+ (broker to
 /// broker) needs CLUSTER_ACTION on the cluster. None: authorized, go on.
-pub fn refuse_unauthorized(
+pub(crate) fn refuse_unauthorized(
     access: &crate::authz::Access<'_>,
     version: i16,
     req: &AddPartitionsToTxnRequest,

@@ -95,7 +95,7 @@ async fn followed(router: &Router, core: usize, leader: Option<i32>) -> Vec<Foll
 /// The follower side of in-cluster replication on this core: one fetcher task per leader
 /// this core follows partitions from, started when the first such partition appears; ends
 /// when the engine stops.
-pub async fn run(ctx: Rc<Ctx>) {
+pub(crate) async fn run(ctx: Rc<Ctx>) {
     let core = ctx.core.core;
     let running: Rc<RefCell<HashSet<i32>>> = Rc::default();
     while !ctx.core.stop.is_stopped() {

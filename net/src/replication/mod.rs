@@ -15,7 +15,7 @@
 //! their owning core; no lock and no blocking call on the core; one ISR change per partition
 //! in flight (the partition holds it as pending).
 
-pub mod follower;
+pub(crate) mod follower;
 
 use std::collections::BTreeSet;
 use std::rc::Rc;
@@ -37,7 +37,7 @@ const RESYNC: Duration = Duration::from_secs(1);
 const POLL: Duration = Duration::from_millis(100);
 
 /// The per-core replication task; ends when the engine stops.
-pub async fn run(ctx: Rc<Ctx>) {
+pub(crate) async fn run(ctx: Rc<Ctx>) {
     let mut applied = u64::MAX;
     let mut last_sync = std::time::Instant::now();
     let lag = ctx.config().replica_lag_time_max_ms.max(2);
@@ -92,7 +92,7 @@ pub async fn run(ctx: Rc<Ctx>) {
 
 /// Sets the role of every replicated partition this core owns from the assignments.
 /// Partitions of topics without assignments (one-node mode) stay alone, untouched.
-pub fn apply_roles(
+pub(crate) fn apply_roles(
     shard: &mut Shard,
     meta: &ClusterMetadata,
     node: i32,
@@ -168,7 +168,7 @@ async fn isr_expiration(ctx: &Rc<Ctx>) {
 
 /// Sends an ISR change to the controller in the background and applies it to the partition
 /// once committed (or clears the pending change when refused, so it is proposed again).
-pub fn propose_isr_change(
+pub(crate) fn propose_isr_change(
     ctx: &Ctx,
     tp: TopicPartition,
     change: IsrChange,
