@@ -39,7 +39,21 @@ fn commit_both(boot: &str) -> Instant {
     let vals: Vec<Vec<u8>> = (0..5).map(|i| format!("v{i}").into_bytes()).collect();
     let refs: Vec<&[u8]> = vals.iter().map(Vec::as_slice).collect();
     let batch = kmirror_tests::records::batch(&refs, now);
-    assert_eq!(c.produce_raw(TOPIC, 0, batch, -1).expect("produce").0, 0);
+    // Right after CreateTopics a Kafka broker can list itself as the leader in Metadata
+    // before its replica manager has the partition (NOT_LEADER_OR_FOLLOWER, 6): retriable,
+    // and a producer retries it, so this does too.
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let code = loop {
+        let code = c
+            .produce_raw(TOPIC, 0, batch.clone(), -1)
+            .expect("produce")
+            .0;
+        if code != 6 || Instant::now() > deadline {
+            break code;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(code, 0);
     java::run_tool(
         tools::CONSOLE_CONSUMER,
         &[
