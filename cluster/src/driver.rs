@@ -124,13 +124,15 @@ pub struct QuorumStatus {
 pub struct StateChanges {
     pub scram: bool,
     pub quotas: bool,
+    /// The ACL or quota owners ([`QuorumNode::sync_owners`]) may have changed.
+    pub owners: bool,
     pub mirrors: bool,
     pub coordinator: bool,
 }
 
 impl StateChanges {
     fn any(&self) -> bool {
-        self.scram || self.quotas || self.mirrors || self.coordinator
+        self.scram || self.quotas || self.owners || self.mirrors || self.coordinator
     }
 }
 
@@ -673,6 +675,7 @@ impl Run {
         let all = StateChanges {
             scram: true,
             quotas: true,
+            owners: true,
             mirrors: true,
             coordinator: true,
         };
@@ -856,6 +859,7 @@ impl Run {
         let changes = StateChanges {
             scram: polled.scram_changed,
             quotas: polled.quotas_changed,
+            owners: polled.acls_changed || polled.quotas_changed,
             mirrors: polled.mirrors_changed,
             coordinator: polled.coordinator_changed,
         };

@@ -899,6 +899,13 @@ fn describe_once(
                 m.mirror_name
             )?;
         }
+        for c in &m.sync_clashes {
+            writeln!(
+                out,
+                "Mirror '{}': left to its first owner, not synced: {c}",
+                m.mirror_name
+            )?;
+        }
     }
     if !watch {
         // Settings as the broker reports them: secrets arrive as `[hidden]`.

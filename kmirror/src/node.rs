@@ -422,14 +422,22 @@ fn start_quorum(
             v.publish_arc(m.clone());
             let _ = tx.send(m);
         },
-        move |all| acls.publish(all),
-        // SCRAM credentials and quotas as the quorum holds them.
+        {
+            let acls = acls.clone();
+            move |all| acls.publish(all)
+        },
+        // SCRAM credentials, quotas and the synced entries' owners as the quorum holds them.
         move |node, changed| {
             if changed.scram {
                 scram.publish(node.scram().credentials().clone());
             }
             if changed.quotas {
                 quotas.publish(node.quotas().all());
+            }
+            if changed.owners {
+                let owners = node.sync_owners();
+                acls.publish_owners(owners.acls.clone());
+                quotas.publish_owners(owners.quotas.clone());
             }
             if changed.mirrors {
                 mv.fetch_add(1, std::sync::atomic::Ordering::AcqRel);

@@ -600,6 +600,9 @@ wire_struct! {
         /// kmirror: why the mirror's metadata sync with the source is failing (e.g. SASL
         /// authentication refused), while it is.
         sync_error: Option<String> = None => KMIRROR_TAG_BASE + 2,
+        /// kmirror: source ACL bindings and quota entities the last sync round left to
+        /// another owner (a local admin or another mirror), each with its owner.
+        sync_clashes: Vec<String> = Vec::new() => KMIRROR_TAG_BASE + 3,
     }
 }
 

@@ -246,6 +246,9 @@ pub struct MirrorMetrics {
     /// (mirror, partition, state) of every mirror partition, as of the last reconcile.
     states: Mutex<Vec<(String, TopicPartition, PartitionState)>>,
     sync_errors: Mutex<BTreeMap<(String, SyncErrorKind), u64>>,
+    /// Per mirror and kind (`acls`, `quotas`): the source entries its last sync round left
+    /// to another owner (a local admin or another mirror), and a few of them to show.
+    sync_clashes: Mutex<BTreeMap<(String, &'static str), Vec<String>>>,
     /// Per mirror: fetch sessions the source evicted or reset. Fed by the fetch-session
     /// fetcher (shared per core, source broker and mirror) through [`Self::session_resets`].
     session_resets: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
@@ -315,6 +318,25 @@ impl MirrorMetrics {
             .or_default() += 1;
     }
 
+    /// What `mirror`'s last `kind` (`acls` or `quotas`) sync round left to another owner.
+    pub fn set_sync_clashes(&self, mirror: &str, kind: &'static str, clashes: Vec<String>) {
+        let mut m = lock(&self.sync_clashes);
+        if clashes.is_empty() {
+            m.remove(&(mirror.to_owned(), kind));
+        } else {
+            m.insert((mirror.to_owned(), kind), clashes);
+        }
+    }
+
+    /// The clashes of `mirror`'s last sync rounds, per kind.
+    pub fn sync_clashes(&self, mirror: &str) -> Vec<(&'static str, Vec<String>)> {
+        lock(&self.sync_clashes)
+            .iter()
+            .filter(|((m, _), _)| m == mirror)
+            .map(|((_, k), v)| (*k, v.clone()))
+            .collect()
+    }
+
     pub fn sync_errors(&self, mirror: &str, kind: SyncErrorKind) -> u64 {
         lock(&self.sync_errors)
             .get(&(mirror.to_owned(), kind))
@@ -356,6 +378,10 @@ impl MirrorMetrics {
         }
         for ((mirror, kind), n) in lock(&self.sync_errors).iter() {
             mirrors.entry(mirror.clone()).or_default().sync_errors[kind_index(*kind)] = *n;
+        }
+        for ((mirror, kind), c) in lock(&self.sync_clashes).iter() {
+            let row = mirrors.entry(mirror.clone()).or_default();
+            row.sync_clashes.push((kind, c.len() as i64));
         }
         for (mirror, n) in lock(&self.session_resets).iter() {
             if let Some(row) = mirrors.get_mut(mirror) {
@@ -409,6 +435,8 @@ impl PartitionRow {
 pub struct MirrorRow {
     pub throttle: Duration,
     pub sync_errors: [u64; SyncErrorKind::ALL.len()],
+    /// (kind, entries) the last sync rounds left to another owner.
+    pub sync_clashes: Vec<(&'static str, i64)>,
     pub session_resets: u64,
 }
 
@@ -562,6 +590,16 @@ impl Collector for MirrorCollector {
                         vec![("mirror", m.clone()), ("kind", k.as_str().to_owned())],
                         r.sync_errors[kind_index(*k)],
                     )
+                })
+            }),
+        )?;
+        gauges(
+            &mut e,
+            "kmirror_mirror_sync_clashes",
+            "Source ACL bindings or quota entities the last sync round left to another owner (a local admin or another mirror), by kind.",
+            ms.iter().flat_map(|(m, r)| {
+                r.sync_clashes.iter().map(move |(k, n)| {
+                    (vec![("mirror", m.clone()), ("kind", (*k).to_owned())], *n)
                 })
             }),
         )?;

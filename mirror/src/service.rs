@@ -67,6 +67,11 @@ pub trait MirrorLiveStatus {
         let _ = mirror;
         None
     }
+    /// The source entries the mirror's last ACL and quota sync rounds left to another owner.
+    fn sync_clashes(&self, mirror: &str) -> Vec<String> {
+        let _ = mirror;
+        Vec::new()
+    }
 }
 
 /// Kafka code and message for a per-topic failure.
@@ -444,6 +449,7 @@ impl MirrorService {
                     source_bootstrap: Some(def.source_bootstrap().to_owned()),
                     configs: redacted_settings(&def.settings),
                     sync_error: host.sync_error(&name),
+                    sync_clashes: host.sync_clashes(&name),
                     ..Default::default()
                 }
             })

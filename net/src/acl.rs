@@ -32,6 +32,8 @@ use crate::errors;
 pub struct AclRegistry {
     snapshot: ArcSwap<AclSnapshot>,
     all: ArcSwap<Vec<AclBinding>>,
+    /// The mirror that wrote each synced binding (the rest are local).
+    owners: ArcSwap<BTreeMap<AclBinding, String>>,
 }
 
 impl AclRegistry {
@@ -40,6 +42,7 @@ impl AclRegistry {
         AclRegistry {
             snapshot: ArcSwap::from_pointee(AclSnapshot::new(std::iter::empty())),
             all: ArcSwap::from_pointee(Vec::new()),
+            owners: ArcSwap::from_pointee(BTreeMap::new()),
         }
     }
 
@@ -58,6 +61,16 @@ impl AclRegistry {
         self.snapshot
             .store(Arc::new(AclSnapshot::new(all.iter().cloned())));
         self.all.store(Arc::new(all));
+    }
+
+    /// The owning mirror of each mirror-written binding (lock-free).
+    pub fn owners(&self) -> Arc<BTreeMap<AclBinding, String>> {
+        self.owners.load_full()
+    }
+
+    /// Publishes the applied owners (called by the Raft driver).
+    pub fn publish_owners(&self, owners: BTreeMap<AclBinding, String>) {
+        self.owners.store(Arc::new(owners));
     }
 }
 
@@ -99,7 +112,10 @@ pub async fn create_acls(cluster: &Cluster, req: CreateAclsRequest) -> CreateAcl
         .map(|(b, _)| b.clone())
         .collect();
     if !valid.is_empty() {
-        let cmd = ClusterCommand::Acl(AclCommand::Create { bindings: valid });
+        let cmd = ClusterCommand::Acl(AclCommand::Create {
+            bindings: valid,
+            writer: None,
+        });
         if let Err(e) = cluster.propose(cmd).await {
             let failed = (errors::propose_failure_code(&e), e.to_string());
             for r in results.iter_mut().filter(|r| r.is_ok()) {
@@ -224,7 +240,10 @@ pub async fn delete_acls(cluster: &Cluster, req: DeleteAclsRequest) -> DeleteAcl
         .map(|(f, _)| f.clone())
         .collect();
     if !valid.is_empty() {
-        let cmd = ClusterCommand::Acl(AclCommand::Delete { filters: valid });
+        let cmd = ClusterCommand::Acl(AclCommand::Delete {
+            filters: valid,
+            writer: None,
+        });
         match cluster.propose(cmd).await {
             Ok(Outcome::Acls(gone)) => {
                 let mut gone = gone.into_iter();

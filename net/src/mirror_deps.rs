@@ -29,7 +29,7 @@ use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseKind}
 use kmirror_cluster::QuorumStatus;
 use kmirror_control::acl::AclBinding;
 use kmirror_control::metadata::{ClusterMetadata, TopicMeta};
-use kmirror_control::mirror::MirrorStateStore;
+use kmirror_control::mirror::{MirrorStateStore, MirrorWriter};
 use kmirror_control::quorum::{ClusterCommand, MetadataCommand, Outcome};
 use kmirror_control::quota::{Alteration, Entity, QuotaError, Values};
 use kmirror_control::replicated::Committer;
@@ -89,10 +89,20 @@ pub trait MirrorDeps: Send + Sync + 'static {
     fn access(&self, session: &Session) -> Access<'_>;
     /// The applied ACLs.
     fn acls(&self) -> Arc<Vec<AclBinding>>;
+    /// The mirror that wrote each synced ACL binding (the rest are local).
+    fn acl_owners(&self) -> Arc<BTreeMap<AclBinding, String>>;
     /// The applied client quotas.
     fn quotas(&self) -> Arc<BTreeMap<Entity, Values>>;
-    /// Applies quota changes through the quorum (blocking), one result per alteration.
-    fn alter_quotas(&self, plan: &[Alteration]) -> Vec<Result<(), QuotaError>>;
+    /// The mirror that wrote each synced quota entity (the rest are local).
+    fn quota_owners(&self) -> Arc<BTreeMap<Entity, String>>;
+    /// Applies a mirror's quota changes through the quorum (blocking), one result per
+    /// alteration; `writer` says which mirror and in which mode (see
+    /// `kmirror_control::mirror::owners`).
+    fn alter_quotas(
+        &self,
+        plan: &[Alteration],
+        writer: MirrorWriter,
+    ) -> Vec<Result<(), QuotaError>>;
     /// Sends one request to this node's group coordinator (blocking); None: this node runs
     /// no group coordinator.
     fn group_request(
@@ -181,12 +191,24 @@ impl MirrorDeps for Broker {
         self.acls.all()
     }
 
+    fn acl_owners(&self) -> Arc<BTreeMap<AclBinding, String>> {
+        self.acls.owners()
+    }
+
     fn quotas(&self) -> Arc<BTreeMap<Entity, Values>> {
         self.quotas.all()
     }
 
-    fn alter_quotas(&self, plan: &[Alteration]) -> Vec<Result<(), QuotaError>> {
-        crate::quota::alter(&self.cluster, &self.quotas, plan, false)
+    fn quota_owners(&self) -> Arc<BTreeMap<Entity, String>> {
+        self.quotas.owners()
+    }
+
+    fn alter_quotas(
+        &self,
+        plan: &[Alteration],
+        writer: MirrorWriter,
+    ) -> Vec<Result<(), QuotaError>> {
+        crate::quota::alter(&self.cluster, &self.quotas, plan, false, Some(writer))
     }
 
     fn group_request(

@@ -207,6 +207,8 @@ pub struct QuotaRegistry {
     id: u64,
     snapshot: ArcSwap<Snapshot>,
     budgets: Mutex<Budgets>,
+    /// The mirror that wrote each synced entity's quotas (the rest are local).
+    owners: ArcSwap<std::collections::BTreeMap<Entity, String>>,
 }
 
 /// The shared budgets, swept of idle ones as the map grows.
@@ -257,7 +259,18 @@ impl QuotaRegistry {
                 all: Arc::new(Default::default()),
             }),
             budgets: Mutex::new(Budgets::default()),
+            owners: ArcSwap::from_pointee(Default::default()),
         }
+    }
+
+    /// The owning mirror of each mirror-written entity (lock-free).
+    pub fn owners(&self) -> Arc<std::collections::BTreeMap<Entity, String>> {
+        self.owners.load_full()
+    }
+
+    /// Publishes the applied owners (called by the Raft driver).
+    pub fn publish_owners(&self, owners: std::collections::BTreeMap<Entity, String>) {
+        self.owners.store(Arc::new(owners));
     }
 
     /// Publishes the applied quota set (called by the Raft driver).
@@ -615,7 +628,7 @@ pub async fn alter_client_quotas(
     let validate_only = req.validate_only;
     let (cluster, st) = (cluster.clone(), registry.clone());
     let results: Vec<Result<(), QuotaError>> = glommio::executor()
-        .spawn_blocking(move || alter(&cluster, &st, &alts, validate_only))
+        .spawn_blocking(move || alter(&cluster, &st, &alts, validate_only, None))
         .await;
     let entries = req
         .entries
@@ -638,11 +651,13 @@ pub async fn alter_client_quotas(
 /// Alters client quotas through the quorum (`ClusterCommand::Quota`), blocking until this
 /// node applied them (call from a plain thread); the host name of an ip entity is resolved
 /// here, the proposer, since apply must be a pure function. One result per alteration.
+/// `writer`: a mirror's quota sync (None: AlterClientQuotas).
 pub fn alter(
     cluster: &crate::cluster::Cluster,
     registry: &QuotaRegistry,
     alts: &[Alteration],
     validate_only: bool,
+    writer: Option<kmirror_control::mirror::MirrorWriter>,
 ) -> Vec<Result<(), QuotaError>> {
     use kmirror_control::quorum::{ClusterCommand, Outcome};
     let mut results: Vec<Option<Result<(), QuotaError>>> = alts
@@ -667,6 +682,7 @@ pub fn alter(
     } else {
         match cluster.propose_blocking(ClusterCommand::Quota {
             alterations: send.clone(),
+            writer,
         }) {
             Ok(Outcome::Quotas(r)) => r,
             Ok(other) => {

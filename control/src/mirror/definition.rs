@@ -30,6 +30,10 @@ pub mod settings {
     pub const ACL_SYNC_ENABLE: &str = "mirror.acl.sync.enable";
     /// Client quota sync on/off.
     pub const QUOTA_SYNC_ENABLE: &str = "mirror.quota.sync.enable";
+    /// `owned` (default: the sync writes only what it created) or `exact` (the seed's: the
+    /// destination's ACLs / quotas made equal to the source's).
+    pub const ACL_SYNC_MODE: &str = "mirror.acl.sync.mode";
+    pub const QUOTA_SYNC_MODE: &str = "mirror.quota.sync.mode";
     /// Fetch sizing for mirror fetchers.
     pub const FETCH_MAX_BYTES: &str = "mirror.fetch.max.bytes";
     pub const FETCH_PARTITION_MAX_BYTES: &str = "mirror.fetch.partition.max.bytes";
@@ -333,6 +337,8 @@ impl MirrorDefinition {
         def.config_exclude()?;
         def.priority_topics()?;
         def.core_placement()?;
+        def.acl_sync_mode()?;
+        def.quota_sync_mode()?;
         for key in [
             settings::METADATA_SYNC_INTERVAL_MS,
             settings::GROUP_SYNC_INTERVAL_MS,
@@ -364,6 +370,33 @@ impl MirrorDefinition {
         self.priority_topics()
             .map(|p| p.iter().any(|r| r.is_match(topic)))
             .unwrap_or(false)
+    }
+
+    /// `mirror.acl.sync.mode` (default `owned`).
+    pub fn acl_sync_mode(&self) -> Result<super::sync::SyncMode, MirrorError> {
+        self.sync_mode(settings::ACL_SYNC_MODE)
+    }
+
+    /// `mirror.quota.sync.mode` (default `owned`).
+    pub fn quota_sync_mode(&self) -> Result<super::sync::SyncMode, MirrorError> {
+        self.sync_mode(settings::QUOTA_SYNC_MODE)
+    }
+
+    fn sync_mode(&self, key: &str) -> Result<super::sync::SyncMode, MirrorError> {
+        use super::sync::SyncMode;
+        match self
+            .settings
+            .get(key)
+            .map(|v| v.trim().to_ascii_lowercase())
+        {
+            None => Ok(SyncMode::Owned),
+            Some(v) if v == "owned" => Ok(SyncMode::Owned),
+            Some(v) if v == "exact" => Ok(SyncMode::Exact),
+            Some(v) => Err(MirrorError::InvalidSetting {
+                key: key.to_owned(),
+                reason: format!("'{v}' is not one of owned, exact"),
+            }),
+        }
     }
 
     /// `mirror.core.assignment` / `mirror.core.pins` parsed (validated at creation).

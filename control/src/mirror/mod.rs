@@ -3,7 +3,8 @@
 //! Owns: mirror definitions and their settings ([`definition`]), the partition state machine
 //! ([`state`]), its durable store `__mirror_state` ([`store`]) and the coordinator that applies
 //! user operations and the failover sequence through a broker trait ([`coordinator`]), and the
-//! planning of the metadata and group-offset sync loops ([`sync`]). It must not depend on any
+//! planning of the metadata and group-offset sync loops ([`sync`]), and who wrote each synced
+//! ACL and quota ([`owners`]). It must not depend on any
 //! async runtime or on the network layer: `net` (fetchers, wire APIs) and `engine` drive it.
 //!
 //! Invariants: a state change is persisted before it takes effect (see [`store`]); a partition
@@ -12,6 +13,7 @@
 pub mod coordinator;
 pub mod definition;
 pub mod failpoint;
+pub mod owners;
 pub mod state;
 pub mod store;
 pub mod sync;
@@ -22,12 +24,14 @@ pub use coordinator::{
     DescribedPartition, HostError, MirrorCoordinator, MirrorHost, TopicOpError, TopicResults,
 };
 pub use definition::{ConfigExclude, CorePlacement, MirrorDefinition, TopicFilter};
+pub use owners::{MirrorWriter, SyncOwners};
 pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
 pub use store::{MirrorRecord, MirrorStateStore, PartitionEntry, RecoveryAction};
 pub use sync::{
-    clamp_group_offset, id_changed_reason, plan_acl_sync, plan_group_sync, plan_metadata_sync,
-    plan_quota_sync, AclBinding, AclSyncPlan, DeletionConfirmations, GroupOffsetCommit, LocalTopic,
-    MissingVerdict, SourceLookup, SourceTopic, SyncAction,
+    acl_sync_writer, clamp_group_offset, id_changed_reason, plan_acl_sync, plan_group_sync,
+    plan_metadata_sync, plan_quota_sync, quota_sync_writer, AclBinding, AclSyncPlan,
+    DeletionConfirmations, GroupOffsetCommit, LocalTopic, MissingVerdict, QuotaSyncPlan,
+    SourceLookup, SourceTopic, SyncAction, SyncClash, SyncMode,
 };
 
 /// Topic config naming the mirror that owns a topic (hidden from DescribeConfigs).

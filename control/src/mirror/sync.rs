@@ -21,6 +21,7 @@ use kmirror_types::TopicPartition;
 use uuid::Uuid;
 
 use super::definition::{settings, split_list, MirrorDefinition};
+use super::owners::SyncOwners;
 use super::state::PartitionState;
 use super::MirrorError;
 
@@ -382,23 +383,65 @@ pub struct AclBinding {
     pub permission_type: i8,
 }
 
-/// ACL sync decision: create what the source has and we lack, delete what we have and the
-/// source does not. Only bindings whose principal passes the filter are touched (so local-only
-/// operator ACLs can be protected with `mirror.acl.principals.exclude`).
+/// What an ACL sync round does: bindings to create (as this mirror's) and to delete (this
+/// mirror's in `owned` mode, any extra one in `exact` mode), and the source bindings it
+/// leaves alone because another mirror owns them.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct AclSyncPlan {
     pub create: Vec<AclBinding>,
     pub delete: Vec<AclBinding>,
+    pub clashes: Vec<SyncClash>,
+}
+
+/// A source entry this mirror does not write because someone else wrote it first: the first
+/// owner keeps it. Reported once per round (log, `describe`, metric).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SyncClash {
+    /// The binding or entity, as a person reads it.
+    pub entry: String,
+    /// The mirror that owns it; None: a local admin.
+    pub owner: Option<String>,
+}
+
+/// How a mirror's ACL or quota sync treats entries it did not write (`mirror.acl.sync.mode`,
+/// `mirror.quota.sync.mode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SyncMode {
+    /// Create and update only what this mirror wrote; delete only its own (the default).
+    Owned,
+    /// The seed's sync: the destination's set (of the selected principals or entities) made
+    /// equal to the source's, whoever wrote it.
+    Exact,
 }
 
 /// Setting: regexes of principals whose ACLs the sync never touches.
 pub const ACL_PRINCIPALS_EXCLUDE: &str = "mirror.acl.principals.exclude";
 
-/// Plan an ACL sync round (seed 003: create missing, delete extra).
+fn writer_of(def: &MirrorDefinition, mode: SyncMode) -> super::owners::MirrorWriter {
+    super::owners::MirrorWriter {
+        mirror: def.name.clone(),
+        exact: mode == SyncMode::Exact,
+    }
+}
+
+/// The writer a mirror's ACL sync proposes its changes as.
+pub fn acl_sync_writer(def: &MirrorDefinition) -> super::owners::MirrorWriter {
+    writer_of(def, def.acl_sync_mode().unwrap_or(SyncMode::Owned))
+}
+
+/// The writer a mirror's quota sync proposes its changes as.
+pub fn quota_sync_writer(def: &MirrorDefinition) -> super::owners::MirrorWriter {
+    writer_of(def, def.quota_sync_mode().unwrap_or(SyncMode::Owned))
+}
+
+/// Plan an ACL sync round (seed 003: create missing, delete extra), in the mirror's
+/// `mirror.acl.sync.mode`. Only bindings whose principal passes
+/// `mirror.acl.principals.exclude` are considered.
 pub fn plan_acl_sync(
     def: &MirrorDefinition,
     source: &[AclBinding],
     destination: &[AclBinding],
+    owners: &SyncOwners,
 ) -> Result<AclSyncPlan, MirrorError> {
     if def
         .settings
@@ -407,6 +450,7 @@ pub fn plan_acl_sync(
     {
         return Ok(AclSyncPlan::default());
     }
+    let mode = def.acl_sync_mode()?;
     let exclude = def
         .settings
         .get(ACL_PRINCIPALS_EXCLUDE)
@@ -416,31 +460,81 @@ pub fn plan_acl_sync(
     let keep = |a: &&AclBinding| filter.matches(&a.principal);
     let src: BTreeSet<&AclBinding> = source.iter().filter(keep).collect();
     let dst: BTreeSet<&AclBinding> = destination.iter().filter(keep).collect();
-    Ok(AclSyncPlan {
+    let mine = |b: &AclBinding| owners.acl_owner(b) == Some(def.name.as_str());
+    let mut plan = AclSyncPlan {
         create: src.difference(&dst).map(|a| (*a).clone()).collect(),
-        delete: dst.difference(&src).map(|a| (*a).clone()).collect(),
-    })
+        ..AclSyncPlan::default()
+    };
+    match mode {
+        SyncMode::Exact => {
+            plan.delete = dst.difference(&src).map(|a| (*a).clone()).collect();
+        }
+        SyncMode::Owned => {
+            plan.delete = dst
+                .difference(&src)
+                .filter(|b| mine(b))
+                .map(|a| (*a).clone())
+                .collect();
+            plan.clashes = src
+                .intersection(&dst)
+                .filter_map(|b| {
+                    let owner = owners.acl_owner(b)?;
+                    (owner != def.name).then(|| SyncClash {
+                        entry: acl_text(b),
+                        owner: Some(owner.to_owned()),
+                    })
+                })
+                .collect();
+        }
+    }
+    Ok(plan)
+}
+
+/// A binding as `kafka-acls --list` shows it.
+fn acl_text(b: &AclBinding) -> String {
+    format!(
+        "{} on resource type {} '{}' (pattern type {}): operation {} permission {} from host {}",
+        b.principal,
+        b.resource_type,
+        b.resource_name,
+        b.pattern_type,
+        b.operation,
+        b.permission_type,
+        b.host
+    )
 }
 
 /// Setting: regexes of entity names (user or client-id; `<default>` for a default entity)
 /// whose client quotas the sync never touches.
 pub const QUOTA_ENTITIES_EXCLUDE: &str = "mirror.quota.entities.exclude";
 
+/// What a quota sync round does: one alteration per entity to change, and the source
+/// entities it leaves alone because a local admin or another mirror owns them.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct QuotaSyncPlan {
+    pub alterations: Vec<crate::quota::Alteration>,
+    pub clashes: Vec<SyncClash>,
+}
+
 /// Plan a client quota sync round, as ACLs: one alteration per entity whose quotas differ,
-/// setting the source's values and removing keys the source does not have, so the local
-/// quotas (of the entities the filter selects) become the source's.
+/// setting the source's values and removing keys the source does not have. In `owned` mode
+/// only entities with no quota yet or this mirror's are altered (another owner's entity that
+/// the source would change is a clash); in `exact` mode every selected entity is made the
+/// source's.
 pub fn plan_quota_sync(
     def: &MirrorDefinition,
     source: &BTreeMap<crate::quota::Entity, crate::quota::Values>,
     destination: &BTreeMap<crate::quota::Entity, crate::quota::Values>,
-) -> Result<Vec<crate::quota::Alteration>, MirrorError> {
+    owners: &SyncOwners,
+) -> Result<QuotaSyncPlan, MirrorError> {
     if def
         .settings
         .get(settings::QUOTA_SYNC_ENABLE)
         .is_some_and(|v| v.trim().eq_ignore_ascii_case("false"))
     {
-        return Ok(Vec::new());
+        return Ok(QuotaSyncPlan::default());
     }
+    let mode = def.quota_sync_mode()?;
     let exclude = def
         .settings
         .get(QUOTA_ENTITIES_EXCLUDE)
@@ -457,10 +551,21 @@ pub fn plan_quota_sync(
         .chain(destination.keys())
         .filter(|e| keep(e))
         .collect();
-    let mut out = Vec::new();
+    let mut plan = QuotaSyncPlan::default();
     for e in entities {
         let src = source.get(e).unwrap_or(&empty);
         let dst = destination.get(e).unwrap_or(&empty);
+        let owner = owners.quota_owner(e);
+        if mode == SyncMode::Owned && !dst.is_empty() && owner != Some(def.name.as_str()) {
+            // Not ours: a clash when the source would change it (or another mirror holds it).
+            if !src.is_empty() && (src != dst || owner.is_some()) {
+                plan.clashes.push(SyncClash {
+                    entry: format!("{e:?}"),
+                    owner: owner.map(str::to_owned),
+                });
+            }
+            continue;
+        }
         let mut ops: Vec<(String, Option<f64>)> = src
             .iter()
             .filter(|(k, v)| dst.get(*k) != Some(*v))
@@ -472,13 +577,13 @@ pub fn plan_quota_sync(
                 .map(|k| (k.clone(), None)),
         );
         if !ops.is_empty() {
-            out.push(crate::quota::Alteration {
+            plan.alterations.push(crate::quota::Alteration {
                 entity: e.iter().map(|(t, n)| (t.clone(), n.clone())).collect(),
                 ops,
             });
         }
     }
-    Ok(out)
+    Ok(plan)
 }
 
 #[cfg(test)]
@@ -713,21 +818,64 @@ mod tests {
     }
 
     #[test]
-    fn acl_sync_creates_missing_deletes_extra_and_spares_excluded_principals() {
-        let d = def(&[(ACL_PRINCIPALS_EXCLUDE, "User:admin")]);
+    fn exact_acl_sync_creates_missing_deletes_extra_and_spares_excluded_principals() {
+        let d = def(&[
+            (ACL_PRINCIPALS_EXCLUDE, "User:admin"),
+            ("mirror.acl.sync.mode", "exact"),
+        ]);
         let plan = plan_acl_sync(
             &d,
             &[acl("User:app", 3), acl("User:app", 4)],
             &[acl("User:app", 3), acl("User:old", 3), acl("User:admin", 2)],
+            &SyncOwners::default(),
         )
         .unwrap();
         assert_eq!(plan.create, vec![acl("User:app", 4)]);
         assert_eq!(plan.delete, vec![acl("User:old", 3)]);
         let off = def(&[("mirror.acl.sync.enable", "false")]);
         assert_eq!(
-            plan_acl_sync(&off, &[acl("User:app", 3)], &[]).unwrap(),
+            plan_acl_sync(&off, &[acl("User:app", 3)], &[], &SyncOwners::default()).unwrap(),
             AclSyncPlan::default()
         );
+    }
+
+    #[test]
+    fn owned_acl_sync_deletes_only_its_own_and_reports_another_mirrors() {
+        let d = def(&[]);
+        let mut owners = SyncOwners::default();
+        owners.acls.insert(acl("User:gone", 3), "dr".into());
+        owners.acls.insert(acl("User:other", 3), "hub2".into());
+        owners.acls.insert(acl("User:shared", 3), "hub2".into());
+        let plan = plan_acl_sync(
+            &d,
+            &[
+                acl("User:app", 4),
+                acl("User:shared", 3),
+                acl("User:local", 3),
+            ],
+            &[
+                acl("User:gone", 3),
+                acl("User:other", 3),
+                acl("User:shared", 3),
+                acl("User:local", 3),
+                acl("User:ops", 3),
+            ],
+            &owners,
+        )
+        .unwrap();
+        assert_eq!(plan.create, vec![acl("User:app", 4)]);
+        assert_eq!(plan.delete, vec![acl("User:gone", 3)]);
+        assert_eq!(plan.clashes.len(), 1, "{:?}", plan.clashes);
+        assert_eq!(plan.clashes[0].owner.as_deref(), Some("hub2"));
+        assert!(plan.clashes[0].entry.contains("User:shared"));
+        assert!(MirrorDefinition::new(
+            "dr",
+            BTreeMap::from([
+                ("bootstrap.servers".to_owned(), "h:1".to_owned()),
+                ("mirror.acl.sync.mode".to_owned(), "mine".to_owned()),
+            ])
+        )
+        .is_err());
     }
 
     #[test]
@@ -796,9 +944,14 @@ mod tests {
                 vals(&[("producer_byte_rate", 1.0)]),
             ),
         ]);
-        let d = def(&[(QUOTA_ENTITIES_EXCLUDE, "local")]);
-        let plan = plan_quota_sync(&d, &src, &dst).unwrap();
+        let d = def(&[
+            (QUOTA_ENTITIES_EXCLUDE, "local"),
+            ("mirror.quota.sync.mode", "exact"),
+        ]);
+        let none = SyncOwners::default();
+        let plan = plan_quota_sync(&d, &src, &dst, &none).unwrap();
         let by: BTreeMap<String, Vec<(String, Option<f64>)>> = plan
+            .alterations
             .into_iter()
             .map(|a| (format!("{:?}", a.entity), a.ops))
             .collect();
@@ -816,6 +969,40 @@ mod tests {
             vec![("producer_byte_rate".to_owned(), None)]
         );
         let off = def(&[("mirror.quota.sync.enable", "false")]);
-        assert!(plan_quota_sync(&off, &src, &dst).unwrap().is_empty());
+        assert_eq!(
+            plan_quota_sync(&off, &src, &dst, &none).unwrap(),
+            QuotaSyncPlan::default()
+        );
+
+        // Owned mode: alice and ops are local, so only the new default client-id is written
+        // and alice (whose values the source would change) is a clash; an entity the mirror
+        // owns and the source dropped is removed.
+        let mut owners = SyncOwners::default();
+        owners
+            .quotas
+            .insert(ent("user", Some("mine")), "dr".to_owned());
+        let mut dst = dst;
+        dst.insert(
+            ent("user", Some("mine")),
+            vals(&[("producer_byte_rate", 3.0)]),
+        );
+        let plan = plan_quota_sync(&def(&[]), &src, &dst, &owners).unwrap();
+        let by: BTreeMap<String, Vec<(String, Option<f64>)>> = plan
+            .alterations
+            .into_iter()
+            .map(|a| (format!("{:?}", a.entity), a.ops))
+            .collect();
+        assert_eq!(by.len(), 2, "{by:?}");
+        assert_eq!(
+            by[&format!("{:?}", vec![("client-id".to_owned(), None::<String>)])],
+            vec![("consumer_byte_rate".to_owned(), Some(5.0))]
+        );
+        assert_eq!(
+            by[&format!("{:?}", vec![("user".to_owned(), Some("mine".to_owned()))])],
+            vec![("producer_byte_rate".to_owned(), None)]
+        );
+        assert_eq!(plan.clashes.len(), 1, "{:?}", plan.clashes);
+        assert!(plan.clashes[0].entry.contains("alice"));
+        assert_eq!(plan.clashes[0].owner, None);
     }
 }

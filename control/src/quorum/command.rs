@@ -19,6 +19,7 @@ use uuid::Uuid;
 use super::controller;
 use crate::acl::{AclBinding, AclFilter, AclStore};
 use crate::metadata::{BrokerRegistration, ConfigOp, MetadataError, MetadataStore, TopicMeta};
+use crate::mirror::owners::{self, MirrorWriter, SyncOwners};
 use crate::mirror::MirrorRecord;
 use crate::quota::{Alteration, QuotaError};
 use crate::replicated::{CoordinatorLog, LogOp};
@@ -38,6 +39,9 @@ pub enum ClusterCommand {
     /// is to apply (not `validate_only` requests); apply repeats the pure checks.
     Quota {
         alterations: Vec<Alteration>,
+        /// A mirror's quota sync (None: AlterClientQuotas); see [`crate::mirror::owners`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        writer: Option<MirrorWriter>,
     },
     /// One record of `__mirror_state` (a mirror definition or a mirror partition's state),
     /// committed by the mirror coordinator before its transition takes effect.
@@ -80,24 +84,35 @@ pub enum ClusterCommand {
 /// identically on every node.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum AclCommand {
-    Create { bindings: Vec<AclBinding> },
-    Delete { filters: Vec<AclFilter> },
+    Create {
+        bindings: Vec<AclBinding>,
+        /// A mirror's ACL sync (None: CreateAcls); see [`crate::mirror::owners`].
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        writer: Option<MirrorWriter>,
+    },
+    Delete {
+        filters: Vec<AclFilter>,
+        /// A mirror's ACL sync (None: DeleteAcls).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        writer: Option<MirrorWriter>,
+    },
 }
 
-/// Applies one ACL command to the replicated ACL set: per filter of a deletion, the bindings
-/// it removed (empty for a creation).
-pub fn apply_acl(acls: &mut AclStore, cmd: &AclCommand) -> Vec<Vec<AclBinding>> {
+/// Applies one ACL command to the replicated ACL set and its owners: per filter of a
+/// deletion, the bindings it removed (empty for a creation).
+pub fn apply_acl(
+    acls: &mut AclStore,
+    owners: &mut SyncOwners,
+    cmd: &AclCommand,
+) -> Vec<Vec<AclBinding>> {
     match cmd {
-        AclCommand::Create { bindings } => {
-            // An in-memory store has no I/O to fail; invalid bindings are skipped.
-            let _ = acls.create(bindings);
+        AclCommand::Create { bindings, writer } => {
+            owners::create_acls(acls, owners, bindings, writer.as_ref());
             Vec::new()
         }
-        AclCommand::Delete { filters } => acls
-            .delete(filters)
-            .into_iter()
-            .map(|r| r.unwrap_or_default())
-            .collect(),
+        AclCommand::Delete { filters, writer } => {
+            owners::delete_acls(acls, owners, filters, writer.as_ref())
+        }
     }
 }
 

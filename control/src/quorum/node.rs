@@ -41,6 +41,7 @@ use super::command::{self, ClusterCommand, MetadataCommand, Outcome};
 use super::storage::{DurableStorage, StorageError};
 use crate::acl::{AclBinding, AclStore};
 use crate::metadata::{ClusterMetadata, MetadataError, MetadataStore};
+use crate::mirror::owners::SyncOwners;
 use crate::mirror::{MirrorRecord, MirrorStateStore};
 use crate::quota::{self, QuotaRow, QuotaStore};
 use crate::replicated::CoordinatorLogs;
@@ -227,6 +228,8 @@ struct SnapshotData {
     coordinators: CoordinatorLogs,
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     members: BTreeMap<u64, QuorumMember>,
+    #[serde(default, skip_serializing_if = "SyncOwners::is_empty")]
+    owners: SyncOwners,
 }
 
 /// The applied state besides the metadata store.
@@ -237,6 +240,8 @@ struct Applied {
     mirrors: MirrorStateStore,
     coordinators: CoordinatorLogs,
     members: BTreeMap<u64, QuorumMember>,
+    /// Which mirror wrote each synced ACL binding and quota entity.
+    owners: SyncOwners,
 }
 
 impl Applied {
@@ -248,6 +253,7 @@ impl Applied {
             mirrors: MirrorStateStore::in_memory(),
             coordinators: CoordinatorLogs::default(),
             members: BTreeMap::new(),
+            owners: SyncOwners::default(),
         }
     }
 
@@ -272,6 +278,7 @@ impl Applied {
                 mirrors,
                 coordinators: data.coordinators,
                 members: data.members,
+                owners: data.owners,
             },
         ))
     }
@@ -341,6 +348,7 @@ fn encode_state(metadata: &ClusterMetadata, a: &Applied) -> Vec<u8> {
         mirrors: a.mirrors.live(),
         coordinators: a.coordinators.clone(),
         members: a.members.clone(),
+        owners: a.owners.clone(),
     })
     .expect("metadata serializes")
 }
@@ -384,6 +392,7 @@ impl QuorumNode {
                     mirrors: f.mirrors.clone(),
                     coordinators: f.coordinators.clone(),
                     members: BTreeMap::new(),
+                    owners: SyncOwners::default(),
                 })
                 .expect("metadata serializes"),
                 None => encode_state(&empty_metadata(), &Applied::empty()),
@@ -491,6 +500,11 @@ impl QuorumNode {
     /// The replicated client quotas.
     pub fn quotas(&self) -> &QuotaStore {
         &self.applied_state.quotas
+    }
+
+    /// Which mirror wrote each synced ACL binding and quota entity.
+    pub fn sync_owners(&self) -> &SyncOwners {
+        &self.applied_state.owners
     }
 
     /// The replicated `__mirror_state`: mirror definitions and mirror partition states.
@@ -977,17 +991,27 @@ impl QuorumNode {
                     }
                     ClusterCommand::Acl(cmd) => {
                         out.acls_changed = true;
-                        let a = &mut self.applied_state.acls;
-                        Some(Ok(Outcome::Acls(command::apply_acl(a, &cmd))))
+                        let st = &mut self.applied_state;
+                        let removed = command::apply_acl(&mut st.acls, &mut st.owners, &cmd);
+                        Some(Ok(Outcome::Acls(removed)))
                     }
                     ClusterCommand::Scram { edits } => {
                         out.scram_changed = true;
                         let r = self.applied_state.scram.apply_edits(&edits);
                         Some(Ok(Outcome::Scram(r)))
                     }
-                    ClusterCommand::Quota { alterations } => {
+                    ClusterCommand::Quota {
+                        alterations,
+                        writer,
+                    } => {
                         out.quotas_changed = true;
-                        let r = self.applied_state.quotas.alter(&alterations, false);
+                        let st = &mut self.applied_state;
+                        let r = crate::mirror::owners::apply_quotas(
+                            &mut st.quotas,
+                            &mut st.owners,
+                            &alterations,
+                            writer.as_ref(),
+                        );
                         Some(Ok(Outcome::Quotas(r)))
                     }
                     ClusterCommand::Mirror { term, .. }

@@ -897,6 +897,7 @@ fn acl_commands_apply_identically_and_survive_snapshots_and_restarts() {
             // Invalid (empty resource name): skipped identically everywhere.
             binding("", "User:eve"),
         ],
+        writer: None,
     });
     let leader = sim.elect();
     let p = sim.node(leader).propose(&create).unwrap();
@@ -914,6 +915,7 @@ fn acl_commands_apply_identically_and_survive_snapshots_and_restarts() {
             principal: Some("User:bob".into()),
             ..AclFilter::any()
         }],
+        writer: None,
     });
     let leader = sim.elect();
     let p = sim.node(leader).propose(&delete).unwrap();
@@ -1052,10 +1054,12 @@ fn scram_quota_and_mirror_commands_apply_identically_and_survive_snapshots_and_r
             alt(Some("bob"), "no.such.quota", Some(1.0)),
             alt(Some("carol"), keys::REQUEST_PERCENTAGE, Some(12.5)),
         ],
+        writer: None,
     })
     .unwrap();
     sim.commit_cmd(ClusterCommand::Quota {
         alterations: vec![alt(Some("carol"), keys::REQUEST_PERCENTAGE, None)],
+        writer: None,
     })
     .unwrap();
     sim.identical();
@@ -1070,6 +1074,32 @@ fn scram_quota_and_mirror_commands_apply_identically_and_survive_snapshots_and_r
         q.resolve("dave", "any", keys::CONSUMER_BYTE_RATE)
             .map(|r| r.1),
         Some(2097152.0)
+    );
+
+    // A mirror's quota sync creates and owns a new entity but cannot change a local one;
+    // the ownership is replicated state like the quotas.
+    let dr = crate::mirror::owners::MirrorWriter {
+        mirror: "dr".into(),
+        exact: false,
+    };
+    sim.commit_cmd(ClusterCommand::Quota {
+        alterations: vec![
+            alt(Some("erin"), keys::PRODUCER_BYTE_RATE, Some(5.0)),
+            alt(Some("alice"), keys::PRODUCER_BYTE_RATE, Some(7.0)),
+        ],
+        writer: Some(dr),
+    })
+    .unwrap();
+    sim.identical();
+    let n = sim.any();
+    let erin: crate::quota::Entity = [(keys::USER.to_owned(), Some("erin".to_owned()))].into();
+    assert_eq!(n.sync_owners().quota_owner(&erin), Some("dr"));
+    assert_eq!(
+        n.quotas()
+            .resolve("alice", "any", keys::PRODUCER_BYTE_RATE)
+            .map(|r| r.1),
+        Some(1048576.0),
+        "a local quota is not the mirror's to change"
     );
 
     // Mirror state: the coordinator's replicated store commits each record before its view
@@ -1141,7 +1171,9 @@ fn scram_quota_and_mirror_commands_apply_identically_and_survive_snapshots_and_r
     assert_eq!(strip(&after), strip(&before));
     let n = sim.any();
     assert!(n.scram().credentials().contains_key("alice"));
-    assert_eq!(n.quotas().all().len(), 2);
+    // alice and the default user as before, and erin the mirror wrote (still its own).
+    assert_eq!(n.quotas().all().len(), 3);
+    assert_eq!(n.sync_owners().quota_owner(&erin), Some("dr"));
     assert_eq!(n.mirrors().live(), coord.live());
 }
 

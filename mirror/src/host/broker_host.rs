@@ -481,6 +481,15 @@ impl MirrorLiveStatus for BrokerHost {
         self.sync_errors.get(mirror).cloned()
     }
 
+    fn sync_clashes(&self, mirror: &str) -> Vec<String> {
+        self.manager
+            .metrics()
+            .sync_clashes(mirror)
+            .into_iter()
+            .flat_map(|(kind, list)| list.into_iter().map(move |c| format!("{kind}: {c}")))
+            .collect()
+    }
+
     fn core(&self, tp: &TopicPartition) -> Option<usize> {
         Some(self.router.owner(tp))
     }

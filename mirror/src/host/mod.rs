@@ -443,6 +443,29 @@ async fn forward(
 
 /// The COORDINATOR_NOT_AVAILABLE answer (seed 000: "the mirror coordinator is not active")
 /// to a mirror request frame, with the request's correlation id.
+/// A clash as `describe` and the log show it.
+fn clash_text(c: &kmirror_control::mirror::SyncClash) -> String {
+    match &c.owner {
+        Some(m) => format!("{} (kept by mirror {m})", c.entry),
+        None => format!("{} (kept by a local admin)", c.entry),
+    }
+}
+
+/// Logs a sync round's clashes once (a count and the first few): the source's entries
+/// another owner keeps, which this mirror leaves as they are.
+fn report_clashes(mirror: &str, what: &str, clashes: &[kmirror_control::mirror::SyncClash]) {
+    if clashes.is_empty() {
+        return;
+    }
+    let first: Vec<String> = clashes.iter().take(3).map(clash_text).collect();
+    tracing::warn!(
+        %mirror,
+        count = clashes.len(),
+        first = %first.join("; "),
+        "source {what} another owner wrote first are left to it (mirror.acl.sync.mode / mirror.quota.sync.mode = exact takes them over)"
+    );
+}
+
 fn coordinator_not_available(frame: &Bytes, message: &str) -> Option<Bytes> {
     let mut body = frame.clone();
     let header = crate::api::read_request_header_v2(&mut body).ok()?;

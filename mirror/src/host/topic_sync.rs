@@ -308,16 +308,26 @@ impl Control {
                 self.count_sync_error(mirror, SyncErrorKind::GroupOffsets);
             }
         }
+        let metrics = self.host.manager.metrics().clone();
+        let shown = |c: &[kmirror_control::mirror::SyncClash]| -> Vec<String> {
+            c.iter().map(super::clash_text).collect()
+        };
         if let Some(acls) = snap.acls {
-            if let Err(e) = acl_sync::sync_acls(&def, &acls, &self.host) {
-                tracing::warn!(%mirror, error = %e, "ACL sync failed");
-                self.count_sync_error(mirror, SyncErrorKind::Acls);
+            match acl_sync::sync_acls(&def, &acls, &self.host) {
+                Ok(done) => metrics.set_sync_clashes(mirror, "acls", shown(&done.clashes)),
+                Err(e) => {
+                    tracing::warn!(%mirror, error = %e, "ACL sync failed");
+                    self.count_sync_error(mirror, SyncErrorKind::Acls);
+                }
             }
         }
         if let Some(quotas) = snap.quotas {
-            if let Err(e) = quota_sync::sync_quotas(&def, &quotas, &self.host) {
-                tracing::warn!(%mirror, error = %e, "client quota sync failed");
-                self.count_sync_error(mirror, SyncErrorKind::Quotas);
+            match quota_sync::sync_quotas(&def, &quotas, &self.host) {
+                Ok(done) => metrics.set_sync_clashes(mirror, "quotas", shown(&done.clashes)),
+                Err(e) => {
+                    tracing::warn!(%mirror, error = %e, "client quota sync failed");
+                    self.count_sync_error(mirror, SyncErrorKind::Quotas);
+                }
             }
         }
     }
