@@ -101,3 +101,73 @@ pub fn start_kafka_and_kmirror(
         (k.join().expect("kafka"), m.join().expect("kmirror"))
     })
 }
+
+/// Commits as a client does: FindCoordinator first (which creates `__consumer_offsets` on
+/// first use, as on Kafka), then OffsetCommit, asked again while the coordinator loads.
+pub fn commit_offset(boot: &str, group: &str, topic: &str, offset: i64) {
+    use kafka_protocol::messages::offset_commit_request::{
+        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
+    };
+    use kafka_protocol::messages::{
+        FindCoordinatorRequest, GroupId, OffsetCommitRequest, TopicName,
+    };
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetCommitRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_generation_id_or_member_epoch(-1)
+        .with_topics(vec![OffsetCommitRequestTopic::default()
+            .with_name(TopicName(StrBytes::from_string(topic.into())))
+            .with_partitions(vec![OffsetCommitRequestPartition::default()
+                .with_partition_index(0)
+                .with_committed_offset(offset)])]);
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut c = crate::wire::WireClient::connect(boot).unwrap();
+        let find = FindCoordinatorRequest::default()
+            .with_key(StrBytes::from_string(group.into()))
+            .with_key_type(0);
+        c.send_at(find, 3).expect("FindCoordinator");
+        let r = c.send_at(req.clone(), 8).expect("OffsetCommit");
+        let code = r.topics[0].partitions[0].error_code;
+        if code == 0 {
+            return;
+        }
+        // COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: retriable.
+        assert!(
+            matches!(code, 14..=16) && std::time::Instant::now() < deadline,
+            "OffsetCommit: {code}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The committed offset of `group` on partition 0 of `topic` (OffsetFetch v7; -1: none).
+pub fn fetch_offset(boot: &str, group: &str, topic: &str) -> i64 {
+    use kafka_protocol::messages::{GroupId, OffsetFetchRequest};
+    use kafka_protocol::protocol::StrBytes;
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(StrBytes::from_string(group.into())))
+        .with_topics(None);
+    let r = crate::wire::WireClient::connect(boot)
+        .unwrap()
+        .send_at(req, 7)
+        .expect("OffsetFetch");
+    r.topics
+        .iter()
+        .filter(|t| t.name.as_str() == topic)
+        .flat_map(|t| t.partitions.iter())
+        .find(|p| p.partition_index == 0)
+        .map_or(-1, |p| p.committed_offset)
+}
+
+/// Produces `n` batches of two records (`{tag}-{i}-a`, `-b`) to partition 0 of `topic`.
+pub fn produce_batches(boot: &str, topic: &str, n: usize, tag: &str) {
+    let mut c = crate::wire::WireClient::connect(boot).expect("connect");
+    for i in 0..n {
+        let v1 = format!("{tag}-{i}-a");
+        let v2 = format!("{tag}-{i}-b");
+        let b = crate::records::batch(&[v1.as_bytes(), v2.as_bytes()], 1_700_000_000_000);
+        let (code, _) = c.produce_raw(topic, 0, b, -1).expect("produce");
+        assert_eq!(code, 0, "produce to {boot} {topic}");
+    }
+}

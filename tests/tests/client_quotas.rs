@@ -553,7 +553,7 @@ fn wait_for(boot: &str, want: &str, within: Duration) -> String {
 }
 
 #[test]
-fn client_quotas_on_a_kafka_source_are_mirrored_to_kmirror_and_removed_when_deleted_there() {
+fn exact_quota_sync_mirrors_a_kafka_sources_client_quotas_and_removes_what_it_lacks() {
     let kafka = KafkaCluster::single();
     let node = KmirrorNode::builder().args(&["--cores", "1"]).start();
     let (src, dst) = (kafka.bootstrap(), node.addr());
@@ -596,11 +596,16 @@ fn client_quotas_on_a_kafka_source_are_mirrored_to_kmirror_and_removed_when_dele
     let want = described(&src);
     assert!(want.contains("alice"), "source quotas: {want}");
 
+    // The seed's exact mode (the default, owned, leaves local quotas alone: see acl.rs
+    // `two_kafka_sources_and_a_local_admin_keep_their_own_acls_quotas_and_groups`).
     mirror::create(
         &dst,
         "M",
         &src,
-        &[("mirror.metadata.sync.interval.ms", "300")],
+        &[
+            ("mirror.metadata.sync.interval.ms", "300"),
+            ("mirror.quota.sync.mode", "exact"),
+        ],
     );
     mirror::add_topics(&dst, "M", &["orders"]);
     let got = wait_for(&dst, &want, Duration::from_secs(30));

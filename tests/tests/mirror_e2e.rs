@@ -6,7 +6,7 @@
 use std::time::{Duration, Instant};
 
 use kmirror_tests::cluster::run_seq_producer;
-use kmirror_tests::helpers::now_ms;
+use kmirror_tests::helpers::{commit_offset, fetch_offset, now_ms, produce_batches};
 use kmirror_tests::java;
 use kmirror_tests::kafka::KafkaCluster;
 use kmirror_tests::kmirror::KmirrorNode;
@@ -221,17 +221,6 @@ fn wait_caught_up(dst: &str, mirror: &str, src: &str, topic: &str, node: &Kmirro
     }
 }
 
-fn produce_batches(boot: &str, topic: &str, n: usize, tag: &str) {
-    let mut c = WireClient::connect(boot).expect("connect");
-    for i in 0..n {
-        let v1 = format!("{tag}-{i}-a");
-        let v2 = format!("{tag}-{i}-b");
-        let b = kmirror_tests::records::batch(&[v1.as_bytes(), v2.as_bytes()], 1_700_000_000_000);
-        let (code, _) = c.produce_raw(topic, 0, b, -1).expect("produce");
-        assert_eq!(code, 0, "produce to {boot} {topic}");
-    }
-}
-
 #[test]
 fn kmirror_failback_truncates_exactly_the_divergent_tail() {
     let a = KmirrorNode::builder().args(&["--cores", "1"]).start();
@@ -353,63 +342,6 @@ fn mirroring_resumes_after_sigkill_of_the_destination_without_operator_action() 
         .1;
     assert_eq!(end, 2 * (200 + 600));
     log_equal(&aa, &ba, t, 0, end).unwrap_or_else(|e| panic!("after restarts: {e}"));
-}
-
-/// Commits as a client does: FindCoordinator first (which creates `__consumer_offsets` on
-/// first use, as on Kafka), then OffsetCommit, asked again while the coordinator loads.
-fn commit_offset(boot: &str, group: &str, topic: &str, offset: i64) {
-    use kafka_protocol::messages::offset_commit_request::{
-        OffsetCommitRequestPartition, OffsetCommitRequestTopic,
-    };
-    use kafka_protocol::messages::{
-        FindCoordinatorRequest, GroupId, OffsetCommitRequest, TopicName,
-    };
-    use kafka_protocol::protocol::StrBytes;
-    let req = OffsetCommitRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.into())))
-        .with_generation_id_or_member_epoch(-1)
-        .with_topics(vec![OffsetCommitRequestTopic::default()
-            .with_name(TopicName(StrBytes::from_string(topic.into())))
-            .with_partitions(vec![OffsetCommitRequestPartition::default()
-                .with_partition_index(0)
-                .with_committed_offset(offset)])]);
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
-        let mut c = WireClient::connect(boot).unwrap();
-        let find = FindCoordinatorRequest::default()
-            .with_key(StrBytes::from_string(group.into()))
-            .with_key_type(0);
-        c.send_at(find, 3).expect("FindCoordinator");
-        let r = c.send_at(req.clone(), 8).expect("OffsetCommit");
-        let code = r.topics[0].partitions[0].error_code;
-        if code == 0 {
-            return;
-        }
-        // COORDINATOR_LOAD_IN_PROGRESS, COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR: retriable.
-        assert!(
-            matches!(code, 14..=16) && std::time::Instant::now() < deadline,
-            "OffsetCommit: {code}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
-fn fetch_offset(boot: &str, group: &str, topic: &str) -> i64 {
-    use kafka_protocol::messages::{GroupId, OffsetFetchRequest};
-    use kafka_protocol::protocol::StrBytes;
-    let req = OffsetFetchRequest::default()
-        .with_group_id(GroupId(StrBytes::from_string(group.into())))
-        .with_topics(None);
-    let r = WireClient::connect(boot)
-        .unwrap()
-        .send_at(req, 7)
-        .expect("OffsetFetch");
-    r.topics
-        .iter()
-        .filter(|t| t.name.as_str() == topic)
-        .flat_map(|t| t.partitions.iter())
-        .find(|p| p.partition_index == 0)
-        .map_or(-1, |p| p.committed_offset)
 }
 
 #[test]
