@@ -114,10 +114,19 @@ enum Cmd {
     /// Fail over topics: stop mirroring and make them writable (RemoveTopicsFromMirror;
     /// upstream StopMirrorTopics).
     #[command(visible_aliases = ["stop", "stop-mirror-topics", "remove-topics-from-mirror"])]
+    #[command(group(clap::ArgGroup::new("which").required(true).multiple(true).args(["topics", "topic_regex", "all"])))]
     Remove {
         name: String,
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',')]
         topics: Vec<String>,
+        /// Fail over every topic of the mirror this regex matches (full match), and let no
+        /// topic it matches join the mirror afterwards.
+        #[arg(long, value_name = "REGEX")]
+        topic_regex: Option<String>,
+        /// Fail over every topic of the mirror (regex-joined ones too); no topic joins it
+        /// afterwards (`add --topics` brings one back).
+        #[arg(long)]
+        all: bool,
         /// Wait until these topics have lag 0 before failing over.
         #[arg(long)]
         wait_for_sync: bool,
@@ -352,12 +361,28 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
         Cmd::Remove {
             name,
             topics,
+            topic_regex,
+            all,
             wait_for_sync,
             sync_timeout_ms,
             json,
         } => {
+            // RemoveTopicsFromMirror's patterns (upstream tag 0): the seat fails over every
+            // topic of the mirror they match.
+            let patterns: Vec<String> = if all {
+                vec![".*".to_owned()]
+            } else {
+                topic_regex.into_iter().collect()
+            };
             if wait_for_sync {
-                wait_for_zero_lag(conn, &name, &topics, Duration::from_millis(sync_timeout_ms))?;
+                let chosen = kmirror_control::mirror::TopicFilter::new(&topics, &patterns, &[])
+                    .map_err(|e| e.to_string())?;
+                wait_for_zero_lag(
+                    conn,
+                    &name,
+                    |t| chosen.matches_any_name(t),
+                    Duration::from_millis(sync_timeout_ms),
+                )?;
             }
             let resp = conn.send_mirror(&RemoveTopicsFromMirrorRequest {
                 mirror_name: name.clone(),
@@ -369,6 +394,7 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
                     })
                     .collect(),
                 state_validation_offset: -1,
+                patterns,
                 ..Default::default()
             })?;
             report_topics(out, "RemoveTopicsFromMirror", "failing over", &resp, json)
@@ -1016,16 +1042,17 @@ fn chrono_like_now() -> String {
 fn wait_for_zero_lag(
     conn: &mut BlockingConnection,
     name: &str,
-    topics: &[String],
+    chosen: impl Fn(&str) -> bool,
     timeout: Duration,
 ) -> CliResult<()> {
     let deadline = Instant::now() + timeout;
     loop {
         let rows = describe_rows(&fetch_describe(conn, Some(name))?);
-        let ours: Vec<&DescribeRow> = rows.iter().filter(|r| topics.contains(&r.topic)).collect();
+        let ours: Vec<&DescribeRow> = rows.iter().filter(|r| chosen(&r.topic)).collect();
+        // Partitions already failed over (an earlier, interrupted remove) are not waited on.
         let behind: Vec<String> = ours
             .iter()
-            .filter(|r| !(r.state == "MIRRORING" && r.lag == 0))
+            .filter(|r| r.state != "STOPPED" && !(r.state == "MIRRORING" && r.lag == 0))
             .map(|r| format!("{}-{} {} lag {}", r.topic, r.partition, r.state, r.lag))
             .collect();
         if !ours.is_empty() && behind.is_empty() {
@@ -1059,6 +1086,8 @@ mod tests {
             vec!["start", "dr", "--topic-regex", "pay.*"],
             vec!["remove", "dr", "--topics", "a"],
             vec!["stop", "dr", "--topics", "a", "--wait-for-sync"],
+            vec!["remove", "dr", "--all"],
+            vec!["remove", "dr", "--topic-regex", "pay.*", "--wait-for-sync"],
             vec!["describe", "--json"],
             vec!["--bootstrap", "h:1", "list"],
             vec!["create", "dr", "--source", "h:2", "--set", "a=b"],
@@ -1074,6 +1103,10 @@ mod tests {
         assert!(
             MirrorCli::try_parse_from(["x", "add", "dr"]).is_err(),
             "topics or regex required"
+        );
+        assert!(
+            MirrorCli::try_parse_from(["x", "remove", "dr"]).is_err(),
+            "topics, regex or --all required"
         );
     }
 

@@ -189,9 +189,29 @@ impl MirrorService {
                 let r: RemoveTopicsFromMirrorRequest =
                     decode_body("RemoveTopicsFromMirror", 0, body)?;
                 let topics: Vec<String> = r.topics.into_iter().map(|t| t.topic_name).collect();
-                let results = self
-                    .coordinator
-                    .remove_topics(&r.mirror_name, &topics, host);
+                // Patterns first: an invalid one refuses the request before anything fails over.
+                let mut results = Vec::new();
+                if !r.patterns.is_empty() {
+                    match self
+                        .coordinator
+                        .remove_topic_patterns(&r.mirror_name, &r.patterns, host)
+                    {
+                        Ok(done) => results = done,
+                        Err(e) => {
+                            return Ok(encode_body(&MirrorTopicsResponse {
+                                mirror_name: r.mirror_name,
+                                error_code: keys::mirror_error_code(&e),
+                                error_message: Some(e.to_string()),
+                                ..Default::default()
+                            }));
+                        }
+                    }
+                }
+                let named: Vec<String> = topics
+                    .into_iter()
+                    .filter(|t| !results.iter().any(|(done, _)| done == t))
+                    .collect();
+                results.extend(self.coordinator.remove_topics(&r.mirror_name, &named, host));
                 encode_body(&topics_response(&r.mirror_name, results))
             }
             api::PAUSE_MIRROR_TOPICS => {

@@ -548,6 +548,43 @@ impl MirrorCoordinator {
         out
     }
 
+    /// RemoveTopicsFromMirror with patterns (`kmirror mirror remove NAME --all` sends `.*`,
+    /// `--topic-regex R` sends R): every topic of the mirror not yet failed over whose name a
+    /// pattern matches (full match) fails over, as [`Self::remove_topics`] does. First the
+    /// patterns leave the mirror's include list and join its exclude list, so no source topic
+    /// they match joins the mirror afterwards (after `--all`, none). The selection change is
+    /// recorded before any failover starts, and a repeated request resumes the failovers.
+    pub fn remove_topic_patterns(
+        &mut self,
+        mirror: &str,
+        patterns: &[String],
+        host: &mut impl MirrorHost,
+    ) -> Result<TopicResults, MirrorError> {
+        let mut def = self
+            .store
+            .mirror(mirror)
+            .cloned()
+            .ok_or_else(|| MirrorError::UnknownMirror(mirror.to_owned()))?;
+        let matcher = super::definition::TopicFilter::new(&[], patterns, &[])?;
+        let targets: Vec<String> = self
+            .store
+            .active_topics(mirror)
+            .into_iter()
+            .filter(|t| matcher.matches_any_name(t))
+            .collect();
+        let before = def.clone();
+        def.include_patterns.retain(|p| !patterns.contains(p));
+        for p in patterns {
+            if !def.exclude_patterns.contains(p) {
+                def.exclude_patterns.push(p.clone());
+            }
+        }
+        if def != before {
+            self.store.update_mirror(def)?;
+        }
+        Ok(self.remove_topics(mirror, &targets, host))
+    }
+
     /// Take a topic out of the mirror's selection: drop it from the named topics and exclude
     /// it by exact name so include patterns stop matching it.
     fn deselect_topic(&mut self, mirror: &str, topic: &str) -> Result<(), MirrorError> {
@@ -1048,6 +1085,57 @@ mod tests {
         assert!(matches!(
             c.delete_mirror("dr"),
             Err(MirrorError::MirrorNotEmpty { .. })
+        ));
+    }
+
+    #[test]
+    fn removing_by_pattern_fails_over_the_matching_topics_and_keeps_new_ones_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut h = FakeHost::default();
+        let mut c = mirroring(dir.path(), &mut h);
+        // A regex-joined topic beside the named one.
+        h.topics.insert("payments".into(), 1);
+        c.add_topics("dr", &[], &["pay.*".to_owned()], &[], &mut h)
+            .unwrap();
+        let pay = TopicPartition::new("payments", 0);
+        c.materialize_partition("dr", &pay).unwrap();
+        c.preparation_done(&pay, &mut h).unwrap();
+
+        // --topic-regex 'pay.*': payments fails over, orders keeps mirroring.
+        let r = c
+            .remove_topic_patterns("dr", &["pay.*".to_owned()], &mut h)
+            .unwrap();
+        assert_eq!(r.len(), 1);
+        assert_eq!(r[0].0, "payments");
+        assert!(r[0].1.is_ok(), "{:?}", r[0].1);
+        assert_eq!(c.store().state_of(&pay), PartitionState::Stopped);
+        assert_eq!(c.store().state_of(&tp(0)), PartitionState::Mirroring);
+        let def = c.store().mirror("dr").unwrap().clone();
+        assert!(!def.include_patterns.contains(&"pay.*".to_owned()));
+        assert!(!def.topic_filter().unwrap().matches("payroll"), "{def:?}");
+
+        // --all: everything left fails over, and no topic joins afterwards.
+        let r = c
+            .remove_topic_patterns("dr", &[".*".to_owned()], &mut h)
+            .unwrap();
+        assert_eq!(
+            r.iter().map(|(t, _)| t.as_str()).collect::<Vec<_>>(),
+            ["orders"]
+        );
+        assert!(r[0].1.is_ok());
+        for p in 0..2 {
+            assert_eq!(c.store().state_of(&tp(p)), PartitionState::Stopped);
+        }
+        let f = c.store().mirror("dr").unwrap().topic_filter().unwrap();
+        assert!(!f.matches("orders") && !f.matches("anything-new"));
+        // A repeat finds nothing left; an invalid pattern is refused.
+        assert!(c
+            .remove_topic_patterns("dr", &[".*".to_owned()], &mut h)
+            .unwrap()
+            .is_empty());
+        assert!(matches!(
+            c.remove_topic_patterns("dr", &["(".to_owned()], &mut h),
+            Err(MirrorError::InvalidRegex { .. })
         ));
     }
 

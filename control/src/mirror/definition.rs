@@ -278,6 +278,14 @@ impl TopicFilter {
         })
     }
 
+    /// Whether an include pattern matches `topic`, internal (`__`) names included: which
+    /// topics a mirror already holds a pattern names (RemoveTopicsFromMirror).
+    pub fn matches_any_name(&self, topic: &str) -> bool {
+        !self.exclude.iter().any(|r| r.is_match(topic))
+            && (self.names.iter().any(|n| n == topic)
+                || self.include.iter().any(|r| r.is_match(topic)))
+    }
+
     pub fn matches(&self, topic: &str) -> bool {
         if self.exclude.iter().any(|r| r.is_match(topic)) {
             return false;
