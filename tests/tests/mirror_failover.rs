@@ -450,3 +450,79 @@ fn failback_a_to_b_to_a_truncates_only_the_divergent_tail_and_ends_log_equal() {
         );
     }
 }
+
+/// Whole-mirror failover through the CLI against a Kafka source: `remove --topic-regex`
+/// fails over exactly the regex-joined topics it matches, `remove --all` the rest; each is
+/// log-equal with the source up to where it stopped, writable on kmirror, and no topic created
+/// on the source afterwards joins the mirror.
+#[test]
+fn remove_all_and_by_regex_fail_over_whole_groups_of_topics_and_nothing_joins_after() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::builder().args(&["--cores", "2"]).start()
+    });
+    let (src, dst) = (kafka.bootstrap(), node.addr());
+    for t in ["orders", "pay-eu", "pay-us"] {
+        kafka.create_topic(t, 2, &[]);
+        seq_produce(&src, t, 2, 200);
+    }
+    create_mirror(&dst, "dr", &src, 300);
+    mirror::cli_ok(&dst, &["add", "dr", "--topics", "orders"]);
+    mirror::cli_ok(&dst, &["add", "dr", "--topic-regex", "pay-.*"]);
+    for t in ["orders", "pay-eu", "pay-us"] {
+        mirror::assert_mirrored(&src, &dst, t, 2, Duration::from_secs(90));
+    }
+    let states = |topic: &str| -> Vec<String> {
+        mirror::describe(&dst, Some("dr"))
+            .into_iter()
+            .filter(|r| r.topic == topic)
+            .map(|r| r.state)
+            .collect()
+    };
+
+    // The regex's topics fail over (after lag 0); orders keeps mirroring.
+    mirror::cli_ok(
+        &dst,
+        &["remove", "dr", "--topic-regex", "pay-.*", "--wait-for-sync"],
+    );
+    for t in ["pay-eu", "pay-us"] {
+        assert_eq!(states(t), ["STOPPED", "STOPPED"], "{t}");
+    }
+    assert_eq!(states("orders"), ["MIRRORING", "MIRRORING"]);
+    // A new source topic the regex matches does not join; orders still follows the source.
+    kafka.create_topic("pay-apac", 1, &[]);
+    seq_produce(&src, "orders", 2, 100);
+    mirror::assert_mirrored(&src, &dst, "orders", 2, Duration::from_secs(90));
+
+    // --all: orders fails over too, and a topic created afterwards joins nothing.
+    mirror::cli_ok(&dst, &["remove", "dr", "--all", "--wait-for-sync"]);
+    assert_eq!(states("orders"), ["STOPPED", "STOPPED"]);
+    kafka.create_topic("orders-late", 1, &[]);
+    // Several sync rounds (300 ms each).
+    std::thread::sleep(Duration::from_secs(3));
+    let topics: std::collections::BTreeSet<String> = mirror::describe(&dst, Some("dr"))
+        .into_iter()
+        .map(|r| r.topic)
+        .collect();
+    assert_eq!(
+        topics,
+        ["orders", "pay-eu", "pay-us"]
+            .into_iter()
+            .map(String::from)
+            .collect(),
+        "topics created on the source after the failover joined the mirror"
+    );
+    // Everything mirrored is identical at identical offsets, and writable now.
+    for t in ["orders", "pay-eu", "pay-us"] {
+        let ends = mirror::end_offsets(&src, t, 2);
+        mirror::assert_log_equal(&src, &dst, t, &ends);
+        // The failover's producer-state reset marker may follow the mirrored records.
+        let dst_ends = mirror::end_offsets(&dst, t, 2);
+        assert!(
+            dst_ends.iter().zip(&ends).all(|(d, s)| d >= s && *d <= s + 1),
+            "{t}: kmirror ends {dst_ends:?}, source {ends:?}"
+        );
+        let acks = seq_produce(&dst, t, 2, 10);
+        assert!(!acks.is_empty());
+    }
+}
