@@ -101,6 +101,11 @@ enum Cmd {
         /// Regex of source topics to leave out.
         #[arg(long)]
         exclude_regex: Option<String>,
+        /// Where each new mirror log starts: `earliest` (the source's log start), `latest`
+        /// (only records produced from now on), or an epoch-ms time (the first record at or
+        /// after it). From there the mirror has the source's records at the same offsets.
+        #[arg(long, value_name = "earliest|latest|MS", value_parser = parse_start, default_value = "earliest")]
+        start: i64,
         /// Print what each partition would truncate; change nothing.
         #[arg(long)]
         dry_run: bool,
@@ -335,6 +340,7 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
             topics,
             topic_regex,
             exclude_regex,
+            start,
             dry_run,
             source_config,
             json,
@@ -354,6 +360,7 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
                 &topics,
                 topic_regex,
                 exclude_regex,
+                start,
                 dry_run,
                 json,
             )
@@ -578,6 +585,7 @@ fn add(
     topics: &[String],
     topic_regex: Option<String>,
     exclude_regex: Option<String>,
+    start: i64,
     dry_run: Option<ClientSecurity>,
     json: bool,
 ) -> CliResult<()> {
@@ -595,6 +603,7 @@ fn add(
         exclude_patterns: exclude_regex.into_iter().collect(),
         state_validation_offset: -1,
         validate_only: dry_run.is_some(),
+        start_timestamp: start,
         ..Default::default()
     })?;
     let Some(source_security) = dry_run else {
@@ -1039,6 +1048,20 @@ fn chrono_like_now() -> String {
 
 /// `remove --wait-for-sync`: poll DescribeMirrors until every partition of `topics` is
 /// MIRRORING with lag 0, or fail with a report of what is still behind.
+/// `add --start`: `earliest` (-2), `latest` (-1) or epoch milliseconds, as ListOffsets
+/// timestamps.
+fn parse_start(v: &str) -> Result<i64, String> {
+    match v.trim().to_ascii_lowercase().as_str() {
+        "earliest" => Ok(-2),
+        "latest" => Ok(-1),
+        n => n
+            .parse::<i64>()
+            .ok()
+            .filter(|ms| *ms >= 0)
+            .ok_or_else(|| format!("'{v}' is not earliest, latest or a time in epoch ms")),
+    }
+}
+
 fn wait_for_zero_lag(
     conn: &mut BlockingConnection,
     name: &str,
@@ -1087,6 +1110,15 @@ mod tests {
             vec!["remove", "dr", "--topics", "a"],
             vec!["stop", "dr", "--topics", "a", "--wait-for-sync"],
             vec!["remove", "dr", "--all"],
+            vec!["add", "dr", "--topics", "a", "--start", "latest"],
+            vec![
+                "add",
+                "dr",
+                "--topic-regex",
+                "a.*",
+                "--start",
+                "1700000000000",
+            ],
             vec!["remove", "dr", "--topic-regex", "pay.*", "--wait-for-sync"],
             vec!["describe", "--json"],
             vec!["--bootstrap", "h:1", "list"],
@@ -1108,6 +1140,13 @@ mod tests {
             MirrorCli::try_parse_from(["x", "remove", "dr"]).is_err(),
             "topics, regex or --all required"
         );
+        assert!(
+            MirrorCli::try_parse_from(["x", "add", "dr", "--topics", "a", "--start", "soon"])
+                .is_err()
+        );
+        assert_eq!(parse_start("EARLIEST"), Ok(-2));
+        assert_eq!(parse_start("latest"), Ok(-1));
+        assert_eq!(parse_start("5"), Ok(5));
     }
 
     #[test]

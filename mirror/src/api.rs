@@ -378,6 +378,9 @@ wire_struct! {
         /// kmirror: compute and return the per-partition truncation plan, change nothing
         /// (`kmirror mirror add --dry-run`).
         validate_only: bool = false => KMIRROR_TAG_BASE,
+        /// kmirror: where the added topics' mirror logs start (`add --start`), as a
+        /// ListOffsets timestamp: -2 earliest (the default), -1 latest, or epoch ms.
+        start_timestamp: i64 = -2 => KMIRROR_TAG_BASE + 1,
     }
 }
 

@@ -687,6 +687,9 @@ pub struct PartitionFetcher {
     /// A new fetcher may replace one that failed (restart, a cleared sync failure): its
     /// first success is announced so a FAILED partition returns to MIRRORING.
     announce_first_success: bool,
+    /// `add --start latest|<ms>`: where an empty mirror log starts, looked up on the source
+    /// (ListOffsets) before the first fetch; None once placed (or for earliest).
+    start_at: Option<i64>,
 }
 
 impl PartitionFetcher {
@@ -710,12 +713,20 @@ impl PartitionFetcher {
             status: FetcherStatus::new(),
             throttle: None,
             announce_first_success: true,
+            start_at: None,
         }
     }
 
     /// Share a byte-rate ceiling with the other fetchers of this core.
     pub fn with_throttle(mut self, throttle: crate::throttle::MirrorThrottle) -> Self {
         self.throttle = Some(throttle);
+        self
+    }
+
+    /// Where the mirror log starts when it is empty: a ListOffsets timestamp (-1 latest, or
+    /// epoch ms); -2 (earliest) is the default behaviour and needs no lookup.
+    pub fn with_start(mut self, timestamp: i64) -> Self {
+        self.start_at = (timestamp != build::EARLIEST).then_some(timestamp);
         self
     }
 
@@ -905,6 +916,11 @@ impl PartitionFetcher {
             },
         };
 
+        if let Some(ts) = self.start_at {
+            if let Some(step) = self.place_start(ts, source, &leader, local, observer).await {
+                return step;
+            }
+        }
         let fetch_offset = match local.log_end_offset().await {
             Ok(o) => o,
             Err(e) => return self.fail(observer, FetchErrorKind::Local, e.to_string()),
@@ -1148,6 +1164,72 @@ impl PartitionFetcher {
         self.status.last_error = None;
         observer.on_event(&self.tp, FetchEvent::Progress(self.status.clone()));
         step
+    }
+
+    /// `add --start`: an empty mirror log (nothing mirrored yet) starts at the source offset
+    /// ListOffsets gives for `ts` (latest, or the first record at or after a time; a time
+    /// after every record means latest). From there it is log-equal with the source at the
+    /// same offsets. A log holding anything is left as it is. None: placed (or nothing to
+    /// do), go on fetching; Some: this step's outcome (a lookup error, retried).
+    async fn place_start<S: Source, L: LocalPartition, O: FetchObserver>(
+        &mut self,
+        ts: i64,
+        source: &mut S,
+        leader: &SourceLeader,
+        local: &mut L,
+        observer: &mut O,
+    ) -> Option<Step> {
+        let (start, end) = match (local.log_start_offset().await, local.log_end_offset().await) {
+            (Ok(s), Ok(e)) => (s, e),
+            (Err(e), _) | (_, Err(e)) => {
+                return Some(self.fail(observer, FetchErrorKind::Local, e.to_string()))
+            }
+        };
+        if start != Offset(0) || end != Offset(0) {
+            self.start_at = None;
+            return None;
+        }
+        let (t, p) = (self.tp.topic.clone(), self.tp.partition);
+        let epoch = self.known_source_epoch();
+        let mut found = source.list_offset(leader, &t, p, epoch, ts).await;
+        if matches!(found, Ok(Ok(Offset(o))) if o < 0) {
+            // No record at or after that time: start at the end.
+            found = source
+                .list_offset(leader, &t, p, epoch, build::LATEST)
+                .await;
+        }
+        let at = match found {
+            Ok(Ok(o)) => o,
+            Ok(Err(c)) => {
+                self.leader = None;
+                return Some(self.transient(
+                    observer,
+                    FetchErrorKind::Source,
+                    format!(
+                        "ListOffsets for the start position: {}",
+                        code::name(c.code())
+                    ),
+                    source.now_ms(),
+                ));
+            }
+            Err(e) => {
+                self.leader = None;
+                return Some(self.transient(
+                    observer,
+                    FetchErrorKind::Network,
+                    format!("ListOffsets for the start position: {e}"),
+                    source.now_ms(),
+                ));
+            }
+        };
+        if at > Offset(0) {
+            if let Err(e) = local.truncate_fully_and_start_at(at).await {
+                return Some(self.fail(observer, FetchErrorKind::Local, e.to_string()));
+            }
+            tracing::info!(tp = %self.tp, start = %at, timestamp = ts, "mirror log starts at the requested source position");
+        }
+        self.start_at = None;
+        None
     }
 
     async fn on_out_of_range<S: Source, L: LocalPartition, O: FetchObserver>(

@@ -56,6 +56,9 @@ pub struct FetchTask {
     /// The mirror's own source connection security (its settings, checked at create; an
     /// error here surfaces as the partition's failure reason).
     pub security: Result<ClientSecurity, SecurityConfigError>,
+    /// Where an empty mirror log starts (`add --start`): a ListOffsets timestamp; -2
+    /// (earliest) is the source's log start, what a fetcher does anyway.
+    pub start_timestamp: i64,
 }
 
 /// How long the `slow_fetcher_stop` failpoint keeps a stopped fetcher running.
@@ -257,8 +260,9 @@ impl FetcherManager {
             );
             let mut source = SharedSource::new(hub);
             let mut local = EngineLocalPartition::new(router, task.tp.clone());
-            let fetcher =
-                PartitionFetcher::new(task.tp.clone(), task.topic_id, cfg).with_throttle(throttle);
+            let fetcher = PartitionFetcher::new(task.tp.clone(), task.topic_id, cfg)
+                .with_throttle(throttle)
+                .with_start(task.start_timestamp);
             let never = std::cell::Cell::new(false);
             let work = mirror_partition(
                 &mut source,

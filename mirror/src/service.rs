@@ -370,6 +370,20 @@ impl MirrorService {
                 .collect();
             return resp;
         }
+        if r.start_timestamp != kmirror_control::mirror::definition::START_EARLIEST {
+            let starts: Vec<String> = names.iter().chain(&r.include_patterns).cloned().collect();
+            if let Err(e) =
+                self.coordinator
+                    .set_start_positions(&r.mirror_name, &starts, r.start_timestamp)
+            {
+                return MirrorTopicsResponse {
+                    mirror_name: r.mirror_name,
+                    error_code: keys::mirror_error_code(&e),
+                    error_message: Some(e.to_string()),
+                    ..Default::default()
+                };
+            }
+        }
         match self.coordinator.add_topics(
             &r.mirror_name,
             &names,

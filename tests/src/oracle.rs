@@ -86,6 +86,50 @@ pub fn log_equal(
             "{topic}-{partition}: log start offset differs: source {src_start}, destination {dst_start}"
         ));
     }
+    compare_batches(topic, partition, &a, &b)?;
+    Ok(LogEqualReport {
+        batches: a.len(),
+        log_start: src_start,
+        bytes: a.iter().map(|x| x.bytes.len() as u64).sum(),
+    })
+}
+
+/// Log-equal for a mirror that started at a later source offset (`add --start`): the
+/// destination's log start S must be a source batch boundary, and from S up to `upto` both
+/// logs hold the same batches, byte for byte.
+pub fn log_equal_from_destination_start(
+    src: &str,
+    dst: &str,
+    topic: &str,
+    partition: i32,
+    upto: i64,
+) -> Result<LogEqualReport, String> {
+    let (dst_start, b) = read_batches(dst, topic, partition, upto)?;
+    let (_, mut a) = read_batches(src, topic, partition, upto)?;
+    a.retain(|x| x.last_offset >= dst_start);
+    if let Some(first) = a.first() {
+        if first.base_offset != dst_start {
+            return Err(format!(
+                "{topic}-{partition}: destination starts at {dst_start}, inside the source batch {}..={}",
+                first.base_offset, first.last_offset
+            ));
+        }
+    }
+    compare_batches(topic, partition, &a, &b)?;
+    Ok(LogEqualReport {
+        batches: a.len(),
+        log_start: dst_start,
+        bytes: a.iter().map(|x| x.bytes.len() as u64).sum(),
+    })
+}
+
+/// The first difference between two batch lists, if any (offset gaps, bytes, count).
+fn compare_batches(
+    topic: &str,
+    partition: i32,
+    a: &[RawBatch],
+    b: &[RawBatch],
+) -> Result<(), String> {
     for (i, (x, y)) in a.iter().zip(b.iter()).enumerate() {
         if x.base_offset != y.base_offset || x.last_offset != y.last_offset {
             return Err(format!(
@@ -123,11 +167,7 @@ pub fn log_equal(
             b.len()
         ));
     }
-    Ok(LogEqualReport {
-        batches: a.len(),
-        log_start: src_start,
-        bytes: a.iter().map(|x| x.bytes.len() as u64).sum(),
-    })
+    Ok(())
 }
 
 /// Every record (offset, value) of `topic`/`partition` from log start to log end, read with

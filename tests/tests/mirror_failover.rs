@@ -519,10 +519,80 @@ fn remove_all_and_by_regex_fail_over_whole_groups_of_topics_and_nothing_joins_af
         // The failover's producer-state reset marker may follow the mirrored records.
         let dst_ends = mirror::end_offsets(&dst, t, 2);
         assert!(
-            dst_ends.iter().zip(&ends).all(|(d, s)| d >= s && *d <= s + 1),
+            dst_ends
+                .iter()
+                .zip(&ends)
+                .all(|(d, s)| d >= s && *d <= s + 1),
             "{t}: kmirror ends {dst_ends:?}, source {ends:?}"
         );
         let acks = seq_produce(&dst, t, 2, 10);
         assert!(!acks.is_empty());
     }
+}
+
+/// `add --start latest` and `--start <ms>` against a Kafka source: the mirror log starts at
+/// the source offset ListOffsets gives (its log start is that offset), copies nothing below
+/// it, and from there holds the source's batches at the same offsets; a group committed
+/// below that start is synced clamped to it.
+#[test]
+fn mirror_started_at_latest_or_a_time_copies_from_that_source_offset_only() {
+    use kmirror_tests::helpers::{commit_offset, fetch_offset, now_ms};
+    use kmirror_tests::oracle::log_equal_from_destination_start;
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::builder().args(&["--cores", "1"]).start()
+    });
+    let (src, dst) = (kafka.bootstrap(), node.addr());
+    kafka.create_topic("history", 1, &[]);
+    kafka.create_topic("recent", 1, &[]);
+    seq_produce(&src, "history", 1, 200);
+    seq_produce(&src, "recent", 1, 100);
+    std::thread::sleep(Duration::from_millis(50));
+    let since = now_ms();
+    std::thread::sleep(Duration::from_millis(50));
+    seq_produce(&src, "recent", 1, 100);
+    let from_time = WireClient::connect(&src)
+        .unwrap()
+        .list_offset("recent", 0, since)
+        .unwrap();
+    assert_eq!(
+        from_time, 100,
+        "the source's first record at or after the time"
+    );
+    commit_offset(&src, "readers", "history", 5);
+
+    create_mirror(&dst, "dr", &src, 300);
+    mirror::cli_ok(
+        &dst,
+        &["add", "dr", "--topics", "history", "--start", "latest"],
+    );
+    mirror::cli_ok(
+        &dst,
+        &[
+            "add",
+            "dr",
+            "--topics",
+            "recent",
+            "--start",
+            &since.to_string(),
+        ],
+    );
+    let bounds = |t: &str| WireClient::connect(&dst).ok()?.log_bounds(t, 0).ok();
+    proc::wait_for(Duration::from_secs(60), "history placed at latest", || {
+        (bounds("history") == Some((200, 200))).then_some(())
+    });
+    // Produced after the mirror started: copied.
+    seq_produce(&src, "history", 1, 50);
+    for (t, start) in [("history", 200), ("recent", 100)] {
+        let ends = mirror::wait_caught_up(&src, &dst, t, 1, false, Duration::from_secs(90));
+        let report = log_equal_from_destination_start(&src, &dst, t, 0, ends[0])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(report.log_start, start, "{t}: mirror log start");
+        assert!(report.batches > 0, "{t}: nothing compared");
+        assert_eq!(bounds(t), Some((start, ends[0])), "{t}: kmirror's bounds");
+    }
+    // The group's offset 5 is below the mirror's log start: synced as 200.
+    proc::wait_for(Duration::from_secs(30), "group offset clamped", || {
+        (fetch_offset(&dst, "readers", "history") == 200).then_some(())
+    });
 }

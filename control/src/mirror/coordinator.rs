@@ -548,6 +548,41 @@ impl MirrorCoordinator {
         out
     }
 
+    /// Records where the mirror logs of `keys` (topic names or include patterns about to be
+    /// added) start: a ListOffsets timestamp ([`super::definition::START_LATEST`] or epoch
+    /// ms; [`super::definition::START_EARLIEST`] removes the entry). Recorded before the
+    /// topics are added, so no fetcher of theirs starts without it.
+    pub fn set_start_positions(
+        &mut self,
+        mirror: &str,
+        keys: &[String],
+        timestamp: i64,
+    ) -> Result<(), MirrorError> {
+        let mut def = self
+            .store
+            .mirror(mirror)
+            .cloned()
+            .ok_or_else(|| MirrorError::UnknownMirror(mirror.to_owned()))?;
+        if timestamp < super::definition::START_EARLIEST {
+            return Err(MirrorError::InvalidSetting {
+                key: "start".to_owned(),
+                reason: format!("{timestamp} is not earliest (-2), latest (-1) or a timestamp"),
+            });
+        }
+        let before = def.clone();
+        for k in keys {
+            if timestamp == super::definition::START_EARLIEST {
+                def.start_positions.remove(k);
+            } else {
+                def.start_positions.insert(k.clone(), timestamp);
+            }
+        }
+        if def != before {
+            self.store.update_mirror(def)?;
+        }
+        Ok(())
+    }
+
     /// RemoveTopicsFromMirror with patterns (`kmirror mirror remove NAME --all` sends `.*`,
     /// `--topic-regex R` sends R): every topic of the mirror not yet failed over whose name a
     /// pattern matches (full match) fails over, as [`Self::remove_topics`] does. First the

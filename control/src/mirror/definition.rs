@@ -312,7 +312,17 @@ pub struct MirrorDefinition {
     /// Source cluster id once resolved (empty until then).
     #[serde(default)]
     pub source_cluster_id: String,
+    /// Where a topic's mirror log starts (`add --start`), by topic name or by the include
+    /// pattern that brought it in: a ListOffsets timestamp (-1 latest, or epoch ms); absent
+    /// means the source's log start (earliest).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub start_positions: BTreeMap<String, i64>,
 }
+
+/// ListOffsets' "earliest" timestamp: a mirror's default start.
+pub const START_EARLIEST: i64 = -2;
+/// ListOffsets' "latest" timestamp.
+pub const START_LATEST: i64 = -1;
 
 impl MirrorDefinition {
     /// Validate name, required settings and every regex.
@@ -340,6 +350,7 @@ impl MirrorDefinition {
             settings,
             topics: Vec::new(),
             source_cluster_id: String::new(),
+            start_positions: BTreeMap::new(),
         };
         def.topic_filter()?;
         def.config_exclude()?;
@@ -378,6 +389,22 @@ impl MirrorDefinition {
         self.priority_topics()
             .map(|p| p.iter().any(|r| r.is_match(topic)))
             .unwrap_or(false)
+    }
+
+    /// Where `topic`'s mirror log starts: its own `--start`, else that of the first include
+    /// pattern with one that matches it, else [`START_EARLIEST`].
+    pub fn start_timestamp(&self, topic: &str) -> i64 {
+        if let Some(ts) = self.start_positions.get(topic) {
+            return *ts;
+        }
+        self.include_patterns
+            .iter()
+            .filter_map(|p| Some((p, self.start_positions.get(p)?)))
+            .find(|(p, _)| {
+                compile_full(std::slice::from_ref(*p))
+                    .is_ok_and(|r| r.iter().any(|r| r.is_match(topic)))
+            })
+            .map_or(START_EARLIEST, |(_, ts)| *ts)
     }
 
     /// `mirror.acl.sync.mode` (default `owned`).
@@ -491,6 +518,22 @@ mod tests {
 
     fn s(v: &[&str]) -> Vec<String> {
         v.iter().map(|x| x.to_string()).collect()
+    }
+
+    #[test]
+    fn a_topics_start_is_its_own_then_its_patterns_then_earliest() {
+        let mut d = MirrorDefinition::new(
+            "dr",
+            BTreeMap::from([("bootstrap.servers".to_owned(), "h:1".to_owned())]),
+        )
+        .unwrap();
+        d.include_patterns = s(&["pay.*", "ord.*"]);
+        d.start_positions.insert("ord.*".into(), START_LATEST);
+        d.start_positions.insert("orders".into(), 1_700_000_000_000);
+        assert_eq!(d.start_timestamp("orders"), 1_700_000_000_000);
+        assert_eq!(d.start_timestamp("ordinal"), START_LATEST);
+        assert_eq!(d.start_timestamp("payments"), START_EARLIEST);
+        assert_eq!(d.start_timestamp("other"), START_EARLIEST);
     }
 
     #[test]

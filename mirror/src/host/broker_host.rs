@@ -319,6 +319,7 @@ impl BrokerHost {
             fetch_partition_max_bytes: setting(FETCH_PARTITION_MAX_BYTES),
             fetch_max_wait_ms: setting(FETCH_MAX_WAIT_MS),
             security: ClientSecurity::from_properties(&mirror.client_settings()),
+            start_timestamp: mirror.start_timestamp(&tp.topic),
         }
     }
 }
