@@ -276,6 +276,7 @@ fn fetcher_manager_starts_stops_and_resumes_partitions_and_reports_live_lag() {
         fetch_partition_max_bytes: None,
         fetch_max_wait_ms: None,
         security: Ok(Default::default()),
+        start_timestamp: -2,
     };
     for tp in &tps {
         mgr.start(task(tp, false)).unwrap();

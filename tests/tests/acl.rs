@@ -551,7 +551,7 @@ fn two_kafka_sources_and_a_local_admin_keep_their_own_acls_quotas_and_groups() {
 
     // The local admin's entries on kmirror.
     let local_acl = read_acl("User:local", "ops");
-    create_acls(&dst, &[local_acl.clone()]);
+    create_acls(&dst, std::slice::from_ref(&local_acl));
     set_user_quota(&dst, "ops", "producer_byte_rate", Some(100.0));
 
     // Source A: alice's ACL and quota, a binding B has too, and a quota for ops that would
