@@ -775,6 +775,7 @@ fn list(conn: &mut BlockingConnection, out: &mut impl Write, json: bool) -> CliR
             source_bootstrap: &'a str,
             source_cluster_id: &'a str,
             topic_count: i32,
+            state: Option<&'a str>,
         }
         let rows: Vec<Row<'_>> = resp
             .mirrors
@@ -784,6 +785,7 @@ fn list(conn: &mut BlockingConnection, out: &mut impl Write, json: bool) -> CliR
                 source_bootstrap: &m.source_bootstrap,
                 source_cluster_id: &m.source_cluster_id,
                 topic_count: m.topic_count,
+                state: m.link_state.as_deref(),
             })
             .collect();
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
@@ -798,12 +800,13 @@ fn list(conn: &mut BlockingConnection, out: &mut impl Write, json: bool) -> CliR
                 m.source_bootstrap.clone(),
                 dash_if_empty(&m.source_cluster_id),
                 m.topic_count.to_string(),
+                m.link_state.clone().unwrap_or_else(|| "-".to_owned()),
             ]
         })
         .collect();
     print_table(
         out,
-        &["MIRROR", "SOURCE", "SOURCE_CLUSTER_ID", "TOPICS"],
+        &["MIRROR", "SOURCE", "SOURCE_CLUSTER_ID", "TOPICS", "STATE"],
         &rows,
     )
 }
@@ -927,6 +930,23 @@ fn describe_once(
         &table,
     )?;
     for m in &resp.mirrors {
+        if let Some(state) = &m.link_state {
+            let mut line = format!("Mirror '{}': {state}", m.mirror_name);
+            if m.source_unavailable_since_ms >= 0 {
+                let for_s = (now_ms() - m.source_unavailable_since_ms).max(0) / 1000;
+                line.push_str(&format!(
+                    " since {} ms epoch ({for_s} s)",
+                    m.source_unavailable_since_ms
+                ));
+            }
+            if !m.failed_partitions.is_empty() {
+                line.push_str(&format!(
+                    ": FAILED partitions {}",
+                    m.failed_partitions.join(", ")
+                ));
+            }
+            writeln!(out, "{line}")?;
+        }
         if let Some(e) = &m.sync_error {
             writeln!(
                 out,
@@ -1037,6 +1057,12 @@ fn print_table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]) -> 
 }
 
 /// UTC wall time as HH:MM:SS (no date crate needed for a watch header).
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
+}
+
 fn chrono_like_now() -> String {
     let secs = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -1046,8 +1072,6 @@ fn chrono_like_now() -> String {
     format!("{:02}:{:02}:{:02} UTC", d / 3600, (d / 60) % 60, d % 60)
 }
 
-/// `remove --wait-for-sync`: poll DescribeMirrors until every partition of `topics` is
-/// MIRRORING with lag 0, or fail with a report of what is still behind.
 /// `add --start`: `earliest` (-2), `latest` (-1) or epoch milliseconds, as ListOffsets
 /// timestamps.
 fn parse_start(v: &str) -> Result<i64, String> {
@@ -1062,6 +1086,8 @@ fn parse_start(v: &str) -> Result<i64, String> {
     }
 }
 
+/// `remove --wait-for-sync`: poll DescribeMirrors until every chosen partition not yet
+/// failed over is MIRRORING with lag 0, or fail with a report of what is still behind.
 fn wait_for_zero_lag(
     conn: &mut BlockingConnection,
     name: &str,

@@ -531,6 +531,10 @@ wire_struct! {
         source_cluster_id: String,
         topic_count: i32,
     }
+    tagged {
+        /// kmirror: the mirror's health (see DescribedMirror's).
+        link_state: Option<String> = None => KMIRROR_TAG_BASE,
+    }
 }
 
 wire_struct! {
@@ -606,6 +610,12 @@ wire_struct! {
         /// kmirror: source ACL bindings and quota entities the last sync round left to
         /// another owner (a local admin or another mirror), each with its owner.
         sync_clashes: Vec<String> = Vec::new() => KMIRROR_TAG_BASE + 3,
+        /// kmirror: the mirror's health: ACTIVE, PAUSED, DEGRADED or SOURCE_UNAVAILABLE.
+        link_state: Option<String> = None => KMIRROR_TAG_BASE + 4,
+        /// kmirror: since when (epoch ms) the source is unavailable; -1 otherwise.
+        source_unavailable_since_ms: i64 = -1 => KMIRROR_TAG_BASE + 5,
+        /// kmirror: the FAILED partitions (`topic-partition`) of a DEGRADED mirror.
+        failed_partitions: Vec<String> = Vec::new() => KMIRROR_TAG_BASE + 6,
     }
 }
 

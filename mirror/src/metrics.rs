@@ -13,7 +13,7 @@ use std::sync::atomic::{fence, AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use kmirror_control::mirror::PartitionState;
+use kmirror_control::mirror::{LinkState, PartitionState};
 use kmirror_types::TopicPartition;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
@@ -249,6 +249,10 @@ pub struct MirrorMetrics {
     /// Per mirror and kind (`acls`, `quotas`): the source entries its last sync round left
     /// to another owner (a local admin or another mirror), and a few of them to show.
     sync_clashes: Mutex<BTreeMap<(String, &'static str), Vec<String>>>,
+    /// Per mirror: its health as of the last reconcile.
+    link_states: Mutex<BTreeMap<String, LinkState>>,
+    /// Per mirror: automatic failovers (`mirror.auto.failover.ms`) since this node started.
+    auto_failovers: Mutex<BTreeMap<String, u64>>,
     /// Per mirror: fetch sessions the source evicted or reset. Fed by the fetch-session
     /// fetcher (shared per core, source broker and mirror) through [`Self::session_resets`].
     session_resets: Mutex<BTreeMap<String, Arc<AtomicU64>>>,
@@ -318,6 +322,18 @@ impl MirrorMetrics {
             .or_default() += 1;
     }
 
+    /// Every mirror's health (control thread, after a reconcile).
+    pub fn publish_link_states(&self, states: BTreeMap<String, LinkState>) {
+        *lock(&self.link_states) = states;
+    }
+
+    /// `mirror` failed over automatically (`mirror.auto.failover.ms`).
+    pub fn count_auto_failover(&self, mirror: &str) {
+        *lock(&self.auto_failovers)
+            .entry(mirror.to_owned())
+            .or_default() += 1;
+    }
+
     /// What `mirror`'s last `kind` (`acls` or `quotas`) sync round left to another owner.
     pub fn set_sync_clashes(&self, mirror: &str, kind: &'static str, clashes: Vec<String>) {
         let mut m = lock(&self.sync_clashes);
@@ -379,6 +395,12 @@ impl MirrorMetrics {
         for ((mirror, kind), n) in lock(&self.sync_errors).iter() {
             mirrors.entry(mirror.clone()).or_default().sync_errors[kind_index(*kind)] = *n;
         }
+        for (mirror, st) in lock(&self.link_states).iter() {
+            mirrors.entry(mirror.clone()).or_default().link_state = Some(*st);
+        }
+        for (mirror, n) in lock(&self.auto_failovers).iter() {
+            mirrors.entry(mirror.clone()).or_default().auto_failovers = *n;
+        }
         for ((mirror, kind), c) in lock(&self.sync_clashes).iter() {
             let row = mirrors.entry(mirror.clone()).or_default();
             row.sync_clashes.push((kind, c.len() as i64));
@@ -437,6 +459,8 @@ pub struct MirrorRow {
     pub sync_errors: [u64; SyncErrorKind::ALL.len()],
     /// (kind, entries) the last sync rounds left to another owner.
     pub sync_clashes: Vec<(&'static str, i64)>,
+    pub link_state: Option<LinkState>,
+    pub auto_failovers: u64,
     pub session_resets: u64,
 }
 
@@ -592,6 +616,28 @@ impl Collector for MirrorCollector {
                     )
                 })
             }),
+        )?;
+        gauges(
+            &mut e,
+            "kmirror_mirror_link_state",
+            "The mirror's health: 1 for its current state (ACTIVE, PAUSED, DEGRADED, SOURCE_UNAVAILABLE), 0 for the others.",
+            ms.iter().flat_map(|(m, r)| {
+                r.link_state.into_iter().flat_map(move |cur| {
+                    LinkState::ALL.iter().map(move |st| {
+                        (
+                            vec![("mirror", m.clone()), ("state", st.as_str().to_owned())],
+                            i64::from(*st == cur),
+                        )
+                    })
+                })
+            }),
+        )?;
+        counters(
+            &mut e,
+            "kmirror_mirror_auto_failovers",
+            "Automatic failovers of the whole mirror (mirror.auto.failover.ms) since this node started.",
+            ms.iter()
+                .map(|(m, r)| (vec![("mirror", m.clone())], r.auto_failovers)),
         )?;
         gauges(
             &mut e,

@@ -13,7 +13,7 @@
 use std::collections::BTreeMap;
 
 use bytes::{Bytes, BytesMut};
-use kmirror_control::mirror::{MirrorCoordinator, MirrorHost, TopicOpError};
+use kmirror_control::mirror::{MirrorCoordinator, MirrorHost, PartitionState, TopicOpError};
 use kmirror_types::TopicPartition;
 
 use crate::api::*;
@@ -64,6 +64,12 @@ pub trait MirrorLiveStatus {
     /// Why the mirror's last metadata sync round failed (source unreachable, authentication
     /// refused), while it keeps failing; None once a round succeeds.
     fn sync_error(&self, mirror: &str) -> Option<String> {
+        let _ = mirror;
+        None
+    }
+    /// Since when (epoch ms) the mirror's rounds with the source have been failing; None
+    /// while they succeed.
+    fn source_unavailable_since(&self, mirror: &str) -> Option<i64> {
         let _ = mirror;
         None
     }
@@ -232,7 +238,7 @@ impl MirrorService {
             }
             api::LIST_MIRRORS => {
                 let _: ListMirrorsRequest = decode_body("ListMirrors", 0, body)?;
-                encode_body(&self.list_mirrors())
+                encode_body(&self.list_mirrors(host))
             }
             api::DESCRIBE_MIRRORS => {
                 let r: DescribeMirrorsRequest = decode_body("DescribeMirrors", 0, body)?;
@@ -401,7 +407,31 @@ impl MirrorService {
         }
     }
 
-    fn list_mirrors(&self) -> ListMirrorsResponse {
+    /// `mirror`'s health and, when DEGRADED, its FAILED partitions.
+    pub fn link_state<H: MirrorLiveStatus>(
+        &self,
+        mirror: &str,
+        host: &H,
+    ) -> (kmirror_control::mirror::LinkState, Vec<String>) {
+        let parts: Vec<(&TopicPartition, PartitionState)> = self
+            .coordinator
+            .store()
+            .partitions_of(mirror)
+            .map(|(tp, e)| (tp, e.state))
+            .collect();
+        let state = kmirror_control::mirror::LinkState::of(
+            parts.iter().map(|(_, s)| *s),
+            host.source_unavailable_since(mirror).is_some(),
+        );
+        let failed = parts
+            .iter()
+            .filter(|(_, s)| *s == PartitionState::Failed)
+            .map(|(tp, _)| tp.to_string())
+            .collect();
+        (state, failed)
+    }
+
+    fn list_mirrors<H: MirrorLiveStatus>(&self, host: &H) -> ListMirrorsResponse {
         ListMirrorsResponse {
             mirrors: self
                 .coordinator
@@ -411,6 +441,7 @@ impl MirrorService {
                     source_bootstrap: m.source_bootstrap().to_owned(),
                     source_cluster_id: m.source_cluster_id.clone(),
                     topic_count: self.coordinator.topic_count(&m.name) as i32,
+                    link_state: Some(self.link_state(&m.name, host).0.as_str().to_owned()),
                     ..Default::default()
                 })
                 .collect(),
@@ -440,6 +471,7 @@ impl MirrorService {
                         ..Default::default()
                     };
                 };
+                let (link, failed_partitions) = self.link_state(&name, host);
                 let mut topics: Vec<DescribedTopic> = Vec::new();
                 for p in self.coordinator.describe(&name) {
                     let tp = TopicPartition::new(p.topic.clone(), p.partition);
@@ -484,6 +516,9 @@ impl MirrorService {
                     configs: redacted_settings(&def.settings),
                     sync_error: host.sync_error(&name),
                     sync_clashes: host.sync_clashes(&name),
+                    link_state: Some(link.as_str().to_owned()),
+                    source_unavailable_since_ms: host.source_unavailable_since(&name).unwrap_or(-1),
+                    failed_partitions,
                     ..Default::default()
                 }
             })

@@ -555,3 +555,88 @@ fn consumer_protocol_group_offsets_are_synced_from_apache_kafka() {
     let b = KmirrorNode::builder().args(&["--cores", "1"]).start();
     consumer_protocol_group_offsets_sync_from(&kafka.bootstrap(), &b);
 }
+
+/// The mirror's health as one state: ACTIVE, PAUSED while its topics are paused, and
+/// SOURCE_UNAVAILABLE (with since when and the error) once the source is gone; with
+/// `mirror.auto.failover.ms` the mirror then fails over by itself, counted in a metric, and
+/// its topics take writes.
+#[test]
+fn link_state_shows_a_lost_source_and_auto_failover_fails_the_whole_mirror_over() {
+    let maddr = format!("127.0.0.1:{}", proc::free_port());
+    let mut a = KmirrorNode::builder().args(&["--cores", "1"]).start();
+    let b = KmirrorNode::builder()
+        .args(&["--cores", "1", "--metrics", &maddr])
+        .start();
+    let (aa, ba) = (a.addr(), b.addr());
+    for t in ["orders", "payments"] {
+        assert_eq!(
+            WireClient::connect(&aa)
+                .unwrap()
+                .create_topic(t, 1, 1, &[])
+                .unwrap(),
+            0
+        );
+        produce_batches(&aa, t, 10, t);
+    }
+    cli(
+        &ba,
+        &[
+            "create",
+            "dr",
+            "--source",
+            &aa,
+            "--set",
+            "mirror.metadata.sync.interval.ms=300",
+            "--set",
+            "mirror.auto.failover.ms=3000",
+            "--set",
+            "mirror.retry.backoff.max.ms=500",
+        ],
+    );
+    cli(&ba, &["add", "dr", "--topics", "orders,payments"]);
+    for t in ["orders", "payments"] {
+        kmirror_tests::mirror::wait_caught_up(&aa, &ba, t, 1, false, Duration::from_secs(60));
+    }
+    let state = || -> String {
+        let out = cli(&ba, &["list", "--json"]).stdout;
+        let v: serde_json::Value = serde_json::from_str(out.trim()).expect("json");
+        v[0]["state"].as_str().unwrap_or("").to_owned()
+    };
+    assert_eq!(state(), "ACTIVE");
+    cli(&ba, &["pause", "dr", "--topics", "orders,payments"]);
+    assert_eq!(state(), "PAUSED");
+    cli(&ba, &["resume", "dr", "--topics", "orders,payments"]);
+    assert_eq!(state(), "ACTIVE");
+
+    // The source is gone: SOURCE_UNAVAILABLE, with since when, then the automatic failover.
+    a.kill_now();
+    let lost = proc::wait_for(Duration::from_secs(30), "SOURCE_UNAVAILABLE", || {
+        let out = cli(&ba, &["describe", "dr"]).stdout;
+        out.lines()
+            .find(|l| l.starts_with("Mirror 'dr': SOURCE_UNAVAILABLE since"))
+            .map(str::to_owned)
+    });
+    assert!(lost.contains(" s)"), "{lost}");
+    proc::wait_for(Duration::from_secs(60), "automatic failover", || {
+        let rows = kmirror_tests::mirror::describe(&ba, Some("dr"));
+        (rows.len() == 2 && rows.iter().all(|r| r.state == "STOPPED")).then_some(())
+    });
+    let m = kmirror_tests::metrics::scrape(&maddr);
+    assert_eq!(
+        m.value("kmirror_mirror_auto_failovers_total", &[("mirror", "dr")]),
+        Some(1.0)
+    );
+    assert_eq!(
+        m.value(
+            "kmirror_mirror_link_state",
+            &[("mirror", "dr"), ("state", "SOURCE_UNAVAILABLE")]
+        ),
+        Some(1.0)
+    );
+    // Every record the source had is there, and the topics take writes.
+    for t in ["orders", "payments"] {
+        let (_, end) = WireClient::connect(&ba).unwrap().log_bounds(t, 0).unwrap();
+        assert!(end >= 20, "{t}: {end}");
+        produce_batches(&ba, t, 1, "after");
+    }
+}

@@ -54,6 +54,9 @@ pub mod settings {
     /// `topic:partition:core`. `:` cannot occur in a topic name, so neither form is ambiguous
     /// (`topic-partition` would be: topic names may end in `-<digits>`).
     pub const CORE_PINS: &str = "mirror.core.pins";
+    /// Opt-in automatic failover: once every round with the source has failed for this
+    /// long, the mirror fails over as `remove --all` would (0 or unset: never).
+    pub const AUTO_FAILOVER_MS: &str = "mirror.auto.failover.ms";
 }
 
 /// Policies `mirror.core.assignment` accepts.
@@ -367,6 +370,7 @@ impl MirrorDefinition {
             settings::RETRY_BACKOFF_MS,
             settings::RETRY_BACKOFF_MAX_MS,
             settings::THROTTLED_RATE,
+            settings::AUTO_FAILOVER_MS,
         ] {
             def.get_u64(key, 0)?;
         }

@@ -25,7 +25,7 @@ pub use coordinator::{
 };
 pub use definition::{ConfigExclude, CorePlacement, MirrorDefinition, TopicFilter};
 pub use owners::{MirrorWriter, SyncOwners};
-pub use state::{FailoverStep, PartitionState, StateRefusal, UserOp};
+pub use state::{FailoverStep, LinkState, PartitionState, StateRefusal, UserOp};
 pub use store::{MirrorRecord, MirrorStateStore, PartitionEntry, RecoveryAction};
 pub use sync::{
     acl_sync_writer, clamp_group_offset, id_changed_reason, plan_acl_sync, plan_group_sync,

@@ -30,6 +30,58 @@ pub enum PartitionState {
     Failed,
 }
 
+/// A mirror's health as one state (DescribeMirrors, ListMirrors, the metrics): what an
+/// operator watches instead of N partition rows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum LinkState {
+    /// Every partition not yet failed over is mirroring, preparing or failing over.
+    Active,
+    /// Every partition not yet failed over is paused.
+    Paused,
+    /// Some partitions are FAILED (the others go on).
+    Degraded,
+    /// The mirror's metadata rounds with the source fail: the source is unreachable or
+    /// refuses the mirror (the whole link is down, whatever the partitions last showed).
+    SourceUnavailable,
+}
+
+impl LinkState {
+    pub const ALL: [LinkState; 4] = [
+        LinkState::Active,
+        LinkState::Paused,
+        LinkState::Degraded,
+        LinkState::SourceUnavailable,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LinkState::Active => "ACTIVE",
+            LinkState::Paused => "PAUSED",
+            LinkState::Degraded => "DEGRADED",
+            LinkState::SourceUnavailable => "SOURCE_UNAVAILABLE",
+        }
+    }
+
+    /// From the states of the mirror's partitions and whether its rounds with the source
+    /// are failing.
+    pub fn of(states: impl IntoIterator<Item = PartitionState>, source_failing: bool) -> Self {
+        if source_failing {
+            return LinkState::SourceUnavailable;
+        }
+        let live: Vec<PartitionState> = states
+            .into_iter()
+            .filter(|s| *s != PartitionState::Stopped)
+            .collect();
+        if live.contains(&PartitionState::Failed) {
+            LinkState::Degraded
+        } else if !live.is_empty() && live.iter().all(|s| *s == PartitionState::Paused) {
+            LinkState::Paused
+        } else {
+            LinkState::Active
+        }
+    }
+}
+
 impl PartitionState {
     /// Every state, in wire-code order.
     pub const ALL: [PartitionState; 7] = [
@@ -192,6 +244,29 @@ impl UserOp {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn link_state_summarises_the_partitions_and_the_source() {
+        use PartitionState::*;
+        assert_eq!(
+            LinkState::of([Mirroring, Stopped], false),
+            LinkState::Active
+        );
+        assert_eq!(LinkState::of([], false), LinkState::Active);
+        assert_eq!(
+            LinkState::of([Paused, Stopped, Paused], false),
+            LinkState::Paused
+        );
+        assert_eq!(LinkState::of([Paused, Mirroring], false), LinkState::Active);
+        assert_eq!(
+            LinkState::of([Failed, Mirroring], false),
+            LinkState::Degraded
+        );
+        assert_eq!(
+            LinkState::of([Mirroring], true),
+            LinkState::SourceUnavailable
+        );
+    }
+
     use super::PartitionState::*;
     use super::*;
 

@@ -14,8 +14,8 @@ pub(crate) struct BrokerHost {
     pub(super) lost: HashMap<TopicPartition, (i64, i64, i64)>,
     /// Fetchers asked to stop that had not exited when last checked.
     pub(super) stop_pending: BTreeSet<TopicPartition>,
-    /// The last failed sync round's reason per mirror, until a round succeeds.
-    pub(super) sync_errors: HashMap<String, String>,
+    /// Per mirror: the last failed round's error and since when (epoch ms) rounds fail.
+    pub(super) sync_errors: HashMap<String, (String, i64)>,
     /// Cluster: high watermarks of mirror partitions led by other nodes, asked from their
     /// leaders just before a DescribeMirrors is answered.
     pub(super) leader_hws: HashMap<TopicPartition, i64>,
@@ -479,7 +479,11 @@ impl MirrorHost for BrokerHost {
 
 impl MirrorLiveStatus for BrokerHost {
     fn sync_error(&self, mirror: &str) -> Option<String> {
-        self.sync_errors.get(mirror).cloned()
+        self.sync_errors.get(mirror).map(|(e, _)| e.clone())
+    }
+
+    fn source_unavailable_since(&self, mirror: &str) -> Option<i64> {
+        self.sync_errors.get(mirror).map(|(_, since)| *since)
     }
 
     fn sync_clashes(&self, mirror: &str) -> Vec<String> {

@@ -443,6 +443,58 @@ async fn forward(
 
 /// The COORDINATOR_NOT_AVAILABLE answer (seed 000: "the mirror coordinator is not active")
 /// to a mirror request frame, with the request's correlation id.
+impl Control {
+    /// `mirror.auto.failover.ms`: once the source has been unavailable that long, every topic
+    /// of the mirror still mirrored fails over, as `remove --all` would (and no topic joins
+    /// afterwards). Opt-in: the old source may still be up for its own clients (a network
+    /// split), and then both sides take writes; docs/MIRRORING.md says how to fence it.
+    fn auto_failover(&mut self, mirror: &str, since: i64, now: i64, error: &str) {
+        let Some(def) = self.service.coordinator().store().mirror(mirror).cloned() else {
+            return;
+        };
+        let after = def.setting_u64(
+            kmirror_control::mirror::definition::settings::AUTO_FAILOVER_MS,
+            0,
+        );
+        if after == 0 || now.saturating_sub(since) < after as i64 {
+            return;
+        }
+        if self
+            .service
+            .coordinator()
+            .store()
+            .active_topics(mirror)
+            .is_empty()
+        {
+            return;
+        }
+        tracing::warn!(
+            %mirror,
+            unavailable_ms = now - since,
+            mirror_auto_failover_ms = after,
+            last_error = %error,
+            "source unavailable for longer than mirror.auto.failover.ms: failing over every topic of the mirror"
+        );
+        let results = {
+            let (svc, host) = (&mut self.service, &mut self.host);
+            svc.coordinator_mut()
+                .remove_topic_patterns(mirror, &[".*".to_owned()], host)
+        };
+        match results {
+            Ok(results) => {
+                for (topic, r) in results {
+                    if let Err(e) = r {
+                        tracing::warn!(%mirror, %topic, error = %e, "automatic failover of a topic did not complete; retried next round");
+                    }
+                }
+                self.host.manager.metrics().count_auto_failover(mirror);
+            }
+            Err(e) => tracing::warn!(%mirror, error = %e, "automatic failover refused"),
+        }
+        self.reconcile();
+    }
+}
+
 /// A clash as `describe` and the log show it.
 fn clash_text(c: &kmirror_control::mirror::SyncClash) -> String {
     match &c.owner {
@@ -733,7 +785,18 @@ impl Control {
                     Err(e) => {
                         tracing::warn!(%mirror, error = %e, "mirror sync round failed");
                         self.count_sync_error(&mirror, SyncErrorKind::TopicMetadata);
-                        self.host.sync_errors.insert(mirror.clone(), e);
+                        let now = crate::fetcher::now_ms();
+                        let since = self
+                            .host
+                            .sync_errors
+                            .get(&mirror)
+                            .map_or(now, |(_, since)| *since);
+                        self.host
+                            .sync_errors
+                            .insert(mirror.clone(), (e.clone(), since));
+                        if self.is_seat() {
+                            self.auto_failover(&mirror, since, now, &e);
+                        }
                     }
                 }
                 true

@@ -168,6 +168,18 @@ impl Control {
             .map(|(tp, mirror, st)| (mirror, tp, st))
             .collect();
         self.host.manager.metrics().publish_states(states);
+        let links = self
+            .service
+            .coordinator()
+            .mirrors()
+            .map(|m| {
+                (
+                    m.name.clone(),
+                    self.service.link_state(&m.name, &self.host).0,
+                )
+            })
+            .collect();
+        self.host.manager.metrics().publish_link_states(links);
     }
 }
 
