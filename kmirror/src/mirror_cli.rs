@@ -167,6 +167,9 @@ enum Cmd {
         name: Option<String>,
         #[arg(long)]
         json: bool,
+        /// Only the FAILED partitions (with their reasons).
+        #[arg(long)]
+        failed: bool,
         /// Refresh until interrupted.
         #[arg(long)]
         watch: bool,
@@ -419,12 +422,13 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
         Cmd::Describe {
             name,
             json,
+            failed,
             watch,
             interval_ms,
             count,
         } => {
             if !watch {
-                return describe_once(conn, out, name.as_deref(), json, false);
+                return describe_once(conn, out, name.as_deref(), json, failed, false);
             }
             let tty = std::io::stdout().is_terminal();
             let mut n = 0u64;
@@ -432,7 +436,7 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
                 if tty && !json {
                     write!(out, "\x1b[2J\x1b[H")?;
                 }
-                describe_once(conn, out, name.as_deref(), json, watch)?;
+                describe_once(conn, out, name.as_deref(), json, failed, watch)?;
                 out.flush()?;
                 n += 1;
                 if count != 0 && n >= count {
@@ -894,10 +898,14 @@ fn describe_once(
     out: &mut impl Write,
     name: Option<&str>,
     json: bool,
+    failed_only: bool,
     watch: bool,
 ) -> CliResult<()> {
     let resp = fetch_describe(conn, name)?;
-    let rows = describe_rows(&resp);
+    let mut rows = describe_rows(&resp);
+    if failed_only {
+        rows.retain(|r| r.state == "FAILED");
+    }
     if json {
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
         return Ok(());

@@ -81,6 +81,8 @@ pub mod table {
     // Groups.
     pub const FIND_GROUP_COORDINATOR: Need = need(GROUP, DESCRIBE);
     pub const FIND_TXN_COORDINATOR: Need = need(TRANSACTIONAL_ID, DESCRIBE);
+    /// FindCoordinator key type MIRROR (2, KIP-1279): the mirror APIs are cluster-level.
+    pub const FIND_MIRROR_COORDINATOR: Need = need(CLUSTER, DESCRIBE);
     /// JoinGroup, SyncGroup, Heartbeat, LeaveGroup, OffsetCommit, AddOffsetsToTxn,
     /// TxnOffsetCommit.
     pub const GROUP_READ: Need = need(GROUP, READ);
@@ -389,19 +391,27 @@ pub fn before_group_api(
         }
         RequestKind::ListGroups(_) => Patch::ListGroups,
         RequestKind::FindCoordinator(mut r) => {
-            let need = if r.key_type == 1 {
-                table::FIND_TXN_COORDINATOR
-            } else {
-                table::FIND_GROUP_COORDINATOR
+            let need = match r.key_type {
+                1 => table::FIND_TXN_COORDINATOR,
+                2 => table::FIND_MIRROR_COORDINATOR,
+                _ => table::FIND_GROUP_COORDINATOR,
+            };
+            // A mirror key names a mirror; what is checked is the cluster.
+            let resource = |k: &str| -> String {
+                if r.key_type == 2 {
+                    CLUSTER_NAME.to_owned()
+                } else {
+                    k.to_owned()
+                }
             };
             if version < 4 {
-                let key = r.key.clone();
+                let key = resource(&r.key);
                 require!(need, &key, RequestKind::FindCoordinator(r));
                 return Ok((RequestKind::FindCoordinator(r), Patch::None));
             }
             let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.coordinator_keys)
                 .into_iter()
-                .partition(|k| access.allows(need, k));
+                .partition(|k| access.allows(need, &resource(k)));
             r.coordinator_keys = ok;
             let mut refused = r.clone();
             refused.coordinator_keys = denied;

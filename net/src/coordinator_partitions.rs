@@ -88,6 +88,24 @@ impl PartitionSeat {
             epochs,
         }
     }
+
+    /// Node `node`'s endpoint on this seat's listener (its first one otherwise).
+    fn endpoint_of(&self, meta: &ClusterMetadata, node: i32) -> Located {
+        let endpoint = meta.brokers.get(&node).and_then(|b| {
+            b.endpoints
+                .iter()
+                .find(|e| e.name == self.listener)
+                .or_else(|| b.endpoints.first())
+        });
+        match endpoint {
+            Some(e) => Located::Elsewhere {
+                node_id: node,
+                host: e.host.clone(),
+                port: i32::from(e.port),
+            },
+            None => Located::Unknown,
+        }
+    }
 }
 
 impl CoordinatorSeat for PartitionSeat {
@@ -114,20 +132,18 @@ impl CoordinatorSeat for PartitionSeat {
         if leader == self.engine.node_id {
             return Located::Here;
         }
-        let endpoint = meta.brokers.get(&leader).and_then(|b| {
-            b.endpoints
-                .iter()
-                .find(|e| e.name == self.listener)
-                .or_else(|| b.endpoints.first())
-        });
-        match endpoint {
-            Some(e) => Located::Elsewhere {
-                node_id: leader,
-                host: e.host.clone(),
-                port: i32::from(e.port),
-            },
-            None => Located::Unknown,
+        self.endpoint_of(&meta, leader)
+    }
+
+    fn locate_mirror(&self) -> Located {
+        let status = self.engine.cluster.quorum_status();
+        let Some(leader) = status.leader.and_then(|l| i32::try_from(l).ok()) else {
+            return Located::Unknown;
+        };
+        if leader == self.engine.node_id {
+            return Located::Here;
         }
+        self.endpoint_of(&self.engine.cluster.snapshot(), leader)
     }
 
     fn read(

@@ -193,6 +193,11 @@ pub trait CoordinatorSeat: Send + Sync {
     fn allocate_producer_ids(&self, _count: u32) -> Option<(i64, i64)> {
         None
     }
+    /// Where the mirror coordinator is (FindCoordinator key type MIRROR): the node whose
+    /// quorum seat runs the mirror service.
+    fn locate_mirror(&self) -> Located {
+        Located::Unknown
+    }
 }
 
 /// Producer-id blocks of the transaction coordinator, from the quorum.
@@ -1467,14 +1472,20 @@ impl CoordinatorThread {
         } else {
             CoordinatorLog::Offsets
         };
-        find_coordinator_response(r, version, |key| match seat.locate(log, key) {
-            Located::Here => Ok((self.node_id, self.host.clone(), self.port)),
-            Located::Elsewhere {
-                node_id,
-                host,
-                port,
-            } => Ok((node_id, host, port)),
-            Located::Unknown => Err(codes::COORDINATOR_NOT_AVAILABLE),
+        find_coordinator_response(r, version, |key| {
+            match if r.key_type == 2 {
+                seat.locate_mirror()
+            } else {
+                seat.locate(log, key)
+            } {
+                Located::Here => Ok((self.node_id, self.host.clone(), self.port)),
+                Located::Elsewhere {
+                    node_id,
+                    host,
+                    port,
+                } => Ok((node_id, host, port)),
+                Located::Unknown => Err(codes::COORDINATOR_NOT_AVAILABLE),
+            }
         })
     }
 
@@ -1924,7 +1935,7 @@ fn find_coordinator_response(
     locate: impl Fn(&str) -> Result<(i32, String, i32), i16>,
 ) -> ResponseKind {
     let answer = |key: &StrBytes| -> Result<(i32, String, i32), (i16, Option<StrBytes>)> {
-        if r.key_type != 0 && r.key_type != 1 {
+        if !(0..=2).contains(&r.key_type) {
             return Err((
                 codes::INVALID_REQUEST,
                 Some(s("unknown coordinator key type")),

@@ -420,3 +420,16 @@ pub fn record_offsets(boot: &str, topic: &str, partition: i32) -> Vec<i64> {
         .map(|(o, _)| o)
         .collect()
 }
+
+/// FindCoordinator (v4) with key type MIRROR (2, KIP-1279) for `mirror`: (node, error).
+pub fn find_mirror_coordinator(addr: &str, mirror: &str) -> (i32, i16) {
+    let req = kafka_protocol::messages::FindCoordinatorRequest::default()
+        .with_key_type(2)
+        .with_coordinator_keys(vec![crate::helpers::str_bytes(mirror)]);
+    let r = WireClient::connect(addr)
+        .unwrap()
+        .send_at(req, 4)
+        .expect("FindCoordinator");
+    let c = &r.coordinators[0];
+    (c.node_id.0, c.error_code)
+}

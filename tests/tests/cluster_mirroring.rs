@@ -687,6 +687,16 @@ fn describe_mirrors_lag_is_measured_to_the_leaders_high_watermark() {
         });
         // Freeze a node that does not hold the seat; the others keep the quorum.
         let (seat, _) = WireClient::connect(&n1).unwrap().quorum_leader().unwrap();
+        // FindCoordinator key type MIRROR (2) names the seat, whichever node is asked.
+        for id in 1..=3 {
+            let addr = c.node(id).addr();
+            let (node, code) = kmirror_tests::mirror::find_mirror_coordinator(&addr, "dr");
+            assert_eq!(
+                (node, code),
+                (seat, 0),
+                "FindCoordinator(MIRROR) via node {id}"
+            );
+        }
         let frozen = (1..=3).find(|id| *id != seat as usize).unwrap();
         let live: Vec<usize> = (1..=3).filter(|id| *id != frozen).collect();
         let others: Vec<i32> = placed

@@ -392,6 +392,22 @@ fn a_source_acl_hiding_a_mirrored_topic_fails_it_never_fails_it_over() {
     }
     assert_eq!(produce_code(&dst, "hidden"), READ_ONLY_TOPIC);
     assert_eq!(mirror::end_offsets(&dst, "hidden", 1), before);
+    // The mirror as a whole is DEGRADED, naming the partition; `describe --failed` lists
+    // only FAILED partitions.
+    let described = mirror::cli_ok(&dst, &["describe", "dr"]).stdout;
+    assert!(
+        described.contains("Mirror 'dr': DEGRADED: FAILED partitions hidden-0"),
+        "{described}"
+    );
+    let failed_only = mirror::cli_ok(&dst, &["describe", "dr", "--failed", "--json"]).stdout;
+    let v: serde_json::Value = serde_json::from_str(failed_only.trim()).expect("json");
+    let listed: Vec<(&str, &str)> = v
+        .as_array()
+        .expect("rows")
+        .iter()
+        .map(|r| (r["topic"].as_str().unwrap(), r["state"].as_str().unwrap()))
+        .collect();
+    assert_eq!(listed, [("hidden", "FAILED")]);
 
     // The ACL goes: mirroring resumes and copies what is written after.
     acl("--remove");
@@ -406,6 +422,8 @@ fn a_source_acl_hiding_a_mirrored_topic_fails_it_never_fails_it_over() {
     );
     mirror::assert_mirrored(&src, &dst, "hidden", 1, Duration::from_secs(60));
     assert_eq!(produce_code(&dst, "hidden"), READ_ONLY_TOPIC);
+    let failed_only = mirror::cli_ok(&dst, &["describe", "dr", "--failed", "--json"]).stdout;
+    assert_eq!(failed_only.trim(), "[]", "nothing FAILED any more");
 }
 
 /// Hole 3b: a source topic deleted and re-created under the same name (new topic id) makes the

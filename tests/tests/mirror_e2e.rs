@@ -603,6 +603,11 @@ fn link_state_shows_a_lost_source_and_auto_failover_fails_the_whole_mirror_over(
         v[0]["state"].as_str().unwrap_or("").to_owned()
     };
     assert_eq!(state(), "ACTIVE");
+    // FindCoordinator key type MIRROR (2): a lone node is its own mirror coordinator.
+    assert_eq!(
+        kmirror_tests::mirror::find_mirror_coordinator(&ba, "dr"),
+        (1, 0)
+    );
     cli(&ba, &["pause", "dr", "--topics", "orders,payments"]);
     assert_eq!(state(), "PAUSED");
     cli(&ba, &["resume", "dr", "--topics", "orders,payments"]);

@@ -15,6 +15,8 @@ pub mod settings {
     pub const BOOTSTRAP_SERVERS: &str = "bootstrap.servers";
     /// Metadata sync loop interval (topics, partitions, configs, groups, ACLs).
     pub const METADATA_SYNC_INTERVAL_MS: &str = "mirror.metadata.sync.interval.ms";
+    /// The KIP's later name of the same setting; when both are set, the sync name wins.
+    pub const METADATA_REFRESH_INTERVAL_MS: &str = "mirror.metadata.refresh.interval.ms";
     /// Consumer-group offset sync interval.
     pub const GROUP_SYNC_INTERVAL_MS: &str = "mirror.group.sync.interval.ms";
     /// Topic-config exclusion regexes, comma separated (seed 003).
@@ -363,6 +365,7 @@ impl MirrorDefinition {
         def.quota_sync_mode()?;
         for key in [
             settings::METADATA_SYNC_INTERVAL_MS,
+            settings::METADATA_REFRESH_INTERVAL_MS,
             settings::GROUP_SYNC_INTERVAL_MS,
             settings::FETCH_MAX_BYTES,
             settings::FETCH_PARTITION_MAX_BYTES,
@@ -471,7 +474,8 @@ impl MirrorDefinition {
     }
 
     pub fn metadata_sync_interval_ms(&self) -> u64 {
-        self.setting_u64(settings::METADATA_SYNC_INTERVAL_MS, 30_000)
+        let refresh = self.setting_u64(settings::METADATA_REFRESH_INTERVAL_MS, 30_000);
+        self.setting_u64(settings::METADATA_SYNC_INTERVAL_MS, refresh)
     }
 
     pub fn topic_filter(&self) -> Result<TopicFilter, MirrorError> {
@@ -665,5 +669,18 @@ mod tests {
         assert!(!d
             .client_settings()
             .contains_key(settings::METADATA_SYNC_INTERVAL_MS));
+        // The KIP's later name is an alias.
+        let d = MirrorDefinition::new(
+            "dr",
+            BTreeMap::from([
+                ("bootstrap.servers".to_owned(), "h:1".to_owned()),
+                (
+                    settings::METADATA_REFRESH_INTERVAL_MS.to_owned(),
+                    "700".to_owned(),
+                ),
+            ]),
+        )
+        .unwrap();
+        assert_eq!(d.metadata_sync_interval_ms(), 700);
     }
 }
