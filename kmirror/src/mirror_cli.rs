@@ -132,7 +132,8 @@ enum Cmd {
         /// afterwards (`add --topics` brings one back).
         #[arg(long)]
         all: bool,
-        /// Wait until these topics have lag 0 before failing over.
+        /// Fail over only once the broker has mirrored everything the source had committed
+        /// when the request arrived (its last stable offset); otherwise fail, changing nothing.
         #[arg(long)]
         wait_for_sync: bool,
         /// Give up waiting for sync after this many milliseconds.
@@ -210,7 +211,16 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
                 return Err(format!("mirror: {first} (see `kmirror mirror --help`)").into());
             }
         };
-    let timeout = Duration::from_millis(cli.request_timeout_ms);
+    let mut timeout = Duration::from_millis(cli.request_timeout_ms);
+    if let Cmd::Remove {
+        wait_for_sync: true,
+        sync_timeout_ms,
+        ..
+    } = &cli.cmd
+    {
+        // The broker answers once in sync (or at the sync timeout).
+        timeout = timeout.max(Duration::from_millis(*sync_timeout_ms) + Duration::from_secs(10));
+    }
     let security = match &cli.command_config {
         None => ClientSecurity::plaintext(),
         Some(f) => {
@@ -384,16 +394,6 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
             } else {
                 topic_regex.into_iter().collect()
             };
-            if wait_for_sync {
-                let chosen = kmirror_control::mirror::TopicFilter::new(&topics, &patterns, &[])
-                    .map_err(|e| e.to_string())?;
-                wait_for_zero_lag(
-                    conn,
-                    &name,
-                    |t| chosen.matches_any_name(t),
-                    Duration::from_millis(sync_timeout_ms),
-                )?;
-            }
             let resp = conn.send_mirror(&RemoveTopicsFromMirrorRequest {
                 mirror_name: name.clone(),
                 topics: topics
@@ -405,6 +405,13 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
                     .collect(),
                 state_validation_offset: -1,
                 patterns,
+                // The broker checks the sync: it fails the partitions over only once they
+                // have mirrored what the source had when the request arrived.
+                wait_for_sync_ms: if wait_for_sync {
+                    i64::try_from(sync_timeout_ms).unwrap_or(i64::MAX)
+                } else {
+                    -1
+                },
                 ..Default::default()
             })?;
             report_topics(out, "RemoveTopicsFromMirror", "failing over", &resp, json)
@@ -745,6 +752,9 @@ fn report_topics(
             topic: &'a str,
             error: Option<&'static str>,
             message: Option<&'a str>,
+            /// RemoveTopicsFromMirror: partition -> the offset its log ends at.
+            #[serde(skip_serializing_if = "BTreeMap::is_empty")]
+            stopped_at: BTreeMap<i32, i64>,
         }
         let rows: Vec<Row<'_>> = resp
             .topics
@@ -754,12 +764,26 @@ fn report_topics(
                 topic: &t.name,
                 error: (t.error_code != 0).then(|| code::name(t.error_code)),
                 message: t.error_message.as_deref(),
+                stopped_at: t
+                    .stopped_at
+                    .iter()
+                    .map(|p| (p.partition_index, p.offset))
+                    .collect(),
             })
             .collect();
         writeln!(out, "{}", serde_json::to_string(&rows)?)?;
     } else {
         for t in resp.topics.iter().filter(|t| t.error_code == code::NONE) {
-            writeln!(out, "{}: {verb}", t.name)?;
+            if t.stopped_at.is_empty() {
+                writeln!(out, "{}: {verb}", t.name)?;
+            } else {
+                let at: Vec<String> = t
+                    .stopped_at
+                    .iter()
+                    .map(|p| format!("{}@{}", p.partition_index, p.offset))
+                    .collect();
+                writeln!(out, "{}: {verb} (log ends: {})", t.name, at.join(", "))?;
+            }
         }
     }
     topic_errors(api, resp)
@@ -1091,43 +1115,6 @@ fn parse_start(v: &str) -> Result<i64, String> {
             .ok()
             .filter(|ms| *ms >= 0)
             .ok_or_else(|| format!("'{v}' is not earliest, latest or a time in epoch ms")),
-    }
-}
-
-/// `remove --wait-for-sync`: poll DescribeMirrors until every chosen partition not yet
-/// failed over is MIRRORING with lag 0, or fail with a report of what is still behind.
-fn wait_for_zero_lag(
-    conn: &mut BlockingConnection,
-    name: &str,
-    chosen: impl Fn(&str) -> bool,
-    timeout: Duration,
-) -> CliResult<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let rows = describe_rows(&fetch_describe(conn, Some(name))?);
-        let ours: Vec<&DescribeRow> = rows.iter().filter(|r| chosen(&r.topic)).collect();
-        // Partitions already failed over (an earlier, interrupted remove) are not waited on.
-        let behind: Vec<String> = ours
-            .iter()
-            .filter(|r| r.state != "STOPPED" && !(r.state == "MIRRORING" && r.lag == 0))
-            .map(|r| format!("{}-{} {} lag {}", r.topic, r.partition, r.state, r.lag))
-            .collect();
-        if !ours.is_empty() && behind.is_empty() {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            let what = if ours.is_empty() {
-                "no partitions of these topics are mirrored".to_owned()
-            } else {
-                behind.join(", ")
-            };
-            return Err(format!(
-                "--wait-for-sync: not in sync after {} ms, not failing over: {what}",
-                timeout.as_millis()
-            )
-            .into());
-        }
-        std::thread::sleep(Duration::from_millis(200));
     }
 }
 

@@ -405,6 +405,17 @@ wire_struct! {
         error_message: Option<String> = None => KMIRROR_TAG_BASE,
         /// kmirror: dry-run truncation plan (AddTopicsToMirror with validate_only).
         truncation_plan: Vec<TruncationPlan> = Vec::new() => KMIRROR_TAG_BASE + 1,
+        /// kmirror: RemoveTopicsFromMirror: per partition, the offset its log ends at after
+        /// the failover (the source's records below it are mirrored).
+        stopped_at: Vec<PartitionOffset> = Vec::new() => KMIRROR_TAG_BASE + 2,
+    }
+}
+
+wire_struct! {
+    /// A partition and an offset.
+    pub struct PartitionOffset {
+        partition_index: i32,
+        offset: i64,
     }
 }
 
@@ -442,6 +453,11 @@ wire_struct! {
     tagged {
         /// Upstream tag 0: patterns to drop from the include list / add to the exclude list.
         patterns: Vec<String> = Vec::new() => 0,
+        /// kmirror (`remove --wait-for-sync`): fail the topics over only once every chosen
+        /// partition has mirrored up to the source's last stable offset read after this
+        /// request arrived; give up after this many ms (REQUEST_TIMED_OUT, nothing failed
+        /// over). -1: no wait.
+        wait_for_sync_ms: i64 = -1 => KMIRROR_TAG_BASE,
     }
 }
 

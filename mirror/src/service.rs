@@ -175,6 +175,38 @@ impl MirrorService {
         Some(out.freeze())
     }
 
+    /// A RemoveTopicsFromMirror that asks to wait for sync (`wait_for_sync_ms` >= 0), decoded;
+    /// None for anything else (which `handle_frame` answers at once).
+    pub fn sync_wait(&self, frame: &Bytes) -> Option<RemoveTopicsFromMirrorRequest> {
+        let mut body = frame.clone();
+        let header = read_request_header_v2(&mut body).ok()?;
+        if header.api_key != api::REMOVE_TOPICS_FROM_MIRROR || header.api_version != 0 {
+            return None;
+        }
+        let r: RemoveTopicsFromMirrorRequest =
+            decode_body("RemoveTopicsFromMirror", 0, body).ok()?;
+        (r.wait_for_sync_ms >= 0).then_some(r)
+    }
+
+    /// The partitions a RemoveTopicsFromMirror would fail over: those not yet STOPPED of its
+    /// named topics and of the mirror's topics its patterns match.
+    pub fn remove_targets(
+        &self,
+        r: &RemoveTopicsFromMirrorRequest,
+    ) -> Result<Vec<TopicPartition>, kmirror_control::mirror::MirrorError> {
+        let names: Vec<String> = r.topics.iter().map(|t| t.topic_name.clone()).collect();
+        let chosen = kmirror_control::mirror::TopicFilter::new(&names, &r.patterns, &[])?;
+        Ok(self
+            .coordinator
+            .store()
+            .partitions_of(&r.mirror_name)
+            .filter(|(tp, e)| {
+                e.state != PartitionState::Stopped && chosen.matches_any_name(&tp.topic)
+            })
+            .map(|(tp, _)| tp.clone())
+            .collect())
+    }
+
     fn dispatch<H: MirrorHost + MirrorLiveStatus>(
         &mut self,
         key: i16,
@@ -218,7 +250,22 @@ impl MirrorService {
                     .filter(|t| !results.iter().any(|(done, _)| done == t))
                     .collect();
                 results.extend(self.coordinator.remove_topics(&r.mirror_name, &named, host));
-                encode_body(&topics_response(&r.mirror_name, results))
+                let mut resp = topics_response(&r.mirror_name, results);
+                // Where each failed-over partition's log ends now.
+                for t in resp.topics.iter_mut().filter(|t| t.error_code == 0) {
+                    t.stopped_at = self
+                        .coordinator
+                        .store()
+                        .partitions()
+                        .filter(|(tp, _)| tp.topic == t.name)
+                        .map(|(tp, _)| PartitionOffset {
+                            partition_index: tp.partition,
+                            offset: host.live(tp, now_ms).map_or(-1, |l| l.destination_offset),
+                            ..Default::default()
+                        })
+                        .collect();
+                }
+                encode_body(&resp)
             }
             api::PAUSE_MIRROR_TOPICS => {
                 let r: PauseMirrorTopicsRequest = decode_body("PauseMirrorTopics", 0, body)?;

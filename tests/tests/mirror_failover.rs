@@ -596,3 +596,81 @@ fn mirror_started_at_latest_or_a_time_copies_from_that_source_offset_only() {
         (fetch_offset(&dst, "readers", "history") == 200).then_some(())
     });
 }
+
+/// `remove --wait-for-sync` is the broker's check against the source's last stable offsets
+/// read after the request arrived: a paused topic the source has moved past is refused with
+/// REQUEST_TIMED_OUT at the sync timeout and nothing fails over;
+/// a throttled topic still catching up fails over only once it holds everything the source
+/// had when the request arrived, and the answer says where each partition's log ends.
+#[test]
+fn wait_for_sync_fails_over_only_after_everything_committed_before_the_request_is_mirrored() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::builder().args(&["--cores", "1"]).start()
+    });
+    let (src, dst) = (kafka.bootstrap(), node.addr());
+    kafka.create_topic("ledger", 1, &[]);
+    kafka.create_topic("idle", 1, &[]);
+    seq_produce(&src, "idle", 1, 100);
+    create_mirror(&dst, "dr", &src, 300);
+    mirror::cli_ok(&dst, &["add", "dr", "--topics", "idle"]);
+    mirror::assert_mirrored(&src, &dst, "idle", 1, Duration::from_secs(90));
+
+    // Paused while the source goes on: it cannot catch up, so the wait times out.
+    mirror::cli_ok(&dst, &["pause", "dr", "--topics", "idle"]);
+    seq_produce(&src, "idle", 1, 10);
+    let started = Instant::now();
+    let ran = mirror::cli(
+        &dst,
+        &[
+            "remove",
+            "dr",
+            "--topics",
+            "idle",
+            "--wait-for-sync",
+            "--sync-timeout-ms",
+            "2000",
+        ],
+    );
+    assert!(!ran.status.success(), "{}", ran.stdout);
+    assert!(
+        ran.stderr.contains("REQUEST_TIMED_OUT") && ran.stderr.contains("idle-0"),
+        "{}",
+        ran.stderr
+    );
+    assert!(started.elapsed() >= Duration::from_secs(2));
+    let states: Vec<String> = mirror::describe(&dst, Some("dr"))
+        .into_iter()
+        .map(|r| r.state)
+        .collect();
+    assert_eq!(states, ["PAUSED"], "nothing failed over");
+
+    // Throttled catch-up: the request waits for it.
+    mirror::cli_ok(
+        &dst,
+        &["alter", "dr", "--set", "mirror.throttled.rate=150000"],
+    );
+    seq_produce(&src, "ledger", 1, 20_000);
+    let committed = mirror::end_offsets(&src, "ledger", 1);
+    mirror::cli_ok(&dst, &["add", "dr", "--topics", "ledger"]);
+    let ran = mirror::cli_ok(
+        &dst,
+        &[
+            "remove",
+            "dr",
+            "--topics",
+            "ledger",
+            "--wait-for-sync",
+            "--json",
+        ],
+    );
+    let v: serde_json::Value = serde_json::from_str(ran.stdout.trim()).expect("json");
+    assert_eq!(v[0]["topic"], "ledger", "{v}");
+    let stopped = v[0]["stopped_at"]["0"].as_i64().expect("stopped_at");
+    assert!(
+        stopped >= committed[0],
+        "failed over at {stopped}, before the {} records committed before the request",
+        committed[0]
+    );
+    mirror::assert_log_equal(&src, &dst, "ledger", &committed);
+}

@@ -115,6 +115,8 @@ enum Msg {
     /// UpdateFeatures finalized `mirror.version` at this level.
     FeatureLevel(i16),
     Synced(String, Result<SourceSnapshot, String>),
+    /// The source's last stable offsets a `remove --wait-for-sync` waits for (its id).
+    SourceLsos(u64, Result<BTreeMap<TopicPartition, i64>, String>),
 }
 
 struct SourceSnapshot {
@@ -293,6 +295,8 @@ impl ExtensionApis for MirrorBroker {
             failover_retry_at: Instant::now(),
             deletions: DeletionConfirmations::default(),
             blocked: BTreeMap::new(),
+            pending_syncs: Vec::new(),
+            next_pending_id: 0,
             connection_settings: HashMap::new(),
             placement_refused: HashMap::new(),
         };
@@ -441,9 +445,130 @@ async fn forward(
     }
 }
 
-/// The COORDINATOR_NOT_AVAILABLE answer (seed 000: "the mirror coordinator is not active")
-/// to a mirror request frame, with the request's correlation id.
 impl Control {
+    /// `remove --wait-for-sync`: parks the request and asks the source (a task on a core)
+    /// for the last stable offset of each partition it would fail over, so only what the
+    /// source had committed after the request arrived counts. Gives the reply back when
+    /// there is nothing to wait for (no such partition, or an invalid request).
+    fn wait_for_sync(
+        &mut self,
+        frame: Bytes,
+        reply: Reply,
+        request: crate::api::RemoveTopicsFromMirrorRequest,
+        now: i64,
+    ) -> Option<Reply> {
+        let targets = match self.service.remove_targets(&request) {
+            Ok(t) if !t.is_empty() => t,
+            _ => return Some(reply),
+        };
+        let def = self
+            .service
+            .coordinator()
+            .store()
+            .mirror(&request.mirror_name)
+            .cloned()?;
+        let id = self.next_pending_id;
+        self.next_pending_id += 1;
+        let wait = request.wait_for_sync_ms.max(0);
+        self.pending_syncs.push(PendingSync {
+            id,
+            frame,
+            reply,
+            request,
+            lsos: None,
+            deadline_ms: now.saturating_add(wait),
+        });
+        let tx = self.tx.clone();
+        let bootstrap = def.source_bootstrap().to_owned();
+        let security = ClientSecurity::from_properties(&def.client_settings());
+        let client_id = format!("kmirror-{}-sync-{}", self.host.broker.node_id(), def.name);
+        let timeout = Duration::from_millis(u64::try_from(wait).unwrap_or(0).clamp(1_000, 30_000));
+        let r = self.host.router.spawn_on_blocking(0, move || async move {
+            use crate::fetcher::Source;
+            let mut src = KafkaSource::new(&bootstrap, client_id, timeout).with_security(security);
+            let mut lsos = BTreeMap::new();
+            let mut failed = None;
+            for tp in targets {
+                let leader = match src.leader(&tp.topic, tp.partition).await {
+                    Ok(l) => l,
+                    Err(e) => {
+                        failed = Some(format!("{tp}: {e}"));
+                        break;
+                    }
+                };
+                match src
+                    .list_offset(&leader, &tp.topic, tp.partition, leader.leader_epoch, -1)
+                    .await
+                {
+                    Ok(Ok(lso)) => {
+                        lsos.insert(tp, lso.get());
+                    }
+                    Ok(Err(c)) => {
+                        failed = Some(format!("{tp}: {}", keys::error::name(c.code())));
+                        break;
+                    }
+                    Err(e) => {
+                        failed = Some(format!("{tp}: {e}"));
+                        break;
+                    }
+                }
+            }
+            let _ = tx.send(Msg::SourceLsos(id, failed.map_or(Ok(lsos), Err)));
+        });
+        if let Err(e) = r {
+            tracing::warn!(error = %e, "cannot ask the source for its last stable offsets");
+        }
+        None
+    }
+
+    /// Each waiting `remove --wait-for-sync` whose partitions all hold the source's last
+    /// stable offset read after it arrived is carried out now (the failover stops each
+    /// fetcher, then truncates to what is mirrored); one past its deadline is answered
+    /// REQUEST_TIMED_OUT with what is behind, and nothing fails over.
+    fn check_pending_syncs(&mut self) {
+        if self.pending_syncs.is_empty() {
+            return;
+        }
+        let now = crate::fetcher::now_ms();
+        for p in std::mem::take(&mut self.pending_syncs) {
+            let behind: Option<Vec<String>> = p.lsos.as_ref().map(|lsos| {
+                lsos.iter()
+                    .filter_map(|(tp, lso)| {
+                        let end = self.host.live(tp, now).map_or(-1, |l| l.destination_offset);
+                        (end < *lso).then(|| format!("{tp} at {end} of the source's {lso}"))
+                    })
+                    .collect()
+            });
+            match behind {
+                Some(b) if b.is_empty() => {
+                    let out = {
+                        let (svc, host) = (&mut self.service, &mut self.host);
+                        svc.handle_frame(p.frame, host, now)
+                    };
+                    self.reconcile();
+                    let _ = p.reply.send(Answer::Frame(out));
+                }
+                behind if now >= p.deadline_ms => {
+                    let what = behind.map_or_else(
+                        || "the source did not answer with its last stable offsets".to_owned(),
+                        |b| b.join(", "),
+                    );
+                    let msg = format!(
+                        "not in sync within {} ms, nothing failed over: {what}",
+                        p.request.wait_for_sync_ms
+                    );
+                    tracing::warn!(mirror = %p.request.mirror_name, %msg, "remove --wait-for-sync");
+                    let _ = p.reply.send(Answer::Frame(error_answer(
+                        &p.frame,
+                        keys::error::REQUEST_TIMED_OUT,
+                        &msg,
+                    )));
+                }
+                _ => self.pending_syncs.push(p),
+            }
+        }
+    }
+
     /// `mirror.auto.failover.ms`: once the source has been unavailable that long, every topic
     /// of the mirror still mirrored fails over, as `remove --all` would (and no topic joins
     /// afterwards). Opt-in: the old source may still be up for its own clients (a network
@@ -518,14 +643,17 @@ fn report_clashes(mirror: &str, what: &str, clashes: &[kmirror_control::mirror::
     );
 }
 
+/// The COORDINATOR_NOT_AVAILABLE answer (seed 000: "the mirror coordinator is not active")
+/// to a mirror request frame, with the request's correlation id.
 fn coordinator_not_available(frame: &Bytes, message: &str) -> Option<Bytes> {
+    error_answer(frame, keys::error::COORDINATOR_NOT_AVAILABLE, message)
+}
+
+/// The response to `frame` carrying only error `code` and `message`.
+fn error_answer(frame: &Bytes, code: i16, message: &str) -> Option<Bytes> {
     let mut body = frame.clone();
     let header = crate::api::read_request_header_v2(&mut body).ok()?;
-    let resp = crate::api::error_response_body(
-        header.api_key,
-        keys::error::COORDINATOR_NOT_AVAILABLE,
-        Some(message),
-    )?;
+    let resp = crate::api::error_response_body(header.api_key, code, Some(message))?;
     let mut out = bytes::BytesMut::with_capacity(resp.len() + 8);
     crate::api::write_response_header_v1(&mut out, header.correlation_id);
     out.extend_from_slice(&resp);
@@ -596,6 +724,21 @@ struct Control {
     /// Mirror topics whose source cannot be mirrored (id changed, not authorized): topic ->
     /// reason. Their partitions stay FAILED with no fetcher until a sync round clears it.
     blocked: BTreeMap<String, String>,
+    /// `remove --wait-for-sync` requests waiting for their partitions to catch up.
+    pending_syncs: Vec<PendingSync>,
+    next_pending_id: u64,
+}
+
+/// A RemoveTopicsFromMirror that fails over only once its partitions are in sync.
+struct PendingSync {
+    id: u64,
+    frame: Bytes,
+    reply: Reply,
+    request: crate::api::RemoveTopicsFromMirrorRequest,
+    /// The source's last stable offset of each chosen partition, read after the request
+    /// arrived (None until the source answered).
+    lsos: Option<BTreeMap<TopicPartition, i64>>,
+    deadline_ms: i64,
 }
 
 impl Control {
@@ -694,6 +837,7 @@ impl Control {
                 dirty |= self.handle(next);
             }
             self.retry_failovers();
+            self.check_pending_syncs();
             // Idle, nothing changes the durable states, so a full pass over every partition
             // (5,000 of them cost a tenth of a core at 5 passes a second) runs only after a
             // change, or as a slow safety net.
@@ -750,6 +894,21 @@ impl Control {
                     self.host.refresh_leader_hws(&parts);
                 }
                 let now = crate::fetcher::now_ms();
+                if key == api::REMOVE_TOPICS_FROM_MIRROR {
+                    if let Some(request) = self.service.sync_wait(&frame) {
+                        if let Some(reply) = self.wait_for_sync(frame.clone(), reply, request, now)
+                        {
+                            // Nothing to wait for (or an invalid request): answered now.
+                            let out = {
+                                let (svc, host) = (&mut self.service, &mut self.host);
+                                svc.handle_frame(frame, host, now)
+                            };
+                            self.reconcile();
+                            let _ = reply.send(Answer::Frame(out));
+                        }
+                        return false;
+                    }
+                }
                 let out = {
                     let (svc, host) = (&mut self.service, &mut self.host);
                     svc.handle_frame(frame, host, now)
@@ -765,6 +924,26 @@ impl Control {
                     // New topics should not wait a whole sync interval.
                     self.next_sync.clear();
                 }
+                false
+            }
+            Got::Msg(Msg::SourceLsos(id, r)) => {
+                if let Some(i) = self.pending_syncs.iter().position(|p| p.id == id) {
+                    match r {
+                        Ok(lsos) => self.pending_syncs[i].lsos = Some(lsos),
+                        Err(e) => {
+                            let p = self.pending_syncs.remove(i);
+                            let msg = format!(
+                                "cannot read the source's last stable offsets, nothing failed over: {e}"
+                            );
+                            let _ = p.reply.send(Answer::Frame(error_answer(
+                                &p.frame,
+                                keys::error::NETWORK_EXCEPTION,
+                                &msg,
+                            )));
+                        }
+                    }
+                }
+                self.check_pending_syncs();
                 false
             }
             Got::Msg(Msg::FeatureLevel(level)) => {
