@@ -674,3 +674,90 @@ fn wait_for_sync_fails_over_only_after_everything_committed_before_the_request_i
     );
     mirror::assert_log_equal(&src, &dst, "ledger", &committed);
 }
+
+/// Failback to following an Apache Kafka source, through the CLI: mirror, fail over, write on
+/// kmirror while Kafka takes writes too, then `add` the topic back. The dry run names the
+/// divergent tail; the real `add` truncates exactly that tail and copies only what Kafka
+/// wrote after the failover (bytes mirrored measured against the tail's size); the logs end
+/// log-equal.
+#[test]
+fn failback_to_a_kafka_source_truncates_the_divergent_tail_and_recopies_only_kafkas_new_tail() {
+    use kmirror_tests::oracle::read_batches;
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let maddr = format!("127.0.0.1:{}", proc::free_port());
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::builder()
+            .args(&["--cores", "1", "--metrics", &maddr])
+            .start()
+    });
+    let (src, dst) = (kafka.bootstrap(), node.addr());
+    kafka.create_topic("orders", 1, &[]);
+    seq_produce(&src, "orders", 1, 2_000);
+    create_mirror(&dst, "dr", &src, 300);
+    mirror::add_topics(&dst, "dr", &["orders"]);
+    mirror::assert_mirrored(&src, &dst, "orders", 1, Duration::from_secs(90));
+    let common = mirror::end_offsets(&src, "orders", 1)[0];
+
+    // Fail over; both sides take writes.
+    fail_over(&dst, "dr", &["orders"]);
+    seq_produce(&dst, "orders", 1, 500);
+    seq_produce(&src, "orders", 1, 300);
+    let diverged = mirror::end_offsets(&dst, "orders", 1)[0];
+    let kafka_end = mirror::end_offsets(&src, "orders", 1)[0];
+    assert!(diverged > common && kafka_end > common);
+    let bytes = |m: &kmirror_tests::metrics::Scrape| {
+        m.value(
+            "kmirror_mirror_partition_bytes_total",
+            &[("mirror", "dr"), ("topic", "orders"), ("partition", "0")],
+        )
+        .unwrap_or(0.0)
+    };
+    let copied_before = bytes(&kmirror_tests::metrics::scrape(&maddr));
+
+    // The dry run names the tail: local end, truncate to, truncated.
+    let dry = mirror::cli_ok(&dst, &["add", "dr", "--topics", "orders", "--dry-run"]);
+    let row: Vec<i64> = dry
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|c| c.len() >= 5 && c[0] == "orders" && c[1] == "0")
+        .unwrap_or_else(|| panic!("no dry-run row:\n{}", dry.stdout))[2..5]
+        .iter()
+        .map(|x| x.parse().expect("number"))
+        .collect();
+    assert_eq!(
+        row,
+        vec![diverged, common, diverged - common],
+        "{}",
+        dry.stdout
+    );
+    assert_eq!(
+        mirror::end_offsets(&dst, "orders", 1)[0],
+        diverged,
+        "dry run changed the log"
+    );
+
+    // Failback: kmirror follows Kafka again.
+    mirror::add_topics(&dst, "dr", &["orders"]);
+    let ends = mirror::wait_caught_up(&src, &dst, "orders", 1, false, Duration::from_secs(90));
+    assert_eq!(ends, vec![kafka_end]);
+    let reports = mirror::assert_log_equal(&src, &dst, "orders", &ends);
+    assert_eq!(reports[0].log_start, 0, "re-copied from scratch?");
+    // Exactly Kafka's new tail was copied: the bytes of its batches above the common point.
+    let (_, batches) = read_batches(&src, "orders", 0, kafka_end).expect("source batches");
+    let tail: u64 = batches
+        .iter()
+        .filter(|b| b.base_offset >= common)
+        .map(|b| b.bytes.len() as u64)
+        .sum();
+    let copied = bytes(&kmirror_tests::metrics::scrape(&maddr)) - copied_before;
+    eprintln!(
+        "failback: {} records truncated, {} bytes re-copied, Kafka's tail {tail} bytes",
+        diverged - common,
+        copied
+    );
+    assert_eq!(
+        copied as u64, tail,
+        "bytes re-copied vs the source's new tail"
+    );
+}
