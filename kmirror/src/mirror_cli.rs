@@ -183,6 +183,21 @@ enum Cmd {
     },
     /// Delete an empty mirror.
     Delete { name: String },
+    /// Check, online, that the mirror holds the source's batches byte for byte at the same
+    /// offsets (every mirror batch re-checksummed); per partition "equal up to N" or the
+    /// first difference. Fails when any partition differs.
+    Verify {
+        name: String,
+        /// Only these topics (comma separated); default: every topic of the mirror.
+        #[arg(long, value_delimiter = ',')]
+        topics: Vec<String>,
+        /// Client properties for verify's own connection to the source (a secured source;
+        /// the mirror's stored secrets never leave the broker).
+        #[arg(long, value_name = "FILE")]
+        source_config: Option<std::path::PathBuf>,
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 /// Runs `kmirror mirror <args...>`.
@@ -230,6 +245,33 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         }
     };
     let out = &mut std::io::stdout().lock();
+    if let Cmd::Verify {
+        name,
+        topics,
+        source_config,
+        json,
+    } = &cli.cmd
+    {
+        let source_security = match source_config {
+            None => ClientSecurity::plaintext(),
+            Some(f) => ClientSecurity::from_properties(&read_properties(f)?)
+                .map_err(|e| format!("--source-config {}: {e}", f.display()))?,
+        };
+        let mut conn = connect(&cli.bootstrap, timeout, &security)?;
+        return verify(
+            &mut conn,
+            out,
+            VerifyArgs {
+                bootstrap: &cli.bootstrap,
+                security: &security,
+                source_security: &source_security,
+                name,
+                topics,
+                json: *json,
+                timeout,
+            },
+        );
+    }
     let deadline = Instant::now() + Duration::from_millis(cli.retry_timeout_ms);
     let mut backoff = RETRY_BACKOFF_MIN;
     let mut connected_once = false;
@@ -465,6 +507,8 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
             writeln!(out, "Deleted mirror '{name}'")?;
             Ok(())
         }
+        // Answered in `run` (it needs its own connections to both clusters).
+        Cmd::Verify { .. } => Err("verify runs outside the retry loop".into()),
     }
 }
 
@@ -1102,6 +1146,126 @@ fn chrono_like_now() -> String {
         .unwrap_or(0);
     let d = secs % 86_400;
     format!("{:02}:{:02}:{:02} UTC", d / 3600, (d / 60) % 60, d % 60)
+}
+
+struct VerifyArgs<'a> {
+    bootstrap: &'a str,
+    security: &'a ClientSecurity,
+    source_security: &'a ClientSecurity,
+    name: &'a str,
+    topics: &'a [String],
+    json: bool,
+    timeout: Duration,
+}
+
+/// `verify`: the mirror's partitions (DescribeMirrors) checked against its source.
+fn verify(conn: &mut BlockingConnection, out: &mut impl Write, a: VerifyArgs<'_>) -> CliResult<()> {
+    use kmirror_mirror::verify::{verify_partitions, Verdict};
+    let list = conn.send_mirror(&ListMirrorsRequest::default())?;
+    check(
+        "ListMirrors",
+        list.error_code,
+        list.error_message.as_deref(),
+    )?;
+    let source = list
+        .mirrors
+        .iter()
+        .find(|m| m.mirror_name == a.name)
+        .map(|m| m.source_bootstrap.clone())
+        .ok_or_else(|| format!("mirror '{}' does not exist", a.name))?;
+    let parts: Vec<kmirror_types::TopicPartition> =
+        describe_rows(&fetch_describe(conn, Some(a.name))?)
+            .into_iter()
+            .filter(|r| a.topics.is_empty() || a.topics.contains(&r.topic))
+            .map(|r| kmirror_types::TopicPartition::new(r.topic, r.partition))
+            .collect();
+    if parts.is_empty() {
+        return Err(format!("mirror '{}' has no partitions to verify", a.name).into());
+    }
+    let rows = verify_partitions(
+        a.bootstrap,
+        a.security,
+        &source,
+        a.source_security,
+        &parts,
+        a.timeout,
+    )
+    .map_err(|e| format!("verify: {e}"))?;
+    let differing = rows
+        .iter()
+        .filter(|r| matches!(r.verdict, Verdict::Differs { .. }))
+        .count();
+    if a.json {
+        #[derive(Serialize)]
+        struct Row<'a> {
+            topic: &'a str,
+            partition: i32,
+            equal: bool,
+            from: Option<i64>,
+            upto: Option<i64>,
+            batches: Option<u64>,
+            first_difference: Option<i64>,
+            what: Option<&'a str>,
+        }
+        let json: Vec<Row<'_>> = rows
+            .iter()
+            .map(|r| match &r.verdict {
+                Verdict::Equal {
+                    from,
+                    upto,
+                    batches,
+                } => Row {
+                    topic: &r.tp.topic,
+                    partition: r.tp.partition,
+                    equal: true,
+                    from: Some(*from),
+                    upto: Some(*upto),
+                    batches: Some(*batches),
+                    first_difference: None,
+                    what: None,
+                },
+                Verdict::Differs { offset, what } => Row {
+                    topic: &r.tp.topic,
+                    partition: r.tp.partition,
+                    equal: false,
+                    from: None,
+                    upto: None,
+                    batches: None,
+                    first_difference: Some(*offset),
+                    what: Some(what),
+                },
+            })
+            .collect();
+        writeln!(out, "{}", serde_json::to_string(&json)?)?;
+    } else {
+        let table: Vec<Vec<String>> = rows
+            .iter()
+            .map(|r| {
+                let verdict = match &r.verdict {
+                    Verdict::Equal {
+                        from,
+                        upto,
+                        batches,
+                    } => {
+                        format!("equal from {from} up to offset {upto} ({batches} batches)")
+                    }
+                    Verdict::Differs { offset, what } => {
+                        format!("DIFFERS at offset {offset}: {what}")
+                    }
+                };
+                vec![r.tp.topic.clone(), r.tp.partition.to_string(), verdict]
+            })
+            .collect();
+        print_table(out, &["TOPIC", "PARTITION", "RESULT"], &table)?;
+    }
+    if differing > 0 {
+        return Err(format!(
+            "verify: {differing} of {} partitions differ from the source",
+            rows.len()
+        )
+        .into());
+    }
+    Ok(())
 }
 
 /// `add --start`: `earliest` (-2), `latest` (-1) or epoch milliseconds, as ListOffsets

@@ -31,6 +31,7 @@ mod metrics;
 mod service;
 mod session;
 mod throttle;
+pub mod verify;
 
 // The surface other crates use; the modules behind it are private.
 pub use fetcher::{
