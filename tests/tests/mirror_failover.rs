@@ -472,6 +472,11 @@ fn remove_all_and_by_regex_fail_over_whole_groups_of_topics_and_nothing_joins_af
     for t in ["orders", "pay-eu", "pay-us"] {
         mirror::assert_mirrored(&src, &dst, t, 2, Duration::from_secs(90));
     }
+    // A topic created later on the source that the regex matches joins within a sync
+    // interval (300 ms here), log-equal.
+    kafka.create_topic("pay-uk", 2, &[]);
+    seq_produce(&src, "pay-uk", 2, 100);
+    mirror::assert_mirrored(&src, &dst, "pay-uk", 2, Duration::from_secs(60));
     let states = |topic: &str| -> Vec<String> {
         mirror::describe(&dst, Some("dr"))
             .into_iter()
@@ -485,7 +490,7 @@ fn remove_all_and_by_regex_fail_over_whole_groups_of_topics_and_nothing_joins_af
         &dst,
         &["remove", "dr", "--topic-regex", "pay-.*", "--wait-for-sync"],
     );
-    for t in ["pay-eu", "pay-us"] {
+    for t in ["pay-eu", "pay-us", "pay-uk"] {
         assert_eq!(states(t), ["STOPPED", "STOPPED"], "{t}");
     }
     assert_eq!(states("orders"), ["MIRRORING", "MIRRORING"]);
@@ -506,14 +511,14 @@ fn remove_all_and_by_regex_fail_over_whole_groups_of_topics_and_nothing_joins_af
         .collect();
     assert_eq!(
         topics,
-        ["orders", "pay-eu", "pay-us"]
+        ["orders", "pay-eu", "pay-uk", "pay-us"]
             .into_iter()
             .map(String::from)
             .collect(),
         "topics created on the source after the failover joined the mirror"
     );
     // Everything mirrored is identical at identical offsets, and writable now.
-    for t in ["orders", "pay-eu", "pay-us"] {
+    for t in ["orders", "pay-eu", "pay-uk", "pay-us"] {
         let ends = mirror::end_offsets(&src, t, 2);
         mirror::assert_log_equal(&src, &dst, t, &ends);
         // The failover's producer-state reset marker may follow the mirrored records.
