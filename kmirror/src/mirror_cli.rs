@@ -672,18 +672,7 @@ fn add(
     topic_errors("AddTopicsToMirror", &resp)?;
     // The plan is computed over the wire exactly as PREPARING will: our LME, the source's
     // LastMirroredEpochs, OffsetsForLeaderEpoch on both sides.
-    let list = conn.send_mirror(&ListMirrorsRequest::default())?;
-    check(
-        "ListMirrors",
-        list.error_code,
-        list.error_message.as_deref(),
-    )?;
-    let source = list
-        .mirrors
-        .iter()
-        .find(|m| m.mirror_name == name)
-        .map(|m| m.source_bootstrap.clone())
-        .ok_or_else(|| format!("mirror '{name}' does not exist"))?;
+    let source = source_of(conn, name)?;
     let plan = kmirror_mirror::dry_run_plan(
         conn,
         &source,
@@ -1148,6 +1137,21 @@ fn chrono_like_now() -> String {
     format!("{:02}:{:02}:{:02} UTC", d / 3600, (d / 60) % 60, d % 60)
 }
 
+/// The source bootstrap servers of mirror `name` (ListMirrors).
+fn source_of(conn: &mut BlockingConnection, name: &str) -> CliResult<String> {
+    let list = conn.send_mirror(&ListMirrorsRequest::default())?;
+    check(
+        "ListMirrors",
+        list.error_code,
+        list.error_message.as_deref(),
+    )?;
+    list.mirrors
+        .iter()
+        .find(|m| m.mirror_name == name)
+        .map(|m| m.source_bootstrap.clone())
+        .ok_or_else(|| format!("mirror '{name}' does not exist").into())
+}
+
 struct VerifyArgs<'a> {
     bootstrap: &'a str,
     security: &'a ClientSecurity,
@@ -1161,18 +1165,7 @@ struct VerifyArgs<'a> {
 /// `verify`: the mirror's partitions (DescribeMirrors) checked against its source.
 fn verify(conn: &mut BlockingConnection, out: &mut impl Write, a: VerifyArgs<'_>) -> CliResult<()> {
     use kmirror_mirror::verify::{verify_partitions, Verdict};
-    let list = conn.send_mirror(&ListMirrorsRequest::default())?;
-    check(
-        "ListMirrors",
-        list.error_code,
-        list.error_message.as_deref(),
-    )?;
-    let source = list
-        .mirrors
-        .iter()
-        .find(|m| m.mirror_name == a.name)
-        .map(|m| m.source_bootstrap.clone())
-        .ok_or_else(|| format!("mirror '{}' does not exist", a.name))?;
+    let source = source_of(conn, a.name)?;
     let parts: Vec<kmirror_types::TopicPartition> =
         describe_rows(&fetch_describe(conn, Some(a.name))?)
             .into_iter()

@@ -558,25 +558,36 @@ impl MirrorCoordinator {
         keys: &[String],
         timestamp: i64,
     ) -> Result<(), MirrorError> {
-        let mut def = self
-            .store
-            .mirror(mirror)
-            .cloned()
-            .ok_or_else(|| MirrorError::UnknownMirror(mirror.to_owned()))?;
         if timestamp < super::definition::START_EARLIEST {
             return Err(MirrorError::InvalidSetting {
                 key: "start".to_owned(),
                 reason: format!("{timestamp} is not earliest (-2), latest (-1) or a timestamp"),
             });
         }
-        let before = def.clone();
-        for k in keys {
-            if timestamp == super::definition::START_EARLIEST {
-                def.start_positions.remove(k);
-            } else {
-                def.start_positions.insert(k.clone(), timestamp);
+        self.edit_definition(mirror, |def| {
+            for k in keys {
+                if timestamp == super::definition::START_EARLIEST {
+                    def.start_positions.remove(k);
+                } else {
+                    def.start_positions.insert(k.clone(), timestamp);
+                }
             }
-        }
+        })
+    }
+
+    /// Changes mirror `mirror`'s definition with `edit`, recording it only if it changed.
+    fn edit_definition(
+        &mut self,
+        mirror: &str,
+        edit: impl FnOnce(&mut MirrorDefinition),
+    ) -> Result<(), MirrorError> {
+        let mut def = self
+            .store
+            .mirror(mirror)
+            .cloned()
+            .ok_or_else(|| MirrorError::UnknownMirror(mirror.to_owned()))?;
+        let before = def.clone();
+        edit(&mut def);
         if def != before {
             self.store.update_mirror(def)?;
         }
@@ -595,28 +606,21 @@ impl MirrorCoordinator {
         patterns: &[String],
         host: &mut impl MirrorHost,
     ) -> Result<TopicResults, MirrorError> {
-        let mut def = self
-            .store
-            .mirror(mirror)
-            .cloned()
-            .ok_or_else(|| MirrorError::UnknownMirror(mirror.to_owned()))?;
         let matcher = super::definition::TopicFilter::new(&[], patterns, &[])?;
+        self.edit_definition(mirror, |def| {
+            def.include_patterns.retain(|p| !patterns.contains(p));
+            for p in patterns {
+                if !def.exclude_patterns.contains(p) {
+                    def.exclude_patterns.push(p.clone());
+                }
+            }
+        })?;
         let targets: Vec<String> = self
             .store
             .active_topics(mirror)
             .into_iter()
             .filter(|t| matcher.matches_any_name(t))
             .collect();
-        let before = def.clone();
-        def.include_patterns.retain(|p| !patterns.contains(p));
-        for p in patterns {
-            if !def.exclude_patterns.contains(p) {
-                def.exclude_patterns.push(p.clone());
-            }
-        }
-        if def != before {
-            self.store.update_mirror(def)?;
-        }
         Ok(self.remove_topics(mirror, &targets, host))
     }
 
