@@ -461,12 +461,15 @@ impl Control {
             Ok(t) if !t.is_empty() => t,
             _ => return Some(reply),
         };
-        let def = self
+        let Some(def) = self
             .service
             .coordinator()
             .store()
             .mirror(&request.mirror_name)
-            .cloned()?;
+            .cloned()
+        else {
+            return Some(reply);
+        };
         let id = self.next_pending_id;
         self.next_pending_id += 1;
         let wait = request.wait_for_sync_ms.max(0);
@@ -530,6 +533,27 @@ impl Control {
             return;
         }
         let now = crate::fetcher::now_ms();
+        if !self.is_seat() {
+            // The seat moved: the client asks again, and the new seat waits afresh.
+            for p in std::mem::take(&mut self.pending_syncs) {
+                let _ = p.reply.send(Answer::Frame(coordinator_not_available(
+                    &p.frame,
+                    "the mirror coordinator moved while waiting for sync",
+                )));
+            }
+            return;
+        }
+        // Partitions led by other nodes: their log ends, asked now.
+        let remote: Vec<TopicPartition> = self
+            .pending_syncs
+            .iter()
+            .filter_map(|p| p.lsos.as_ref())
+            .flat_map(|l| l.keys().cloned())
+            .filter(|tp| !self.host.leads(&self.host.broker.metadata(), tp))
+            .collect();
+        if !remote.is_empty() {
+            self.host.refresh_leader_hws(&remote);
+        }
         for p in std::mem::take(&mut self.pending_syncs) {
             let behind: Option<Vec<String>> = p.lsos.as_ref().map(|lsos| {
                 lsos.iter()
