@@ -43,3 +43,48 @@ pub(crate) fn refuse_mirror_api(
     out.extend_from_slice(&resp);
     Some(out.freeze())
 }
+
+/// DescribeMirrors' AuthorizedOperations for the requesting principal: a bit per ACL
+/// operation code (as Kafka encodes authorized operations) among those a mirror is checked
+/// against: READ (describe a mirror, LastMirroredEpochs), ALTER (create, add, remove, pause,
+/// resume, delete) and DESCRIBE (list), each on the cluster.
+pub(crate) fn mirror_operations(access: &Access<'_>) -> i32 {
+    [table::MIRROR_READ, table::MIRROR_ALTER, table::MIRROR_LIST]
+        .into_iter()
+        .filter(|n| access.allows_cluster(*n))
+        .fold(0, |bits, n| bits | (1 << n.operation))
+}
+
+/// A DescribeMirrors response frame with each mirror's AuthorizedOperations set to `ops`,
+/// when the request frame asked for them (IncludeAuthorizedOperations); else unchanged.
+pub(crate) fn with_authorized_operations(
+    request: &bytes::Bytes,
+    response: bytes::Bytes,
+    ops: i32,
+) -> bytes::Bytes {
+    use crate::api::{
+        decode_body, encode_body, read_request_header_v2, write_response_header_v1,
+        DescribeMirrorsRequest, DescribeMirrorsResponse,
+    };
+    let patched = || -> Option<bytes::Bytes> {
+        let mut body = request.clone();
+        let header = read_request_header_v2(&mut body).ok()?;
+        let req: DescribeMirrorsRequest = decode_body("DescribeMirrors", 0, body).ok()?;
+        if !req.include_authorized_operations {
+            return None;
+        }
+        let mut resp = response.clone();
+        let _correlation = crate::api::read_response_header_v1(&mut resp).ok()?;
+        let mut r: DescribeMirrorsResponse =
+            decode_body("DescribeMirrors response", 0, resp).ok()?;
+        for m in r.mirrors.iter_mut().filter(|m| m.error_code == 0) {
+            m.authorized_operations = ops;
+        }
+        let body = encode_body(&r);
+        let mut out = bytes::BytesMut::with_capacity(body.len() + 8);
+        write_response_header_v1(&mut out, header.correlation_id);
+        out.extend_from_slice(&body);
+        Some(out.freeze())
+    };
+    patched().unwrap_or(response)
+}

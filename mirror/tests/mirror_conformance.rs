@@ -201,4 +201,33 @@ fn every_advertised_mirror_api_answers_decodably_on_a_plain_serve() {
         .call(&ListMirrorsRequest::default())
         .expect("ListMirrors at the end");
     assert_eq!(r.error_code, 0);
+
+    // DescribeMirrors' AuthorizedOperations: the asking principal's mirror operations when
+    // asked for (no authorizer: READ 3, ALTER 7 and DESCRIBE 8, as Kafka's bitfield), the
+    // schema default otherwise.
+    let created = c
+        .call(&CreateMirrorRequest {
+            mirror_name: "dr".into(),
+            configs: vec![MirrorConfig {
+                name: "bootstrap.servers".into(),
+                value: Some("127.0.0.1:1".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        })
+        .expect("CreateMirror");
+    assert_eq!(created.error_code, 0, "{created:?}");
+    for (include, want) in [(true, (1 << 3) | (1 << 7) | (1 << 8)), (false, i32::MIN)] {
+        let r = c
+            .call(&DescribeMirrorsRequest {
+                mirror_names: vec!["dr".into()],
+                include_authorized_operations: include,
+                ..Default::default()
+            })
+            .expect("DescribeMirrors");
+        assert_eq!(
+            r.mirrors[0].authorized_operations, want,
+            "include={include}"
+        );
+    }
 }

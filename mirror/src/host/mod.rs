@@ -228,15 +228,28 @@ impl ExtensionApis for MirrorBroker {
         {
             return Box::pin(async move { Some(refused) });
         }
+        // DescribeMirrors' AuthorizedOperations are the asking principal's, known here.
+        let ops = (api_key == api::DESCRIBE_MIRRORS).then(|| {
+            self.broker
+                .get()
+                .map_or(-1, |b| crate::authz::mirror_operations(&b.access(session)))
+        });
+        let request = ops.map(|_| frame.clone());
         let (rtx, rrx) = flume::bounded(1);
         let sent = self.tx.send(Msg::Request(frame, rtx)).is_ok();
         Box::pin(async move {
             if !sent {
                 return None;
             }
-            match rrx.recv_async().await.ok()? {
+            let out = match rrx.recv_async().await.ok()? {
                 Answer::Frame(out) => out,
                 Answer::Forward { addr, frame, ib } => forward(&ib, &addr, frame).await,
+            };
+            match (out, request, ops) {
+                (Some(out), Some(req), Some(ops)) => {
+                    Some(crate::authz::with_authorized_operations(&req, out, ops))
+                }
+                (out, _, _) => out,
             }
         })
     }
