@@ -627,23 +627,23 @@ impl MirrorCoordinator {
     /// Take a topic out of the mirror's selection: drop it from the named topics and exclude
     /// it by exact name so include patterns stop matching it.
     fn deselect_topic(&mut self, mirror: &str, topic: &str) -> Result<(), MirrorError> {
-        let Some(mut def) = self.store.mirror(mirror).cloned() else {
+        if self.store.mirror(mirror).is_none() {
             return Ok(());
-        };
-        let before = def.clone();
-        def.topics.retain(|x| x != topic);
-        let exact = regex::escape(topic);
-        let matched_by_pattern =
-            super::definition::TopicFilter::new(&[], &def.include_patterns, &def.exclude_patterns)
-                .map(|f| f.matches(topic))
-                .unwrap_or(false);
-        if matched_by_pattern && !def.exclude_patterns.contains(&exact) {
-            def.exclude_patterns.push(exact);
         }
-        if def != before {
-            self.store.update_mirror(def)?;
-        }
-        Ok(())
+        self.edit_definition(mirror, |def| {
+            def.topics.retain(|x| x != topic);
+            let exact = regex::escape(topic);
+            let matched_by_pattern = super::definition::TopicFilter::new(
+                &[],
+                &def.include_patterns,
+                &def.exclude_patterns,
+            )
+            .map(|f| f.matches(topic))
+            .unwrap_or(false);
+            if matched_by_pattern && !def.exclude_patterns.contains(&exact) {
+                def.exclude_patterns.push(exact);
+            }
+        })
     }
 
     /// Run (or resume) the failover of one STOPPING partition to STOPPED. Idempotent: each

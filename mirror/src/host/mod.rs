@@ -537,6 +537,18 @@ impl Control {
         None
     }
 
+    /// Carries out a mirror request on the seat and answers it. Flags and fetchers follow
+    /// the new states before the caller hears back: a `remove` that returned must leave the
+    /// topic writable.
+    fn answer_now(&mut self, frame: Bytes, reply: Reply, now: i64) {
+        let out = {
+            let (svc, host) = (&mut self.service, &mut self.host);
+            svc.handle_frame(frame, host, now)
+        };
+        self.reconcile();
+        let _ = reply.send(Answer::Frame(out));
+    }
+
     /// Each waiting `remove --wait-for-sync` whose partitions all hold the source's last
     /// stable offset read after it arrived is carried out now (the failover stops each
     /// fetcher, then truncates to what is mirrored); one past its deadline is answered
@@ -577,14 +589,7 @@ impl Control {
                     .collect()
             });
             match behind {
-                Some(b) if b.is_empty() => {
-                    let out = {
-                        let (svc, host) = (&mut self.service, &mut self.host);
-                        svc.handle_frame(p.frame, host, now)
-                    };
-                    self.reconcile();
-                    let _ = p.reply.send(Answer::Frame(out));
-                }
+                Some(b) if b.is_empty() => self.answer_now(p.frame, p.reply, now),
                 behind if now >= p.deadline_ms => {
                     let what = behind.map_or_else(
                         || "the source did not answer with its last stable offsets".to_owned(),
@@ -936,24 +941,12 @@ impl Control {
                         if let Some(reply) = self.wait_for_sync(frame.clone(), reply, request, now)
                         {
                             // Nothing to wait for (or an invalid request): answered now.
-                            let out = {
-                                let (svc, host) = (&mut self.service, &mut self.host);
-                                svc.handle_frame(frame, host, now)
-                            };
-                            self.reconcile();
-                            let _ = reply.send(Answer::Frame(out));
+                            self.answer_now(frame, reply, now);
                         }
                         return false;
                     }
                 }
-                let out = {
-                    let (svc, host) = (&mut self.service, &mut self.host);
-                    svc.handle_frame(frame, host, now)
-                };
-                // Flags and fetchers follow the new states before the caller hears back:
-                // a `remove` that returned must leave the topic writable.
-                self.reconcile();
-                let _ = reply.send(Answer::Frame(out));
+                self.answer_now(frame, reply, now);
                 if matches!(
                     key,
                     api::CREATE_MIRROR | api::ADD_TOPICS_TO_MIRROR | api::RESUME_MIRROR_TOPICS
