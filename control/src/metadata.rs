@@ -229,6 +229,15 @@ impl TopicMeta {
             .or_else(|| topic_config::default_value(key).map(str::to_string))
     }
 
+    /// Set while a switchover fences client writes (see
+    /// [`crate::mirror::WRITE_FENCE_CONFIG`]): the switchover's name.
+    pub fn write_fence(&self) -> Option<String> {
+        self.configs
+            .get(crate::mirror::WRITE_FENCE_CONFIG)
+            .filter(|v| !v.is_empty())
+            .cloned()
+    }
+
     /// The log settings this topic's partitions run with.
     pub fn log_config(&self) -> LogConfig {
         topic_config::log_config(&self.configs)
@@ -317,6 +326,18 @@ pub enum ConfigOp {
     Delete(String),
     Append(String, String),
     Subtract(String, String),
+}
+
+impl ConfigOp {
+    /// The config key the operation changes.
+    pub fn key(&self) -> &str {
+        match self {
+            ConfigOp::Set(k, _)
+            | ConfigOp::Delete(k)
+            | ConfigOp::Append(k, _)
+            | ConfigOp::Subtract(k, _) => k,
+        }
+    }
 }
 
 /// The durable metadata store. Single owner; not thread-safe by itself.
@@ -1125,12 +1146,28 @@ pub mod topic_config {
     }
 
     pub fn check_known(key: &str) -> Result<(), MetadataError> {
+        if key == crate::mirror::WRITE_FENCE_CONFIG {
+            return Ok(());
+        }
         find(key).map(|_| ()).ok_or_else(|| unknown(key))
     }
 
     /// Validates like Kafka 4.1's topic ConfigDef (values are trimmed first, as Kafka parses
     /// them); the reason reads like Kafka's ConfigException message.
     pub fn validate(key: &str, value: &str) -> Result<(), MetadataError> {
+        // kmirror's own key (no default: DescribeConfigs shows it only while set).
+        if key == crate::mirror::WRITE_FENCE_CONFIG {
+            return if value.trim().is_empty() {
+                Err(MetadataError::InvalidConfig {
+                    key: key.to_string(),
+                    reason: format!(
+                        "{key} names the switchover that fences writes; delete it to lift the fence"
+                    ),
+                })
+            } else {
+                Ok(())
+            };
+        }
         let Some((_, _, kind, _)) = find(key) else {
             return Err(unknown(key));
         };

@@ -60,6 +60,13 @@ pub enum EngineError {
         tp: kmirror_types::TopicPartition,
         mirror: String,
     },
+    /// A planned switchover fences client writes for now (retriable: the producer retries
+    /// until the topic has moved, then learns where it is).
+    #[error("writes to {tp} are fenced by the switchover of mirror '{by}'; retry")]
+    WriteFenced {
+        tp: kmirror_types::TopicPartition,
+        by: String,
+    },
     /// This node follows the partition: writes and consumer reads go to the leader.
     #[error("this node is not the leader of {0}")]
     NotLeader(kmirror_types::TopicPartition),

@@ -22,6 +22,8 @@ pub struct PartitionSpec {
     pub topic_id: u128,
     /// Set while the topic is mirrored: client writes are refused.
     pub mirror: Option<String>,
+    /// Set while a switchover fences client writes: refused with a retriable error.
+    pub write_fence: Option<String>,
     /// The partition has other replicas (issue 12): it opens without a leader (writes and
     /// consumer reads refused, NOT_LEADER_OR_FOLLOWER) until its role is applied, so nothing
     /// is acknowledged as if it had a single replica.
@@ -44,6 +46,8 @@ pub struct Partition {
     pub leader_epoch: LeaderEpoch,
     /// Mirror name while mirrored (read-only for clients).
     pub mirror: Option<String>,
+    /// The switchover fencing client writes (retriable for producers), if any.
+    pub write_fence: Option<String>,
     waiters: Vec<flume::Sender<()>>,
     /// Alone, leader of replicas, or follower (issue 12); `Alone` until the cluster says
     /// otherwise.
@@ -79,6 +83,12 @@ impl Partition {
             return Err(EngineError::ReadOnly {
                 tp: self.tp.clone(),
                 mirror: m.clone(),
+            });
+        }
+        if let Some(by) = &self.write_fence {
+            return Err(EngineError::WriteFenced {
+                tp: self.tp.clone(),
+                by: by.clone(),
             });
         }
         self.check_leader()?;
@@ -573,6 +583,7 @@ impl Shard {
                 log,
                 leader_epoch: spec.leader_epoch,
                 mirror: spec.mirror,
+                write_fence: spec.write_fence,
                 waiters: Vec::new(),
                 role: if spec.replicated {
                     Role::Follower(FollowerState {
@@ -748,6 +759,7 @@ mod tests {
             log,
             leader_epoch: LeaderEpoch(0),
             mirror: None,
+            write_fence: None,
             waiters: Vec::new(),
             role: Role::Alone,
             recovered_hw,
@@ -782,6 +794,32 @@ mod tests {
 
     fn leader_of_three(p: &mut Partition) {
         lead_replicas_1_2_3(p, 1, crate::now_ms());
+    }
+
+    #[test]
+    fn a_write_fence_refuses_client_appends_and_keeps_the_log_until_lifted() {
+        let d = tempfile::tempdir().unwrap();
+        let mut p = open(d.path());
+        p.append_leader(batch(0, 0, 2), crate::now_ms()).unwrap();
+        p.write_fence = Some("dr".into());
+        let e = p
+            .append_leader(batch(2, 0, 3), crate::now_ms())
+            .unwrap_err();
+        assert!(
+            matches!(e, EngineError::WriteFenced { ref by, .. } if by == "dr"),
+            "{e}"
+        );
+        assert_eq!(
+            p.log.log_end_offset(),
+            Offset(2),
+            "nothing appended while fenced"
+        );
+        // A mirror copy (the reverse mirror) still appends at the source's offsets.
+        p.append_mirror(batch(2, 0, 3)).unwrap();
+        assert_eq!(p.log.log_end_offset(), Offset(5));
+        p.write_fence = None;
+        p.append_leader(batch(5, 0, 1), crate::now_ms()).unwrap();
+        assert_eq!(p.log.log_end_offset(), Offset(6));
     }
 
     #[test]

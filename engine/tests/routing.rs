@@ -24,6 +24,7 @@ impl Catalog for Fixed {
             leader_epoch: LeaderEpoch(3),
             topic_id: 7,
             mirror: None,
+            write_fence: None,
         })
     }
     fn all_partitions(&self) -> Vec<TopicPartition> {

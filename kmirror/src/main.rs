@@ -5,6 +5,7 @@ mod demo;
 mod mirror_cli;
 mod scram_cli;
 mod serve;
+mod switchover;
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -26,7 +26,7 @@ use kmirror_mirror::client::{BlockingConnection, BlockingMirrorCalls};
 use kmirror_net::keys::error as code;
 use serde::Serialize;
 
-type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
+pub(crate) type CliResult<T> = Result<T, Box<dyn std::error::Error>>;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -181,6 +181,38 @@ enum Cmd {
         #[arg(long, default_value_t = 0)]
         count: u64,
     },
+    /// Planned switchover with zero loss (run on the destination): fence the source's
+    /// producers (a retriable error), fail every topic over once the destination holds all
+    /// the source committed, and make the old source follow the new primary at the same
+    /// offsets, refusing if that would truncate anything. Resumable: run it again after any
+    /// failure. For an Apache Kafka source: --quiet-ms checks that its producers stopped.
+    Switchover {
+        name: String,
+        /// Every topic of the mirror (the only mode: a switchover moves the whole mirror).
+        #[arg(long, required = true)]
+        all: bool,
+        /// Apache Kafka source: its end offsets must not move for this long before the
+        /// failover, and must equal where the destination stopped after it.
+        #[arg(long, value_name = "MS")]
+        quiet_ms: Option<u64>,
+        /// Bounds each wait: the sync before the failover, the partitions stopping, the old
+        /// source following.
+        #[arg(long, default_value_t = 60_000)]
+        sync_timeout_ms: u64,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
+    /// Failback after an unplanned failover (run on the destination): the old source
+    /// follows the destination for every failed-over topic of the mirror, truncating the
+    /// tail it wrote after the failover (--dry-run names it).
+    Reverse {
+        name: String,
+        /// Print what each partition of the old source would truncate; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        #[command(flatten)]
+        follow: FollowArgs,
+    },
     /// Delete an empty mirror.
     Delete { name: String },
     /// Check, online, that the mirror holds the source's batches byte for byte at the same
@@ -198,6 +230,28 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+}
+
+/// How the old source follows the destination (`switchover`, `reverse`).
+#[derive(clap::Args, Debug, Clone)]
+struct FollowArgs {
+    /// Name of the mirror created on the old source (default: the same name).
+    #[arg(long, value_name = "NAME")]
+    reverse_name: Option<String>,
+    /// The destination's address as the old source's brokers reach it (default:
+    /// --bootstrap).
+    #[arg(long, value_name = "HOST:PORT")]
+    reverse_source: Option<String>,
+    /// Settings of the mirror on the old source (its connection to the destination), from a
+    /// Java properties file.
+    #[arg(long, value_name = "FILE")]
+    reverse_config: Option<std::path::PathBuf>,
+    /// Settings of the mirror on the old source, repeatable; override --reverse-config.
+    #[arg(long = "reverse-set", value_name = "KEY=VALUE")]
+    reverse_set: Vec<String>,
+    /// Client properties for the CLI's own connection to the old source.
+    #[arg(long, value_name = "FILE")]
+    source_config: Option<std::path::PathBuf>,
 }
 
 /// Runs `kmirror mirror <args...>`.
@@ -231,6 +285,9 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
         wait_for_sync: true,
         sync_timeout_ms,
         ..
+    }
+    | Cmd::Switchover {
+        sync_timeout_ms, ..
     } = &cli.cmd
     {
         // The broker answers once in sync (or at the sync timeout).
@@ -278,7 +335,28 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
     loop {
         let r = connect(&cli.bootstrap, timeout, &security).and_then(|mut conn| {
             connected_once = true;
-            execute(&cli.cmd, &mut conn, out)
+            match &cli.cmd {
+                // Each step is read back from the clusters: a retry resumes.
+                Cmd::Switchover {
+                    name,
+                    quiet_ms,
+                    sync_timeout_ms,
+                    follow,
+                    ..
+                } => {
+                    let f = follow_args(&cli, name, follow, &security, *sync_timeout_ms, timeout)?;
+                    crate::switchover::switchover(&mut conn, out, &f.follow(), *quiet_ms)
+                }
+                Cmd::Reverse {
+                    name,
+                    dry_run,
+                    follow,
+                } => {
+                    let f = follow_args(&cli, name, follow, &security, 60_000, timeout)?;
+                    crate::switchover::reverse(&mut conn, out, &f.follow(), *dry_run)
+                }
+                _ => execute(&cli.cmd, &mut conn, out),
+            }
         });
         let Err(e) = r else {
             return Ok(());
@@ -299,6 +377,66 @@ pub(crate) fn run(args: Vec<String>) -> Result<(), Box<dyn std::error::Error>> {
             _ => return Err(e),
         }
     }
+}
+
+/// `FollowArgs` resolved (files read, defaults filled).
+struct ResolvedFollow<'a> {
+    name: &'a str,
+    reverse_name: String,
+    reverse_source: String,
+    reverse_settings: BTreeMap<String, String>,
+    security: &'a ClientSecurity,
+    source_security: ClientSecurity,
+    wait: Duration,
+    timeout: Duration,
+}
+
+impl ResolvedFollow<'_> {
+    fn follow(&self) -> crate::switchover::Follow<'_> {
+        crate::switchover::Follow {
+            name: self.name,
+            reverse_source: &self.reverse_source,
+            reverse_name: &self.reverse_name,
+            reverse_settings: self.reverse_settings.clone(),
+            security: self.security,
+            source_security: &self.source_security,
+            wait: self.wait,
+            timeout: self.timeout,
+        }
+    }
+}
+
+fn follow_args<'a>(
+    cli: &'a MirrorCli,
+    name: &'a str,
+    a: &FollowArgs,
+    security: &'a ClientSecurity,
+    wait_ms: u64,
+    timeout: Duration,
+) -> CliResult<ResolvedFollow<'a>> {
+    let mut reverse_settings = match &a.reverse_config {
+        Some(f) => read_properties(f)?,
+        None => BTreeMap::new(),
+    };
+    reverse_settings.extend(parse_sets(&a.reverse_set)?);
+    let source_security = match &a.source_config {
+        None => ClientSecurity::plaintext(),
+        Some(f) => ClientSecurity::from_properties(&read_properties(f)?)
+            .map_err(|e| format!("--source-config {}: {e}", f.display()))?,
+    };
+    Ok(ResolvedFollow {
+        name,
+        reverse_name: a.reverse_name.clone().unwrap_or_else(|| name.to_owned()),
+        reverse_source: a
+            .reverse_source
+            .clone()
+            .unwrap_or_else(|| cli.bootstrap.clone()),
+        reverse_settings,
+        security,
+        source_security,
+        wait: Duration::from_millis(wait_ms),
+        timeout,
+    })
 }
 
 /// Retry backoff bounds (doubling), while the mirror coordinator's seat moves.
@@ -507,13 +645,15 @@ fn execute(cmd: &Cmd, conn: &mut BlockingConnection, out: &mut impl Write) -> Cl
             writeln!(out, "Deleted mirror '{name}'")?;
             Ok(())
         }
-        // Answered in `run` (it needs its own connections to both clusters).
-        Cmd::Verify { .. } => Err("verify runs outside the retry loop".into()),
+        // Answered in `run` (they need their own connections to both clusters).
+        Cmd::Verify { .. } | Cmd::Switchover { .. } | Cmd::Reverse { .. } => {
+            Err("answered in run".into())
+        }
     }
 }
 
 /// A Java properties file (mirror settings or client properties).
-fn read_properties(path: &std::path::Path) -> CliResult<BTreeMap<String, String>> {
+pub(crate) fn read_properties(path: &std::path::Path) -> CliResult<BTreeMap<String, String>> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     Ok(parse_properties(&text))
@@ -550,7 +690,7 @@ fn connect(
     Ok(conn)
 }
 
-fn check(api: &str, error_code: i16, message: Option<&str>) -> CliResult<()> {
+pub(crate) fn check(api: &str, error_code: i16, message: Option<&str>) -> CliResult<()> {
     if error_code == code::NONE {
         return Ok(());
     }
@@ -562,7 +702,7 @@ fn check(api: &str, error_code: i16, message: Option<&str>) -> CliResult<()> {
     }))
 }
 
-fn parse_sets(set: &[String]) -> CliResult<BTreeMap<String, String>> {
+pub(crate) fn parse_sets(set: &[String]) -> CliResult<BTreeMap<String, String>> {
     let mut m = BTreeMap::new();
     for s in set {
         let (k, v) = s
@@ -573,7 +713,7 @@ fn parse_sets(set: &[String]) -> CliResult<BTreeMap<String, String>> {
     Ok(m)
 }
 
-fn create(
+pub(crate) fn create(
     conn: &mut BlockingConnection,
     out: &mut impl Write,
     name: &str,
@@ -747,7 +887,7 @@ fn pause_resume(name: &str, topics: &[String]) -> PauseResumeTopics {
     }
 }
 
-fn topic_errors(api: &str, resp: &MirrorTopicsResponse) -> CliResult<()> {
+pub(crate) fn topic_errors(api: &str, resp: &MirrorTopicsResponse) -> CliResult<()> {
     let failed: Vec<String> = resp
         .topics
         .iter()
@@ -930,7 +1070,7 @@ fn describe_request(name: Option<&str>) -> DescribeMirrorsRequest {
     }
 }
 
-fn fetch_describe(
+pub(crate) fn fetch_describe(
     conn: &mut BlockingConnection,
     name: Option<&str>,
 ) -> CliResult<DescribeMirrorsResponse> {
@@ -1116,7 +1256,11 @@ pub(crate) fn format_table(headers: &[&str], rows: &[Vec<String>]) -> String {
     s
 }
 
-fn print_table(out: &mut impl Write, headers: &[&str], rows: &[Vec<String>]) -> CliResult<()> {
+pub(crate) fn print_table(
+    out: &mut impl Write,
+    headers: &[&str],
+    rows: &[Vec<String>],
+) -> CliResult<()> {
     out.write_all(format_table(headers, rows).as_bytes())?;
     Ok(())
 }
@@ -1138,7 +1282,7 @@ fn chrono_like_now() -> String {
 }
 
 /// The source bootstrap servers of mirror `name` (ListMirrors).
-fn source_of(conn: &mut BlockingConnection, name: &str) -> CliResult<String> {
+pub(crate) fn source_of(conn: &mut BlockingConnection, name: &str) -> CliResult<String> {
     let list = conn.send_mirror(&ListMirrorsRequest::default())?;
     check(
         "ListMirrors",

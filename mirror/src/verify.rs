@@ -67,6 +67,44 @@ pub fn verify_partitions(
         .collect()
 }
 
+/// The last stable offset (ListOffsets LATEST, read_committed, on each partition's leader)
+/// of `parts` on the cluster at `bootstrap`: what `switchover` compares over its quiet period
+/// and against where the failover stopped.
+pub fn last_stable_offsets(
+    bootstrap: &str,
+    security: &ClientSecurity,
+    parts: &[TopicPartition],
+    timeout: Duration,
+) -> Result<Vec<(TopicPartition, i64)>, SourceError> {
+    use futures_lite::future::block_on;
+    let mut c = BlockingSource::over(bootstrap, "kmirror-cli-switchover".into(), timeout)
+        .with_security(Ok(security.clone()));
+    parts
+        .iter()
+        .map(|tp| {
+            block_on(async {
+                let leader = c.leader(&tp.topic, tp.partition).await?;
+                match c
+                    .list_offset(
+                        &leader,
+                        &tp.topic,
+                        tp.partition,
+                        LeaderEpoch::UNKNOWN,
+                        build::LATEST,
+                    )
+                    .await?
+                {
+                    Ok(o) => Ok((tp.clone(), o.get())),
+                    Err(e) => Err(SourceError::Other(format!(
+                        "ListOffsets {tp} on {bootstrap}: {}",
+                        code::name(e.code())
+                    ))),
+                }
+            })
+        })
+        .collect()
+}
+
 async fn verify_one<S: Source>(
     dst: &mut S,
     src: &mut S,

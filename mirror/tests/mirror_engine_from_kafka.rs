@@ -35,6 +35,7 @@ impl Catalog for Fixed {
             leader_epoch: LeaderEpoch(0),
             topic_id: 7,
             mirror: Some("dr".into()),
+            write_fence: None,
         })
     }
     fn all_partitions(&self) -> Vec<TopicPartition> {

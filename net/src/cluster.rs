@@ -439,6 +439,7 @@ impl Cluster {
             let cfg = topic.log_config();
             let epoch = LeaderEpoch(topic.leader_epochs[p as usize]);
             let mirror = topic.mirror.clone();
+            let fence = topic.write_fence();
             pending.push(
                 router
                     .submit(router.owner(&tp), move |s| {
@@ -446,6 +447,7 @@ impl Cluster {
                             part.log.set_config(cfg);
                             part.leader_epoch = part.leader_epoch.max(epoch);
                             part.mirror = mirror;
+                            part.write_fence = fence;
                         }
                     })
                     .await?,
@@ -503,6 +505,7 @@ impl Catalog for MetaCatalog {
             leader_epoch: LeaderEpoch(epoch),
             topic_id: t.id.as_u128(),
             mirror: t.mirror.clone(),
+            write_fence: t.write_fence(),
             replicated: t
                 .assignments
                 .get(usize::try_from(tp.partition).ok()?)
@@ -594,10 +597,11 @@ fn reconcile(
                 continue;
             }
             let tp = TopicPartition::new(name.clone(), p);
-            let (cfg, epoch, mirror) = (
+            let (cfg, epoch, mirror, fence) = (
                 t.log_config(),
                 LeaderEpoch(t.leader_epochs[i]),
                 t.mirror.clone(),
+                t.write_fence(),
             );
             let t2 = tp.clone();
             // `partition` opens (or recovers) the log from its directory on first use.
@@ -606,6 +610,7 @@ fn reconcile(
                     part.log.set_config(cfg);
                     part.leader_epoch = part.leader_epoch.max(epoch);
                     part.mirror = mirror;
+                    part.write_fence = fence;
                 })
             });
             match r {

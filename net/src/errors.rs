@@ -57,7 +57,9 @@ pub(crate) fn engine_error_code(e: &EngineError) -> i16 {
         // Moving between cores: retry after a metadata refresh, as after a leader change.
         EngineError::NotOwner(_) => E::NotLeaderOrFollower.code(),
         EngineError::NotLeader(_) => E::NotLeaderOrFollower.code(),
-        EngineError::NotEnoughReplicas { .. } => E::NotEnoughReplicas.code(),
+        EngineError::NotEnoughReplicas { .. } | EngineError::WriteFenced { .. } => {
+            E::NotEnoughReplicas.code()
+        }
         EngineError::JobPanicked { .. } => E::UnknownServerError.code(),
         EngineError::Log(l) => log_error_code(l),
         EngineError::Io(_) => E::KafkaStorageError.code(),

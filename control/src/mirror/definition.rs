@@ -224,10 +224,14 @@ pub struct ConfigExclude {
 impl ConfigExclude {
     /// From regexes (each must match the whole key). `mirror.name` is always excluded, even
     /// when an operator's list forgets it: syncing it would make the source's own mirror name
-    /// leak into ours.
+    /// leak into ours. So is the switchover's write fence: copied, it would fence the
+    /// destination that is about to take the writes.
     pub fn new(patterns: &[String]) -> Result<Self, MirrorError> {
         let mut patterns = compile_full(patterns)?;
-        patterns.extend(compile_full(&["mirror\\.name".to_owned()])?);
+        patterns.extend(compile_full(&[
+            "mirror\\.name".to_owned(),
+            regex::escape(super::WRITE_FENCE_CONFIG),
+        ])?);
         Ok(ConfigExclude { patterns })
     }
 
@@ -572,6 +576,10 @@ mod tests {
         assert!(
             ex.is_excluded("mirror.name"),
             "mirror.name is always excluded"
+        );
+        assert!(
+            ex.is_excluded(super::super::WRITE_FENCE_CONFIG),
+            "a switchover's fence never reaches the destination"
         );
         let ex2 =
             ConfigExclude::from_setting(Some("min.insync.replicas,unclean.leader.election.enable"))

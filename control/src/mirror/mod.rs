@@ -37,6 +37,13 @@ pub use sync::{
 /// Topic config naming the mirror that owns a topic (hidden from DescribeConfigs).
 pub const MIRROR_NAME_CONFIG: &str = "mirror.name";
 
+/// Topic config that fences client writes during a planned switchover (`kmirror mirror
+/// switchover`): while set, Produce is answered NOT_ENOUGH_REPLICAS, a code every Kafka
+/// producer retries, so nothing is written and nothing is lost while the mirror drains. Its
+/// value names the switchover (the mirror). Never synced by a mirror, and settable on a
+/// mirror topic (the switchover lifts it once the topic follows the new primary).
+pub const WRITE_FENCE_CONFIG: &str = "mirror.write.fence";
+
 /// Errors of the mirror control plane. `net::keys::mirror_error_code` maps them to Kafka codes.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]

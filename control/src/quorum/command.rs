@@ -449,7 +449,14 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             }
         }
         C::AlterConfigs { name, ops } => {
-            refuse_mirror_topic(store, name)?;
+            // The switchover's write fence is the one key a client may change on a mirror
+            // topic (it is lifted once the topic follows the new primary).
+            if !ops
+                .iter()
+                .all(|op| op.key() == crate::mirror::WRITE_FENCE_CONFIG)
+            {
+                refuse_mirror_topic(store, name)?;
+            }
             Outcome::Topic(store.alter_configs(name, ops, false)?)
         }
         C::ReplaceConfigs { name, configs } => {
@@ -815,5 +822,50 @@ mod tests {
             assert!(apply(&mut s, &cmd).is_err(), "{cmd:?}");
         }
         assert_eq!(serde_json::to_vec(s.state()).unwrap(), before);
+    }
+
+    #[test]
+    fn a_mirror_topic_takes_only_the_write_fence_from_clients() {
+        use crate::mirror::WRITE_FENCE_CONFIG as FENCE;
+        let mut s = empty();
+        let create = MetadataCommand::CreateTopic {
+            name: "t".into(),
+            partitions: 1,
+            configs: BTreeMap::new(),
+            id: Uuid::from_u128(1),
+            assignments: Vec::new(),
+        };
+        apply(&mut s, &create).unwrap();
+        let alter = |ops: Vec<ConfigOp>| MetadataCommand::AlterConfigs {
+            name: "t".into(),
+            ops,
+        };
+        let fence = alter(vec![ConfigOp::Set(FENCE.into(), "dr".into())]);
+        apply(&mut s, &fence).unwrap();
+        assert_eq!(s.topic("t").unwrap().write_fence().as_deref(), Some("dr"));
+        let empty_value = alter(vec![ConfigOp::Set(FENCE.into(), " ".into())]);
+        assert!(
+            apply(&mut s, &empty_value).is_err(),
+            "an empty fence is refused"
+        );
+        apply(
+            &mut s,
+            &MetadataCommand::SetMirror {
+                name: "t".into(),
+                mirror: Some("back".into()),
+            },
+        )
+        .unwrap();
+        // Mirrored: the fence can be lifted, nothing else changed.
+        let mixed = alter(vec![
+            ConfigOp::Delete(FENCE.into()),
+            ConfigOp::Set("retention.ms".into(), "1".into()),
+        ]);
+        assert!(matches!(
+            apply(&mut s, &mixed),
+            Err(MetadataError::MirrorReadOnly(_))
+        ));
+        apply(&mut s, &alter(vec![ConfigOp::Delete(FENCE.into())])).unwrap();
+        assert_eq!(s.topic("t").unwrap().write_fence(), None);
     }
 }
