@@ -30,7 +30,8 @@ export KMIRROR_BIN=$target_dir/ci/kmirror
 
 # Integration test files of the tests crate, split in two groups of similar length (about
 # 33 minutes each on 2 cores under load): the mirroring and three-node cluster files, and the
-# rest plus the mirror fetch-session, lag, throttle, TLS, SASL and secured-client files.
+# rest plus the mirror fetch-session, lag, throttle, switchover, TLS, SASL and secured-client
+# files.
 # (Files move over when one group is the longer by a minute or more; two three-node files
 # never run at once, so those stay together.)
 mirror_tests=()
@@ -38,7 +39,7 @@ other_tests=()
 for f in tests/tests/*.rs; do
   name=$(basename "$f" .rs)
   case "$name" in
-    mirror_fetch_sessions | mirror_lag | mirror_throttle | security_tls | security_sasl | security_clients)
+    mirror_fetch_sessions | mirror_lag | mirror_throttle | mirror_switchover | security_tls | security_sasl | security_clients)
       other_tests+=(--test "$name") ;;
     mirror_* | security_* | cluster_*) mirror_tests+=(--test "$name") ;;
     *) other_tests+=(--test "$name") ;;

@@ -400,9 +400,21 @@ fn failback_a_to_b_to_a_truncates_only_the_divergent_tail_and_ends_log_equal() {
     let a_before = mirror::end_offsets(&aa, "fb", parts);
     assert!(a_before.iter().zip(common.iter()).all(|(x, y)| x > y));
 
-    // Dry run reports what would be truncated, then the real reverse.
-    create_mirror(&aa, "from-b", &ba, 1000);
-    let dry = mirror::cli(&aa, &["add", "from-b", "--topics", "fb", "--dry-run"]);
+    // `reverse` on B (one command: A follows B for what B failed over): its dry run reports
+    // what A would truncate and changes nothing, then the real reverse.
+    let sets: Vec<String> = fast(1000)
+        .iter()
+        .flat_map(|(k, v)| ["--reverse-set".to_owned(), format!("{k}={v}")])
+        .collect();
+    let reverse = |dry: bool| {
+        let mut args = vec!["reverse", "from-a", "--reverse-name", "from-b"];
+        args.extend(sets.iter().map(String::as_str));
+        if dry {
+            args.push("--dry-run");
+        }
+        mirror::cli(&ba, &args)
+    };
+    let dry = reverse(true);
     eprintln!("dry run:\n{}{}", dry.stdout, dry.stderr);
     assert!(dry.status.success(), "dry run failed: {}", dry.stderr);
     assert_eq!(
@@ -410,7 +422,20 @@ fn failback_a_to_b_to_a_truncates_only_the_divergent_tail_and_ends_log_equal() {
         a_before,
         "a dry run changed A's log"
     );
-    mirror::add_topics(&aa, "from-b", &["fb"]);
+    assert!(
+        !mirror::cli_ok(&aa, &["list"]).stdout.contains("from-b"),
+        "a dry run created the reverse mirror"
+    );
+    let ran = reverse(false);
+    eprintln!("reverse:\n{}{}", ran.stdout, ran.stderr);
+    assert!(ran.status.success(), "reverse failed: {}", ran.stderr);
+    let truncated: i64 = a_before.iter().zip(&common).map(|(a, c)| a - c).sum();
+    assert!(
+        ran.stdout
+            .contains(&format!("{truncated} records truncated")),
+        "reverse should report the {truncated} records it truncates: {}",
+        ran.stdout
+    );
     let b_ends = mirror::wait_caught_up(&ba, &aa, "fb", parts, false, Duration::from_secs(90));
     let reports = mirror::assert_log_equal(&ba, &aa, "fb", &b_ends);
     assert!(
