@@ -370,3 +370,83 @@ fn switchover_from_kafka_needs_a_quiet_source_and_fails_over_at_its_end_offsets(
         "writable after the switchover"
     );
 }
+
+/// The switchover's proof that nothing is lost: if the old source holds records the new
+/// primary lacks (here: the fence lifted by hand, a record written after the failover, the
+/// fence put back),
+/// it stops before the old source follows, truncating nothing; `reverse` then names and
+/// takes the truncation.
+#[test]
+fn switchover_refuses_to_truncate_records_written_to_the_source_behind_its_back() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(KmirrorNode::start);
+        let b = s.spawn(KmirrorNode::start);
+        (a.join().expect("a"), b.join().expect("b"))
+    });
+    let (aa, ba) = (a.addr(), b.addr());
+    let topic = "ledger";
+    let mut c = WireClient::connect(&aa).expect("connect a");
+    assert_eq!(c.create_topic(topic, 1, 1, &[]).expect("create"), 0);
+    for i in 0..20u8 {
+        let (err, _) = c
+            .produce_raw(topic, 0, records::batch(&[&[i; 10]], 1), -1)
+            .expect("produce");
+        assert_eq!(err, 0);
+    }
+    drop(c);
+    mirror::create(&ba, "dr", &aa, mirror::FAST);
+    mirror::add_topics(&ba, "dr", &[topic]);
+    mirror::wait_caught_up(&aa, &ba, topic, 1, false, Duration::from_secs(60));
+
+    switchover_until(&ba, "failed-over");
+    // Behind the switchover's back: the fence lifted with Kafka's own tool, one record
+    // written to the old source.
+    let lift = java::run_tool(
+        "kafka.admin.ConfigCommand",
+        &[
+            "--bootstrap-server",
+            &aa,
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            topic,
+            "--alter",
+            "--delete-config",
+            FENCE,
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(
+        lift.status.success(),
+        "kafka-configs: {}{}",
+        lift.stdout,
+        lift.stderr
+    );
+    assert_eq!(produce_code(&aa, topic, 0), 0);
+    assert_eq!(mirror::set_topic_configs(&aa, topic, &[(FENCE, "dr")]), 0);
+    let a_end = mirror::end_offsets(&aa, topic, 1);
+
+    let ran = switchover(&ba, &["dr", "--all"], None);
+    assert!(
+        !ran.status.success() && ran.stderr.contains("records the new primary lacks"),
+        "the switchover must refuse to truncate"
+    );
+    assert_eq!(mirror::end_offsets(&aa, topic, 1), a_end, "A was truncated");
+    assert!(
+        !mirror::cli_ok(&aa, &["describe", "dr"])
+            .stdout
+            .contains(topic),
+        "A follows B although that truncates"
+    );
+    // `reverse` takes it, saying so.
+    let rev = mirror::cli(&ba, &["reverse", "dr"]);
+    assert!(rev.status.success(), "reverse failed: {}", rev.stderr);
+    assert!(rev.stdout.contains("1 records truncated"), "{}", rev.stdout);
+    proc::wait_for(Duration::from_secs(60), "A's partition MIRRORING", || {
+        let rows = mirror::describe(&aa, Some("dr"));
+        (rows.len() == 1 && rows[0].state == "MIRRORING").then_some(())
+    });
+    let ends = mirror::wait_caught_up(&ba, &aa, topic, 1, false, Duration::from_secs(60));
+    mirror::assert_log_equal(&ba, &aa, topic, &ends);
+}
