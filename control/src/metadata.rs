@@ -1109,17 +1109,33 @@ pub mod topic_config {
         KNOWN.iter().find(|(k, ..)| *k == key)
     }
 
+    /// kmirror's own topic keys (not in Kafka's list, so DescribeConfigs shows them only
+    /// while set): the mirror throttle's replicas.
+    const THROTTLED_REPLICAS: (&str, &str, Kind, &str) = (
+        crate::mirror::THROTTLED_REPLICAS_CONFIG,
+        "",
+        Kind::ThrottledReplicas,
+        "Partitions whose mirror traffic the broker-wide mirror ceiling \
+         (mirror.replication.throttled.rate) throttles on this cluster: '*' or \
+         partition:broker pairs; unset: every partition.",
+    );
+
+    /// A key's entry: Kafka's, or one of kmirror's own.
+    fn entry(key: &str) -> Option<&'static (&'static str, &'static str, Kind, &'static str)> {
+        find(key).or((key == THROTTLED_REPLICAS.0).then_some(&THROTTLED_REPLICAS))
+    }
+
     pub fn default_value(key: &str) -> Option<&'static str> {
         find(key).map(|e| e.1)
     }
 
     pub fn documentation(key: &str) -> Option<&'static str> {
-        find(key).map(|e| e.3)
+        entry(key).map(|e| e.3)
     }
 
     pub fn is_list(key: &str) -> bool {
         matches!(
-            find(key).map(|e| e.2),
+            entry(key).map(|e| e.2),
             Some(Kind::ListOf(_) | Kind::ThrottledReplicas)
         )
     }
@@ -1127,7 +1143,7 @@ pub mod topic_config {
     /// Kafka config type codes for DescribeConfigs v3+ (BOOLEAN=1, STRING=2, INT=3, LONG=5,
     /// DOUBLE=6, LIST=7).
     pub fn type_code(key: &str) -> i8 {
-        match find(key).map(|e| e.2) {
+        match entry(key).map(|e| e.2) {
             Some(Kind::Bool | Kind::RemoteStorage) => 1,
             Some(Kind::Choice(_)) => 2,
             Some(Kind::Int { .. } | Kind::GzipLevel) => 3,
@@ -1149,7 +1165,7 @@ pub mod topic_config {
         if key == crate::mirror::WRITE_FENCE_CONFIG {
             return Ok(());
         }
-        find(key).map(|_| ()).ok_or_else(|| unknown(key))
+        entry(key).map(|_| ()).ok_or_else(|| unknown(key))
     }
 
     /// Validates like Kafka 4.1's topic ConfigDef (values are trimmed first, as Kafka parses
@@ -1168,7 +1184,7 @@ pub mod topic_config {
                 Ok(())
             };
         }
-        let Some((_, _, kind, _)) = find(key) else {
+        let Some((_, _, kind, _)) = entry(key) else {
             return Err(unknown(key));
         };
         let invalid = |shown: &str, why: String| MetadataError::InvalidConfig {

@@ -3219,6 +3219,7 @@ mod tests {
             broker: ceiling.clone(),
             mirror: ceiling,
             priority: false,
+            broker_throttled: std::sync::Arc::new(true.into()),
         });
         // Stop after the first sleep: the throttle must have asked for one.
         struct StopOnSleep<'a>(&'a mut FakeSource, &'a Cell<bool>);

@@ -48,6 +48,10 @@ pub struct FetchTask {
     /// its `mirror.priority.topics`.
     pub throttled_rate: u64,
     pub priority: bool,
+    /// Whether the broker-wide ceiling throttles this partition (its topic's
+    /// `mirror.replication.throttled.replicas`); [`FetcherManager::set_broker_throttled`]
+    /// changes it while the fetcher runs.
+    pub broker_throttled: bool,
     /// The mirror's `mirror.fetch.max.bytes` / `mirror.fetch.partition.max.bytes` /
     /// `mirror.fetch.max.wait.ms`, when set.
     pub fetch_max_bytes: Option<u64>,
@@ -69,6 +73,8 @@ struct Running {
     /// an idle fetcher costs no timer wake-ups (5,000 polling tasks cost a core).
     stop: flume::Sender<()>,
     exited: flume::Receiver<()>,
+    /// Whether the broker-wide ceiling throttles it (the topic's throttled-replicas config).
+    broker_throttled: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Starts and stops fetcher tasks on the engine's cores. Cheap to share (`Arc`).
@@ -199,6 +205,21 @@ impl FetcherManager {
             broker: self.broker_ceiling.clone(),
             mirror,
             priority: task.priority,
+            broker_throttled: Arc::new(std::sync::atomic::AtomicBool::new(task.broker_throttled)),
+        }
+    }
+
+    /// Whether the broker-wide ceiling throttles the running fetcher of `tp` (a topic's
+    /// `mirror.replication.throttled.replicas` changed); takes effect at its next charge.
+    pub fn set_broker_throttled(&self, tp: &TopicPartition, throttled: bool) {
+        if let Some(r) = self
+            .running
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(tp)
+        {
+            r.broker_throttled
+                .store(throttled, std::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -244,6 +265,7 @@ impl FetcherManager {
             progress: self.metrics.progress_for_start(&task.mirror, &task.tp),
         };
         let throttle = self.throttle_for(&task);
+        let broker_throttled = throttle.broker_throttled.clone();
         let evictions = self.metrics.session_resets(&task.mirror);
         let key = task.tp.clone();
         self.router.spawn_on_blocking(core, move || async move {
@@ -293,6 +315,7 @@ impl FetcherManager {
             Running {
                 stop,
                 exited: exit_rx,
+                broker_throttled,
             },
         );
         Ok(())

@@ -12,7 +12,7 @@
 //! Invariants: no lock and no allocation per charge (one CAS loop per ceiling); a rate of 0
 //! is unlimited; changing a rate takes effect at the next charge and forgives earlier debt.
 
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -79,13 +79,39 @@ pub struct MirrorThrottle {
     pub mirror: Arc<RateCeiling>,
     /// High priority: debited, never delayed.
     pub priority: bool,
+    /// Whether the broker-wide ceiling applies to this partition: the topic's
+    /// `mirror.replication.throttled.replicas` names it (or `*`, or is unset). Changed in
+    /// place when the topic config changes.
+    pub broker_throttled: Arc<AtomicBool>,
+}
+
+/// The topic config selecting which mirror partitions the broker-wide ceiling throttles.
+pub(crate) const THROTTLED_REPLICAS: &str = kmirror_control::mirror::THROTTLED_REPLICAS_CONFIG;
+
+/// Whether `THROTTLED_REPLICAS = value` throttles `partition` led by `node`. Unset means
+/// every partition (kmirror's broker ceiling has always bounded all mirror traffic; Kafka's
+/// follower throttle, whose config this mirrors, defaults to none); an empty value, none.
+pub(crate) fn broker_throttles(value: Option<&str>, partition: i32, node: i32) -> bool {
+    let Some(v) = value.map(str::trim) else {
+        return true;
+    };
+    v == "*"
+        || v.split(',').any(|item| {
+            item.trim().split_once(':').is_some_and(|(p, b)| {
+                p.trim().parse() == Ok(partition) && b.trim().parse() == Ok(node)
+            })
+        })
 }
 
 impl MirrorThrottle {
     /// Debit `bytes` on both ceilings; the wait before this partition's next fetch (zero for
     /// a priority partition).
     pub fn charge(&self, bytes: usize, now_us: i64) -> Duration {
-        let a = self.broker.charge(bytes, now_us);
+        let a = if self.broker_throttled.load(Ordering::Relaxed) {
+            self.broker.charge(bytes, now_us)
+        } else {
+            Duration::ZERO
+        };
         let b = self.mirror.charge(bytes, now_us);
         if self.priority {
             Duration::ZERO
@@ -274,6 +300,19 @@ pub(crate) fn now_us() -> i64 {
 mod tests {
     use super::*;
 
+    #[test]
+    fn throttled_replicas_name_partitions_of_this_broker_or_all() {
+        assert!(broker_throttles(None, 3, 1), "unset: every partition");
+        assert!(broker_throttles(Some(" * "), 3, 1));
+        assert!(!broker_throttles(Some(""), 3, 1), "empty: none");
+        assert!(broker_throttles(Some("0:2, 3:1"), 3, 1));
+        assert!(
+            !broker_throttles(Some("0:2,3:2"), 3, 1),
+            "another broker's replica"
+        );
+        assert!(!broker_throttles(Some("30:1"), 3, 1));
+    }
+
     /// Fetchers on several threads each take 64 KiB chunks as fast as the ceiling lets them
     /// (virtual time: each waits exactly what it is told): the total over the run is the rate.
     #[test]
@@ -314,6 +353,7 @@ mod tests {
             broker: broker.clone(),
             mirror: mirror.clone(),
             priority: true,
+            broker_throttled: Arc::new(AtomicBool::new(true)),
         };
         let bulk = MirrorThrottle {
             priority: false,
@@ -334,6 +374,7 @@ mod tests {
             broker: Arc::new(RateCeiling::new(0)),
             mirror: Arc::new(RateCeiling::new(2000)),
             priority: false,
+            broker_throttled: Arc::new(AtomicBool::new(true)),
         };
         assert_eq!(
             t.charge(4000, 5_000_000),
@@ -343,6 +384,18 @@ mod tests {
         assert_eq!(
             t.charge(4000, 5_000_000),
             Duration::from_micros(4_000_000 - BURST_US as u64)
+        );
+        // Not among the topic's throttled replicas: only the mirror's ceiling binds.
+        t.broker_throttled.store(false, Ordering::Relaxed);
+        let broker_debt = t.broker.tat_us.load(Ordering::Relaxed);
+        assert_eq!(
+            t.charge(2000, 9_000_000),
+            Duration::from_micros(1_000_000 - BURST_US as u64)
+        );
+        assert_eq!(
+            t.broker.tat_us.load(Ordering::Relaxed),
+            broker_debt,
+            "broker not charged"
         );
     }
 

@@ -273,6 +273,7 @@ fn fetcher_manager_starts_stops_and_resumes_partitions_and_reports_live_lag() {
         retry_backoff_max_ms: None,
         throttled_rate: 0,
         priority: false,
+        broker_throttled: true,
         fetch_max_bytes: None,
         fetch_partition_max_bytes: None,
         fetch_max_wait_ms: None,

@@ -307,7 +307,8 @@ pub mod config {
     /// Suffix appended to `mirror.name` by RemoveTopicsFromMirror (failover requested).
     pub const REMOVED_SUFFIX: &str = ".removed";
     /// Per-topic list of replicas whose mirror traffic is throttled.
-    pub const MIRROR_REPLICATION_THROTTLED_REPLICAS: &str = "mirror.replication.throttled.replicas";
+    pub const MIRROR_REPLICATION_THROTTLED_REPLICAS: &str =
+        kmirror_control::mirror::THROTTLED_REPLICAS_CONFIG;
     /// Topic-config exclusion regexes for mirror config sync (seed 003).
     pub const MIRROR_TOPIC_PROPERTIES_EXCLUDE: &str = "mirror.topic.properties.exclude";
     /// Name of the internal state log.

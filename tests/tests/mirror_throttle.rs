@@ -228,3 +228,104 @@ fn the_ceiling_holds_as_a_total_changes_at_runtime_and_priority_topics_keep_up()
         );
     });
 }
+
+/// The topic config `mirror.replication.throttled.replicas` (seed 000) picks which mirror
+/// partitions the broker-wide ceiling throttles: set on the mirror topics on the destination
+/// (with Kafka's `kafka-configs` too), a topic naming only another broker's replica copies
+/// at full speed while a topic naming `*` stays under the ceiling.
+#[test]
+fn throttled_replicas_topic_config_picks_which_partitions_the_broker_ceiling_throttles() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    const RATE: u64 = 300_000;
+    const BATCHES: usize = 150; // × 20 KiB ≈ 3 MB per topic: ten seconds at RATE
+    let (src_node, dst_node) = std::thread::scope(|s| {
+        let a = s.spawn(KmirrorNode::start);
+        let b = s.spawn(|| {
+            KmirrorNode::builder()
+                .args(&["--mirror-byte-rate", &RATE.to_string()])
+                .start()
+        });
+        (a.join().expect("source"), b.join().expect("destination"))
+    });
+    let (src, dst) = (src_node.addr(), dst_node.addr());
+    let value = vec![b'b'; VALUE];
+    let values: Vec<&[u8]> = (0..RECORDS_PER_BATCH).map(|_| value.as_slice()).collect();
+    let mut c = WireClient::connect(&src).expect("connect source");
+    for topic in ["capped", "free"] {
+        assert_eq!(c.create_topic(topic, 1, 1, &[]).expect("create"), 0);
+        for _ in 0..BATCHES {
+            let (code, _) = c
+                .produce_raw(topic, 0, records::batch(&values, now_ms()), -1)
+                .expect("produce");
+            assert_eq!(code, 0);
+        }
+    }
+    let backlog = (BATCHES * RECORDS_PER_BATCH) as i64;
+    mirror::create(
+        &dst,
+        "dr",
+        &src,
+        &[
+            ("mirror.metadata.sync.interval.ms", "1000"),
+            ("mirror.fetch.partition.max.bytes", "65536"),
+        ],
+    );
+    mirror::add_topics(&dst, "dr", &["capped", "free"]);
+    kmirror_tests::proc::wait_for(Duration::from_secs(30), "mirror topics created", || {
+        (mirror::partition_count(&dst, "capped") == 1 && mirror::partition_count(&dst, "free") == 1)
+            .then_some(())
+    });
+    // Mirror topics are read-only, but these keys belong to the destination.
+    assert_eq!(
+        mirror::set_topic_configs(
+            &dst,
+            "capped",
+            &[("mirror.replication.throttled.replicas", "*")]
+        ),
+        0
+    );
+    let started = Instant::now();
+    let alter = java::run_tool(
+        "kafka.admin.ConfigCommand",
+        &[
+            "--bootstrap-server",
+            &dst,
+            "--entity-type",
+            "topics",
+            "--entity-name",
+            "free",
+            "--alter",
+            "--add-config",
+            "mirror.replication.throttled.replicas=[0:99]",
+        ],
+        Duration::from_secs(90),
+    );
+    assert!(
+        alter.status.success(),
+        "kafka-configs: {}{}",
+        alter.stdout,
+        alter.stderr
+    );
+    kmirror_tests::proc::wait_for(
+        Duration::from_secs(30),
+        "the unthrottled topic copied",
+        || (mirror::end_offsets(&dst, "free", 1)[0] == backlog).then_some(()),
+    );
+    let capped = mirror::end_offsets(&dst, "capped", 1)[0];
+    eprintln!(
+        "free copied {backlog} records in {:?} (with kafka-configs); capped at {capped}",
+        started.elapsed()
+    );
+    assert!(
+        capped < backlog * 8 / 10,
+        "the capped topic copied {capped} of {backlog} records as fast as the free one"
+    );
+    assert_eq!(
+        mirror::topic_configs(&dst, "free")
+            .get("mirror.replication.throttled.replicas")
+            .cloned()
+            .flatten()
+            .as_deref(),
+        Some("0:99")
+    );
+}

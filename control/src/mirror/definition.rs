@@ -224,14 +224,16 @@ pub struct ConfigExclude {
 impl ConfigExclude {
     /// From regexes (each must match the whole key). `mirror.name` is always excluded, even
     /// when an operator's list forgets it: syncing it would make the source's own mirror name
-    /// leak into ours. So is the switchover's write fence: copied, it would fence the
-    /// destination that is about to take the writes.
+    /// leak into ours. So are the destination's own keys (`LOCAL_TOPIC_CONFIGS`): the
+    /// switchover's write fence, copied, would fence the destination about to take the
+    /// writes.
     pub fn new(patterns: &[String]) -> Result<Self, MirrorError> {
         let mut patterns = compile_full(patterns)?;
-        patterns.extend(compile_full(&[
-            "mirror\\.name".to_owned(),
-            regex::escape(super::WRITE_FENCE_CONFIG),
-        ])?);
+        let always = std::iter::once(super::MIRROR_NAME_CONFIG)
+            .chain(super::LOCAL_TOPIC_CONFIGS)
+            .map(regex::escape)
+            .collect::<Vec<_>>();
+        patterns.extend(compile_full(&always)?);
         Ok(ConfigExclude { patterns })
     }
 
@@ -577,10 +579,9 @@ mod tests {
             ex.is_excluded("mirror.name"),
             "mirror.name is always excluded"
         );
-        assert!(
-            ex.is_excluded(super::super::WRITE_FENCE_CONFIG),
-            "a switchover's fence never reaches the destination"
-        );
+        for key in super::super::LOCAL_TOPIC_CONFIGS {
+            assert!(ex.is_excluded(key), "{key} belongs to the destination");
+        }
         let ex2 =
             ConfigExclude::from_setting(Some("min.insync.replicas,unclean.leader.election.enable"))
                 .unwrap();

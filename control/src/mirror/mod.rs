@@ -44,6 +44,15 @@ pub const MIRROR_NAME_CONFIG: &str = "mirror.name";
 /// mirror topic (the switchover lifts it once the topic follows the new primary).
 pub const WRITE_FENCE_CONFIG: &str = "mirror.write.fence";
 
+/// Topic config (seed 000) naming the partitions whose mirror traffic the broker-wide
+/// ceiling throttles on this cluster, in Kafka's `*` / `partition:broker,...` form.
+pub const THROTTLED_REPLICAS_CONFIG: &str = "mirror.replication.throttled.replicas";
+
+/// Topic configs that belong to the destination cluster: a mirror never copies them from
+/// its source, and a client may change them on a mirror topic (its other configs are the
+/// source's).
+pub const LOCAL_TOPIC_CONFIGS: [&str; 2] = [WRITE_FENCE_CONFIG, THROTTLED_REPLICAS_CONFIG];
+
 /// Errors of the mirror control plane. `net::keys::mirror_error_code` maps them to Kafka codes.
 #[non_exhaustive]
 #[derive(Debug, thiserror::Error)]

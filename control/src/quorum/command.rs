@@ -449,11 +449,11 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             }
         }
         C::AlterConfigs { name, ops } => {
-            // The switchover's write fence is the one key a client may change on a mirror
-            // topic (it is lifted once the topic follows the new primary).
+            // The destination's own keys (the switchover's write fence, the mirror throttle's
+            // replicas) are the ones a client may change on a mirror topic.
             if !ops
                 .iter()
-                .all(|op| op.key() == crate::mirror::WRITE_FENCE_CONFIG)
+                .all(|op| crate::mirror::LOCAL_TOPIC_CONFIGS.contains(&op.key()))
             {
                 refuse_mirror_topic(store, name)?;
             }

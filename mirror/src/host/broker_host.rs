@@ -287,6 +287,19 @@ impl BrokerHost {
         }
     }
 
+    /// Whether the broker-wide ceiling throttles `tp` here (its topic's
+    /// `mirror.replication.throttled.replicas`, with this node as the mirror follower).
+    pub(super) fn broker_throttles(&self, tp: &TopicPartition) -> bool {
+        let t = self.topic(&tp.topic);
+        crate::throttle::broker_throttles(
+            t.as_ref()
+                .and_then(|t| t.configs.get(crate::throttle::THROTTLED_REPLICAS))
+                .map(String::as_str),
+            tp.partition,
+            self.broker.node_id(),
+        )
+    }
+
     pub(super) fn fetch_task(
         &self,
         mirror: &MirrorDefinition,
@@ -315,6 +328,7 @@ impl BrokerHost {
             retry_backoff_max_ms: setting(RETRY_BACKOFF_MAX_MS),
             throttled_rate: mirror.setting_u64(THROTTLED_RATE, 0),
             priority: mirror.is_priority_topic(&tp.topic),
+            broker_throttled: self.broker_throttles(tp),
             fetch_max_bytes: setting(FETCH_MAX_BYTES),
             fetch_partition_max_bytes: setting(FETCH_PARTITION_MAX_BYTES),
             fetch_max_wait_ms: setting(FETCH_MAX_WAIT_MS),

@@ -111,6 +111,7 @@ impl Control {
                 e.state,
             ));
         }
+        let me = self.host.broker.node_id();
         let mut starts = Vec::new();
         let mut stops = Vec::new();
         let mut flags = Vec::new();
@@ -132,6 +133,16 @@ impl Control {
                     PartitionState::Preparing | PartitionState::Mirroring | PartitionState::Failed
                 ) && !self.blocked.contains_key(topic)
                     && self.host.leads(&meta, tp);
+                if running {
+                    let throttled = crate::throttle::broker_throttles(
+                        t.configs
+                            .get(crate::throttle::THROTTLED_REPLICAS)
+                            .map(String::as_str),
+                        tp.partition,
+                        me,
+                    );
+                    self.host.manager.set_broker_throttled(tp, throttled);
+                }
                 if wants && !running {
                     if let Some(def) = store.mirror(mirror) {
                         let lme = store.last_mirrored_epoch(tp).map(LeaderEpoch);
