@@ -123,80 +123,193 @@ fn assert_acked_at_their_offsets(
     }
 }
 
-/// Kmirror to kmirror, with a producer writing to the source throughout: the switchover
+/// Two kmirror nodes, A mirrored to B as "dr", with a Java and a librdkafka producer
+/// writing to A.
+struct Pair {
+    a: KmirrorNode,
+    b: KmirrorNode,
+    aa: String,
+    ba: String,
+    stop: std::path::PathBuf,
+    _dir: tempfile::TempDir,
+    writers: Vec<(&'static str, LineChild)>,
+}
+
+const TOPIC: &str = "orders";
+const PARTS: i32 = 3;
+
+fn pair_with_producers() -> Pair {
+    let (a, b) = std::thread::scope(|s| {
+        let a = s.spawn(KmirrorNode::start);
+        let b = s.spawn(KmirrorNode::start);
+        (a.join().expect("a"), b.join().expect("b"))
+    });
+    let (aa, ba) = (a.addr(), b.addr());
+    let mut c = WireClient::connect(&aa).expect("connect a");
+    assert_eq!(c.create_topic(TOPIC, PARTS, 1, &[]).expect("create"), 0);
+    drop(c);
+    mirror::create(&ba, "dr", &aa, mirror::FAST);
+    mirror::add_topics(&ba, "dr", &[TOPIC]);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stop = dir.path().join("stop");
+    let writers = vec![
+        ("java", producer(&aa, TOPIC, PARTS, 300, &stop)),
+        (
+            "librdkafka",
+            librdkafka_producer(&aa, TOPIC, PARTS, 200, &stop),
+        ),
+    ];
+    // Both producers writing (the JVM's start can take seconds), records mirrored.
+    proc::wait_for(
+        Duration::from_secs(90),
+        "both producers acknowledged and records mirrored from every partition",
+        || {
+            (writers.iter().all(|(_, w)| w.count("ACK ") >= 30)
+                && mirror::bounds(&ba, TOPIC, PARTS).is_ok_and(|b| b.iter().all(|(_, e)| *e > 50)))
+            .then_some(())
+        },
+    );
+    Pair {
+        a,
+        b,
+        aa,
+        ba,
+        stop,
+        _dir: dir,
+        writers,
+    }
+}
+
+/// After a finished switchover: A follows B (read-only, fence lifted); the producers
+/// stopped, none surfaced the fence (retried), none had a record acknowledged at or past
+/// where A was fenced (`fenced_at`); B takes new writes and A copies them; every
+/// acknowledged record is on both at its offset, log-equal, nothing truncated. Returns the
+/// number of acknowledged records.
+fn judge(pair: Pair, fenced_at: &[i64]) -> usize {
+    let Pair {
+        aa,
+        ba,
+        stop,
+        writers,
+        ..
+    } = pair;
+    assert!(!mirror::topic_configs(&aa, TOPIC).contains_key(FENCE));
+    assert_eq!(produce_code(&aa, TOPIC, 2), READ_ONLY_TOPIC);
+    std::fs::write(&stop, b"").expect("stop file");
+    let mut acks = BTreeMap::new();
+    for (client, writer) in writers {
+        let (_, lines) = writer.wait(Duration::from_secs(200));
+        let (mine, errors) = acked(&lines);
+        let classes: std::collections::BTreeSet<&str> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("ERR ")?.split(' ').nth(2))
+            .collect();
+        eprintln!(
+            "{client}: {} acknowledged, {errors} failed ({classes:?})",
+            mine.len()
+        );
+        assert!(mine.len() >= 30, "{client} acknowledged {}", mine.len());
+        // The fence is retried, never surfaced: the failures are the read-only topic's.
+        assert!(
+            !classes.contains("NotEnoughReplicasException")
+                && !classes.contains("NOT_ENOUGH_REPLICAS"),
+            "{client} surfaced the fence instead of retrying: {classes:?}"
+        );
+        let before = acks.len();
+        acks.extend(mine.iter().map(|(k, v)| (*k, *v)));
+        assert_eq!(
+            acks.len(),
+            before + mine.len(),
+            "two records acknowledged at one offset"
+        );
+    }
+    for p in 0..PARTS {
+        let hi = acks
+            .range((p, i64::MIN)..=(p, i64::MAX))
+            .map(|((_, o), _)| *o)
+            .max()
+            .unwrap_or(-1);
+        assert!(
+            hi < fenced_at[p as usize],
+            "{TOPIC}-{p}: acked at {hi}, at or after the fence at {}",
+            fenced_at[p as usize]
+        );
+    }
+
+    // The new primary takes writes; the old source copies them at the same offsets.
+    let more = proc::run(
+        java::program("SeqProducer").args([ba.as_str(), TOPIC, &PARTS.to_string(), "600"]),
+        Duration::from_secs(120),
+    );
+    assert_eq!(
+        more.stdout
+            .lines()
+            .filter(|l| l.starts_with("ACK "))
+            .count(),
+        600
+    );
+    let ends = mirror::wait_caught_up(&ba, &aa, TOPIC, PARTS, false, Duration::from_secs(60));
+    let reports = mirror::assert_log_equal(&ba, &aa, TOPIC, &ends);
+    assert!(reports.iter().all(|r| r.log_start == 0), "{reports:?}");
+    assert_acked_at_their_offsets(&aa, TOPIC, PARTS, &acks);
+    assert_acked_at_their_offsets(&ba, TOPIC, PARTS, &acks);
+    let rows = mirror::describe(&aa, Some("dr"));
+    assert!(
+        rows.len() == PARTS as usize && rows.iter().all(|r| r.state == "MIRRORING"),
+        "{rows:?}"
+    );
+    acks.len()
+}
+
+/// Kmirror to kmirror with producers writing to the source throughout: the switchover
 /// stops after each step and resumes (the source killed and restarted while fenced, the
 /// destination after the failover); producers are fenced with a retriable error, then the
 /// destination takes writes and the old source follows it with nothing truncated.
 #[test]
 fn switchover_between_kmirrors_resumes_after_each_step_and_loses_no_acknowledged_record() {
     let _heavy = kmirror_tests::heavy_test_lock();
-    let (mut a, mut b) = std::thread::scope(|s| {
-        let a = s.spawn(KmirrorNode::start);
-        let b = s.spawn(KmirrorNode::start);
-        (a.join().expect("a"), b.join().expect("b"))
-    });
-    let (aa, ba) = (a.addr(), b.addr());
-    let (topic, parts) = ("orders", 3);
-    let mut c = WireClient::connect(&aa).expect("connect a");
-    assert_eq!(c.create_topic(topic, parts, 1, &[]).expect("create"), 0);
-    drop(c);
-    mirror::create(&ba, "dr", &aa, mirror::FAST);
-    mirror::add_topics(&ba, "dr", &[topic]);
+    let mut pair = pair_with_producers();
+    let (aa, ba) = (pair.aa.clone(), pair.ba.clone());
 
-    let dir = tempfile::tempdir().expect("temp dir");
-    let stop = dir.path().join("stop");
-    let writer = producer(&aa, topic, parts, 300, &stop);
-    let rd_writer = librdkafka_producer(&aa, topic, parts, 200, &stop);
-    proc::wait_for(
-        Duration::from_secs(60),
-        "records mirrored from every partition",
-        || {
-            mirror::bounds(&ba, topic, parts)
-                .ok()
-                .filter(|b| b.iter().all(|(_, e)| *e > 50))
-                .map(|_| ())
-        },
-    );
-
-    // 1. Fenced: the producer's writes are refused with a retriable code, A stops growing.
+    // 1. Fenced: the producers' writes are refused with a retriable code, A stops growing.
     switchover_until(&ba, "fenced");
     assert_eq!(
-        mirror::topic_configs(&aa, topic).get(FENCE),
+        mirror::topic_configs(&aa, TOPIC).get(FENCE),
         Some(&Some("dr".to_owned()))
     );
-    assert_eq!(produce_code(&aa, topic, 0), NOT_ENOUGH_REPLICAS);
-    let fenced_at = mirror::end_offsets(&aa, topic, parts);
+    assert_eq!(produce_code(&aa, TOPIC, 0), NOT_ENOUGH_REPLICAS);
+    let fenced_at = mirror::end_offsets(&aa, TOPIC, PARTS);
     std::thread::sleep(Duration::from_millis(1500));
     assert_eq!(
-        mirror::end_offsets(&aa, topic, parts),
+        mirror::end_offsets(&aa, TOPIC, PARTS),
         fenced_at,
         "A grew while fenced"
     );
     // The source crashes while fenced: the fence is durable.
-    a.kill_now();
-    a.start_again();
-    assert_eq!(produce_code(&aa, topic, 1), NOT_ENOUGH_REPLICAS);
+    pair.a.kill_now();
+    pair.a.start_again();
+    assert_eq!(produce_code(&aa, TOPIC, 1), NOT_ENOUGH_REPLICAS);
 
     // 2. Failed over once B holds everything A had: B's log is A's plus its failover marker.
     switchover_until(&ba, "failed-over");
     assert!(mirror::describe(&ba, Some("dr"))
         .iter()
         .all(|r| r.state == "STOPPED"));
-    let b_ends = mirror::end_offsets(&ba, topic, parts);
-    for p in 0..parts as usize {
+    let b_ends = mirror::end_offsets(&ba, TOPIC, PARTS);
+    for p in 0..PARTS as usize {
         assert_eq!(
             b_ends[p],
             fenced_at[p] + 1,
-            "{topic}-{p}: B's end vs A's fenced end"
+            "{TOPIC}-{p}: B's end vs A's fenced end"
         );
     }
     assert!(
-        !mirror::topic_configs(&ba, topic).contains_key(FENCE),
+        !mirror::topic_configs(&ba, TOPIC).contains_key(FENCE),
         "the fence reached the destination"
     );
     // The destination crashes after the failover.
-    b.kill_now();
-    b.start_again();
+    pair.b.kill_now();
+    pair.b.start_again();
 
     // 3. The reverse mirror created, then the topics added; then the whole command again.
     switchover_until(&ba, "reverse-created");
@@ -218,92 +331,46 @@ fn switchover_between_kmirrors_resumes_after_each_step_and_loses_no_acknowledged
         again.stdout,
         again.stderr
     );
+    judge(pair, &fenced_at);
+}
 
-    // A follows B: read-only with the mirror's error, fence lifted, nothing truncated.
-    assert!(!mirror::topic_configs(&aa, topic).contains_key(FENCE));
-    assert_eq!(produce_code(&aa, topic, 2), READ_ONLY_TOPIC);
-    std::fs::write(&stop, b"").expect("stop file");
-    let (_, rd_lines) = rd_writer.wait(Duration::from_secs(200));
-    let (rd_acks, rd_errors) = acked(&rd_lines);
-    let rd_classes: std::collections::BTreeSet<&str> = rd_lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("ERR ")?.split(' ').nth(2))
-        .collect();
-    eprintln!(
-        "librdkafka: {} acknowledged, {rd_errors} failed ({rd_classes:?})",
-        rd_acks.len()
-    );
+/// The same in one run, timed: how long producers wait on the fence is the switchover's
+/// duration.
+#[test]
+fn switchover_between_kmirrors_in_one_run_with_producers_writing() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let pair = pair_with_producers();
+    let started = std::time::Instant::now();
+    let done = switchover(&pair.ba, &["dr", "--all"], None);
+    let took = started.elapsed();
     assert!(
-        rd_acks.len() > 50,
-        "librdkafka acknowledged {}",
-        rd_acks.len()
+        done.status.success(),
+        "switchover failed:\n{}{}",
+        done.stdout,
+        done.stderr
     );
-    assert!(
-        !rd_classes.contains("NOT_ENOUGH_REPLICAS"),
-        "librdkafka surfaced the fence instead of retrying: {rd_classes:?}"
-    );
-    let (_, lines) = writer.wait(Duration::from_secs(200));
-    let (mut acks, errors) = acked(&lines);
-    assert!(
-        acks.len() > 100,
-        "too few acknowledged records: {}",
-        acks.len()
-    );
-    let classes: std::collections::BTreeSet<&str> = lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("ERR ")?.split(' ').nth(2))
-        .collect();
-    eprintln!(
-        "producer: {} acknowledged, {errors} failed ({classes:?})",
-        acks.len()
-    );
-    // The fence is retried, never surfaced: the failures are the read-only mirror topic's.
-    assert!(
-        !classes.contains("NotEnoughReplicasException"),
-        "a fenced write failed instead of being retried: {classes:?}"
-    );
-    // Both producers' acknowledged records, checked together below.
-    let java_acks = acks.len();
-    let rd_count = rd_acks.len();
-    acks.extend(rd_acks);
-    assert_eq!(
-        acks.len(),
-        java_acks + rd_count,
-        "two records acknowledged at one offset"
-    );
-    for p in 0..parts {
-        let hi = acks
-            .range((p, i64::MIN)..=(p, i64::MAX))
-            .map(|((_, o), _)| *o)
-            .max()
-            .unwrap_or(-1);
-        assert!(
-            hi < fenced_at[p as usize],
-            "{topic}-{p}: acked at {hi} after the fence"
-        );
+    // "failed over: orders (log ends: 0@55, 1@55, 2@54)": where A was fenced.
+    let line = done
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("failed over: "))
+        .expect("a failed-over line");
+    let mut fenced_at = vec![-1; PARTS as usize];
+    for item in line
+        .split("log ends: ")
+        .nth(1)
+        .expect("log ends")
+        .trim_end_matches(')')
+        .split(", ")
+    {
+        let (p, o) = item.split_once('@').expect("p@offset");
+        fenced_at[p.parse::<usize>().expect("partition")] = o.parse().expect("offset");
     }
-
-    // The new primary takes writes; the old source copies them at the same offsets.
-    let more = proc::run(
-        java::program("SeqProducer").args([ba.as_str(), topic, &parts.to_string(), "600"]),
-        Duration::from_secs(120),
-    );
-    assert_eq!(
-        more.stdout
-            .lines()
-            .filter(|l| l.starts_with("ACK "))
-            .count(),
-        600
-    );
-    let ends = mirror::wait_caught_up(&ba, &aa, topic, parts, false, Duration::from_secs(60));
-    let reports = mirror::assert_log_equal(&ba, &aa, topic, &ends);
-    assert!(reports.iter().all(|r| r.log_start == 0), "{reports:?}");
-    assert_acked_at_their_offsets(&aa, topic, parts, &acks);
-    assert_acked_at_their_offsets(&ba, topic, parts, &acks);
-    let rows = mirror::describe(&aa, Some("dr"));
-    assert!(
-        rows.len() == parts as usize && rows.iter().all(|r| r.state == "MIRRORING"),
-        "{rows:?}"
+    let acked = judge(pair, &fenced_at);
+    eprintln!(
+        "switchover in one run: {} ms, with a Java and a librdkafka producer writing; \
+         {acked} records acknowledged, 0 lost",
+        took.as_millis()
     );
 }
 
