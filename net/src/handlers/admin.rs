@@ -31,8 +31,27 @@ pub(crate) async fn create_topics(
     // CREATE on the cluster covers every topic; otherwise CREATE on each topic.
     let cluster_create = access.allows_cluster(table::CREATE_CLUSTER);
     let mut results = Vec::with_capacity(req.topics.len());
+    // A name given twice is refused, once, and created neither time (Kafka's controller).
+    let mut seen = std::collections::HashMap::new();
+    for t in &req.topics {
+        *seen.entry(t.name.to_string()).or_insert(0) += 1;
+    }
+    let duplicates: BTreeMap<String, usize> = seen.into_iter().filter(|(_, n)| *n > 1).collect();
+    for name in duplicates.keys() {
+        results.push(
+            CreatableTopicResult::default()
+                .with_name(topic_name(name))
+                .with_error_code(E::InvalidRequest.code())
+                .with_error_message(Some(s("Duplicate topic name.")))
+                .with_num_partitions(-1)
+                .with_replication_factor(-1),
+        );
+    }
     for t in req.topics {
         let name = t.name.to_string();
+        if duplicates.contains_key(&name) {
+            continue;
+        }
         let r: Result<_, ItemError> = async {
             if !cluster_create {
                 access
@@ -84,6 +103,7 @@ pub(crate) async fn create_topics(
             Ok(meta) if !access.allows(table::DESCRIBE_CONFIGS_TOPIC, &name) => {
                 CreatableTopicResult::default()
                     .with_name(topic_name(&name))
+                    .with_error_message(None)
                     .with_topic_id(meta.id)
                     .with_num_partitions(meta.partition_count())
                     .with_replication_factor(replication_factor(&meta))
@@ -103,6 +123,7 @@ pub(crate) async fn create_topics(
                     .collect();
                 CreatableTopicResult::default()
                     .with_name(topic_name(&name))
+                    .with_error_message(None)
                     .with_topic_id(meta.id)
                     .with_num_partitions(meta.partition_count())
                     .with_replication_factor(replication_factor(&meta))

@@ -58,7 +58,17 @@ pub(crate) async fn metadata(
                                 .with_topic_authorized_operations(NO_AUTHORIZED_OPS),
                         ),
                         Ok(allow_create) => {
+                            let existed = ctx.meta().described(name.as_str()).is_some();
                             match ctx.topic_or_create(name.as_str(), allow_create).await {
+                                // Auto-created by this request: Kafka's answer is that it
+                                // does not exist yet (its creation is asynchronous there);
+                                // clients ask again and find it.
+                                Ok(t) if !existed && !t.internal => topics.push(
+                                    MetadataResponseTopic::default()
+                                        .with_error_code(E::UnknownTopicOrPartition.code())
+                                        .with_name(Some(name))
+                                        .with_topic_authorized_operations(NO_AUTHORIZED_OPS),
+                                ),
                                 Ok(t) => topics.push(topic_entry(
                                     ctx,
                                     access,

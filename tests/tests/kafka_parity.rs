@@ -1,0 +1,138 @@
+//! Issue 23, the findings of Kafka 4.1 clients: each scenario runs on Apache Kafka 4.1.1 and
+//! on kmirror over the wire, and the outcomes a client acts on (error codes, what exists
+//! afterwards) must be the same.
+
+use std::time::{Duration, Instant};
+
+use kafka_protocol::messages::create_topics_request::CreatableTopic;
+use kafka_protocol::messages::delete_topics_request::DeleteTopicState;
+use kafka_protocol::messages::metadata_request::MetadataRequestTopic;
+use kafka_protocol::messages::{
+    CreateTopicsRequest, DeleteTopicsRequest, MetadataRequest, TopicName,
+};
+use kafka_protocol::protocol::StrBytes;
+use kmirror_tests::kafka::KafkaOptions;
+use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_owned()))
+}
+
+fn exists(boot: &str, topic: &str) -> bool {
+    let mut c = WireClient::connect(boot).expect("connect");
+    let md = c.metadata(Some(&[topic])).expect("metadata");
+    md.topics[0].error_code == 0
+}
+
+fn wait_exists(boot: &str, topic: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        if exists(boot, topic) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    false
+}
+
+/// CreateTopics naming one topic twice (and another once): per name, the error code and
+/// message; then whether each exists.
+fn duplicate_create(boot: &str) -> Vec<String> {
+    let mut c = WireClient::connect(boot).expect("connect");
+    let topic = |n: &str| {
+        CreatableTopic::default()
+            .with_name(name(n))
+            .with_num_partitions(1)
+            .with_replication_factor(1)
+    };
+    let resp = c
+        .send(
+            CreateTopicsRequest::default()
+                .with_topics(vec![topic("twice"), topic("once"), topic("twice")])
+                .with_timeout_ms(30_000),
+        )
+        .expect("CreateTopics");
+    let mut out: Vec<String> = resp
+        .topics
+        .iter()
+        .map(|t| {
+            format!(
+                "{} {} {:?}",
+                t.name.0,
+                t.error_code,
+                t.error_message.as_ref().map(|m| m.to_string())
+            )
+        })
+        .collect();
+    out.sort();
+    wait_exists(boot, "once");
+    out.push(format!("twice exists: {}", exists(boot, "twice")));
+    out.push(format!("once exists: {}", exists(boot, "once")));
+    out
+}
+
+/// Metadata with auto-creation allowed: the first answer for a new name and for a name just
+/// deleted, then whether each exists shortly after.
+fn metadata_auto_create(boot: &str) -> Vec<String> {
+    let mut c = WireClient::connect(boot).expect("connect");
+    let auto = |c: &mut WireClient, topic: &str| {
+        let md = c
+            .send(
+                MetadataRequest::default()
+                    .with_topics(Some(vec![
+                        MetadataRequestTopic::default().with_name(Some(name(topic)))
+                    ]))
+                    .with_allow_auto_topic_creation(true),
+            )
+            .expect("metadata");
+        let t = &md.topics[0];
+        format!(
+            "{topic}: code {} partitions {}",
+            t.error_code,
+            t.partitions.len()
+        )
+    };
+    let mut out = vec![auto(&mut c, "fresh")];
+    out.push(format!("fresh created: {}", wait_exists(boot, "fresh")));
+
+    assert_eq!(c.create_topic("gone", 1, 1, &[]).expect("create"), 0);
+    let del = c
+        .send(
+            DeleteTopicsRequest::default()
+                .with_topics(vec![
+                    DeleteTopicState::default().with_name(Some(name("gone")))
+                ])
+                .with_topic_names(vec![name("gone")])
+                .with_timeout_ms(30_000),
+        )
+        .expect("DeleteTopics");
+    out.push(format!("delete: {}", del.responses[0].error_code));
+    out.push(auto(&mut c, "gone"));
+    out.push(format!("gone created again: {}", wait_exists(boot, "gone")));
+    out
+}
+
+fn scenarios(boot: &str) -> Vec<String> {
+    let mut out = duplicate_create(boot);
+    out.extend(metadata_auto_create(boot));
+    out
+}
+
+#[test]
+fn create_topics_duplicates_and_metadata_auto_creation_answer_as_apache_kafka() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let kafka = KafkaCluster::start_with(KafkaOptions {
+        props: vec![("auto.create.topics.enable".into(), "true".into())],
+        ..Default::default()
+    });
+    let on_kafka = scenarios(&kafka.bootstrap());
+    drop(kafka);
+    let node = KmirrorNode::start();
+    let on_kmirror = scenarios(&node.addr());
+    eprintln!(
+        "Kafka:\n{}\nkmirror:\n{}",
+        on_kafka.join("\n"),
+        on_kmirror.join("\n")
+    );
+    assert_eq!(on_kmirror, on_kafka);
+}
