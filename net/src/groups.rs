@@ -471,8 +471,10 @@ fn nowhere() -> Arc<dyn Committer> {
     Arc::new(Nowhere)
 }
 
-/// The topics consumer groups may subscribe to: every non-internal topic, by name. Cached per
-/// thread by metadata version, so heartbeats do not rebuild it while topics stay the same.
+/// The topics consumer groups may subscribe to: every topic, by name, the internal ones too
+/// (Kafka's coordinator resolves a KIP-848 regex over all topics; a classic client leaves
+/// internal topics out itself with `exclude.internal.topics`). Cached per thread by metadata
+/// version, so heartbeats do not rebuild it while topics stay the same.
 pub fn topic_view(meta: &kmirror_control::metadata::ClusterMetadata) -> Arc<TopicView> {
     thread_local! {
         static CACHE: std::cell::RefCell<Option<(String, u64, Arc<TopicView>)>> =
@@ -488,7 +490,6 @@ pub fn topic_view(meta: &kmirror_control::metadata::ClusterMetadata) -> Arc<Topi
         let view: Arc<TopicView> = Arc::new(
             meta.topics
                 .values()
-                .filter(|t| !t.internal)
                 .map(|t| (t.name.clone(), (t.id, t.partition_count())))
                 .collect(),
         );

@@ -12,7 +12,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::kafka::KafkaOptions;
-use kmirror_tests::{KafkaCluster, KmirrorNode, WireClient};
+use kmirror_tests::{proc, python, KafkaCluster, KmirrorNode, WireClient};
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_owned()))
@@ -112,14 +112,39 @@ fn metadata_auto_create(boot: &str) -> Vec<String> {
     out
 }
 
+/// A KIP-848 member (librdkafka, group.protocol=consumer) whose regex matches
+/// `__consumer_offsets`: the topics it is assigned (the broker resolves the regex).
+fn consumer_protocol_regex_on_internal_topic(boot: &str) -> Vec<String> {
+    let mut c = WireClient::connect(boot).expect("connect");
+    assert_eq!(c.create_topic("data-r", 1, 1, &[]).expect("create"), 0);
+    // A committed offset: the offsets topic exists from here on (on Kafka too).
+    kmirror_tests::helpers::commit_offset(boot, "warm", "data-r", 0);
+    let ran = proc::run_ok(
+        python::script("regex_consumer.py").args([
+            boot,
+            "kip848-regex",
+            "^__consumer_off.*",
+            "1",
+            "group.protocol=consumer",
+        ]),
+        Duration::from_secs(120),
+    );
+    ran.stdout
+        .lines()
+        .filter(|l| l.starts_with("A ") || l.starts_with("X "))
+        .map(|l| format!("regex member: {l}"))
+        .collect()
+}
+
 fn scenarios(boot: &str) -> Vec<String> {
     let mut out = duplicate_create(boot);
     out.extend(metadata_auto_create(boot));
+    out.extend(consumer_protocol_regex_on_internal_topic(boot));
     out
 }
 
 #[test]
-fn create_topics_duplicates_and_metadata_auto_creation_answer_as_apache_kafka() {
+fn create_topics_duplicates_metadata_auto_creation_and_internal_regex_answer_as_apache_kafka() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::start_with(KafkaOptions {
         props: vec![("auto.create.topics.enable".into(), "true".into())],
