@@ -69,6 +69,7 @@ pub mod table {
     /// DescribeTopicPartitions (as Metadata).
     pub const DESCRIBE_TOPIC_PARTITIONS: Need = need(TOPIC, DESCRIBE);
     pub const DESCRIBE_LOG_DIRS: Need = need(CLUSTER, DESCRIBE);
+    pub const ALTER_LOG_DIRS: Need = need(CLUSTER, ALTER);
     pub const DESCRIBE_PRODUCERS: Need = need(TOPIC, READ);
     /// DescribeTransactions per id; ListTransactions lists only the ids allowed this.
     pub const DESCRIBE_TXN: Need = need(TRANSACTIONAL_ID, DESCRIBE);

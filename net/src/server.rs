@@ -712,6 +712,12 @@ async fn dispatch(
         RequestKind::DescribeLogDirs(r) => ResponseKind::DescribeLogDirs(
             handlers::describe::describe_log_dirs(ctx, access, v, r).await,
         ),
+        RequestKind::AlterReplicaLogDirs(r) => ResponseKind::AlterReplicaLogDirs(
+            handlers::describe::alter_replica_log_dirs(ctx, access, r).await,
+        ),
+        RequestKind::ListConfigResources(r) => ResponseKind::ListConfigResources(
+            handlers::configs::list_config_resources(ctx, access, v, r),
+        ),
         RequestKind::DescribeProducers(r) => ResponseKind::DescribeProducers(
             handlers::describe::describe_producers(ctx, access, r).await,
         ),

@@ -57,6 +57,8 @@ served! {
     AlterClientQuotas => AlterClientQuotasRequest,
     DescribeTopicPartitions => DescribeTopicPartitionsRequest,
     DescribeLogDirs => DescribeLogDirsRequest,
+    AlterReplicaLogDirs => AlterReplicaLogDirsRequest,
+    ListConfigResources => ListConfigResourcesRequest,
     DescribeProducers => DescribeProducersRequest,
     DescribeTransactions => DescribeTransactionsRequest,
     ListTransactions => ListTransactionsRequest,

@@ -117,6 +117,8 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::RemoveRaftVoter,
     ApiKey::UnregisterBroker,
     ApiKey::WriteTxnMarkers,
+    ApiKey::AlterReplicaLogDirs,
+    ApiKey::ListConfigResources,
 ];
 
 /// The fixed topic every read cell looks at: three one-record batches at `TS0`, `TS0+1000`,
@@ -354,6 +356,8 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::VERSIONS,
         ApiKey::DescribeTopicPartitions => DescribeTopicPartitionsRequest::VERSIONS,
         ApiKey::DescribeLogDirs => DescribeLogDirsRequest::VERSIONS,
+        ApiKey::AlterReplicaLogDirs => AlterReplicaLogDirsRequest::VERSIONS,
+        ApiKey::ListConfigResources => ListConfigResourcesRequest::VERSIONS,
         ApiKey::DescribeProducers => DescribeProducersRequest::VERSIONS,
         ApiKey::DescribeTransactions => DescribeTransactionsRequest::VERSIONS,
         ApiKey::ListTransactions => ListTransactionsRequest::VERSIONS,
@@ -461,6 +465,8 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::ConsumerGroupDescribe => consumer_group_describe(c, v),
         ApiKey::DescribeTopicPartitions => describe_topic_partitions(c, v),
         ApiKey::DescribeLogDirs => describe_log_dirs(c, v),
+        ApiKey::AlterReplicaLogDirs => alter_replica_log_dirs(c, v),
+        ApiKey::ListConfigResources => list_config_resources(c, v),
         ApiKey::DescribeProducers => describe_producers(c, v),
         ApiKey::DescribeTransactions => describe_transactions(c, v),
         ApiKey::ListTransactions => list_transactions(c, v),
@@ -1840,6 +1846,57 @@ fn describe_log_dirs(c: &mut Conn, v: i16) -> R<()> {
     check(dir.topics.iter().any(|t| t.name.as_str() == TOPIC), || {
         format!("topics {:?}", dir.topics)
     })
+}
+
+/// Moving the fixed topic's replica into the directory it is in: done (NONE); another
+/// path: LOG_DIR_NOT_FOUND.
+fn alter_replica_log_dirs(c: &mut Conn, v: i16) -> R<()> {
+    use alter_replica_log_dirs_request::{AlterReplicaLogDir, AlterReplicaLogDirTopic};
+    let dirs = c.send(&DescribeLogDirsRequest::default().with_topics(None), 1)?;
+    let dir = dirs.results.first().ok_or("no log dir")?.log_dir.clone();
+    for (path, want) in [(dir, 0i16), (s("/no/such/dir"), 57)] {
+        let r = c.send(
+            &AlterReplicaLogDirsRequest::default().with_dirs(vec![AlterReplicaLogDir::default()
+                .with_path(path.clone())
+                .with_topics(vec![AlterReplicaLogDirTopic::default()
+                    .with_name(tn(TOPIC))
+                    .with_partitions(vec![0])])]),
+            v,
+        )?;
+        let got = r
+            .results
+            .first()
+            .and_then(|t| t.partitions.first())
+            .map(|p| p.error_code)
+            .ok_or("no partition result")?;
+        check(got == want, || {
+            format!("{path}: error {got}, expected {want}")
+        })?;
+    }
+    Ok(())
+}
+
+/// v0 (client metrics only): none; v1 asking for topics lists the fixed topic.
+fn list_config_resources(c: &mut Conn, v: i16) -> R<()> {
+    let req = if v == 0 {
+        ListConfigResourcesRequest::default()
+    } else {
+        ListConfigResourcesRequest::default().with_resource_types(vec![2])
+    };
+    let r = c.send(&req, v)?;
+    code("ListConfigResources", r.error_code)?;
+    let names: Vec<&str> = r
+        .config_resources
+        .iter()
+        .map(|x| x.resource_name.as_str())
+        .collect();
+    if v == 0 {
+        check(names.is_empty(), || {
+            format!("client metrics resources {names:?}")
+        })
+    } else {
+        check(names.contains(&TOPIC), || format!("topics {names:?}"))
+    }
 }
 
 fn describe_producers(c: &mut Conn, v: i16) -> R<()> {

@@ -1,6 +1,8 @@
 //! Issue 23, the findings of Kafka 4.1 clients: each scenario runs on Apache Kafka 4.1.1 and
 //! on kmirror over the wire, and the outcomes a client acts on (error codes, what exists
-//! afterwards) must be the same.
+//! afterwards, which topics a member is assigned) must be the same: CreateTopics naming a
+//! topic twice, Metadata auto-creation (also right after DeleteTopics), a KIP-848 regex
+//! matching `__consumer_offsets` (librdkafka), ListConfigResources and AlterReplicaLogDirs.
 
 use std::time::{Duration, Instant};
 
@@ -136,15 +138,91 @@ fn consumer_protocol_regex_on_internal_topic(boot: &str) -> Vec<String> {
         .collect()
 }
 
+/// ListConfigResources at each type (and an unknown one), AlterReplicaLogDirs into the
+/// broker's directory and elsewhere: codes and (type, name) lists.
+fn config_resources_and_log_dirs(boot: &str) -> Vec<String> {
+    use kafka_protocol::messages::alter_replica_log_dirs_request::{
+        AlterReplicaLogDir, AlterReplicaLogDirTopic,
+    };
+    use kafka_protocol::messages::{
+        AlterReplicaLogDirsRequest, DescribeLogDirsRequest, ListConfigResourcesRequest,
+    };
+    let mut c = WireClient::connect(boot).expect("connect");
+    let mut out = Vec::new();
+    for (v, types) in [
+        (0, vec![]),
+        (1, vec![]),
+        (1, vec![2i8]),
+        (1, vec![4]),
+        (1, vec![8]),
+        (1, vec![16]),
+        (1, vec![32]),
+        (1, vec![99]),
+    ] {
+        let r = c
+            .send_at(
+                ListConfigResourcesRequest::default().with_resource_types(types.clone()),
+                v,
+            )
+            .expect("ListConfigResources");
+        let mut names: Vec<String> = r
+            .config_resources
+            .iter()
+            .map(|x| format!("{}:{}", x.resource_type, x.resource_name))
+            .collect();
+        names.sort();
+        out.push(format!(
+            "ListConfigResources v{v} {types:?}: {} {names:?}",
+            r.error_code
+        ));
+    }
+    let dir = c
+        .send(DescribeLogDirsRequest::default().with_topics(None))
+        .expect("DescribeLogDirs")
+        .results[0]
+        .log_dir
+        .clone();
+    for (what, path) in [
+        ("its dir", dir),
+        ("elsewhere", StrBytes::from_static_str("/no/such")),
+    ] {
+        let r = c
+            .send(AlterReplicaLogDirsRequest::default().with_dirs(vec![
+                AlterReplicaLogDir::default().with_path(path).with_topics(vec![
+                    AlterReplicaLogDirTopic::default()
+                        .with_name(name("data-r"))
+                        .with_partitions(vec![0, 7]),
+                    AlterReplicaLogDirTopic::default()
+                        .with_name(name("nope"))
+                        .with_partitions(vec![0]),
+                ]),
+            ]))
+            .expect("AlterReplicaLogDirs");
+        let mut codes: Vec<String> = r
+            .results
+            .iter()
+            .flat_map(|t| {
+                t.partitions.iter().map(move |p| {
+                    format!("{}-{}={}", t.topic_name.0, p.partition_index, p.error_code)
+                })
+            })
+            .collect();
+        codes.sort();
+        out.push(format!("AlterReplicaLogDirs {what}: {codes:?}"));
+    }
+    out
+}
+
 fn scenarios(boot: &str) -> Vec<String> {
     let mut out = duplicate_create(boot);
     out.extend(metadata_auto_create(boot));
     out.extend(consumer_protocol_regex_on_internal_topic(boot));
+    out.extend(config_resources_and_log_dirs(boot));
     out
 }
 
 #[test]
-fn create_topics_duplicates_metadata_auto_creation_and_internal_regex_answer_as_apache_kafka() {
+fn admin_and_group_findings_of_kafka_4_1_clients_answer_as_apache_kafka() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let kafka = KafkaCluster::start_with(KafkaOptions {
         props: vec![("auto.create.topics.enable".into(), "true".into())],

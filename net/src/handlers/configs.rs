@@ -10,7 +10,7 @@ use kafka_protocol::messages::describe_configs_response::*;
 use kafka_protocol::messages::{
     alter_configs_response, incremental_alter_configs_response, AlterConfigsRequest,
     AlterConfigsResponse, DescribeConfigsRequest, IncrementalAlterConfigsRequest,
-    IncrementalAlterConfigsResponse,
+    IncrementalAlterConfigsResponse, ListConfigResourcesRequest, ListConfigResourcesResponse,
 };
 use kafka_protocol::ResponseError as E;
 use kmirror_control::metadata::{topic_config, ConfigOp, TopicMeta};
@@ -436,4 +436,59 @@ pub(crate) async fn incremental_alter_configs(
         out.push(item);
     }
     IncrementalAlterConfigsResponse::default().with_responses(out)
+}
+
+/// ListConfigResources: v0 (ListClientMetricsResources) lists client-metrics resources, of
+/// which kmirror has none; v1 lists the resources of the asked types (all supported types
+/// when none is asked): every topic, this cluster's brokers and their loggers, and groups
+/// with configs (kmirror stores none). An unsupported type is UNSUPPORTED_VERSION, as Kafka
+/// answers.
+pub(crate) fn list_config_resources(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    version: i16,
+    req: ListConfigResourcesRequest,
+) -> ListConfigResourcesResponse {
+    use kafka_protocol::messages::list_config_resources_response::ConfigResource;
+    const CLIENT_METRICS: i8 = 16;
+    let resp = ListConfigResourcesResponse::default();
+    if let Err(code) = access.check_cluster(table::DESCRIBE_CONFIGS_CLUSTER) {
+        return resp.with_error_code(code);
+    }
+    let all = [TOPIC, BROKER, BROKER_LOGGER, CLIENT_METRICS, GROUP];
+    let types: Vec<i8> = if version == 0 {
+        vec![CLIENT_METRICS]
+    } else if req.resource_types.is_empty() {
+        all.to_vec()
+    } else {
+        req.resource_types.clone()
+    };
+    if types.iter().any(|t| !all.contains(t)) {
+        return resp.with_error_code(E::UnsupportedVersion.code());
+    }
+    let meta = ctx.meta();
+    let mut out = Vec::new();
+    let mut push = |ty: i8, name: String| {
+        out.push(
+            ConfigResource::default()
+                .with_resource_type(ty)
+                .with_resource_name(s(&name)),
+        )
+    };
+    for ty in types {
+        match ty {
+            TOPIC => meta
+                .described_topics()
+                .for_each(|t| push(TOPIC, t.name.clone())),
+            BROKER | BROKER_LOGGER => {
+                let mut ids: Vec<i32> = meta.brokers.keys().copied().collect();
+                if ids.is_empty() {
+                    ids.push(ctx.node_id());
+                }
+                ids.into_iter().for_each(|id| push(ty, id.to_string()));
+            }
+            _ => {}
+        }
+    }
+    resp.with_config_resources(out)
 }

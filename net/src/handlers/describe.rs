@@ -230,13 +230,10 @@ pub(crate) async fn describe_log_dirs(
             );
         }
     }
-    let dir = ctx.config().data_dir.clone();
-    let (log_dir, space) = glommio::executor()
-        .spawn_blocking(move || {
-            let abs = std::fs::canonicalize(&dir).unwrap_or(dir);
-            let space = disk_space(&abs);
-            (abs.display().to_string(), space)
-        })
+    let log_dir = log_dir(ctx).await;
+    let abs = std::path::PathBuf::from(&log_dir);
+    let space = glommio::executor()
+        .spawn_blocking(move || disk_space(&abs))
         .await;
     let (total, usable) = space.unwrap_or((-1, -1));
     let mut result = DescribeLogDirsResult::default()
@@ -344,4 +341,66 @@ pub(crate) async fn describe_producers(
         );
     }
     DescribeProducersResponse::default().with_topics(topics)
+}
+
+/// The node's one log directory, absolute (as DescribeLogDirs names it).
+async fn log_dir(ctx: &Ctx) -> String {
+    let dir = ctx.config().data_dir.clone();
+    glommio::executor()
+        .spawn_blocking(move || {
+            std::fs::canonicalize(&dir)
+                .unwrap_or(dir)
+                .display()
+                .to_string()
+        })
+        .await
+}
+
+/// AlterReplicaLogDirs: kmirror keeps every replica in its one data directory, so moving a
+/// replica there is done already (NONE), any other path is LOG_DIR_NOT_FOUND, and a
+/// partition this node does not host is UNKNOWN_TOPIC_OR_PARTITION, as Kafka answers with a
+/// single log dir.
+pub(crate) async fn alter_replica_log_dirs(
+    ctx: &Ctx,
+    access: &Access<'_>,
+    req: AlterReplicaLogDirsRequest,
+) -> AlterReplicaLogDirsResponse {
+    use alter_replica_log_dirs_response::{
+        AlterReplicaLogDirPartitionResult, AlterReplicaLogDirTopicResult,
+    };
+    let denied = access.check_cluster(table::ALTER_LOG_DIRS).err();
+    let ours = log_dir(ctx).await;
+    let meta = ctx.meta();
+    let mut by_topic: BTreeMap<String, Vec<AlterReplicaLogDirPartitionResult>> = BTreeMap::new();
+    for dir in &req.dirs {
+        let here = std::path::Path::new(dir.path.as_str()) == Path::new(&ours);
+        for t in &dir.topics {
+            for p in &t.partitions {
+                let hosted = meta.topics.get(t.name.as_str()).is_some_and(|m| {
+                    *p >= 0 && *p < m.partition_count() && ctx.cluster().hosts(m, *p)
+                });
+                let code = match () {
+                    _ if denied.is_some() => denied.unwrap_or_default(),
+                    _ if !here => E::LogDirNotFound.code(),
+                    _ if !hosted => E::UnknownTopicOrPartition.code(),
+                    _ => 0,
+                };
+                by_topic.entry(t.name.to_string()).or_default().push(
+                    AlterReplicaLogDirPartitionResult::default()
+                        .with_partition_index(*p)
+                        .with_error_code(code),
+                );
+            }
+        }
+    }
+    AlterReplicaLogDirsResponse::default().with_results(
+        by_topic
+            .into_iter()
+            .map(|(t, ps)| {
+                AlterReplicaLogDirTopicResult::default()
+                    .with_topic_name(topic_name(&t))
+                    .with_partitions(ps)
+            })
+            .collect(),
+    )
 }
