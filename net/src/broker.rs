@@ -196,6 +196,29 @@ pub struct Ctx {
     meta: MetaCache,
     /// This core's client fetch sessions (never borrowed across an await).
     pub fetch_sessions: std::cell::RefCell<crate::fetch_session::Sessions>,
+    /// The node was ready for clients when last looked at (it stays so).
+    ready: std::cell::Cell<bool>,
+}
+
+/// How long a request waits for its node to become ready (see [`Ctx::wait_ready`]) before
+/// it is answered anyway.
+const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+impl Ctx {
+    /// Holds a client request until the node is ready ([`crate::cluster::Cluster::ready`]):
+    /// Kafka enables its listeners only once the broker has caught up, so a client asking
+    /// the moment the port opens must not learn "no controller" and cache it. Once ready,
+    /// a flag check.
+    pub async fn wait_ready(&self) {
+        if self.ready.get() {
+            return;
+        }
+        let deadline = std::time::Instant::now() + READY_WAIT;
+        while !self.cluster().ready() && std::time::Instant::now() < deadline {
+            glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        self.ready.set(self.cluster().ready());
+    }
 }
 
 /// An error for one item of an admin request: Kafka code plus message.
@@ -325,6 +348,7 @@ impl Ctx {
             core,
             meta,
             fetch_sessions,
+            ready: std::cell::Cell::new(false),
         }
     }
 

@@ -165,6 +165,9 @@ pub struct Cluster {
     /// Moves whenever the applied `__mirror_state` changed (the mirror host reloads its
     /// view of the replicated store then).
     mirror_state_version: Arc<std::sync::atomic::AtomicU64>,
+    /// This start's broker registration is applied: the node has caught up with the
+    /// metadata log at least to it (see [`Cluster::ready`]).
+    registered: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// The settings of this node's part in the metadata quorum (`serve --quorum`, or
@@ -255,7 +258,22 @@ impl Cluster {
             local: node_id,
             voters: Arc::new(voters),
             mirror_state_version: Arc::default(),
+            registered: Arc::default(),
         }
+    }
+
+    /// This start's registration was committed and applied here (the startup's
+    /// registration task says so).
+    pub fn mark_registered(&self) {
+        self.registered
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// Ready for clients, as a Kafka broker opens its listeners: this start's registration
+    /// is applied (so is everything before it in the metadata log) and a controller is
+    /// known, so Metadata names it and admin requests reach it.
+    pub fn ready(&self) -> bool {
+        self.registered.load(std::sync::atomic::Ordering::Acquire) && self.controller_id() >= 0
     }
 
     /// Shares `version`, which the driver's state listener moves on every applied change of

@@ -404,6 +404,14 @@ async fn handle_frame(
             p.api_key, session.listener
         )));
     }
+    // Until the node has caught up, requests wait (ApiVersions and the SASL exchange need
+    // no metadata and are answered at once).
+    if !matches!(
+        ApiKey::try_from(p.api_key),
+        Ok(ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+    ) {
+        ctx.wait_ready().await;
+    }
     let Ok(api_key) = ApiKey::try_from(p.api_key) else {
         if let Some(ext) = ctx.extension().as_ref().filter(|e| e.handles(p.api_key)) {
             let resp = ext.handle(session, p.api_key, frame).await;

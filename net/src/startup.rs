@@ -131,6 +131,7 @@ pub fn register(
             match cluster.propose(cmd).await {
                 Ok(_) => {
                     tracing::info!(node = node_id, "broker registered with the metadata quorum");
+                    cluster.mark_registered();
                     if let Some(seed) = seed {
                         seed.propose(&cluster).await;
                     }

@@ -14,6 +14,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::kafka::KafkaOptions;
+use kmirror_tests::proc::LineChild;
 use kmirror_tests::{proc, python, KafkaCluster, KmirrorNode, WireClient};
 
 fn name(s: &str) -> TopicName {
@@ -238,4 +239,76 @@ fn admin_and_group_findings_of_kafka_4_1_clients_answer_as_apache_kafka() {
         on_kmirror.join("\n")
     );
     assert_eq!(on_kmirror, on_kafka);
+}
+
+/// librdkafka's CreateTopics and a produce, sent through one node the moment its listener
+/// opens: on a three-node cluster still forming (the other two start after the client asked)
+/// and on a node restarted into a running cluster, both succeed, as on Apache Kafka (whose
+/// listeners open once the broker has caught up; its cluster is asked the same right after
+/// it starts).
+#[test]
+fn clients_asking_the_moment_a_listener_opens_succeed_on_a_forming_and_a_restarted_cluster() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let early = |boot: &str, topic: &str| -> LineChild {
+        LineChild::spawn(python::script("early_client.py").args([boot, topic, "100"]))
+    };
+    let judge = |client: LineChild, what: &str| {
+        let (status, lines) = client.wait(Duration::from_secs(150));
+        eprintln!("{what}: {lines:?}");
+        assert!(
+            status.success() && lines.iter().any(|l| l.starts_with("ACKED 100")),
+            "{what}: {lines:?}"
+        );
+    };
+    {
+        let kafka = KafkaCluster::start_with(KafkaOptions {
+            nodes: 3,
+            ..Default::default()
+        });
+        judge(
+            early(&kafka.addr_of(1), "early"),
+            "Apache Kafka, just started",
+        );
+    }
+
+    let cports: Vec<u16> = (0..3).map(|_| proc::free_port()).collect();
+    let quorum = cports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| format!("{}@127.0.0.1:{p}", i + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let start = |i: usize| {
+        let id = (i + 1).to_string();
+        let controller = format!("127.0.0.1:{}", cports[i]);
+        KmirrorNode::builder()
+            .args(&[
+                "--node-id",
+                &id,
+                "--controller-listen",
+                &controller,
+                "--quorum",
+                &quorum,
+                "--default-replication-factor",
+                "3",
+            ])
+            .start()
+    };
+    let first = start(0);
+    let client = early(&first.addr(), "early");
+    // The rest of the cluster comes up while the client is already asking.
+    let (_second, mut third) = std::thread::scope(|s| {
+        let a = s.spawn(|| start(1));
+        let b = s.spawn(|| start(2));
+        (a.join().expect("node 2"), b.join().expect("node 3"))
+    });
+    judge(client, "kmirror, cluster forming");
+
+    third.kill_now();
+    third.start_again();
+    judge(
+        early(&third.addr(), "early-again"),
+        "kmirror, node restarted",
+    );
+    drop(first);
 }
