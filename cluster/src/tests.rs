@@ -48,6 +48,7 @@ fn empty_metadata() -> ClusterMetadata {
         version: 0,
         topics: BTreeMap::new(),
         internal_topics: BTreeMap::new(),
+        broker_configs: Default::default(),
         brokers: BTreeMap::new(),
     }
 }

@@ -16,6 +16,8 @@
 pub mod acl;
 pub mod append_file;
 pub mod authz;
+pub mod broker_config;
+mod broker_config_table;
 pub mod coordinator_batch;
 pub mod coordinator_partition;
 pub mod coordinator_record;

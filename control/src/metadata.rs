@@ -262,6 +262,11 @@ pub struct ClusterMetadata {
     /// document keeps its old form).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub brokers: BTreeMap<i32, BrokerRegistration>,
+    /// Dynamic broker configs set with (Incremental)AlterConfigs, as Kafka keeps them in its
+    /// metadata log: per entity ("" is the cluster-wide default, else a node id), key to
+    /// value. See [`crate::broker_config`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The internal topics kmirror describes itself (its coordinators' topics).
@@ -374,6 +379,7 @@ impl MetadataStore {
                 version: 0,
                 topics: BTreeMap::new(),
                 internal_topics: BTreeMap::new(),
+                broker_configs: Default::default(),
                 brokers: BTreeMap::new(),
             },
         };

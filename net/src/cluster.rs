@@ -373,6 +373,7 @@ impl Cluster {
             version: 0,
             topics: Default::default(),
             internal_topics: Default::default(),
+            broker_configs: Default::default(),
             brokers: Default::default(),
         }))
     }

@@ -150,6 +150,7 @@ mod tests {
             version: 0,
             topics: Default::default(),
             internal_topics: Default::default(),
+            broker_configs: Default::default(),
             brokers: Default::default(),
         };
         let ep = |name: &str, port| BrokerEndpoint {

@@ -3,7 +3,8 @@
 //! other than Kafka's `kafka-configs` (which `mirror_throttle` drives): librdkafka's and
 //! franz-go's IncrementalAlterConfigs and DescribeConfigs, per broker and at the cluster-wide
 //! default, validate-only, a refused value, deletes. The expectation is Apache Kafka 4.1.1's
-//! answers to the same steps for its dynamic `leader.replication.throttled.rate`.
+//! answers to the same steps for its dynamic `leader.replication.throttled.rate`. The same
+//! walks of Kafka's own dynamic key `log.retention.ms` must give Kafka's answers on both.
 
 use std::time::Duration;
 
@@ -75,8 +76,15 @@ fn normalize_static(mut steps: Steps) -> Steps {
 }
 
 #[test]
-fn librdkafka_and_franz_go_walk_the_mirror_ceiling_through_its_levels_like_kafka() {
+fn librdkafka_and_franz_go_walk_the_mirror_ceiling_and_a_kafka_key_through_its_levels_like_kafka() {
     let kafka = KafkaCluster::single();
+    // A dynamic key of Kafka's own, the same on both brokers: stored in kmirror's
+    // replicated metadata and described with its level.
+    let generic = "log.retention.ms";
+    let kafka_generic = (
+        normalize_static(librdkafka(&kafka.bootstrap(), "1", generic)),
+        normalize_static(franz(&kafka.bootstrap(), "1", generic)),
+    );
     let want_rd = normalize_static(librdkafka(
         &kafka.bootstrap(),
         "1",
@@ -106,4 +114,16 @@ fn librdkafka_and_franz_go_walk_the_mirror_ceiling_through_its_levels_like_kafka
     assert_eq!(want_go.len(), 6, "every franz-go step reported on Kafka");
     assert_eq!(got_rd, want_rd, "librdkafka: kmirror differs from Kafka");
     assert_eq!(got_go, want_go, "franz-go: kmirror differs from Kafka");
+
+    let kmirror_generic = (
+        normalize_static(librdkafka(&node.addr(), "1", generic)),
+        normalize_static(franz(&node.addr(), "1", generic)),
+    );
+    eprintln!("{generic}: Apache Kafka {kafka_generic:?}\nkmirror {kmirror_generic:?}");
+    assert_eq!(kafka_generic.0.len(), 4);
+    assert_eq!(kafka_generic.1.len(), 6);
+    assert_eq!(
+        kmirror_generic, kafka_generic,
+        "{generic}: kmirror differs from Kafka"
+    );
 }

@@ -2,7 +2,8 @@
 //! on kmirror over the wire, and the outcomes a client acts on (error codes, what exists
 //! afterwards, which topics a member is assigned) must be the same: CreateTopics naming a
 //! topic twice, Metadata auto-creation (also right after DeleteTopics), a KIP-848 regex
-//! matching `__consumer_offsets` (librdkafka), ListConfigResources and AlterReplicaLogDirs.
+//! matching `__consumer_offsets` (librdkafka), ListConfigResources, AlterReplicaLogDirs, and
+//! which dynamic broker configs (Incremental)AlterConfigs takes, at which level.
 
 use std::time::{Duration, Instant};
 
@@ -214,11 +215,86 @@ fn config_resources_and_log_dirs(boot: &str) -> Vec<String> {
     out
 }
 
+/// Dynamic broker configs: validate-only IncrementalAlterConfigs and AlterConfigs of one key
+/// at a time, on broker 1 and at the cluster default: Kafka's code and message for each.
+/// (Keys whose check depends on the running broker, such as thread counts, listeners and
+/// min.insync.replicas under ELR, are left out.)
+fn dynamic_broker_configs(boot: &str) -> Vec<String> {
+    use kafka_protocol::messages::alter_configs_request as legacy;
+    use kafka_protocol::messages::incremental_alter_configs_request as inc;
+    use kafka_protocol::messages::{AlterConfigsRequest, IncrementalAlterConfigsRequest};
+    let mut c = WireClient::connect(boot).expect("connect");
+    let keys = [
+        ("broker.id", "7"),
+        ("log.dirs", "/tmp/x"),
+        ("auto.create.topics.enable", "true"),
+        ("num.partitions", "3"),
+        ("sasl.kerberos.min.time.before.relogin", "60001"),
+        ("log.retention.ms", "100000"),
+        ("log.retention.ms", "soon"),
+        ("message.max.bytes", "100000"),
+        ("foo.bar", "x"),
+        ("ssl.keystore.location", "/tmp/ks"),
+        ("listener.name.plaintext.ssl.keystore.location", "/tmp/ks"),
+        ("max.connections", "100000"),
+        ("log.segment.bytes", "100000"),
+        ("compression.type", "gzip"),
+        ("unclean.leader.election.enable", "true"),
+    ];
+    let text = |v: &str| StrBytes::from_string(v.to_owned());
+    let mut out = Vec::new();
+    for entity in ["1", ""] {
+        for (k, v) in keys {
+            let r = c
+                .send(
+                    IncrementalAlterConfigsRequest::default()
+                        .with_validate_only(true)
+                        .with_resources(vec![inc::AlterConfigsResource::default()
+                            .with_resource_type(4)
+                            .with_resource_name(text(entity))
+                            .with_configs(vec![inc::AlterableConfig::default()
+                                .with_name(text(k))
+                                .with_config_operation(0)
+                                .with_value(Some(text(v)))])]),
+                )
+                .expect("IncrementalAlterConfigs");
+            let r = &r.responses[0];
+            out.push(format!(
+                "incremental {entity:?} {k}={v}: {} {:?}",
+                r.error_code,
+                r.error_message.as_ref().map(|m| m.to_string())
+            ));
+            if entity == "1" {
+                let r = c
+                    .send(
+                        AlterConfigsRequest::default()
+                            .with_validate_only(true)
+                            .with_resources(vec![legacy::AlterConfigsResource::default()
+                                .with_resource_type(4)
+                                .with_resource_name(text(entity))
+                                .with_configs(vec![legacy::AlterableConfig::default()
+                                    .with_name(text(k))
+                                    .with_value(Some(text(v)))])]),
+                    )
+                    .expect("AlterConfigs");
+                let r = &r.responses[0];
+                out.push(format!(
+                    "legacy {entity:?} {k}={v}: {} {:?}",
+                    r.error_code,
+                    r.error_message.as_ref().map(|m| m.to_string())
+                ));
+            }
+        }
+    }
+    out
+}
+
 fn scenarios(boot: &str) -> Vec<String> {
     let mut out = duplicate_create(boot);
     out.extend(metadata_auto_create(boot));
     out.extend(consumer_protocol_regex_on_internal_topic(boot));
     out.extend(config_resources_and_log_dirs(boot));
+    out.extend(dynamic_broker_configs(boot));
     out
 }
 

@@ -197,6 +197,16 @@ pub enum MetadataCommand {
         partition: i32,
         at_least: i32,
     },
+    /// (Incremental)AlterConfigs of a BROKER resource: `entity` is "" (the cluster-wide
+    /// default) or a node id; a `None` value deletes the key; `replace` (legacy
+    /// AlterConfigs) drops the entity's other keys. The proposer validated the changes as
+    /// Kafka does ([`crate::broker_config::validate`]).
+    AlterBrokerConfigs {
+        entity: String,
+        changes: Vec<(String, Option<String>)>,
+        #[serde(default)]
+        replace: bool,
+    },
     /// Marks a topic as owned by a mirror (read-only for clients) or releases it.
     SetMirror {
         name: String,
@@ -539,6 +549,21 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
                 t.configs.extend(set);
             })?)
         }
+        C::AlterBrokerConfigs {
+            entity,
+            changes,
+            replace,
+        } => {
+            store.update_cluster(|s| {
+                let stored = s.broker_configs.entry(entity.clone()).or_default();
+                crate::broker_config::apply(stored, changes, *replace);
+                if stored.is_empty() {
+                    s.broker_configs.remove(entity);
+                }
+                Ok(())
+            })?;
+            Outcome::Brokers
+        }
         C::RegisterBroker(reg) => {
             store.update_cluster(|s| controller::register_broker(s, reg))?;
             Outcome::Brokers
@@ -632,6 +657,7 @@ mod tests {
             version: 0,
             topics: BTreeMap::new(),
             internal_topics: BTreeMap::new(),
+            broker_configs: Default::default(),
             brokers: BTreeMap::new(),
         })
     }
@@ -646,6 +672,16 @@ mod tests {
             },
             C::InitCluster {
                 cluster_id: "c2".into(),
+            },
+            C::AlterBrokerConfigs {
+                entity: "".into(),
+                changes: vec![("log.retention.ms".into(), Some("5".into()))],
+                replace: false,
+            },
+            C::AlterBrokerConfigs {
+                entity: "1".into(),
+                changes: vec![("log.retention.ms".into(), None)],
+                replace: true,
             },
             C::CreateTopic {
                 name: "a".into(),

@@ -752,6 +752,7 @@ mod tests {
             version: 0,
             topics: Default::default(),
             internal_topics: Default::default(),
+            broker_configs: Default::default(),
             brokers: [broker(1, false), broker(2, false), broker(3, true)]
                 .into_iter()
                 .map(|b| (b.id, b))
@@ -805,6 +806,7 @@ mod tests {
             version: 0,
             topics: Default::default(),
             internal_topics: Default::default(),
+            broker_configs: Default::default(),
             brokers: [broker(1), broker(2), broker(3)]
                 .into_iter()
                 .map(|b| (b.id, b))

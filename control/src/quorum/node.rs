@@ -335,6 +335,7 @@ fn empty_metadata() -> ClusterMetadata {
         version: 0,
         topics: Default::default(),
         internal_topics: Default::default(),
+        broker_configs: Default::default(),
         brokers: Default::default(),
     }
 }

@@ -13,6 +13,7 @@ use kafka_protocol::messages::{
     IncrementalAlterConfigsResponse, ListConfigResourcesRequest, ListConfigResourcesResponse,
 };
 use kafka_protocol::ResponseError as E;
+use kmirror_control::broker_config;
 use kmirror_control::metadata::{topic_config, ConfigOp, TopicMeta};
 use kmirror_control::quorum::MetadataCommand;
 
@@ -141,10 +142,41 @@ pub(crate) fn describe_configs(
                         BrokerConfigLevel::Node => broker_configs(ctx),
                         BrokerConfigLevel::ClusterDefault => Vec::new(),
                     };
+                    // Stored dynamic configs: this broker's, then the cluster default's.
+                    let entities: &[&str] = match level {
+                        BrokerConfigLevel::Node => &[name.as_str(), ""],
+                        BrokerConfigLevel::ClusterDefault => &[""],
+                    };
+                    let mut stored: BTreeMap<&str, (&str, i8)> = BTreeMap::new();
+                    for (i, entity) in entities.iter().enumerate() {
+                        let source = if i == 0 && level == BrokerConfigLevel::Node {
+                            SOURCE_DYNAMIC_BROKER
+                        } else {
+                            SOURCE_DYNAMIC_DEFAULT_BROKER
+                        };
+                        for (k, v) in meta.broker_configs.get(*entity).into_iter().flatten() {
+                            stored.entry(k.as_str()).or_insert((v.as_str(), source));
+                        }
+                    }
+                    let stored_entries: Vec<DescribeConfigsResourceResult> = stored
+                        .iter()
+                        .filter(|(k, _)| wanted(k))
+                        .map(|(k, (v, source))| {
+                            let ty = broker_config::lookup(k).map(|x| x.ty);
+                            let secret = ty == Some(broker_config::Type::Password);
+                            DescribeConfigsResourceResult::default()
+                                .with_name(s(k))
+                                .with_value((!secret).then(|| s(v)))
+                                .with_read_only(false)
+                                .with_is_sensitive(secret)
+                                .with_config_source(*source)
+                                .with_config_type(ty.map_or(2, |t| t.code()))
+                        })
+                        .collect();
                     res = res.with_configs(
                         statics
                             .into_iter()
-                            .filter(|(k, _)| wanted(k))
+                            .filter(|(k, _)| wanted(k) && !stored.contains_key(k))
                             .map(|(k, v)| {
                                 DescribeConfigsResourceResult::default()
                                     .with_name(s(k))
@@ -167,6 +199,7 @@ pub(crate) fn describe_configs(
                                     })
                                     .with_config_type(5)
                             }))
+                            .chain(stored_entries)
                             .collect(),
                     );
                 }
@@ -244,14 +277,6 @@ enum TopicChange {
     Replace(BTreeMap<String, String>),
 }
 
-/// The broker-level throttle rates `kafka-reassign-partitions` sets with --throttle and
-/// clears with --verify.
-const REPLICATION_THROTTLE_RATES: [&str; 3] = [
-    "leader.replication.throttled.rate",
-    "follower.replication.throttled.rate",
-    "replica.alter.log.dirs.io.max.bytes.per.second",
-];
-
 fn static_broker_error() -> ItemError {
     (
         E::InvalidRequest.code(),
@@ -268,46 +293,64 @@ fn broker_level(name: &str) -> BrokerConfigLevel {
     }
 }
 
-/// A broker resource's changes: only the extension's dynamic configs may change (all are
-/// validated before any is applied); the rest are static, as the error says. A refused value
-/// is INVALID_REQUEST, as Kafka's controller answers for broker configs.
+/// A broker resource's changes, as Kafka 4.1 takes them: the extension's own keys (the
+/// mirror ceiling) go to the extension; every other key is checked as Kafka checks dynamic
+/// broker configs ([`broker_config::validate`]: read-only keys, SSL keys without a listener
+/// prefix, types and ranges, per-broker keys at the cluster default; all refused with
+/// INVALID_REQUEST and Kafka's message) and stored in the replicated metadata. Everything is
+/// validated before anything is applied. `replace` is legacy AlterConfigs: the entity's
+/// stored keys not named are dropped.
 async fn alter_broker(
     ctx: &Ctx,
     name: &str,
     changes: Vec<(String, Option<String>)>,
     validate_only: bool,
+    replace: bool,
 ) -> Result<(), ItemError> {
     if !name.is_empty() && name != ctx.node_id().to_string() {
         return Err((E::InvalidRequest.code(), format!("unknown broker '{name}'")));
     }
-    // kmirror has no replication throttle, so these are never set; deleting one is the
-    // no-op it is on a Kafka broker where it is unset (`kafka-reassign-partitions --verify`
-    // clears them on every broker once a reassignment is done).
-    let changes: Vec<(String, Option<String>)> = changes
-        .into_iter()
-        .filter(|(k, v)| !(v.is_none() && REPLICATION_THROTTLE_RATES.contains(&k.as_str())))
-        .collect();
     let ext = ctx.extension();
     let level = broker_level(name);
     let refused =
         |e: crate::broker::ExtensionError| (crate::errors::extension_error_code(&e), e.to_string());
-    for (k, v) in &changes {
-        match ext.and_then(|x| x.alter_broker_config(level, k, v.as_deref(), true)) {
-            Some(check) => check.await.map_err(refused)?,
-            None => {
-                let (code, msg) = static_broker_error();
-                return Err((code, format!("{k}: {msg}")));
+    let mut stored = Vec::new();
+    let mut extension = Vec::new();
+    for (k, v) in changes {
+        match ext.and_then(|x| x.alter_broker_config(level, &k, v.as_deref(), true)) {
+            Some(check) => {
+                check.await.map_err(refused)?;
+                extension.push((k, v));
             }
+            None => stored.push((k, v)),
         }
     }
+    let sets: Vec<(&str, &str)> = stored
+        .iter()
+        .filter_map(|(k, v)| v.as_deref().map(|v| (k.as_str(), v)))
+        .collect();
+    broker_config::validate(&sets, level == BrokerConfigLevel::Node)
+        .map_err(|msg| (E::InvalidRequest.code(), msg))?;
     if validate_only {
         return Ok(());
     }
-    for (k, v) in &changes {
+    for (k, v) in &extension {
         if let Some(apply) = ext.and_then(|x| x.alter_broker_config(level, k, v.as_deref(), false))
         {
             apply.await.map_err(refused)?;
         }
+    }
+    if !stored.is_empty() || replace {
+        ctx.cluster()
+            .propose(kmirror_control::quorum::ClusterCommand::Metadata(
+                MetadataCommand::AlterBrokerConfigs {
+                    entity: name.to_owned(),
+                    changes: stored,
+                    replace,
+                },
+            ))
+            .await
+            .map_err(crate::broker::propose_err)?;
     }
     Ok(())
 }
@@ -345,7 +388,7 @@ pub(crate) async fn alter_configs(
                     .iter()
                     .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
                     .collect();
-                alter_broker(ctx, &name, changes, req.validate_only).await
+                alter_broker(ctx, &name, changes, req.validate_only, true).await
             }
             _ => Err(static_broker_error()),
         };
@@ -422,7 +465,7 @@ pub(crate) async fn incremental_alter_configs(
                 }
                 match bad {
                     Some(e) => Err(e),
-                    None => alter_broker(ctx, &name, changes, req.validate_only).await,
+                    None => alter_broker(ctx, &name, changes, req.validate_only, false).await,
                 }
             }
             _ => Err(static_broker_error()),
