@@ -56,6 +56,15 @@ impl Type {
     }
 }
 
+/// A generated table row: name, mode, type, range min, range max.
+pub(crate) type KeyRow = (
+    &'static str,
+    Mode,
+    Type,
+    Option<&'static str>,
+    Option<&'static str>,
+);
+
 /// A key Kafka knows: its mode, type and numeric range.
 #[derive(Debug, Clone, Copy)]
 pub struct KnownKey {

@@ -785,21 +785,10 @@ fn add(
     json: bool,
 ) -> CliResult<()> {
     let resp = conn.send_mirror(&AddTopicsToMirrorRequest {
-        mirror_name: name.to_owned(),
-        topics: topics
-            .iter()
-            .map(|t| StartTopic {
-                topic_name: t.clone(),
-                num_partitions: -1,
-                ..Default::default()
-            })
-            .collect(),
         include_patterns: topic_regex.into_iter().collect(),
         exclude_patterns: exclude_regex.into_iter().collect(),
-        state_validation_offset: -1,
         validate_only: dry_run.is_some(),
-        start_timestamp: start,
-        ..Default::default()
+        ..add_topics_request(name, topics, start)
     })?;
     let Some(source_security) = dry_run else {
         return report_topics(out, "AddTopicsToMirror", "mirroring", &resp, json);
@@ -822,6 +811,16 @@ fn add(
         Duration::from_secs(30),
     )
     .map_err(|e| format!("dry run: {e}"))?;
+    print_plan(out, &plan, json)
+}
+
+/// A dry run's plan: per partition, the local end, where it would be truncated to and how
+/// many records that drops (a table, or JSON rows).
+pub(crate) fn print_plan(
+    out: &mut impl Write,
+    plan: &[kmirror_mirror::DryRunRow],
+    json: bool,
+) -> CliResult<()> {
     #[derive(Serialize)]
     struct PlanRow<'a> {
         topic: &'a str,
@@ -871,6 +870,35 @@ fn add(
         writeln!(out, "(dry run: nothing was changed)")?;
     }
     Ok(())
+}
+
+/// AddTopicsToMirror of `topics` by name, each new log starting at `start` (a ListOffsets
+/// timestamp: -2 earliest, -1 latest, or epoch ms).
+pub(crate) fn add_topics_request(
+    name: &str,
+    topics: &[String],
+    start: i64,
+) -> AddTopicsToMirrorRequest {
+    AddTopicsToMirrorRequest {
+        mirror_name: name.to_owned(),
+        topics: topics
+            .iter()
+            .map(|t| StartTopic {
+                topic_name: t.clone(),
+                num_partitions: -1,
+                ..Default::default()
+            })
+            .collect(),
+        state_validation_offset: -1,
+        start_timestamp: start,
+        ..Default::default()
+    }
+}
+
+/// The request-level and every per-topic error of a mirror topics answer, as one error.
+pub(crate) fn check_topics(api: &str, resp: &MirrorTopicsResponse) -> CliResult<()> {
+    check(api, resp.error_code, resp.error_message.as_deref())?;
+    topic_errors(api, resp)
 }
 
 fn pause_resume(name: &str, topics: &[String]) -> PauseResumeTopics {

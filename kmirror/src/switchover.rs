@@ -29,9 +29,7 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::IncrementalAlterConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
 use kmirror_control::mirror::WRITE_FENCE_CONFIG;
-use kmirror_mirror::api::{
-    AddTopicsToMirrorRequest, ListMirrorsRequest, RemoveTopicsFromMirrorRequest, StartTopic,
-};
+use kmirror_mirror::api::{ListMirrorsRequest, RemoveTopicsFromMirrorRequest};
 use kmirror_mirror::client::build;
 use kmirror_mirror::client::security::ClientSecurity;
 use kmirror_mirror::client::{BlockingConnection, BlockingMirrorCalls};
@@ -39,7 +37,8 @@ use kmirror_net::keys::error as code;
 use kmirror_types::TopicPartition;
 
 use crate::mirror_cli::{
-    check, create, describe_rows, fetch_describe, print_table, topic_errors, CliResult, DescribeRow,
+    add_topics_request, check, check_topics, create, describe_rows, fetch_describe, print_plan,
+    CliResult, DescribeRow,
 };
 
 /// Environment variable naming a step after which the command stops with an error, as a
@@ -323,12 +322,7 @@ fn fail_over_synced(
         wait_for_sync_ms: i64::try_from(f.wait.as_millis()).unwrap_or(i64::MAX),
         ..Default::default()
     })?;
-    check(
-        "RemoveTopicsFromMirror",
-        resp.error_code,
-        resp.error_message.as_deref(),
-    )?;
-    topic_errors("RemoveTopicsFromMirror", &resp)?;
+    check_topics("RemoveTopicsFromMirror", &resp)?;
     let mut stopped = BTreeMap::new();
     for t in resp.topics.iter().filter(|t| live.contains(&t.name)) {
         let at: Vec<String> = t
@@ -459,31 +453,7 @@ fn follow(
             })
             .collect();
         if dry_run {
-            let table: Vec<Vec<String>> = plan
-                .iter()
-                .map(|r| {
-                    vec![
-                        r.topic.clone(),
-                        r.partition.to_string(),
-                        r.plan.local_end_offset.get().to_string(),
-                        r.plan.truncate_to.get().to_string(),
-                        r.plan.truncated().to_string(),
-                    ]
-                })
-                .collect();
-            print_table(
-                out,
-                &[
-                    "TOPIC",
-                    "PARTITION",
-                    "LOCAL_END",
-                    "TRUNCATE_TO",
-                    "TRUNCATED",
-                ],
-                &table,
-            )?;
-            writeln!(out, "(dry run: nothing was changed)")?;
-            return Ok(());
+            return print_plan(out, &plan, false);
         }
         if zero_loss && !lossy.is_empty() {
             return Err(format!(
@@ -493,26 +463,8 @@ fn follow(
             )
             .into());
         }
-        let resp = src.send_mirror(&AddTopicsToMirrorRequest {
-            mirror_name: f.reverse_name.to_owned(),
-            topics: to_add
-                .iter()
-                .map(|t| StartTopic {
-                    topic_name: t.clone(),
-                    num_partitions: -1,
-                    ..Default::default()
-                })
-                .collect(),
-            state_validation_offset: -1,
-            start_timestamp: -2,
-            ..Default::default()
-        })?;
-        check(
-            "AddTopicsToMirror",
-            resp.error_code,
-            resp.error_message.as_deref(),
-        )?;
-        topic_errors("AddTopicsToMirror", &resp)?;
+        let resp = src.send_mirror(&add_topics_request(f.reverse_name, &to_add, -2))?;
+        check_topics("AddTopicsToMirror", &resp)?;
         let truncated: i64 = plan.iter().map(|r| r.plan.truncated()).sum();
         writeln!(
             out,

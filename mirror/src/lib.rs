@@ -35,9 +35,9 @@ pub mod verify;
 
 // The surface other crates use; the modules behind it are private.
 pub use fetcher::{
-    dry_run_plan, fetcher_client_id, mirror_partition, prepare_partition, EngineLocalPartition,
-    EpochEnd, FetchEvent, FetchObserver, FetcherConfig, KafkaSource, LmeOrigin, LocalError,
-    LocalPartition, PartitionFetcher, Step,
+    dry_run_plan, fetcher_client_id, mirror_partition, prepare_partition, DryRunRow,
+    EngineLocalPartition, EpochEnd, FetchEvent, FetchObserver, FetcherConfig, KafkaSource,
+    LmeOrigin, LocalError, LocalPartition, PartitionFetcher, Step,
 };
 pub use host::{MirrorBroker, MirrorSettings};
 pub use manager::{FetchTask, FetcherManager};

@@ -814,10 +814,15 @@ mod tests {
         let s = a.state();
         assert_eq!(s.cluster_id, "c1");
         assert_eq!(
-            s.broker_configs.get("").and_then(|m| m.get("log.retention.ms")),
+            s.broker_configs
+                .get("")
+                .and_then(|m| m.get("log.retention.ms")),
             Some(&"5".to_string())
         );
-        assert!(!s.broker_configs.contains_key("1"), "an emptied entity is dropped");
+        assert!(
+            !s.broker_configs.contains_key("1"),
+            "an emptied entity is dropped"
+        );
         assert!(!s.topics.contains_key("a"));
         let m = &s.topics["m"];
         assert_eq!(m.partition_count(), 3);
