@@ -209,6 +209,34 @@ pub struct QuotaRegistry {
     budgets: Mutex<Budgets>,
     /// The mirror that wrote each synced entity's quotas (the rest are local).
     owners: ArcSwap<std::collections::BTreeMap<Entity, String>>,
+    /// `controller_mutation_rate` token buckets (admin requests only: a lock is fine).
+    mutations: Mutex<HashMap<BudgetKey, TokenBucket>>,
+}
+
+/// Kafka's `TokenBucket` for controller mutations: `rate` partitions per second, holding at
+/// most 11 s worth (`quota.window.num` x `quota.window.size.seconds`), starting full.
+#[derive(Debug, Clone, Copy)]
+struct TokenBucket {
+    tokens: f64,
+    at_ms: u64,
+}
+
+impl TokenBucket {
+    fn refill(&mut self, rate: f64, now_ms: u64) {
+        let burst = rate * (WINDOWS * WINDOW_MS) as f64 / 1000.0;
+        let gained = rate * now_ms.saturating_sub(self.at_ms) as f64 / 1000.0;
+        self.tokens = (self.tokens + gained).min(burst);
+        self.at_ms = now_ms;
+    }
+
+    /// How long until the bucket is out of debt (0 when it is not in debt).
+    fn debt_ms(&self, rate: f64) -> u64 {
+        if self.tokens >= 0.0 {
+            0
+        } else {
+            (-self.tokens / rate * 1000.0).ceil() as u64
+        }
+    }
 }
 
 /// The shared budgets, swept of idle ones as the map grows.
@@ -260,7 +288,32 @@ impl QuotaRegistry {
             }),
             budgets: Mutex::new(Budgets::default()),
             owners: ArcSwap::from_pointee(Default::default()),
+            mutations: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// The (user, client-id)'s mutation bucket, refilled to `now_ms`, passed to `f`; `None`
+    /// when no `controller_mutation_rate` applies.
+    fn with_mutation_bucket<R>(
+        &self,
+        user: &str,
+        client_id: &str,
+        f: impl FnOnce(&mut TokenBucket, f64) -> R,
+    ) -> Option<R> {
+        let snap = self.snapshot.load();
+        let (key, rate) = resolve_in(&snap.all, user, client_id, keys::CONTROLLER_MUTATION_RATE)?;
+        if rate <= 0.0 {
+            return None;
+        }
+        let now = kmirror_engine::now_ms().max(0) as u64;
+        let burst = rate * (WINDOWS * WINDOW_MS) as f64 / 1000.0;
+        let mut map = self.mutations.lock().unwrap_or_else(|p| p.into_inner());
+        let bucket = map.entry(key).or_insert(TokenBucket {
+            tokens: burst,
+            at_ms: now,
+        });
+        bucket.refill(rate, now);
+        Some(f(bucket, rate))
     }
 
     /// The owning mirror of each mirror-written entity (lock-free).
@@ -429,6 +482,89 @@ impl<'a> Charge<'a> {
         self.registry
             .record(QuotaKind::Request, self.user, self.client_id, nanos)
     }
+}
+
+/// Kafka's controller mutation quota on CreateTopics, CreatePartitions and DeleteTopics:
+/// each partition created or deleted takes a token from the (user, client-id)'s
+/// `controller_mutation_rate` bucket. Strict (the versions whose clients know
+/// THROTTLING_QUOTA_EXCEEDED: CreateTopics v6+, DeleteTopics v5+, CreatePartitions v3+): a
+/// topic is refused while the bucket is in debt, with the time until it is not; one that
+/// starts while it is not may take it into debt. Older versions are never refused, only
+/// throttled by the debt they leave.
+pub struct Mutation<'a> {
+    registry: &'a QuotaRegistry,
+    user: &'a str,
+    client_id: &'a str,
+    strict: bool,
+    throttle_ms: std::cell::Cell<u64>,
+}
+
+impl<'a> Mutation<'a> {
+    pub fn new(
+        ctx: &'a Ctx,
+        session: &'a Session,
+        header: &'a RequestHeader,
+        strict: bool,
+    ) -> Self {
+        Mutation {
+            registry: ctx.quotas(),
+            user: &session.principal.name,
+            client_id: header.client_id.as_deref().unwrap_or(""),
+            strict,
+            throttle_ms: std::cell::Cell::new(0),
+        }
+    }
+
+    /// Before mutating a topic: Err(THROTTLING_QUOTA_EXCEEDED, no message) while a strict
+    /// request's bucket is in debt.
+    pub fn admit(&self) -> Result<(), crate::broker::ItemError> {
+        if !self.strict {
+            return Ok(());
+        }
+        let debt = self
+            .registry
+            .with_mutation_bucket(self.user, self.client_id, |b, rate| b.debt_ms(rate))
+            .unwrap_or(0);
+        if debt == 0 {
+            return Ok(());
+        }
+        self.throttle_ms.set(self.throttle_ms.get().max(debt));
+        Err((
+            kafka_protocol::ResponseError::ThrottlingQuotaExceeded.code(),
+            String::new(),
+        ))
+    }
+
+    /// After `partitions` were created or deleted.
+    pub fn record(&self, partitions: i32) {
+        let debt = self
+            .registry
+            .with_mutation_bucket(self.user, self.client_id, |b, rate| {
+                b.tokens -= f64::from(partitions.max(0));
+                b.debt_ms(rate)
+            })
+            .unwrap_or(0);
+        if !self.strict {
+            self.throttle_ms.set(self.throttle_ms.get().max(debt));
+        }
+    }
+
+    /// The response's `throttle_time_ms`.
+    pub fn throttle_ms(&self) -> i32 {
+        self.throttle_ms.get().min(i32::MAX as u64) as i32
+    }
+}
+
+/// The throttle a mutation request's handler set in its response (the connection is muted
+/// for it, as for the other quotas).
+pub fn mutation_throttle(resp: &ResponseKind) -> u64 {
+    let t = match resp {
+        ResponseKind::CreateTopics(r) => r.throttle_time_ms,
+        ResponseKind::DeleteTopics(r) => r.throttle_time_ms,
+        ResponseKind::CreatePartitions(r) => r.throttle_time_ms,
+        _ => 0,
+    };
+    u64::try_from(t).unwrap_or(0)
 }
 
 /// Runs `f`, adding the time spent inside its polls to `busy` (nanoseconds).

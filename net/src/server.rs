@@ -512,8 +512,9 @@ async fn handle_frame(
             }
         }
         Some(mut resp) => {
+            let own = crate::quota::mutation_throttle(&resp);
             crate::quota::set_throttle(&mut resp, request_throttle);
-            *throttle_ms = request_throttle;
+            *throttle_ms = request_throttle.max(own);
             encode_response(api_key, p.api_version, p.correlation_id, &resp)
                 .map(|b| Some(Frames::one(b)))
         }
@@ -613,14 +614,21 @@ async fn dispatch(
             ResponseKind::DeleteRecords(handlers::offsets::delete_records(ctx, access, v, r).await)
         }
         RequestKind::CreateTopics(r) => {
-            ResponseKind::CreateTopics(handlers::admin::create_topics(ctx, access, v, r).await)
+            let quota = crate::quota::Mutation::new(ctx, session, header, v >= 6);
+            ResponseKind::CreateTopics(handlers::admin::create_topics(ctx, access, &quota, r).await)
         }
         RequestKind::DeleteTopics(r) => {
-            ResponseKind::DeleteTopics(handlers::admin::delete_topics(ctx, access, v, r).await)
+            let quota = crate::quota::Mutation::new(ctx, session, header, v >= 5);
+            ResponseKind::DeleteTopics(
+                handlers::admin::delete_topics(ctx, access, &quota, v, r).await,
+            )
         }
-        RequestKind::CreatePartitions(r) => ResponseKind::CreatePartitions(
-            handlers::admin::create_partitions(ctx, access, v, r).await,
-        ),
+        RequestKind::CreatePartitions(r) => {
+            let quota = crate::quota::Mutation::new(ctx, session, header, v >= 3);
+            ResponseKind::CreatePartitions(
+                handlers::admin::create_partitions(ctx, access, &quota, r).await,
+            )
+        }
         RequestKind::DescribeCluster(r) => ResponseKind::DescribeCluster(
             handlers::admin::describe_cluster(ctx, session, access, v, r),
         ),

@@ -3,7 +3,8 @@
 //! afterwards, which topics a member is assigned) must be the same: CreateTopics naming a
 //! topic twice, Metadata auto-creation (also right after DeleteTopics), a KIP-848 regex
 //! matching `__consumer_offsets` (librdkafka), ListConfigResources, AlterReplicaLogDirs, and
-//! which dynamic broker configs (Incremental)AlterConfigs takes, at which level.
+//! which dynamic broker configs (Incremental)AlterConfigs takes, at which level, and the
+//! `controller_mutation_rate` quota.
 
 use std::time::{Duration, Instant};
 
@@ -289,12 +290,95 @@ fn dynamic_broker_configs(boot: &str) -> Vec<String> {
     out
 }
 
+/// `controller_mutation_rate` = 1 partition/s for client-id "mut": CreateTopics of 5 and
+/// then 20 partitions (the bucket holds 11 s worth and may go into debt), one more refused
+/// while in debt, DeleteTopics refused too (on a fresh connection: the first is muted for
+/// the throttle), and CreateTopics v5 (before THROTTLING_QUOTA_EXCEEDED) accepted but
+/// throttled. Codes, messages, and throttle times as 0 / "> 10 s" / "> 0".
+fn controller_mutation_quota(boot: &str) -> Vec<String> {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::{AlterClientQuotasRequest, CreateTopicsResponse};
+    let text = |v: &str| StrBytes::from_string(v.to_owned());
+    let mut admin = WireClient::connect(boot).expect("connect");
+    let r = admin
+        .send(
+            AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()
+                .with_entity(vec![EntityData::default()
+                    .with_entity_type(text("client-id"))
+                    .with_entity_name(Some(text("mut")))])
+                .with_ops(vec![OpData::default()
+                    .with_key(text("controller_mutation_rate"))
+                    .with_value(1.0)])]),
+        )
+        .expect("AlterClientQuotas");
+    assert_eq!(r.entries[0].error_code, 0);
+    // Kafka applies quotas asynchronously on the broker.
+    std::thread::sleep(Duration::from_secs(2));
+    let client = || {
+        let mut c = WireClient::connect(boot).expect("connect");
+        c.set_client_id("mut");
+        c
+    };
+    let shown = |t: i32| match t {
+        0 => "0",
+        t if t > 10_000 => "> 10 s",
+        _ => "> 0",
+    };
+    let create = |c: &mut WireClient, topic: &str, partitions: i32, v: Option<i16>| {
+        let req = CreateTopicsRequest::default()
+            .with_topics(vec![CreatableTopic::default()
+                .with_name(name(topic))
+                .with_num_partitions(partitions)
+                .with_replication_factor(1)])
+            .with_timeout_ms(30_000);
+        let r: CreateTopicsResponse = match v {
+            Some(v) => c.send_at(req, v),
+            None => c.send(req),
+        }
+        .expect("CreateTopics");
+        format!(
+            "create {topic} ({partitions}): {} {:?} throttle {}",
+            r.topics[0].error_code,
+            r.topics[0].error_message.as_ref().map(|m| m.to_string()),
+            shown(r.throttle_time_ms)
+        )
+    };
+    let mut c = client();
+    let mut out = vec![
+        create(&mut c, "mut-a", 5, None),
+        create(&mut c, "mut-b", 20, None),
+        create(&mut c, "mut-c", 1, None),
+    ];
+    let del = client()
+        .send(
+            DeleteTopicsRequest::default()
+                .with_topics(vec![
+                    DeleteTopicState::default().with_name(Some(name("mut-a")))
+                ])
+                .with_topic_names(vec![name("mut-a")])
+                .with_timeout_ms(30_000),
+        )
+        .expect("DeleteTopics");
+    out.push(format!(
+        "delete mut-a: {} {:?} throttle {}",
+        del.responses[0].error_code,
+        del.responses[0]
+            .error_message
+            .as_ref()
+            .map(|m| m.to_string()),
+        shown(del.throttle_time_ms)
+    ));
+    out.push(create(&mut client(), "mut-old", 1, Some(5)));
+    out
+}
+
 fn scenarios(boot: &str) -> Vec<String> {
     let mut out = duplicate_create(boot);
     out.extend(metadata_auto_create(boot));
     out.extend(consumer_protocol_regex_on_internal_topic(boot));
     out.extend(config_resources_and_log_dirs(boot));
     out.extend(dynamic_broker_configs(boot));
+    out.extend(controller_mutation_quota(boot));
     out
 }
 

@@ -25,7 +25,7 @@ use kmirror_control::quorum::MetadataCommand;
 pub(crate) async fn create_topics(
     ctx: &Ctx,
     access: &Access<'_>,
-    _version: i16,
+    quota: &crate::quota::Mutation<'_>,
     req: CreateTopicsRequest,
 ) -> CreateTopicsResponse {
     // CREATE on the cluster covers every topic; otherwise CREATE on each topic.
@@ -58,6 +58,7 @@ pub(crate) async fn create_topics(
                     .check(table::CREATE_TOPIC, &name)
                     .map_err(|c| (c, "Authorization failed.".to_string()))?;
             }
+            quota.admit()?;
             let mut partitions = t.num_partitions;
             if !t.assignments.is_empty() {
                 if partitions != -1 || t.replication_factor != -1 {
@@ -132,12 +133,19 @@ pub(crate) async fn create_topics(
             Err((code, msg)) => CreatableTopicResult::default()
                 .with_name(topic_name(&name))
                 .with_error_code(code)
-                .with_error_message(Some(s(&msg)))
+                .with_error_message((!msg.is_empty()).then(|| s(&msg)))
                 .with_num_partitions(-1)
                 .with_replication_factor(-1),
         });
+        if let (Some(done), false) = (results.last(), req.validate_only) {
+            if done.error_code == 0 {
+                quota.record(done.num_partitions);
+            }
+        }
     }
-    CreateTopicsResponse::default().with_topics(results)
+    CreateTopicsResponse::default()
+        .with_throttle_time_ms(quota.throttle_ms())
+        .with_topics(results)
 }
 
 /// A topic's replication factor (1 for a one-node topic).
@@ -148,6 +156,7 @@ fn replication_factor(t: &TopicMeta) -> i16 {
 pub(crate) async fn delete_topics(
     ctx: &Ctx,
     access: &Access<'_>,
+    quota: &crate::quota::Mutation<'_>,
     version: i16,
     req: DeleteTopicsRequest,
 ) -> DeleteTopicsResponse {
@@ -187,10 +196,23 @@ pub(crate) async fn delete_topics(
             );
             continue;
         }
+        if let Err((code, _)) = quota.admit() {
+            results.push(
+                DeletableTopicResult::default()
+                    .with_name(Some(topic_name(&n)))
+                    .with_topic_id(id)
+                    .with_error_code(code)
+                    .with_error_message(None),
+            );
+            continue;
+        }
         results.push(match ctx.delete_topic(n.clone()).await {
-            Ok(t) => DeletableTopicResult::default()
-                .with_name(Some(topic_name(&n)))
-                .with_topic_id(t.id),
+            Ok(t) => {
+                quota.record(t.partition_count());
+                DeletableTopicResult::default()
+                    .with_name(Some(topic_name(&n)))
+                    .with_topic_id(t.id)
+            }
             Err((code, msg)) => DeletableTopicResult::default()
                 .with_name(Some(topic_name(&n)))
                 .with_topic_id(id)
@@ -198,13 +220,15 @@ pub(crate) async fn delete_topics(
                 .with_error_message(Some(s(&msg))),
         });
     }
-    DeleteTopicsResponse::default().with_responses(results)
+    DeleteTopicsResponse::default()
+        .with_throttle_time_ms(quota.throttle_ms())
+        .with_responses(results)
 }
 
 pub(crate) async fn create_partitions(
     ctx: &Ctx,
     access: &Access<'_>,
-    _version: i16,
+    quota: &crate::quota::Mutation<'_>,
     req: CreatePartitionsRequest,
 ) -> CreatePartitionsResponse {
     let mut results = Vec::with_capacity(req.topics.len());
@@ -214,6 +238,7 @@ pub(crate) async fn create_partitions(
             access
                 .check(table::CREATE_PARTITIONS, &name)
                 .map_err(|c| (c, "Authorization failed.".to_string()))?;
+            quota.admit()?;
             let (n, total, vo) = (name.clone(), t.count, req.validate_only);
             let before = ctx
                 .meta()
@@ -272,16 +297,21 @@ pub(crate) async fn create_partitions(
             }
             let meta = cluster.propose_topic(cmd).await.map_err(propose_err)?;
             ctx.create_partitions_on_cores(&meta, before).await?;
+            quota.record(total - before);
             Ok(())
         }
         .await;
         let mut res = CreatePartitionsTopicResult::default().with_name(TopicName(s(&name)));
         if let Err((code, msg)) = r {
-            res = res.with_error_code(code).with_error_message(Some(s(&msg)));
+            res = res
+                .with_error_code(code)
+                .with_error_message((!msg.is_empty()).then(|| s(&msg)));
         }
         results.push(res);
     }
-    CreatePartitionsResponse::default().with_results(results)
+    CreatePartitionsResponse::default()
+        .with_throttle_time_ms(quota.throttle_ms())
+        .with_results(results)
 }
 
 /// The broker is described at the endpoint of the listener `session` came in through.

@@ -394,7 +394,8 @@ pub(crate) async fn alter_configs(
         };
         let mut item = alter_configs_response::AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name);
+            .with_resource_name(r.resource_name)
+            .with_error_message(None);
         if let Err((code, msg)) = res {
             item = item.with_error_code(code).with_error_message(Some(s(&msg)));
         }
@@ -472,7 +473,8 @@ pub(crate) async fn incremental_alter_configs(
         };
         let mut item = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
             .with_resource_type(r.resource_type)
-            .with_resource_name(r.resource_name);
+            .with_resource_name(r.resource_name)
+            .with_error_message(None);
         if let Err((code, msg)) = res {
             item = item.with_error_code(code).with_error_message(Some(s(&msg)));
         }
