@@ -207,8 +207,10 @@ const READY_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 impl Ctx {
     /// Holds a client request until the node is ready ([`crate::cluster::Cluster::ready`]):
     /// Kafka enables its listeners only once the broker has caught up, so a client asking
-    /// the moment the port opens must not learn "no controller" and cache it. Once ready,
-    /// a flag check.
+    /// the moment the port opens must not learn "no controller" and cache it. A startup
+    /// gate only: once ready, or once one request waited [`READY_WAIT`] in vain (a node that
+    /// cannot register, e.g. on a full disk, answers as it can rather than stall every
+    /// request), a flag check.
     pub async fn wait_ready(&self) {
         if self.ready.get() {
             return;
@@ -217,7 +219,13 @@ impl Ctx {
         while !self.cluster().ready() && std::time::Instant::now() < deadline {
             glommio::timer::sleep(std::time::Duration::from_millis(20)).await;
         }
-        self.ready.set(self.cluster().ready());
+        if !self.cluster().ready() {
+            tracing::warn!(
+                core = self.core.core,
+                "not registered with a controller after {READY_WAIT:?}; answering clients anyway"
+            );
+        }
+        self.ready.set(true);
     }
 }
 

@@ -273,7 +273,10 @@ impl Cluster {
     /// is applied (so is everything before it in the metadata log) and a controller is
     /// known, so Metadata names it and admin requests reach it.
     pub fn ready(&self) -> bool {
-        self.registered.load(std::sync::atomic::Ordering::Acquire) && self.controller_id() >= 0
+        // A lone node's startup already waited for its registration.
+        self.voters.len() <= 1
+            || (self.registered.load(std::sync::atomic::Ordering::Acquire)
+                && self.controller_id() >= 0)
     }
 
     /// Shares `version`, which the driver's state listener moves on every applied change of
