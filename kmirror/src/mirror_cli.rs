@@ -1311,17 +1311,25 @@ fn chrono_like_now() -> String {
 
 /// The source bootstrap servers of mirror `name` (ListMirrors).
 pub(crate) fn source_of(conn: &mut BlockingConnection, name: &str) -> CliResult<String> {
+    mirror_source(conn, name)?.ok_or_else(|| format!("mirror '{name}' does not exist").into())
+}
+
+/// The source of mirror `name` on the cluster at `conn` (ListMirrors), if it exists.
+pub(crate) fn mirror_source(
+    conn: &mut BlockingConnection,
+    name: &str,
+) -> CliResult<Option<String>> {
     let list = conn.send_mirror(&ListMirrorsRequest::default())?;
     check(
         "ListMirrors",
         list.error_code,
         list.error_message.as_deref(),
     )?;
-    list.mirrors
-        .iter()
+    Ok(list
+        .mirrors
+        .into_iter()
         .find(|m| m.mirror_name == name)
-        .map(|m| m.source_bootstrap.clone())
-        .ok_or_else(|| format!("mirror '{name}' does not exist").into())
+        .map(|m| m.source_bootstrap))
 }
 
 struct VerifyArgs<'a> {

@@ -29,7 +29,7 @@ use kafka_protocol::messages::incremental_alter_configs_request::{
 use kafka_protocol::messages::IncrementalAlterConfigsRequest;
 use kafka_protocol::protocol::StrBytes;
 use kmirror_control::mirror::WRITE_FENCE_CONFIG;
-use kmirror_mirror::api::{ListMirrorsRequest, RemoveTopicsFromMirrorRequest};
+use kmirror_mirror::api::RemoveTopicsFromMirrorRequest;
 use kmirror_mirror::client::build;
 use kmirror_mirror::client::security::ClientSecurity;
 use kmirror_mirror::client::{BlockingConnection, BlockingMirrorCalls};
@@ -37,8 +37,8 @@ use kmirror_net::keys::error as code;
 use kmirror_types::TopicPartition;
 
 use crate::mirror_cli::{
-    add_topics_request, check, check_topics, create, describe_rows, fetch_describe, print_plan,
-    CliResult, DescribeRow,
+    add_topics_request, check, check_topics, create, describe_rows, fetch_describe, mirror_source,
+    print_plan, CliResult, DescribeRow,
 };
 
 /// Environment variable naming a step after which the command stops with an error, as a
@@ -232,13 +232,7 @@ fn connect_source(source: &str, f: &Follow<'_>) -> CliResult<BlockingConnection>
 
 /// The topics the reverse mirror already has on the source (empty when it does not exist).
 fn reverse_topics(src: &mut BlockingConnection, f: &Follow<'_>) -> CliResult<BTreeSet<String>> {
-    let list = src.send_mirror(&ListMirrorsRequest::default())?;
-    check(
-        "ListMirrors",
-        list.error_code,
-        list.error_message.as_deref(),
-    )?;
-    if !list.mirrors.iter().any(|m| m.mirror_name == f.reverse_name) {
+    if mirror_source(src, f.reverse_name)?.is_none() {
         return Ok(BTreeSet::new());
     }
     Ok(describe_rows(&fetch_describe(src, Some(f.reverse_name))?)
@@ -393,23 +387,13 @@ fn follow(
     zero_loss: bool,
     dry_run: bool,
 ) -> CliResult<()> {
-    let list = src.send_mirror(&ListMirrorsRequest::default())?;
-    check(
-        "ListMirrors",
-        list.error_code,
-        list.error_message.as_deref(),
-    )?;
-    match list
-        .mirrors
-        .iter()
-        .find(|m| m.mirror_name == f.reverse_name)
-    {
-        Some(m) if m.source_bootstrap != f.reverse_source => {
+    match mirror_source(src, f.reverse_name)? {
+        Some(source) if source != f.reverse_source => {
             return Err(format!(
-                "mirror '{}' already exists on {} with source {} (not {}): pass --reverse-name",
+                "mirror '{}' already exists on {} with source {source} (not {}): pass \
+                 --reverse-name",
                 f.reverse_name,
                 src.addr(),
-                m.source_bootstrap,
                 f.reverse_source
             )
             .into())
