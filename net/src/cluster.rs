@@ -369,6 +369,22 @@ impl Cluster {
             .unwrap_or(-1)
     }
 
+    /// The controller id Metadata and DescribeCluster name among `listed` (the brokers the
+    /// same answer lists): the quorum leader when it is one of them, else this node, else
+    /// any listed broker (-1 when none is). A client sends admin requests to the broker with
+    /// that id, and any node takes them (proposals reach the leader), as Kafka's brokers
+    /// forward to the active controller and name a live broker; a leader whose broker is not
+    /// registered yet (a forming cluster) must not be named, or librdkafka waits "for
+    /// controller" until it times out.
+    pub fn listed_controller_id(&self, listed: &[ListedBroker]) -> i32 {
+        let leader = self.controller_id();
+        [leader, self.local]
+            .into_iter()
+            .find(|id| listed.iter().any(|b| b.id == *id))
+            .or_else(|| listed.first().map(|b| b.id))
+            .unwrap_or(-1)
+    }
+
     /// An empty view for [`Cluster::replicated`], filled by the driver's first publish.
     pub fn empty_view() -> Arc<MetaView> {
         Arc::new(MetaView::new(ClusterMetadata {

@@ -107,6 +107,59 @@ impl Copier {
     }
 }
 
+/// The copiers to run: all three, or those `KMIRROR_BENCH_COPIERS` names (comma-separated
+/// `kmirror`, `mm2`, `follower`; e.g. `kmirror,follower` while profiling).
+fn copiers() -> Vec<Copier> {
+    let all = [Copier::Kmirror, Copier::Mm2, Copier::Follower];
+    match std::env::var("KMIRROR_BENCH_COPIERS") {
+        Ok(list) => all
+            .into_iter()
+            .filter(|c| {
+                let short = match c {
+                    Copier::Kmirror => "kmirror",
+                    Copier::Mm2 => "mm2",
+                    Copier::Follower => "follower",
+                };
+                list.split(',').any(|x| x.trim() == short)
+            })
+            .collect(),
+        Err(_) => all.to_vec(),
+    }
+}
+
+/// While `KMIRROR_BENCH_PERF=DIR` is set, `perf record` samples the kmirror node of each
+/// round into DIR/kmirror-round-N.data (stopped with SIGINT when the round ends).
+fn perf_attach(pid: u32, round: usize) -> Option<std::process::Child> {
+    let dir = std::env::var("KMIRROR_BENCH_PERF").ok()?;
+    std::fs::create_dir_all(&dir).ok()?;
+    std::process::Command::new("perf")
+        .args([
+            "record",
+            "-q",
+            "-F",
+            "499",
+            "-g",
+            "-p",
+            &pid.to_string(),
+            "-o",
+        ])
+        .arg(format!("{dir}/kmirror-round-{round}.data"))
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .map_err(|e| eprintln!("perf record: {e}"))
+        .ok()
+}
+
+fn perf_detach(perf: Option<std::process::Child>) {
+    if let Some(mut p) = perf {
+        // SIGINT, so perf finishes writing its file.
+        let _ = std::process::Command::new("kill")
+            .args(["-INT", &p.id().to_string()])
+            .status();
+        let _ = p.wait();
+    }
+}
+
 /// [`common::wait_caught_up`] with [`POLL`] and [`TIMEOUT`]; the time after the first data is
 /// at least one poll (a copy that finishes within one poll has no finer figure).
 fn wait(
@@ -242,6 +295,7 @@ fn kmirror(round: usize, source: &str, records: u64, partitions: i32) -> Result<
     let cpu0 = common::cpu_seconds(pid);
     let load = common::load_avg();
     eprintln!("round {round}: kmirror (load {load})");
+    let perf = perf_attach(pid, round);
     let t0 = Instant::now();
     common::kmirror_mirror(&addr, "bench", source, &["--topics", TOPIC])?;
     let (secs, secs_from_first) = wait(
@@ -251,6 +305,7 @@ fn kmirror(round: usize, source: &str, records: u64, partitions: i32) -> Result<
         || node.alive(),
     );
     let cpu_s = common::cpu_seconds(pid) - cpu0;
+    perf_detach(perf);
     let rss_mib = common::peak_rss_mib(pid);
     // End offsets alone could be met without the bytes: SPEC's log-equal oracle, after the
     // measurement (it reads everything back from both sides).
@@ -421,11 +476,11 @@ fn main() {
     eprintln!("backlog of {payload_gb:.2} GB filled in {fill_s:.0} s");
     let broker2 = common::Kafka::start_broker(&source, 2, "1g", FOLLOWER_TUNING);
 
-    let order = [Copier::Kmirror, Copier::Mm2, Copier::Follower];
+    let order = copiers();
     let mut runs: Vec<Run> = Vec::new();
     let mut orders: Vec<String> = Vec::new();
     for round in 0..=rounds {
-        let mut this = order;
+        let mut this = order.clone();
         this.rotate_left(round % order.len());
         orders.push(this.iter().map(|c| c.name()).collect::<Vec<_>>().join(", "));
         for c in this {
@@ -491,7 +546,7 @@ fn main() {
          first data | CPU s/GB |"
     );
     println!("|---|---:|---:|---:|---:|");
-    for c in order {
+    for &c in &order {
         let rs = measured(c);
         println!(
             "| {} | {} | {} | {} | {} |",
@@ -522,7 +577,7 @@ fn main() {
             .collect()
     };
     println!();
-    for other in [Copier::Mm2, Copier::Follower] {
+    for other in order.iter().copied().filter(|c| *c != Copier::Kmirror) {
         println!(
             "kmirror / {} throughput, per round: median {} wall time from start, {} after \
              first data",

@@ -324,8 +324,9 @@ pub(crate) fn describe_cluster(
 ) -> DescribeClusterResponse {
     let meta = ctx.meta();
     let cluster = &ctx.cluster();
-    let brokers = cluster
-        .listed_brokers(&meta, &session.listener)
+    let listed = cluster.listed_brokers(&meta, &session.listener);
+    let controller = cluster.listed_controller_id(&listed);
+    let brokers = listed
         .into_iter()
         .map(|b| {
             DescribeClusterBroker::default()
@@ -337,7 +338,7 @@ pub(crate) fn describe_cluster(
         .collect();
     let mut resp = DescribeClusterResponse::default()
         .with_cluster_id(s(&meta.cluster_id))
-        .with_controller_id(broker(cluster.controller_id()))
+        .with_controller_id(broker(controller))
         .with_endpoint_type(req.endpoint_type)
         .with_brokers(brokers)
         .with_cluster_authorized_operations(cluster_operations(

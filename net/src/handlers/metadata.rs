@@ -111,8 +111,9 @@ pub(crate) async fn metadata(
     let meta = ctx.meta();
     let cluster = &ctx.cluster();
     // The unfenced registered brokers, each at this listener.
-    let brokers = cluster
-        .listed_brokers(&meta, &session.listener)
+    let listed = cluster.listed_brokers(&meta, &session.listener);
+    let controller = cluster.listed_controller_id(&listed);
+    let brokers = listed
         .into_iter()
         .map(|b| {
             MetadataResponseBroker::default()
@@ -125,7 +126,7 @@ pub(crate) async fn metadata(
     MetadataResponse::default()
         .with_brokers(brokers)
         .with_cluster_id(Some(s(&meta.cluster_id)))
-        .with_controller_id(broker(cluster.controller_id()))
+        .with_controller_id(broker(controller))
         .with_topics(topics)
         .with_cluster_authorized_operations(super::admin::cluster_operations(
             access,
