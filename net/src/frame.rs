@@ -1,12 +1,25 @@
 //! Kafka request framing: a 4-byte big-endian length, then the request. The length is
 //! checked against `socket.request.max.bytes` before any buffer is allocated, so a hostile
 //! length (negative, 2^31-1, or "GET " read as an integer) costs nothing.
+//!
+//! Frame bodies (requests here, responses in [`crate::client`]) are read into buffers
+//! reused per thread ([`read_body`]): a fresh buffer per frame cost more CPU than the bytes
+//! themselves on the mirror path (the allocator zeroes it, the kernel faults in and clears
+//! each new page, growth copies it; 40% of a catch-up profile). The frame's [`Bytes`] owns
+//! its buffer and hands it back when the last slice of it (a record batch appended on some
+//! core) is dropped, on whatever thread that is.
+
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures_lite::{AsyncRead, AsyncReadExt};
 
-/// Largest buffer reserved up front for a frame (typical produce requests fit).
+/// Largest buffer reserved up front for a frame (typical produce requests fit); a frame
+/// grows its buffer as its bytes arrive, doubling.
 const INITIAL_CHUNK: usize = 1 << 20;
+/// Buffers a thread keeps for reuse, and their total capacity at most.
+const POOL_BUFFERS: usize = 8;
+const POOL_BYTES: usize = 128 << 20;
 
 /// The smallest valid request: api key, api version and correlation id.
 pub const MIN_REQUEST_BYTES: i32 = 8;
@@ -44,15 +57,81 @@ pub async fn read_frame<R: AsyncRead + Unpin>(r: &mut R, max: usize) -> Result<B
             max,
         });
     }
-    // Memory follows the bytes that actually arrive: a peer announcing 100 MiB and sending
-    // nothing costs at most the first chunk, not the announced size.
-    let len = len as usize;
-    let mut buf = Vec::with_capacity(len.min(INITIAL_CHUNK));
-    (&mut *r).take(len as u64).read_to_end(&mut buf).await?;
-    if buf.len() != len {
-        return Err(FrameError::Io(std::io::ErrorKind::UnexpectedEof.into()));
+    Ok(read_body(r, len as usize).await?)
+}
+
+/// Buffers kept for reuse (by the thread that made the pool; returned from any thread).
+#[derive(Default)]
+struct Pool {
+    /// Guarded by a lock taken once per frame, uncontended but for a buffer returned by
+    /// another core at that moment.
+    free: Mutex<Vec<Vec<u8>>>,
+}
+
+impl Pool {
+    /// The smallest kept buffer that holds `len`, else the largest (grown as bytes arrive).
+    fn take(&self, len: usize) -> Vec<u8> {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let fit = free
+            .iter()
+            .enumerate()
+            .filter(|(_, b)| b.len() >= len)
+            .min_by_key(|(_, b)| b.len())
+            .or_else(|| free.iter().enumerate().max_by_key(|(_, b)| b.len()))
+            .map(|(i, _)| i);
+        fit.map(|i| free.swap_remove(i)).unwrap_or_default()
     }
-    Ok(Bytes::from(buf))
+
+    fn give_back(&self, buf: Vec<u8>) {
+        let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
+        let kept: usize = free.iter().map(Vec::capacity).sum();
+        if free.len() < POOL_BUFFERS && kept + buf.capacity() <= POOL_BYTES {
+            free.push(buf);
+        }
+    }
+}
+
+thread_local! {
+    static POOL: Arc<Pool> = Arc::new(Pool::default());
+}
+
+/// A frame's bytes in a pooled buffer: `buf[..len]`, the rest left from earlier frames.
+struct Pooled {
+    buf: Vec<u8>,
+    len: usize,
+    home: Arc<Pool>,
+}
+
+impl AsRef<[u8]> for Pooled {
+    fn as_ref(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+}
+
+impl Drop for Pooled {
+    fn drop(&mut self) {
+        self.home.give_back(std::mem::take(&mut self.buf));
+    }
+}
+
+/// Reads exactly `len` bytes (a frame body whose length prefix was read and checked) into a
+/// buffer of this thread's pool. Memory follows the bytes that actually arrive: a peer
+/// announcing 100 MiB and sending nothing costs at most the first chunk (or a kept buffer),
+/// not the announced size. A kept buffer's bytes are already initialized, so only growth
+/// past what the thread's frames needed before is zeroed.
+pub async fn read_body<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> std::io::Result<Bytes> {
+    let home = POOL.with(Arc::clone);
+    let mut buf = home.take(len);
+    let mut filled = 0;
+    while filled < len {
+        let target = len.min((2 * filled).max(INITIAL_CHUNK));
+        if buf.len() < target {
+            buf.resize(target, 0);
+        }
+        r.read_exact(&mut buf[filled..target]).await?;
+        filled = target;
+    }
+    Ok(Bytes::from_owner(Pooled { buf, len, home }))
 }
 
 /// The fixed start of every request header (all header versions).
@@ -104,5 +183,40 @@ mod tests {
         let h = header_prefix(&got);
         assert_eq!((h.api_key, h.api_version, h.correlation_id), (18, 3, 7));
         assert!(matches!(read(&[], 1024), Err(FrameError::Closed)));
+    }
+
+    fn body(bytes: &[u8]) -> Bytes {
+        let mut r = futures_lite::io::Cursor::new(bytes.to_vec());
+        futures_lite::future::block_on(read_body(&mut r, bytes.len())).unwrap()
+    }
+
+    #[test]
+    fn a_frame_buffer_is_reused_once_its_last_slice_is_dropped_and_holds_only_its_bytes() {
+        // Larger than the first chunk, so the read grows the buffer as bytes arrive.
+        let big: Vec<u8> = (0..3 * INITIAL_CHUNK + 5)
+            .map(|i| (i % 251) as u8)
+            .collect();
+        let first = body(&big);
+        assert_eq!(&first[..], &big[..]);
+        let slice = first.slice(10..20);
+        let at = first.as_ptr();
+        drop(first);
+        // Still held by a slice: a second frame gets another buffer.
+        let small = body(b"abc");
+        assert_eq!(&small[..], b"abc");
+        assert_ne!(small.as_ptr(), at);
+        drop(small);
+        assert_eq!(&slice[..], &big[10..20]);
+        drop(slice);
+        // Back in the pool: the next frame of any size that fits reuses it, and sees
+        // only its own bytes, not the rest left from the big frame.
+        let other: Vec<u8> = vec![7u8; 2 * INITIAL_CHUNK];
+        let again = body(&other);
+        assert_eq!(again.as_ptr(), at);
+        assert_eq!(&again[..], &other[..]);
+        // A short read is an error, not a frame padded from the old buffer.
+        drop(again);
+        let mut r = futures_lite::io::Cursor::new(vec![1u8; 10]);
+        assert!(futures_lite::future::block_on(read_body(&mut r, 11)).is_err());
     }
 }

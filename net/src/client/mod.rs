@@ -220,9 +220,6 @@ pub mod codec {
         )
     }
 
-    /// Largest buffer reserved before a response's bytes arrive.
-    pub const INITIAL_READ: usize = 1 << 20;
-
     /// Parse the 4-byte frame length.
     pub fn frame_len(prefix: [u8; 4]) -> Result<usize, ClientError> {
         let n = i32::from_be_bytes(prefix);
@@ -618,13 +615,9 @@ impl<T: Transport> Connection<T> {
                 Ok(n) => n,
                 Err(e) => return Ok(Err(e)),
             };
-            // Memory follows the bytes that arrive, not the announced length.
-            let mut body = Vec::with_capacity(n.min(codec::INITIAL_READ));
-            (&mut *stream).take(n as u64).read_to_end(&mut body).await?;
-            if body.len() != n {
-                return Err(io::ErrorKind::UnexpectedEof.into());
-            }
-            Ok(Ok(Bytes::from(body)))
+            // Memory follows the bytes that arrive, not the announced length; the buffer
+            // is reused once the response's last slice is dropped.
+            Ok(Ok(crate::frame::read_body(stream, n).await?))
         };
         T::within(self.timeout + extra, fut)
             .await
