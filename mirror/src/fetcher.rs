@@ -269,7 +269,7 @@ impl FetchOutcome {
 }
 
 /// The source's answer for one partition: the value, or the error code it answered.
-pub(crate) type PartitionAnswer<T> = Result<T, ErrorCode>;
+pub type PartitionAnswer<T> = Result<T, ErrorCode>;
 
 /// A source-side failure that is not a per-partition error code.
 #[derive(Debug, thiserror::Error)]

@@ -34,10 +34,13 @@ mod throttle;
 pub mod verify;
 
 // The surface other crates use; the modules behind it are private.
+// `Source` and its answer types are public so a benchmark can drive a `PartitionFetcher`
+// from recorded Fetch responses (benches/benches/mirror.rs).
 pub use fetcher::{
     dry_run_plan, fetcher_client_id, mirror_partition, prepare_partition, DryRunRow,
-    EngineLocalPartition, EpochEnd, FetchEvent, FetchObserver, FetcherConfig, KafkaSource,
-    LmeOrigin, LocalError, LocalPartition, PartitionFetcher, Step,
+    EngineLocalPartition, EpochEnd, FetchEvent, FetchObserver, FetchOutcome, FetchedRecords,
+    FetcherConfig, KafkaSource, LmeOrigin, LocalError, LocalPartition, PartitionAnswer,
+    PartitionFetcher, Source, SourceError, SourceLeader, Step,
 };
 pub use host::{MirrorBroker, MirrorSettings};
 pub use manager::{FetchTask, FetcherManager};
