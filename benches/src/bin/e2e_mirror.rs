@@ -186,27 +186,39 @@ struct Run {
     load: String,
 }
 
+/// Writes the backlog: large batches (512 KiB, linger 20 ms) by default; with
+/// `KMIRROR_BENCH_BATCHES=small`, ProducerPerformance's defaults (linger 0, batch.size 16 KiB:
+/// the small-batch case of issue 21 item 4, where per-batch costs dominate).
 fn fill_backlog(boot: &str, records: u64) -> f64 {
     let t0 = Instant::now();
-    let ran = common::run_tool(
-        tools::PRODUCER_PERFORMANCE,
-        &[
-            "--topic",
-            TOPIC,
-            "--num-records",
-            &records.to_string(),
-            "--record-size",
-            "1024",
-            "--throughput",
-            "-1",
-            "--producer-props",
-            &format!("bootstrap.servers={boot}"),
-            "acks=1",
+    let n = records.to_string();
+    let bootstrap = format!("bootstrap.servers={boot}");
+    let mut args = vec![
+        "--topic",
+        TOPIC,
+        "--num-records",
+        &n,
+        "--record-size",
+        "1024",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        &bootstrap,
+        "acks=1",
+    ];
+    if std::env::var("KMIRROR_BENCH_BATCHES").as_deref() == Ok("small") {
+        args.push("linger.ms=0");
+    } else {
+        args.extend([
             "batch.size=524288",
             "linger.ms=20",
             "buffer.memory=134217728",
             "max.request.size=4194304",
-        ],
+        ]);
+    }
+    let ran = common::run_tool(
+        tools::PRODUCER_PERFORMANCE,
+        &args,
         Duration::from_secs(1800),
     );
     eprintln!(
@@ -474,6 +486,12 @@ fn main() {
     let end = common::total_end_offset(&boot, TOPIC, partitions).expect("source end offsets");
     assert_eq!(end, records as i64, "source backlog end offsets");
     eprintln!("backlog of {payload_gb:.2} GB filled in {fill_s:.0} s");
+    let (batches, bytes) = common::segment_batches(&source.data_dir(), TOPIC);
+    let batch_note = format!(
+        "{batches} source batches, {:.1} KiB each on average",
+        bytes as f64 / batches.max(1) as f64 / 1024.0
+    );
+    eprintln!("backlog: {batch_note}");
     let broker2 = common::Kafka::start_broker(&source, 2, "1g", FOLLOWER_TUNING);
 
     let order = copiers();
@@ -502,8 +520,8 @@ fn main() {
 
     println!(
         "\nBacklog: {records} records x 1024 B = {payload_gb:.2} GB payload, {partitions} \
-         partitions, on broker 1 of a 2-broker Apache Kafka 4.1.1 cluster; {cores} cores; \
-         round 0 is the warm-up (discarded), rounds 1-{rounds} are measured\n"
+         partitions, on broker 1 of a 2-broker Apache Kafka 4.1.1 cluster ({batch_note}); \
+         {cores} cores; round 0 is the warm-up (discarded), rounds 1-{rounds} are measured\n"
     );
     for (round, o) in orders.iter().enumerate() {
         println!("round {round} order: {o}");

@@ -699,3 +699,42 @@ pub(crate) fn segment_bytes(dir: &std::path::Path, topic: &str) -> u64 {
     }
     total
 }
+
+/// Record batches and their bytes in the `.log` segments of `topic` under `dir` (a Kafka
+/// data dir): the average source batch size that sets a mirror's per-batch costs.
+#[allow(dead_code)]
+pub(crate) fn segment_batches(dir: &std::path::Path, topic: &str) -> (u64, u64) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return (0, 0);
+    };
+    let prefix = format!("{topic}-");
+    let in_partition = dir.file_name().and_then(|n| n.to_str()).is_some_and(|n| {
+        n.strip_prefix(&prefix)
+            .is_some_and(|p| p.parse::<u32>().is_ok())
+    });
+    let (mut batches, mut bytes) = (0u64, 0u64);
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.is_dir() {
+            let (b, n) = segment_batches(&path, topic);
+            batches += b;
+            bytes += n;
+        } else if in_partition && path.extension().is_some_and(|x| x == "log") {
+            let Ok(data) = std::fs::read(&path) else {
+                continue;
+            };
+            let mut pos = 0usize;
+            // Each batch: base offset (8), length (4), then `length` bytes.
+            while let Some(len) = data.get(pos + 8..pos + 12) {
+                let len = i32::from_be_bytes(len.try_into().expect("4")) as usize;
+                if len == 0 || pos + 12 + len > data.len() {
+                    break;
+                }
+                batches += 1;
+                bytes += 12 + len as u64;
+                pos += 12 + len;
+            }
+        }
+    }
+    (batches, bytes)
+}
