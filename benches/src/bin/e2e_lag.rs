@@ -350,6 +350,7 @@ fn main() {
             })
             .collect();
         ratios.sort_by(f64::total_cmp);
+        lag_chart(*rate, &results, i);
         if !ratios.is_empty() {
             println!(
                 "\n{rate} MB/s: kmirror p99 / MM2 p99, median {:.3}x (min {:.3}, max {:.3})\n",
@@ -359,4 +360,36 @@ fn main() {
             );
         }
     }
+}
+
+/// The lag CDF at one rate: a line per copier and round (kmirror red, MM2 blue).
+fn lag_chart(rate: f64, results: &[Vec<Vec<Histogram<u64>>>], i: usize) {
+    use kmirror_benches::charts::{cdf, Series};
+    let mut series = Vec::new();
+    for (who, name) in ["kmirror", "MirrorMaker 2"].iter().enumerate() {
+        for (round, h) in results[who][i].iter().enumerate() {
+            if h.is_empty() {
+                continue;
+            }
+            // Dense near the tail, where the copiers differ.
+            let qs = (0..=100)
+                .map(|k| f64::from(k) / 100.0)
+                .chain((1..=9).map(|k| 0.99 + f64::from(k) / 1000.0))
+                .chain([0.9995, 1.0]);
+            let mut points: Vec<(f64, f64)> =
+                qs.map(|q| (h.value_at_quantile(q) as f64, q)).collect();
+            points.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+            series.push(Series {
+                label: format!("{name} (round {round})"),
+                color: who,
+                points,
+            });
+        }
+    }
+    cdf(
+        &format!("mirror-lag-cdf-{rate}mbps.svg"),
+        &format!("Mirror lag at {rate} MB/s: share of records visible within x ms"),
+        "lag ms (destination-visible time - CreateTime), log scale",
+        &series,
+    );
 }

@@ -165,11 +165,34 @@ fn perf_detach(perf: Option<std::process::Child>) {
 fn wait(
     t0: Instant,
     want: i64,
-    end: impl FnMut() -> Option<i64>,
+    mut end: impl FnMut() -> Option<i64>,
     alive: impl FnMut() -> bool,
-) -> (f64, f64) {
-    let (secs, from_first) = common::wait_caught_up(t0, want, TIMEOUT, POLL, end, alive);
-    (secs, from_first.max(POLL.as_secs_f64()))
+) -> (f64, f64, Vec<(f64, f64)>) {
+    let mut trace = vec![(0.0, 0.0)];
+    let traced = || {
+        let v = end();
+        if let Some(x) = v {
+            trace.push((t0.elapsed().as_secs_f64(), x as f64 / want as f64));
+        }
+        v
+    };
+    let (secs, from_first) = common::wait_caught_up(t0, want, TIMEOUT, POLL, traced, alive);
+    (secs, from_first.max(POLL.as_secs_f64()), trace)
+}
+
+/// MB/s over time from a progress trace (seconds, fraction of the backlog copied): the rate
+/// over each `STEP`-long window, plotted at the window's end.
+fn throughput_over_time(trace: &[(f64, f64)], payload_gb: f64) -> Vec<(f64, f64)> {
+    const STEP: f64 = 0.5;
+    let mut out = vec![(0.0, 0.0)];
+    let mut from = (0.0, 0.0);
+    for &(t, f) in trace {
+        if t - from.0 >= STEP || f >= 1.0 {
+            out.push((t, (f - from.1) * payload_gb * 1e3 / (t - from.0).max(1e-3)));
+            from = (t, f);
+        }
+    }
+    out
 }
 
 /// One copier's numbers in one round.
@@ -184,6 +207,8 @@ struct Run {
     /// None for the follower: broker 2 is one long-running JVM across rounds.
     rss_mib: Option<f64>,
     load: String,
+    /// (seconds since the start, fraction of the backlog copied), every poll.
+    trace: Vec<(f64, f64)>,
 }
 
 /// Writes the backlog: large batches (512 KiB, linger 20 ms) by default; with
@@ -243,7 +268,7 @@ fn mm2(round: usize, source: &str, records: u64, partitions: i32, tasks: u32) ->
     let pid = mm2.pid();
     let tboot = target.bootstrap();
     let remote = format!("source.{TOPIC}");
-    let (secs, secs_from_first) = wait(
+    let (secs, secs_from_first, trace) = wait(
         t0,
         records as i64,
         || common::total_end_offset(&tboot, &remote, partitions),
@@ -297,6 +322,7 @@ fn mm2(round: usize, source: &str, records: u64, partitions: i32, tasks: u32) ->
         cpu_with_target_s: Some(cpu_s + target_cpu),
         rss_mib: Some(rss_mib),
         load,
+        trace,
     }
 }
 
@@ -310,7 +336,7 @@ fn kmirror(round: usize, source: &str, records: u64, partitions: i32) -> Result<
     let perf = perf_attach(pid, round);
     let t0 = Instant::now();
     common::kmirror_mirror(&addr, "bench", source, &["--topics", TOPIC])?;
-    let (secs, secs_from_first) = wait(
+    let (secs, secs_from_first, trace) = wait(
         t0,
         records as i64,
         || common::total_end_offset(&addr, TOPIC, partitions),
@@ -338,6 +364,7 @@ fn kmirror(round: usize, source: &str, records: u64, partitions: i32) -> Result<
         cpu_with_target_s: None,
         rss_mib: Some(rss_mib),
         load,
+        trace,
     })
 }
 
@@ -417,9 +444,10 @@ fn follower(
     let cpu0 = common::cpu_seconds(follower.pid());
     let load = common::load_avg();
     eprintln!("round {round}: Kafka follower on broker 2 (load {load})");
+    let source_bytes = common::segment_bytes(&leader.data_dir(), TOPIC).max(1);
     let t0 = Instant::now();
     reassign(&boot, partitions, &[1, 2]);
-    let (secs, secs_from_first) = wait(
+    let (secs, secs_from_first, trace) = wait(
         t0,
         records as i64,
         || {
@@ -428,11 +456,16 @@ fn follower(
                 && state
                     .iter()
                     .all(|(r, isr)| r.contains(&2) && isr.contains(&2));
-            // Not in sync: 1 once broker 2 has data (the start of "after first data").
+            // Not in sync: progress by broker 2's bytes (at least 1 once it has data, the
+            // start of "after first data"), short of the end until the ISR says so.
+            let copied = follower_bytes(&data, partitions);
             Some(if in_sync {
                 records as i64
+            } else if copied == 0 {
+                0
             } else {
-                i64::from(follower_bytes(&data, partitions) > 0)
+                ((copied as f64 / source_bytes as f64 * records as f64) as i64)
+                    .clamp(1, records as i64 - 1)
             })
         },
         || true,
@@ -454,6 +487,7 @@ fn follower(
         cpu_with_target_s: None,
         rss_mib: None,
         load,
+        trace,
     }
 }
 
@@ -594,6 +628,7 @@ fn main() {
             })
             .collect()
     };
+    charts(&runs, &order, rounds, payload_gb);
     println!();
     for other in order.iter().copied().filter(|c| *c != Copier::Kmirror) {
         println!(
@@ -604,6 +639,62 @@ fn main() {
             fmt(ratio(other, true), 2),
         );
     }
+}
+
+/// The catch-up charts: MB/s over time per copier (every measured round, one color per
+/// copier), and MB/s and CPU s/GB per copier and round.
+fn charts(runs: &[Run], order: &[Copier], rounds: usize, payload_gb: f64) {
+    use kmirror_benches::charts::{bars, lines, Series};
+    let slot = |c: Copier| match c {
+        Copier::Kmirror => 0,
+        Copier::Mm2 => 1,
+        Copier::Follower => 2,
+    };
+    let measured = || runs.iter().filter(|r| r.round > 0);
+    let series: Vec<Series> = measured()
+        .map(|r| Series {
+            label: format!("{} (round {})", r.copier.name(), r.round),
+            color: slot(r.copier),
+            points: throughput_over_time(&r.trace, payload_gb),
+        })
+        .collect();
+    lines(
+        "mirror-catchup-over-time.svg",
+        &format!("Catch-up of a {payload_gb:.1} GB backlog: MB/s over time (0.5 s windows)"),
+        "seconds since the copy was started",
+        "MB/s",
+        &series,
+    );
+    let groups: Vec<String> = (1..=rounds).map(|r| format!("round {r}")).collect();
+    let per_round = |c: Copier, f: &dyn Fn(&Run) -> f64| -> Vec<f64> {
+        (1..=rounds)
+            .map(|round| {
+                measured()
+                    .find(|r| r.copier == c && r.round == round)
+                    .map_or(f64::NAN, f)
+            })
+            .collect()
+    };
+    let by = |f: &dyn Fn(&Run) -> f64| -> Vec<(String, usize, Vec<f64>)> {
+        order
+            .iter()
+            .map(|&c| (c.name().to_string(), slot(c), per_round(c, f)))
+            .collect()
+    };
+    bars(
+        "mirror-catchup-mbps.svg",
+        "Catch-up throughput per round (higher is better)",
+        "MB/s",
+        &groups,
+        &by(&|r| payload_gb * 1e3 / r.secs),
+    );
+    bars(
+        "mirror-catchup-cpu.svg",
+        "CPU seconds per GB copied (lower is better; MM2 without its target broker)",
+        "CPU s/GB",
+        &groups,
+        &by(&|r| r.cpu_s / payload_gb),
+    );
 }
 
 /// How often `--cluster` asks the destination for HW and ISR (a Metadata and a ListOffsets
