@@ -19,13 +19,15 @@ pub struct Series {
 
 const SIZE: (u32, u32) = (960, 540);
 
-/// The copiers' colors: kmirror, MirrorMaker 2, Kafka follower, then any other.
+/// The copiers' colors: kmirror, MirrorMaker 2, Kafka follower; then a second shade of the
+/// first two (their second probe), then gray.
 fn color(slot: usize) -> RGBColor {
     match slot {
         0 => RGBColor(214, 39, 40),
         1 => RGBColor(31, 119, 180),
         2 => RGBColor(44, 160, 44),
-        3 => RGBColor(148, 103, 189),
+        3 => RGBColor(255, 152, 150),
+        4 => RGBColor(158, 202, 225),
         _ => RGBColor(127, 127, 127),
     }
 }

@@ -11,6 +11,12 @@
 //! can give each newly visible record its lag. Resolution: one probe round (a few ms).
 //! MM2 writes a fresh target topic in source order, so its target offsets are the source's.
 //!
+//! A second probe consumes from the destination (issue 21 item 3): one multi-partition Fetch
+//! at a time with a 5 ms max wait, as a consumer tuned for latency would; each record's lag
+//! is the time its batch arrived minus its CreateTime (the batch's base timestamp, which
+//! the producer sets on the same clock). It shows what a consumer of the mirror sees; the
+//! end-offset probe shows when the records became visible.
+//!
 //! `cargo run --release -p kmirror-benches --bin e2e_lag -- [RATES_MB=10,50] [ROUNDS=3]
 //! [PARTITIONS=32] [SECONDS=20]` (scripts/bench-lag.sh builds kmirror and passes KMIRROR_BIN).
 
@@ -22,8 +28,9 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
-use kafka_protocol::messages::{ListOffsetsRequest, TopicName};
+use kafka_protocol::messages::{BrokerId, FetchRequest, ListOffsetsRequest, TopicName};
 use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::proc;
 use kmirror_tests::{records, KmirrorNode, WireClient};
@@ -63,17 +70,31 @@ fn send_batch(c: &mut WireClient, topic: &str, partition: i32, batch: bytes::Byt
     }
 }
 
-/// Writes `mb_per_s` of 1 KiB records for `warmup + seconds`; records produced after the
-/// warm-up are the measured ones. Returns how many records it wrote.
+/// The load of one run.
+#[derive(Clone, Copy)]
+struct Load {
+    mb_per_s: f64,
+    /// Measured time, after the warm-up.
+    seconds: Duration,
+    /// Records with a CreateTime at or after this (the warm-up's end) are the measured ones.
+    measure_from_ms: i64,
+}
+
+/// Writes `load` in 1 KiB records for the warm-up plus its measured time. Returns how many
+/// records it wrote.
 fn produce(
     source: &str,
     topic: &str,
     partitions: i32,
-    mb_per_s: f64,
-    seconds: Duration,
+    load: &Load,
     outstanding: &Outstanding,
     next: &mut [i64],
 ) -> u64 {
+    let Load {
+        mb_per_s,
+        seconds,
+        measure_from_ms,
+    } = *load;
     let per_batch = ((mb_per_s * 1e6 * TICK.as_secs_f64()) / RECORD as f64).round() as usize;
     let per_batch = per_batch.max(1);
     let value = vec![b'l'; RECORD];
@@ -92,7 +113,8 @@ fn produce(
         let p = (tick % partitions as u64) as usize;
         tick += 1;
         let ts = now_ms();
-        let measured = t0.elapsed() >= WARMUP;
+        // The same cut as the consumer probe's (by CreateTime), so both count one set.
+        let measured = ts >= measure_from_ms;
         // Registered before the send: the copier may show it before our ack arrives.
         outstanding.lock().expect("outstanding")[p].push_back((
             next[p],
@@ -165,7 +187,93 @@ fn probe(
     }
 }
 
-/// One copier's run at each rate: produce, probe, histogram per rate.
+/// Max wait of the consumer probe's Fetch.
+const CONSUMER_WAIT_MS: i32 = 5;
+
+/// Consumes every partition of `topic` on `dest` from `from` (one Fetch of all partitions at
+/// a time) until `stop` is set and a Fetch brings nothing more; each record whose CreateTime
+/// is at or after `measure_from_ms` goes to `hist` with lag = arrival - CreateTime.
+fn consume_probe(
+    dest: &str,
+    topic: &str,
+    from: &[i64],
+    measure_from_ms: i64,
+    stop: &AtomicBool,
+    hist: &mut Histogram<u64>,
+) {
+    let mut c = WireClient::connect(dest).expect("connect destination");
+    let topic_id = c.partition_info(topic, 0).expect("topic id").topic_id;
+    let mut offsets = from.to_vec();
+    loop {
+        let stopping = stop.load(Ordering::Relaxed);
+        let req = FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(CONSUMER_WAIT_MS)
+            .with_min_bytes(1)
+            .with_max_bytes(50 << 20)
+            .with_session_id(0)
+            .with_session_epoch(-1)
+            .with_topics(vec![FetchTopic::default()
+                .with_topic(TopicName(StrBytes::from_string(topic.to_owned())))
+                .with_topic_id(topic_id)
+                .with_partitions(
+                    offsets
+                        .iter()
+                        .enumerate()
+                        .map(|(p, &o)| {
+                            FetchPartition::default()
+                                .with_partition(p as i32)
+                                .with_current_leader_epoch(-1)
+                                .with_fetch_offset(o)
+                                .with_partition_max_bytes(1 << 20)
+                        })
+                        .collect(),
+                )]);
+        let Ok(resp) = c.send_at(req, 13) else {
+            std::thread::sleep(Duration::from_millis(50));
+            continue;
+        };
+        let arrived = now_ms();
+        let mut got = 0usize;
+        for t in &resp.responses {
+            for p in &t.partitions {
+                let Some(records) = p.records.as_ref() else {
+                    continue;
+                };
+                let mut pos = 0usize;
+                // Whole batches: base offset (0), length (8), last offset delta (23),
+                // base timestamp (27; the records' timestamp deltas are 0).
+                while let Some(b) = records.get(pos..).filter(|b| b.len() >= 61) {
+                    let len = i32::from_be_bytes(b[8..12].try_into().expect("4")) as usize;
+                    if b.len() < 12 + len {
+                        break;
+                    }
+                    let base = i64::from_be_bytes(b[0..8].try_into().expect("8"));
+                    let delta = i32::from_be_bytes(b[23..27].try_into().expect("4"));
+                    let ts = i64::from_be_bytes(b[27..35].try_into().expect("8"));
+                    let next = base + i64::from(delta) + 1;
+                    let o = &mut offsets[p.partition_index as usize];
+                    if next > *o {
+                        let n = next - base.max(*o);
+                        if ts >= measure_from_ms {
+                            hist.record_n((arrived - ts).max(0) as u64, n as u64)
+                                .expect("record");
+                        }
+                        *o = next;
+                        got += 1;
+                    }
+                    pos += 12 + len;
+                }
+            }
+        }
+        if stopping && got == 0 {
+            return;
+        }
+    }
+}
+
+/// One copier's run at each rate: produce, both probes; per rate the end-offset probe's and
+/// the consumer probe's histograms.
 fn measure(
     source: &str,
     src_topic: &str,
@@ -174,7 +282,7 @@ fn measure(
     partitions: i32,
     rates: &[f64],
     seconds: Duration,
-) -> Vec<Histogram<u64>> {
+) -> Vec<(Histogram<u64>, Histogram<u64>)> {
     // Partition 0 holds the start record of [`wait_flowing`].
     let mut next = vec![0i64; partitions as usize];
     next[0] = 1;
@@ -184,19 +292,38 @@ fn measure(
             let outstanding: Outstanding =
                 Arc::new(Mutex::new(vec![VecDeque::new(); partitions as usize]));
             let stop = AtomicBool::new(false);
-            let hist = std::thread::scope(|s| {
+            let stop_consumer = AtomicBool::new(false);
+            let from = next.clone();
+            let measure_from_ms = now_ms() + WARMUP.as_millis() as i64;
+            let hists = std::thread::scope(|s| {
                 let probe_thread = s.spawn(|| {
                     let mut h = Histogram::<u64>::new_with_bounds(1, 600_000, 3).expect("hist");
                     probe(dest, dest_topic, partitions, &outstanding, &stop, &mut h);
                     h
                 });
+                let consumer_thread = s.spawn(|| {
+                    let mut h = Histogram::<u64>::new_with_bounds(1, 600_000, 3).expect("hist");
+                    consume_probe(
+                        dest,
+                        dest_topic,
+                        &from,
+                        measure_from_ms,
+                        &stop_consumer,
+                        &mut h,
+                    );
+                    h
+                });
                 let t0 = Instant::now();
+                let load = Load {
+                    mb_per_s: rate,
+                    seconds,
+                    measure_from_ms,
+                };
                 let written = produce(
                     source,
                     src_topic,
                     partitions,
-                    rate,
-                    seconds,
+                    &load,
                     &outstanding,
                     &mut next,
                 );
@@ -216,7 +343,11 @@ fn measure(
                     std::thread::sleep(Duration::from_millis(20));
                 }
                 stop.store(true, Ordering::Relaxed);
-                probe_thread.join().expect("probe")
+                stop_consumer.store(true, Ordering::Relaxed);
+                (
+                    probe_thread.join().expect("probe"),
+                    consumer_thread.join().expect("consumer probe"),
+                )
             });
             let left: usize = outstanding
                 .lock()
@@ -225,7 +356,7 @@ fn measure(
                 .map(|q| q.len())
                 .sum();
             assert_eq!(left, 0, "batches never became visible on the destination");
-            hist
+            hists
         })
         .collect()
 }
@@ -247,7 +378,7 @@ fn mm2(
     partitions: i32,
     rates: &[f64],
     secs: Duration,
-) -> Vec<Histogram<u64>> {
+) -> Vec<(Histogram<u64>, Histogram<u64>)> {
     let mut target = common::Kafka::start("1g", &[]);
     // MM2's defaults except what a single-node target needs; tasks.max = partitions / 8.
     let props = common::mm2_properties(
@@ -273,7 +404,7 @@ fn kmirror(
     partitions: i32,
     rates: &[f64],
     secs: Duration,
-) -> Vec<Histogram<u64>> {
+) -> Vec<(Histogram<u64>, Histogram<u64>)> {
     let mut node = KmirrorNode::start();
     let addr = node.addr();
     common::kmirror_mirror(&addr, "lag", source, &["--topics", topic]).expect("kmirror mirror");
@@ -298,8 +429,8 @@ fn main() {
     let source = common::Kafka::start("1g", &[]);
     let boot = source.bootstrap();
 
-    // results[copier][rate] = one histogram per round.
-    let mut results: Vec<Vec<Vec<Histogram<u64>>>> = vec![vec![Vec::new(); rates.len()]; 2];
+    // results[copier][rate] = per round, (end-offset probe, consumer probe) histograms.
+    let mut results: Results = vec![vec![Vec::new(); rates.len()]; 2];
     for round in 0..rounds {
         let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
         for who in order {
@@ -307,7 +438,7 @@ fn main() {
             common::create_topic(&boot, &topic, partitions, &[]);
             eprintln!(
                 "round {round}: {} (load {})",
-                ["kmirror", "MirrorMaker 2"][who],
+                COPIERS[who],
                 common::load_avg()
             );
             let hists = if who == 0 {
@@ -322,74 +453,95 @@ fn main() {
     }
 
     println!(
-        "\nLag = destination-visible time - CreateTime, 1 KiB records, {partitions} partitions, \
-         {} s measured per run after {} s warm-up, {rounds} rounds in alternating order\n",
+        "\nLag = destination-visible time - CreateTime (end-offset probe) and arrival at a \
+         consumer of the destination - CreateTime (consumer probe, Fetch max wait \
+         {CONSUMER_WAIT_MS} ms), 1 KiB records, {partitions} partitions, {} s measured per run \
+         after {} s warm-up, {rounds} rounds in alternating order\n",
         secs.as_secs(),
         WARMUP.as_secs()
     );
-    println!("| rate | copier | round | records | p50 ms | p99 ms | p99.9 ms | max ms |");
-    println!("|---|---|---:|---:|---:|---:|---:|---:|");
+    println!(
+        "| rate | copier | round | records | p50 ms | p99 ms | p99.9 ms | max ms | consumer \
+         records | consumer p50 ms | consumer p99 ms | consumer p99.9 ms |"
+    );
+    println!("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     for (i, rate) in rates.iter().enumerate() {
-        for (who, name) in ["kmirror", "MirrorMaker 2"].iter().enumerate() {
-            for (round, h) in results[who][i].iter().enumerate() {
+        for (who, name) in COPIERS.iter().enumerate() {
+            for (round, (h, c)) in results[who][i].iter().enumerate() {
                 println!(
-                    "| {rate} MB/s | {name} | {round} | {} | {} | {} | {} | {} |",
+                    "| {rate} MB/s | {name} | {round} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     h.len(),
                     h.value_at_quantile(0.5),
                     h.value_at_quantile(0.99),
                     h.value_at_quantile(0.999),
-                    h.max()
+                    h.max(),
+                    c.len(),
+                    c.value_at_quantile(0.5),
+                    c.value_at_quantile(0.99),
+                    c.value_at_quantile(0.999),
                 );
             }
         }
-        let mut ratios: Vec<f64> = results[0][i]
-            .iter()
-            .zip(&results[1][i])
-            .map(|(k, m)| {
-                k.value_at_quantile(0.99) as f64 / m.value_at_quantile(0.99).max(1) as f64
-            })
-            .collect();
-        ratios.sort_by(f64::total_cmp);
         lag_chart(*rate, &results, i);
-        if !ratios.is_empty() {
-            println!(
-                "\n{rate} MB/s: kmirror p99 / MM2 p99, median {:.3}x (min {:.3}, max {:.3})\n",
-                ratios[ratios.len() / 2],
-                ratios[0],
-                ratios[ratios.len() - 1]
-            );
+        for (probe, pick) in [("end-offset probe", 0usize), ("consumer probe", 1)] {
+            let p99 = |x: &(Histogram<u64>, Histogram<u64>)| {
+                [&x.0, &x.1][pick].value_at_quantile(0.99) as f64
+            };
+            let mut ratios: Vec<f64> = results[0][i]
+                .iter()
+                .zip(&results[1][i])
+                .map(|(k, m)| p99(k) / p99(m).max(1.0))
+                .collect();
+            ratios.sort_by(f64::total_cmp);
+            if !ratios.is_empty() {
+                println!(
+                    "\n{rate} MB/s, {probe}: kmirror p99 / MM2 p99, median {:.3}x (min {:.3}, max {:.3})",
+                    ratios[ratios.len() / 2],
+                    ratios[0],
+                    ratios[ratios.len() - 1]
+                );
+            }
         }
+        println!();
     }
 }
 
-/// The lag CDF at one rate: a line per copier and round (kmirror red, MM2 blue).
-fn lag_chart(rate: f64, results: &[Vec<Vec<Histogram<u64>>>], i: usize) {
+const COPIERS: [&str; 2] = ["kmirror", "MirrorMaker 2"];
+
+/// `results[copier][rate][round]` = (end-offset probe, consumer probe) histograms.
+type Results = Vec<Vec<Vec<(Histogram<u64>, Histogram<u64>)>>>;
+
+/// The lag CDF at one rate: a line per copier, probe and round (kmirror red, MM2 blue; the
+/// consumer probe in a lighter shade).
+fn lag_chart(rate: f64, results: &Results, i: usize) {
     use kmirror_benches::charts::{cdf, Series};
     let mut series = Vec::new();
-    for (who, name) in ["kmirror", "MirrorMaker 2"].iter().enumerate() {
-        for (round, h) in results[who][i].iter().enumerate() {
-            if h.is_empty() {
-                continue;
+    for (who, name) in COPIERS.iter().enumerate() {
+        for (round, hs) in results[who][i].iter().enumerate() {
+            for (probe, h) in [("visible", &hs.0), ("consumed", &hs.1)] {
+                if h.is_empty() {
+                    continue;
+                }
+                // Dense near the tail, where the copiers differ.
+                let qs = (0..=100)
+                    .map(|k| f64::from(k) / 100.0)
+                    .chain((1..=9).map(|k| 0.99 + f64::from(k) / 1000.0))
+                    .chain([0.9995, 1.0]);
+                let mut points: Vec<(f64, f64)> =
+                    qs.map(|q| (h.value_at_quantile(q) as f64, q)).collect();
+                points.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
+                series.push(Series {
+                    label: format!("{name}, {probe} (round {round})"),
+                    color: if probe == "visible" { who } else { who + 3 },
+                    points,
+                });
             }
-            // Dense near the tail, where the copiers differ.
-            let qs = (0..=100)
-                .map(|k| f64::from(k) / 100.0)
-                .chain((1..=9).map(|k| 0.99 + f64::from(k) / 1000.0))
-                .chain([0.9995, 1.0]);
-            let mut points: Vec<(f64, f64)> =
-                qs.map(|q| (h.value_at_quantile(q) as f64, q)).collect();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.total_cmp(&b.1)));
-            series.push(Series {
-                label: format!("{name} (round {round})"),
-                color: who,
-                points,
-            });
         }
     }
     cdf(
         &format!("mirror-lag-cdf-{rate}mbps.svg"),
-        &format!("Mirror lag at {rate} MB/s: share of records visible within x ms"),
-        "lag ms (destination-visible time - CreateTime), log scale",
+        &format!("Mirror lag at {rate} MB/s: share of records visible / consumed within x ms"),
+        "lag ms after CreateTime, log scale",
         &series,
     );
 }
