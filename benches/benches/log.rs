@@ -10,40 +10,15 @@ use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
-use kmirror_log::batch::{build_batch, BatchIter, BatchSpec, KeyValue};
+use kmirror_log::batch::BatchIter;
 use kmirror_log::{FlushPolicy, Log, LogConfig, Offset};
 
 /// Bytes moved per measured iteration.
 const RUN_BYTES: usize = 32 << 20;
-const RECORD_BYTES: usize = 1024;
-
 /// Batches of 1 KiB records, `batch_bytes` each (approximately), with consecutive offsets,
 /// totalling RUN_BYTES.
 fn make_batches(batch_bytes: usize) -> Vec<Bytes> {
-    let per_batch = (batch_bytes / RECORD_BYTES).max(1);
-    let value: Vec<u8> = (0..RECORD_BYTES).map(|i| (i * 13 % 251) as u8).collect();
-    let recs: Vec<KeyValue<'_>> = (0..per_batch).map(|_| (None, Some(&value[..]))).collect();
-    let mut out = Vec::new();
-    let mut total = 0;
-    let mut base = 0i64;
-    while total < RUN_BYTES {
-        let b = build_batch(
-            &BatchSpec {
-                base_offset: base,
-                partition_leader_epoch: 3,
-                attributes: 0,
-                base_timestamp: 1_700_000_000_000,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            },
-            &recs,
-        );
-        total += b.len();
-        base += per_batch as i64;
-        out.push(Bytes::from(b));
-    }
-    out
+    kmirror_benches::record_batches(batch_bytes, RUN_BYTES, 3)
 }
 
 fn config() -> LogConfig {

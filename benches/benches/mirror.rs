@@ -24,7 +24,6 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::FetchResponse;
 use kafka_protocol::protocol::{Decodable, Encodable};
-use kmirror_log::batch::{build_batch, BatchSpec, KeyValue};
 use kmirror_log::{FlushPolicy, Log, LogConfig};
 use kmirror_mirror::{
     EpochEnd, FetchEvent, FetchObserver, FetchOutcome, FetcherConfig, LocalError, LocalPartition,
@@ -36,37 +35,16 @@ use uuid::Uuid;
 const PARTITIONS: i32 = 8;
 /// Bytes of batches per partition in the recorded response (32 MiB in all).
 const PER_PARTITION: usize = 4 << 20;
-const RECORD_BYTES: usize = 1024;
 const FETCH_VERSION: i16 = 16;
 const EPOCH: i32 = 3;
 const TOPIC: &str = "bench";
 const TOPIC_ID: Uuid = Uuid::from_u128(0x006b_6d69_7272_6f72);
 
-/// Batches of 1 KiB records, about `batch_bytes` each, from offset 0, PER_PARTITION in all.
+/// Batches of 1 KiB records, about `batch_bytes` each, from offset 0, PER_PARTITION in all,
+/// as one buffer (a partition's records in a Fetch response), and how many.
 fn partition_batches(batch_bytes: usize) -> (Bytes, usize) {
-    let per_batch = (batch_bytes / RECORD_BYTES).max(1);
-    let value: Vec<u8> = (0..RECORD_BYTES).map(|i| (i * 13 % 251) as u8).collect();
-    let recs: Vec<KeyValue<'_>> = (0..per_batch).map(|_| (None, Some(&value[..]))).collect();
-    let mut out = BytesMut::new();
-    let mut base = 0i64;
-    let mut n = 0;
-    while out.len() < PER_PARTITION {
-        out.extend_from_slice(&build_batch(
-            &BatchSpec {
-                base_offset: base,
-                partition_leader_epoch: EPOCH,
-                attributes: 0,
-                base_timestamp: 1_700_000_000_000,
-                producer_id: -1,
-                producer_epoch: -1,
-                base_sequence: -1,
-            },
-            &recs,
-        ));
-        base += per_batch as i64;
-        n += 1;
-    }
-    (out.freeze(), n)
+    let batches = kmirror_benches::record_batches(batch_bytes, PER_PARTITION, EPOCH);
+    (batches.concat().into(), batches.len())
 }
 
 /// The recorded response frame body (no header): every partition holds `batches`.

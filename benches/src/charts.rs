@@ -7,6 +7,7 @@
 
 use std::path::PathBuf;
 
+use plotters::coord::ranged1d::{AsRangedCoord, ValueFormatter};
 use plotters::prelude::*;
 
 /// One line: its legend label, palette slot (the same copier keeps one color across charts)
@@ -54,68 +55,75 @@ fn max_of(values: impl Iterator<Item = f64>) -> f64 {
 
 /// Lines on linear axes starting at 0 (e.g. MB/s over seconds since the start).
 pub fn lines(name: &str, title: &str, x_desc: &str, y_desc: &str, series: &[Series]) {
-    let draw = || -> Result<(), Box<dyn std::error::Error>> {
-        let p = path(name);
-        let root = SVGBackend::new(&p, SIZE).into_drawing_area();
-        root.fill(&WHITE)?;
-        let pts = || series.iter().flat_map(|s| s.points.iter());
-        let xmax = max_of(pts().map(|p| p.0)).max(1e-9) * 1.02;
-        let ymax = max_of(pts().map(|p| p.1)).max(1e-9) * 1.1;
-        let mut chart = ChartBuilder::on(&root)
-            .caption(title, ("sans-serif", 20))
-            .margin(12)
-            .x_label_area_size(40)
-            .y_label_area_size(64)
-            .build_cartesian_2d(0f64..xmax, 0f64..ymax)?;
-        chart
-            .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc(y_desc)
-            .draw()?;
-        for s in series {
-            let c = color(s.color);
-            chart
-                .draw_series(LineSeries::new(s.points.iter().copied(), c.stroke_width(2)))?
-                .label(&s.label)
-                .legend(move |(x, y)| {
-                    PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2))
-                });
-        }
-        chart
-            .configure_series_labels()
-            .position(SeriesLabelPosition::UpperRight)
-            .background_style(WHITE.mix(0.85))
-            .border_style(BLACK)
-            .draw()?;
-        root.present()?;
-        Ok(())
+    let pts = || series.iter().flat_map(|s| s.points.iter());
+    let xmax = max_of(pts().map(|p| p.0)).max(1e-9) * 1.02;
+    let ymax = max_of(pts().map(|p| p.1)).max(1e-9) * 1.1;
+    let axes = Axes {
+        x_desc,
+        y_desc,
+        legend: SeriesLabelPosition::UpperRight,
     };
-    report(name, draw().map_err(|e| e.to_string()));
+    report(
+        name,
+        line_chart(name, title, &axes, 0f64..xmax, 0f64..ymax, series, |x| x),
+    );
 }
 
 /// Cumulative distributions: x on a log axis (e.g. lag in ms), y the fraction at or below.
 pub fn cdf(name: &str, title: &str, x_desc: &str, series: &[Series]) {
+    let xmax = max_of(series.iter().flat_map(|s| s.points.iter().map(|p| p.0))).max(2.0) * 1.2;
+    let axes = Axes {
+        x_desc,
+        y_desc: "fraction of records",
+        legend: SeriesLabelPosition::LowerRight,
+    };
+    let x = (1f64..xmax).log_scale();
+    report(
+        name,
+        line_chart(name, title, &axes, x, 0f64..1.0, series, |x| x.max(1.0)),
+    );
+}
+
+struct Axes<'a> {
+    x_desc: &'a str,
+    y_desc: &'a str,
+    legend: SeriesLabelPosition,
+}
+
+/// One line per series over `x` (linear or log) and `y`; `fit_x` keeps points on the axis.
+fn line_chart<X>(
+    name: &str,
+    title: &str,
+    axes: &Axes<'_>,
+    x: X,
+    y: std::ops::Range<f64>,
+    series: &[Series],
+    fit_x: impl Fn(f64) -> f64,
+) -> Result<(), String>
+where
+    X: AsRangedCoord<Value = f64>,
+    X::CoordDescType: ValueFormatter<f64>,
+{
     let draw = || -> Result<(), Box<dyn std::error::Error>> {
         let p = path(name);
         let root = SVGBackend::new(&p, SIZE).into_drawing_area();
         root.fill(&WHITE)?;
-        let xmax = max_of(series.iter().flat_map(|s| s.points.iter().map(|p| p.0))).max(2.0) * 1.2;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
             .margin(12)
             .x_label_area_size(40)
             .y_label_area_size(64)
-            .build_cartesian_2d((1f64..xmax).log_scale(), 0f64..1.0)?;
+            .build_cartesian_2d(x, y)?;
         chart
             .configure_mesh()
-            .x_desc(x_desc)
-            .y_desc("fraction of records")
+            .x_desc(axes.x_desc)
+            .y_desc(axes.y_desc)
             .draw()?;
         for s in series {
             let c = color(s.color);
             chart
                 .draw_series(LineSeries::new(
-                    s.points.iter().map(|&(x, y)| (x.max(1.0), y)),
+                    s.points.iter().map(|&(x, y)| (fit_x(x), y)),
                     c.stroke_width(2),
                 ))?
                 .label(&s.label)
@@ -125,14 +133,14 @@ pub fn cdf(name: &str, title: &str, x_desc: &str, series: &[Series]) {
         }
         chart
             .configure_series_labels()
-            .position(SeriesLabelPosition::LowerRight)
+            .position(axes.legend.clone())
             .background_style(WHITE.mix(0.85))
             .border_style(BLACK)
             .draw()?;
         root.present()?;
         Ok(())
     };
-    report(name, draw().map_err(|e| e.to_string()));
+    draw().map_err(|e| e.to_string())
 }
 
 /// Grouped bars: `groups` along x (e.g. rounds), in each one bar per entry of `bars`
