@@ -20,6 +20,11 @@ const INITIAL_CHUNK: usize = 1 << 20;
 /// Buffers a thread keeps for reuse, and their total capacity at most.
 const POOL_BUFFERS: usize = 8;
 const POOL_BYTES: usize = 128 << 20;
+/// Frames below this size get a buffer of their own (malloc reuses small blocks, and a
+/// request's strings may live on in a group or session as slices of its frame).
+const POOL_MIN: usize = 64 << 10;
+/// A kept buffer serves a frame at most this many times smaller than itself.
+const POOL_SLACK: usize = 4;
 
 /// The smallest valid request: api key, api version and correlation id.
 pub const MIN_REQUEST_BYTES: i32 = 8;
@@ -69,15 +74,23 @@ struct Pool {
 }
 
 impl Pool {
-    /// The smallest kept buffer that holds `len`, else the largest (grown as bytes arrive).
+    /// The smallest kept buffer that holds `len` without being more than [`POOL_SLACK`]
+    /// times larger, else the largest smaller one (grown as bytes arrive), else a new one.
+    /// (A small frame in a huge buffer would pin all of it while any slice of the frame
+    /// lives.)
     fn take(&self, len: usize) -> Vec<u8> {
         let mut free = self.free.lock().unwrap_or_else(|e| e.into_inner());
         let fit = free
             .iter()
             .enumerate()
-            .filter(|(_, b)| b.len() >= len)
+            .filter(|(_, b)| b.len() >= len && b.len() <= len.saturating_mul(POOL_SLACK))
             .min_by_key(|(_, b)| b.len())
-            .or_else(|| free.iter().enumerate().max_by_key(|(_, b)| b.len()))
+            .or_else(|| {
+                free.iter()
+                    .enumerate()
+                    .filter(|(_, b)| b.len() < len)
+                    .max_by_key(|(_, b)| b.len())
+            })
             .map(|(i, _)| i);
         fit.map(|i| free.swap_remove(i)).unwrap_or_default()
     }
@@ -120,6 +133,11 @@ impl Drop for Pooled {
 /// not the announced size. A kept buffer's bytes are already initialized, so only growth
 /// past what the thread's frames needed before is zeroed.
 pub async fn read_body<R: AsyncRead + Unpin>(r: &mut R, len: usize) -> std::io::Result<Bytes> {
+    if len < POOL_MIN {
+        let mut buf = vec![0u8; len];
+        r.read_exact(&mut buf).await?;
+        return Ok(Bytes::from(buf));
+    }
     let home = POOL.with(Arc::clone);
     let mut buf = home.take(len);
     let mut filled = 0;
@@ -208,15 +226,23 @@ mod tests {
         drop(small);
         assert_eq!(&slice[..], &big[10..20]);
         drop(slice);
-        // Back in the pool: the next frame of any size that fits reuses it, and sees
-        // only its own bytes, not the rest left from the big frame.
+        // Back in the pool. A small frame, or one far smaller than the kept buffer, gets
+        // a buffer of its own (it must not pin the big one while a slice of it lives).
+        let small = body(&vec![3u8; POOL_MIN - 1]);
+        assert_ne!(small.as_ptr(), at);
+        let fifth = body(&vec![5u8; (3 * INITIAL_CHUNK + 5) / 5]);
+        assert_ne!(fifth.as_ptr(), at);
+        // A frame that fits within the slack reuses it, and sees only its own bytes, not
+        // the rest left from the big frame.
         let other: Vec<u8> = vec![7u8; 2 * INITIAL_CHUNK];
         let again = body(&other);
         assert_eq!(again.as_ptr(), at);
         assert_eq!(&again[..], &other[..]);
         // A short read is an error, not a frame padded from the old buffer.
         drop(again);
-        let mut r = futures_lite::io::Cursor::new(vec![1u8; 10]);
-        assert!(futures_lite::future::block_on(read_body(&mut r, 11)).is_err());
+        for len in [11, 2 * INITIAL_CHUNK] {
+            let mut r = futures_lite::io::Cursor::new(vec![1u8; len - 1]);
+            assert!(futures_lite::future::block_on(read_body(&mut r, len)).is_err());
+        }
     }
 }
