@@ -20,8 +20,8 @@ pub struct Series {
 
 const SIZE: (u32, u32) = (960, 540);
 
-/// The copiers' colors: kmirror, MirrorMaker 2, Kafka follower; then a second shade of the
-/// first two (their second probe), then gray.
+/// The copiers' colors: kmirror, MirrorMaker 2, Kafka follower (or the source itself); then a
+/// second shade of each (their second probe), then gray.
 fn color(slot: usize) -> RGBColor {
     match slot {
         0 => RGBColor(214, 39, 40),
@@ -29,6 +29,7 @@ fn color(slot: usize) -> RGBColor {
         2 => RGBColor(44, 160, 44),
         3 => RGBColor(255, 152, 150),
         4 => RGBColor(158, 202, 225),
+        5 => RGBColor(161, 217, 155),
         _ => RGBColor(127, 127, 127),
     }
 }

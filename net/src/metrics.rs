@@ -24,6 +24,8 @@ pub struct NetMetrics {
     pub bytes_out: AtomicU64,
     pub connections_accepted: AtomicU64,
     pub connections_active: AtomicI64,
+    /// Connections closed unread because their IP exceeded its `connection_creation_rate`.
+    pub connections_throttled: AtomicU64,
     /// Connections closed because of a malformed frame, unknown key or unsupported version.
     pub protocol_errors: AtomicU64,
     /// SASL exchanges that failed (wrong credentials, unsupported mechanism, bad token).
@@ -45,6 +47,7 @@ impl Default for NetMetrics {
             bytes_out: AtomicU64::new(0),
             connections_accepted: AtomicU64::new(0),
             connections_active: AtomicI64::new(0),
+            connections_throttled: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
             sasl_authentication_failures: AtomicU64::new(0),
             sasl_authentications: AtomicU64::new(0),
@@ -91,6 +94,11 @@ impl NetMetrics {
                 "kmirror_connections_accepted",
                 "Client connections accepted.",
                 &self.connections_accepted,
+            ),
+            (
+                "kmirror_connections_throttled",
+                "Connections closed unread: their IP was over its connection_creation_rate.",
+                &self.connections_throttled,
             ),
             (
                 "kmirror_protocol_errors",

@@ -1,6 +1,8 @@
 //! Client quotas: DescribeClientQuotas (key 48) and AlterClientQuotas (key 49) over the
 //! quotas the metadata quorum holds, and enforcement of `producer_byte_rate` and
-//! `consumer_byte_rate` on Produce and Fetch, and of `request_percentage` on every request.
+//! `consumer_byte_rate` on Produce and Fetch, of `request_percentage` on every request, of
+//! `controller_mutation_rate` on topic and partition creation and deletion, and of an IP's
+//! `connection_creation_rate` on accept ([`crate::conn_quota`]).
 //!
 //! One [`QuotaRegistry`] per broker, shared by every core and the mirror control thread (the
 //! quota sync). Changes are proposed to the quorum (`ClusterCommand::Quota`, [`alter`]) from a
@@ -56,6 +58,7 @@ use kafka_protocol::messages::{
 };
 
 use crate::broker::Ctx;
+use crate::conn_quota::{canonical, IpRates, IpSensors};
 use crate::errors;
 use crate::session::Session;
 
@@ -211,6 +214,10 @@ pub struct QuotaRegistry {
     owners: ArcSwap<std::collections::BTreeMap<Entity, String>>,
     /// `controller_mutation_rate` token buckets (admin requests only: a lock is fine).
     mutations: Mutex<HashMap<BudgetKey, TokenBucket>>,
+    /// `connection_creation_rate` of each IP, resolved from the published set.
+    ip_rates: ArcSwap<IpRates>,
+    /// The connection rate sensors of IPs that have a rate.
+    ip_sensors: IpSensors,
 }
 
 /// Kafka's `TokenBucket` for controller mutations: `rate` partitions per second, holding at
@@ -289,6 +296,18 @@ impl QuotaRegistry {
             budgets: Mutex::new(Budgets::default()),
             owners: ArcSwap::from_pointee(Default::default()),
             mutations: Mutex::new(HashMap::new()),
+            ip_rates: ArcSwap::from_pointee(IpRates::default()),
+            ip_sensors: IpSensors::default(),
+        }
+    }
+
+    /// Records a connection accepted from `ip` against its `connection_creation_rate`; the
+    /// time after which the acceptor closes it unread (0: serve it). Connections from an IP
+    /// without a rate are not recorded, as in Kafka.
+    pub fn connection_throttle_ms(&self, ip: std::net::IpAddr) -> u64 {
+        match self.ip_rates.load().of(ip) {
+            None => 0,
+            Some(rate) => self.ip_sensors.record(ip, rate, kmirror_engine::now_ms()),
         }
     }
 
@@ -328,6 +347,7 @@ impl QuotaRegistry {
 
     /// Publishes the applied quota set (called by the Raft driver).
     pub fn publish(&self, all: std::collections::BTreeMap<Entity, Values>) {
+        self.ip_rates.store(Arc::new(ip_rates(&all)));
         let generation = self.snapshot.load().generation + 1;
         self.snapshot.store(Arc::new(Snapshot {
             generation,
@@ -395,6 +415,36 @@ impl QuotaRegistry {
             b.unrecord(bytes, kmirror_engine::now_ms().max(0) as u64);
         }
     }
+}
+
+/// The `connection_creation_rate` of each `ip` entity and of the `<default>` one. A host
+/// name (the store accepts resolvable ones, as Kafka does) is resolved here, once per
+/// published set, never on the accept path.
+fn ip_rates(all: &std::collections::BTreeMap<Entity, Values>) -> IpRates {
+    use std::net::ToSocketAddrs;
+    let mut rates = IpRates::default();
+    for (entity, values) in all {
+        let (Some(name), 1) = (entity.get(keys::IP), entity.len()) else {
+            continue;
+        };
+        let Some(&rate) = values.get(keys::CONNECTION_CREATION_RATE) else {
+            continue;
+        };
+        match name {
+            None => rates.default = Some(rate),
+            Some(host) => match host.parse::<std::net::IpAddr>() {
+                Ok(ip) => {
+                    rates.per_ip.insert(canonical(ip), rate);
+                }
+                Err(_) => {
+                    for a in (host.as_str(), 0).to_socket_addrs().into_iter().flatten() {
+                        rates.per_ip.insert(canonical(a.ip()), rate);
+                    }
+                }
+            },
+        }
+    }
+    rates
 }
 
 pub type SharedQuotas = Arc<QuotaRegistry>;

@@ -82,6 +82,21 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
                 continue;
             }
         };
+        // An IP over its connection_creation_rate: closed unread after the throttle time,
+        // as Kafka's acceptor does (the client sees the connection drop and backs off).
+        let peer_ip = stream.peer_addr().ok().map(|p| p.ip());
+        if let Some(t) = peer_ip.map(|ip| ctx.quotas().connection_throttle_ms(ip)) {
+            if t > 0 {
+                ctx.metrics().connections_throttled.fetch_add(1, Relaxed);
+                tracing::debug!(ip = ?peer_ip, throttle_ms = t, "connection over the IP's connection_creation_rate");
+                glommio::spawn_local(async move {
+                    glommio::timer::sleep(Duration::from_millis(t)).await;
+                    drop(stream);
+                })
+                .detach();
+                continue;
+            }
+        }
         let ctx = ctx.clone();
         let lctx = lctx.clone();
         let open2 = open.clone();

@@ -3,8 +3,8 @@
 //! afterwards, which topics a member is assigned) must be the same: CreateTopics naming a
 //! topic twice, Metadata auto-creation (also right after DeleteTopics), a KIP-848 regex
 //! matching `__consumer_offsets` (librdkafka), ListConfigResources, AlterReplicaLogDirs, and
-//! which dynamic broker configs (Incremental)AlterConfigs takes, at which level, and the
-//! `controller_mutation_rate` quota.
+//! which dynamic broker configs (Incremental)AlterConfigs takes, at which level, the
+//! `controller_mutation_rate` quota, and an IP's `connection_creation_rate`.
 
 use std::time::{Duration, Instant};
 
@@ -372,6 +372,90 @@ fn controller_mutation_quota(boot: &str) -> Vec<String> {
     out
 }
 
+/// `connection_creation_rate` = 2/s for this client's IP: 30 connections opened at once,
+/// then each asks ApiVersions: how many are answered and how many are closed unanswered (the
+/// throttle is at most one window, so within 3 s); after the quota is removed, a new
+/// connection is answered again.
+fn connection_creation_rate_quota(boot: &str) -> Vec<String> {
+    use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
+    use kafka_protocol::messages::AlterClientQuotasRequest;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let text = |v: &str| StrBytes::from_string(v.to_owned());
+    // The IP the broker sees this client as.
+    let ip = TcpStream::connect(boot)
+        .and_then(|s| s.local_addr())
+        .expect("connect")
+        .ip()
+        .to_string();
+    let mut admin = WireClient::connect(boot).expect("connect");
+    let quota = |admin: &mut WireClient, remove: bool| {
+        let r = admin
+            .send(
+                AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()
+                    .with_entity(vec![EntityData::default()
+                        .with_entity_type(text("ip"))
+                        .with_entity_name(Some(text(&ip)))])
+                    .with_ops(vec![OpData::default()
+                        .with_key(text("connection_creation_rate"))
+                        .with_value(2.0)
+                        .with_remove(remove)])]),
+            )
+            .expect("AlterClientQuotas");
+        assert_eq!(
+            r.entries[0].error_code, 0,
+            "{:?}",
+            r.entries[0].error_message
+        );
+        // Kafka applies quotas asynchronously on the broker.
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    // ApiVersions v0 (header v1, client id "conn-rate", empty body): answered or closed?
+    let ask = |mut s: TcpStream| -> &'static str {
+        let mut req = Vec::new();
+        req.extend_from_slice(&18i16.to_be_bytes());
+        req.extend_from_slice(&0i16.to_be_bytes());
+        req.extend_from_slice(&7i32.to_be_bytes());
+        req.extend_from_slice(&9i16.to_be_bytes());
+        req.extend_from_slice(b"conn-rate");
+        let mut frame = (req.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&req);
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        if s.write_all(&frame).is_err() {
+            return "closed";
+        }
+        let mut head = [0u8; 8];
+        match s.read_exact(&mut head) {
+            Ok(()) if head[4..8] == 7i32.to_be_bytes() => "answered",
+            Ok(()) => "answered with a wrong correlation id",
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                "silent"
+            }
+            Err(_) => "closed",
+        }
+    };
+    quota(&mut admin, false);
+    let burst: Vec<TcpStream> = (0..30)
+        .map(|_| TcpStream::connect(boot).expect("connect"))
+        .collect();
+    let mut tally = std::collections::BTreeMap::<&str, usize>::new();
+    for s in burst {
+        *tally.entry(ask(s)).or_default() += 1;
+    }
+    let mut out = vec![format!("30 connections at 2/s: {tally:?}")];
+    quota(&mut admin, true);
+    out.push(format!(
+        "after the quota is removed: {}",
+        ask(TcpStream::connect(boot).expect("connect"))
+    ));
+    out
+}
+
 fn scenarios(boot: &str) -> Vec<String> {
     let mut out = duplicate_create(boot);
     out.extend(metadata_auto_create(boot));
@@ -379,6 +463,7 @@ fn scenarios(boot: &str) -> Vec<String> {
     out.extend(config_resources_and_log_dirs(boot));
     out.extend(dynamic_broker_configs(boot));
     out.extend(controller_mutation_quota(boot));
+    out.extend(connection_creation_rate_quota(boot));
     out
 }
 

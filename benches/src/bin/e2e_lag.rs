@@ -17,6 +17,10 @@
 //! the producer sets on the same clock). It shows what a consumer of the mirror sees; the
 //! end-offset probe shows when the records became visible.
 //!
+//! The floor: each round also runs both probes on the source topic itself, with no copier
+//! (the producer, the source's append and visibility, the probes and the machine), and
+//! prints what kmirror's p50 and p99 add to it.
+//!
 //! `cargo run --release -p kmirror-benches --bin e2e_lag -- [RATES_MB=10,50] [ROUNDS=3]
 //! [PARTITIONS=32] [SECONDS=20]` (scripts/bench-lag.sh builds kmirror and passes KMIRROR_BIN).
 
@@ -414,6 +418,21 @@ fn kmirror(
     hists
 }
 
+/// The floor (issue 21 item 3): the same probes on the source topic itself, no copier. What
+/// they measure there (the producer's send, the source's append and visibility, the probes'
+/// own polling and the machine's scheduling) is in every copier's lag too; a copier's own
+/// share is its lag above this.
+fn source_itself(
+    source: &str,
+    topic: &str,
+    partitions: i32,
+    rates: &[f64],
+    secs: Duration,
+) -> Vec<(Histogram<u64>, Histogram<u64>)> {
+    wait_flowing(source, topic, source, topic);
+    measure(source, topic, source, topic, partitions, rates, secs)
+}
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let rates: Vec<f64> = args
@@ -430,9 +449,10 @@ fn main() {
     let boot = source.bootstrap();
 
     // results[copier][rate] = per round, (end-offset probe, consumer probe) histograms.
-    let mut results: Results = vec![vec![Vec::new(); rates.len()]; 2];
+    let mut results: Results = vec![vec![Vec::new(); rates.len()]; COPIERS.len()];
     for round in 0..rounds {
-        let order: [usize; 2] = if round % 2 == 0 { [0, 1] } else { [1, 0] };
+        let mut order = [0usize, 1, 2];
+        order.rotate_left(round % 3);
         for who in order {
             let topic = format!("lag-{round}-{who}");
             common::create_topic(&boot, &topic, partitions, &[]);
@@ -441,10 +461,10 @@ fn main() {
                 COPIERS[who],
                 common::load_avg()
             );
-            let hists = if who == 0 {
-                kmirror(&boot, &topic, partitions, &rates, secs)
-            } else {
-                mm2(&boot, &topic, partitions, &rates, secs)
+            let hists = match who {
+                0 => kmirror(&boot, &topic, partitions, &rates, secs),
+                1 => mm2(&boot, &topic, partitions, &rates, secs),
+                _ => source_itself(&boot, &topic, partitions, &rates, secs),
             };
             for (i, h) in hists.into_iter().enumerate() {
                 results[who][i].push(h);
@@ -501,18 +521,35 @@ fn main() {
                     ratios[ratios.len() - 1]
                 );
             }
+            // What kmirror adds to the floor, per round (same round, same machine state).
+            let at = |x: &(Histogram<u64>, Histogram<u64>), q: f64| {
+                [&x.0, &x.1][pick].value_at_quantile(q) as f64
+            };
+            for (q, label) in [(0.5, "p50"), (0.99, "p99")] {
+                let added: Vec<f64> = results[0][i]
+                    .iter()
+                    .zip(&results[2][i])
+                    .map(|(k, f)| at(k, q) - at(f, q))
+                    .collect();
+                if let Some((m, lo, hi)) = common::median_spread(&added) {
+                    println!(
+                        "{rate} MB/s, {probe}: kmirror {label} - the source's own {label}, \
+                         median {m:.0} ms (min {lo:.0}, max {hi:.0})"
+                    );
+                }
+            }
         }
         println!();
     }
 }
 
-const COPIERS: [&str; 2] = ["kmirror", "MirrorMaker 2"];
+const COPIERS: [&str; 3] = ["kmirror", "MirrorMaker 2", "source itself (no copy)"];
 
 /// `results[copier][rate][round]` = (end-offset probe, consumer probe) histograms.
 type Results = Vec<Vec<Vec<(Histogram<u64>, Histogram<u64>)>>>;
 
-/// The lag CDF at one rate: a line per copier, probe and round (kmirror red, MM2 blue; the
-/// consumer probe in a lighter shade).
+/// The lag CDF at one rate: a line per copier, probe and round (kmirror, MM2 and the
+/// source's own floor in their colors; the consumer probe in a lighter shade).
 fn lag_chart(rate: f64, results: &Results, i: usize) {
     use kmirror_benches::charts::{cdf, Series};
     let mut series = Vec::new();
