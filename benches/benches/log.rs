@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use kmirror_log::batch::BatchIter;
-use kmirror_log::{FlushPolicy, Log, LogConfig, Offset};
+use kmirror_log::{Log, Offset};
 
 /// Bytes moved per measured iteration.
 const RUN_BYTES: usize = 32 << 20;
@@ -19,15 +19,6 @@ const RUN_BYTES: usize = 32 << 20;
 /// totalling RUN_BYTES.
 fn make_batches(batch_bytes: usize) -> Vec<Bytes> {
     kmirror_benches::record_batches(batch_bytes, RUN_BYTES, 3)
-}
-
-fn config() -> LogConfig {
-    LogConfig {
-        segment_ms: None,
-        retention_ms: None,
-        flush: FlushPolicy::Os,
-        ..LogConfig::default()
-    }
 }
 
 fn total_len(batches: &[Bytes]) -> u64 {
@@ -75,7 +66,8 @@ fn bench_append(c: &mut Criterion) {
                     let mut spent = Duration::ZERO;
                     for _ in 0..iters {
                         let dir = tempfile::tempdir().unwrap();
-                        let mut log = Log::open(dir.path(), config()).unwrap();
+                        let mut log =
+                            Log::open(dir.path(), kmirror_benches::bench_log_config()).unwrap();
                         let t = Instant::now();
                         for batch in batches {
                             log.append_mirror(batch.clone()).unwrap();
@@ -99,7 +91,8 @@ fn bench_read(c: &mut Criterion) {
         let batches = make_batches(batch_bytes);
         let total = total_len(&batches);
         let dir = tempfile::tempdir().unwrap();
-        let mut log = Log::open(&dir.path().join("log"), config()).unwrap();
+        let mut log =
+            Log::open(&dir.path().join("log"), kmirror_benches::bench_log_config()).unwrap();
         let mut plain = File::create(dir.path().join("plain.log")).unwrap();
         for batch in &batches {
             log.append_mirror(batch.clone()).unwrap();
@@ -182,7 +175,8 @@ fn paired_append_ratios() {
                 f.write_all(batch).unwrap();
             }
             let plain = t.elapsed();
-            let mut log = Log::open(&dir.path().join("log"), config()).unwrap();
+            let mut log =
+                Log::open(&dir.path().join("log"), kmirror_benches::bench_log_config()).unwrap();
             log.append_mirror(batches[0].clone()).unwrap();
             let t = Instant::now();
             for batch in &batches[1..] {

@@ -26,7 +26,7 @@ use criterion::{criterion_group, BenchmarkId, Criterion, Throughput};
 use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
 use kafka_protocol::messages::FetchResponse;
 use kafka_protocol::protocol::{Decodable, Encodable};
-use kmirror_log::{FlushPolicy, Log, LogConfig};
+use kmirror_log::Log;
 use kmirror_mirror::{
     EpochEnd, FetchEvent, FetchObserver, FetchOutcome, FetcherConfig, LocalError, LocalPartition,
     PartitionAnswer, PartitionFetcher, Source, SourceError, SourceLeader, Step,
@@ -77,15 +77,6 @@ fn recorded_response(topic_id: Uuid, batches: &Bytes) -> Bytes {
     let mut buf = BytesMut::new();
     resp.encode(&mut buf, FETCH_VERSION).expect("encode");
     buf.freeze()
-}
-
-fn config() -> LogConfig {
-    LogConfig {
-        segment_ms: None,
-        retention_ms: None,
-        flush: FlushPolicy::Os,
-        ..LogConfig::default()
-    }
 }
 
 /// The destination partition: a `Log` on this thread (the owning core).
@@ -203,7 +194,11 @@ fn destination(topic_id: Uuid) -> Destination {
                 topic: TOPIC.into(),
                 partition: p,
             };
-            let log = Log::open(&dir.path().join(p.to_string()), config()).expect("open log");
+            let log = Log::open(
+                &dir.path().join(p.to_string()),
+                kmirror_benches::bench_log_config(),
+            )
+            .expect("open log");
             (
                 PartitionFetcher::new(tp, topic_id, FetcherConfig::default()),
                 LocalLog {

@@ -5,6 +5,7 @@ pub mod charts;
 
 use bytes::Bytes;
 use kmirror_log::batch::{build_batch, BatchSpec, KeyValue};
+use kmirror_log::{FlushPolicy, LogConfig};
 
 /// Record size of [`record_batches`].
 pub const RECORD_BYTES: usize = 1024;
@@ -36,4 +37,15 @@ pub fn record_batches(batch_bytes: usize, total_bytes: usize, epoch: i32) -> Vec
         out.push(Bytes::from(b));
     }
     out
+}
+
+/// The log configuration the criterion benchmarks append under: no time-based roll or
+/// retention, flushing left to the OS (the page cache is what they measure).
+pub fn bench_log_config() -> LogConfig {
+    LogConfig {
+        segment_ms: None,
+        retention_ms: None,
+        flush: FlushPolicy::Os,
+        ..LogConfig::default()
+    }
 }

@@ -69,22 +69,9 @@ fn produce(boot: &str, topic: &str, records: u64) -> String {
 
 /// ProducerPerformance with extra producer properties (`key=value`).
 fn produce_with(boot: &str, topic: &str, records: u64, props: &[String]) -> String {
-    let (n, bs) = (records.to_string(), format!("bootstrap.servers={boot}"));
-    let mut args = vec![
-        "--topic",
-        topic,
-        "--num-records",
-        &n,
-        "--record-size",
-        "1024",
-        "--throughput",
-        "-1",
-        "--producer-props",
-        &bs,
-        "acks=all",
-    ];
-    args.extend(props.iter().map(String::as_str));
-    let ran = common::run_tool(tools::PRODUCER_PERFORMANCE, &args, Duration::from_secs(900));
+    let mut all = vec!["acks=all"];
+    all.extend(props.iter().map(String::as_str));
+    let ran = common::producer_performance(boot, topic, records, &all, Duration::from_secs(900));
     ran.stdout
         .lines()
         .rev()

@@ -48,7 +48,6 @@ use kafka_protocol::messages::alter_partition_reassignments_request::{
 };
 use kafka_protocol::messages::{AlterPartitionReassignmentsRequest, BrokerId, TopicName};
 use kafka_protocol::protocol::StrBytes;
-use kmirror_tests::java::tools;
 use kmirror_tests::{KmirrorNode, WireClient};
 
 const TOPIC: &str = "backlog";
@@ -216,36 +215,18 @@ struct Run {
 /// the small-batch case of issue 21 item 4, where per-batch costs dominate).
 fn fill_backlog(boot: &str, records: u64) -> f64 {
     let t0 = Instant::now();
-    let n = records.to_string();
-    let bootstrap = format!("bootstrap.servers={boot}");
-    let mut args = vec![
-        "--topic",
-        TOPIC,
-        "--num-records",
-        &n,
-        "--record-size",
-        "1024",
-        "--throughput",
-        "-1",
-        "--producer-props",
-        &bootstrap,
-        "acks=1",
-    ];
+    let mut props = vec!["acks=1"];
     if std::env::var("KMIRROR_BENCH_BATCHES").as_deref() == Ok("small") {
-        args.push("linger.ms=0");
+        props.push("linger.ms=0");
     } else {
-        args.extend([
+        props.extend([
             "batch.size=524288",
             "linger.ms=20",
             "buffer.memory=134217728",
             "max.request.size=4194304",
         ]);
     }
-    let ran = common::run_tool(
-        tools::PRODUCER_PERFORMANCE,
-        &args,
-        Duration::from_secs(1800),
-    );
+    let ran = common::producer_performance(boot, TOPIC, records, &props, Duration::from_secs(1800));
     eprintln!(
         "backlog: {}",
         ran.stdout

@@ -53,6 +53,36 @@ pub(crate) fn run_tool(main_class: &str, args: &[&str], timeout: Duration) -> pr
     proc::run_ok(java("512m", main_class).args(args), timeout)
 }
 
+/// ProducerPerformance writing `records` records of 1 KiB to `topic` as fast as it can, with
+/// `props` (`key=value`) after `bootstrap.servers`.
+pub(crate) fn producer_performance(
+    boot: &str,
+    topic: &str,
+    records: u64,
+    props: &[&str],
+    timeout: Duration,
+) -> proc::Ran {
+    let (n, bs) = (records.to_string(), format!("bootstrap.servers={boot}"));
+    let mut args = vec![
+        "--topic",
+        topic,
+        "--num-records",
+        &n,
+        "--record-size",
+        "1024",
+        "--throughput",
+        "-1",
+        "--producer-props",
+        &bs,
+    ];
+    args.extend_from_slice(props);
+    run_tool(
+        kmirror_tests::java::tools::PRODUCER_PERFORMANCE,
+        &args,
+        timeout,
+    )
+}
+
 /// One KRaft Apache Kafka 4.1.1 node on loopback: a single-node broker+controller
 /// ([`Kafka::start`]) or a broker-only node joining one ([`Kafka::start_broker`]).
 pub(crate) struct Kafka {
