@@ -30,6 +30,8 @@ pub struct KmirrorNode {
     host: String,
     /// The network namespace it runs in ([`NodeBuilder::netns`]).
     netns: Option<String>,
+    /// Another kmirror binary than the build's ([`NodeBuilder::binary`]).
+    bin: Option<PathBuf>,
 }
 
 /// How to start a [`KmirrorNode`]: extra `serve` arguments, environment, listeners, data dir,
@@ -41,9 +43,16 @@ pub struct NodeBuilder {
     protocols: Vec<String>,
     data: Option<PathBuf>,
     netns: Option<(String, String, u16)>,
+    bin: Option<PathBuf>,
 }
 
 impl NodeBuilder {
+    /// Runs `bin` instead of the build's kmirror (benchmarks comparing two builds).
+    pub fn binary(mut self, bin: &Path) -> Self {
+        self.bin = Some(bin.to_path_buf());
+        self
+    }
+
     /// Extra `serve` arguments (e.g. `["--cores", "1"]`), kept for restarts.
     pub fn args(mut self, extra: &[&str]) -> Self {
         self.extra.extend(extra.iter().map(|s| s.to_string()));
@@ -113,6 +122,7 @@ impl NodeBuilder {
             starts: 0,
             host,
             netns,
+            bin: self.bin,
         };
         node.spawn();
         node
@@ -176,7 +186,11 @@ impl KmirrorNode {
 
     fn spawn(&mut self) {
         assert!(self.child.is_none(), "kmirror already running");
-        let bin = deps::kmirror_bin();
+        let bin = self
+            .bin
+            .clone()
+            .unwrap_or_else(|| deps::kmirror_bin().clone());
+        let bin = &bin;
         self.starts += 1;
         let addr = self.addr();
         let mut log = std::fs::File::options()

@@ -18,6 +18,8 @@
 //!
 //! `cargo run --release -p kmirror-benches --bin e2e_mirror -- [GB=2] [PARTITIONS=8] [TASKS=4]
 //! [ROUNDS=3]` (scripts/bench-mirror.sh builds kmirror first and passes KMIRROR_BIN).
+//! `KMIRROR_BENCH_ALT_BIN=<another kmirror>` adds that build as a fourth copier (a
+//! before/after in the same rounds; `KMIRROR_BENCH_COPIERS=kmirror,alt` for those two alone).
 //!
 //! `… --bin e2e_mirror -- --cluster N [GB=1] [PARTITIONS=6] [TASKS=4] [ROUNDS=3]` (issue 12
 //! step 6): the same backlog on a one-node Kafka 4.1.1 source, copied into a fresh N-node
@@ -94,6 +96,9 @@ enum Copier {
     Kmirror,
     Mm2,
     Follower,
+    /// kmirror built from other sources (`KMIRROR_BENCH_ALT_BIN`), for a before/after in
+    /// one run: on a noisy machine two builds compare only within the same rounds.
+    KmirrorAlt,
 }
 
 impl Copier {
@@ -102,27 +107,40 @@ impl Copier {
             Copier::Kmirror => "kmirror",
             Copier::Mm2 => "MirrorMaker 2",
             Copier::Follower => "Kafka follower",
+            Copier::KmirrorAlt => "kmirror (alt binary)",
+        }
+    }
+
+    fn short(self) -> &'static str {
+        match self {
+            Copier::Kmirror => "kmirror",
+            Copier::Mm2 => "mm2",
+            Copier::Follower => "follower",
+            Copier::KmirrorAlt => "alt",
         }
     }
 }
 
-/// The copiers to run: all three, or those `KMIRROR_BENCH_COPIERS` names (comma-separated
-/// `kmirror`, `mm2`, `follower`; e.g. `kmirror,follower` while profiling).
+/// `KMIRROR_BENCH_ALT_BIN`: a second kmirror binary, run as one more copier (its own CLI
+/// creates its mirror).
+fn alt_bin() -> Option<std::path::PathBuf> {
+    std::env::var_os("KMIRROR_BENCH_ALT_BIN").map(std::path::PathBuf::from)
+}
+
+/// The copiers to run: all three (four with `KMIRROR_BENCH_ALT_BIN`), or those
+/// `KMIRROR_BENCH_COPIERS` names (comma-separated `kmirror`, `mm2`, `follower`, `alt`; e.g.
+/// `kmirror,follower` while profiling, `kmirror,alt` for a before/after).
 fn copiers() -> Vec<Copier> {
-    let all = [Copier::Kmirror, Copier::Mm2, Copier::Follower];
+    let mut all = vec![Copier::Kmirror, Copier::Mm2, Copier::Follower];
+    if alt_bin().is_some() {
+        all.push(Copier::KmirrorAlt);
+    }
     match std::env::var("KMIRROR_BENCH_COPIERS") {
         Ok(list) => all
             .into_iter()
-            .filter(|c| {
-                let short = match c {
-                    Copier::Kmirror => "kmirror",
-                    Copier::Mm2 => "mm2",
-                    Copier::Follower => "follower",
-                };
-                list.split(',').any(|x| x.trim() == short)
-            })
+            .filter(|c| list.split(',').any(|x| x.trim() == c.short()))
             .collect(),
-        Err(_) => all.to_vec(),
+        Err(_) => all,
     }
 }
 
@@ -307,16 +325,26 @@ fn mm2(round: usize, source: &str, records: u64, partitions: i32, tasks: u32) ->
     }
 }
 
-fn kmirror(round: usize, source: &str, records: u64, partitions: i32) -> Result<Run, String> {
-    let mut node = KmirrorNode::start();
+fn kmirror(
+    round: usize,
+    source: &str,
+    records: u64,
+    partitions: i32,
+    copier: Copier,
+) -> Result<Run, String> {
+    let bin = match copier {
+        Copier::KmirrorAlt => alt_bin().expect("KMIRROR_BENCH_ALT_BIN"),
+        _ => common::kmirror_bin().to_path_buf(),
+    };
+    let mut node = KmirrorNode::builder().binary(&bin).start();
     let addr = node.addr();
     let pid = node.pid();
     let cpu0 = common::cpu_seconds(pid);
     let load = common::load_avg();
-    eprintln!("round {round}: kmirror (load {load})");
+    eprintln!("round {round}: {} (load {load})", copier.name());
     let perf = perf_attach(pid, round);
     let t0 = Instant::now();
-    common::kmirror_mirror(&addr, "bench", source, &["--topics", TOPIC])?;
+    common::kmirror_mirror_of(&bin, &addr, "bench", source, &["--topics", TOPIC])?;
     let (secs, secs_from_first, trace) = wait(
         t0,
         records as i64,
@@ -334,10 +362,13 @@ fn kmirror(round: usize, source: &str, records: u64, partitions: i32) -> Result<
         kmirror_tests::log_equal(source, &addr, TOPIC, p, end)
             .map_err(|e| format!("kmirror caught up but is not log-equal: {e}"))?;
     }
-    eprintln!("  kmirror: log-equal with the source on all {partitions} partitions");
+    eprintln!(
+        "  {}: log-equal with the source on all {partitions} partitions",
+        copier.name()
+    );
     node.stop();
     Ok(Run {
-        copier: Copier::Kmirror,
+        copier,
         round,
         secs,
         secs_from_first,
@@ -492,6 +523,9 @@ fn main() {
     let payload_gb = records as f64 * 1024.0 / 1e9;
     let cores = std::thread::available_parallelism().map_or(0, |n| n.get());
     eprintln!("kmirror binary: {}", common::kmirror_bin().display());
+    if let Some(alt) = alt_bin() {
+        eprintln!("alt kmirror binary: {}", alt.display());
+    }
 
     // Broker 1 alone while the topic is created: every replica lands on it.
     let source = common::Kafka::start("1g", &[]);
@@ -518,8 +552,10 @@ fn main() {
         orders.push(this.iter().map(|c| c.name()).collect::<Vec<_>>().join(", "));
         for c in this {
             let run = match c {
-                Copier::Kmirror => kmirror(round, &boot, records, partitions)
-                    .unwrap_or_else(|e| panic!("kmirror side failed: {e}")),
+                Copier::Kmirror | Copier::KmirrorAlt => {
+                    kmirror(round, &boot, records, partitions, c)
+                        .unwrap_or_else(|e| panic!("{} side failed: {e}", c.name()))
+                }
                 Copier::Mm2 => mm2(round, &boot, records, partitions, tasks),
                 Copier::Follower => follower(round, &source, &broker2, records, partitions),
             };
@@ -620,6 +656,17 @@ fn main() {
             fmt(ratio(other, true), 2),
         );
     }
+    if order.contains(&Copier::KmirrorAlt) {
+        let cpu: Vec<f64> = measured(Copier::Kmirror)
+            .iter()
+            .zip(measured(Copier::KmirrorAlt))
+            .map(|(k, a)| k.cpu_s / a.cpu_s)
+            .collect();
+        println!(
+            "kmirror CPU / alt binary's CPU for the same backlog, per round: median {}",
+            fmt(cpu, 2)
+        );
+    }
 }
 
 /// The catch-up charts: MB/s over time per copier (every measured round, one color per
@@ -630,6 +677,7 @@ fn charts(runs: &[Run], order: &[Copier], rounds: usize, payload_gb: f64) {
         Copier::Kmirror => 0,
         Copier::Mm2 => 1,
         Copier::Follower => 2,
+        Copier::KmirrorAlt => 3,
     };
     let measured = || runs.iter().filter(|r| r.round > 0);
     let series: Vec<Series> = measured()

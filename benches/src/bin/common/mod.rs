@@ -572,7 +572,12 @@ impl Mm2 {
 
 /// `kmirror mirror --bootstrap ADDR ARGS…`; Err(one-line error) unless it exits 0.
 pub(crate) fn kmirror_cli(addr: &str, args: &[&str]) -> Result<String, String> {
-    let out = Command::new(kmirror_bin())
+    kmirror_cli_of(kmirror_bin(), addr, args)
+}
+
+/// [`kmirror_cli`] with the CLI of binary `bin` (the one whose node it talks to).
+pub(crate) fn kmirror_cli_of(bin: &Path, addr: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(bin)
         .args(["mirror", "--bootstrap", addr])
         .args(args)
         .output()
@@ -597,10 +602,21 @@ pub(crate) fn kmirror_mirror(
     source: &str,
     add_args: &[&str],
 ) -> Result<(), String> {
-    kmirror_cli(addr, &["create", name, "--source", source])?;
+    kmirror_mirror_of(kmirror_bin(), addr, name, source, add_args)
+}
+
+/// [`kmirror_mirror`] with the CLI of binary `bin`.
+pub(crate) fn kmirror_mirror_of(
+    bin: &Path,
+    addr: &str,
+    name: &str,
+    source: &str,
+    add_args: &[&str],
+) -> Result<(), String> {
+    kmirror_cli_of(bin, addr, &["create", name, "--source", source])?;
     let mut add = vec!["add", name];
     add.extend_from_slice(add_args);
-    kmirror_cli(addr, &add)?;
+    kmirror_cli_of(bin, addr, &add)?;
     Ok(())
 }
 
