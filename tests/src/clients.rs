@@ -505,23 +505,9 @@ pub fn java_tools_round_trip(broker: &dyn BrokerUnderTest, records: u64) {
     let topic = "perf";
     let n = records.to_string();
     Client::Java.create_topic(&boot, topic, 3);
-    let produced = java::run_tool(
-        tools::PRODUCER_PERFORMANCE,
-        &[
-            "--topic",
-            topic,
-            "--num-records",
-            &n,
-            "--record-size",
-            "1024",
-            "--throughput",
-            "-1",
-            "--producer-props",
-            &format!("bootstrap.servers={boot}"),
-            "acks=all",
-        ],
-        Duration::from_secs(180),
-    );
+    let args = java::producer_performance_args(&boot, topic, records, 1024, &["acks=all"]);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let produced = java::run_tool(tools::PRODUCER_PERFORMANCE, &args, Duration::from_secs(180));
     let summary = produced
         .stdout
         .lines()

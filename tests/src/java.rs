@@ -42,6 +42,34 @@ pub fn run_tool(main_class: &str, args: &[&str], timeout: Duration) -> Ran {
     proc::run_ok(tool(main_class).args(args), timeout)
 }
 
+/// ProducerPerformance's arguments: `records` records of `size` bytes to `topic` as fast as
+/// it can (`--throughput -1`), with `props` (`key=value`) after `bootstrap.servers`.
+pub fn producer_performance_args(
+    boot: &str,
+    topic: &str,
+    records: u64,
+    size: u32,
+    props: &[&str],
+) -> Vec<String> {
+    let mut args: Vec<String> = [
+        "--topic",
+        topic,
+        "--num-records",
+        &records.to_string(),
+        "--record-size",
+        &size.to_string(),
+        "--throughput",
+        "-1",
+        "--producer-props",
+        &format!("bootstrap.servers={boot}"),
+    ]
+    .iter()
+    .map(|a| a.to_string())
+    .collect();
+    args.extend(props.iter().map(|p| p.to_string()));
+    args
+}
+
 /// Directory with our compiled test programs. Compiled once per set of sources and
 /// classpath, not once per test process: the classes go to a directory named by their hash,
 /// written beside it and renamed into place, so concurrent processes never read a half-built

@@ -38,25 +38,10 @@ const FAST: &[(&str, &str)] = &[
 ];
 
 fn producer_perf(boot: &str, topic: &str, records: u64, size: u32, props: &[&str]) {
-    let n = records.to_string();
-    let sz = size.to_string();
-    let bs = format!("bootstrap.servers={boot}");
-    let mut args = vec![
-        "--topic",
-        topic,
-        "--num-records",
-        &n,
-        "--record-size",
-        &sz,
-        "--throughput",
-        "-1",
-        "--producer-props",
-        &bs,
-        "acks=all",
-        "linger.ms=20",
-        "batch.size=65536",
-    ];
-    args.extend_from_slice(props);
+    let mut all = vec!["acks=all", "linger.ms=20", "batch.size=65536"];
+    all.extend_from_slice(props);
+    let args = java::producer_performance_args(boot, topic, records, size, &all);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let ran = java::run_tool(tools::PRODUCER_PERFORMANCE, &args, Duration::from_secs(300));
     let summary = ran
         .stdout

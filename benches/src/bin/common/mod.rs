@@ -62,20 +62,8 @@ pub(crate) fn producer_performance(
     props: &[&str],
     timeout: Duration,
 ) -> proc::Ran {
-    let (n, bs) = (records.to_string(), format!("bootstrap.servers={boot}"));
-    let mut args = vec![
-        "--topic",
-        topic,
-        "--num-records",
-        &n,
-        "--record-size",
-        "1024",
-        "--throughput",
-        "-1",
-        "--producer-props",
-        &bs,
-    ];
-    args.extend_from_slice(props);
+    let args = kmirror_tests::java::producer_performance_args(boot, topic, records, 1024, props);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
     run_tool(
         kmirror_tests::java::tools::PRODUCER_PERFORMANCE,
         &args,
