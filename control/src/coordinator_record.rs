@@ -216,6 +216,16 @@ pub struct Writer {
     flexible: bool,
 }
 
+/// Fields of a flexible struct without a version prefix (the data of a tagged field).
+pub fn flexible(fields: impl FnOnce(&mut Writer)) -> Vec<u8> {
+    let mut w = Writer {
+        buf: Vec::new(),
+        flexible: true,
+    };
+    fields(&mut w);
+    w.into_bytes()
+}
+
 /// Fields of a non-flexible message without a version prefix (e.g. a record header's value).
 pub fn classic(fields: impl FnOnce(&mut Writer)) -> Vec<u8> {
     let mut w = Writer::classic();
@@ -321,6 +331,18 @@ impl Writer {
             self.compact_len(Some(n));
         } else {
             self.i32(len_i32(n));
+        }
+    }
+
+    /// The end of a flexible struct with tagged fields `(tag, data)`, in ascending tag order
+    /// (each `data` built with [`flexible`]).
+    pub fn tagged_fields(&mut self, fields: &[(u32, Vec<u8>)]) {
+        debug_assert!(self.flexible, "tagged fields need a flexible version");
+        self.uvarint(u32::try_from(fields.len()).expect("few tagged fields"));
+        for (tag, data) in fields {
+            self.uvarint(*tag);
+            self.uvarint(u32::try_from(data.len()).expect("tagged field fits a u32"));
+            self.raw(data);
         }
     }
 

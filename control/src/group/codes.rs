@@ -1,6 +1,7 @@
 //! Kafka error codes answered by the group and transaction coordinators (values from the Kafka
 //! protocol's error table). Kept here so the coordinators stay free of wire-type crates.
 
+pub const UNKNOWN_SERVER_ERROR: i16 = -1;
 pub const NONE: i16 = 0;
 pub const UNKNOWN_TOPIC_OR_PARTITION: i16 = 3;
 pub const OFFSET_METADATA_TOO_LARGE: i16 = 12;

@@ -170,10 +170,31 @@ pub struct CMember {
     pub assigned: Parts,
     #[serde(with = "parts_serde")]
     pub revoking: Parts,
+    /// Set for a member that speaks the classic protocol (JoinGroup / SyncGroup / Heartbeat)
+    /// inside this group (Kafka 4.1's online migration).
+    #[serde(default)]
+    pub classic: Option<ClassicMeta>,
     #[serde(skip)]
     pub(crate) session_deadline: i64,
     #[serde(skip)]
     pub(crate) revoke_deadline: Option<i64>,
+    /// Classic member told to rejoin (REBALANCE_IN_PROGRESS): fenced if it has not rejoined
+    /// by then (Kafka's classic join timer, armed once).
+    #[serde(skip)]
+    pub(crate) join_deadline: Option<i64>,
+    /// Classic member answered a JoinGroup: fenced if no SyncGroup by then.
+    #[serde(skip)]
+    pub(crate) sync_deadline: Option<i64>,
+}
+
+/// What a classic-protocol member of a consumer group joined with (Kafka's
+/// ClassicMemberMetadata, persisted with the member).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct ClassicMeta {
+    pub session_timeout_ms: i32,
+    /// (protocol name, metadata) in the member's preference order; the metadata is a
+    /// ConsumerProtocolSubscription.
+    pub protocols: Vec<(String, Vec<u8>)>,
 }
 
 /// A consumer-protocol group (without its offsets, which the coordinator keeps for both kinds).
@@ -240,7 +261,7 @@ pub struct CgLimits {
 
 impl ConsumerGroup {
     /// Topics any member subscribes to (names and regex matches) that exist in `topics`.
-    fn subscribed_view(&self, topics: &TopicView) -> TopicView {
+    pub(crate) fn subscribed_view(&self, topics: &TopicView) -> TopicView {
         let mut out = TopicView::new();
         for m in self.members.values() {
             if m.epoch == STATIC_LEAVE_EPOCH && m.subscribed.is_empty() && m.regex.is_none() {
@@ -376,28 +397,315 @@ impl ConsumerGroup {
 
     /// Removes a member (left, fenced or expired); the group epoch moves on.
     pub(crate) fn remove_member(&mut self, member_id: &str) -> bool {
-        if self.members.remove(member_id).is_some() {
-            self.target.remove(member_id);
-            self.epoch += 1;
-            true
-        } else {
-            false
-        }
+        self.fence(&[member_id.to_string()])
     }
 
-    /// Drops members whose session or revocation deadline passed. Returns whether any went.
+    /// Drops members whose session or revocation deadline passed (for classic members: their
+    /// join or sync deadline). Returns whether any went.
     pub(crate) fn expire(&mut self, group_id: &str, now: i64) -> bool {
+        let due = |d: Option<i64>| d.is_some_and(|d| d <= now);
         let gone: Vec<String> = self
             .members
             .values()
-            .filter(|m| m.session_deadline <= now || m.revoke_deadline.is_some_and(|d| d <= now))
+            .filter(|m| {
+                m.session_deadline <= now
+                    || due(m.revoke_deadline)
+                    || due(m.join_deadline)
+                    || due(m.sync_deadline)
+            })
             .map(|m| m.id.clone())
             .collect();
         for id in &gone {
             tracing::info!(group = %group_id, member = %id, "consumer group member expired");
-            self.remove_member(id);
         }
-        !gone.is_empty()
+        self.fence(&gone)
+    }
+
+    /// Removes members at once (left, fenced or expired): the group epoch moves on by one.
+    pub(crate) fn fence(&mut self, ids: &[String]) -> bool {
+        let mut any = false;
+        for id in ids {
+            if self.members.remove(id).is_some() {
+                self.target.remove(id);
+                any = true;
+            }
+        }
+        if any {
+            self.epoch += 1;
+        }
+        any
+    }
+
+    /// Whether every member speaks the classic protocol (and there is one).
+    pub(crate) fn only_classic_members(&self) -> bool {
+        !self.members.is_empty() && self.members.values().all(|m| m.classic.is_some())
+    }
+
+    /// Whether `protocols` has a name every classic member supports (Kafka
+    /// `ConsumerGroup.supportsClassicProtocols`).
+    fn supports_classic(&self, protocol_type: &str, protocols: &[(String, bytes::Bytes)]) -> bool {
+        if protocol_type != "consumer" || protocols.is_empty() {
+            return false;
+        }
+        let classic: Vec<&ClassicMeta> = self
+            .members
+            .values()
+            .filter_map(|m| m.classic.as_ref())
+            .collect();
+        protocols.iter().any(|(name, _)| {
+            classic
+                .iter()
+                .all(|c| c.protocols.iter().any(|(n, _)| n == name))
+        })
+    }
+
+    /// Whether a partition of `member_id`'s target is still held by another member.
+    fn waiting_on_unreleased(&self, member_id: &str) -> bool {
+        let Some(target) = self.target.get(member_id) else {
+            return false;
+        };
+        let holders = self.holders();
+        target.iter().any(|(t, ps)| {
+            ps.iter()
+                .any(|p| holders.get(&(*t, *p)).is_some_and(|h| h != member_id))
+        })
+    }
+
+    /// The classic member `member_id` (with `instance_id` if static), as SyncGroup, Heartbeat
+    /// and LeaveGroup check it: UNKNOWN_MEMBER_ID / FENCED_INSTANCE_ID.
+    fn classic_member(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+    ) -> Result<&mut CMember, i16> {
+        if let Some(i) = instance_id {
+            match self
+                .members
+                .values()
+                .find(|m| m.instance_id.as_deref() == Some(i))
+            {
+                None => return Err(UNKNOWN_MEMBER_ID),
+                Some(m) if m.id != member_id => return Err(FENCED_INSTANCE_ID),
+                Some(_) => {}
+            }
+        }
+        match self.members.get_mut(member_id) {
+            Some(m) if m.classic.is_some() => Ok(m),
+            _ => Err(UNKNOWN_MEMBER_ID),
+        }
+    }
+
+    /// JoinGroup of a classic member (Kafka `classicGroupJoinToConsumerGroup`): the member's
+    /// subscription and owned partitions come from its first protocol's metadata; it is
+    /// reconciled like a consumer member and answered at once, as a follower, with its member
+    /// epoch as the generation. Errors carry the member id to answer with.
+    pub(crate) fn classic_join(
+        &mut self,
+        req: &super::JoinRequest,
+        topics: &TopicView,
+        limits: CgLimits,
+        now: i64,
+    ) -> Result<ClassicJoined, (i16, String)> {
+        let err = |code| Err((code, req.member_id.clone()));
+        let member_id = if req.member_id.is_empty() {
+            Uuid::new_v4().to_string()
+        } else {
+            req.member_id.clone()
+        };
+        if !self.members.contains_key(&member_id) && self.members.len() >= limits.max_size {
+            return err(GROUP_MAX_SIZE_REACHED);
+        }
+        if !self.supports_classic(&req.protocol_type, &req.protocols) {
+            return err(INCONSISTENT_GROUP_PROTOCOL);
+        }
+        if req.require_known_member_id
+            && req.member_id.is_empty()
+            && req.group_instance_id.is_none()
+        {
+            return Err((MEMBER_ID_REQUIRED, member_id));
+        }
+        let Some(sub) = super::embedded::read_subscription(&req.protocols[0].1) else {
+            return err(UNKNOWN_SERVER_ERROR);
+        };
+        let mut joined = false;
+        match req.group_instance_id.as_deref() {
+            Some(instance) => {
+                let prev = self
+                    .members
+                    .values()
+                    .find(|m| m.instance_id.as_deref() == Some(instance))
+                    .map(|m| m.id.clone());
+                match prev {
+                    Some(prev) if req.member_id.is_empty() => {
+                        // A restarted static member takes over its predecessor's assignment.
+                        let mut m = self.members.remove(&prev).expect("found");
+                        if let Some(t) = self.target.remove(&prev) {
+                            self.target.insert(member_id.clone(), t);
+                        }
+                        m.id = member_id.clone();
+                        m.epoch = 0;
+                        self.members.insert(member_id.clone(), m);
+                    }
+                    None if req.member_id.is_empty() => joined = true,
+                    None => return err(UNKNOWN_MEMBER_ID),
+                    Some(prev) if prev != member_id => return err(FENCED_INSTANCE_ID),
+                    Some(_) => {}
+                }
+            }
+            None => joined = !self.members.contains_key(&member_id),
+        }
+        let m = self
+            .members
+            .entry(member_id.clone())
+            .or_insert_with(|| CMember::new(&member_id));
+        m.instance_id = req.group_instance_id.clone();
+        m.client_id = req.client_id.clone();
+        m.client_host = req.client_host.clone();
+        m.rack_id = sub.rack_id.clone();
+        m.rebalance_timeout_ms = req.rebalance_timeout_ms;
+        m.classic = Some(ClassicMeta {
+            session_timeout_ms: req.session_timeout_ms,
+            protocols: req
+                .protocols
+                .iter()
+                .map(|(n, b)| (n.clone(), b.to_vec()))
+                .collect(),
+        });
+        let mut subscribed = sub.topics.clone();
+        subscribed.sort();
+        subscribed.dedup();
+        let changed = joined || subscribed != m.subscribed || m.regex.is_some();
+        m.subscribed = subscribed;
+        m.regex = None;
+        let view = self.subscribed_view(topics);
+        if changed || view != self.subscribed_meta {
+            self.subscribed_meta = view;
+            self.epoch += 1;
+        }
+        if self.target_epoch < self.epoch {
+            self.compute_target(topics);
+        }
+        let owned = ids_of(&sub.owned, topics);
+        self.reconcile(&member_id, Some(&owned), now);
+        let m = self.members.get_mut(&member_id).expect("present");
+        // Classic members have join and sync timers instead of the revocation deadline.
+        m.revoke_deadline = None;
+        m.join_deadline = None;
+        m.session_deadline = now + req.session_timeout_ms as i64;
+        m.sync_deadline = Some(now + req.rebalance_timeout_ms.max(0) as i64);
+        Ok(ClassicJoined {
+            member_id,
+            generation: m.epoch,
+            protocol_name: req.protocols[0].0.clone(),
+        })
+    }
+
+    /// SyncGroup of a classic member (Kafka `classicGroupSyncToConsumerGroup`): its current
+    /// assignment (without partitions it must revoke or still waits for), in the consumer
+    /// protocol version of its metadata. A leader's assignments are ignored.
+    pub(crate) fn classic_sync(
+        &mut self,
+        req: &super::SyncRequest,
+        topics: &TopicView,
+        now: i64,
+    ) -> Result<super::SyncResponse, i16> {
+        let group_epoch = self.epoch;
+        let m = self.classic_member(&req.member_id, req.group_instance_id.as_deref())?;
+        if req.generation_id != m.epoch {
+            return Err(ILLEGAL_GENERATION);
+        }
+        let meta = m.classic.as_ref().expect("classic member");
+        let first = meta.protocols.first();
+        if req
+            .protocol_type
+            .as_deref()
+            .is_some_and(|t| t != "consumer")
+            || req
+                .protocol_name
+                .as_deref()
+                .is_some_and(|n| first.is_none_or(|(f, _)| f != n))
+        {
+            return Err(INCONSISTENT_GROUP_PROTOCOL);
+        }
+        if group_epoch > m.epoch && m.state != MemberState::UnrevokedPartitions {
+            m.join_deadline
+                .get_or_insert(now + m.rebalance_timeout_ms.max(0) as i64);
+            return Err(REBALANCE_IN_PROGRESS);
+        }
+        let version = first
+            .and_then(|(_, b)| super::embedded::version(b))
+            .unwrap_or(0);
+        m.sync_deadline = None;
+        m.session_deadline = now + meta.session_timeout_ms as i64;
+        let assignment = super::embedded::write_assignment(&names_of(&m.assigned, topics), version);
+        Ok(super::SyncResponse {
+            error: NONE,
+            protocol_type: req.protocol_type.clone(),
+            protocol_name: req.protocol_name.clone(),
+            assignment: assignment.into(),
+        })
+    }
+
+    /// Heartbeat of a classic member (Kafka `classicGroupHeartbeatToConsumerGroup`):
+    /// REBALANCE_IN_PROGRESS while the group epoch is ahead of the member's, while it must
+    /// revoke, or when partitions it waited for are free: it then rejoins.
+    pub(crate) fn classic_heartbeat(
+        &mut self,
+        member_id: &str,
+        instance_id: Option<&str>,
+        generation: i32,
+        now: i64,
+    ) -> i16 {
+        let group_epoch = self.epoch;
+        let waiting = self.waiting_on_unreleased(member_id);
+        let m = match self.classic_member(member_id, instance_id) {
+            Ok(m) => m,
+            Err(e) => return e,
+        };
+        if generation != m.epoch {
+            return ILLEGAL_GENERATION;
+        }
+        let session = m.classic.as_ref().map_or(0, |c| c.session_timeout_ms);
+        m.session_deadline = now + session as i64;
+        let rejoin = m.epoch < group_epoch
+            || m.state == MemberState::UnrevokedPartitions
+            || (m.state == MemberState::UnreleasedPartitions && !waiting);
+        if rejoin {
+            m.join_deadline
+                .get_or_insert(now + m.rebalance_timeout_ms.max(0) as i64);
+            return REBALANCE_IN_PROGRESS;
+        }
+        NONE
+    }
+
+    /// LeaveGroup in this group (Kafka `classicGroupLeaveToConsumerGroup`): one code per
+    /// leaving identity; the valid ones are fenced together.
+    pub(crate) fn classic_leave(&mut self, leaving: &[super::LeavingMember]) -> Vec<i16> {
+        let mut gone = Vec::new();
+        let codes = leaving
+            .iter()
+            .map(|l| {
+                let by_instance = l.group_instance_id.as_deref().map(|i| {
+                    self.members
+                        .values()
+                        .find(|m| m.instance_id.as_deref() == Some(i))
+                        .map(|m| m.id.clone())
+                });
+                let id = match by_instance {
+                    Some(None) => return UNKNOWN_MEMBER_ID,
+                    Some(Some(id)) if !l.member_id.is_empty() && id != l.member_id => {
+                        return FENCED_INSTANCE_ID
+                    }
+                    Some(Some(id)) => id,
+                    None if self.members.contains_key(&l.member_id) => l.member_id.clone(),
+                    None => return UNKNOWN_MEMBER_ID,
+                };
+                gone.push(id);
+                NONE
+            })
+            .collect();
+        self.fence(&gone);
+        codes
     }
 
     /// Serves one heartbeat; also says whether the persisted state changed (a plain heartbeat
@@ -451,7 +759,9 @@ impl ConsumerGroup {
             });
             match static_prev {
                 Some((prev, e)) if prev != member_id => {
-                    if e != STATIC_LEAVE_EPOCH {
+                    // A classic static member is replaced at once (Kafka does the same).
+                    let prev_classic = self.members[&prev].classic.is_some();
+                    if e != STATIC_LEAVE_EPOCH && !prev_classic {
                         return CgHeartbeatResponse::error(
                             UNRELEASED_INSTANCE_ID,
                             format!(
@@ -523,6 +833,10 @@ impl ConsumerGroup {
         }
         let before = self.members.get(&member_id).cloned().expect("present");
         let m = self.members.get_mut(&member_id).expect("present");
+        // A member heartbeating with this API speaks the consumer protocol from now on.
+        m.classic = None;
+        m.join_deadline = None;
+        m.sync_deadline = None;
         m.client_id = req.client_id.clone();
         m.client_host = req.client_host.clone();
         if req.rack_id.is_some() {
@@ -616,6 +930,14 @@ impl ConsumerGroup {
         let Some(m) = self.members.get(member_id) else {
             return Err(UNKNOWN_MEMBER_ID);
         };
+        if m.classic.is_some() {
+            // A classic member commits with its generation, any version.
+            return if member_epoch == m.epoch {
+                Ok(())
+            } else {
+                Err(ILLEGAL_GENERATION)
+            };
+        }
         if !transactional && api_version < 9 {
             return Err(UNSUPPORTED_VERSION);
         }
@@ -665,8 +987,11 @@ impl CMember {
             state: MemberState::Stable,
             assigned: Parts::new(),
             revoking: Parts::new(),
+            classic: None,
             session_deadline: 0,
             revoke_deadline: None,
+            join_deadline: None,
+            sync_deadline: None,
         }
     }
 
@@ -675,6 +1000,8 @@ impl CMember {
         CMember {
             session_deadline: 0,
             revoke_deadline: None,
+            join_deadline: None,
+            sync_deadline: None,
             ..self.clone()
         }
     }
@@ -692,6 +1019,34 @@ impl CMember {
         out.dedup();
         out
     }
+}
+
+/// The answer to a classic member's JoinGroup in a consumer group.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct ClassicJoined {
+    pub member_id: String,
+    /// The member epoch after reconciliation: the generation its SyncGroup and Heartbeat send.
+    pub generation: i32,
+    /// The member's own first protocol.
+    pub protocol_name: String,
+}
+
+/// Partitions named by topic → by topic id; topics not in `topics` are left out.
+pub(crate) fn ids_of(named: &super::embedded::NamedParts, topics: &TopicView) -> Parts {
+    named
+        .iter()
+        .filter_map(|(t, ps)| topics.get(t).map(|(id, _)| (*id, ps.clone())))
+        .filter(|(_, ps)| !ps.is_empty())
+        .collect()
+}
+
+/// Partitions by topic id → by name; ids of topics since deleted are left out.
+pub(crate) fn names_of(parts: &Parts, topics: &TopicView) -> super::embedded::NamedParts {
+    let by_id: BTreeMap<Uuid, &String> = topics.iter().map(|(n, (id, _))| (*id, n)).collect();
+    parts
+        .iter()
+        .filter_map(|(id, ps)| by_id.get(id).map(|n| ((*n).clone(), ps.clone())))
+        .collect()
 }
 
 /// Range assignor: per topic, its subscribers (sorted by member id) get contiguous ranges, the

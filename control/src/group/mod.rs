@@ -13,6 +13,11 @@
 //! KIP-848 consumer groups ([`consumer`]) live in the same map, with the same offsets store and
 //! log: a group id is either classic or consumer. An empty classic group becomes a consumer group
 //! on its first ConsumerGroupHeartbeat, an empty consumer group a classic one on a JoinGroup.
+//! Non-empty groups convert as in Kafka 4.1 (online migration, `migration_policy`): a
+//! ConsumerGroupHeartbeat joining a classic group turns its members into classic members of a
+//! consumer group, which keep speaking JoinGroup / SyncGroup / Heartbeat while the server-side
+//! assignor places them ([`embedded`] reads and writes their protocol bytes); when the last
+//! consumer-protocol member goes, the group turns classic again and rebalances.
 //!
 //! State machine (Kafka `ClassicGroupState`): Empty → PreparingRebalance → CompletingRebalance →
 //! Stable, any → Dead on deletion. Member liveness: session timeout refreshed by heartbeats,
@@ -20,6 +25,7 @@
 
 pub mod codes;
 pub mod consumer;
+pub mod embedded;
 mod record;
 mod state;
 
@@ -70,6 +76,46 @@ pub struct GroupConfig {
     pub offsets_retention_ms: i64,
     /// offsets.retention.check.interval.ms: how often expired offsets are looked for.
     pub offsets_retention_check_interval_ms: i64,
+    /// group.consumer.migration.policy: whether non-empty groups convert between the classic
+    /// and the consumer protocol (empty groups always do).
+    pub migration_policy: MigrationPolicy,
+}
+
+/// Kafka's `group.consumer.migration.policy` (default `bidirectional`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum MigrationPolicy {
+    #[default]
+    Bidirectional,
+    Upgrade,
+    Downgrade,
+    Disabled,
+}
+
+impl MigrationPolicy {
+    /// Case-insensitive, as Kafka's validator; `None` for an unknown value.
+    pub fn parse(s: &str) -> Option<MigrationPolicy> {
+        Some(match s.to_ascii_lowercase().as_str() {
+            "bidirectional" => MigrationPolicy::Bidirectional,
+            "upgrade" => MigrationPolicy::Upgrade,
+            "downgrade" => MigrationPolicy::Downgrade,
+            "disabled" => MigrationPolicy::Disabled,
+            _ => return None,
+        })
+    }
+
+    pub fn upgrades(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Upgrade
+        )
+    }
+
+    pub fn downgrades(self) -> bool {
+        matches!(
+            self,
+            MigrationPolicy::Bidirectional | MigrationPolicy::Downgrade
+        )
+    }
 }
 
 impl Default for GroupConfig {
@@ -90,6 +136,7 @@ impl Default for GroupConfig {
             transaction_state_replication_factor: 3,
             offsets_retention_ms: 7 * 24 * 60 * 60 * 1000,
             offsets_retention_check_interval_ms: 600_000,
+            migration_policy: MigrationPolicy::Bidirectional,
         }
     }
 }
@@ -296,3 +343,6 @@ mod tests;
 
 #[cfg(test)]
 mod consumer_tests;
+
+#[cfg(test)]
+mod migration_tests;

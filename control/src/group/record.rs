@@ -26,7 +26,7 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use serde::Deserialize;
 
-use super::consumer::{CMember, ConsumerGroup, MemberState, Parts, TopicView};
+use super::consumer::{CMember, ClassicMeta, ConsumerGroup, MemberState, Parts, TopicView};
 use crate::coordinator_record::{self as cr, DecodeError, Payload, Reader, Writer};
 
 const LEGACY_OFFSET_COMMIT: i16 = 0;
@@ -70,6 +70,8 @@ pub(crate) struct MemberSubscription {
     pub(crate) regex: Option<String>,
     pub(crate) rebalance_timeout_ms: i32,
     pub(crate) server_assignor: Option<String>,
+    /// Tagged field 0 (ClassicMemberMetadata): set for a classic-protocol member.
+    pub(crate) classic: Option<ClassicMeta>,
 }
 
 /// A consumer-group member's current assignment (ConsumerGroupCurrentMemberAssignmentValue).
@@ -217,6 +219,7 @@ impl MemberSubscription {
             regex: m.regex.clone(),
             rebalance_timeout_ms: m.rebalance_timeout_ms,
             server_assignor: m.server_assignor.clone(),
+            classic: m.classic.clone(),
         }
     }
 
@@ -229,6 +232,7 @@ impl MemberSubscription {
         m.regex = self.regex;
         m.rebalance_timeout_ms = self.rebalance_timeout_ms;
         m.server_assignor = self.server_assignor;
+        m.classic = self.classic;
     }
 }
 
@@ -383,7 +387,7 @@ impl Rec {
             Rec::CgMember { group, member, sub } => record(
                 member_key(CG_MEMBER_METADATA, group, member),
                 sub.as_ref().map(|s| {
-                    flexible_value(|w| {
+                    cr::value(0, 0, |w| {
                         w.nullable_string(s.instance_id.as_deref());
                         w.nullable_string(s.rack_id.as_deref());
                         w.string(&s.client_id);
@@ -395,6 +399,9 @@ impl Rec {
                         w.nullable_string(s.regex.as_deref());
                         w.i32(s.rebalance_timeout_ms);
                         w.nullable_string(s.server_assignor.as_deref());
+                        let tagged: Vec<(u32, Vec<u8>)> =
+                            s.classic.iter().map(|c| (0, classic_meta(c))).collect();
+                        w.tagged_fields(&tagged);
                     })
                 }),
             ),
@@ -517,6 +524,40 @@ fn flexible_value(fields: impl FnOnce(&mut Writer)) -> Vec<u8> {
         fields(w);
         w.no_tagged_fields();
     })
+}
+
+/// ClassicMemberMetadata as a tagged field's data: a nullable struct, so a presence byte first.
+fn classic_meta(c: &ClassicMeta) -> Vec<u8> {
+    cr::flexible(|w| {
+        w.i8(1);
+        w.i32(c.session_timeout_ms);
+        w.array_len(c.protocols.len());
+        for (name, metadata) in &c.protocols {
+            w.string(name);
+            w.bytes(metadata);
+            w.no_tagged_fields();
+        }
+        w.no_tagged_fields();
+    })
+}
+
+fn read_classic_meta(r: &mut Reader<'_>) -> Result<Option<ClassicMeta>, DecodeError> {
+    if r.i8()? < 0 {
+        return Ok(None);
+    }
+    let session_timeout_ms = r.i32()?;
+    let mut protocols = Vec::new();
+    for _ in 0..r.array_len()? {
+        let name = r.string()?;
+        let metadata = r.bytes()?;
+        r.tagged_fields(|_, _| Ok(()))?;
+        protocols.push((name, metadata));
+    }
+    r.tagged_fields(|_, _| Ok(()))?;
+    Ok(Some(ClassicMeta {
+        session_timeout_ms,
+        protocols,
+    }))
 }
 
 fn write_parts(w: &mut Writer, parts: &Parts) {
@@ -677,7 +718,9 @@ fn decode_record(key: &[u8], value: Option<&[u8]>) -> Result<Rec, DecodeError> {
             member: k.string()?,
             sub: value
                 .map(|v| {
-                    read_flexible(v, |r| {
+                    let (_, mut r) = Reader::value(v, 0..=0, 0)?;
+                    let r = &mut r;
+                    let sub = (|| -> Result<MemberSubscription, DecodeError> {
                         let instance_id = r.nullable_string()?;
                         let rack_id = r.nullable_string()?;
                         let client_id = r.string()?;
@@ -695,8 +738,18 @@ fn decode_record(key: &[u8], value: Option<&[u8]>) -> Result<Rec, DecodeError> {
                             regex: r.nullable_string()?,
                             rebalance_timeout_ms: r.i32()?,
                             server_assignor: r.nullable_string()?,
+                            classic: None,
                         })
-                    })
+                    })();
+                    let mut sub: MemberSubscription = sub?;
+                    r.tagged_fields(|tag, f| {
+                        if tag == 0 {
+                            sub.classic = read_classic_meta(f)?;
+                        }
+                        Ok(())
+                    })?;
+                    r.end()?;
+                    Ok::<_, DecodeError>(sub)
                 })
                 .transpose()?,
         },

@@ -589,3 +589,33 @@ fn bytes_equal_what_kafkas_own_generated_classes_write() {
         assert_eq!(value_of(rec), unhex(value), "value of {rec:?}");
     }
 }
+
+/// A classic-protocol member of a consumer group: ClassicMemberMetadata is tagged field 0 of
+/// ConsumerGroupMemberMetadataValue, a nullable struct (presence byte first). The hex is what
+/// Kafka 4.1.1's generated class writes for the same member (kafka-group-coordinator-4.1.1.jar).
+#[test]
+fn a_classic_members_metadata_is_written_as_kafkas_tagged_field() {
+    let rec = Rec::CgMember {
+        group: "g".into(),
+        member: "m1".into(),
+        sub: Some(MemberSubscription {
+            instance_id: None,
+            rack_id: None,
+            client_id: "c".into(),
+            client_host: "/h".into(),
+            subscribed: vec!["t".into()],
+            regex: None,
+            rebalance_timeout_ms: 30_000,
+            server_assignor: None,
+            classic: Some(ClassicMeta {
+                session_timeout_ms: 10_000,
+                protocols: vec![("range".into(), vec![1, 2])],
+            }),
+        }),
+    };
+    assert_eq!(
+        value_of(&rec),
+        unhex("000000000263032f680202740000007530000100110100002710020672616e67650301020000")
+    );
+    round_trip(&rec);
+}

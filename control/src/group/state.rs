@@ -7,8 +7,10 @@ use bytes::Bytes;
 
 use super::codes::*;
 use super::consumer::{
-    CMember, CgHeartbeat, CgHeartbeatResponse, CgLimits, ConsumerGroup, TopicView,
+    ids_of, names_of, CMember, CgHeartbeat, CgHeartbeatResponse, CgLimits, ClassicMeta,
+    ConsumerGroup, TopicView, LEAVE_EPOCH,
 };
+use super::embedded;
 use super::record::{self, MemberRec, Rec};
 use super::{
     subscription_topics, CommitContext, CommittedOffset, FetchedOffset, GroupConfig,
@@ -384,6 +386,170 @@ impl Group {
     }
 }
 
+// ---- online migration between the protocols (Kafka 4.1) ----
+
+/// Turns a non-empty classic group into a consumer group whose members are its classic
+/// members (Kafka `ConsumerGroup.fromClassicGroup`): each keeps the partitions of its last
+/// SyncGroup at member epoch = generation, which is also the group and target epoch; parked
+/// JoinGroup / SyncGroup calls are answered REBALANCE_IN_PROGRESS. `Err` is the reason the
+/// group stays classic (answered GROUP_ID_NOT_FOUND, as Kafka).
+fn upgrade_to_consumer(g: &mut Group, topics: &TopicView, cx: &mut Cx<'_>) -> Result<(), String> {
+    let refuse = |why: &str| {
+        Err(format!(
+            "Cannot upgrade classic group {} to consumer group because {why}.",
+            g.id
+        ))
+    };
+    if !cx.cfg.migration_policy.upgrades() {
+        return refuse("online upgrade is disabled");
+    }
+    if g.protocol_type.as_deref() != Some("consumer") {
+        return refuse("the group does not use the consumer embedded protocol");
+    }
+    if g.members.len() > cx.cfg.consumer_max_size {
+        return refuse("the group size exceeds the consumer group maximum size");
+    }
+    // A group still in its first rebalance has no protocol yet (Kafka fails there with an
+    // unknown server error; this says why).
+    let Some(protocol) = g.protocol_name.clone() else {
+        return refuse("the group has not completed its first rebalance");
+    };
+    let mut c = ConsumerGroup {
+        epoch: g.generation,
+        target_epoch: g.generation,
+        ..Default::default()
+    };
+    for m in &g.members {
+        let sub = embedded::read_subscription(&m.metadata(Some(&protocol)));
+        let assignment = embedded::read_assignment(&m.assignment);
+        let (Some(sub), Some(assignment)) = (sub, assignment) else {
+            return refuse("the embedded consumer protocol is malformed");
+        };
+        if assignment.user_data.as_ref().is_some_and(|u| !u.is_empty()) {
+            return refuse(
+                "an unsupported custom assignor is in use. Please refer to the documentation \
+                 or switch to a default assignor before re-attempting the upgrade",
+            );
+        }
+        let assigned = ids_of(&assignment.partitions, topics);
+        let mut subscribed = sub.topics;
+        subscribed.sort();
+        subscribed.dedup();
+        let member = CMember {
+            instance_id: m.instance_id.clone(),
+            rack_id: sub.rack_id,
+            client_id: m.client_id.clone(),
+            client_host: m.client_host.clone(),
+            rebalance_timeout_ms: m.rebalance_timeout_ms,
+            subscribed,
+            epoch: g.generation,
+            previous_epoch: g.generation,
+            assigned: assigned.clone(),
+            classic: Some(ClassicMeta {
+                session_timeout_ms: m.session_timeout_ms,
+                protocols: m
+                    .protocols
+                    .iter()
+                    .map(|(n, b)| (n.clone(), b.to_vec()))
+                    .collect(),
+            }),
+            session_deadline: cx.now + m.session_timeout_ms as i64,
+            ..CMember::new(&m.id)
+        };
+        c.target.insert(m.id.clone(), assigned);
+        c.members.insert(m.id.clone(), member);
+    }
+    c.subscribed_meta = c.subscribed_view(topics);
+    for m in g.members.drain(..) {
+        if let Some(t) = m.join_token {
+            let resp = JoinResponse::error(REBALANCE_IN_PROGRESS, &m.id);
+            cx.replies.push(Reply::Join(t, resp));
+        }
+        if let Some(t) = m.sync_token {
+            let resp = SyncResponse::error(REBALANCE_IN_PROGRESS);
+            cx.replies.push(Reply::Sync(t, resp));
+        }
+    }
+    g.pending_members.clear();
+    g.pending_sync.clear();
+    g.join_timer = None;
+    g.sync_deadline = None;
+    g.new_member_added = false;
+    g.leader = None;
+    g.protocol_type = None;
+    g.protocol_name = None;
+    g.transition(GroupState::Empty);
+    g.consumer = Some(c);
+    tracing::info!(group = %g.id, "classic group upgraded to a consumer group");
+    Ok(())
+}
+
+/// After members left a consumer group: if only classic members remain and the policy allows
+/// it, the group turns classic again (Kafka `ClassicGroup.fromConsumerGroup`): generation =
+/// group epoch, each member holding its target assignment, then a rebalance. Returns whether
+/// it did (the group record is then written instead of the consumer-group records).
+fn maybe_downgrade(g: &mut Group, topics: &TopicView, cx: &mut Cx<'_>) -> bool {
+    let Some(c) = g.consumer.as_ref() else {
+        return false;
+    };
+    if !c.only_classic_members()
+        || !cx.cfg.migration_policy.downgrades()
+        || c.members.len() > cx.cfg.max_group_size
+    {
+        return false;
+    }
+    let c = g.consumer.take().expect("consumer group");
+    g.generation = c.epoch;
+    g.protocol_type = Some("consumer".to_string());
+    g.members = c
+        .members
+        .values()
+        .map(|m| {
+            let meta = m.classic.clone().unwrap_or_default();
+            Member {
+                id: m.id.clone(),
+                instance_id: m.instance_id.clone(),
+                client_id: m.client_id.clone(),
+                client_host: m.client_host.clone(),
+                session_timeout_ms: meta.session_timeout_ms,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                protocol_type: "consumer".to_string(),
+                protocols: meta
+                    .protocols
+                    .into_iter()
+                    .map(|(n, b)| (n, Bytes::from(b)))
+                    .collect(),
+                assignment: Bytes::new(),
+                join_token: None,
+                sync_token: None,
+                is_new: false,
+                heartbeat_deadline: cx.now + meta.session_timeout_ms as i64,
+            }
+        })
+        .collect();
+    let Some(protocol) = g.select_protocol() else {
+        // No protocol every member supports (cannot happen: a classic member joins only with
+        // one): stay a consumer group.
+        g.members.clear();
+        g.protocol_type = None;
+        g.consumer = Some(c);
+        return false;
+    };
+    for m in g.members.iter_mut() {
+        let version = embedded::version(&m.metadata(Some(&protocol))).unwrap_or(0);
+        let target = c.target.get(&m.id).cloned().unwrap_or_default();
+        m.assignment = embedded::write_assignment(&names_of(&target, topics), version).into();
+    }
+    g.protocol_name = Some(protocol);
+    g.leader = g.members.first().map(|m| m.id.clone());
+    g.empty_since = None;
+    g.transition(GroupState::Stable);
+    cx.records.push(g.group_record());
+    tracing::info!(group = %g.id, "consumer group downgraded to a classic group");
+    prepare_rebalance(g, cx);
+    true
+}
+
 // ---- rebalance transitions (Kafka GroupMetadataManager, classic part) ----
 
 fn prepare_rebalance(g: &mut Group, cx: &mut Cx<'_>) {
@@ -672,6 +838,9 @@ pub struct GroupCoordinator {
     /// Per consumer group, the key and payload of each record its state was last written as:
     /// a change writes only the records that differ, and tombstones for keys that went away.
     written: BTreeMap<String, BTreeMap<Vec<u8>, Vec<u8>>>,
+    /// The cluster's topics as last passed in ([`GroupCoordinator::set_topics`]): classic
+    /// members of consumer groups are assigned and answered by topic name from it.
+    topics: std::sync::Arc<TopicView>,
 }
 
 impl GroupCoordinator {
@@ -776,6 +945,7 @@ impl GroupCoordinator {
             next_cleanup_ms: now_ms + CLEANUP_INTERVAL_MS,
             next_offsets_check_ms: 0,
             written: BTreeMap::new(),
+            topics: Default::default(),
         };
         c.reset_written();
         let live = c.live_records().len();
@@ -787,6 +957,19 @@ impl GroupCoordinator {
 
     pub fn config(&self) -> &GroupConfig {
         &self.cfg
+    }
+
+    /// The cluster's topics (name → id, partitions), for classic members of consumer groups.
+    pub fn set_topics(&mut self, topics: std::sync::Arc<TopicView>) {
+        self.topics = topics;
+    }
+
+    fn limits(&self) -> CgLimits {
+        CgLimits {
+            session_timeout_ms: self.cfg.consumer_session_timeout_ms,
+            heartbeat_interval_ms: self.cfg.consumer_heartbeat_interval_ms,
+            max_size: self.cfg.consumer_max_size,
+        }
     }
 
     /// Runs `f` with a call context and persists what it produced; returns the replies.
@@ -949,16 +1132,30 @@ impl GroupCoordinator {
                 JoinResponse::error(UNKNOWN_MEMBER_ID, &req.member_id),
             )];
         }
+        let topics = self.topics.clone();
+        let limits = self.limits();
         self.run(now_ms, |groups, cx| {
             let g = groups
                 .entry(req.group_id.clone())
                 .or_insert_with(|| Group::new(&req.group_id));
-            if let Some(c) = &g.consumer {
+            if let Some(c) = g.consumer.as_mut() {
                 if !c.members.is_empty() {
-                    cx.replies.push(Reply::Join(
-                        token,
-                        JoinResponse::error(INCONSISTENT_GROUP_PROTOCOL, &req.member_id),
-                    ));
+                    let resp = match c.classic_join(&req, &topics, limits, cx.now) {
+                        Ok(j) => {
+                            cx.records.extend(g.consumer_record());
+                            JoinResponse {
+                                error: NONE,
+                                generation_id: j.generation,
+                                protocol_type: Some("consumer".to_string()),
+                                protocol_name: Some(j.protocol_name),
+                                leader: String::new(),
+                                member_id: j.member_id,
+                                members: Vec::new(),
+                            }
+                        }
+                        Err((code, member)) => JoinResponse::error(code, &member),
+                    };
+                    cx.replies.push(Reply::Join(token, resp));
                     return;
                 }
                 // An empty consumer group becomes a classic group (offsets kept).
@@ -984,12 +1181,19 @@ impl GroupCoordinator {
 
     /// SyncGroup. The reply may come now or from a later call.
     pub fn sync(&mut self, token: Token, req: SyncRequest, now_ms: i64) -> Vec<Reply> {
+        let topics = self.topics.clone();
         self.run(now_ms, |groups, cx| {
             let reply =
                 |cx: &mut Cx<'_>, e| cx.replies.push(Reply::Sync(token, SyncResponse::error(e)));
             let Some(g) = groups.get_mut(&req.group_id) else {
                 return reply(cx, UNKNOWN_MEMBER_ID);
             };
+            if let Some(c) = g.consumer.as_mut().filter(|c| !c.members.is_empty()) {
+                let resp = c
+                    .classic_sync(&req, &topics, cx.now)
+                    .unwrap_or_else(SyncResponse::error);
+                return cx.replies.push(Reply::Sync(token, resp));
+            }
             if g.members.is_empty() {
                 return reply(cx, UNKNOWN_MEMBER_ID);
             }
@@ -1070,6 +1274,9 @@ impl GroupCoordinator {
         if g.state == GroupState::Dead {
             return COORDINATOR_NOT_AVAILABLE;
         }
+        if let Some(c) = g.consumer.as_mut() {
+            return c.classic_heartbeat(member_id, group_instance_id, generation_id, now_ms);
+        }
         if let Err(e) = g.validate_member(member_id, group_instance_id) {
             return e;
         }
@@ -1096,12 +1303,20 @@ impl GroupCoordinator {
         members: &[LeavingMember],
         now_ms: i64,
     ) -> (Result<Vec<i16>, i16>, Vec<Reply>) {
+        let topics = self.topics.clone();
         self.run(now_ms, |groups, cx| {
             let Some(g) = groups.get_mut(group_id) else {
                 return Err(UNKNOWN_MEMBER_ID);
             };
             if g.state == GroupState::Dead {
                 return Err(COORDINATOR_NOT_AVAILABLE);
+            }
+            if let Some(c) = g.consumer.as_mut().filter(|c| !c.members.is_empty()) {
+                let codes = c.classic_leave(members);
+                if codes.contains(&NONE) && !maybe_downgrade(g, &topics, cx) {
+                    cx.records.extend(g.consumer_record());
+                }
+                return Ok(codes);
             }
             let mut codes = Vec::with_capacity(members.len());
             let mut any = false;
@@ -1148,12 +1363,13 @@ impl GroupCoordinator {
     /// Fires due timers: initial-rebalance delay, rebalance timeout, pending-sync timeout,
     /// session expiry.
     pub fn tick(&mut self, now_ms: i64) -> Vec<Reply> {
+        let topics = self.topics.clone();
         let replies = self
             .run(now_ms, |groups, cx| {
                 for g in groups.values_mut() {
                     tick_group(g, cx);
                     let expired = g.consumer.as_mut().is_some_and(|c| c.expire(&g.id, cx.now));
-                    if expired {
+                    if expired && !maybe_downgrade(g, &topics, cx) {
                         cx.records.extend(g.consumer_record());
                     }
                 }
@@ -1636,37 +1852,50 @@ impl GroupCoordinator {
         req: &CgHeartbeat,
         topics: &TopicView,
         now_ms: i64,
-    ) -> CgHeartbeatResponse {
+    ) -> (CgHeartbeatResponse, Vec<Reply>) {
+        let refuse = |e| (e, Vec::new());
         if req.group_id.is_empty() {
-            return CgHeartbeatResponse::error(INVALID_REQUEST, "GroupId can't be empty.");
+            return refuse(CgHeartbeatResponse::error(
+                INVALID_REQUEST,
+                "GroupId can't be empty.",
+            ));
         }
         if req.member_id.is_empty() && req.api_version >= 1 {
-            return CgHeartbeatResponse::error(INVALID_REQUEST, "MemberId can't be empty.");
+            return refuse(CgHeartbeatResponse::error(
+                INVALID_REQUEST,
+                "MemberId can't be empty.",
+            ));
         }
         if req.instance_id.as_deref() == Some("") {
-            return CgHeartbeatResponse::error(INVALID_REQUEST, "InstanceId can't be empty.");
+            return refuse(CgHeartbeatResponse::error(
+                INVALID_REQUEST,
+                "InstanceId can't be empty.",
+            ));
         }
         if req.member_epoch < super::consumer::STATIC_LEAVE_EPOCH {
-            return CgHeartbeatResponse::error(INVALID_REQUEST, "MemberEpoch is invalid.");
+            return refuse(CgHeartbeatResponse::error(
+                INVALID_REQUEST,
+                "MemberEpoch is invalid.",
+            ));
         }
         if req.member_epoch == 0 {
             let no_subscription =
                 req.subscribed_topic_names.is_none() && req.subscribed_topic_regex.is_none();
             if req.rebalance_timeout_ms == -1 || no_subscription {
-                return CgHeartbeatResponse::error(
+                return refuse(CgHeartbeatResponse::error(
                     INVALID_REQUEST,
                     "RebalanceTimeoutMs and SubscribedTopicNames must be set in first request.",
-                );
+                ));
             }
             if req
                 .owned
                 .as_ref()
                 .is_some_and(|o| o.values().any(|p| !p.is_empty()))
             {
-                return CgHeartbeatResponse::error(
+                return refuse(CgHeartbeatResponse::error(
                     INVALID_REQUEST,
                     "TopicPartitions must be empty when (re-)joining.",
-                );
+                ));
             }
         }
         if let Some(r) = req
@@ -1675,56 +1904,68 @@ impl GroupCoordinator {
             .filter(|r| !r.is_empty())
         {
             if regex::Regex::new(r).is_err() {
-                return CgHeartbeatResponse::error(
+                return refuse(CgHeartbeatResponse::error(
                     super::codes::INVALID_REGULAR_EXPRESSION,
                     format!("SubscribedTopicRegex `{r}` is not a valid regular expression."),
-                );
+                ));
             }
         }
         if let Some(a) = req.server_assignor.as_deref() {
             if !super::consumer::ASSIGNORS.contains(&a) {
-                return CgHeartbeatResponse::error(
+                return refuse(CgHeartbeatResponse::error(
                     UNSUPPORTED_ASSIGNOR,
                     format!("ServerAssignor {a} is not supported."),
-                );
+                ));
             }
         }
-        let limits = CgLimits {
-            session_timeout_ms: self.cfg.consumer_session_timeout_ms,
-            heartbeat_interval_ms: self.cfg.consumer_heartbeat_interval_ms,
-            max_size: self.cfg.consumer_max_size,
-        };
+        let limits = self.limits();
         let create = req.member_epoch == 0;
-        let g = match self.groups.get_mut(&req.group_id) {
-            Some(g) if g.state != GroupState::Dead => g,
-            _ if !create => {
-                return CgHeartbeatResponse::error(
-                    GROUP_ID_NOT_FOUND,
-                    format!("Group {} not found.", req.group_id),
-                )
+        self.run(now_ms, |groups, cx| {
+            let g = match groups.get_mut(&req.group_id) {
+                Some(g) if g.state != GroupState::Dead => g,
+                _ if !create => {
+                    return CgHeartbeatResponse::error(
+                        GROUP_ID_NOT_FOUND,
+                        format!("Group {} not found.", req.group_id),
+                    )
+                }
+                _ => groups
+                    .entry(req.group_id.clone())
+                    .or_insert_with(|| Group::new(&req.group_id)),
+            };
+            let mut converted = false;
+            if g.consumer.is_none() {
+                if !g.members.is_empty() {
+                    if !create {
+                        return CgHeartbeatResponse::error(
+                            GROUP_ID_NOT_FOUND,
+                            format!("Group {} is not a consumer group.", req.group_id),
+                        );
+                    }
+                    // Kafka 4.1's online upgrade: the classic members stay, as classic
+                    // members of the consumer group.
+                    if let Err(why) = upgrade_to_consumer(g, topics, cx) {
+                        return CgHeartbeatResponse::error(GROUP_ID_NOT_FOUND, why);
+                    }
+                    converted = true;
+                } else {
+                    // An empty classic group (or a new one) becomes a consumer group, offsets
+                    // kept; members that were only told their id are forgotten.
+                    g.pending_members.clear();
+                    g.consumer = Some(ConsumerGroup::default());
+                }
             }
-            _ => self
-                .groups
-                .entry(req.group_id.clone())
-                .or_insert_with(|| Group::new(&req.group_id)),
-        };
-        if g.consumer.is_none() {
-            if !g.members.is_empty() || !g.pending_members.is_empty() {
-                return CgHeartbeatResponse::error(
-                    GROUP_ID_NOT_FOUND,
-                    format!("Group {} is not a consumer group.", req.group_id),
-                );
+            let c = g.consumer.as_mut().expect("consumer group");
+            let (resp, changed) = c.heartbeat(req, topics, limits, cx.now);
+            let left = req.member_epoch == LEAVE_EPOCH && resp.error == NONE;
+            if left && maybe_downgrade(g, topics, cx) {
+                return resp;
             }
-            // An empty classic group (or a new one) becomes a consumer group, offsets kept.
-            g.consumer = Some(ConsumerGroup::default());
-        }
-        let c = g.consumer.as_mut().expect("consumer group");
-        let (resp, changed) = c.heartbeat(req, topics, limits, now_ms);
-        if changed {
-            let rec = g.consumer_record().expect("consumer group");
-            self.persist(&rec);
-        }
-        resp
+            if changed || converted {
+                cx.records.extend(g.consumer_record());
+            }
+            resp
+        })
     }
 
     /// OffsetFetch v9+ member check (Kafka `validateOffsetFetch`): only consumer groups check
