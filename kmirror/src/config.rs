@@ -60,6 +60,10 @@ pub(crate) struct ServeConfig {
     pub offsets_retention_minutes: i64,
     /// Kafka's `offsets.retention.check.interval.ms` (default 600000).
     pub offsets_retention_check_interval_ms: i64,
+    /// Kafka's `group.consumer.migration.policy`: `bidirectional` (default), `upgrade`,
+    /// `downgrade` or `disabled`: whether non-empty groups convert between the classic and the
+    /// consumer rebalance protocol while members of both kinds come and go.
+    pub group_consumer_migration_policy: String,
     /// Seconds between retention passes over each core's partitions.
     pub retention_check_secs: u64,
     /// Kafka's log.cleaner.backoff.ms: pause between each core's log compaction rounds.
@@ -159,6 +163,7 @@ impl Default for ServeConfig {
             transaction_state_log_replication_factor: 3,
             offsets_retention_minutes: 10_080,
             offsets_retention_check_interval_ms: 600_000,
+            group_consumer_migration_policy: "bidirectional".into(),
             retention_check_secs: 30,
             log_cleaner_backoff_ms: 15_000,
             log_cleaner_io_max_bytes_per_second: 64 << 20,
@@ -257,6 +262,14 @@ impl ServeConfig {
             return Err(ConfigError::Invalid(format!(
                 "partition_assignment must be \"spread\", \"hash\" or \"topic\", got \"{}\"",
                 self.partition_assignment
+            )));
+        }
+        if kmirror_control::group::MigrationPolicy::parse(&self.group_consumer_migration_policy)
+            .is_none()
+        {
+            return Err(ConfigError::Invalid(format!(
+                "group_consumer_migration_policy must be bidirectional, upgrade, downgrade or disabled, got \"{}\"",
+                self.group_consumer_migration_policy
             )));
         }
         if self.group_initial_rebalance_delay_ms < 0 {

@@ -242,6 +242,10 @@ pub(crate) fn run(args: ServeArgs) -> Result<(), Box<dyn std::error::Error>> {
                 transaction_state_replication_factor: c.transaction_state_log_replication_factor,
                 offsets_retention_ms: c.offsets_retention_minutes.saturating_mul(60_000),
                 offsets_retention_check_interval_ms: c.offsets_retention_check_interval_ms,
+                migration_policy: kmirror_control::group::MigrationPolicy::parse(
+                    &c.group_consumer_migration_policy,
+                )
+                .unwrap_or_default(),
                 ..Default::default()
             },
         },

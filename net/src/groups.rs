@@ -631,10 +631,15 @@ impl CoordinatorThread {
                             });
                             continue;
                         }
+                        if let Some(t) = &topics {
+                            self.groups.set_topics(t.clone());
+                        }
                         let resp = match (&*req, topics) {
                             (RequestKind::ConsumerGroupHeartbeat(r), topics) => {
                                 let view = topics.unwrap_or_default();
-                                Some(self.consumer_heartbeat(r, version, &client_id, &view, now))
+                                Some(self.consumer_heartbeat(
+                                    r, version, &client_id, &view, now, &mut out,
+                                ))
                             }
                             (RequestKind::ConsumerGroupDescribe(r), topics) => {
                                 let view = topics.unwrap_or_default();
@@ -1328,6 +1333,7 @@ impl CoordinatorThread {
         client_id: &str,
         topics: &TopicView,
         now: i64,
+        out: &mut Vec<Outgoing>,
     ) -> ResponseKind {
         let owned = r.topic_partitions.as_ref().map(|tps| {
             let mut p = Parts::new();
@@ -1356,7 +1362,9 @@ impl CoordinatorThread {
             client_host: "/127.0.0.1".to_string(),
             api_version: version,
         };
-        let c = self.groups.consumer_heartbeat(&req, topics, now);
+        let (c, replies) = self.groups.consumer_heartbeat(&req, topics, now);
+        // Classic JoinGroup / SyncGroup calls parked when the group was upgraded.
+        self.deliver(replies, out);
         let assignment = c.assignment.map(|a| {
             consumer_group_heartbeat_response::Assignment::default().with_topic_partitions(
                 a.into_iter()
@@ -1432,7 +1440,7 @@ impl CoordinatorThread {
                                     .with_target_assignment(assignment(
                                         &g.target.get(&m.id).cloned().unwrap_or_default(),
                                     ))
-                                    .with_member_type(1)
+                                    .with_member_type(if m.classic.is_some() { 0 } else { 1 })
                             })
                             .collect(),
                     ),

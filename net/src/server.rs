@@ -894,7 +894,15 @@ async fn group_request(
             }
         }
     }
-    let resp = groups.handle(api_key, v, header, req).await;
+    // Classic members of consumer groups are assigned by the coordinator, by topic name.
+    let topics = matches!(
+        req,
+        RequestKind::JoinGroup(_) | RequestKind::SyncGroup(_) | RequestKind::LeaveGroup(_)
+    )
+    .then(|| crate::groups::topic_view(&ctx.meta()));
+    let resp = groups
+        .handle_with_topics(api_key, v, header, req, topics)
+        .await;
     if !response_matches(api_key, &resp) {
         return Err(ConnError::Protocol(format!(
             "group coordinator answered {api_key:?} with another response type"
