@@ -564,6 +564,190 @@ pub fn java_tools_round_trip(broker: &dyn BrokerUnderTest, records: u64) {
     assert_eq!(consumed, records, "ConsumerPerformance: {row}");
 }
 
+/// Every produced record (`records` in all) was consumed exactly once across `parts`, each at
+/// the offset it was produced at, and each member read every partition in offset order.
+fn assert_each_record_once_in_order(parts: &[(&str, &Vec<Seq>)], records: u64) {
+    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
+    for (name, consumed) in parts {
+        let mut last: HashMap<i32, i64> = HashMap::new();
+        for r in consumed.iter() {
+            assert_eq!(
+                r.offset, r.seq,
+                "{name}: {r:?} is not at its produced offset"
+            );
+            if let Some(prev) = last.insert(r.partition, r.offset) {
+                assert!(
+                    r.offset > prev,
+                    "{name} read partition {} out of order: {} after {prev}",
+                    r.partition,
+                    r.offset
+                );
+            }
+            *seen.entry((r.partition, r.seq)).or_default() += 1;
+        }
+    }
+    let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
+    assert!(
+        dupes.is_empty(),
+        "records delivered more than once, e.g. {dupes:?}"
+    );
+    assert_eq!(seen.len() as u64, records, "distinct records consumed");
+}
+
+/// `kafka-consumer-groups --describe --members` lists one member of `group`, holding all
+/// `partitions`.
+fn assert_one_member_holds_all(boot: &str, group: &str, partitions: i32) {
+    let members = java::run_tool(
+        tools::CONSUMER_GROUP_COMMAND,
+        &[
+            "--bootstrap-server",
+            boot,
+            "--describe",
+            "--group",
+            group,
+            "--members",
+        ],
+        Duration::from_secs(90),
+    );
+    let member_rows: Vec<Vec<&str>> = members
+        .stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .filter(|c| c.first() == Some(&group))
+        .collect();
+    assert_eq!(member_rows.len(), 1, "members:\n{}", members.stdout);
+    assert!(
+        member_rows[0].contains(&partitions.to_string().as_str()),
+        "the last member should hold all {partitions} partitions:\n{}",
+        members.stdout
+    );
+}
+
+/// The group type `kafka-consumer-groups --list --type` shows for `group` ("consumer" or
+/// "classic"), lower-cased; empty when the group is not listed.
+fn listed_group_type(boot: &str, group: &str) -> String {
+    let listed = java::run_tool(
+        tools::CONSUMER_GROUP_COMMAND,
+        &["--bootstrap-server", boot, "--list", "--type"],
+        Duration::from_secs(90),
+    );
+    listed
+        .stdout
+        .lines()
+        .find(|l| l.split_whitespace().next() == Some(group))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .map(|t| t.to_ascii_lowercase())
+        .unwrap_or_default()
+}
+
+/// Kafka 4.1's online group migration with real clients: a classic librdkafka member reads a
+/// group alone; a Java KIP-848 member joins it (the broker upgrades the group to the consumer
+/// protocol and splits the partitions between the two); the Java member leaves (the broker
+/// downgrades the group to classic and the librdkafka member takes every partition). Every
+/// record is read exactly once, in order, and the group's committed offsets reach the end.
+pub fn classic_and_consumer_members_share_a_group(broker: &mut dyn BrokerUnderTest, records: u64) {
+    let partitions = 6;
+    let topic = "mix-seq";
+    let group = "mix-readers";
+    let boot = broker.bootstrap();
+    Client::Java.create_topic(&boot, topic, partitions);
+    let dir = tempfile::tempdir().expect("temp dir");
+    let stop_java = dir.path().join("stop-java").display().to_string();
+    let stop_rdk = dir.path().join("stop-rdk").display().to_string();
+    let rate = (records / 20).max(1000) as u32;
+    let rdk =
+        LineChild::spawn(&mut Client::Librdkafka.consumer(&boot, group, topic, &stop_rdk, rate));
+    let producer =
+        LineChild::spawn(&mut Client::Java.producer(&boot, topic, partitions, records, &[]));
+    let started = Instant::now();
+    proc::wait_for(
+        Duration::from_secs(120),
+        "the classic librdkafka member to consume 20%",
+        || (rdk.count("R ") as u64 >= records / 5).then_some(()),
+    );
+    assert_eq!(
+        listed_group_type(&boot, group),
+        "classic",
+        "before the upgrade"
+    );
+    let mut java = LineChild::spawn(
+        Client::Java
+            .consumer(&boot, group, topic, &stop_java, rate)
+            .arg("group.protocol=consumer"),
+    );
+    proc::wait_for(
+        Duration::from_secs(120),
+        "the KIP-848 Java member to join the classic group and consume",
+        || (java.count("R ") > 0).then_some(()),
+    );
+    let rdk_at_join = rdk.count("R ");
+    proc::wait_for(
+        Duration::from_secs(120),
+        "the librdkafka member to keep consuming next to the Java member",
+        || (rdk.count("R ") > rdk_at_join).then_some(()),
+    );
+    assert_eq!(
+        listed_group_type(&boot, group),
+        "consumer",
+        "after the upgrade"
+    );
+    std::fs::write(&stop_java, b"stop").expect("stop file");
+    proc::wait_for(Duration::from_secs(60), "the Java member to leave", || {
+        java.exited().map(|_| ())
+    });
+    let java_err = java.stderr_tail(30);
+    let (sj, lj) = java.wait(Duration::from_secs(60));
+    assert!(sj.success(), "Java member exited {sj}:\n{java_err}");
+    let (sp, lp) = producer.wait(Duration::from_secs(300));
+    assert!(sp.success(), "producer exited {sp}");
+    let (acks, errors) = parse_acks(&lp);
+    assert_eq!(errors, 0, "producer errors");
+    assert_eq!(acks.len() as u64, records, "acknowledged records");
+    let deadline = started + Duration::from_secs(300);
+    loop {
+        let total = (parse_consumed(&lj).len() + rdk.count("R ")) as u64;
+        if total >= records {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "consumed only {total} of {records} records\nlibrdkafka stderr:\n{}",
+            rdk.stderr_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(
+        listed_group_type(&boot, group),
+        "classic",
+        "after the downgrade"
+    );
+    assert_one_member_holds_all(&boot, group, partitions);
+    std::fs::write(&stop_rdk, b"stop").expect("stop file");
+    let (sr, lr) = rdk.wait(Duration::from_secs(60));
+    assert!(sr.success(), "librdkafka member exited {sr}");
+    let cj = parse_consumed(&lj);
+    let cr = parse_consumed(&lr);
+    assert!(!cj.is_empty(), "the Java member got no partitions");
+    assert!(
+        lr.iter()
+            .skip_while(|l| !l.starts_with("R "))
+            .any(|l| l.starts_with("REVOKED")),
+        "the librdkafka member never gave up partitions to the joining member"
+    );
+    assert_each_record_once_in_order(&[("java", &cj), ("librdkafka", &cr)], records);
+    let want: BTreeMap<i32, i64> = expected_per_partition(records, partitions)
+        .into_iter()
+        .enumerate()
+        .map(|(p, n)| (p as i32, n))
+        .collect();
+    assert_eq!(
+        Client::Java.committed(&boot, group, topic, partitions),
+        want,
+        "committed offsets of the migrated group"
+    );
+}
+
 /// Issue 11 step 2 (KIP-848): a consumer-protocol group (`group.protocol=consumer`) with a
 /// Java member and a librdkafka member reads `records` sequence-numbered records while they are
 /// produced. The librdkafka member joins midway, then the Java member leaves: every record is
@@ -632,31 +816,7 @@ pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, record
         std::thread::sleep(Duration::from_millis(100));
     }
     std::thread::sleep(Duration::from_secs(2));
-    // The remaining member holds every partition.
-    let members = java::run_tool(
-        tools::CONSUMER_GROUP_COMMAND,
-        &[
-            "--bootstrap-server",
-            &boot,
-            "--describe",
-            "--group",
-            group,
-            "--members",
-        ],
-        Duration::from_secs(90),
-    );
-    let member_rows: Vec<Vec<&str>> = members
-        .stdout
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|c| c.first() == Some(&group))
-        .collect();
-    assert_eq!(member_rows.len(), 1, "members:\n{}", members.stdout);
-    assert!(
-        member_rows[0].contains(&partitions.to_string().as_str()),
-        "the last member should hold all {partitions} partitions:\n{}",
-        members.stdout
-    );
+    assert_one_member_holds_all(&boot, group, partitions);
     std::fs::write(&stop_rdk, b"stop").expect("stop file");
     let (sr, lr) = rdk.wait(Duration::from_secs(60));
     assert!(sr.success(), "librdkafka member exited {sr}");
@@ -676,31 +836,7 @@ pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, record
             .any(|l| l.starts_with("REVOKED")),
         "the Java member never gave up partitions to the joining member"
     );
-    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
-    for (name, consumed) in [("java", &cj), ("librdkafka", &cr)] {
-        let mut last: HashMap<i32, i64> = HashMap::new();
-        for r in consumed.iter() {
-            assert_eq!(
-                r.offset, r.seq,
-                "{name}: {r:?} is not at its produced offset"
-            );
-            if let Some(prev) = last.insert(r.partition, r.offset) {
-                assert!(
-                    r.offset > prev,
-                    "{name} read partition {} out of order: {} after {prev}",
-                    r.partition,
-                    r.offset
-                );
-            }
-            *seen.entry((r.partition, r.seq)).or_default() += 1;
-        }
-    }
-    let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
-    assert!(
-        dupes.is_empty(),
-        "records delivered more than once, e.g. {dupes:?}"
-    );
-    assert_eq!(seen.len() as u64, records, "distinct records consumed");
+    assert_each_record_once_in_order(&[("java", &cj), ("librdkafka", &cr)], records);
     let want: BTreeMap<i32, i64> = expected_per_partition(records, partitions)
         .into_iter()
         .enumerate()

@@ -1,6 +1,7 @@
 //! Issue 11 step 2: KIP-848 consumer groups with real clients (Java `group.protocol=consumer`
 //! and librdkafka in one group), next to a classic group. The same scenario on Apache Kafka
-//! 4.1.1 validates the scenario itself.
+//! 4.1.1 validates the scenario itself. Also Kafka 4.1's online migration between a classic
+//! group and the consumer protocol (issue 23).
 
 use kmirror_tests::clients;
 use kmirror_tests::{KafkaCluster, KmirrorNode};
@@ -19,6 +20,21 @@ fn consumer_protocol_scenario_holds_on_apache_kafka() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut kafka = KafkaCluster::single();
     clients::consumer_protocol_group_handover(&mut kafka, RECORDS);
+}
+
+/// Issue 23: Kafka 4.1's online migration; a KIP-848 member joins a classic group and leaves it.
+#[test]
+fn a_classic_group_upgrades_and_downgrades_online_with_real_clients_on_kmirror() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut node = KmirrorNode::start();
+    clients::classic_and_consumer_members_share_a_group(&mut node, RECORDS);
+}
+
+#[test]
+fn the_group_migration_scenario_holds_on_apache_kafka() {
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let mut kafka = KafkaCluster::single();
+    clients::classic_and_consumer_members_share_a_group(&mut kafka, RECORDS);
 }
 
 use kafka_protocol::messages::consumer_group_heartbeat_request::TopicPartitions;

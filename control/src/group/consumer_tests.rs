@@ -344,8 +344,7 @@ fn empty_classic_group_upgrades_and_empty_consumer_group_downgrades() {
     };
     let r = c.join(1, join.clone(), 2);
     assert!(matches!(&r[..], [Reply::Join(1, j)] if j.error == UNKNOWN_SERVER_ERROR));
-    c.consumer_heartbeat(&hb("a", LEAVE_EPOCH, None), &topics(4), 3)
-        .0;
+    c.consumer_heartbeat(&hb("a", LEAVE_EPOCH, None), &topics(4), 3);
     assert_eq!(c.consumer_describe("g").unwrap().1, "Empty");
     let r = c.join(2, join, 4);
     assert!(r.is_empty() || matches!(&r[..], [Reply::Join(2, j)] if j.error == NONE));
@@ -455,7 +454,7 @@ fn a_consumer_group_written_as_kafka_records_comes_back_whole_after_restart() {
     // x leaves: its subscription, target and assignment records become tombstones.
     let mut leave = hb("x", LEAVE_EPOCH, None);
     leave.subscribed_topic_names = None;
-    c.consumer_heartbeat(&leave, &topics(4), 5).0;
+    c.consumer_heartbeat(&leave, &topics(4), 5);
     a.beat(&mut c, 6);
     c.flush().unwrap();
     let before = persisted(&c);
