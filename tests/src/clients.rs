@@ -597,30 +597,44 @@ fn assert_each_record_once_in_order(parts: &[(&str, &Vec<Seq>)], records: u64) {
 /// `kafka-consumer-groups --describe --members` lists one member of `group`, holding all
 /// `partitions`.
 fn assert_one_member_holds_all(boot: &str, group: &str, partitions: i32) {
-    let members = java::run_tool(
-        tools::CONSUMER_GROUP_COMMAND,
-        &[
-            "--bootstrap-server",
-            boot,
-            "--describe",
-            "--group",
-            group,
-            "--members",
-        ],
-        Duration::from_secs(90),
-    );
-    let member_rows: Vec<Vec<&str>> = members
-        .stdout
-        .lines()
-        .map(|l| l.split_whitespace().collect::<Vec<_>>())
-        .filter(|c| c.first() == Some(&group))
-        .collect();
-    assert_eq!(member_rows.len(), 1, "members:\n{}", members.stdout);
-    assert!(
-        member_rows[0].contains(&partitions.to_string().as_str()),
-        "the last member should hold all {partitions} partitions:\n{}",
-        members.stdout
-    );
+    // A rebalance may still be completing (describe shows no assignment until the group is
+    // Stable): ask again for a while.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let members = java::run_tool(
+            tools::CONSUMER_GROUP_COMMAND,
+            &[
+                "--bootstrap-server",
+                boot,
+                "--describe",
+                "--group",
+                group,
+                "--members",
+            ],
+            Duration::from_secs(90),
+        );
+        let member_rows: Vec<Vec<&str>> = members
+            .stdout
+            .lines()
+            .map(|l| l.split_whitespace().collect::<Vec<_>>())
+            .filter(|c| c.first() == Some(&group))
+            .collect();
+        let holds_all =
+            member_rows.len() == 1 && member_rows[0].contains(&partitions.to_string().as_str());
+        if holds_all {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "one member should hold all {partitions} partitions:\n{}",
+            members.stdout
+        );
+        eprintln!(
+            "waiting for one member of {group} to hold every partition:\n{}",
+            members.stdout
+        );
+        std::thread::sleep(Duration::from_secs(2));
+    }
 }
 
 /// The group type `kafka-consumer-groups --list --type` shows for `group` ("consumer" or
@@ -655,8 +669,11 @@ pub fn classic_and_consumer_members_share_a_group(broker: &mut dyn BrokerUnderTe
     let stop_java = dir.path().join("stop-java").display().to_string();
     let stop_rdk = dir.path().join("stop-rdk").display().to_string();
     let rate = (records / 20).max(1000) as u32;
-    let rdk =
-        LineChild::spawn(&mut Client::Librdkafka.consumer(&boot, group, topic, &stop_rdk, rate));
+    let mut rdk = LineChild::spawn(
+        Client::Librdkafka
+            .consumer(&boot, group, topic, &stop_rdk, rate)
+            .arg("debug=cgrp"),
+    );
     let producer =
         LineChild::spawn(&mut Client::Java.producer(&boot, topic, partitions, records, &[]));
     let started = Instant::now();
@@ -724,8 +741,14 @@ pub fn classic_and_consumer_members_share_a_group(broker: &mut dyn BrokerUnderTe
     );
     assert_one_member_holds_all(&boot, group, partitions);
     std::fs::write(&stop_rdk, b"stop").expect("stop file");
+    proc::wait_for(
+        Duration::from_secs(60),
+        "the librdkafka member to leave",
+        || rdk.exited().map(|_| ()),
+    );
+    let rdk_err = rdk.stderr_tail(30);
     let (sr, lr) = rdk.wait(Duration::from_secs(60));
-    assert!(sr.success(), "librdkafka member exited {sr}");
+    assert!(sr.success(), "librdkafka member exited {sr}:\n{rdk_err}");
     let cj = parse_consumed(&lj);
     let cr = parse_consumed(&lr);
     assert!(!cj.is_empty(), "the Java member got no partitions");

@@ -319,10 +319,12 @@ fn the_last_consumer_member_leaving_turns_the_group_classic_and_it_rebalances() 
     assert_eq!(c.group_type("g"), Some("classic"));
     assert_eq!(c.group_state("g"), Some(GroupState::PreparingRebalance));
     let generation = c.generation("g").unwrap();
-    assert_eq!(generation, 3, "the consumer group's epoch after the leave");
-    // Members rejoin the classic way; the leader assigns.
+    // Kafka converts instead of fencing: the generation is the epoch before the leave, the
+    // one the classic members hold, so their heartbeat is told to rejoin, not fenced.
+    assert_eq!(generation, 2, "the consumer group's epoch before the leave");
+    assert_eq!((a.generation, b.generation), (generation, generation));
     assert_eq!(
-        c.heartbeat("g", &a.id, None, generation, 310),
+        c.heartbeat("g", &a.id, None, a.generation, 310),
         REBALANCE_IN_PROGRESS
     );
     let r = c.join(30, join_req(&a.id, &[]), 320);
@@ -330,7 +332,7 @@ fn the_last_consumer_member_leaving_turns_the_group_classic_and_it_rebalances() 
     let r = c.join(31, join_req(&b.id, &[]), 330);
     let (ja, jb) = (join_of(&r, 30), join_of(&r, 31));
     assert_eq!((ja.error, jb.error), (NONE, NONE));
-    assert_eq!(ja.generation_id, 4);
+    assert_eq!(ja.generation_id, 3);
     let (leader, follower) = if ja.leader == a.id {
         (&a, &b)
     } else {
@@ -349,9 +351,9 @@ fn the_last_consumer_member_leaving_turns_the_group_classic_and_it_rebalances() 
         (leader.id.clone(), assignment_bytes(&[0, 1])),
         (follower.id.clone(), assignment_bytes(&[2, 3])),
     ];
-    let r = c.sync(32, sync_req(&leader.id, 4, plan), 340);
+    let r = c.sync(32, sync_req(&leader.id, 3, plan), 340);
     assert_eq!(sync_of(&r, 32).error, NONE);
-    let r = c.sync(33, sync_req(&follower.id, 4, vec![]), 341);
+    let r = c.sync(33, sync_req(&follower.id, 3, vec![]), 341);
     assert_eq!(assigned(&sync_of(&r, 33)), vec![2, 3]);
     assert_eq!(c.group_state("g"), Some(GroupState::Stable));
     // And a consumer member can upgrade it again.

@@ -488,7 +488,7 @@ fn upgrade_to_consumer(g: &mut Group, topics: &TopicView, cx: &mut Cx<'_>) -> Re
 /// it, the group turns classic again (Kafka `ClassicGroup.fromConsumerGroup`): generation =
 /// group epoch, each member holding its target assignment, then a rebalance. Returns whether
 /// it did (the group record is then written instead of the consumer-group records).
-fn maybe_downgrade(g: &mut Group, topics: &TopicView, cx: &mut Cx<'_>) -> bool {
+fn maybe_downgrade(g: &mut Group, epoch_before: i32, topics: &TopicView, cx: &mut Cx<'_>) -> bool {
     let Some(c) = g.consumer.as_ref() else {
         return false;
     };
@@ -499,7 +499,10 @@ fn maybe_downgrade(g: &mut Group, topics: &TopicView, cx: &mut Cx<'_>) -> bool {
         return false;
     }
     let c = g.consumer.take().expect("consumer group");
-    g.generation = c.epoch;
+    // Kafka converts instead of fencing: the generation is the epoch the remaining members
+    // were told before the leaver went, so their next heartbeat gets REBALANCE_IN_PROGRESS
+    // rather than ILLEGAL_GENERATION.
+    g.generation = epoch_before;
     g.protocol_type = Some("consumer".to_string());
     g.members = c
         .members
@@ -1312,8 +1315,9 @@ impl GroupCoordinator {
                 return Err(COORDINATOR_NOT_AVAILABLE);
             }
             if let Some(c) = g.consumer.as_mut().filter(|c| !c.members.is_empty()) {
+                let before = c.epoch;
                 let codes = c.classic_leave(members);
-                if codes.contains(&NONE) && !maybe_downgrade(g, &topics, cx) {
+                if codes.contains(&NONE) && !maybe_downgrade(g, before, &topics, cx) {
                     cx.records.extend(g.consumer_record());
                 }
                 return Ok(codes);
@@ -1368,8 +1372,9 @@ impl GroupCoordinator {
             .run(now_ms, |groups, cx| {
                 for g in groups.values_mut() {
                     tick_group(g, cx);
+                    let before = g.consumer.as_ref().map_or(0, |c| c.epoch);
                     let expired = g.consumer.as_mut().is_some_and(|c| c.expire(&g.id, cx.now));
-                    if expired && !maybe_downgrade(g, &topics, cx) {
+                    if expired && !maybe_downgrade(g, before, &topics, cx) {
                         cx.records.extend(g.consumer_record());
                     }
                 }
@@ -1956,9 +1961,10 @@ impl GroupCoordinator {
                 }
             }
             let c = g.consumer.as_mut().expect("consumer group");
+            let before = c.epoch;
             let (resp, changed) = c.heartbeat(req, topics, limits, cx.now);
             let left = req.member_epoch == LEAVE_EPOCH && resp.error == NONE;
-            if left && maybe_downgrade(g, topics, cx) {
+            if left && maybe_downgrade(g, before, topics, cx) {
                 return resp;
             }
             if changed || converted {
