@@ -302,6 +302,66 @@ pub fn internal_topic_configs(name: &str, replication_factor: usize) -> BTreeMap
 }
 
 impl ClusterMetadata {
+    /// The dynamic broker configs topic config `key` falls back to on node `node`, in Kafka's
+    /// order (DescribeConfigs' synonyms): the key's broker synonyms in priority order, each
+    /// for the node and then at the cluster-wide default. Each is (broker config name, value
+    /// as stored, whether the node's own, factor to the topic config's unit).
+    pub fn broker_topic_synonyms(
+        &self,
+        node: i32,
+        key: &str,
+    ) -> Vec<(&'static str, &str, bool, i64)> {
+        let own = self.broker_configs.get(&node.to_string());
+        let default = self.broker_configs.get("");
+        let mut out = Vec::new();
+        for (name, factor) in topic_config::broker_synonyms(key) {
+            for (level, node_own) in [(own, true), (default, false)] {
+                if let Some(v) = level.and_then(|m| m.get(*name)) {
+                    out.push((*name, v.as_str(), node_own, *factor));
+                }
+            }
+        }
+        out
+    }
+
+    /// The dynamic broker-level value topic config `key` falls back to on node `node`, as
+    /// Kafka's `DynamicLogConfig` makes broker configs the defaults of topics: the first of
+    /// [`Self::broker_topic_synonyms`], converted to the topic config's unit. The flag says
+    /// whether the value is the node's own (else the cluster default's).
+    pub fn broker_topic_default(&self, node: i32, key: &str) -> Option<(String, bool)> {
+        let (_, v, own, factor) = *self.broker_topic_synonyms(node, key).first()?;
+        let v = match (factor, v.trim().parse::<i64>()) {
+            (1, _) | (_, Err(_)) => v.to_string(),
+            // Kafka: any negative retention (or roll) means "none", -1.
+            (_, Ok(n)) if n < 0 => "-1".to_string(),
+            (f, Ok(n)) => n.saturating_mul(f).to_string(),
+        };
+        Some((v, own))
+    }
+
+    /// A topic's configs with the broker-level defaults (see [`Self::broker_topic_default`])
+    /// filled in for the keys it does not set itself.
+    pub fn effective_topic_configs(&self, t: &TopicMeta, node: i32) -> BTreeMap<String, String> {
+        let mut configs = t.configs.clone();
+        if self.broker_configs.is_empty() {
+            return configs;
+        }
+        for (key, ..) in topic_config::KNOWN {
+            if !configs.contains_key(*key) {
+                if let Some((v, _)) = self.broker_topic_default(node, key) {
+                    configs.insert((*key).to_string(), v);
+                }
+            }
+        }
+        configs
+    }
+
+    /// The log settings `t`'s partitions run with on node `node`: the topic's configs over
+    /// the dynamic broker configs over the built-in defaults.
+    pub fn topic_log_config(&self, t: &TopicMeta, node: i32) -> LogConfig {
+        topic_config::log_config(&self.effective_topic_configs(t, node))
+    }
+
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicMeta> {
         self.topics.values().find(|t| t.id == id)
     }
@@ -1130,6 +1190,50 @@ pub mod topic_config {
     fn entry(key: &str) -> Option<&'static (&'static str, &'static str, Kind, &'static str)> {
         find(key).or((key == THROTTLED_REPLICAS.0).then_some(&THROTTLED_REPLICAS))
     }
+    /// Kafka's broker configs a topic config falls back to (`ServerTopicConfigSynonyms`), in
+    /// Kafka's priority order, each with the factor from its unit to the topic config's (hours
+    /// and minutes to milliseconds).
+    pub fn broker_synonyms(key: &str) -> &'static [(&'static str, i64)] {
+        const HOUR: i64 = 3_600_000;
+        match key {
+            "segment.bytes" => &[("log.segment.bytes", 1)],
+            "segment.ms" => &[("log.roll.ms", 1), ("log.roll.hours", HOUR)],
+            "segment.jitter.ms" => &[("log.roll.jitter.ms", 1), ("log.roll.jitter.hours", HOUR)],
+            "segment.index.bytes" => &[("log.index.size.max.bytes", 1)],
+            "flush.messages" => &[("log.flush.interval.messages", 1)],
+            "flush.ms" => &[
+                ("log.flush.interval.ms", 1),
+                ("log.flush.scheduler.interval.ms", 1),
+            ],
+            "retention.bytes" => &[("log.retention.bytes", 1)],
+            "retention.ms" => &[
+                ("log.retention.ms", 1),
+                ("log.retention.minutes", 60_000),
+                ("log.retention.hours", HOUR),
+            ],
+            "max.message.bytes" => &[("message.max.bytes", 1)],
+            "index.interval.bytes" => &[("log.index.interval.bytes", 1)],
+            "delete.retention.ms" => &[("log.cleaner.delete.retention.ms", 1)],
+            "min.compaction.lag.ms" => &[("log.cleaner.min.compaction.lag.ms", 1)],
+            "max.compaction.lag.ms" => &[("log.cleaner.max.compaction.lag.ms", 1)],
+            "file.delete.delay.ms" => &[("log.segment.delete.delay.ms", 1)],
+            "min.cleanable.dirty.ratio" => &[("log.cleaner.min.cleanable.ratio", 1)],
+            "cleanup.policy" => &[("log.cleanup.policy", 1)],
+            "unclean.leader.election.enable" => &[("unclean.leader.election.enable", 1)],
+            "min.insync.replicas" => &[("min.insync.replicas", 1)],
+            "compression.type" => &[("compression.type", 1)],
+            "compression.gzip.level" => &[("compression.gzip.level", 1)],
+            "compression.lz4.level" => &[("compression.lz4.level", 1)],
+            "compression.zstd.level" => &[("compression.zstd.level", 1)],
+            "preallocate" => &[("log.preallocate", 1)],
+            "message.timestamp.type" => &[("log.message.timestamp.type", 1)],
+            "message.timestamp.before.max.ms" => &[("log.message.timestamp.before.max.ms", 1)],
+            "message.timestamp.after.max.ms" => &[("log.message.timestamp.after.max.ms", 1)],
+            "local.retention.ms" => &[("log.local.retention.ms", 1)],
+            "local.retention.bytes" => &[("log.local.retention.bytes", 1)],
+            _ => &[],
+        }
+    }
 
     pub fn default_value(key: &str) -> Option<&'static str> {
         find(key).map(|e| e.1)
@@ -1452,6 +1556,68 @@ mod tests {
         drop(m);
         let m = MetadataStore::open(dir.path()).unwrap();
         assert_eq!(m.state().described_by_id(t.id), Some(&t));
+    }
+
+    #[test]
+    fn dynamic_broker_log_configs_are_the_defaults_of_topics_without_their_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut m = MetadataStore::open(dir.path()).unwrap();
+        m.create_topic("plain", 1, BTreeMap::new(), None, false)
+            .unwrap();
+        let own: BTreeMap<String, String> = [("retention.ms".to_string(), "5".to_string())].into();
+        m.create_topic("own", 1, own, None, false).unwrap();
+        let mut state = m.state().clone();
+        let (plain, own) = (state.topics["plain"].clone(), state.topics["own"].clone());
+        assert_eq!(state.broker_topic_default(1, "retention.ms"), None);
+        let set = |state: &mut ClusterMetadata, entity: &str, k: &str, v: &str| {
+            state
+                .broker_configs
+                .entry(entity.to_string())
+                .or_default()
+                .insert(k.to_string(), v.to_string());
+        };
+        // Kafka's synonym order: log.retention.ms over minutes over hours, whatever the level.
+        set(&mut state, "1", "log.retention.hours", "2");
+        assert_eq!(
+            state.broker_topic_default(1, "retention.ms"),
+            Some(("7200000".to_string(), true))
+        );
+        set(&mut state, "", "log.retention.ms", "1000");
+        assert_eq!(
+            state.broker_topic_default(1, "retention.ms"),
+            Some(("1000".to_string(), false))
+        );
+        set(&mut state, "1", "log.retention.ms", "2000");
+        assert_eq!(
+            state.broker_topic_default(1, "retention.ms"),
+            Some(("2000".to_string(), true))
+        );
+        // Another node sees only the cluster default.
+        assert_eq!(
+            state.broker_topic_default(2, "retention.ms"),
+            Some(("1000".to_string(), false))
+        );
+        set(&mut state, "", "log.roll.hours", "-5");
+        assert_eq!(
+            state.broker_topic_default(2, "segment.ms"),
+            Some(("-1".to_string(), false))
+        );
+        set(&mut state, "", "log.cleanup.policy", "compact");
+        set(&mut state, "", "message.max.bytes", "4096");
+        let cfg = state.topic_log_config(&plain, 1);
+        assert_eq!(cfg.max_message_bytes, 4096);
+        assert!(cfg.compaction.is_some(), "log.cleanup.policy applies");
+        assert_eq!(cfg.retention_ms, None, "compact only: no time retention");
+        state
+            .broker_configs
+            .get_mut("")
+            .unwrap()
+            .remove("log.cleanup.policy");
+        assert_eq!(state.topic_log_config(&plain, 1).retention_ms, Some(2000));
+        assert_eq!(state.topic_log_config(&plain, 2).retention_ms, Some(1000));
+        // A topic's own value wins.
+        assert_eq!(state.topic_log_config(&own, 1).retention_ms, Some(5));
+        assert_eq!(state.topic_log_config(&own, 1).max_message_bytes, 4096);
     }
 
     #[test]

@@ -472,9 +472,10 @@ impl Cluster {
         topic: &TopicMeta,
     ) -> Result<(), EngineError> {
         let mut pending = Vec::new();
+        let cfg = self.view.load().topic_log_config(topic, self.local);
         for p in 0..topic.partition_count() {
             let tp = TopicPartition::new(topic.name.clone(), p);
-            let cfg = topic.log_config();
+            let cfg = cfg.clone();
             let epoch = LeaderEpoch(topic.leader_epochs[p as usize]);
             let mirror = topic.mirror.clone();
             let fence = topic.write_fence();
@@ -539,7 +540,7 @@ impl Catalog for MetaCatalog {
         }
         Some(PartitionSpec {
             dir: partition_dir(&self.data_dir, tp),
-            config: t.log_config(),
+            config: m.topic_log_config(t, self.local),
             leader_epoch: LeaderEpoch(epoch),
             topic_id: t.id.as_u128(),
             mirror: t.mirror.clone(),
@@ -630,13 +631,13 @@ fn reconcile(
                     || o.assignments.get(i) != t.assignments.get(i)
                     || o.configs != t.configs
                     || o.mirror != t.mirror
-            });
+            }) || prev.is_some_and(|m| m.broker_configs != next.broker_configs);
             if !changed {
                 continue;
             }
             let tp = TopicPartition::new(name.clone(), p);
             let (cfg, epoch, mirror, fence) = (
-                t.log_config(),
+                next.topic_log_config(t, cluster.local),
                 LeaderEpoch(t.leader_epochs[i]),
                 t.mirror.clone(),
                 t.write_fence(),

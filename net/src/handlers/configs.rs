@@ -2,7 +2,9 @@
 //! Apache Kafka 4.1, listed with their defaults and validators in
 //! `kmirror_control::metadata::topic_config`; an unknown key or a value Kafka refuses (e.g.
 //! `remote.storage.enable=true` without tiered storage) is INVALID_CONFIG with Kafka's message.
-//! Broker configs are static (config file / flags) and read-only.
+//! Broker configs: kmirror's own settings are static (config file / flags); Kafka's dynamic
+//! broker configs are stored in the cluster metadata, and the log ones are the defaults of
+//! topics without their own value (described with the broker level as their source).
 
 use std::collections::BTreeMap;
 
@@ -114,7 +116,21 @@ pub(crate) fn describe_configs(
                         .map(|(k, ..)| *k)
                         .chain(extra.map(String::as_str))
                         .filter(|k| wanted(k))
-                        .map(|k| topic_entry(t, k, version, req.include_documentation))
+                        .map(|k| {
+                            let node = ctx.node_id();
+                            let mut e = topic_entry(
+                                t,
+                                k,
+                                meta.broker_topic_default(node, k),
+                                version,
+                                req.include_documentation,
+                            );
+                            if req.include_synonyms {
+                                e.synonyms =
+                                    topic_synonyms(t, k, &meta.broker_topic_synonyms(node, k));
+                            }
+                            e
+                        })
                         .collect();
                     res = res.with_configs(configs);
                 }
@@ -216,22 +232,66 @@ pub(crate) fn describe_configs(
     DescribeConfigsResponse::default().with_results(results)
 }
 
+/// The levels a topic config's value comes from, most specific first, as Kafka lists them
+/// when asked for synonyms: the topic's own value, then each dynamic broker synonym (this
+/// node's, then the cluster default's), then the built-in default under the broker config's
+/// name (Kafka names the unit it is defined in, e.g. `log.retention.hours=168` where kmirror
+/// says `log.retention.ms=604800000`).
+fn topic_synonyms(
+    t: &TopicMeta,
+    key: &str,
+    broker: &[(&str, &str, bool, i64)],
+) -> Vec<DescribeConfigsSynonym> {
+    let own = t.configs.get(key).map(|v| {
+        DescribeConfigsSynonym::default()
+            .with_name(s(key))
+            .with_value(Some(s(v)))
+            .with_source(SOURCE_DYNAMIC_TOPIC)
+    });
+    own.into_iter()
+        .chain(broker.iter().map(|(name, v, node_own, _)| {
+            DescribeConfigsSynonym::default()
+                .with_name(s(name))
+                .with_value(Some(s(v)))
+                .with_source(if *node_own {
+                    SOURCE_DYNAMIC_BROKER
+                } else {
+                    SOURCE_DYNAMIC_DEFAULT_BROKER
+                })
+        }))
+        .chain(topic_config::default_value(key).map(|v| {
+            let name = topic_config::broker_synonyms(key)
+                .first()
+                .map_or(key, |(n, _)| *n);
+            DescribeConfigsSynonym::default()
+                .with_name(s(name))
+                .with_value(Some(s(v)))
+                .with_source(SOURCE_DEFAULT)
+        }))
+        .collect()
+}
+
+/// One topic config as DescribeConfigs lists it: the topic's own value, else the dynamic
+/// broker-level one it falls back to (`broker`: value, whether the node's own), else the
+/// default; with the matching source, as Kafka's `ConfigHelper` reports it.
 fn topic_entry(
     t: &TopicMeta,
     key: &str,
+    broker: Option<(String, bool)>,
     version: i16,
     docs: bool,
 ) -> DescribeConfigsResourceResult {
-    let dynamic = t.configs.contains_key(key);
+    let (value, source) = match (t.configs.get(key), broker) {
+        (Some(v), _) => (Some(v.clone()), SOURCE_DYNAMIC_TOPIC),
+        (None, Some((v, true))) => (Some(v), SOURCE_DYNAMIC_BROKER),
+        (None, Some((v, false))) => (Some(v), SOURCE_DYNAMIC_DEFAULT_BROKER),
+        (None, None) => (t.config_value(key), SOURCE_DEFAULT),
+    };
     let mut e = DescribeConfigsResourceResult::default()
         .with_name(s(key))
-        .with_value(t.config_value(key).map(|v| s(&v)))
+        .with_value(value.map(|v| s(&v)))
         .with_read_only(false)
-        .with_config_source(if dynamic {
-            SOURCE_DYNAMIC_TOPIC
-        } else {
-            SOURCE_DEFAULT
-        })
+        .with_config_source(source)
         .with_is_sensitive(false);
     if version >= 3 {
         e = e.with_config_type(topic_config::type_code(key));
