@@ -654,6 +654,45 @@ fn listed_group_type(boot: &str, group: &str) -> String {
         .unwrap_or_default()
 }
 
+/// The Java member leaves (its stop file) and exits cleanly, the producer acknowledged all
+/// `records` without errors, and the records the Java member read plus those the librdkafka
+/// member reads reach `records` within 300 s of `started`. Returns the Java member's lines.
+fn java_leaves_and_librdkafka_drains(
+    mut java: LineChild,
+    stop_java: &str,
+    producer: LineChild,
+    rdk: &LineChild,
+    records: u64,
+    started: Instant,
+) -> Vec<String> {
+    std::fs::write(stop_java, b"stop").expect("stop file");
+    proc::wait_for(Duration::from_secs(60), "the Java member to leave", || {
+        java.exited().map(|_| ())
+    });
+    let java_err = java.stderr_tail(30);
+    let (sj, lj) = java.wait(Duration::from_secs(60));
+    assert!(sj.success(), "Java member exited {sj}:\n{java_err}");
+    let (sp, lp) = producer.wait(Duration::from_secs(300));
+    assert!(sp.success(), "producer exited {sp}");
+    let (acks, errors) = parse_acks(&lp);
+    assert_eq!(errors, 0, "producer errors");
+    assert_eq!(acks.len() as u64, records, "acknowledged records");
+    let deadline = started + Duration::from_secs(300);
+    loop {
+        let total = (parse_consumed(&lj).len() + rdk.count("R ")) as u64;
+        if total >= records {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "consumed only {total} of {records} records\nlibrdkafka stderr:\n{}",
+            rdk.stderr_tail(20)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    lj
+}
+
 /// Kafka 4.1's online group migration with real clients: a classic librdkafka member reads a
 /// group alone; a Java KIP-848 member joins it (the broker upgrades the group to the consumer
 /// protocol and splits the partitions between the two); the Java member leaves (the broker
@@ -687,7 +726,7 @@ pub fn classic_and_consumer_members_share_a_group(broker: &mut dyn BrokerUnderTe
         "classic",
         "before the upgrade"
     );
-    let mut java = LineChild::spawn(
+    let java = LineChild::spawn(
         Client::Java
             .consumer(&boot, group, topic, &stop_java, rate)
             .arg("group.protocol=consumer"),
@@ -708,31 +747,7 @@ pub fn classic_and_consumer_members_share_a_group(broker: &mut dyn BrokerUnderTe
         "consumer",
         "after the upgrade"
     );
-    std::fs::write(&stop_java, b"stop").expect("stop file");
-    proc::wait_for(Duration::from_secs(60), "the Java member to leave", || {
-        java.exited().map(|_| ())
-    });
-    let java_err = java.stderr_tail(30);
-    let (sj, lj) = java.wait(Duration::from_secs(60));
-    assert!(sj.success(), "Java member exited {sj}:\n{java_err}");
-    let (sp, lp) = producer.wait(Duration::from_secs(300));
-    assert!(sp.success(), "producer exited {sp}");
-    let (acks, errors) = parse_acks(&lp);
-    assert_eq!(errors, 0, "producer errors");
-    assert_eq!(acks.len() as u64, records, "acknowledged records");
-    let deadline = started + Duration::from_secs(300);
-    loop {
-        let total = (parse_consumed(&lj).len() + rdk.count("R ")) as u64;
-        if total >= records {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "consumed only {total} of {records} records\nlibrdkafka stderr:\n{}",
-            rdk.stderr_tail(20)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let lj = java_leaves_and_librdkafka_drains(java, &stop_java, producer, &rdk, records, started);
     std::thread::sleep(Duration::from_secs(2));
     assert_eq!(
         listed_group_type(&boot, group),
@@ -789,7 +804,7 @@ pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, record
     let stop_rdk = dir.path().join("stop-rdk").display().to_string();
     let rate = (records / 20).max(1000) as u32;
     let kip848 = "group.protocol=consumer";
-    let mut java = LineChild::spawn(
+    let java = LineChild::spawn(
         Client::Java
             .consumer(&boot, group, topic, &stop_java, rate)
             .arg(kip848),
@@ -813,31 +828,7 @@ pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, record
         || (rdk.count("R ") > 0).then_some(()),
     );
     let java_at_leave = java.count("R ");
-    std::fs::write(&stop_java, b"stop").expect("stop file");
-    proc::wait_for(Duration::from_secs(60), "the Java member to leave", || {
-        java.exited().map(|_| ())
-    });
-    let java_err = java.stderr_tail(30);
-    let (sj, lj) = java.wait(Duration::from_secs(60));
-    assert!(sj.success(), "Java member exited {sj}:\n{java_err}");
-    let (sp, lp) = producer.wait(Duration::from_secs(300));
-    assert!(sp.success(), "producer exited {sp}");
-    let (acks, errors) = parse_acks(&lp);
-    assert_eq!(errors, 0, "producer errors");
-    assert_eq!(acks.len() as u64, records, "acknowledged records");
-    let deadline = started + Duration::from_secs(300);
-    loop {
-        let total = (parse_consumed(&lj).len() + rdk.count("R ")) as u64;
-        if total >= records {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "consumed only {total} of {records} records\nlibrdkafka stderr:\n{}",
-            rdk.stderr_tail(20)
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    let lj = java_leaves_and_librdkafka_drains(java, &stop_java, producer, &rdk, records, started);
     std::thread::sleep(Duration::from_secs(2));
     assert_one_member_holds_all(&boot, group, partitions);
     std::fs::write(&stop_rdk, b"stop").expect("stop file");
