@@ -237,11 +237,6 @@ impl TopicMeta {
             .filter(|v| !v.is_empty())
             .cloned()
     }
-
-    /// The log settings this topic's partitions run with.
-    pub fn log_config(&self) -> LogConfig {
-        topic_config::log_config(&self.configs)
-    }
 }
 
 /// The whole durable document.
@@ -1874,7 +1869,10 @@ mod tests {
         assert_eq!(t.partition_count(), 5);
         assert_eq!(t.leader_epochs[4], 7);
         assert_eq!(t.config_value("retention.ms").unwrap(), "1000");
-        assert_eq!(t.log_config().retention_ms, Some(1000));
+        assert_eq!(
+            topic_config::log_config(&t.configs).retention_ms,
+            Some(1000)
+        );
     }
 
     #[test]

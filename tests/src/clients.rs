@@ -315,41 +315,11 @@ pub fn exactly_once_across_rebalance_and_restart(
     );
 
     // Exactly once, in order per partition, and each record where it was acknowledged.
-    let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
-    for (name, consumed) in [("first", &c1), ("second", &c2)] {
-        let mut last: HashMap<i32, i64> = HashMap::new();
-        for r in consumed.iter() {
-            assert_eq!(
-                r.offset, r.seq,
-                "{name} member: {r:?} is not at its produced offset"
-            );
-            if let Some(prev) = last.insert(r.partition, r.offset) {
-                assert!(
-                    r.offset > prev,
-                    "{name} member read partition {} out of order: {} after {prev}",
-                    r.partition,
-                    r.offset
-                );
-            }
-            *seen.entry((r.partition, r.seq)).or_default() += 1;
-        }
-    }
-    let dupes: Vec<_> = seen.iter().filter(|(_, n)| **n > 1).take(5).collect();
-    assert!(
-        dupes.is_empty(),
-        "records delivered more than once, e.g. {dupes:?}"
+    assert_each_record_once_in_order(
+        &[("first member", &c1), ("second member", &c2)],
+        &expected,
+        records,
     );
-    for (p, n) in expected.iter().enumerate() {
-        let missing: Vec<i64> = (0..*n)
-            .filter(|s| !seen.contains_key(&(p as i32, *s)))
-            .take(5)
-            .collect();
-        assert!(
-            missing.is_empty(),
-            "partition {p} never delivered sequences {missing:?}…"
-        );
-    }
-    assert_eq!(seen.len() as u64, records);
 
     // Committed offsets: at the end of each partition, before and after a restart.
     let want: BTreeMap<i32, i64> = expected
@@ -564,9 +534,10 @@ pub fn java_tools_round_trip(broker: &dyn BrokerUnderTest, records: u64) {
     assert_eq!(consumed, records, "ConsumerPerformance: {row}");
 }
 
-/// Every produced record (`records` in all) was consumed exactly once across `parts`, each at
-/// the offset it was produced at, and each member read every partition in offset order.
-fn assert_each_record_once_in_order(parts: &[(&str, &Vec<Seq>)], records: u64) {
+/// Every produced record was consumed exactly once across `parts`, each at the offset it was
+/// produced at, each member reading every partition in offset order: no duplicates, none of
+/// partition p's `expected[p]` sequences missing, `records` distinct records in all.
+fn assert_each_record_once_in_order(parts: &[(&str, &Vec<Seq>)], expected: &[i64], records: u64) {
     let mut seen: HashMap<(i32, i64), u32> = HashMap::new();
     for (name, consumed) in parts {
         let mut last: HashMap<i32, i64> = HashMap::new();
@@ -591,6 +562,16 @@ fn assert_each_record_once_in_order(parts: &[(&str, &Vec<Seq>)], records: u64) {
         dupes.is_empty(),
         "records delivered more than once, e.g. {dupes:?}"
     );
+    for (p, n) in expected.iter().enumerate() {
+        let missing: Vec<i64> = (0..*n)
+            .filter(|s| !seen.contains_key(&(p as i32, *s)))
+            .take(5)
+            .collect();
+        assert!(
+            missing.is_empty(),
+            "partition {p} never delivered sequences {missing:?}…"
+        );
+    }
     assert_eq!(seen.len() as u64, records, "distinct records consumed");
 }
 
@@ -773,7 +754,11 @@ pub fn classic_and_consumer_members_share_a_group(broker: &mut dyn BrokerUnderTe
             .any(|l| l.starts_with("REVOKED")),
         "the librdkafka member never gave up partitions to the joining member"
     );
-    assert_each_record_once_in_order(&[("java", &cj), ("librdkafka", &cr)], records);
+    assert_each_record_once_in_order(
+        &[("java", &cj), ("librdkafka", &cr)],
+        &expected_per_partition(records, partitions),
+        records,
+    );
     let want: BTreeMap<i32, i64> = expected_per_partition(records, partitions)
         .into_iter()
         .enumerate()
@@ -850,7 +835,11 @@ pub fn consumer_protocol_group_handover(broker: &mut dyn BrokerUnderTest, record
             .any(|l| l.starts_with("REVOKED")),
         "the Java member never gave up partitions to the joining member"
     );
-    assert_each_record_once_in_order(&[("java", &cj), ("librdkafka", &cr)], records);
+    assert_each_record_once_in_order(
+        &[("java", &cj), ("librdkafka", &cr)],
+        &expected_per_partition(records, partitions),
+        records,
+    );
     let want: BTreeMap<i32, i64> = expected_per_partition(records, partitions)
         .into_iter()
         .enumerate()
