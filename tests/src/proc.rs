@@ -57,14 +57,29 @@ fn ephemeral_low() -> u32 {
 }
 
 /// Polls `f` every 50 ms until it returns `Some`, or panics with `what` after `timeout`.
-pub fn wait_for<T>(timeout: Duration, what: &str, mut f: impl FnMut() -> Option<T>) -> T {
+pub fn wait_for<T>(timeout: Duration, what: &str, f: impl FnMut() -> Option<T>) -> T {
+    wait_for_or(timeout, what, f, String::new)
+}
+
+/// [`wait_for`], and on timeout the panic also carries what `explain` says (a client's log
+/// tail, say), read only then.
+pub fn wait_for_or<T>(
+    timeout: Duration,
+    what: &str,
+    mut f: impl FnMut() -> Option<T>,
+    explain: impl FnOnce() -> String,
+) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
             return v;
         }
         if Instant::now() > deadline {
-            panic!("timed out after {timeout:?} waiting for {what}");
+            let why = explain();
+            if why.is_empty() {
+                panic!("timed out after {timeout:?} waiting for {what}");
+            }
+            panic!("timed out after {timeout:?} waiting for {what}\n{why}");
         }
         std::thread::sleep(Duration::from_millis(50));
     }
