@@ -206,6 +206,11 @@ pub fn start_with(
         cfg.groups.clone(),
         txn_cfg,
     )?;
+    let conn_limits = Arc::new(kmirror_net::conn_limits::ConnLimits::new(
+        cfg.node_id,
+        endpoints.iter().map(|e| e.name.clone()).collect(),
+        Some(inter_broker.listener().to_string()),
+    ));
     let broker = Arc::new(Broker {
         config: BrokerConfig {
             node_id: cfg.node_id,
@@ -232,6 +237,7 @@ pub fn start_with(
         sasl,
         acls,
         quotas,
+        conn_limits,
     });
     // Every core binds every listener (SO_REUSEPORT) and serves each with its protocol.
     let (bound_tx, bound_rx) = std::sync::mpsc::channel::<startup::Bound>();

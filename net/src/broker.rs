@@ -186,6 +186,8 @@ pub struct Broker {
     pub acls: crate::acl::SharedAcls,
     /// The applied client quotas (published by the Raft driver) and their budgets.
     pub quotas: crate::quota::SharedQuotas,
+    /// Open connections against the dynamic broker configs' connection limits.
+    pub conn_limits: Arc<crate::conn_limits::ConnLimits>,
 }
 
 /// One core's view: the broker plus the engine context and a metadata cache.
@@ -345,6 +347,10 @@ impl Ctx {
 
     pub fn quotas(&self) -> &crate::quota::SharedQuotas {
         &self.broker.quotas
+    }
+
+    pub fn conn_limits(&self) -> &Arc<crate::conn_limits::ConnLimits> {
+        &self.broker.conn_limits
     }
 
     pub fn new(broker: Arc<Broker>, core: CoreContext) -> Ctx {

@@ -107,6 +107,17 @@ impl RateSensor {
     /// Records one event; over `quota`, takes it back and returns the throttle time
     /// (`(rate - quota) / quota x window`, rounded, at most one window), else 0.
     pub(crate) fn record_or_throttle(&mut self, quota: f64, now_ms: i64) -> u64 {
+        let throttle = self.record_and_throttle(quota, now_ms);
+        if throttle > 0 {
+            self.unrecord(now_ms);
+        }
+        throttle
+    }
+
+    /// Records one event and returns the throttle time over `quota` as
+    /// [`Self::record_or_throttle`], but the event stays recorded: Kafka's broker-wide and
+    /// listener sensors delay the connection rather than refuse it.
+    pub(crate) fn record_and_throttle(&mut self, quota: f64, now_ms: i64) -> u64 {
         self.record(1.0, now_ms);
         let rate = self.rate(now_ms);
         if rate <= quota {
@@ -114,8 +125,12 @@ impl RateSensor {
         }
         let window = self.window_ms(now_ms) as f64;
         let throttle = ((rate - quota) / quota * window).round() as i64;
-        self.record(-1.0, now_ms);
         throttle.clamp(1, MAX_THROTTLE_MS) as u64
+    }
+
+    /// Takes one recorded event back.
+    pub(crate) fn unrecord(&mut self, now_ms: i64) {
+        self.record(-1.0, now_ms);
     }
 
     fn idle(&mut self, now_ms: i64) -> bool {

@@ -33,6 +33,7 @@ pub mod authz;
 pub mod broker;
 pub mod client;
 pub mod cluster;
+pub mod conn_limits;
 mod conn_quota;
 pub mod coordinator_partitions;
 mod errors;

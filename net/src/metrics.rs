@@ -26,6 +26,8 @@ pub struct NetMetrics {
     pub connections_active: AtomicI64,
     /// Connections closed unread because their IP exceeded its `connection_creation_rate`.
     pub connections_throttled: AtomicU64,
+    /// Connections closed at once: their IP held its `max.connections.per.ip`.
+    pub connections_refused: AtomicU64,
     /// Connections closed because of a malformed frame, unknown key or unsupported version.
     pub protocol_errors: AtomicU64,
     /// SASL exchanges that failed (wrong credentials, unsupported mechanism, bad token).
@@ -48,6 +50,7 @@ impl Default for NetMetrics {
             connections_accepted: AtomicU64::new(0),
             connections_active: AtomicI64::new(0),
             connections_throttled: AtomicU64::new(0),
+            connections_refused: AtomicU64::new(0),
             protocol_errors: AtomicU64::new(0),
             sasl_authentication_failures: AtomicU64::new(0),
             sasl_authentications: AtomicU64::new(0),
@@ -99,6 +102,11 @@ impl NetMetrics {
                 "kmirror_connections_throttled",
                 "Connections closed unread: their IP was over its connection_creation_rate.",
                 &self.connections_throttled,
+            ),
+            (
+                "kmirror_connections_refused",
+                "Connections closed at once: their IP held its max.connections.per.ip.",
+                &self.connections_refused,
             ),
             (
                 "kmirror_protocol_errors",

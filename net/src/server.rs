@@ -58,6 +58,85 @@ impl ListenerCtx {
     }
 }
 
+/// How often an acceptor at its connection limit looks for a free slot.
+const SLOT_POLL: Duration = Duration::from_millis(20);
+
+/// Kafka's acceptor steps for a connection just accepted from `ip` on `listener`, in its
+/// order: the broker and listener creation rates (the listener waits out the delay), a free
+/// slot under `max.connections` (the listener waits for one), the IP's own
+/// `connection_creation_rate` (closed unread after the throttle time: the client sees the
+/// connection drop and backs off), then `max.connections.per.ip` (closed at once). The
+/// stream and its counted slot, or `None` when it was turned away or the node stops.
+async fn admit(
+    ctx: &Ctx,
+    listener: &str,
+    ip: std::net::IpAddr,
+    stream: TcpStream,
+) -> Option<(crate::conn_limits::ConnSlot, TcpStream)> {
+    use crate::conn_limits::Admission;
+    let limits = ctx.conn_limits();
+    let delay = limits.creation_delay_ms(&ctx.meta(), listener, kmirror_engine::now_ms());
+    if delay > 0 && !pause(ctx, Duration::from_millis(delay)).await {
+        return None;
+    }
+    let mut ip_checked = false;
+    loop {
+        let meta = ctx.meta();
+        if !ip_checked {
+            ip_checked = true;
+            let t = ctx.quotas().connection_throttle_ms(ip);
+            if t > 0 {
+                limits.uncount_creation(listener, kmirror_engine::now_ms());
+                ctx.metrics().connections_throttled.fetch_add(1, Relaxed);
+                tracing::debug!(
+                    ?ip,
+                    throttle_ms = t,
+                    "connection over the IP's connection_creation_rate"
+                );
+                glommio::spawn_local(async move {
+                    glommio::timer::sleep(Duration::from_millis(t)).await;
+                    drop(stream);
+                })
+                .detach();
+                return None;
+            }
+        }
+        match limits.open(&meta, listener, ip) {
+            (Admission::Open, Some(slot)) => return Some((slot, stream)),
+            (Admission::TooManyFromIp(max), _) => {
+                ctx.metrics().connections_refused.fetch_add(1, Relaxed);
+                tracing::info!(
+                    ?ip,
+                    max,
+                    "connection refused: the address already has its max.connections.per.ip"
+                );
+                return None;
+            }
+            _ => {
+                // At max.connections: this core stops accepting until a connection closes.
+                if !pause(ctx, SLOT_POLL).await {
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// Sleeps `d` unless the node stops first (`false` then).
+async fn pause(ctx: &Ctx, d: Duration) -> bool {
+    futures_lite::future::or(
+        async {
+            glommio::timer::sleep(d).await;
+            true
+        },
+        async {
+            ctx.core.stop.stopped().await;
+            false
+        },
+    )
+    .await
+}
+
 /// How long a client may take to complete the TLS handshake.
 const TLS_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -82,21 +161,13 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
                 continue;
             }
         };
-        // An IP over its connection_creation_rate: closed unread after the throttle time,
-        // as Kafka's acceptor does (the client sees the connection drop and backs off).
-        let peer_ip = stream.peer_addr().ok().map(|p| p.ip());
-        if let Some(t) = peer_ip.map(|ip| ctx.quotas().connection_throttle_ms(ip)) {
-            if t > 0 {
-                ctx.metrics().connections_throttled.fetch_add(1, Relaxed);
-                tracing::debug!(ip = ?peer_ip, throttle_ms = t, "connection over the IP's connection_creation_rate");
-                glommio::spawn_local(async move {
-                    glommio::timer::sleep(Duration::from_millis(t)).await;
-                    drop(stream);
-                })
-                .detach();
-                continue;
-            }
-        }
+        let Some(peer_ip) = stream.peer_addr().ok().map(|p| p.ip()) else {
+            continue;
+        };
+        let Some(slot) = admit(&ctx, &lctx.name, peer_ip, stream).await else {
+            continue;
+        };
+        let (slot, stream) = slot;
         let ctx = ctx.clone();
         let lctx = lctx.clone();
         let open2 = open.clone();
@@ -105,6 +176,7 @@ pub async fn serve(ctx: Rc<Ctx>, listener: TcpListener, lctx: ListenerCtx) {
         m.connections_accepted.fetch_add(1, Relaxed);
         m.connections_active.fetch_add(1, Relaxed);
         glommio::spawn_local(async move {
+            let _slot = slot;
             let peer = stream.peer_addr().ok();
             let _ = stream.set_nodelay(true);
             let serve = async {

@@ -4,7 +4,8 @@
 //! topic twice, Metadata auto-creation (also right after DeleteTopics), a KIP-848 regex
 //! matching `__consumer_offsets` (librdkafka), ListConfigResources, AlterReplicaLogDirs, and
 //! which dynamic broker configs (Incremental)AlterConfigs takes, at which level, the
-//! `controller_mutation_rate` quota, and an IP's `connection_creation_rate`.
+//! `controller_mutation_rate` quota, an IP's `connection_creation_rate`, and the broker's
+//! connection limits (`max.connections.per.ip`, `max.connections`).
 
 use std::time::{Duration, Instant};
 
@@ -17,7 +18,7 @@ use kafka_protocol::messages::{
 use kafka_protocol::protocol::StrBytes;
 use kmirror_tests::kafka::KafkaOptions;
 use kmirror_tests::proc::LineChild;
-use kmirror_tests::{proc, python, KafkaCluster, KmirrorNode, WireClient};
+use kmirror_tests::{java, proc, python, KafkaCluster, KmirrorNode, WireClient};
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_owned()))
@@ -456,12 +457,169 @@ fn connection_creation_rate_quota(boot: &str) -> Vec<String> {
     out
 }
 
+/// The broker's connection limits as dynamic cluster-wide configs, each seen by raw
+/// connections (is ApiVersions answered, left unanswered or the connection closed) and by a
+/// real client (librdkafka's and the Java AdminClient's metadata call, ok or failed):
+/// `max.connections.per.ip=3` with this IP holding three, then with them closed; then
+/// `max.connections=2` with two held (a third waits unanswered until one closes); then
+/// `max.connection.creation.rate=2` and a burst of 24 (20 fit in its first ten windows).
+fn connection_limits(boot: &str) -> Vec<String> {
+    use kafka_protocol::messages::incremental_alter_configs_request as inc;
+    use kafka_protocol::messages::IncrementalAlterConfigsRequest;
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    let text = |v: &str| StrBytes::from_string(v.to_owned());
+    let set = |key: &str, value: Option<&str>| {
+        let mut admin = WireClient::connect(boot).expect("connect");
+        let r = admin
+            .send(
+                IncrementalAlterConfigsRequest::default().with_resources(vec![
+                    inc::AlterConfigsResource::default()
+                        .with_resource_type(4)
+                        .with_resource_name(text(""))
+                        .with_configs(vec![inc::AlterableConfig::default()
+                            .with_name(text(key))
+                            .with_config_operation(if value.is_some() { 0 } else { 1 })
+                            .with_value(value.map(text))]),
+                ]),
+            )
+            .expect("IncrementalAlterConfigs");
+        assert_eq!(r.responses[0].error_code, 0, "{:?}", r.responses[0]);
+        drop(admin);
+        // Kafka applies dynamic broker configs asynchronously.
+        std::thread::sleep(Duration::from_secs(2));
+    };
+    // ApiVersions v0 on an open connection: answered, silent (3 s) or closed?
+    let ask = |s: &mut TcpStream| -> &'static str {
+        let mut req = Vec::new();
+        req.extend_from_slice(&18i16.to_be_bytes());
+        req.extend_from_slice(&0i16.to_be_bytes());
+        req.extend_from_slice(&9i32.to_be_bytes());
+        req.extend_from_slice(&(-1i16).to_be_bytes());
+        let mut frame = (req.len() as i32).to_be_bytes().to_vec();
+        frame.extend_from_slice(&req);
+        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+        if s.write_all(&frame).is_err() {
+            return "closed";
+        }
+        let mut head = [0u8; 8];
+        match s.read_exact(&mut head) {
+            Ok(()) => {
+                let len = i32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
+                let mut rest = vec![0u8; len - 4];
+                let _ = s.read_exact(&mut rest);
+                "answered"
+            }
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                "silent"
+            }
+            Err(_) => "closed",
+        }
+    };
+    let connect = || TcpStream::connect(boot).expect("connect");
+    let librdkafka = || {
+        let ran = proc::run(
+            python::script("metadata_probe.py").args([boot, "5"]),
+            Duration::from_secs(30),
+        );
+        if ran.status.success() {
+            "ok"
+        } else {
+            "failed"
+        }
+    };
+    let java = || {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let props = dir.path().join("admin.properties");
+        std::fs::write(
+            &props,
+            "request.timeout.ms=3000\ndefault.api.timeout.ms=6000\nreconnect.backoff.max.ms=500\n",
+        )
+        .expect("admin config");
+        let ran = proc::run(
+            java::tool(java::tools::TOPIC_COMMAND).args([
+                "--bootstrap-server",
+                boot,
+                "--list",
+                "--command-config",
+                &props.display().to_string(),
+            ]),
+            Duration::from_secs(60),
+        );
+        if ran.status.success() {
+            "ok"
+        } else {
+            "failed"
+        }
+    };
+    let mut out = Vec::new();
+    set("max.connections.per.ip", Some("3"));
+    let mut held: Vec<TcpStream> = (0..3).map(|_| connect()).collect();
+    let answers: Vec<&str> = held.iter_mut().map(&ask).collect();
+    out.push(format!("per-ip 3, three held: {answers:?}"));
+    out.push(format!("per-ip 3, a fourth: {}", ask(&mut connect())));
+    out.push(format!("per-ip 3, librdkafka while full: {}", librdkafka()));
+    out.push(format!("per-ip 3, Java while full: {}", java()));
+    held.clear();
+    std::thread::sleep(Duration::from_millis(500));
+    out.push(format!("per-ip 3, librdkafka after: {}", librdkafka()));
+    out.push(format!("per-ip 3, Java after: {}", java()));
+    set("max.connections.per.ip", None);
+    set("max.connections", Some("2"));
+    let mut held: Vec<TcpStream> = (0..2).map(|_| connect()).collect();
+    let answers: Vec<&str> = held.iter_mut().map(&ask).collect();
+    out.push(format!("max 2, two held: {answers:?}"));
+    let mut third = connect();
+    out.push(format!("max 2, a third: {}", ask(&mut third)));
+    held.pop();
+    // Its request was read once a slot freed: the answer arrives now.
+    let mut head = [0u8; 4];
+    third
+        .set_read_timeout(Some(Duration::from_secs(5)))
+        .unwrap();
+    out.push(format!(
+        "max 2, the third once one closed: {}",
+        if third.read_exact(&mut head).is_ok() {
+            "answered"
+        } else {
+            "never answered"
+        }
+    ));
+    drop((held, third));
+    // Removed over a connection of its own, once the others closed.
+    std::thread::sleep(Duration::from_millis(500));
+    set("max.connections", None);
+    // The broker-wide creation rate delays connections (the listener stops accepting for
+    // the throttle time), it does not refuse them: every one is answered, the burst late.
+    set("max.connection.creation.rate", Some("2"));
+    let started = Instant::now();
+    let mut tally = std::collections::BTreeMap::<&str, usize>::new();
+    for mut s in (0..24).map(|_| connect()).collect::<Vec<_>>() {
+        *tally.entry(ask(&mut s)).or_default() += 1;
+    }
+    out.push(format!(
+        "creation rate 2/s, 24 at once: {tally:?}, delayed over 1 s: {}",
+        started.elapsed() > Duration::from_secs(1)
+    ));
+    std::thread::sleep(Duration::from_secs(1));
+    set("max.connection.creation.rate", None);
+    out
+}
+
 fn scenarios(boot: &str) -> Vec<String> {
     let mut out = duplicate_create(boot);
     out.extend(metadata_auto_create(boot));
     out.extend(consumer_protocol_regex_on_internal_topic(boot));
     out.extend(config_resources_and_log_dirs(boot));
     out.extend(dynamic_broker_configs(boot));
+    // Before the mutation quota's scenario: the connections it throttles stay muted (and
+    // counted, on both brokers) for over ten seconds after the client closed them.
+    out.extend(connection_limits(boot));
     out.extend(controller_mutation_quota(boot));
     out.extend(connection_creation_rate_quota(boot));
     out
