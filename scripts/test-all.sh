@@ -11,10 +11,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# Each stage's wall time goes to the CI log (what the 50-minute budget is spent on).
+stage() { echo "== stage $1 done at $SECONDS s"; }
 scripts/setup-deps.sh
+stage setup
 
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets -- -D warnings
+stage fmt+clippy
 
 # One build for the binary and every test: cargo resolves dependency features over what an
 # invocation selects, and the binary alone (`-p kmirror --bin kmirror`) resolved other ones
@@ -22,6 +26,7 @@ cargo clippy --workspace --all-targets -- -D warnings
 # 7 minutes on a fresh clone). With --workspace --bins --tests it is one resolution, the
 # one every `cargo test --workspace` below uses.
 cargo build --profile ci --workspace --bins --tests
+stage build
 # The test processes use the binary just built instead of each running `cargo build -p
 # kmirror` (46 cargo runs, each blocked while the other group's cargo holds the build lock).
 target_dir=${CARGO_TARGET_DIR:-target}
