@@ -2,7 +2,7 @@
 //!
 //! Owns the durable cluster metadata (`metadata`) and its Raft-replicated form (`quorum`), the durable ACL store (`acl`), the pure ACL evaluator (`authz`), the SCRAM credential store (`scram`), the client quota store (`quota`), the mirror definitions and partition state
 //! machine (`mirror`), the classic consumer-group coordinator with its durable committed-offset store
-//! (`group`), the producer-id allocator and transaction coordinator (`txn`), the small
+//! (`group`), the in-flight window of a share group on a partition (`share`, KIP-932), the producer-id allocator and transaction coordinator (`txn`), the small
 //! CRC-framed record file both persist into (`offsets_log`), written through `append_file`,
 //! which never leaves a torn record in front of a later one, Kafka's coordinator record
 //! format of what they write there (`coordinator_record`), those records as the Kafka record
@@ -30,4 +30,5 @@ pub mod quota;
 pub mod replace_file;
 pub mod replicated;
 pub mod scram;
+pub mod share;
 pub mod txn;

@@ -1,0 +1,15 @@
+//! Share groups (KIP-932, Kafka 4.1): the state a share group keeps on one topic partition.
+//!
+//! [`partition::SharePartition`] is the in-flight window of one (share group, topic partition)
+//! as the partition's leader keeps it: which records are available, acquired (by which member,
+//! until when), acknowledged or archived, their delivery counts, and the share-partition start
+//! offset (SPSO). It is plain single-threaded state driven by explicit `now_ms` arguments, as
+//! the rest of this crate; reading the log, the share sessions, persisting the state on
+//! `__share_group_state` and the group coordinator's assignment live elsewhere and call it.
+//!
+//! Invariants: a record is acquired by at most one member at a time; it is delivered at most
+//! the delivery limit times (a release by a closed session does not count); an acknowledgement
+//! either applies to every offset it names in the partition or to none; the SPSO only moves
+//! forward, past records that are acknowledged or archived.
+
+pub mod partition;
