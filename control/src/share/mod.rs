@@ -5,11 +5,13 @@
 //! until when), acknowledged or archived, their delivery counts, and the share-partition start
 //! offset (SPSO). It is plain single-threaded state driven by explicit `now_ms` arguments, as
 //! the rest of this crate; reading the log, the share sessions, persisting the state on
-//! `__share_group_state` and the group coordinator's assignment live elsewhere and call it.
+//! `__share_group_state` and the group coordinator live elsewhere and call it.
+//! [`assignor`] is the group coordinator's "simple" assignor for share groups.
 //!
 //! Invariants: a record is acquired by at most one member at a time; it is delivered at most
 //! the delivery limit times (a release by a closed session does not count); an acknowledgement
 //! either applies to every offset it names in the partition or to none; the SPSO only moves
 //! forward, past records that are acknowledged or archived.
 
+pub mod assignor;
 pub mod partition;
