@@ -6,7 +6,8 @@
 //! offset (SPSO). It is plain single-threaded state driven by explicit `now_ms` arguments, as
 //! the rest of this crate; reading the log, the share sessions, persisting the state on
 //! `__share_group_state` and the group coordinator live elsewhere and call it.
-//! [`assignor`] is the group coordinator's "simple" assignor for share groups.
+//! [`assignor`] is the group coordinator's "simple" assignor for share groups; [`session`]
+//! holds the broker's share sessions (the epochs ShareFetch and ShareAcknowledge carry).
 //!
 //! Invariants: a record is acquired by at most one member at a time; it is delivered at most
 //! the delivery limit times (a release by a closed session does not count); an acknowledgement
@@ -15,3 +16,4 @@
 
 pub mod assignor;
 pub mod partition;
+pub mod session;
