@@ -7,7 +7,8 @@
 //! the rest of this crate; reading the log, the share sessions, persisting the state on
 //! `__share_group_state` and the group coordinator live elsewhere and call it.
 //! [`assignor`] is the group coordinator's "simple" assignor for share groups; [`session`]
-//! holds the broker's share sessions (the epochs ShareFetch and ShareAcknowledge carry).
+//! holds the broker's share sessions (the epochs ShareFetch and ShareAcknowledge carry);
+//! [`state_record`] is the share coordinator's record format on `__share_group_state`.
 //!
 //! Invariants: a record is acquired by at most one member at a time; it is delivered at most
 //! the delivery limit times (a release by a closed session does not count); an acknowledgement
@@ -17,3 +18,4 @@
 pub mod assignor;
 pub mod partition;
 pub mod session;
+pub mod state_record;
