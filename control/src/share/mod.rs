@@ -8,7 +8,8 @@
 //! `__share_group_state` and the group coordinator live elsewhere and call it.
 //! [`assignor`] is the group coordinator's "simple" assignor for share groups; [`session`]
 //! holds the broker's share sessions (the epochs ShareFetch and ShareAcknowledge carry);
-//! [`state_record`] is the share coordinator's record format on `__share_group_state`.
+//! [`state_record`] is the share coordinator's record format on `__share_group_state`, and
+//! [`coordinator`] its answers to the share-group state RPCs over those records.
 //!
 //! Invariants: a record is acquired by at most one member at a time; it is delivered at most
 //! the delivery limit times (a release by a closed session does not count); an acknowledgement
@@ -16,6 +17,7 @@
 //! forward, past records that are acknowledged or archived.
 
 pub mod assignor;
+pub mod coordinator;
 pub mod partition;
 pub mod session;
 pub mod state_record;
