@@ -9,7 +9,8 @@
 //! [`assignor`] is the group coordinator's "simple" assignor for share groups; [`session`]
 //! holds the broker's share sessions (the epochs ShareFetch and ShareAcknowledge carry);
 //! [`state_record`] is the share coordinator's record format on `__share_group_state`, and
-//! [`coordinator`] its answers to the share-group state RPCs over those records.
+//! [`coordinator`] its answers to the share-group state RPCs over those records; [`group`] is
+//! a share group's membership (ShareGroupHeartbeat) as the group coordinator keeps it.
 //!
 //! Invariants: a record is acquired by at most one member at a time; it is delivered at most
 //! the delivery limit times (a release by a closed session does not count); an acknowledgement
@@ -18,6 +19,7 @@
 
 pub mod assignor;
 pub mod coordinator;
+pub mod group;
 pub mod partition;
 pub mod session;
 pub mod state_record;
