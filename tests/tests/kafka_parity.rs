@@ -373,6 +373,42 @@ fn controller_mutation_quota(boot: &str) -> Vec<String> {
     out
 }
 
+/// ApiVersions v0 (header v1, no client id) on `s`: "answered" (the whole response read),
+/// "silent" (nothing within 3 s) or "closed".
+fn ask(s: &mut std::net::TcpStream) -> &'static str {
+    use std::io::{Read, Write};
+    let mut req = Vec::new();
+    req.extend_from_slice(&18i16.to_be_bytes());
+    req.extend_from_slice(&0i16.to_be_bytes());
+    req.extend_from_slice(&7i32.to_be_bytes());
+    req.extend_from_slice(&(-1i16).to_be_bytes());
+    let mut frame = (req.len() as i32).to_be_bytes().to_vec();
+    frame.extend_from_slice(&req);
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    if s.write_all(&frame).is_err() {
+        return "closed";
+    }
+    let mut head = [0u8; 8];
+    match s.read_exact(&mut head) {
+        Ok(()) if head[4..8] != 7i32.to_be_bytes() => "answered with a wrong correlation id",
+        Ok(()) => {
+            let len = i32::from_be_bytes(head[..4].try_into().unwrap()).max(4) as usize;
+            let mut rest = vec![0u8; len - 4];
+            let _ = s.read_exact(&mut rest);
+            "answered"
+        }
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            "silent"
+        }
+        Err(_) => "closed",
+    }
+}
+
 /// `connection_creation_rate` = 2/s for this client's IP: 30 connections opened at once,
 /// then each asks ApiVersions: how many are answered and how many are closed unanswered (the
 /// throttle is at most one window, so within 3 s); after the quota is removed, a new
@@ -380,7 +416,6 @@ fn controller_mutation_quota(boot: &str) -> Vec<String> {
 fn connection_creation_rate_quota(boot: &str) -> Vec<String> {
     use kafka_protocol::messages::alter_client_quotas_request::{EntityData, EntryData, OpData};
     use kafka_protocol::messages::AlterClientQuotasRequest;
-    use std::io::{Read, Write};
     use std::net::TcpStream;
     let text = |v: &str| StrBytes::from_string(v.to_owned());
     // The IP the broker sees this client as.
@@ -411,48 +446,19 @@ fn connection_creation_rate_quota(boot: &str) -> Vec<String> {
         // Kafka applies quotas asynchronously on the broker.
         std::thread::sleep(Duration::from_secs(2));
     };
-    // ApiVersions v0 (header v1, client id "conn-rate", empty body): answered or closed?
-    let ask = |mut s: TcpStream| -> &'static str {
-        let mut req = Vec::new();
-        req.extend_from_slice(&18i16.to_be_bytes());
-        req.extend_from_slice(&0i16.to_be_bytes());
-        req.extend_from_slice(&7i32.to_be_bytes());
-        req.extend_from_slice(&9i16.to_be_bytes());
-        req.extend_from_slice(b"conn-rate");
-        let mut frame = (req.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&req);
-        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        if s.write_all(&frame).is_err() {
-            return "closed";
-        }
-        let mut head = [0u8; 8];
-        match s.read_exact(&mut head) {
-            Ok(()) if head[4..8] == 7i32.to_be_bytes() => "answered",
-            Ok(()) => "answered with a wrong correlation id",
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                "silent"
-            }
-            Err(_) => "closed",
-        }
-    };
     quota(&mut admin, false);
     let burst: Vec<TcpStream> = (0..30)
         .map(|_| TcpStream::connect(boot).expect("connect"))
         .collect();
     let mut tally = std::collections::BTreeMap::<&str, usize>::new();
     for s in burst {
-        *tally.entry(ask(s)).or_default() += 1;
+        *tally.entry(ask(&mut { s })).or_default() += 1;
     }
     let mut out = vec![format!("30 connections at 2/s: {tally:?}")];
     quota(&mut admin, true);
     out.push(format!(
         "after the quota is removed: {}",
-        ask(TcpStream::connect(boot).expect("connect"))
+        ask(&mut TcpStream::connect(boot).expect("connect"))
     ));
     out
 }
@@ -466,7 +472,7 @@ fn connection_creation_rate_quota(boot: &str) -> Vec<String> {
 fn connection_limits(boot: &str) -> Vec<String> {
     use kafka_protocol::messages::incremental_alter_configs_request as inc;
     use kafka_protocol::messages::IncrementalAlterConfigsRequest;
-    use std::io::{Read, Write};
+    use std::io::Read;
     use std::net::TcpStream;
     let text = |v: &str| StrBytes::from_string(v.to_owned());
     let set = |key: &str, value: Option<&str>| {
@@ -488,38 +494,6 @@ fn connection_limits(boot: &str) -> Vec<String> {
         drop(admin);
         // Kafka applies dynamic broker configs asynchronously.
         std::thread::sleep(Duration::from_secs(2));
-    };
-    // ApiVersions v0 on an open connection: answered, silent (3 s) or closed?
-    let ask = |s: &mut TcpStream| -> &'static str {
-        let mut req = Vec::new();
-        req.extend_from_slice(&18i16.to_be_bytes());
-        req.extend_from_slice(&0i16.to_be_bytes());
-        req.extend_from_slice(&9i32.to_be_bytes());
-        req.extend_from_slice(&(-1i16).to_be_bytes());
-        let mut frame = (req.len() as i32).to_be_bytes().to_vec();
-        frame.extend_from_slice(&req);
-        s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-        if s.write_all(&frame).is_err() {
-            return "closed";
-        }
-        let mut head = [0u8; 8];
-        match s.read_exact(&mut head) {
-            Ok(()) => {
-                let len = i32::from_be_bytes(head[..4].try_into().unwrap()) as usize;
-                let mut rest = vec![0u8; len - 4];
-                let _ = s.read_exact(&mut rest);
-                "answered"
-            }
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                ) =>
-            {
-                "silent"
-            }
-            Err(_) => "closed",
-        }
     };
     let connect = || TcpStream::connect(boot).expect("connect");
     let librdkafka = || {

@@ -268,22 +268,13 @@ impl ShareCoordinator {
 mod tests {
     use super::*;
     use crate::share::partition::RecordState;
-    use kmirror_types::Offset;
+    use crate::share::test_support::sb;
 
     fn key() -> StateKey {
         StateKey {
             group: "g".into(),
             topic: uuid::Uuid::from_u128(9),
             partition: 0,
-        }
-    }
-
-    fn sb(first: i64, last: i64, state: RecordState, count: i16) -> StateBatch {
-        StateBatch {
-            first: Offset(first),
-            last: Offset(last),
-            state,
-            delivery_count: count,
         }
     }
 

@@ -23,3 +23,20 @@ pub mod group;
 pub mod partition;
 pub mod session;
 pub mod state_record;
+
+/// Helpers of this module's tests.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use super::partition::{RecordState, StateBatch};
+    use kmirror_types::Offset;
+
+    /// A persisted run `first..=last` in `state` with `count` deliveries.
+    pub(crate) fn sb(first: i64, last: i64, state: RecordState, count: i16) -> StateBatch {
+        StateBatch {
+            first: Offset(first),
+            last: Offset(last),
+            state,
+            delivery_count: count,
+        }
+    }
+}

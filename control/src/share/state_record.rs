@@ -270,15 +270,7 @@ pub fn combine(old: &[StateBatch], new: &[StateBatch], start: i64) -> Vec<StateB
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn sb(first: i64, last: i64, state: RecordState, count: i16) -> StateBatch {
-        StateBatch {
-            first: Offset(first),
-            last: Offset(last),
-            state,
-            delivery_count: count,
-        }
-    }
+    use crate::share::test_support::sb;
 
     fn key() -> StateKey {
         StateKey {
