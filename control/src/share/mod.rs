@@ -10,7 +10,8 @@
 //! holds the broker's share sessions (the epochs ShareFetch and ShareAcknowledge carry);
 //! [`state_record`] is the share coordinator's record format on `__share_group_state`, and
 //! [`coordinator`] its answers to the share-group state RPCs over those records; [`group`] is
-//! a share group's membership (ShareGroupHeartbeat) as the group coordinator keeps it.
+//! a share group's membership (ShareGroupHeartbeat) as the group coordinator keeps it, and
+//! [`group_record`] the records (types 10–15) it is kept in on `__consumer_offsets`.
 //!
 //! Invariants: a record is acquired by at most one member at a time; it is delivered at most
 //! the delivery limit times (a release by a closed session does not count); an acknowledgement
@@ -20,6 +21,7 @@
 pub mod assignor;
 pub mod coordinator;
 pub mod group;
+pub mod group_record;
 pub mod partition;
 pub mod session;
 pub mod state_record;
