@@ -61,12 +61,14 @@ impl ListenerCtx {
 /// How often an acceptor at its connection limit looks for a free slot.
 const SLOT_POLL: Duration = Duration::from_millis(20);
 
-/// Kafka's acceptor steps for a connection just accepted from `ip` on `listener`, in its
-/// order: the broker and listener creation rates (the listener waits out the delay), a free
-/// slot under `max.connections` (the listener waits for one), the IP's own
+/// Kafka's acceptor steps for a connection just accepted from `ip` on `listener`: the broker
+/// and listener creation rates (the listener waits out the delay), the IP's own
 /// `connection_creation_rate` (closed unread after the throttle time: the client sees the
-/// connection drop and backs off), then `max.connections.per.ip` (closed at once). The
-/// stream and its counted slot, or `None` when it was turned away or the node stops.
+/// connection drop and backs off), a free slot under `max.connections` (the listener waits
+/// for one), then `max.connections.per.ip` (closed at once). Kafka checks the IP's rate
+/// after the slot wait; here a connection over its IP's rate is closed even while the
+/// listener is full. The stream and its counted slot, or `None` when it was turned away or
+/// the node stops.
 async fn admit(
     ctx: &Ctx,
     listener: &str,
