@@ -10,12 +10,15 @@
 //! initialized, the next heartbeat bumps the group epoch and the member gets them, so a member's
 //! first assignment usually arrives one heartbeat after it joins, as on Kafka.
 //!
-//! Durability (records 10–15 on `__consumer_offsets`) is the hosting coordinator's: this is
-//! the state those records describe.
+//! Durability: [`ShareGroup::delta`] gives the records (types 10–15 on `__consumer_offsets`,
+//! [`super::group_record`]) a change wrote, including tombstones for a member that left, and
+//! [`ShareGroup::replay`] rebuilds the group from them; appending them is the hosting
+//! coordinator's.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::assignor::{self, MemberSpec};
+use super::group_record::{GroupKey, GroupValue, TopicPartitions, TopicPartitionsInfo};
 
 /// A topic as the group sees it: id and partition count.
 pub type TopicInfo = (uuid::Uuid, i32);
@@ -58,6 +61,18 @@ impl HeartbeatError {
             HeartbeatError::GroupFull => 81,
         }
     }
+}
+
+/// A stable hash (FNV-1a) of topic names and partition counts: a change of either changes it.
+fn metadata_hash(seen: &BTreeMap<String, i32>) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for (t, n) in seen {
+        for b in t.bytes().chain([0]).chain(n.to_be_bytes()) {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    }
+    h as i64
 }
 
 /// The shape checks Kafka makes before the coordinator looks at the group.
@@ -138,8 +153,9 @@ pub struct ShareGroup {
     pub initialized: BTreeSet<(uuid::Uuid, i32)>,
     /// Partitions being initialized, and since when.
     initializing: BTreeMap<(uuid::Uuid, i32), i64>,
-    /// The subscribed topics' partition counts the target was computed with.
-    topics_seen: BTreeMap<String, i32>,
+    /// A hash of the subscribed topics' names and partition counts the target was computed
+    /// with (ShareGroupMetadata's `MetadataHash`).
+    pub metadata_hash: i64,
 }
 
 impl ShareGroup {
@@ -240,11 +256,11 @@ impl ShareGroup {
             .collect();
         if subscription_changed
             || subscribed != subscriptions_before
-            || seen != self.topics_seen
+            || metadata_hash(&seen) != self.metadata_hash
             || assignable_set != targeted
         {
             self.epoch += 1;
-            self.topics_seen = seen;
+            self.metadata_hash = metadata_hash(&seen);
         }
         if self.epoch > self.assignment_epoch {
             self.recompute_target(topics, &assignable);
@@ -400,6 +416,226 @@ impl ShareGroup {
     }
 }
 
+/// A share-group record: key and value (`None`: tombstone).
+pub type Record = (GroupKey, Option<GroupValue>);
+
+impl ShareGroup {
+    /// Every record that describes the group now (`names`: topic names by id, for the
+    /// state-partition record).
+    pub fn records(&self, group: &str, names: &BTreeMap<uuid::Uuid, String>) -> Vec<Record> {
+        let g = || group.to_string();
+        let by_topic = |tps: &BTreeSet<(uuid::Uuid, i32)>| -> Vec<TopicPartitions> {
+            let mut m: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+            for (t, p) in tps {
+                m.entry(*t).or_default().push(*p);
+            }
+            m.into_iter().collect()
+        };
+        let infos = |tps: &mut dyn Iterator<Item = (uuid::Uuid, i32)>| {
+            let mut m: BTreeMap<uuid::Uuid, Vec<i32>> = BTreeMap::new();
+            for (t, p) in tps {
+                m.entry(t).or_default().push(p);
+            }
+            m.into_iter()
+                .map(|(id, partitions)| TopicPartitionsInfo {
+                    id,
+                    name: names.get(&id).cloned().unwrap_or_default(),
+                    partitions,
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut out: Vec<Record> = vec![
+            (
+                GroupKey::Metadata { group: g() },
+                Some(GroupValue::Metadata {
+                    epoch: self.epoch,
+                    metadata_hash: self.metadata_hash,
+                }),
+            ),
+            (
+                GroupKey::TargetAssignmentMetadata { group: g() },
+                Some(GroupValue::TargetAssignmentMetadata {
+                    assignment_epoch: self.assignment_epoch,
+                }),
+            ),
+            (
+                GroupKey::StatePartitionMetadata { group: g() },
+                Some(GroupValue::StatePartitionMetadata {
+                    initializing: infos(&mut self.initializing.keys().copied()),
+                    initialized: infos(&mut self.initialized.iter().copied()),
+                    deleting: Vec::new(),
+                }),
+            ),
+        ];
+        for (id, m) in &self.members {
+            let member = || id.clone();
+            out.push((
+                GroupKey::MemberMetadata {
+                    group: g(),
+                    member: member(),
+                },
+                Some(GroupValue::MemberMetadata {
+                    rack_id: m.rack_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    topics: m.subscribed.iter().cloned().collect(),
+                }),
+            ));
+            out.push((
+                GroupKey::TargetAssignmentMember {
+                    group: g(),
+                    member: member(),
+                },
+                Some(GroupValue::TargetAssignmentMember {
+                    partitions: by_topic(&self.target.get(id).cloned().unwrap_or_default()),
+                }),
+            ));
+            out.push((
+                GroupKey::CurrentMemberAssignment {
+                    group: g(),
+                    member: member(),
+                },
+                Some(GroupValue::CurrentMemberAssignment {
+                    member_epoch: m.epoch,
+                    previous_member_epoch: m.previous_epoch,
+                    state: 0,
+                    partitions: by_topic(&m.assigned),
+                }),
+            ));
+        }
+        out
+    }
+
+    /// The records that turn `before`'s into this group's: the changed ones, and tombstones
+    /// for the keys that are gone (a member's three records when it left).
+    pub fn delta(
+        &self,
+        before: &ShareGroup,
+        group: &str,
+        names: &BTreeMap<uuid::Uuid, String>,
+    ) -> Vec<Record> {
+        let old = before.records(group, names);
+        let new = self.records(group, names);
+        let mut out: Vec<Record> = new.iter().filter(|r| !old.contains(r)).cloned().collect();
+        for (k, _) in &old {
+            if !new.iter().any(|(nk, _)| nk == k) {
+                out.push((k.clone(), None));
+            }
+        }
+        out
+    }
+
+    /// Applies one record read back from `__consumer_offsets` (in log order). Session
+    /// deadlines are not stored: [`ShareGroup::rearm`] them once loaded.
+    pub fn replay(&mut self, key: &GroupKey, value: Option<&GroupValue>) {
+        let flat = |tps: &[TopicPartitions]| -> BTreeSet<(uuid::Uuid, i32)> {
+            tps.iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| (*t, *p)))
+                .collect()
+        };
+        match (key, value) {
+            (
+                GroupKey::Metadata { .. },
+                Some(GroupValue::Metadata {
+                    epoch,
+                    metadata_hash,
+                }),
+            ) => {
+                self.epoch = *epoch;
+                self.metadata_hash = *metadata_hash;
+            }
+            (
+                GroupKey::TargetAssignmentMetadata { .. },
+                Some(GroupValue::TargetAssignmentMetadata { assignment_epoch }),
+            ) => self.assignment_epoch = *assignment_epoch,
+            (
+                GroupKey::StatePartitionMetadata { .. },
+                Some(GroupValue::StatePartitionMetadata {
+                    initializing,
+                    initialized,
+                    ..
+                }),
+            ) => {
+                let flat_infos = |v: &[TopicPartitionsInfo]| -> Vec<(uuid::Uuid, i32)> {
+                    v.iter()
+                        .flat_map(|i| i.partitions.iter().map(move |p| (i.id, *p)))
+                        .collect()
+                };
+                // Asked for again at once: when they were asked is not stored.
+                self.initializing = flat_infos(initializing)
+                    .into_iter()
+                    .map(|tp| (tp, i64::MIN / 2))
+                    .collect();
+                self.initialized = flat_infos(initialized).into_iter().collect();
+            }
+            (
+                GroupKey::MemberMetadata { member, .. },
+                Some(GroupValue::MemberMetadata {
+                    rack_id,
+                    client_id,
+                    client_host,
+                    topics,
+                }),
+            ) => {
+                let m = self
+                    .members
+                    .entry(member.clone())
+                    .or_insert_with(|| ShareMember {
+                        epoch: 0,
+                        previous_epoch: 0,
+                        rack_id: None,
+                        client_id: String::new(),
+                        client_host: String::new(),
+                        subscribed: BTreeSet::new(),
+                        assigned: BTreeSet::new(),
+                        deadline_ms: 0,
+                    });
+                m.rack_id = rack_id.clone();
+                m.client_id = client_id.clone();
+                m.client_host = client_host.clone();
+                m.subscribed = topics.iter().cloned().collect();
+            }
+            (
+                GroupKey::TargetAssignmentMember { member, .. },
+                Some(GroupValue::TargetAssignmentMember { partitions }),
+            ) => {
+                self.target.insert(member.clone(), flat(partitions));
+            }
+            (
+                GroupKey::CurrentMemberAssignment { member, .. },
+                Some(GroupValue::CurrentMemberAssignment {
+                    member_epoch,
+                    previous_member_epoch,
+                    partitions,
+                    ..
+                }),
+            ) => {
+                if let Some(m) = self.members.get_mut(member) {
+                    m.epoch = *member_epoch;
+                    m.previous_epoch = *previous_member_epoch;
+                    m.assigned = flat(partitions);
+                }
+            }
+            (GroupKey::MemberMetadata { member, .. }, None) => {
+                self.members.remove(member);
+            }
+            (GroupKey::TargetAssignmentMember { member, .. }, None) => {
+                self.target.remove(member);
+            }
+            // Other tombstones belong to a deleted group (the host drops it) or to a member
+            // already gone; a value of the wrong kind is not the host's to send.
+            _ => {}
+        }
+    }
+
+    /// Gives every member a full session from `now_ms` (after a load).
+    pub fn rearm(&mut self, now_ms: i64, session_timeout_ms: i64) {
+        for m in self.members.values_mut() {
+            m.deadline_ms = now_ms + session_timeout_ms;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -506,5 +742,70 @@ mod tests {
         rack.rack_id = Some(String::new());
         assert_eq!(err("g", rack), "RackId can't be empty.");
         assert!(validate("g", &hb("a", 1, None)).is_ok());
+    }
+
+    #[test]
+    fn records_replayed_in_order_rebuild_the_group_and_a_leave_is_tombstoned() {
+        let mut g = ShareGroup::default();
+        let lim = ShareGroupLimits::default();
+        let names: BTreeMap<uuid::Uuid, String> =
+            [(uuid::Uuid::from_u128(1), "t".to_string())].into();
+        let mut log: Vec<Record> = Vec::new();
+        let mut step = |g: &mut ShareGroup, f: &mut dyn FnMut(&mut ShareGroup)| {
+            let before = g.clone();
+            f(g);
+            log.extend(g.delta(&before, "grp", &names));
+        };
+        let mut init = Vec::new();
+        step(&mut g, &mut |g| {
+            init = g
+                .heartbeat(&hb("a", 0, Some(&["t"])), &topics(), lim, 0)
+                .unwrap()
+                .initialize;
+        });
+        step(&mut g, &mut |g| g.initialized(&init));
+        step(&mut g, &mut |g| {
+            g.heartbeat(&hb("b", 0, Some(&["t"])), &topics(), lim, 1)
+                .unwrap();
+        });
+        step(&mut g, &mut |g| {
+            let e = g.members["a"].epoch;
+            g.heartbeat(&hb("a", e, None), &topics(), lim, 2).unwrap();
+        });
+        // Through the wire format.
+        let decoded: Vec<Record> = log
+            .iter()
+            .map(|(k, v)| {
+                let k2 = GroupKey::decode(&k.encode()).unwrap().unwrap();
+                let v2 = v
+                    .as_ref()
+                    .map(|v| GroupValue::decode(&k2, &v.encode()).unwrap());
+                (k2, v2)
+            })
+            .collect();
+        let mut back = ShareGroup::default();
+        for (k, v) in &decoded {
+            back.replay(k, v.as_ref());
+        }
+        back.rearm(0, lim.session_timeout_ms);
+        let mut want = g.clone();
+        want.rearm(0, lim.session_timeout_ms);
+        assert_eq!(back.records("grp", &names), want.records("grp", &names));
+        assert_eq!(back.members, want.members);
+        // b leaves: its records are tombstoned and replay drops it.
+        let before = g.clone();
+        g.heartbeat(&hb("b", -1, None), &topics(), lim, 3).unwrap();
+        let d = g.delta(&before, "grp", &names);
+        assert!(d.iter().any(|(k, v)| v.is_none()
+            && *k
+                == GroupKey::MemberMetadata {
+                    group: "grp".into(),
+                    member: "b".into()
+                }));
+        for (k, v) in &d {
+            back.replay(k, v.as_ref());
+        }
+        assert!(!back.members.contains_key("b"));
+        assert_eq!(back.epoch, g.epoch);
     }
 }
