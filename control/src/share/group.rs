@@ -107,7 +107,8 @@ pub struct HeartbeatReply {
     pub initialize_epoch: i32,
 }
 
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// A member as it joins: epoch 0, nothing subscribed or assigned.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct ShareMember {
     pub epoch: i32,
     pub previous_epoch: i32,
@@ -201,19 +202,8 @@ impl ShareGroup {
             None if hb.member_epoch != 0 => return Err(HeartbeatError::UnknownMember),
             None if self.members.len() >= limits.max_size => return Err(HeartbeatError::GroupFull),
             None => {
-                self.members.insert(
-                    hb.member_id.clone(),
-                    ShareMember {
-                        epoch: 0,
-                        previous_epoch: 0,
-                        rack_id: None,
-                        client_id: String::new(),
-                        client_host: String::new(),
-                        subscribed: BTreeSet::new(),
-                        assigned: BTreeSet::new(),
-                        deadline_ms: 0,
-                    },
-                );
+                self.members
+                    .insert(hb.member_id.clone(), ShareMember::default());
             }
             Some(m) => {
                 let e = hb.member_epoch;
@@ -577,19 +567,7 @@ impl ShareGroup {
                     topics,
                 }),
             ) => {
-                let m = self
-                    .members
-                    .entry(member.clone())
-                    .or_insert_with(|| ShareMember {
-                        epoch: 0,
-                        previous_epoch: 0,
-                        rack_id: None,
-                        client_id: String::new(),
-                        client_host: String::new(),
-                        subscribed: BTreeSet::new(),
-                        assigned: BTreeSet::new(),
-                        deadline_ms: 0,
-                    });
+                let m = self.members.entry(member.clone()).or_default();
                 m.rack_id = rack_id.clone();
                 m.client_id = client_id.clone();
                 m.client_host = client_host.clone();
