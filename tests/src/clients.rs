@@ -349,12 +349,27 @@ pub fn exactly_once_across_rebalance_and_restart(
     }
 }
 
+/// How much of an idempotent producer's history a broker keeps across an unclean restart,
+/// which decides whether a retry across a SIGKILL can be written twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RestartDedup {
+    /// kmirror rebuilds each producer's last 5 batches from the log: no retry is written twice.
+    LastFiveBatches,
+    /// Apache Kafka 4.1 reloads producer state from the snapshot it takes after recovery, which
+    /// holds one batch per producer (`ProducerStateManager.readSnapshot`). A retry of an older
+    /// batch written before the kill then gets OUT_OF_ORDER_SEQUENCE_NUMBER, the Java producer
+    /// bumps its epoch and resends its unacknowledged batches, and those written before the kill
+    /// are stored twice: one contiguous run of sequences per partition, two copies each.
+    LastBatchOnly,
+}
+
 /// Issue 3: SIGKILL the broker while a producer (acks=all) is mid-stream, start it again:
 /// every record the producer saw acknowledged is in the log at its acknowledged offset.
 pub fn acked_records_survive_sigkill(
     client: Client,
     broker: &mut dyn BrokerUnderTest,
     records: u64,
+    dedup: RestartDedup,
 ) {
     let partitions = 6;
     let topic = "crash";
@@ -409,6 +424,7 @@ pub fn acked_records_survive_sigkill(
     let mut missing = Vec::new();
     let mut wrong = Vec::new();
     let mut duplicated = Vec::new();
+    let mut kafka_resent = 0;
     for p in 0..partitions {
         let log: HashMap<i64, Option<bytes::Bytes>> = crate::oracle::read_records(&boot, topic, p)
             .unwrap_or_else(|e| panic!("read back partition {p}: {e}"))
@@ -421,12 +437,38 @@ pub fn acked_records_survive_sigkill(
                 copies.entry(seq_key(v)).or_default().push(*off);
             }
         }
-        duplicated.extend(
-            copies
-                .into_iter()
-                .filter(|(_, offs)| offs.len() > 1)
-                .map(|(k, offs)| format!("{} at {offs:?}", String::from_utf8_lossy(k))),
-        );
+        let mut twice: Vec<(&[u8], Vec<i64>)> = copies
+            .into_iter()
+            .filter(|(_, offs)| offs.len() > 1)
+            .collect();
+        twice.sort();
+        if dedup == RestartDedup::LastBatchOnly && !twice.is_empty() {
+            let seqs: Vec<i64> = twice
+                .iter()
+                .map(|(k, _)| {
+                    let k = String::from_utf8_lossy(k);
+                    k.rsplit(':')
+                        .next()
+                        .and_then(|s| s.parse().ok())
+                        .unwrap_or(-1)
+                })
+                .collect();
+            let mut sorted = seqs.clone();
+            sorted.sort_unstable();
+            let contiguous = sorted.windows(2).all(|w| w[1] == w[0] + 1);
+            let two_copies = twice.iter().all(|(_, offs)| offs.len() == 2);
+            assert!(
+                contiguous && two_copies,
+                "partition {p}: duplicates beyond one resent run of batches: sequences {sorted:?}"
+            );
+            kafka_resent += twice.len();
+        } else {
+            duplicated.extend(
+                twice
+                    .into_iter()
+                    .map(|(k, offs)| format!("{} at {offs:?}", String::from_utf8_lossy(k))),
+            );
+        }
         for a in acks.iter().filter(|a| a.partition == p) {
             match log.get(&a.offset) {
                 None => missing.push(*a),
@@ -461,7 +503,7 @@ pub fn acked_records_survive_sigkill(
         acked_at_kill
     );
     eprintln!(
-        "{client:?}: {} acknowledged ({} before SIGKILL), {errors} failed, all present after restart",
+        "{client:?}: {} acknowledged ({} before SIGKILL), {errors} failed, all present after restart; {kafka_resent} records stored twice by a resend after the restart",
         acks.len(),
         acked_at_kill
     );

@@ -2,7 +2,7 @@
 //! Each scenario also runs against Apache Kafka 4.1.1 through the same harness, which proves
 //! the scenario itself is right (a test that fails on Kafka is a broken test, not a finding).
 
-use kmirror_tests::clients::{self, Client};
+use kmirror_tests::clients::{self, Client, RestartDedup};
 use kmirror_tests::{KafkaCluster, KmirrorNode};
 
 const RECORDS: u64 = 200_000;
@@ -28,14 +28,24 @@ fn librdkafka_group_reads_200k_records_exactly_once_across_a_rebalance_and_offse
 fn java_acked_records_survive_sigkill_of_kmirror_during_produce() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut node = KmirrorNode::start();
-    clients::acked_records_survive_sigkill(Client::Java, &mut node, CRASH_RECORDS);
+    clients::acked_records_survive_sigkill(
+        Client::Java,
+        &mut node,
+        CRASH_RECORDS,
+        RestartDedup::LastFiveBatches,
+    );
 }
 
 #[test]
 fn librdkafka_acked_records_survive_sigkill_of_kmirror_during_produce() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut node = KmirrorNode::start();
-    clients::acked_records_survive_sigkill(Client::Librdkafka, &mut node, CRASH_RECORDS);
+    clients::acked_records_survive_sigkill(
+        Client::Librdkafka,
+        &mut node,
+        CRASH_RECORDS,
+        RestartDedup::LastFiveBatches,
+    );
 }
 
 // The same scenarios on Apache Kafka: they validate the scenarios, not kmirror.
@@ -58,14 +68,24 @@ fn librdkafka_scenario_holds_on_apache_kafka() {
 fn java_sigkill_scenario_holds_on_apache_kafka() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut kafka = KafkaCluster::single();
-    clients::acked_records_survive_sigkill(Client::Java, &mut kafka, CRASH_RECORDS);
+    clients::acked_records_survive_sigkill(
+        Client::Java,
+        &mut kafka,
+        CRASH_RECORDS,
+        RestartDedup::LastBatchOnly,
+    );
 }
 
 #[test]
 fn librdkafka_sigkill_scenario_holds_on_apache_kafka() {
     let _heavy = kmirror_tests::heavy_test_lock();
     let mut kafka = KafkaCluster::single();
-    clients::acked_records_survive_sigkill(Client::Librdkafka, &mut kafka, CRASH_RECORDS);
+    clients::acked_records_survive_sigkill(
+        Client::Librdkafka,
+        &mut kafka,
+        CRASH_RECORDS,
+        RestartDedup::LastBatchOnly,
+    );
 }
 
 #[test]
