@@ -49,6 +49,7 @@ fn empty_metadata() -> ClusterMetadata {
         topics: BTreeMap::new(),
         internal_topics: BTreeMap::new(),
         broker_configs: Default::default(),
+        group_configs: Default::default(),
         brokers: BTreeMap::new(),
     }
 }

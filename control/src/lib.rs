@@ -22,6 +22,7 @@ pub mod coordinator_batch;
 pub mod coordinator_partition;
 pub mod coordinator_record;
 pub mod group;
+pub mod group_config;
 pub mod metadata;
 pub mod mirror;
 pub mod offsets_log;

@@ -262,6 +262,11 @@ pub struct ClusterMetadata {
     /// value. See [`crate::broker_config`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Group configs set with (Incremental)AlterConfigs of a GROUP resource, per group id
+    /// (Kafka keeps them in its metadata log too; they outlive the group). See
+    /// [`crate::group_config`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// The internal topics kmirror describes itself (its coordinators' topics).
@@ -435,6 +440,7 @@ impl MetadataStore {
                 topics: BTreeMap::new(),
                 internal_topics: BTreeMap::new(),
                 broker_configs: Default::default(),
+                group_configs: Default::default(),
                 brokers: BTreeMap::new(),
             },
         };

@@ -393,6 +393,7 @@ impl Cluster {
             topics: Default::default(),
             internal_topics: Default::default(),
             broker_configs: Default::default(),
+            group_configs: Default::default(),
             brokers: Default::default(),
         }))
     }

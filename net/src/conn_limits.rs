@@ -296,6 +296,7 @@ mod tests {
             internal_topics: Default::default(),
             brokers: Default::default(),
             broker_configs: Default::default(),
+            group_configs: Default::default(),
         };
         let to_map = |kv: &[(&str, &str)]| {
             kv.iter()

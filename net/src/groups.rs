@@ -227,6 +227,8 @@ enum Msg {
         req: Box<RequestKind>,
         /// Topic metadata for the KIP-848 APIs (assignment, topic names by id).
         topics: Option<Arc<TopicView>>,
+        /// Group configs, for the KIP-848 heartbeat (session timeout, heartbeat interval).
+        group_configs: Option<Arc<GroupConfigsView>>,
         reply: flume::Sender<ResponseKind>,
     },
     MarkersDone {
@@ -382,7 +384,7 @@ impl GroupsService {
         header: &RequestHeader,
         req: RequestKind,
     ) -> ResponseKind {
-        self.handle_with_topics(api_key, version, header, req, None)
+        self.handle_with_topics(api_key, version, header, req, None, None)
             .await
     }
 
@@ -395,6 +397,7 @@ impl GroupsService {
         header: &RequestHeader,
         req: RequestKind,
         topics: Option<Arc<TopicView>>,
+        group_configs: Option<Arc<GroupConfigsView>>,
     ) -> ResponseKind {
         let fallback = error_response(&req, version, codes::COORDINATOR_NOT_AVAILABLE);
         let (reply, rx) = flume::bounded(1);
@@ -409,6 +412,7 @@ impl GroupsService {
                 .unwrap_or_default(),
             req: Box::new(req),
             topics,
+            group_configs,
             reply,
         };
         if self.tx.send_async(msg).await.is_err() {
@@ -493,6 +497,31 @@ pub fn topic_view(meta: &kmirror_control::metadata::ClusterMetadata) -> Arc<Topi
                 .map(|t| (t.name.clone(), (t.id, t.partition_count())))
                 .collect(),
         );
+        *c = Some((meta.cluster_id.clone(), meta.version, view.clone()));
+        view
+    })
+}
+
+/// Group configs by group id, as the coordinator thread reads them.
+pub type GroupConfigsView =
+    std::collections::BTreeMap<String, std::collections::BTreeMap<String, String>>;
+
+/// The cluster's group configs, cached per thread by metadata version like [`topic_view`].
+pub fn group_configs_view(
+    meta: &kmirror_control::metadata::ClusterMetadata,
+) -> Arc<GroupConfigsView> {
+    thread_local! {
+        static CACHE: std::cell::RefCell<Option<(String, u64, Arc<GroupConfigsView>)>> =
+            const { std::cell::RefCell::new(None) };
+    }
+    CACHE.with(|c| {
+        let mut c = c.borrow_mut();
+        if let Some((cluster, version, view)) = c.as_ref() {
+            if *version == meta.version && *cluster == meta.cluster_id {
+                return view.clone();
+            }
+        }
+        let view = Arc::new(meta.group_configs.clone());
         *c = Some((meta.cluster_id.clone(), meta.version, view.clone()));
         view
     })
@@ -621,6 +650,7 @@ impl CoordinatorThread {
                         client_id,
                         req,
                         topics,
+                        group_configs,
                         reply,
                     } => {
                         if let Some(resp) = self.route(&req, version) {
@@ -633,6 +663,9 @@ impl CoordinatorThread {
                         }
                         if let Some(t) = &topics {
                             self.groups.set_topics(t.clone());
+                        }
+                        if let Some(c) = group_configs {
+                            self.groups.set_group_configs(c);
                         }
                         let resp = match (&*req, topics) {
                             (RequestKind::ConsumerGroupHeartbeat(r), topics) => {

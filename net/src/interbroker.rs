@@ -151,6 +151,7 @@ mod tests {
             topics: Default::default(),
             internal_topics: Default::default(),
             broker_configs: Default::default(),
+            group_configs: Default::default(),
             brokers: Default::default(),
         };
         let ep = |name: &str, port| BrokerEndpoint {

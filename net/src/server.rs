@@ -803,9 +803,11 @@ async fn dispatch(
                             "{api_key:?}: no group coordinator"
                         )));
                     };
-                    let topics = crate::groups::topic_view(&ctx.meta());
+                    let meta = ctx.meta();
+                    let topics = crate::groups::topic_view(&meta);
+                    let configs = crate::groups::group_configs_view(&meta);
                     let resp = groups
-                        .handle_with_topics(api_key, v, header, req, Some(topics))
+                        .handle_with_topics(api_key, v, header, req, Some(topics), Some(configs))
                         .await;
                     authz::after_group_api(access, patch, resp)
                 }
@@ -975,7 +977,7 @@ async fn group_request(
     )
     .then(|| crate::groups::topic_view(&ctx.meta()));
     let resp = groups
-        .handle_with_topics(api_key, v, header, req, topics)
+        .handle_with_topics(api_key, v, header, req, topics, None)
         .await;
     if !response_matches(api_key, &resp) {
         return Err(ConnError::Protocol(format!(

@@ -4,8 +4,9 @@
 //! topic twice, Metadata auto-creation (also right after DeleteTopics), a KIP-848 regex
 //! matching `__consumer_offsets` (librdkafka), ListConfigResources, AlterReplicaLogDirs, and
 //! which dynamic broker configs (Incremental)AlterConfigs takes, at which level, the
-//! `controller_mutation_rate` quota, an IP's `connection_creation_rate`, and the broker's
-//! connection limits (`max.connections.per.ip`, `max.connections`).
+//! `controller_mutation_rate` quota, an IP's `connection_creation_rate`, the broker's
+//! connection limits (`max.connections.per.ip`, `max.connections`), and group configs
+//! (`kafka-configs --entity-type groups` and librdkafka's AdminClient).
 
 use std::time::{Duration, Instant};
 
@@ -288,6 +289,204 @@ fn dynamic_broker_configs(boot: &str) -> Vec<String> {
             }
         }
     }
+    out
+}
+
+/// Group configs (config resource type 32, Kafka 4.1): `kafka-configs --entity-type groups`
+/// sets, describes (the group's own keys, then all with their defaults) and deletes them, and
+/// refuses what Kafka refuses with its message; the wire shows the empty name's answers and
+/// that a KIP-848 member of the group is told the group's heartbeat interval.
+fn group_configs(boot: &str) -> Vec<String> {
+    use kafka_protocol::messages::alter_configs_request as legacy;
+    use kafka_protocol::messages::describe_configs_request::DescribeConfigsResource;
+    use kafka_protocol::messages::incremental_alter_configs_request as inc;
+    use kafka_protocol::messages::{
+        AlterConfigsRequest, ConsumerGroupHeartbeatRequest, DescribeConfigsRequest,
+        FindCoordinatorRequest, IncrementalAlterConfigsRequest,
+    };
+    let configs = |args: &[&str]| -> Vec<String> {
+        let ran = proc::run(
+            java::tool("kafka.admin.ConfigCommand")
+                .args(["--bootstrap-server", boot, "--entity-type", "groups"])
+                .args(args),
+            Duration::from_secs(60),
+        );
+        let mut lines = vec![format!(
+            "kafka-configs {}: exit {:?}",
+            args.join(" "),
+            ran.status.code()
+        )];
+        // The tool's answer: stdout, and the first line of an error (not its stack trace).
+        lines.extend(ran.stdout.lines().map(|l| format!("  {}", l.trim_end())));
+        lines.extend(
+            ran.stderr
+                .lines()
+                .filter(|l| l.contains("Exception: "))
+                .take(1)
+                .map(|l| format!("  ! {}", l.trim_end())),
+        );
+        lines
+    };
+    let mut out = Vec::new();
+    for kv in [
+        "consumer.session.timeout.ms=50000,consumer.heartbeat.interval.ms=6000",
+        "share.record.lock.duration.ms=20000,share.auto.offset.reset=earliest",
+        "foo.bar=1",
+        "consumer.session.timeout.ms=1000",
+        "consumer.session.timeout.ms=abc",
+        "consumer.heartbeat.interval.ms=16000",
+        "share.session.timeout.ms=45000,share.heartbeat.interval.ms=45000",
+        "share.record.lock.duration.ms=500",
+        "share.record.lock.duration.ms=10000",
+        "share.auto.offset.reset=sometime",
+        "share.auto.offset.reset=by_duration:PT1H",
+        "share.isolation.level=read_committed",
+        "share.isolation.level=serializable",
+        "streams.num.standby.replicas=3",
+    ] {
+        out.extend(configs(&[
+            "--alter",
+            "--entity-name",
+            "cfg-g",
+            "--add-config",
+            kv,
+        ]));
+    }
+    out.extend(configs(&["--describe", "--entity-name", "cfg-g"]));
+    out.extend(configs(&["--describe", "--all", "--entity-name", "cfg-g"]));
+    out.extend(configs(&["--describe", "--entity-name", "no-configs"]));
+
+    // A KIP-848 member is told the group's heartbeat interval.
+    let mut c = WireClient::connect(boot).expect("connect");
+    let text = |v: &str| StrBytes::from_string(v.to_owned());
+    let hb = |c: &mut WireClient, group: &str| {
+        // The coordinator first (Kafka creates `__consumer_offsets` on the first ask).
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let r = c
+                .send(
+                    FindCoordinatorRequest::default()
+                        .with_key_type(0)
+                        .with_coordinator_keys(vec![text(group)]),
+                )
+                .expect("FindCoordinator");
+            if r.coordinators.first().is_some_and(|k| k.error_code == 0) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "no coordinator for {group}: {r:?}"
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        let r = c
+            .send(
+                ConsumerGroupHeartbeatRequest::default()
+                    .with_group_id(kafka_protocol::messages::GroupId(text(group)))
+                    .with_member_id(text(&uuid::Uuid::new_v4().to_string()))
+                    .with_member_epoch(0)
+                    .with_rebalance_timeout_ms(30_000)
+                    .with_subscribed_topic_names(Some(vec![name("cfg-topic")]))
+                    .with_topic_partitions(Some(vec![])),
+            )
+            .expect("ConsumerGroupHeartbeat");
+        format!(
+            "heartbeat in {group}: error {} interval {}",
+            r.error_code, r.heartbeat_interval_ms
+        )
+    };
+    out.push(hb(&mut c, "cfg-g"));
+    out.push(hb(&mut c, "no-configs"));
+    out.extend(configs(&[
+        "--alter",
+        "--entity-name",
+        "cfg-g",
+        "--delete-config",
+        "consumer.heartbeat.interval.ms,share.auto.offset.reset",
+    ]));
+    out.extend(configs(&["--describe", "--entity-name", "cfg-g"]));
+    out.push(hb(&mut c, "cfg-g"));
+
+    // librdkafka's AdminClient on another group.
+    let ran = proc::run_ok(
+        python::script("group_config.py").args([boot, "cfg-rd"]),
+        Duration::from_secs(120),
+    );
+    out.extend(ran.stdout.lines().map(|l| format!("librdkafka {l}")));
+
+    // The empty name, on the wire (the tool refuses it itself).
+    let r = c
+        .send(
+            IncrementalAlterConfigsRequest::default().with_resources(vec![
+                inc::AlterConfigsResource::default()
+                    .with_resource_type(32)
+                    .with_resource_name(text(""))
+                    .with_configs(vec![inc::AlterableConfig::default()
+                        .with_name(text("consumer.session.timeout.ms"))
+                        .with_config_operation(0)
+                        .with_value(Some(text("50000")))]),
+            ]),
+        )
+        .expect("IncrementalAlterConfigs");
+    let r = &r.responses[0];
+    out.push(format!(
+        "alter group \"\": {} {:?}",
+        r.error_code,
+        r.error_message.as_ref().map(|m| m.to_string())
+    ));
+    for op in [2i8, 3] {
+        let r = c
+            .send(
+                IncrementalAlterConfigsRequest::default().with_resources(vec![
+                    inc::AlterConfigsResource::default()
+                        .with_resource_type(32)
+                        .with_resource_name(text("cfg-g"))
+                        .with_configs(vec![inc::AlterableConfig::default()
+                            .with_name(text("share.isolation.level"))
+                            .with_config_operation(op)
+                            .with_value(Some(text("read_committed")))]),
+                ]),
+            )
+            .expect("IncrementalAlterConfigs");
+        let r = &r.responses[0];
+        out.push(format!(
+            "op {op} on a group config: {} {:?}",
+            r.error_code,
+            r.error_message.as_ref().map(|m| m.to_string())
+        ));
+    }
+    // Legacy AlterConfigs replaces the group's keys.
+    let r = c
+        .send(AlterConfigsRequest::default().with_resources(vec![
+                legacy::AlterConfigsResource::default()
+                    .with_resource_type(32)
+                    .with_resource_name(text("cfg-g"))
+                    .with_configs(vec![legacy::AlterableConfig::default()
+                        .with_name(text("share.session.timeout.ms"))
+                        .with_value(Some(text("50000")))]),
+            ]))
+        .expect("AlterConfigs");
+    let r = &r.responses[0];
+    out.push(format!(
+        "legacy alter of group cfg-g: {} {:?}",
+        r.error_code,
+        r.error_message.as_ref().map(|m| m.to_string())
+    ));
+    out.extend(configs(&["--describe", "--entity-name", "cfg-g"]));
+    let r = c
+        .send(DescribeConfigsRequest::default().with_resources(vec![
+                DescribeConfigsResource::default()
+                    .with_resource_type(32)
+                    .with_resource_name(text("")),
+            ]))
+        .expect("DescribeConfigs");
+    let r = &r.results[0];
+    out.push(format!(
+        "describe group \"\": {} {:?} {} entries",
+        r.error_code,
+        r.error_message.as_ref().map(|m| m.to_string()),
+        r.configs.len()
+    ));
     out
 }
 
@@ -591,6 +790,7 @@ fn scenarios(boot: &str) -> Vec<String> {
     out.extend(consumer_protocol_regex_on_internal_topic(boot));
     out.extend(config_resources_and_log_dirs(boot));
     out.extend(dynamic_broker_configs(boot));
+    out.extend(group_configs(boot));
     // Before the mutation quota's scenario: the connections it throttles stay muted (and
     // counted, on both brokers) for over ten seconds after the client closed them.
     out.extend(connection_limits(boot));

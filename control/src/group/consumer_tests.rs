@@ -206,6 +206,42 @@ fn session_expiry_removes_the_member_and_frees_its_partitions() {
 }
 
 #[test]
+fn group_configs_set_the_groups_session_timeout_and_heartbeat_interval() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open(dir.path(), 0);
+    let configs: BTreeMap<String, BTreeMap<String, String>> = [(
+        "g".to_string(),
+        [
+            (
+                "consumer.session.timeout.ms".to_string(),
+                "50000".to_string(),
+            ),
+            (
+                "consumer.heartbeat.interval.ms".to_string(),
+                "6000".to_string(),
+            ),
+        ]
+        .into(),
+    )]
+    .into();
+    c.set_group_configs(std::sync::Arc::new(configs));
+    let mut a = Client::join(&mut c, "a", 0);
+    let mut b = Client::join(&mut c, "b", 0);
+    assert_eq!(a.beat(&mut c, 1).heartbeat_interval_ms, 6000);
+    b.beat(&mut c, 2);
+    // b is silent: past the broker's 45 s, inside the group's 50 s, it is still a member.
+    a.beat(&mut c, 40_000);
+    c.tick(47_000);
+    assert_eq!(b.beat(&mut c, 47_001).error, NONE);
+    a.beat(&mut c, 80_000);
+    c.tick(98_000);
+    assert_eq!(b.beat(&mut c, 98_001).error, UNKNOWN_MEMBER_ID);
+    // Without its configs the group is back on the broker's interval.
+    c.set_group_configs(Default::default());
+    assert_eq!(a.beat(&mut c, 98_002).heartbeat_interval_ms, 5000);
+}
+
+#[test]
 fn a_member_that_never_revokes_is_removed_after_its_rebalance_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let mut c = open(dir.path(), 0);

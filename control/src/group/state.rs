@@ -844,6 +844,8 @@ pub struct GroupCoordinator {
     /// The cluster's topics as last passed in ([`GroupCoordinator::set_topics`]): classic
     /// members of consumer groups are assigned and answered by topic name from it.
     topics: std::sync::Arc<TopicView>,
+    /// Group configs (`kafka-configs --entity-type groups`) by group id, from the metadata.
+    group_configs: std::sync::Arc<BTreeMap<String, BTreeMap<String, String>>>,
 }
 
 impl GroupCoordinator {
@@ -949,6 +951,7 @@ impl GroupCoordinator {
             next_offsets_check_ms: 0,
             written: BTreeMap::new(),
             topics: Default::default(),
+            group_configs: Default::default(),
         };
         c.reset_written();
         let live = c.live_records().len();
@@ -967,10 +970,28 @@ impl GroupCoordinator {
         self.topics = topics;
     }
 
-    fn limits(&self) -> CgLimits {
+    /// The group configs of every group (from the cluster metadata): a consumer group's
+    /// `consumer.session.timeout.ms` and `consumer.heartbeat.interval.ms` override the
+    /// broker's from the next heartbeat on, as in Kafka.
+    pub fn set_group_configs(
+        &mut self,
+        configs: std::sync::Arc<BTreeMap<String, BTreeMap<String, String>>>,
+    ) {
+        self.group_configs = configs;
+    }
+
+    fn limits(&self, group_id: &str) -> CgLimits {
+        use crate::group_config::{
+            GroupOverrides, CONSUMER_HEARTBEAT_INTERVAL_MS, CONSUMER_SESSION_TIMEOUT_MS,
+        };
+        let own = GroupOverrides::new(self.group_configs.get(group_id));
         CgLimits {
-            session_timeout_ms: self.cfg.consumer_session_timeout_ms,
-            heartbeat_interval_ms: self.cfg.consumer_heartbeat_interval_ms,
+            session_timeout_ms: own
+                .int(CONSUMER_SESSION_TIMEOUT_MS)
+                .unwrap_or(self.cfg.consumer_session_timeout_ms),
+            heartbeat_interval_ms: own
+                .int(CONSUMER_HEARTBEAT_INTERVAL_MS)
+                .unwrap_or(self.cfg.consumer_heartbeat_interval_ms),
             max_size: self.cfg.consumer_max_size,
         }
     }
@@ -1136,7 +1157,7 @@ impl GroupCoordinator {
             )];
         }
         let topics = self.topics.clone();
-        let limits = self.limits();
+        let limits = self.limits(&req.group_id);
         self.run(now_ms, |groups, cx| {
             let g = groups
                 .entry(req.group_id.clone())
@@ -1923,7 +1944,7 @@ impl GroupCoordinator {
                 ));
             }
         }
-        let limits = self.limits();
+        let limits = self.limits(&req.group_id);
         let create = req.member_epoch == 0;
         self.run(now_ms, |groups, cx| {
             let g = match groups.get_mut(&req.group_id) {

@@ -207,6 +207,14 @@ pub enum MetadataCommand {
         #[serde(default)]
         replace: bool,
     },
+    /// (Incremental)AlterConfigs of a GROUP resource: a `None` value deletes the key. The
+    /// proposer validated the group's resulting keys ([`crate::group_config`]).
+    AlterGroupConfigs {
+        group: String,
+        changes: Vec<(String, Option<String>)>,
+        #[serde(default)]
+        replace: bool,
+    },
     /// Marks a topic as owned by a mirror (read-only for clients) or releases it.
     SetMirror {
         name: String,
@@ -564,6 +572,21 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             })?;
             Outcome::Brokers
         }
+        C::AlterGroupConfigs {
+            group,
+            changes,
+            replace,
+        } => {
+            store.update_cluster(|s| {
+                let stored = s.group_configs.entry(group.clone()).or_default();
+                crate::broker_config::apply(stored, changes, *replace);
+                if stored.is_empty() {
+                    s.group_configs.remove(group);
+                }
+                Ok(())
+            })?;
+            Outcome::Applied
+        }
         C::RegisterBroker(reg) => {
             store.update_cluster(|s| controller::register_broker(s, reg))?;
             Outcome::Brokers
@@ -658,6 +681,7 @@ mod tests {
             topics: BTreeMap::new(),
             internal_topics: BTreeMap::new(),
             broker_configs: Default::default(),
+            group_configs: Default::default(),
             brokers: BTreeMap::new(),
         })
     }
@@ -681,6 +705,27 @@ mod tests {
             C::AlterBrokerConfigs {
                 entity: "1".into(),
                 changes: vec![("log.retention.ms".into(), None)],
+                replace: true,
+            },
+            C::AlterGroupConfigs {
+                group: "g".into(),
+                changes: vec![
+                    ("consumer.session.timeout.ms".into(), Some("50000".into())),
+                    (
+                        "share.isolation.level".into(),
+                        Some("read_committed".into()),
+                    ),
+                ],
+                replace: false,
+            },
+            C::AlterGroupConfigs {
+                group: "g".into(),
+                changes: vec![("share.isolation.level".into(), None)],
+                replace: false,
+            },
+            C::AlterGroupConfigs {
+                group: "h".into(),
+                changes: vec![],
                 replace: true,
             },
             C::CreateTopic {
@@ -807,8 +852,8 @@ mod tests {
         assert_eq!(
             results,
             [
-                true, true, true, true, true, false, false, true, true, false, true, false, true,
-                true, true, false, true, true, true, false, false, true, false
+                true, true, true, true, true, true, true, true, false, false, true, true, false,
+                true, false, true, true, true, false, true, true, true, false, false, true, false
             ]
         );
         let s = a.state();
@@ -822,6 +867,13 @@ mod tests {
         assert!(
             !s.broker_configs.contains_key("1"),
             "an emptied entity is dropped"
+        );
+        let g: BTreeMap<String, String> =
+            [("consumer.session.timeout.ms".into(), "50000".into())].into();
+        assert_eq!(s.group_configs.get("g"), Some(&g));
+        assert!(
+            !s.group_configs.contains_key("h"),
+            "an emptied group is dropped"
         );
         assert!(!s.topics.contains_key("a"));
         let m = &s.topics["m"];

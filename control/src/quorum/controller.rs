@@ -753,6 +753,7 @@ mod tests {
             topics: Default::default(),
             internal_topics: Default::default(),
             broker_configs: Default::default(),
+            group_configs: Default::default(),
             brokers: [broker(1, false), broker(2, false), broker(3, true)]
                 .into_iter()
                 .map(|b| (b.id, b))
@@ -807,6 +808,7 @@ mod tests {
             topics: Default::default(),
             internal_topics: Default::default(),
             broker_configs: Default::default(),
+            group_configs: Default::default(),
             brokers: [broker(1), broker(2), broker(3)]
                 .into_iter()
                 .map(|b| (b.id, b))

@@ -336,6 +336,7 @@ fn empty_metadata() -> ClusterMetadata {
         topics: Default::default(),
         internal_topics: Default::default(),
         broker_configs: Default::default(),
+        group_configs: Default::default(),
         brokers: Default::default(),
     }
 }

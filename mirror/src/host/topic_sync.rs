@@ -535,6 +535,7 @@ pub(super) mod mem {
                     topics: topics.into_iter().map(|t| (t.name.clone(), t)).collect(),
                     internal_topics: BTreeMap::new(),
                     broker_configs: Default::default(),
+                    group_configs: Default::default(),
                     brokers: BTreeMap::new(),
                 }),
                 proposed: RefCell::new(Vec::new()),

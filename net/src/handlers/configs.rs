@@ -16,6 +16,7 @@ use kafka_protocol::messages::{
 };
 use kafka_protocol::ResponseError as E;
 use kmirror_control::broker_config;
+use kmirror_control::group_config::{self, BrokerGroupSettings};
 use kmirror_control::metadata::{topic_config, ConfigOp, TopicMeta};
 use kmirror_control::quorum::MetadataCommand;
 
@@ -33,6 +34,14 @@ const SOURCE_DYNAMIC_BROKER: i8 = 2;
 const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 const SOURCE_STATIC_BROKER: i8 = 4;
 const SOURCE_DEFAULT: i8 = 5;
+const SOURCE_GROUP: i8 = 8;
+
+/// The broker's group settings group configs default to: kmirror's consumer-group session
+/// timeout and heartbeat interval are Kafka's defaults (not configurable), as the group
+/// coordinator's `GroupConfig` has them.
+fn group_settings() -> BrokerGroupSettings {
+    BrokerGroupSettings::default()
+}
 
 fn broker_configs(ctx: &Ctx) -> Vec<(&'static str, String)> {
     let c = &ctx.config();
@@ -221,6 +230,44 @@ pub(crate) fn describe_configs(
                 }
             }
             BROKER_LOGGER => {}
+            GROUP if name.is_empty() => {
+                res = res
+                    .with_error_code(E::InvalidRequest.code())
+                    .with_error_message(Some(s("Group name must not be empty")));
+            }
+            GROUP => {
+                // Every key, the group's own value or the default (Kafka's answer; the tool
+                // shows only the group's own unless asked for all).
+                let own = meta.group_configs.get(&name);
+                let defaults = group_settings();
+                let configs = group_config::KEYS
+                    .iter()
+                    .filter(|(k, _)| wanted(k))
+                    .map(|(k, kind)| {
+                        let (value, source) = match own.and_then(|o| o.get(*k)) {
+                            Some(v) => (v.clone(), SOURCE_GROUP),
+                            None => (defaults.default_of(k).unwrap_or_default(), SOURCE_DEFAULT),
+                        };
+                        let synonyms = if req.include_synonyms {
+                            vec![DescribeConfigsSynonym::default()
+                                .with_name(s(k))
+                                .with_value(Some(s(&value)))
+                                .with_source(source)]
+                        } else {
+                            Vec::new()
+                        };
+                        DescribeConfigsResourceResult::default()
+                            .with_name(s(k))
+                            .with_value(Some(s(&value)))
+                            .with_read_only(false)
+                            .with_config_source(source)
+                            .with_is_sensitive(false)
+                            .with_config_type(kind.config_type())
+                            .with_synonyms(synonyms)
+                    })
+                    .collect();
+                res = res.with_configs(configs);
+            }
             other => {
                 res = res
                     .with_error_code(E::InvalidRequest.code())
@@ -415,6 +462,83 @@ async fn alter_broker(
     Ok(())
 }
 
+/// A GROUP resource's changes (`replace`: legacy AlterConfigs, the group's other keys are
+/// dropped), checked as Kafka's controller checks them: the group's resulting keys must pass
+/// [`BrokerGroupSettings::validate`] (INVALID_CONFIG with Kafka's message), and the empty
+/// name (Kafka's default entity) is refused. Stored in the replicated metadata.
+async fn alter_group(
+    ctx: &Ctx,
+    name: &str,
+    changes: Vec<(String, Option<String>)>,
+    validate_only: bool,
+    replace: bool,
+) -> Result<(), ItemError> {
+    if name.is_empty() {
+        return Err((
+            E::InvalidRequest.code(),
+            "Default group resources are not allowed.".into(),
+        ));
+    }
+    let mut after = if replace {
+        BTreeMap::new()
+    } else {
+        ctx.meta()
+            .group_configs
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    };
+    kmirror_control::broker_config::apply(&mut after, &changes, false);
+    group_settings()
+        .validate(&after)
+        .map_err(|msg| (E::InvalidConfig.code(), msg))?;
+    if validate_only {
+        return Ok(());
+    }
+    ctx.cluster()
+        .propose(kmirror_control::quorum::ClusterCommand::Metadata(
+            MetadataCommand::AlterGroupConfigs {
+                group: name.to_owned(),
+                changes,
+                replace,
+            },
+        ))
+        .await
+        .map_err(crate::broker::propose_err)?;
+    Ok(())
+}
+
+/// A GROUP resource's IncrementalAlterConfigs entries as changes: SET and DELETE; APPEND and
+/// SUBTRACT are refused (no group config is a list), and so is a SET without a value.
+fn group_changes(
+    configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+) -> Result<Vec<(String, Option<String>)>, ItemError> {
+    let mut changes = Vec::new();
+    for c in configs {
+        let k = c.name.to_string();
+        match c.config_operation {
+            0 => match &c.value {
+                Some(v) => changes.push((k, Some(v.to_string()))),
+                None => {
+                    return Err((
+                        E::InvalidConfig.code(),
+                        format!("Null value not supported for group configs: {k}"),
+                    ))
+                }
+            },
+            1 => changes.push((k, None)),
+            op => {
+                let verb = if op == 2 { "APPEND" } else { "SUBTRACT" };
+                return Err((
+                    E::InvalidConfig.code(),
+                    format!("Can't {verb} to key {k} because its type is not LIST."),
+                ));
+            }
+        }
+    }
+    Ok(changes)
+}
+
 pub(crate) async fn alter_configs(
     ctx: &Ctx,
     access: &Access<'_>,
@@ -449,6 +573,14 @@ pub(crate) async fn alter_configs(
                     .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
                     .collect();
                 alter_broker(ctx, &name, changes, req.validate_only, true).await
+            }
+            GROUP => {
+                let changes = r
+                    .configs
+                    .iter()
+                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+                    .collect();
+                alter_group(ctx, &name, changes, req.validate_only, true).await
             }
             _ => Err(static_broker_error()),
         };
@@ -529,6 +661,10 @@ pub(crate) async fn incremental_alter_configs(
                     None => alter_broker(ctx, &name, changes, req.validate_only, false).await,
                 }
             }
+            GROUP => match group_changes(&r.configs) {
+                Ok(changes) => alter_group(ctx, &name, changes, req.validate_only, false).await,
+                Err(e) => Err(e),
+            },
             _ => Err(static_broker_error()),
         };
         let mut item = incremental_alter_configs_response::AlterConfigsResourceResponse::default()
@@ -592,6 +728,11 @@ pub(crate) fn list_config_resources(
                 }
                 ids.into_iter().for_each(|id| push(ty, id.to_string()));
             }
+            // Kafka lists the groups that have configs (its GroupConfigManager's ids).
+            GROUP => meta
+                .group_configs
+                .keys()
+                .for_each(|g| push(GROUP, g.clone())),
             _ => {}
         }
     }
