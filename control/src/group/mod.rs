@@ -29,7 +29,7 @@ pub mod embedded;
 mod record;
 mod state;
 
-pub use state::{GroupCoordinator, GroupState};
+pub use state::{GroupCoordinator, GroupState, ShareGroupDescription, ShareHeartbeatOk};
 
 use bytes::Bytes;
 
@@ -346,3 +346,6 @@ mod consumer_tests;
 
 #[cfg(test)]
 mod migration_tests;
+
+#[cfg(test)]
+mod share_tests;

@@ -28,6 +28,7 @@ use serde::Deserialize;
 
 use super::consumer::{CMember, ClassicMeta, ConsumerGroup, MemberState, Parts, TopicView};
 use crate::coordinator_record::{self as cr, DecodeError, Payload, Reader, Writer};
+use crate::share::group_record::{GroupKey as ShareKey, GroupValue as ShareValue};
 
 const LEGACY_OFFSET_COMMIT: i16 = 0;
 const OFFSET_COMMIT: i16 = 1;
@@ -164,6 +165,12 @@ pub(crate) enum Rec {
         group: String,
         member: String,
         current: Option<CurrentAssignment>,
+    },
+    /// A share group's record (types 10–15; `None`: the key's tombstone).
+    #[serde(skip)]
+    Share {
+        key: ShareKey,
+        value: Option<ShareValue>,
     },
 }
 
@@ -323,6 +330,9 @@ impl Rec {
                 })),
             ),
             Rec::GroupDeleted { group } => record(group_key(group), None),
+            Rec::Share { key, value } => {
+                record(key.encode(), value.as_ref().map(ShareValue::encode))
+            }
             Rec::Offset {
                 group,
                 topic,
@@ -633,6 +643,12 @@ fn decode_record(key: &[u8], value: Option<&[u8]>) -> Result<Rec, DecodeError> {
                     }
                 }
             }
+        }
+        10..=15 => {
+            // The share key is read whole from its bytes; `k` is not used for it.
+            let key = ShareKey::decode(key)?.ok_or("not a share-group key")?;
+            let value = value.map(|v| ShareValue::decode(&key, v)).transpose()?;
+            return Ok(Rec::Share { key, value });
         }
         GROUP_METADATA => match value {
             None => Rec::GroupDeleted { group },

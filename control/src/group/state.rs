@@ -18,6 +18,11 @@ use super::{
     MemberDescription, OffsetToCommit, Reply, SyncRequest, SyncResponse, Token,
 };
 use crate::offsets_log::{RecordFile, StoreError};
+use crate::share::group::ShareGroup;
+
+#[path = "share_host.rs"]
+mod share_host;
+pub use share_host::{ShareGroupDescription, ShareHeartbeatOk};
 
 const LOG_NAME: &str = "records.log";
 /// Compact the offsets log after this many appends (superseded commits dominate the file).
@@ -846,6 +851,8 @@ pub struct GroupCoordinator {
     topics: std::sync::Arc<TopicView>,
     /// Group configs (`kafka-configs --entity-type groups`) by group id, from the metadata.
     group_configs: std::sync::Arc<BTreeMap<String, BTreeMap<String, String>>>,
+    /// Share groups (KIP-932), by id; an id is never also in `groups` ([`share_host`]).
+    shares: BTreeMap<String, ShareGroup>,
 }
 
 impl GroupCoordinator {
@@ -922,6 +929,7 @@ impl GroupCoordinator {
         now_ms: i64,
     ) -> Result<GroupCoordinator, StoreError> {
         let mut groups: BTreeMap<String, Group> = BTreeMap::new();
+        let mut shares: BTreeMap<String, ShareGroup> = BTreeMap::new();
         let n = payloads.len();
         for (index, p) in payloads.iter().enumerate() {
             let rec = Rec::decode(p).map_err(|reason| StoreError::BadRecord {
@@ -929,7 +937,10 @@ impl GroupCoordinator {
                 index,
                 reason,
             })?;
-            replay(&mut groups, rec, now_ms);
+            match rec {
+                Rec::Share { key, value } => share_host::replay_share(&mut shares, key, value),
+                rec => replay(&mut groups, rec, now_ms),
+            }
         }
         for g in groups.values_mut() {
             if !g.members.is_empty() {
@@ -941,6 +952,13 @@ impl GroupCoordinator {
             }
         }
         groups.retain(|_, g| g.is_live() || g.generation > 0);
+        // Share members get a full session from the load (deadlines are not stored).
+        for g in shares.values_mut() {
+            g.rearm(
+                now_ms,
+                crate::share::group::ShareGroupLimits::default().session_timeout_ms,
+            );
+        }
         let mut c = GroupCoordinator {
             cfg,
             groups,
@@ -952,6 +970,7 @@ impl GroupCoordinator {
             written: BTreeMap::new(),
             topics: Default::default(),
             group_configs: Default::default(),
+            shares,
         };
         c.reset_written();
         let live = c.live_records().len();
@@ -1118,10 +1137,11 @@ impl GroupCoordinator {
                 }
             }
         }
+        out.extend(self.share_live_records());
         out
     }
 
-    fn compact(&mut self) -> Result<(), StoreError> {
+    pub(super) fn compact(&mut self) -> Result<(), StoreError> {
         self.file.sync()?;
         let live = self.live_records();
         self.file.rewrite(&live)?;
@@ -1139,6 +1159,12 @@ impl GroupCoordinator {
             return vec![Reply::Join(
                 token,
                 JoinResponse::error(INVALID_GROUP_ID, &req.member_id),
+            )];
+        }
+        if self.shares.contains_key(&req.group_id) {
+            return vec![Reply::Join(
+                token,
+                JoinResponse::error(INCONSISTENT_GROUP_PROTOCOL, &req.member_id),
             )];
         }
         if req.session_timeout_ms < cfg.min_session_timeout_ms
@@ -1401,6 +1427,7 @@ impl GroupCoordinator {
                 }
             })
             .1;
+        self.expire_share_members(now_ms);
         if now_ms >= self.next_offsets_check_ms {
             self.next_offsets_check_ms = now_ms + self.cfg.offsets_retention_check_interval_ms;
             if self.expire_offsets(now_ms) {
@@ -1525,6 +1552,7 @@ impl GroupCoordinator {
                     state_name: g.state.as_str(),
                 },
             })
+            .chain(self.share_listings())
             .filter(|l| {
                 states_filter.is_empty()
                     || states_filter
@@ -1540,8 +1568,11 @@ impl GroupCoordinator {
             .collect()
     }
 
-    /// "classic" or "consumer"; None if the group does not exist.
+    /// "classic", "consumer" or "share"; None if the group does not exist.
     pub fn group_type(&self, group_id: &str) -> Option<&'static str> {
+        if self.shares.contains_key(group_id) {
+            return Some("share");
+        }
         self.groups
             .get(group_id)
             .filter(|g| g.state != GroupState::Dead)
@@ -1597,6 +1628,10 @@ impl GroupCoordinator {
     pub fn delete_groups(&mut self, group_ids: &[String]) -> Vec<i16> {
         let mut codes = Vec::with_capacity(group_ids.len());
         for id in group_ids {
+            if self.shares.contains_key(id) {
+                codes.push(self.delete_share_group(id));
+                continue;
+            }
             let code = match self.groups.get(id) {
                 None => GROUP_ID_NOT_FOUND,
                 Some(g) if g.state == GroupState::Dead => GROUP_ID_NOT_FOUND,
@@ -1634,6 +1669,10 @@ impl GroupCoordinator {
     ) -> Result<(), i16> {
         if ctx.group_id.is_empty() {
             return Err(INVALID_GROUP_ID);
+        }
+        // A share group keeps no committed offsets (Kafka's ShareGroup.validateOffsetCommit).
+        if self.shares.contains_key(&ctx.group_id) {
+            return Err(GROUP_ID_NOT_FOUND);
         }
         if !self.groups.contains_key(&ctx.group_id) {
             if ctx.generation_id < 0 {
@@ -1944,6 +1983,12 @@ impl GroupCoordinator {
                 ));
             }
         }
+        if self.shares.contains_key(&req.group_id) {
+            return refuse(CgHeartbeatResponse::error(
+                GROUP_ID_NOT_FOUND,
+                format!("Group {} is not a consumer group.", req.group_id),
+            ));
+        }
         let limits = self.limits(&req.group_id);
         let create = req.member_epoch == 0;
         self.run(now_ms, |groups, cx| {
@@ -2247,6 +2292,8 @@ fn replay(groups: &mut BTreeMap<String, Group>, rec: Rec, now: i64) {
         Rec::GroupDeleted { group } => {
             groups.remove(&group);
         }
+        // Routed to the share groups before this is called.
+        Rec::Share { .. } => {}
         Rec::Consumer { group, state } => {
             *consumer_of(groups, &group) = state;
         }
