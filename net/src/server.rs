@@ -493,11 +493,18 @@ async fn handle_frame(
             p.api_key, session.listener
         )));
     }
-    // Until the node has caught up, requests wait (ApiVersions and the SASL exchange need
-    // no metadata and are answered at once).
+    // Until the node has caught up, requests wait. ApiVersions and the SASL exchange need no
+    // metadata, and the quorum APIs read the raft state, not the metadata (Kafka's
+    // controllers answer them without a broker registration; a voter whose log was wiped
+    // cannot register until it is removed and added back, which these APIs do).
     if !matches!(
         ApiKey::try_from(p.api_key),
-        Ok(ApiKey::ApiVersions | ApiKey::SaslHandshake | ApiKey::SaslAuthenticate)
+        Ok(ApiKey::ApiVersions
+            | ApiKey::SaslHandshake
+            | ApiKey::SaslAuthenticate
+            | ApiKey::DescribeQuorum
+            | ApiKey::AddRaftVoter
+            | ApiKey::RemoveRaftVoter)
     ) {
         ctx.wait_ready().await;
     }
