@@ -475,30 +475,41 @@ fn nowhere() -> Arc<dyn Committer> {
     Arc::new(Nowhere)
 }
 
-/// The topics consumer groups may subscribe to: every topic, by name, the internal ones too
-/// (Kafka's coordinator resolves a KIP-848 regex over all topics; a classic client leaves
-/// internal topics out itself with `exclude.internal.topics`). Cached per thread by metadata
-/// version, so heartbeats do not rebuild it while topics stay the same.
-pub fn topic_view(meta: &kmirror_control::metadata::ClusterMetadata) -> Arc<TopicView> {
-    thread_local! {
-        static CACHE: std::cell::RefCell<Option<(String, u64, Arc<TopicView>)>> =
-            const { std::cell::RefCell::new(None) };
-    }
-    CACHE.with(|c| {
+/// A view of the metadata built once per metadata version and cluster: the last one built
+/// on this thread, or a fresh one from `build`.
+type Cached<T> = std::cell::RefCell<Option<(String, u64, Arc<T>)>>;
+
+fn cached<T>(
+    cache: &'static std::thread::LocalKey<Cached<T>>,
+    meta: &kmirror_control::metadata::ClusterMetadata,
+    build: impl FnOnce() -> T,
+) -> Arc<T> {
+    cache.with(|c| {
         let mut c = c.borrow_mut();
         if let Some((cluster, version, view)) = c.as_ref() {
             if *version == meta.version && *cluster == meta.cluster_id {
                 return view.clone();
             }
         }
-        let view: Arc<TopicView> = Arc::new(
-            meta.topics
-                .values()
-                .map(|t| (t.name.clone(), (t.id, t.partition_count())))
-                .collect(),
-        );
+        let view = Arc::new(build());
         *c = Some((meta.cluster_id.clone(), meta.version, view.clone()));
         view
+    })
+}
+
+/// The topics consumer groups may subscribe to: every topic, by name, the internal ones too
+/// (Kafka's coordinator resolves a KIP-848 regex over all topics; a classic client leaves
+/// internal topics out itself with `exclude.internal.topics`). Cached per thread by metadata
+/// version, so heartbeats do not rebuild it while topics stay the same.
+pub fn topic_view(meta: &kmirror_control::metadata::ClusterMetadata) -> Arc<TopicView> {
+    thread_local! {
+        static CACHE: Cached<TopicView> = const { std::cell::RefCell::new(None) };
+    }
+    cached(&CACHE, meta, || {
+        meta.topics
+            .values()
+            .map(|t| (t.name.clone(), (t.id, t.partition_count())))
+            .collect()
     })
 }
 
@@ -511,20 +522,9 @@ pub fn group_configs_view(
     meta: &kmirror_control::metadata::ClusterMetadata,
 ) -> Arc<GroupConfigsView> {
     thread_local! {
-        static CACHE: std::cell::RefCell<Option<(String, u64, Arc<GroupConfigsView>)>> =
-            const { std::cell::RefCell::new(None) };
+        static CACHE: Cached<GroupConfigsView> = const { std::cell::RefCell::new(None) };
     }
-    CACHE.with(|c| {
-        let mut c = c.borrow_mut();
-        if let Some((cluster, version, view)) = c.as_ref() {
-            if *version == meta.version && *cluster == meta.cluster_id {
-                return view.clone();
-            }
-        }
-        let view = Arc::new(meta.group_configs.clone());
-        *c = Some((meta.cluster_id.clone(), meta.version, view.clone()));
-        view
-    })
+    cached(&CACHE, meta, || meta.group_configs.clone())
 }
 
 fn now_ms() -> i64 {

@@ -563,11 +563,7 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             replace,
         } => {
             store.update_cluster(|s| {
-                let stored = s.broker_configs.entry(entity.clone()).or_default();
-                crate::broker_config::apply(stored, changes, *replace);
-                if stored.is_empty() {
-                    s.broker_configs.remove(entity);
-                }
+                apply_configs(&mut s.broker_configs, entity, changes, *replace);
                 Ok(())
             })?;
             Outcome::Brokers
@@ -578,11 +574,7 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             replace,
         } => {
             store.update_cluster(|s| {
-                let stored = s.group_configs.entry(group.clone()).or_default();
-                crate::broker_config::apply(stored, changes, *replace);
-                if stored.is_empty() {
-                    s.group_configs.remove(group);
-                }
+                apply_configs(&mut s.group_configs, group, changes, *replace);
                 Ok(())
             })?;
             Outcome::Applied
@@ -649,6 +641,21 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
 /// Client changes of a mirror topic are refused: it is read-only while mirrored.
 /// The coordinators' topics stay as created: deleting one would drop every group's offsets
 /// and every transaction's state, and more partitions would move keys to other partitions.
+/// Applies config changes to one entity's keys (broker or group configs); an entity left
+/// without keys is dropped.
+fn apply_configs(
+    all: &mut BTreeMap<String, BTreeMap<String, String>>,
+    entity: &str,
+    changes: &[(String, Option<String>)],
+    replace: bool,
+) {
+    let stored = all.entry(entity.to_string()).or_default();
+    crate::broker_config::apply(stored, changes, replace);
+    if stored.is_empty() {
+        all.remove(entity);
+    }
+}
+
 fn refuse_internal_topic(
     store: &MetadataStore,
     name: &str,

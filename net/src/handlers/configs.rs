@@ -539,6 +539,16 @@ fn group_changes(
     Ok(changes)
 }
 
+/// A legacy AlterConfigs resource's entries as changes (a null value deletes).
+fn legacy_changes(
+    r: &kafka_protocol::messages::alter_configs_request::AlterConfigsResource,
+) -> Vec<(String, Option<String>)> {
+    r.configs
+        .iter()
+        .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
+        .collect()
+}
+
 pub(crate) async fn alter_configs(
     ctx: &Ctx,
     access: &Access<'_>,
@@ -566,22 +576,8 @@ pub(crate) async fn alter_configs(
                     .collect();
                 alter_topic(ctx, name, TopicChange::Replace(map), req.validate_only).await
             }
-            BROKER => {
-                let changes = r
-                    .configs
-                    .iter()
-                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                    .collect();
-                alter_broker(ctx, &name, changes, req.validate_only, true).await
-            }
-            GROUP => {
-                let changes = r
-                    .configs
-                    .iter()
-                    .map(|c| (c.name.to_string(), c.value.as_ref().map(|v| v.to_string())))
-                    .collect();
-                alter_group(ctx, &name, changes, req.validate_only, true).await
-            }
+            BROKER => alter_broker(ctx, &name, legacy_changes(&r), req.validate_only, true).await,
+            GROUP => alter_group(ctx, &name, legacy_changes(&r), req.validate_only, true).await,
             _ => Err(static_broker_error()),
         };
         let mut item = alter_configs_response::AlterConfigsResourceResponse::default()
