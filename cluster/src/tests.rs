@@ -50,6 +50,7 @@ fn empty_metadata() -> ClusterMetadata {
         internal_topics: BTreeMap::new(),
         broker_configs: Default::default(),
         group_configs: Default::default(),
+        features: Default::default(),
         brokers: BTreeMap::new(),
     }
 }

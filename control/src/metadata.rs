@@ -267,10 +267,23 @@ pub struct ClusterMetadata {
     /// [`crate::group_config`].
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Finalized levels of the features the cluster upgrades with UpdateFeatures
+    /// (`share.version`); a feature not here is at level 0, as in Kafka's metadata log.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub features: BTreeMap<String, i16>,
 }
 
 /// The internal topics kmirror describes itself (its coordinators' topics).
 pub const INTERNAL_TOPICS: [&str; 2] = ["__consumer_offsets", "__transaction_state"];
+
+/// The share coordinator's topic (KIP-932): created on first use like the two above, but a
+/// user may create it too (Kafka lets CreateTopics make it), so its name is not reserved.
+pub const SHARE_STATE_TOPIC: &str = "__share_group_state";
+
+/// Whether `name` is a coordinator's topic ([`INTERNAL_TOPICS`] or [`SHARE_STATE_TOPIC`]).
+pub fn is_coordinator_topic(name: &str) -> bool {
+    INTERNAL_TOPICS.contains(&name) || name == SHARE_STATE_TOPIC
+}
 
 /// Kafka 4.1's internal topics (Topic.INTERNAL_TOPICS): described with is_internal.
 pub const KAFKA_INTERNAL_TOPICS: [&str; 3] = [
@@ -285,6 +298,16 @@ pub const KAFKA_INTERNAL_TOPICS: [&str; 3] = [
 /// `transaction.state.log.min.isr` (2), at most its replication factor.
 pub fn internal_topic_configs(name: &str, replication_factor: usize) -> BTreeMap<String, String> {
     let mut c = BTreeMap::new();
+    if name == SHARE_STATE_TOPIC {
+        // ShareCoordinatorService's: kept by time-less deletion, pruned by the coordinator.
+        c.insert("cleanup.policy".to_string(), "delete".to_string());
+        c.insert("retention.ms".to_string(), "-1".to_string());
+        c.insert("segment.bytes".to_string(), "104857600".to_string());
+        c.insert("compression.type".to_string(), "producer".to_string());
+        let min_isr = replication_factor.clamp(1, 2);
+        c.insert("min.insync.replicas".to_string(), min_isr.to_string());
+        return c;
+    }
     c.insert("cleanup.policy".to_string(), "compact".to_string());
     c.insert("segment.bytes".to_string(), "104857600".to_string());
     if name == "__transaction_state" {
@@ -441,6 +464,7 @@ impl MetadataStore {
                 internal_topics: BTreeMap::new(),
                 broker_configs: Default::default(),
                 group_configs: Default::default(),
+                features: Default::default(),
                 brokers: BTreeMap::new(),
             },
         };
@@ -645,7 +669,7 @@ impl MetadataStore {
         assignments: Vec<PartitionAssignment>,
         first_leader_epoch: i32,
     ) -> Result<TopicMeta, MetadataError> {
-        if !INTERNAL_TOPICS.contains(&name) {
+        if !is_coordinator_topic(name) {
             return Err(MetadataError::UnknownTopic(name.to_string()));
         }
         if assignments.is_empty() {

@@ -304,6 +304,26 @@ impl RecordFile {
     }
 }
 
+/// The partition of `log`'s topic a payload belongs on: its key's (a share-state key names
+/// a group, a topic id and a partition: Kafka's `SharePartitionKey` string is hashed).
+fn payload_partition(log: CoordinatorLog, payload: &Payload, partitions: i32) -> Option<i32> {
+    if log == CoordinatorLog::ShareState {
+        let Payload::Record { key, value, .. } = payload else {
+            return None;
+        };
+        let r = crate::share::state_record::StateRecord::decode(key, value.as_deref()).ok()?;
+        let k = r.key();
+        return Some(crate::share::state_record::state_partition(
+            &k.group,
+            k.topic,
+            k.partition,
+            partitions,
+        ));
+    }
+    let id = coordinator_record::payload_key_id(payload)?;
+    Some(partition_for(&id, partitions))
+}
+
 /// Writes one sync's records to their keys' partitions, one append (of one or more batches)
 /// per partition. Producer-id blocks are not written: on partitions they come from the
 /// metadata quorum.
@@ -316,10 +336,9 @@ fn write_partitions(
     let mut by_partition: BTreeMap<i32, Vec<Payload>> = BTreeMap::new();
     for r in records {
         let payload = Payload::decode(r).map_err(std::io::Error::other)?;
-        let Some(id) = coordinator_record::payload_key_id(&payload) else {
+        let Some(p) = payload_partition(log, &payload, loaded.partitions) else {
             continue;
         };
-        let p = partition_for(&id, loaded.partitions);
         by_partition.entry(p).or_default().push(payload);
     }
     let now = SystemTime::now()
@@ -345,6 +364,7 @@ fn log_path(log: CoordinatorLog) -> PathBuf {
     PathBuf::from(match log {
         CoordinatorLog::Offsets => "<quorum>/__consumer_offsets",
         CoordinatorLog::Transactions => "<quorum>/__transaction_state",
+        CoordinatorLog::ShareState => "<partitions>/__share_group_state",
     })
 }
 

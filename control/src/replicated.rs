@@ -67,6 +67,9 @@ pub enum CoordinatorLog {
     Offsets,
     /// `__transaction_state-0/records.log`: producer-id blocks and transaction metadata.
     Transactions,
+    /// `__share_group_state`: share partitions' state (KIP-932). Only ever on its partitions;
+    /// the Raft log never held it.
+    ShareState,
 }
 
 /// One change of a coordinator log: records appended, or the whole log replaced by its live
@@ -99,6 +102,7 @@ impl CoordinatorLogs {
         match log {
             CoordinatorLog::Offsets => &self.offsets,
             CoordinatorLog::Transactions => &self.transactions,
+            CoordinatorLog::ShareState => &[],
         }
     }
 
@@ -107,6 +111,8 @@ impl CoordinatorLogs {
         let records = match log {
             CoordinatorLog::Offsets => &mut self.offsets,
             CoordinatorLog::Transactions => &mut self.transactions,
+            // Never proposed: the share coordinator writes only to its partitions.
+            CoordinatorLog::ShareState => return,
         };
         match op {
             LogOp::Append(r) => records.extend(r.iter().cloned()),

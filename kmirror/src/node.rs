@@ -238,6 +238,7 @@ pub fn start_with(
         acls,
         quotas,
         conn_limits,
+        shares: Default::default(),
     });
     // Every core binds every listener (SO_REUSEPORT) and serves each with its protocol.
     let (bound_tx, bound_rx) = std::sync::mpsc::channel::<startup::Bound>();

@@ -1887,14 +1887,8 @@ impl<T: Transport> KafkaSource<T> {
         &mut self,
         wanted: impl Fn(&str) -> bool,
     ) -> Result<BTreeMap<String, BTreeMap<TopicPartition, i64>>, SourceError> {
-        let md = self.send_any(&build::metadata(Some(&[])), 4).await?;
-        let brokers: Vec<String> = md
-            .brokers
-            .iter()
-            .map(|b| format!("{}:{}", b.host, b.port))
-            .collect();
         let mut groups = std::collections::BTreeSet::new();
-        for addr in &brokers {
+        for addr in &self.broker_addrs().await? {
             let lg = self.send_to(addr, &build::list_groups(), 0).await?;
             if lg.error_code != code::NONE {
                 return Err(SourceError::Other(format!(
@@ -1903,25 +1897,17 @@ impl<T: Transport> KafkaSource<T> {
                 )));
             }
             for g in &lg.groups {
-                if wanted(&g.group_id.0) {
+                // Share groups have no committed offsets (see `share_group_offsets`).
+                if wanted(&g.group_id.0) && g.group_type.as_str() != "share" {
                     groups.insert(g.group_id.0.to_string());
                 }
             }
         }
         let mut out = BTreeMap::new();
         for g in groups {
-            let fc = self
-                .send_any_built(0, |v| build::find_group_coordinator(&g, v))
-                .await?;
-            let (c, host, port) = match fc.coordinators.first() {
-                Some(c) => (c.error_code, c.host.to_string(), c.port),
-                None => (fc.error_code, fc.host.to_string(), fc.port),
-            };
-            if c != code::NONE {
-                // Coordinator moving: skip this group this round.
+            let Some(addr) = self.group_coordinator(&g).await? else {
                 continue;
-            }
-            let addr = format!("{host}:{port}");
+            };
             let of = {
                 let r = match self.conn(&addr).await {
                     Ok(conn) => {
@@ -1969,6 +1955,116 @@ impl<T: Transport> KafkaSource<T> {
 }
 
 impl<T: Transport> KafkaSource<T> {
+    /// Every broker's address, from Metadata.
+    async fn broker_addrs(&mut self) -> Result<Vec<String>, SourceError> {
+        let md = self.send_any(&build::metadata(Some(&[])), 4).await?;
+        Ok(md
+            .brokers
+            .iter()
+            .map(|b| format!("{}:{}", b.host, b.port))
+            .collect())
+    }
+
+    /// The address of `group`'s coordinator; None while it is moving (the group is skipped
+    /// this round).
+    async fn group_coordinator(&mut self, group: &str) -> Result<Option<String>, SourceError> {
+        let fc = self
+            .send_any_built(0, |v| build::find_group_coordinator(group, v))
+            .await?;
+        let (c, host, port) = match fc.coordinators.first() {
+            Some(c) => (c.error_code, c.host.to_string(), c.port),
+            None => (fc.error_code, fc.host.to_string(), fc.port),
+        };
+        Ok((c == code::NONE).then(|| format!("{host}:{port}")))
+    }
+
+    /// Every share group's start offset (KIP-932's share-partition start offset) per
+    /// initialized partition, for the groups `wanted` keeps: ListGroups of type share on
+    /// every broker, then DescribeShareGroupOffsets at each group's coordinator. `None` when
+    /// the source has no share groups to offer (older than Kafka 4.1, or `share.version`
+    /// not enabled). A group whose coordinator is moving, or that is gone, is skipped this
+    /// round; partitions without a start offset yet (-1) are left out.
+    pub async fn share_group_offsets(
+        &mut self,
+        wanted: impl Fn(&str) -> bool,
+    ) -> Result<Option<BTreeMap<String, BTreeMap<TopicPartition, i64>>>, SourceError> {
+        let unsupported = |c: i16| c == code::UNSUPPORTED_VERSION || c == code::INVALID_REQUEST;
+        let mut groups = std::collections::BTreeSet::new();
+        for addr in &self.broker_addrs().await? {
+            let lg = match self.send_to(addr, &build::list_share_groups(), 5).await {
+                Err(SourceError::Client(ClientError::UnsupportedApi { .. })) => return Ok(None),
+                r => r?,
+            };
+            if unsupported(lg.error_code) {
+                return Ok(None);
+            }
+            if lg.error_code != code::NONE {
+                return Err(SourceError::Other(format!(
+                    "ListGroups (share) on {addr}: {}",
+                    code::name(lg.error_code)
+                )));
+            }
+            groups.extend(
+                lg.groups
+                    .iter()
+                    .filter(|g| g.group_type.as_str() == "share" && wanted(&g.group_id.0))
+                    .map(|g| g.group_id.0.to_string()),
+            );
+        }
+        let mut out = BTreeMap::new();
+        for g in groups {
+            let Some(addr) = self.group_coordinator(&g).await? else {
+                continue;
+            };
+            let r = match self.conn(&addr).await {
+                Ok(conn) => {
+                    conn.send_with(
+                        &build::describe_share_group_offsets(&g),
+                        0,
+                        0,
+                        Duration::ZERO,
+                    )
+                    .await
+                }
+                Err(e) => Err(e),
+            };
+            let resp = match r {
+                Ok((_, resp)) => resp,
+                Err(ClientError::UnsupportedApi { .. }) => return Ok(None),
+                Err(e) => {
+                    self.drop_on_fatal(&addr, &e);
+                    return Err(e.into());
+                }
+            };
+            let Some(grp) = resp.groups.first() else {
+                continue;
+            };
+            if unsupported(grp.error_code) {
+                return Ok(None);
+            }
+            if grp.error_code != code::NONE {
+                continue;
+            }
+            let starts: BTreeMap<TopicPartition, i64> = grp
+                .topics
+                .iter()
+                .flat_map(|t| {
+                    t.partitions
+                        .iter()
+                        .filter(|p| p.error_code == code::NONE && p.start_offset >= 0)
+                        .map(|p| {
+                            (
+                                TopicPartition::new(t.topic_name.0.to_string(), p.partition_index),
+                                p.start_offset,
+                            )
+                        })
+                })
+                .collect();
+            out.insert(g, starts);
+        }
+        Ok(Some(out))
+    }
+
     /// Metadata for `topics` from any reachable broker (shared fetchers cache it per topic).
     pub(crate) async fn metadata(
         &mut self,

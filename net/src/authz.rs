@@ -105,6 +105,10 @@ pub mod table {
     /// passes with it for every topic, otherwise with topic DESCRIBE.
     pub const REPLICA_CLUSTER_ACTION: Need = need(CLUSTER, CLUSTER_ACTION);
     pub const TXN_OFFSET_COMMIT_TOPIC: Need = need(TOPIC, READ);
+    /// The share coordinator's state RPCs (83-87) are sent by brokers.
+    pub const SHARE_STATE_CLUSTER_ACTION: Need = need(CLUSTER, CLUSTER_ACTION);
+    /// ShareFetch and ShareAcknowledge: READ on the group and on each topic.
+    pub const SHARE_FETCH_TOPIC: Need = need(TOPIC, READ);
     // Mirror APIs (seed 000's ACL and error tables): the admin APIs (create, add, remove,
     // pause, resume, delete) need ALTER on the cluster and answer MIRROR_AUTHORIZATION_FAILED;
     // LastMirroredEpochs and DescribeMirrors (a failback's source queries) need READ on the
@@ -376,6 +380,31 @@ pub fn before_group_api(
             }
             Patch::None
         }
+        RequestKind::ShareGroupHeartbeat(ref r) => {
+            require!(table::GROUP_READ, &r.group_id, req);
+            let denied = r
+                .subscribed_topic_names
+                .iter()
+                .flatten()
+                .any(|t| !access.allows(table::METADATA, t));
+            if denied {
+                return deny(req, topic_denied);
+            }
+            Patch::None
+        }
+        RequestKind::ShareGroupDescribe(mut r) => {
+            let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+                .into_iter()
+                .partition(|g| access.allows(table::DESCRIBE_GROUPS, g));
+            r.group_ids = ok;
+            let patch = Patch::ShareGroupDescribe(denied);
+            if r.group_ids.is_empty() {
+                return Err(
+                    patch.apply(access, ResponseKind::ShareGroupDescribe(Default::default()))
+                );
+            }
+            return Ok((RequestKind::ShareGroupDescribe(r), patch));
+        }
         RequestKind::ConsumerGroupDescribe(mut r) => {
             let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
                 .into_iter()
@@ -493,6 +522,7 @@ pub enum Patch {
     },
     DeleteGroups(Vec<kafka_protocol::messages::GroupId>),
     ConsumerGroupDescribe(Vec<kafka_protocol::messages::GroupId>),
+    ShareGroupDescribe(Vec<kafka_protocol::messages::GroupId>),
     ListGroups,
     FindCoordinator(Vec<kafka_protocol::messages::find_coordinator_response::Coordinator>),
     OffsetDelete(Vec<kafka_protocol::messages::offset_delete_request::OffsetDeleteRequestTopic>),
@@ -623,6 +653,15 @@ impl Patch {
                         .with_authorized_operations(crate::handlers::NO_AUTHORIZED_OPS)
                 }));
                 ResponseKind::ConsumerGroupDescribe(r)
+            }
+            (Patch::ShareGroupDescribe(denied), ResponseKind::ShareGroupDescribe(mut r)) => {
+                r.groups.extend(denied.into_iter().map(|g| {
+                    kafka_protocol::messages::share_group_describe_response::DescribedGroup::default()
+                        .with_group_id(g)
+                        .with_error_code(group_denied)
+                        .with_authorized_operations(crate::handlers::NO_AUTHORIZED_OPS)
+                }));
+                ResponseKind::ShareGroupDescribe(r)
             }
             (Patch::ListGroups, ResponseKind::ListGroups(mut r)) => {
                 if !access.allows_cluster(table::DESCRIBE_CLUSTER) {

@@ -188,6 +188,8 @@ pub struct Broker {
     pub quotas: crate::quota::SharedQuotas,
     /// Open connections against the dynamic broker configs' connection limits.
     pub conn_limits: Arc<crate::conn_limits::ConnLimits>,
+    /// The broker's share sessions (ShareFetch / ShareAcknowledge).
+    pub shares: crate::share_fetch::BrokerShares,
 }
 
 /// One core's view: the broker plus the engine context and a metadata cache.
@@ -276,6 +278,10 @@ impl Broker {
                 cfg.transaction_state_partitions,
                 cfg.transaction_state_replication_factor,
             )
+        } else if name == kmirror_control::metadata::SHARE_STATE_TOPIC {
+            // Kafka's `share.coordinator.state.topic.num.partitions` and replication factor
+            // defaults (50, 3: as the offsets topic's).
+            (50, cfg.offsets_topic_replication_factor)
         } else {
             (
                 cfg.offsets_topic_partitions,
@@ -351,6 +357,10 @@ impl Ctx {
 
     pub fn conn_limits(&self) -> &Arc<crate::conn_limits::ConnLimits> {
         &self.broker.conn_limits
+    }
+
+    pub fn shares(&self) -> &crate::share_fetch::BrokerShares {
+        &self.broker.shares
     }
 
     pub fn new(broker: Arc<Broker>, core: CoreContext) -> Ctx {
@@ -611,12 +621,24 @@ impl EngineMarkerSink {
         F: FnOnce(Router) -> Fut + Send + 'static,
         Fut: Future<Output = ()> + 'static,
     {
+        self.spawn_near(
+            &TopicPartition::new(first.topic.clone(), first.partition),
+            make,
+        )
+    }
+
+    /// As [`Self::spawn`], on the core owning `tp`.
+    pub(crate) fn spawn_near<F, Fut>(&self, tp: &TopicPartition, make: F) -> Result<(), String>
+    where
+        F: FnOnce(Router) -> Fut + Send + 'static,
+        Fut: Future<Output = ()> + 'static,
+    {
         let router = self
             .router
             .get()
             .ok_or_else(|| "broker not started".to_string())?
             .clone();
-        let core = router.owner(&TopicPartition::new(first.topic.clone(), first.partition));
+        let core = router.owner(tp);
         let r = router.clone();
         router
             .spawn_on_queued(core, move || make(r))

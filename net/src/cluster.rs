@@ -394,6 +394,7 @@ impl Cluster {
             internal_topics: Default::default(),
             broker_configs: Default::default(),
             group_configs: Default::default(),
+            features: Default::default(),
             brokers: Default::default(),
         }))
     }

@@ -297,6 +297,7 @@ mod tests {
             brokers: Default::default(),
             broker_configs: Default::default(),
             group_configs: Default::default(),
+            features: Default::default(),
         };
         let to_map = |kv: &[(&str, &str)]| {
             kv.iter()

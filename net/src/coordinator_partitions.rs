@@ -34,6 +34,7 @@ fn topic(log: CoordinatorLog) -> &'static str {
     match log {
         CoordinatorLog::Offsets => "__consumer_offsets",
         CoordinatorLog::Transactions => "__transaction_state",
+        CoordinatorLog::ShareState => kmirror_control::metadata::SHARE_STATE_TOPIC,
     }
 }
 
@@ -114,6 +115,7 @@ impl CoordinatorSeat for PartitionSeat {
         Some(Led {
             offsets: self.led_of(&meta, CoordinatorLog::Offsets),
             txns: self.led_of(&meta, CoordinatorLog::Transactions),
+            shares: self.led_of(&meta, CoordinatorLog::ShareState),
         })
     }
 

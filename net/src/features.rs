@@ -4,9 +4,12 @@
 //! kmirror finalizes `metadata.version` and `kraft.version` at fixed levels (it has no KRaft
 //! quorum to upgrade; the levels are those of the Kafka release it is a drop-in for) and
 //! `mirror.version`, which the mirroring extension owns and persists: setting it to 0 turns
-//! the mirror APIs off (UNSUPPORTED_VERSION), as KIP-1279 says. Features kmirror does not
-//! implement (transaction.version 2, group.version 1, share.version, ...) are not advertised:
-//! a client seeing them finalized would switch protocols kmirror does not speak.
+//! the mirror APIs off (UNSUPPORTED_VERSION), as KIP-1279 says. `share.version` (KIP-932) is
+//! the cluster's: kept in the replicated metadata, 0 until `kafka-features upgrade` sets it,
+//! and while it is 0 the share-group APIs answer UNSUPPORTED_VERSION (ApiVersions lists
+//! them either way, as Kafka does). Features kmirror does not implement (transaction.version
+//! 2, group.version 1, ...) are not advertised: a client seeing them finalized would switch
+//! protocols kmirror does not speak.
 //!
 //! Updates are validated like Kafka's controller: an unknown feature or a level outside the
 //! supported range is INVALID_UPDATE_VERSION, a lower level needs a downgrade type, and a
@@ -30,6 +33,13 @@ pub(crate) const METADATA_VERSION: (i16, i16) = (7, 27);
 /// `kraft.version`: static quorum (0) or KIP-853 dynamic quorum (1).
 pub(crate) const KRAFT_VERSION: (i16, i16) = (0, 1);
 const KRAFT_VERSION_FINALIZED: i16 = 0;
+/// KIP-932's feature: share groups off (0) or on (1).
+pub(crate) const SHARE_VERSION: &str = "share.version";
+
+/// Whether share groups are on (`share.version` ≥ 1).
+pub(crate) fn share_groups_enabled(meta: &kmirror_control::metadata::ClusterMetadata) -> bool {
+    meta.features.get(SHARE_VERSION).is_some_and(|l| *l >= 1)
+}
 
 /// Kafka's UpdateFeatures upgrade types.
 const UPGRADE: i8 = 1;
@@ -53,6 +63,12 @@ pub(crate) fn all(ctx: &Ctx) -> Vec<ExtensionFeature> {
             min: KRAFT_VERSION.0,
             max: KRAFT_VERSION.1,
             level: KRAFT_VERSION_FINALIZED,
+        },
+        ExtensionFeature {
+            name: SHARE_VERSION,
+            min: 0,
+            max: 1,
+            level: ctx.meta().features.get(SHARE_VERSION).copied().unwrap_or(0),
         },
     ];
     if let Some(ext) = ctx.extension() {
@@ -227,6 +243,24 @@ pub(crate) async fn update_features(
         .map(|u| (u.feature.to_string(), u.max_version_level))
         .collect();
     let mut applied: Vec<Result<(), Refusal>> = outcomes;
+    // The cluster's own features go through the quorum; the rest are the extension's.
+    let (cluster_kept, changes): (Vec<_>, Vec<_>) =
+        changes.into_iter().partition(|(n, _)| n == SHARE_VERSION);
+    for (n, level) in cluster_kept {
+        let cmd = kmirror_control::quorum::ClusterCommand::Metadata(
+            kmirror_control::quorum::MetadataCommand::SetFeature {
+                name: n.clone(),
+                level,
+            },
+        );
+        if let Err(e) = ctx.cluster().propose(cmd).await {
+            let (code, msg) = crate::broker::propose_err(e);
+            if let Some(i) = names.iter().position(|x| *x == n) {
+                applied[i] = Err((code, msg));
+            }
+        }
+        EPOCH.fetch_add(1, Ordering::Relaxed);
+    }
     if let (Some(ext), false) = (ctx.extension().cloned(), changes.is_empty()) {
         let done = glommio::executor()
             .spawn_blocking(move || {

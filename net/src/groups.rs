@@ -70,6 +70,9 @@ use kmirror_control::offsets_log::StoreError;
 use kmirror_control::replicated::{
     Committer, CoordinatorLog, CoordinatorLogs, Loaded, PartitionWriter,
 };
+use kmirror_control::share::store::ShareStateStore;
+
+mod share;
 use kmirror_control::txn::{MarkerJob, ProducerIdSource, TxnConfig, TxnCoordinator};
 
 /// Writes transaction markers (commit/abort control batches) to data partitions. Implemented by
@@ -80,6 +83,56 @@ pub trait MarkerSink: Send + Sync {
     /// [`MarkersDone::report`]. `Err`: no core took the job (the engine has not started or is
     /// stopping); nothing was written and `done` is dropped.
     fn write_markers(&self, markers: Vec<TxnMarker>, done: MarkersDone) -> Result<(), String>;
+
+    /// Starts initializing the share state of `parts` of `group` at `state_epoch` and
+    /// `start_offset` (-1: the leader's auto-offset-reset) on the share coordinators of
+    /// other nodes (InitializeShareGroupState), as a task that ends with
+    /// [`ShareInitDone::report`]. `Err`: not started (a one-node sink has no peers).
+    fn initialize_share_state(
+        &self,
+        group: String,
+        parts: Vec<(uuid::Uuid, i32)>,
+        state_epoch: i32,
+        start_offset: i64,
+        done: ShareInitDone,
+    ) -> Result<(), String> {
+        let _ = (group, parts, state_epoch, start_offset, done);
+        Err("no share coordinators on other nodes".into())
+    }
+
+    /// Starts deleting the share state of `parts` of `group` on the share coordinators of
+    /// other nodes (DeleteShareGroupState), as a task nobody waits for: a failure is logged,
+    /// and the state is overwritten when the partition is initialized again. `Err`: not
+    /// started.
+    fn delete_share_state(
+        &self,
+        group: String,
+        parts: Vec<(uuid::Uuid, i32)>,
+    ) -> Result<(), String> {
+        let _ = (group, parts);
+        Err("no share coordinators on other nodes".into())
+    }
+}
+
+/// A remote share-state initialization's way back to the coordinator thread.
+pub struct ShareInitDone {
+    group: String,
+    tx: flume::Sender<Msg>,
+    generation: u64,
+}
+
+impl ShareInitDone {
+    /// Reports which partitions were initialized and which were not (retried by a later
+    /// heartbeat).
+    pub async fn report(self, ok: Vec<(uuid::Uuid, i32)>, failed: Vec<(uuid::Uuid, i32)>) {
+        let msg = Msg::ShareInitialized {
+            group: self.group,
+            ok,
+            failed,
+            generation: self.generation,
+        };
+        let _ = self.tx.send_async(msg).await;
+    }
 }
 
 /// A marker job's way back to the coordinator thread.
@@ -141,6 +194,8 @@ const COORDINATOR_EPOCH: i32 = 0;
 pub struct Led {
     pub offsets: Loaded,
     pub txns: Loaded,
+    /// Of `__share_group_state` (the share coordinator's keys).
+    pub shares: Loaded,
 }
 
 impl Led {
@@ -148,6 +203,7 @@ impl Led {
         match log {
             CoordinatorLog::Offsets => &self.offsets,
             CoordinatorLog::Transactions => &self.txns,
+            CoordinatorLog::ShareState => &self.shares,
         }
     }
 }
@@ -236,6 +292,13 @@ enum Msg {
         ok: bool,
         generation: u64,
     },
+    /// Share state initialized (or not) on other nodes' share coordinators.
+    ShareInitialized {
+        group: String,
+        ok: Vec<(uuid::Uuid, i32)>,
+        failed: Vec<(uuid::Uuid, i32)>,
+        generation: u64,
+    },
     /// A transaction's marker for `__consumer_offsets` partition `partition`, from its
     /// transaction coordinator.
     GroupMarkers {
@@ -305,6 +368,7 @@ impl GroupsService {
             port,
             groups,
             txns,
+            shares: ShareStateStore::unloaded(),
             markers,
             self_tx: tx.clone(),
             parked: HashMap::new(),
@@ -352,6 +416,7 @@ impl GroupsService {
             port,
             groups,
             txns,
+            shares: ShareStateStore::unloaded(),
             markers,
             self_tx: tx.clone(),
             parked: HashMap::new(),
@@ -594,6 +659,8 @@ struct CoordinatorThread {
     port: i32,
     groups: GroupCoordinator,
     txns: TxnCoordinator,
+    /// The share coordinator of the led `__share_group_state` partitions.
+    shares: ShareStateStore,
     markers: Arc<dyn MarkerSink>,
     self_tx: flume::Sender<Msg>,
     parked: HashMap<Token, Parked>,
@@ -678,6 +745,27 @@ impl CoordinatorThread {
                                 let view = topics.unwrap_or_default();
                                 Some(self.consumer_describe(r, &view))
                             }
+                            (RequestKind::ShareGroupHeartbeat(r), topics) => {
+                                let view = topics.unwrap_or_default();
+                                Some(self.share_heartbeat(r, &client_id, &view, now))
+                            }
+                            (RequestKind::ShareGroupDescribe(r), topics) => {
+                                let view = topics.unwrap_or_default();
+                                Some(self.share_describe(r, &view))
+                            }
+                            (RequestKind::DescribeShareGroupOffsets(r), topics) => {
+                                let view = topics.unwrap_or_default();
+                                Some(self.share_offsets(r, &view))
+                            }
+                            (RequestKind::AlterShareGroupOffsets(r), topics) => {
+                                let view = topics.unwrap_or_default();
+                                Some(self.share_alter_offsets(r, &view, now))
+                            }
+                            (RequestKind::DeleteShareGroupOffsets(r), topics) => {
+                                let view = topics.unwrap_or_default();
+                                Some(self.share_delete_offsets(r, &view))
+                            }
+                            (r, _) if share::is_state_rpc(r) => self.share_state_rpc(r, now),
                             _ => self.dispatch(version, &client_id, &req, &reply, now, &mut out),
                         };
                         if let Some(resp) = resp {
@@ -692,6 +780,17 @@ impl CoordinatorThread {
                     // the transaction from the log.
                     Msg::MarkersDone { generation, .. } if generation != self.generation => {}
                     Msg::MarkersDone { job, ok, .. } => self.markers_done(job, ok, &mut out),
+                    Msg::ShareInitialized {
+                        group,
+                        ok,
+                        failed,
+                        generation,
+                    } => {
+                        // A coordinator since unloaded left the group to the next one.
+                        if generation == self.generation {
+                            self.share_initialized_remotely(&group, &ok, &failed);
+                        }
+                    }
                     Msg::GroupMarkers {
                         partition,
                         producer_id,
@@ -733,6 +832,7 @@ impl CoordinatorThread {
                 .groups
                 .flush()
                 .and_then(|()| self.txns.flush())
+                .and_then(|()| self.shares.flush())
                 .map_err(|e| {
                     if flush_failing_since.is_none()
                         || flush_error_logged.elapsed() >= Duration::from_secs(10)
@@ -760,7 +860,12 @@ impl CoordinatorThread {
                 let _ = o.reply.send(resp);
             }
         }
-        if let Err(e) = self.groups.flush().and_then(|()| self.txns.flush()) {
+        if let Err(e) = self
+            .groups
+            .flush()
+            .and_then(|()| self.txns.flush())
+            .and_then(|()| self.shares.flush())
+        {
             tracing::error!(error = %e, "coordinator log flush at shutdown failed");
         }
         if let Some(done) = shutdown {
@@ -779,13 +884,16 @@ impl CoordinatorThread {
         let Some(led) = source.led() else {
             return;
         };
-        let fenced = self.groups.is_fenced() || self.txns.is_fenced();
+        let fenced = self.groups.is_fenced() || self.txns.is_fenced() || self.shares.is_fenced();
         self.led_now = led.clone();
         if self.loaded.as_ref() == Some(&led) && !fenced {
             return;
         }
         self.unload(out);
-        if led.offsets.epochs.is_empty() && led.txns.epochs.is_empty() {
+        if led.offsets.epochs.is_empty()
+            && led.txns.epochs.is_empty()
+            && led.shares.epochs.is_empty()
+        {
             self.loaded = Some(led);
             return;
         }
@@ -794,6 +902,7 @@ impl CoordinatorThread {
                 tracing::info!(
                     offsets = ?led.offsets.epochs.keys().collect::<Vec<_>>(),
                     transactions = ?led.txns.epochs.keys().collect::<Vec<_>>(),
+                    share_state = ?led.shares.epochs.keys().collect::<Vec<_>>(),
                     "coordinators loaded from their partitions"
                 );
                 self.loaded = Some(led);
@@ -827,10 +936,14 @@ impl CoordinatorThread {
     ) -> Result<Vec<MarkerJob>, String> {
         let writer = source.writer();
         let mut legacy: Option<LegacyLive> = None;
-        let mut records: [Vec<Vec<u8>>; 2] = [Vec::new(), Vec::new()];
-        for (i, log) in [CoordinatorLog::Offsets, CoordinatorLog::Transactions]
-            .into_iter()
-            .enumerate()
+        let mut records: [Vec<Vec<u8>>; 3] = [Vec::new(), Vec::new(), Vec::new()];
+        for (i, log) in [
+            CoordinatorLog::Offsets,
+            CoordinatorLog::Transactions,
+            CoordinatorLog::ShareState,
+        ]
+        .into_iter()
+        .enumerate()
         {
             let l = led.of(log);
             for (&p, &epoch) in &l.epochs {
@@ -839,7 +952,8 @@ impl CoordinatorThread {
                     .map_err(|e| format!("reading {log:?} partition {p}: {e}"))?;
                 let mut payloads = coordinator_batch::decode(&bytes)
                     .map_err(|e| format!("{log:?} partition {p}: {e}"))?;
-                if log_end == 0 {
+                // The Raft log never held share state.
+                if log_end == 0 && log != CoordinatorLog::ShareState {
                     if legacy.is_none() {
                         legacy = Some(self.legacy_live(source, now)?);
                     }
@@ -880,6 +994,8 @@ impl CoordinatorThread {
             now,
         )
         .map_err(|e| e.to_string())?;
+        let shares =
+            ShareStateStore::open_partitioned(&records[2], writer.clone(), led.shares.clone())?;
         let (txns, resume) = TxnCoordinator::open_partitioned(
             &records[1],
             writer,
@@ -890,6 +1006,7 @@ impl CoordinatorThread {
         .map_err(|e| e.to_string())?;
         self.groups = groups;
         self.txns = txns;
+        self.shares = shares;
         Ok(resume)
     }
 
@@ -969,6 +1086,7 @@ impl CoordinatorThread {
             self.groups = g;
             self.txns = t;
         }
+        self.shares = ShareStateStore::unloaded();
     }
 
     /// The answer to a request this node does not serve now (`None`: serve it). Every
@@ -1258,7 +1376,17 @@ impl CoordinatorThread {
             RequestKind::DescribeGroups(r) => self.describe_groups(r, version),
             RequestKind::DeleteGroups(r) => {
                 let ids: Vec<String> = r.groups_names.iter().map(|g| g.0.to_string()).collect();
+                // A share group's state goes with it, as Kafka's persister deletes it.
+                let shares: Vec<Vec<(uuid::Uuid, i32)>> = ids
+                    .iter()
+                    .map(|g| self.groups.share_initialized_partitions(g))
+                    .collect();
                 let codes = self.groups.delete_groups(&ids);
+                for ((g, parts), c) in ids.iter().zip(&shares).zip(&codes) {
+                    if *c == codes::NONE && !parts.is_empty() {
+                        self.delete_shares(g, parts);
+                    }
+                }
                 ResponseKind::DeleteGroups(
                     DeleteGroupsResponse::default().with_results(
                         r.groups_names
@@ -2049,6 +2177,13 @@ fn request_keys(req: &RequestKind, version: i16) -> Vec<(CoordinatorLog, String)
         RequestKind::DeleteGroups(r) => r.groups_names.iter().map(|x| g(x)).collect(),
         RequestKind::ConsumerGroupHeartbeat(r) => vec![g(&r.group_id)],
         RequestKind::ConsumerGroupDescribe(r) => r.group_ids.iter().map(|x| g(x)).collect(),
+        RequestKind::ShareGroupHeartbeat(r) => vec![g(&r.group_id)],
+        RequestKind::ShareGroupDescribe(r) => r.group_ids.iter().map(|x| g(x)).collect(),
+        RequestKind::DescribeShareGroupOffsets(r) => {
+            r.groups.iter().map(|x| g(&x.group_id)).collect()
+        }
+        RequestKind::AlterShareGroupOffsets(r) => vec![g(&r.group_id)],
+        RequestKind::DeleteShareGroupOffsets(r) => vec![g(&r.group_id)],
         RequestKind::InitProducerId(r) => r.transactional_id.iter().map(|x| t(x)).collect(),
         RequestKind::AddPartitionsToTxn(r) if version >= 4 => r
             .transactions
@@ -2108,6 +2243,11 @@ fn sync_response(r: CSyncResp, _version: i16) -> ResponseKind {
             .with_protocol_name(r.protocol_name.map(|x| s(&x)))
             .with_assignment(r.assignment),
     )
+}
+
+/// A share group API (76, 77, 83-87) answered `code` without reaching a coordinator.
+pub fn share_refused(req: &RequestKind, code: i16) -> ResponseKind {
+    share::share_error_response(req, code).expect("a share group API")
 }
 
 /// The response to `req` with `code` at every error field (used when the coordinator is
@@ -2306,8 +2446,10 @@ pub fn error_response(req: &RequestKind, version: i16, code: i16) -> ResponseKin
         RequestKind::ListTransactions(_) => ResponseKind::ListTransactions(
             ListTransactionsResponse::default().with_error_code(code),
         ),
-        // Not a coordinator API: the broker should never route it here.
-        _ => ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code)),
+        other => share::share_error_response(other, code).unwrap_or_else(|| {
+            // Not a coordinator API: the broker should never route it here.
+            ResponseKind::Heartbeat(HeartbeatResponse::default().with_error_code(code))
+        }),
     }
 }
 
@@ -2818,6 +2960,7 @@ mod tests {
             *self.led.lock().unwrap() = Led {
                 offsets: all(CoordinatorLog::Offsets),
                 txns: all(CoordinatorLog::Transactions),
+                shares: all(CoordinatorLog::ShareState),
             };
         }
 
@@ -2828,7 +2971,8 @@ mod tests {
             };
             *self.led.lock().unwrap() = Led {
                 offsets: none.clone(),
-                txns: none,
+                txns: none.clone(),
+                shares: none,
             };
             *self.elsewhere.lock().unwrap() =
                 Some((elsewhere.0, elsewhere.1.to_string(), elsewhere.2));

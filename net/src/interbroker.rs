@@ -5,8 +5,9 @@
 //! (TLS, SASL) to reach it with. Every node-to-node Kafka-protocol request goes through it:
 //! the replica fetchers (a long-lived connection each, [`InterBroker::connect`]),
 //! transaction markers (WriteTxnMarkers), DescribeQuorum and mirror requests forwarded to the
-//! leader ([`InterBroker::exchange`], a connection per exchange). All of them use the one
-//! client stack, [`crate::client`].
+//! leader ([`InterBroker::exchange`], a connection per exchange), and the share-group state
+//! RPCs on a connection kept per engine core and peer ([`InterBroker::request_kept`]). All
+//! of them use the one client stack, [`crate::client`].
 //!
 //! A peer's address is the endpoint of that name it registered with the quorum (every
 //! broker registers all its listeners). kmirror names a listener by its protocol, as
@@ -24,6 +25,13 @@ use crate::client::{AsyncConnection, ClientError};
 /// Connecting (TCP, TLS, ApiVersions, SASL) is bounded by this, or by the caller's whole
 /// bound when that is shorter.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+std::thread_local! {
+    /// [`InterBroker::request_kept`]'s connections on this engine core, by (peer address,
+    /// client id): at most one per peer, taken out while in use.
+    static KEPT: std::cell::RefCell<std::collections::HashMap<(String, String), AsyncConnection>> =
+        std::cell::RefCell::new(std::collections::HashMap::new());
+}
 
 /// The inter-broker listener of this node's peers and how to connect to it.
 #[derive(Debug, Clone)]
@@ -118,8 +126,47 @@ impl InterBroker {
         version: i16,
         timeout: Duration,
     ) -> Result<R::Response, ClientError> {
+        Ok(self.request_on_new(addr, req, version, timeout).await?.1)
+    }
+
+    /// [`Self::request`], and the connection it was sent on.
+    async fn request_on_new<R: kafka_protocol::protocol::Request>(
+        &self,
+        addr: &str,
+        req: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<(AsyncConnection, R::Response), ClientError> {
         let (mut c, extra) = self.connect_within(addr, timeout).await?;
         let (_, resp) = c.send_with(req, version, version, extra).await?;
+        Ok((c, resp))
+    }
+
+    /// [`Self::request`] on a connection kept open per engine core and peer, for requests
+    /// a node sends its peers often (the share-group state RPCs: one per acknowledgement
+    /// that changes a partition's state). A kept connection that fails (the peer restarted,
+    /// or closed it while idle) is dropped and the request sent once more on a new one, so
+    /// use it only for requests that may be applied twice (the share state RPCs overwrite
+    /// state).
+    pub async fn request_kept<R: kafka_protocol::protocol::Request>(
+        &self,
+        addr: &str,
+        req: &R,
+        version: i16,
+        timeout: Duration,
+    ) -> Result<R::Response, ClientError> {
+        let key = (addr.to_owned(), self.client_id.clone());
+        let kept = KEPT.with(|k| k.borrow_mut().remove(&key));
+        let started = std::time::Instant::now();
+        if let Some(mut c) = kept.filter(|c| !c.session_expiring()) {
+            if let Ok((_, resp)) = c.send_with(req, version, version, Duration::ZERO).await {
+                KEPT.with(|k| k.borrow_mut().insert(key, c));
+                return Ok(resp);
+            }
+        }
+        let left = timeout.saturating_sub(started.elapsed());
+        let (c, resp) = self.request_on_new(addr, req, version, left).await?;
+        KEPT.with(|k| k.borrow_mut().insert(key, c));
         Ok(resp)
     }
 
@@ -152,6 +199,7 @@ mod tests {
             internal_topics: Default::default(),
             broker_configs: Default::default(),
             group_configs: Default::default(),
+            features: Default::default(),
             brokers: Default::default(),
         };
         let ep = |name: &str, port| BrokerEndpoint {

@@ -10,7 +10,8 @@
 //! their produce/fetch byte-rate enforcement (`quota`), the Kafka client with its TLS and SASL
 //! (`client`: one stack for peers, mirror sources and the CLI), in-cluster replication, leader
 //! and follower side (`replication`), the
-//! per-core listeners and connection loop (`server`), the API handlers (`handlers`),
+//! per-core listeners and connection loop (`server`), the API handlers (`handlers`), share
+//! groups' record delivery on the partition leaders and their share sessions (`share_fetch`),
 //! zero-copy Fetch response writing (`fetch_encode`; under TLS the chunks are encrypted, so
 //! copied), the single internal-error → Kafka-code mapping
 //! (`errors`), the broker's view of cluster metadata (`cluster`), the seam mirroring reaches
@@ -53,6 +54,7 @@ mod replication;
 pub mod sasl;
 pub mod server;
 pub mod session;
+pub mod share_fetch;
 pub mod startup;
 pub mod tls;
 pub mod txn_markers;

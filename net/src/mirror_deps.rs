@@ -219,8 +219,15 @@ impl MirrorDeps for Broker {
         req: RequestKind,
     ) -> Option<ResponseKind> {
         let groups = self.groups.as_ref()?;
-        Some(futures_lite::future::block_on(
-            groups.handle(key, version, header, req),
-        ))
+        // The share-offset requests resolve topic names against the cluster's topics.
+        let topics = crate::groups::topic_view(&self.cluster.snapshot());
+        Some(futures_lite::future::block_on(groups.handle_with_topics(
+            key,
+            version,
+            header,
+            req,
+            Some(topics),
+            None,
+        )))
     }
 }

@@ -423,6 +423,18 @@ async fn write_response<S: Transport>(
 async fn connection<S: Transport>(
     ctx: Rc<Ctx>,
     stream: S,
+    session: Session,
+) -> Result<(), ConnError> {
+    let id = session.id;
+    let r = serve_connection(ctx.clone(), stream, session).await;
+    // Kafka releases a member's acquired records when its connection drops.
+    crate::share_fetch::connection_closed(&ctx, id).await;
+    r
+}
+
+async fn serve_connection<S: Transport>(
+    ctx: Rc<Ctx>,
+    stream: S,
     mut session: Session,
 ) -> Result<(), ConnError> {
     let max = ctx.config().max_request_bytes;
@@ -801,7 +813,53 @@ async fn dispatch(
                 (None, None) => unreachable!("the request is refused or forwarded"),
             }
         }
-        req @ (RequestKind::ConsumerGroupHeartbeat(_) | RequestKind::ConsumerGroupDescribe(_)) => {
+        req @ (RequestKind::ShareGroupHeartbeat(_)
+        | RequestKind::ShareGroupDescribe(_)
+        | RequestKind::DescribeShareGroupOffsets(_)
+        | RequestKind::AlterShareGroupOffsets(_)
+        | RequestKind::DeleteShareGroupOffsets(_))
+            if !crate::features::share_groups_enabled(&ctx.meta()) =>
+        {
+            // Kafka 4.1: UNSUPPORTED_VERSION, no message, until share.version is finalized.
+            crate::groups::share_refused(&req, kmirror_control::group::codes::UNSUPPORTED_VERSION)
+        }
+        RequestKind::DescribeShareGroupOffsets(r) => ResponseKind::DescribeShareGroupOffsets(
+            crate::share_fetch::describe_offsets(ctx, access, api_key, header, r).await,
+        ),
+        RequestKind::AlterShareGroupOffsets(r) => ResponseKind::AlterShareGroupOffsets(
+            crate::share_fetch::alter_offsets(ctx, access, api_key, header, r).await,
+        ),
+        RequestKind::DeleteShareGroupOffsets(r) => ResponseKind::DeleteShareGroupOffsets(
+            crate::share_fetch::delete_offsets(ctx, access, api_key, header, r).await,
+        ),
+        RequestKind::ShareFetch(r) => ResponseKind::ShareFetch(
+            crate::share_fetch::share_fetch(ctx, access, session.id, r).await,
+        ),
+        RequestKind::ShareAcknowledge(r) => ResponseKind::ShareAcknowledge(
+            crate::share_fetch::share_acknowledge(ctx, access, session.id, r).await,
+        ),
+        req @ (RequestKind::InitializeShareGroupState(_)
+        | RequestKind::ReadShareGroupState(_)
+        | RequestKind::WriteShareGroupState(_)
+        | RequestKind::DeleteShareGroupState(_)
+        | RequestKind::ReadShareGroupStateSummary(_)) => {
+            match access.check_cluster(authz::table::SHARE_STATE_CLUSTER_ACTION) {
+                Err(code) => crate::groups::share_refused(&req, code),
+                Ok(()) => group_request(ctx, api_key, header, req).await?,
+            }
+        }
+        req @ (RequestKind::ConsumerGroupHeartbeat(_)
+        | RequestKind::ConsumerGroupDescribe(_)
+        | RequestKind::ShareGroupHeartbeat(_)
+        | RequestKind::ShareGroupDescribe(_)) => {
+            if matches!(req, RequestKind::ShareGroupHeartbeat(_)) {
+                // Kafka creates the share coordinator's topic when the first share group
+                // starts (its persister's FindCoordinator).
+                let topic = kmirror_control::metadata::SHARE_STATE_TOPIC;
+                if let Err((code, msg)) = ctx.ensure_internal_topic(topic).await {
+                    tracing::warn!(topic, code, %msg, "cannot record the internal topic");
+                }
+            }
             match authz::before_group_api(access, v, req) {
                 Err(refused) => refused,
                 Ok((req, patch)) => {
@@ -1016,6 +1074,19 @@ fn response_matches(api_key: ApiKey, resp: &ResponseKind) -> bool {
             | (ApiKey::OffsetDelete, R::OffsetDelete(_))
             | (ApiKey::ConsumerGroupHeartbeat, R::ConsumerGroupHeartbeat(_))
             | (ApiKey::ConsumerGroupDescribe, R::ConsumerGroupDescribe(_))
+            | (ApiKey::ShareGroupHeartbeat, R::ShareGroupHeartbeat(_))
+            | (ApiKey::ShareGroupDescribe, R::ShareGroupDescribe(_))
+            | (
+                ApiKey::InitializeShareGroupState,
+                R::InitializeShareGroupState(_)
+            )
+            | (ApiKey::ReadShareGroupState, R::ReadShareGroupState(_))
+            | (ApiKey::WriteShareGroupState, R::WriteShareGroupState(_))
+            | (ApiKey::DeleteShareGroupState, R::DeleteShareGroupState(_))
+            | (
+                ApiKey::ReadShareGroupStateSummary,
+                R::ReadShareGroupStateSummary(_)
+            )
             | (ApiKey::DescribeTransactions, R::DescribeTransactions(_))
             | (ApiKey::ListTransactions, R::ListTransactions(_))
     )

@@ -125,7 +125,12 @@ pub struct Session {
     /// False on a SASL listener until the SASL exchange succeeds; see
     /// [`Session::authenticated`].
     pub authenticated: bool,
+    /// This connection's id, unique in the process (share sessions remember which
+    /// connection last used them).
+    pub id: u64,
 }
+
+static NEXT_CONNECTION: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl Session {
     /// A PLAINTEXT connection: `User:ANONYMOUS`.
@@ -153,6 +158,7 @@ impl Session {
             principal,
             peer,
             authenticated: !protocol.uses_sasl(),
+            id: NEXT_CONNECTION.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
         }
     }
 

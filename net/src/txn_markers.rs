@@ -158,6 +158,55 @@ impl RoutingMarkerSink {
 }
 
 impl MarkerSink for RoutingMarkerSink {
+    fn initialize_share_state(
+        &self,
+        group: String,
+        parts: Vec<(uuid::Uuid, i32)>,
+        state_epoch: i32,
+        start_offset: i64,
+        done: crate::groups::ShareInitDone,
+    ) -> Result<(), String> {
+        let (targets, unknown) = self.share_coordinators(&group, parts);
+        let inter_broker = self.inter_broker.clone();
+        let near = TopicPartition::new(kmirror_control::metadata::SHARE_STATE_TOPIC, 0);
+        self.local.spawn_near(&near, move |_router| async move {
+            let (mut ok, mut failed) = (Vec::new(), unknown);
+            for (addr, ps) in targets {
+                let (o, f) = send_share_initialize(
+                    &inter_broker,
+                    &addr,
+                    &group,
+                    &ps,
+                    (state_epoch, start_offset),
+                )
+                .await;
+                ok.extend(o);
+                failed.extend(f);
+            }
+            done.report(ok, failed).await
+        })
+    }
+
+    fn delete_share_state(
+        &self,
+        group: String,
+        parts: Vec<(uuid::Uuid, i32)>,
+    ) -> Result<(), String> {
+        let (targets, unknown) = self.share_coordinators(&group, parts);
+        if !unknown.is_empty() {
+            tracing::debug!(%group, ?unknown, "share state not deleted: no coordinator");
+        }
+        let inter_broker = self.inter_broker.clone();
+        let near = TopicPartition::new(kmirror_control::metadata::SHARE_STATE_TOPIC, 0);
+        self.local.spawn_near(&near, move |_router| async move {
+            for (addr, ps) in targets {
+                if let Err(e) = send_share_delete(&inter_broker, &addr, &group, &ps).await {
+                    tracing::warn!(%group, %addr, error = %e, "deleting share state failed");
+                }
+            }
+        })
+    }
+
     fn write_markers(&self, markers: Vec<TxnMarker>, done: MarkersDone) -> Result<(), String> {
         let Some(first) = markers.first().cloned() else {
             return Err("no markers".into());
@@ -203,6 +252,144 @@ impl MarkerSink for RoutingMarkerSink {
             };
             done.report(result.await).await
         })
+    }
+}
+
+/// Share partitions (topic id, partition) by the address of their share coordinator.
+type ByCoordinator = std::collections::BTreeMap<String, Vec<(uuid::Uuid, i32)>>;
+
+impl RoutingMarkerSink {
+    /// The leaders of the `__share_group_state` partitions of `parts`' keys (None: no
+    /// leader, or no address for it).
+    fn share_coordinators(
+        &self,
+        group: &str,
+        parts: Vec<(uuid::Uuid, i32)>,
+    ) -> (ByCoordinator, Vec<(uuid::Uuid, i32)>) {
+        let meta = self.cluster.snapshot();
+        let mut by_addr = ByCoordinator::new();
+        let mut unknown = Vec::new();
+        let topic = kmirror_control::metadata::SHARE_STATE_TOPIC;
+        let n = meta.topics.get(topic).map_or(0, |t| t.partition_count());
+        for (t, p) in parts {
+            let addr = (n > 0)
+                .then(|| kmirror_control::share::state_record::state_partition(group, t, p, n))
+                .and_then(
+                    |sp| match self.cluster.role(&meta, &TopicPartition::new(topic, sp)) {
+                        Some(Role::Follower { leader, .. } | Role::NotReplica { leader, .. })
+                            if leader >= 0 && leader != self.node_id =>
+                        {
+                            self.inter_broker.peer_addr(&meta, leader)
+                        }
+                        _ => None,
+                    },
+                );
+            match addr {
+                Some(a) => by_addr.entry(a).or_default().push((t, p)),
+                None => unknown.push((t, p)),
+            }
+        }
+        (by_addr, unknown)
+    }
+}
+
+/// Share partitions grouped by topic id, as the state RPCs carry them.
+fn by_topic(parts: &[(uuid::Uuid, i32)]) -> std::collections::BTreeMap<uuid::Uuid, Vec<i32>> {
+    let mut m: std::collections::BTreeMap<uuid::Uuid, Vec<i32>> = Default::default();
+    for (t, p) in parts {
+        m.entry(*t).or_default().push(*p);
+    }
+    m
+}
+
+/// InitializeShareGroupState (v0) of `parts` of `group` at `addr`; the partitions it
+/// initialized and those it did not.
+async fn send_share_initialize(
+    inter_broker: &InterBroker,
+    addr: &str,
+    group: &str,
+    parts: &[(uuid::Uuid, i32)],
+    (state_epoch, start_offset): (i32, i64),
+) -> (Vec<(uuid::Uuid, i32)>, Vec<(uuid::Uuid, i32)>) {
+    use kafka_protocol::messages::initialize_share_group_state_request as rq;
+    use kafka_protocol::messages::InitializeShareGroupStateRequest;
+    let req = InitializeShareGroupStateRequest::default()
+        .with_group_id(StrBytes::from_string(group.to_string()))
+        .with_topics(
+            by_topic(parts)
+                .into_iter()
+                .map(|(t, ps)| {
+                    rq::InitializeStateData::default()
+                        .with_topic_id(t)
+                        .with_partitions(
+                            ps.into_iter()
+                                .map(|p| {
+                                    rq::PartitionData::default()
+                                        .with_partition(p)
+                                        .with_state_epoch(state_epoch)
+                                        .with_start_offset(start_offset)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    let Ok(resp) = inter_broker.request_kept(addr, &req, 0, IO_TIMEOUT).await else {
+        return (Vec::new(), parts.to_vec());
+    };
+    let mut ok = Vec::new();
+    for t in &resp.results {
+        for p in &t.partitions {
+            if p.error_code == 0 {
+                ok.push((t.topic_id, p.partition));
+            }
+        }
+    }
+    let failed = parts.iter().filter(|k| !ok.contains(k)).copied().collect();
+    (ok, failed)
+}
+
+/// DeleteShareGroupState (v0) of `parts` of `group` at `addr`; `Err` unless every partition
+/// answered NONE.
+async fn send_share_delete(
+    inter_broker: &InterBroker,
+    addr: &str,
+    group: &str,
+    parts: &[(uuid::Uuid, i32)],
+) -> Result<(), String> {
+    use kafka_protocol::messages::delete_share_group_state_request as rq;
+    use kafka_protocol::messages::DeleteShareGroupStateRequest;
+    let req = DeleteShareGroupStateRequest::default()
+        .with_group_id(StrBytes::from_string(group.to_string()))
+        .with_topics(
+            by_topic(parts)
+                .into_iter()
+                .map(|(t, ps)| {
+                    rq::DeleteStateData::default()
+                        .with_topic_id(t)
+                        .with_partitions(
+                            ps.into_iter()
+                                .map(|p| rq::PartitionData::default().with_partition(p))
+                                .collect(),
+                        )
+                })
+                .collect(),
+        );
+    let resp = inter_broker
+        .request_kept(addr, &req, 0, IO_TIMEOUT)
+        .await
+        .map_err(|e| e.to_string())?;
+    let failed: Vec<(i32, i16)> = resp
+        .results
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .filter(|p| p.error_code != 0)
+        .map(|p| (p.partition, p.error_code))
+        .collect();
+    if failed.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("partitions refused: {failed:?}"))
     }
 }
 

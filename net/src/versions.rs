@@ -54,6 +54,18 @@ served! {
     DescribeClientQuotas => DescribeClientQuotasRequest,
     ConsumerGroupHeartbeat => ConsumerGroupHeartbeatRequest,
     ConsumerGroupDescribe => ConsumerGroupDescribeRequest,
+    ShareGroupHeartbeat => ShareGroupHeartbeatRequest,
+    ShareGroupDescribe => ShareGroupDescribeRequest,
+    ShareFetch => ShareFetchRequest,
+    ShareAcknowledge => ShareAcknowledgeRequest,
+    InitializeShareGroupState => InitializeShareGroupStateRequest,
+    ReadShareGroupState => ReadShareGroupStateRequest,
+    WriteShareGroupState => WriteShareGroupStateRequest,
+    DeleteShareGroupState => DeleteShareGroupStateRequest,
+    ReadShareGroupStateSummary => ReadShareGroupStateSummaryRequest,
+    DescribeShareGroupOffsets => DescribeShareGroupOffsetsRequest,
+    AlterShareGroupOffsets => AlterShareGroupOffsetsRequest,
+    DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest,
     AlterClientQuotas => AlterClientQuotasRequest,
     DescribeTopicPartitions => DescribeTopicPartitionsRequest,
     DescribeLogDirs => DescribeLogDirsRequest,
@@ -95,6 +107,16 @@ pub(crate) fn is_group_api(key: ApiKey) -> bool {
             | ApiKey::OffsetDelete
             | ApiKey::ConsumerGroupHeartbeat
             | ApiKey::ConsumerGroupDescribe
+            | ApiKey::ShareGroupHeartbeat
+            | ApiKey::ShareGroupDescribe
+            | ApiKey::InitializeShareGroupState
+            | ApiKey::ReadShareGroupState
+            | ApiKey::WriteShareGroupState
+            | ApiKey::DeleteShareGroupState
+            | ApiKey::ReadShareGroupStateSummary
+            | ApiKey::DescribeShareGroupOffsets
+            | ApiKey::AlterShareGroupOffsets
+            | ApiKey::DeleteShareGroupOffsets
             | ApiKey::DescribeTransactions
             | ApiKey::ListTransactions
     )
@@ -264,6 +286,64 @@ mod tests {
                         .with_transactional_ids(vec![TransactionalId(name())]),
                 ),
                 ApiKey::ListTransactions => RequestKind::ListTransactions(Default::default()),
+                ApiKey::ShareGroupHeartbeat => RequestKind::ShareGroupHeartbeat(Default::default()),
+                ApiKey::ShareGroupDescribe => RequestKind::ShareGroupDescribe(
+                    ShareGroupDescribeRequest::default().with_group_ids(vec![GroupId(name())]),
+                ),
+                ApiKey::InitializeShareGroupState => {
+                    use m::initialize_share_group_state_request::*;
+                    RequestKind::InitializeShareGroupState(
+                        InitializeShareGroupStateRequest::default()
+                            .with_topics(vec![InitializeStateData::default()
+                                .with_partitions(vec![PartitionData::default()])]),
+                    )
+                }
+                ApiKey::ReadShareGroupState => {
+                    use m::read_share_group_state_request::*;
+                    RequestKind::ReadShareGroupState(
+                        ReadShareGroupStateRequest::default()
+                            .with_topics(vec![ReadStateData::default()
+                                .with_partitions(vec![PartitionData::default()])]),
+                    )
+                }
+                ApiKey::WriteShareGroupState => {
+                    use m::write_share_group_state_request::*;
+                    RequestKind::WriteShareGroupState(
+                        WriteShareGroupStateRequest::default()
+                            .with_topics(vec![WriteStateData::default()
+                                .with_partitions(vec![PartitionData::default()])]),
+                    )
+                }
+                ApiKey::DeleteShareGroupState => {
+                    use m::delete_share_group_state_request::*;
+                    RequestKind::DeleteShareGroupState(
+                        DeleteShareGroupStateRequest::default()
+                            .with_topics(vec![DeleteStateData::default()
+                                .with_partitions(vec![PartitionData::default()])]),
+                    )
+                }
+                ApiKey::ReadShareGroupStateSummary => {
+                    use m::read_share_group_state_summary_request::*;
+                    RequestKind::ReadShareGroupStateSummary(
+                        ReadShareGroupStateSummaryRequest::default()
+                            .with_topics(vec![ReadStateSummaryData::default()
+                                .with_partitions(vec![PartitionData::default()])]),
+                    )
+                }
+                ApiKey::DescribeShareGroupOffsets => {
+                    use m::describe_share_group_offsets_request::*;
+                    RequestKind::DescribeShareGroupOffsets(
+                        DescribeShareGroupOffsetsRequest::default()
+                            .with_groups(vec![DescribeShareGroupOffsetsRequestGroup::default()
+                                .with_group_id(GroupId(name()))]),
+                    )
+                }
+                ApiKey::AlterShareGroupOffsets => {
+                    RequestKind::AlterShareGroupOffsets(Default::default())
+                }
+                ApiKey::DeleteShareGroupOffsets => {
+                    RequestKind::DeleteShareGroupOffsets(Default::default())
+                }
                 other => panic!("{other:?} is not a group API"),
             }
         };

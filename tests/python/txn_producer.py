@@ -4,6 +4,9 @@ Usage: txn_producer.py BOOTSTRAP TOPIC PARTITIONS RECORDS [key=value producer co
 Runs one transaction writing RECORDS records round-robin over PARTITIONS, then commits.
 Prints "COMMITTED" when the commit succeeds, or "ERR <stage> <error>" when a stage fails
 (the transaction is then aborted if possible: "ABORTED" or "ERR abort <error>").
+txnproducer.abort=true (ours, not librdkafka's): abort the transaction after its records
+are flushed instead of committing it ("ABORTED"); txnproducer.prefix=P: values "P:<i>"
+instead of "txn:<i>".
 """
 import sys
 
@@ -21,6 +24,8 @@ def main():
     for kv in sys.argv[5:]:
         k, v = kv.split("=", 1)
         conf[k] = v
+    abort = conf.pop("txnproducer.abort", "false") == "true"
+    prefix = conf.pop("txnproducer.prefix", "txn")
     p = Producer(conf)
     try:
         p.init_transactions(30)
@@ -31,9 +36,13 @@ def main():
     stage = "produce"
     try:
         for i in range(records):
-            p.produce(topic, value=f"txn:{i}".encode(), partition=i % partitions)
+            p.produce(topic, value=f"{prefix}:{i}".encode(), partition=i % partitions)
         stage = "flush"
         p.flush(20)
+        if abort:
+            p.abort_transaction(20)
+            print("ABORTED", flush=True)
+            return
         stage = "commit"
         p.commit_transaction(20)
         print("COMMITTED", flush=True)

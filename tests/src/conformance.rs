@@ -119,6 +119,18 @@ pub const KEYS: &[ApiKey] = &[
     ApiKey::WriteTxnMarkers,
     ApiKey::AlterReplicaLogDirs,
     ApiKey::ListConfigResources,
+    ApiKey::ShareGroupHeartbeat,
+    ApiKey::ShareGroupDescribe,
+    ApiKey::ShareFetch,
+    ApiKey::ShareAcknowledge,
+    ApiKey::InitializeShareGroupState,
+    ApiKey::ReadShareGroupState,
+    ApiKey::WriteShareGroupState,
+    ApiKey::DeleteShareGroupState,
+    ApiKey::ReadShareGroupStateSummary,
+    ApiKey::DescribeShareGroupOffsets,
+    ApiKey::AlterShareGroupOffsets,
+    ApiKey::DeleteShareGroupOffsets,
 ];
 
 /// The fixed topic every read cell looks at: three one-record batches at `TS0`, `TS0+1000`,
@@ -368,6 +380,18 @@ pub fn ranges(k: ApiKey) -> (i16, i16) {
         ApiKey::AddRaftVoter => AddRaftVoterRequest::VERSIONS,
         ApiKey::RemoveRaftVoter => RemoveRaftVoterRequest::VERSIONS,
         ApiKey::UnregisterBroker => UnregisterBrokerRequest::VERSIONS,
+        ApiKey::ShareGroupHeartbeat => ShareGroupHeartbeatRequest::VERSIONS,
+        ApiKey::ShareGroupDescribe => ShareGroupDescribeRequest::VERSIONS,
+        ApiKey::ShareFetch => ShareFetchRequest::VERSIONS,
+        ApiKey::ShareAcknowledge => ShareAcknowledgeRequest::VERSIONS,
+        ApiKey::InitializeShareGroupState => InitializeShareGroupStateRequest::VERSIONS,
+        ApiKey::ReadShareGroupState => ReadShareGroupStateRequest::VERSIONS,
+        ApiKey::WriteShareGroupState => WriteShareGroupStateRequest::VERSIONS,
+        ApiKey::DeleteShareGroupState => DeleteShareGroupStateRequest::VERSIONS,
+        ApiKey::ReadShareGroupStateSummary => ReadShareGroupStateSummaryRequest::VERSIONS,
+        ApiKey::DescribeShareGroupOffsets => DescribeShareGroupOffsetsRequest::VERSIONS,
+        ApiKey::AlterShareGroupOffsets => AlterShareGroupOffsetsRequest::VERSIONS,
+        ApiKey::DeleteShareGroupOffsets => DeleteShareGroupOffsetsRequest::VERSIONS,
         other => panic!("no builder for {other:?}"),
     };
     (r.min, r.max)
@@ -477,6 +501,18 @@ fn cell(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
         ApiKey::AddRaftVoter => add_raft_voter(c, v),
         ApiKey::RemoveRaftVoter => remove_raft_voter(c, v),
         ApiKey::UnregisterBroker => unregister_broker(c, v),
+        k @ (ApiKey::ShareGroupHeartbeat
+        | ApiKey::ShareGroupDescribe
+        | ApiKey::ShareFetch
+        | ApiKey::ShareAcknowledge
+        | ApiKey::DescribeShareGroupOffsets
+        | ApiKey::AlterShareGroupOffsets
+        | ApiKey::DeleteShareGroupOffsets) => share_api_disabled(c, k, v),
+        k @ (ApiKey::InitializeShareGroupState
+        | ApiKey::ReadShareGroupState
+        | ApiKey::WriteShareGroupState
+        | ApiKey::DeleteShareGroupState
+        | ApiKey::ReadShareGroupStateSummary) => share_state_rpc(c, k, v),
         other => Err(format!("no builder for {other:?}")),
     }
 }
@@ -1058,6 +1094,154 @@ fn consumer_group_describe(c: &mut Conn, v: i16) -> R<()> {
                     .collect::<Vec<_>>()
             )
         },
+    )
+}
+
+/// A share-group API on a broker where `share.version` is not finalized (the matrix never
+/// enables it): UNSUPPORTED_VERSION (35), as Kafka 4.1 answers until it is.
+fn share_api_disabled(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
+    const UNSUPPORTED_VERSION: i16 = 35;
+    let member = || Some(s(&uuid::Uuid::new_v4().to_string()));
+    let group = format!("g-share-{v}");
+    let got = match k {
+        ApiKey::ShareGroupHeartbeat => {
+            let req = ShareGroupHeartbeatRequest::default()
+                .with_group_id(gid(&group))
+                .with_member_id(s(&uuid::Uuid::new_v4().to_string()))
+                .with_member_epoch(0)
+                .with_subscribed_topic_names(Some(vec![tn(TOPIC)]));
+            c.send(&req, v)?.error_code
+        }
+        ApiKey::ShareGroupDescribe => {
+            let req = ShareGroupDescribeRequest::default().with_group_ids(vec![gid(&group)]);
+            let r = c.send(&req, v)?;
+            r.groups.first().ok_or("no group described")?.error_code
+        }
+        ApiKey::ShareFetch => {
+            use share_fetch_request::{FetchPartition, FetchTopic};
+            let req = ShareFetchRequest::default()
+                .with_group_id(Some(gid(&group)))
+                .with_member_id(member())
+                .with_max_wait_ms(10)
+                .with_max_records(10)
+                .with_batch_size(10)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic_id(c.topic_id)
+                    .with_partitions(vec![FetchPartition::default()])]);
+            c.send(&req, v)?.error_code
+        }
+        ApiKey::ShareAcknowledge => {
+            let req = ShareAcknowledgeRequest::default()
+                .with_group_id(Some(gid(&group)))
+                .with_member_id(member())
+                .with_share_session_epoch(1);
+            c.send(&req, v)?.error_code
+        }
+        ApiKey::DescribeShareGroupOffsets => {
+            use describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
+            let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+                DescribeShareGroupOffsetsRequestGroup::default().with_group_id(gid(&group)),
+            ]);
+            let r = c.send(&req, v)?;
+            r.groups.first().ok_or("no group described")?.error_code
+        }
+        ApiKey::AlterShareGroupOffsets => {
+            let req = AlterShareGroupOffsetsRequest::default().with_group_id(gid(&group));
+            c.send(&req, v)?.error_code
+        }
+        ApiKey::DeleteShareGroupOffsets => {
+            let req = DeleteShareGroupOffsetsRequest::default().with_group_id(gid(&group));
+            c.send(&req, v)?.error_code
+        }
+        other => return Err(format!("{other:?} is not a share-group API")),
+    };
+    check(got == UNSUPPORTED_VERSION, || {
+        format!("error {got}, expected UNSUPPORTED_VERSION (35) while share.version is 0")
+    })
+}
+
+/// A share coordinator state RPC (sent by brokers) for a key no share coordinator has (no
+/// share group ever ran): each partition answers a coordinator error, and the frame decodes.
+fn share_state_rpc(c: &mut Conn, k: ApiKey, v: i16) -> R<()> {
+    // NOT_COORDINATOR, COORDINATOR_NOT_AVAILABLE: `__share_group_state` has no leader for it.
+    const COORDINATOR_ERRORS: [i16; 2] = [16, 15];
+    let group = s(&format!("g-state-{v}"));
+    let t = c.topic_id;
+    let codes: Vec<i16> = match k {
+        ApiKey::InitializeShareGroupState => {
+            use initialize_share_group_state_request::*;
+            let req = InitializeShareGroupStateRequest::default()
+                .with_group_id(group)
+                .with_topics(vec![InitializeStateData::default()
+                    .with_topic_id(t)
+                    .with_partitions(vec![
+                        PartitionData::default().with_start_offset(-1)
+                    ])]);
+            let r = c.send(&req, v)?;
+            r.results
+                .iter()
+                .flat_map(|x| x.partitions.iter().map(|p| p.error_code))
+                .collect()
+        }
+        ApiKey::ReadShareGroupState => {
+            use read_share_group_state_request::*;
+            let req = ReadShareGroupStateRequest::default()
+                .with_group_id(group)
+                .with_topics(vec![ReadStateData::default()
+                    .with_topic_id(t)
+                    .with_partitions(vec![PartitionData::default()])]);
+            let r = c.send(&req, v)?;
+            r.results
+                .iter()
+                .flat_map(|x| x.partitions.iter().map(|p| p.error_code))
+                .collect()
+        }
+        ApiKey::WriteShareGroupState => {
+            use write_share_group_state_request::*;
+            let req = WriteShareGroupStateRequest::default()
+                .with_group_id(group)
+                .with_topics(vec![WriteStateData::default()
+                    .with_topic_id(t)
+                    .with_partitions(vec![
+                        PartitionData::default().with_start_offset(-1)
+                    ])]);
+            let r = c.send(&req, v)?;
+            r.results
+                .iter()
+                .flat_map(|x| x.partitions.iter().map(|p| p.error_code))
+                .collect()
+        }
+        ApiKey::DeleteShareGroupState => {
+            use delete_share_group_state_request::*;
+            let req = DeleteShareGroupStateRequest::default()
+                .with_group_id(group)
+                .with_topics(vec![DeleteStateData::default()
+                    .with_topic_id(t)
+                    .with_partitions(vec![PartitionData::default()])]);
+            let r = c.send(&req, v)?;
+            r.results
+                .iter()
+                .flat_map(|x| x.partitions.iter().map(|p| p.error_code))
+                .collect()
+        }
+        ApiKey::ReadShareGroupStateSummary => {
+            use read_share_group_state_summary_request::*;
+            let req = ReadShareGroupStateSummaryRequest::default()
+                .with_group_id(group)
+                .with_topics(vec![ReadStateSummaryData::default()
+                    .with_topic_id(t)
+                    .with_partitions(vec![PartitionData::default()])]);
+            let r = c.send(&req, v)?;
+            r.results
+                .iter()
+                .flat_map(|x| x.partitions.iter().map(|p| p.error_code))
+                .collect()
+        }
+        other => return Err(format!("{other:?} is not a share state RPC")),
+    };
+    check(
+        codes.len() == 1 && COORDINATOR_ERRORS.contains(&codes[0]),
+        || format!("partition errors {codes:?}, expected one of {COORDINATOR_ERRORS:?}"),
     )
 }
 

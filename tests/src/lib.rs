@@ -35,6 +35,7 @@ pub mod proc;
 pub mod python;
 pub mod records;
 pub mod sasl;
+pub mod share;
 pub mod wire;
 
 pub use faultproxy::FaultProxy;

@@ -675,6 +675,36 @@ fn wait_for_sync_fails_over_only_after_everything_committed_before_the_request_i
         .collect();
     assert_eq!(states, ["PAUSED"], "nothing failed over");
 
+    // Removed right after it was added, before the mirror created it here: the wait covers
+    // the creation too (not UNKNOWN_TOPIC_OR_PARTITION); a topic the source does not have
+    // yet times out naming it, and fails over once it exists and is mirrored.
+    mirror::cli_ok(&dst, &["add", "dr", "--topics", "late"]);
+    let ran = mirror::cli(
+        &dst,
+        &[
+            "remove",
+            "dr",
+            "--topics",
+            "late",
+            "--wait-for-sync",
+            "--sync-timeout-ms",
+            "1500",
+        ],
+    );
+    assert!(!ran.status.success(), "{}", ran.stdout);
+    assert!(
+        ran.stderr.contains("REQUEST_TIMED_OUT") && ran.stderr.contains("not yet created"),
+        "{}",
+        ran.stderr
+    );
+    kafka.create_topic("late", 1, &[]);
+    seq_produce(&src, "late", 1, 50);
+    mirror::cli_ok(
+        &dst,
+        &["remove", "dr", "--topics", "late", "--wait-for-sync"],
+    );
+    mirror::assert_log_equal(&src, &dst, "late", &[50]);
+
     // Throttled catch-up: the request waits for it.
     mirror::cli_ok(
         &dst,
@@ -873,4 +903,94 @@ fn verify_finds_a_flipped_byte_in_a_mirror_segment() {
         "{}",
         ran.stderr
     );
+}
+
+/// Share groups (KIP-932) through a mirror: a share group that read part of a topic on the
+/// Kafka source, and is idle there, is created on kmirror at the source's share-partition
+/// start offsets (synced like consumer-group offsets). After failover a share consumer of
+/// that group on kmirror, with no group config there (kmirror's default would start at the
+/// end of the log), reads exactly the records from those start offsets on, each once:
+/// nothing below them again, nothing above them missing.
+#[test]
+fn share_group_resumes_on_kmirror_at_the_synced_start_offsets_after_failover() {
+    use kmirror_tests::share;
+    let _heavy = kmirror_tests::heavy_test_lock();
+    let (kafka, node) = start_kafka_and_kmirror(KafkaCluster::single, || {
+        KmirrorNode::builder().args(&["--cores", "1"]).start()
+    });
+    let (src, dst) = (kafka.bootstrap(), node.addr());
+    share::enable(&src);
+    share::enable(&dst);
+    kafka.create_topic("jobs", 2, &[]);
+    const PER_PARTITION: i64 = 1000;
+    seq_produce(&src, "jobs", 2, 2 * PER_PARTITION as u64);
+
+    // The group reads part of the topic on the source, then leaves (Empty).
+    share::set_group_configs(&src, "sg", "share.auto.offset.reset=earliest");
+    let read = share::console_consume(&src, "jobs", "sg", 600, 30_000);
+    assert_eq!(read.len(), 600, "the source's share consumer read 600");
+    proc::wait_for(
+        Duration::from_secs(60),
+        "the source's share group sg has start offsets past 0",
+        || {
+            share::start_offsets(&src, "sg")
+                .ok()
+                .filter(|s| s.len() == 2 && s.values().sum::<i64>() > 0)
+        },
+    );
+
+    // Mirrored: kmirror's group stands where the source's does (read again each time: the
+    // source's last state write may land after the consumer left).
+    create_mirror(&dst, "dr", &src, 500);
+    mirror::cli_ok(&dst, &["add", "dr", "--topics", "jobs"]);
+    mirror::assert_mirrored(&src, &dst, "jobs", 2, Duration::from_secs(90));
+    let at_source = proc::wait_for(
+        Duration::from_secs(60),
+        "kmirror's share group sg at the source's start offsets",
+        || {
+            let here = share::start_offsets(&src, "sg").ok()?;
+            (share::start_offsets(&dst, "sg").ok()? == here).then_some(here)
+        },
+    );
+    let total: i64 = at_source.values().sum();
+    eprintln!("share group sg's start offsets on the source and on kmirror: {at_source:?}");
+    assert!(
+        at_source.values().all(|s| (0..=PER_PARTITION).contains(s)) && total < 2 * PER_PARTITION,
+        "{at_source:?}"
+    );
+    fail_over(&dst, "dr", &["jobs"]);
+    assert_eq!(
+        share::start_offsets(&dst, "sg"),
+        Ok(at_source.clone()),
+        "a failover leaves the synced start offsets as they were"
+    );
+
+    // The share consumer on kmirror resumes there: every record from the start offsets on,
+    // once each.
+    let want = (2 * PER_PARTITION - total) as usize;
+    let got = share::console_consume(&dst, "jobs", "sg", want, 30_000);
+    let mut seen: Vec<(i32, i64)> = got
+        .iter()
+        .map(|v| {
+            let mut f = v.split(':');
+            let p: i32 = f.next().and_then(|x| x.parse().ok()).expect("partition");
+            let s: i64 = f.next().and_then(|x| x.parse().ok()).expect("seq");
+            (p, s)
+        })
+        .collect();
+    seen.sort_unstable();
+    let expected: Vec<(i32, i64)> = (0..2)
+        .flat_map(|p| {
+            let from = at_source[&("jobs".to_owned(), p)];
+            (from..PER_PARTITION).map(move |s| (p, s))
+        })
+        .collect();
+    assert_eq!(
+        seen.len(),
+        expected.len(),
+        "read {} of {} (start offsets {at_source:?})",
+        seen.len(),
+        expected.len()
+    );
+    assert_eq!(seen, expected, "start offsets {at_source:?}");
 }

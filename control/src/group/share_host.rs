@@ -62,6 +62,90 @@ impl GroupCoordinator {
         }
     }
 
+    /// The partitions whose share state `group_id` initialized (empty for an unknown group).
+    pub fn share_initialized_partitions(&self, group_id: &str) -> Vec<(uuid::Uuid, i32)> {
+        self.shares
+            .get(group_id)
+            .map(|g| g.initialized.iter().copied().collect())
+            .unwrap_or_default()
+    }
+
+    /// Whether AlterShareGroupOffsets / DeleteShareGroupOffsets may change `group_id`: an
+    /// existing share group without members. Its group epoch (the state epoch an alter
+    /// initializes with).
+    pub fn share_offsets_editable(&self, group_id: &str) -> Result<i32, (i16, String)> {
+        if group_id.is_empty() {
+            return Err((INVALID_GROUP_ID, "The group id must not be empty.".into()));
+        }
+        match self.shares.get(group_id) {
+            None => Err((GROUP_ID_NOT_FOUND, format!("Group {group_id} not found."))),
+            Some(g) if !g.members.is_empty() => Err((
+                NON_EMPTY_GROUP,
+                format!("Share group {group_id} is not empty."),
+            )),
+            Some(g) => Ok(g.epoch),
+        }
+    }
+
+    /// A mirror's share-offset sync is about to set `group_id`'s start offsets: the group is
+    /// created Empty when missing, and its epoch bumped, in one step on the coordinator (so
+    /// it never races a joining member). The new epoch is the state epoch to initialize
+    /// with: above any state this group wrote before, so an older incarnation's leftover
+    /// state (DeleteGroups keeps state led elsewhere) is overwritten, not fenced. Refused
+    /// for an empty id, a classic or consumer group, and a group with members.
+    pub fn share_mirror_target(&mut self, group_id: &str) -> Result<i32, (i16, String)> {
+        if group_id.is_empty() {
+            return Err((INVALID_GROUP_ID, "The group id must not be empty.".into()));
+        }
+        if self.is_other_type_group(group_id) {
+            return Err((
+                GROUP_ID_NOT_FOUND,
+                format!("Group {group_id} is not a share group."),
+            ));
+        }
+        let before = self.shares.get(group_id).cloned().unwrap_or_default();
+        if !before.members.is_empty() {
+            return Err((
+                NON_EMPTY_GROUP,
+                format!("Share group {group_id} is not empty."),
+            ));
+        }
+        let mut after = before.clone();
+        after.epoch += 1;
+        self.persist_share(group_id, &before, &after);
+        let epoch = after.epoch;
+        self.shares.insert(group_id.to_string(), after);
+        Ok(epoch)
+    }
+
+    /// DeleteShareGroupOffsets of `topic`: the group forgets its initialized partitions (a
+    /// later member initializes them again); which they were.
+    pub fn share_forget_topic(&mut self, group_id: &str, topic: uuid::Uuid) -> Vec<i32> {
+        let Some(before) = self.shares.get(group_id).cloned() else {
+            return Vec::new();
+        };
+        let mut after = before.clone();
+        let gone: Vec<i32> = after
+            .initialized
+            .iter()
+            .filter(|(t, _)| *t == topic)
+            .map(|(_, p)| *p)
+            .collect();
+        after.initialized.retain(|(t, _)| *t != topic);
+        if !gone.is_empty() {
+            self.persist_share(group_id, &before, &after);
+            self.shares.insert(group_id.to_string(), after);
+        }
+        gone
+    }
+
+    /// Whether `group_id` is a live classic or consumer group (the share APIs refuse it).
+    fn is_other_type_group(&self, group_id: &str) -> bool {
+        self.groups
+            .get(group_id)
+            .is_some_and(|g| g.state != GroupState::Dead)
+    }
+
     /// Whether `group_id` is a share group (the classic and consumer APIs refuse it).
     pub fn is_share_group(&self, group_id: &str) -> bool {
         self.shares.contains_key(group_id)
@@ -84,11 +168,7 @@ impl GroupCoordinator {
             (e.code(), msg)
         };
         share::validate(group_id, hb).map_err(refused)?;
-        if self
-            .groups
-            .get(group_id)
-            .is_some_and(|g| g.state != GroupState::Dead)
-        {
+        if self.is_other_type_group(group_id) {
             return Err((
                 GROUP_ID_NOT_FOUND,
                 Some(format!("Group {group_id} is not a share group.")),

@@ -232,3 +232,27 @@ fn a_share_groups_own_configs_set_its_session_timeout_and_heartbeat_interval() {
     c.tick(50_001);
     assert_eq!(c.share_describe("g").unwrap().state, "Empty");
 }
+
+#[test]
+fn a_mirror_sync_creates_an_empty_share_group_bumps_its_epoch_and_never_takes_a_busy_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = open(dir.path(), 0);
+    // Missing: created Empty at epoch 1, and written (it survives a restart).
+    assert_eq!(c.share_mirror_target("mirrored"), Ok(1));
+    c.share_initialized("mirrored", &[(T, 0)]);
+    assert_eq!(c.share_mirror_target("mirrored"), Ok(2));
+    c.flush().unwrap();
+    drop(c);
+    let mut c = open(dir.path(), 10);
+    let d = c.share_describe("mirrored").unwrap();
+    assert_eq!((d.state, d.group.epoch), ("Empty", 2));
+    assert!(d.group.initialized.contains(&(T, 0)));
+    assert_eq!(c.group_type("mirrored"), Some("share"));
+
+    // A group with a member is the destination's own: refused, and left as it was.
+    joined(&mut c, "m1", 10);
+    let before = c.share_describe("g").unwrap().group.epoch;
+    assert_eq!(c.share_mirror_target("g").unwrap_err().0, NON_EMPTY_GROUP);
+    assert_eq!(c.share_describe("g").unwrap().group.epoch, before);
+    assert_eq!(c.share_mirror_target("").unwrap_err().0, INVALID_GROUP_ID);
+}

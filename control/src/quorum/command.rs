@@ -215,6 +215,12 @@ pub enum MetadataCommand {
         #[serde(default)]
         replace: bool,
     },
+    /// UpdateFeatures of a feature the cluster keeps (`share.version`): level 0 removes it.
+    /// The proposer validated the level as Kafka's controller does.
+    SetFeature {
+        name: String,
+        level: i16,
+    },
     /// Marks a topic as owned by a mirror (read-only for clients) or releases it.
     SetMirror {
         name: String,
@@ -579,6 +585,17 @@ pub fn apply(store: &mut MetadataStore, cmd: &MetadataCommand) -> Result<Outcome
             })?;
             Outcome::Applied
         }
+        C::SetFeature { name, level } => {
+            store.update_cluster(|s| {
+                if *level == 0 {
+                    s.features.remove(name);
+                } else {
+                    s.features.insert(name.clone(), *level);
+                }
+                Ok(())
+            })?;
+            Outcome::Applied
+        }
         C::RegisterBroker(reg) => {
             store.update_cluster(|s| controller::register_broker(s, reg))?;
             Outcome::Brokers
@@ -689,6 +706,7 @@ mod tests {
             internal_topics: BTreeMap::new(),
             broker_configs: Default::default(),
             group_configs: Default::default(),
+            features: Default::default(),
             brokers: BTreeMap::new(),
         })
     }
@@ -734,6 +752,10 @@ mod tests {
                 group: "h".into(),
                 changes: vec![],
                 replace: true,
+            },
+            C::SetFeature {
+                name: "share.version".into(),
+                level: 1,
             },
             C::CreateTopic {
                 name: "a".into(),
@@ -859,12 +881,14 @@ mod tests {
         assert_eq!(
             results,
             [
-                true, true, true, true, true, true, true, true, false, false, true, true, false,
-                true, false, true, true, true, false, true, true, true, false, false, true, false
+                true, true, true, true, true, true, true, true, true, false, false, true, true,
+                false, true, false, true, true, true, false, true, true, true, false, false, true,
+                false
             ]
         );
         let s = a.state();
         assert_eq!(s.cluster_id, "c1");
+        assert_eq!(s.features.get("share.version"), Some(&1));
         assert_eq!(
             s.broker_configs
                 .get("")

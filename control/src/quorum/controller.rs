@@ -754,6 +754,7 @@ mod tests {
             internal_topics: Default::default(),
             broker_configs: Default::default(),
             group_configs: Default::default(),
+            features: Default::default(),
             brokers: [broker(1, false), broker(2, false), broker(3, true)]
                 .into_iter()
                 .map(|b| (b.id, b))
@@ -809,6 +810,7 @@ mod tests {
             internal_topics: Default::default(),
             broker_configs: Default::default(),
             group_configs: Default::default(),
+            features: Default::default(),
             brokers: [broker(1), broker(2), broker(3)]
                 .into_iter()
                 .map(|b| (b.id, b))

@@ -337,6 +337,7 @@ fn empty_metadata() -> ClusterMetadata {
         internal_topics: Default::default(),
         broker_configs: Default::default(),
         group_configs: Default::default(),
+        features: Default::default(),
         brokers: Default::default(),
     }
 }

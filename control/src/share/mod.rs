@@ -25,6 +25,14 @@ pub mod group_record;
 pub mod partition;
 pub mod session;
 pub mod state_record;
+pub mod store;
+
+/// A kmirror-private tagged field of AlterShareGroupOffsets (v0 is flexible): a mirror's
+/// share-offset sync sets it, and the coordinator then creates the share group Empty when
+/// it is missing instead of answering GROUP_ID_NOT_FOUND. Honoured only from a principal
+/// with CLUSTER_ACTION (brokers); stripped from everyone else's requests. Kafka 4.1 defines
+/// no tagged fields on this request, and tag numbers this high are far from any it may add.
+pub const MIRROR_SYNC_TAG: i32 = 10_000;
 
 /// Helpers of this module's tests.
 #[cfg(test)]

@@ -182,6 +182,17 @@ pub struct SharePartition {
     delivery_limit: i16,
     /// `group.share.partition.max.record.locks`.
     max_in_flight: usize,
+    /// Runs of final records the SPSO passed since the last [`SharePartition::take_write`]:
+    /// they leave the window, but the next write must still persist their final state.
+    passed: Vec<StateBatch>,
+}
+
+/// A WriteShareGroupState's content: the SPSO to record and the runs to merge into the
+/// stored state.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StateWrite {
+    pub start: Offset,
+    pub batches: Vec<StateBatch>,
 }
 
 impl SharePartition {
@@ -193,6 +204,7 @@ impl SharePartition {
             records: BTreeMap::new(),
             delivery_limit: delivery_limit.max(1),
             max_in_flight: max_in_flight.max(1),
+            passed: Vec::new(),
         }
     }
 
@@ -448,6 +460,52 @@ impl SharePartition {
         Ok(())
     }
 
+    /// Archives the records of `first..=last` that `member` just acquired (read_committed:
+    /// a batch of an aborted transaction is never delivered), and returns `acquired` without
+    /// them.
+    pub fn archive_acquired(
+        &mut self,
+        member: &ShareMemberId,
+        first: Offset,
+        last: Offset,
+        acquired: Vec<AcquiredRecords>,
+    ) -> Vec<AcquiredRecords> {
+        for o in first.0.max(self.start)..=last.0 {
+            if let Some(r) = self.records.get_mut(&o) {
+                if r.state == RecordState::Acquired
+                    && r.lock.as_ref().is_some_and(|(m, _)| m == member)
+                {
+                    *r = Record {
+                        state: RecordState::Archived,
+                        delivery_count: r.delivery_count,
+                        lock: None,
+                    };
+                }
+            }
+        }
+        self.advance();
+        let mut out = Vec::with_capacity(acquired.len());
+        for a in acquired {
+            if a.last < first || a.first > last {
+                out.push(a);
+                continue;
+            }
+            if a.first < first {
+                out.push(AcquiredRecords {
+                    last: Offset(first.0 - 1),
+                    ..a
+                });
+            }
+            if a.last > last {
+                out.push(AcquiredRecords {
+                    first: Offset(last.0 + 1),
+                    ..a
+                });
+            }
+        }
+        out
+    }
+
     /// Gives back every record `member` holds (its share session closed or its connection
     /// dropped): available again, the delivery not counted. How many were released.
     pub fn release_member(&mut self, member: &ShareMemberId) -> usize {
@@ -536,11 +594,33 @@ impl SharePartition {
         out
     }
 
+    /// What to persist after a change made when the SPSO was `start`: that SPSO (as Kafka
+    /// 4.1 writes it: the start offset from before the change), the final records passed
+    /// since the last write, and the whole window (so a lost write is healed by the next).
+    pub fn take_write(&mut self, start: Offset) -> StateWrite {
+        let mut batches = std::mem::take(&mut self.passed);
+        batches.retain(|b| b.last.0 >= start.0);
+        batches.extend(self.state_batches());
+        StateWrite { start, batches }
+    }
+
     /// Moves the SPSO past the final records at the front of the window.
     fn advance(&mut self) {
         while let Some(r) = self.records.get(&self.start) {
             if !r.state.is_final() {
                 break;
+            }
+            let (o, state, count) = (self.start, r.state, r.delivery_count);
+            match self.passed.last_mut() {
+                Some(b) if b.last.0 + 1 == o && b.state == state && b.delivery_count == count => {
+                    b.last = Offset(o);
+                }
+                _ => self.passed.push(StateBatch {
+                    first: Offset(o),
+                    last: Offset(o),
+                    state,
+                    delivery_count: count,
+                }),
             }
             self.records.remove(&self.start);
             self.start += 1;
@@ -590,6 +670,70 @@ mod tests {
             last: Offset(last),
             types: vec![t],
         }
+    }
+
+    #[test]
+    fn an_aborted_batch_is_archived_at_acquisition_and_never_handed_out() {
+        let mut p = SharePartition::new(Offset(0), 5, 2000);
+        let got = p.acquire(
+            &m("a"),
+            Offset(0),
+            &batches(&[(0, 4), (5, 9), (10, 10)]),
+            LIMITS,
+            0,
+        );
+        assert_eq!(got, vec![acq(0, 10, 1)]);
+        // 5..=9 belonged to an aborted transaction.
+        let got = p.archive_acquired(&m("a"), Offset(5), Offset(9), got);
+        assert_eq!(got, vec![acq(0, 4, 1), acq(10, 10, 1)]);
+        assert_eq!(p.state_of(Offset(7)), Some((RecordState::Archived, 1)));
+        // Once the rest is accepted the start passes the archived batch too.
+        p.acknowledge(&m("a"), &[ack(0, 4, 1), ack(10, 10, 1)])
+            .unwrap();
+        assert_eq!(p.start_offset(), Offset(11));
+        // Another member's records are not touched.
+        let got = p.acquire(&m("b"), Offset(11), &batches(&[(11, 12)]), LIMITS, 0);
+        assert_eq!(
+            p.archive_acquired(&m("a"), Offset(11), Offset(12), got.clone())
+                .len(),
+            0
+        );
+        assert_eq!(p.state_of(Offset(11)), Some((RecordState::Acquired, 1)));
+    }
+
+    #[test]
+    fn a_write_after_the_last_acknowledgement_keeps_the_passed_records_and_the_old_start() {
+        let mut p = SharePartition::new(Offset(0), 5, 2000);
+        p.acquire(&m("a"), Offset(0), &batches(&[(0, 4), (5, 9)]), LIMITS, 0);
+        let before = p.start_offset();
+        p.acknowledge(&m("a"), &[ack(0, 3, 1), ack(4, 4, 3)])
+            .unwrap();
+        assert_eq!(p.start_offset(), Offset(5));
+        let w = p.take_write(before);
+        assert_eq!(w.start, Offset(0));
+        let sb = |f: i64, l: i64, state, c| StateBatch {
+            first: Offset(f),
+            last: Offset(l),
+            state,
+            delivery_count: c,
+        };
+        assert_eq!(
+            w.batches,
+            vec![
+                sb(0, 3, RecordState::Acknowledged, 1),
+                sb(4, 4, RecordState::Archived, 1),
+                sb(5, 9, RecordState::Available, 0),
+            ]
+        );
+        // Reloaded from that write, the window is the same: 5..9 to deliver again.
+        let q = SharePartition::load(w.start, &w.batches, 5, 2000);
+        assert_eq!(q.start_offset(), Offset(5));
+        assert_eq!(q.next_fetch_offset(), Offset(5));
+        // Taken once: the next write holds only the window.
+        assert_eq!(
+            p.take_write(p.start_offset()).batches,
+            vec![sb(5, 9, RecordState::Available, 0)]
+        );
     }
 
     #[test]

@@ -119,6 +119,15 @@ fn read_batches(r: &mut Reader<'_>) -> Result<Vec<StateBatch>, DecodeError> {
 }
 
 impl StateRecord {
+    /// The share partition the record is about.
+    pub fn key(&self) -> &StateKey {
+        match self {
+            StateRecord::Snapshot(k, _) | StateRecord::Update(k, _) | StateRecord::Tombstone(k) => {
+                k
+            }
+        }
+    }
+
     /// The record's key and value (`None`: tombstone) bytes.
     pub fn encode(&self) -> (Vec<u8>, Option<Vec<u8>>) {
         match self {

@@ -147,14 +147,10 @@ impl GroupCoordinators for super::BrokerHost {
                 group.to_owned(),
             )))
             .with_topics(None);
-        let r = match self.coordinator_of(group) {
-            Some(n) => self.ask_peer(n, req, 7).map_err(|e| e.to_string()),
-            None => match self.ask_local(ApiKey::OffsetFetch, 7, RequestKind::OffsetFetch(req)) {
-                Ok(ResponseKind::OffsetFetch(r)) => Ok(r),
-                Ok(_) => Err("unexpected OffsetFetch response".to_owned()),
-                Err(e) => Err(e),
-            },
-        };
+        let r = self.ask_coordinator(group, ApiKey::OffsetFetch, 7, req, |r| match r {
+            ResponseKind::OffsetFetch(r) => Some(r),
+            _ => None,
+        });
         let Ok(r) = r else {
             return BTreeMap::new();
         };
@@ -201,15 +197,10 @@ impl GroupCoordinators for super::BrokerHost {
                     })
                     .collect(),
             );
-        let r = match self.coordinator_of(group) {
-            Some(n) => self.ask_peer(n, req, 8)?,
-            None => {
-                match self.ask_local(ApiKey::OffsetCommit, 8, RequestKind::OffsetCommit(req))? {
-                    ResponseKind::OffsetCommit(r) => r,
-                    _ => return Err("unexpected OffsetCommit response".into()),
-                }
-            }
-        };
+        let r = self.ask_coordinator(group, ApiKey::OffsetCommit, 8, req, |r| match r {
+            ResponseKind::OffsetCommit(r) => Some(r),
+            _ => None,
+        })?;
         Ok(r.topics
             .iter()
             .flat_map(|t| t.partitions.iter().map(|p| p.error_code))
@@ -230,6 +221,27 @@ impl super::BrokerHost {
     /// this node's coordinator answers, NOT_COORDINATOR if it is not the one).
     fn coordinator_of(&self, group: &str) -> Option<i32> {
         group_coordinator(&self.broker.metadata(), group).filter(|n| *n != self.broker.node_id())
+    }
+
+    /// `req` answered by `group`'s coordinator: another node over its inter-broker
+    /// listener, or this node's groups service (`unwrap` takes the answer out of it).
+    pub(super) fn ask_coordinator<R>(
+        &self,
+        group: &str,
+        key: ApiKey,
+        version: i16,
+        req: R,
+        unwrap: fn(ResponseKind) -> Option<R::Response>,
+    ) -> Result<R::Response, String>
+    where
+        R: kafka_protocol::protocol::Request + Into<RequestKind> + Send + 'static,
+        R::Response: Send + 'static,
+    {
+        match self.coordinator_of(group) {
+            Some(n) => self.ask_peer(n, req, version),
+            None => unwrap(self.ask_local(key, version, req.into())?)
+                .ok_or_else(|| format!("unexpected {key:?} response")),
+        }
     }
 
     /// A group request answered by this node's groups service.

@@ -58,6 +58,7 @@ mod failover;
 mod group_sync;
 mod placement;
 mod quota_sync;
+mod share_sync;
 mod topic_sync;
 
 use broker_host::BrokerHost;
@@ -123,6 +124,9 @@ struct SourceSnapshot {
     topics: Vec<SourceTopic>,
     /// Present when the round also fetched group offsets.
     groups: Option<BTreeMap<String, BTreeMap<TopicPartition, i64>>>,
+    /// Share groups' start offsets, when the round fetched them and the source has share
+    /// groups to offer.
+    share_groups: Option<BTreeMap<String, BTreeMap<TopicPartition, i64>>>,
     /// Source last stable offsets of partitions without a running fetcher (paused), so
     /// their lag keeps growing in DescribeMirrors.
     idle_ends: Vec<(TopicPartition, i64)>,
@@ -470,30 +474,60 @@ impl Control {
         request: crate::api::RemoveTopicsFromMirrorRequest,
         now: i64,
     ) -> Option<Reply> {
-        let targets = match self.service.remove_targets(&request) {
-            Ok(t) if !t.is_empty() => t,
+        let targets = self.service.remove_targets(&request);
+        let awaiting = self.awaiting_creation(&request);
+        let targets = match targets {
+            Ok(t) if !t.is_empty() || !awaiting.is_empty() => t,
             _ => return Some(reply),
-        };
-        let Some(def) = self
-            .service
-            .coordinator()
-            .store()
-            .mirror(&request.mirror_name)
-            .cloned()
-        else {
-            return Some(reply);
         };
         let id = self.next_pending_id;
         self.next_pending_id += 1;
         let wait = request.wait_for_sync_ms.max(0);
+        let asked = awaiting.is_empty();
+        let mirror = request.mirror_name.clone();
         self.pending_syncs.push(PendingSync {
             id,
             frame,
             reply,
             request,
             lsos: None,
+            asked,
             deadline_ms: now.saturating_add(wait),
         });
+        if asked {
+            self.ask_source_lsos(id, &mirror, targets, wait);
+        }
+        None
+    }
+
+    /// Topics a `remove --wait-for-sync` names that the mirror selects but whose local topic
+    /// the metadata sync has not created yet (a `remove` right after `add`): the wait covers
+    /// their creation too, as a user who just added them expects, instead of failing them
+    /// over as unknown.
+    fn awaiting_creation(
+        &self,
+        request: &crate::api::RemoveTopicsFromMirrorRequest,
+    ) -> Vec<String> {
+        let store = self.service.coordinator().store();
+        let Some(def) = store.mirror(&request.mirror_name) else {
+            return Vec::new();
+        };
+        request
+            .topics
+            .iter()
+            .map(|t| &t.topic_name)
+            .filter(|t| def.topics.contains(t))
+            .filter(|t| !store.partitions().any(|(tp, _)| &tp.topic == *t))
+            .cloned()
+            .collect()
+    }
+
+    /// Asks the source (a task on a core) for the last stable offset of each of `targets`;
+    /// the answer comes back as [`Msg::SourceLsos`] for pending sync `id`.
+    fn ask_source_lsos(&mut self, id: u64, mirror: &str, targets: Vec<TopicPartition>, wait: i64) {
+        let Some(def) = self.service.coordinator().store().mirror(mirror).cloned() else {
+            return;
+        };
         let tx = self.tx.clone();
         let bootstrap = def.source_bootstrap().to_owned();
         let security = ClientSecurity::from_properties(&def.client_settings());
@@ -534,7 +568,6 @@ impl Control {
         if let Err(e) = r {
             tracing::warn!(error = %e, "cannot ask the source for its last stable offsets");
         }
-        None
     }
 
     /// Carries out a mirror request on the seat and answers it. Flags and fetchers follow
@@ -568,6 +601,27 @@ impl Control {
             }
             return;
         }
+        // Requests that waited for their topics' creation ask the source once all exist.
+        for i in 0..self.pending_syncs.len() {
+            if self.pending_syncs[i].asked
+                || !self
+                    .awaiting_creation(&self.pending_syncs[i].request)
+                    .is_empty()
+            {
+                continue;
+            }
+            let p = &mut self.pending_syncs[i];
+            p.asked = true;
+            let (id, mirror, wait) = (
+                p.id,
+                p.request.mirror_name.clone(),
+                p.request.wait_for_sync_ms.max(0),
+            );
+            match self.service.remove_targets(&self.pending_syncs[i].request) {
+                Ok(targets) => self.ask_source_lsos(id, &mirror, targets, wait),
+                Err(e) => tracing::warn!(error = %e, "remove --wait-for-sync"),
+            }
+        }
         // Partitions led by other nodes: their log ends, asked now.
         let remote: Vec<TopicPartition> = self
             .pending_syncs
@@ -591,10 +645,15 @@ impl Control {
             match behind {
                 Some(b) if b.is_empty() => self.answer_now(p.frame, p.reply, now),
                 behind if now >= p.deadline_ms => {
-                    let what = behind.map_or_else(
-                        || "the source did not answer with its last stable offsets".to_owned(),
-                        |b| b.join(", "),
-                    );
+                    let awaiting = self.awaiting_creation(&p.request);
+                    let what = match behind {
+                        Some(b) => b.join(", "),
+                        None if !awaiting.is_empty() => format!(
+                            "not yet created on this cluster by the mirror: {}",
+                            awaiting.join(", ")
+                        ),
+                        None => "the source did not answer with its last stable offsets".to_owned(),
+                    };
                     let msg = format!(
                         "not in sync within {} ms, nothing failed over: {what}",
                         p.request.wait_for_sync_ms
@@ -780,6 +839,8 @@ struct PendingSync {
     /// The source's last stable offset of each chosen partition, read after the request
     /// arrived (None until the source answered).
     lsos: Option<BTreeMap<TopicPartition, i64>>,
+    /// Whether the source was asked; not until every named topic exists locally.
+    asked: bool,
     deadline_ms: i64,
 }
 

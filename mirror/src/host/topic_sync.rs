@@ -112,6 +112,18 @@ impl Control {
                         } else {
                             None
                         };
+                        let share_groups = if groups_due {
+                            match src.share_group_offsets(|_| true).await {
+                                Ok(g) => g,
+                                Err(e) => {
+                                    tracing::warn!(mirror = %name, error = %e, "share group offsets");
+                                    groups_failed = true;
+                                    None
+                                }
+                            }
+                        } else {
+                            None
+                        };
                         let acls = if groups_due {
                             match src.acls().await {
                                 Ok(a) => a,
@@ -153,6 +165,7 @@ impl Control {
                         Ok(SourceSnapshot {
                             topics,
                             groups,
+                            share_groups,
                             idle_ends,
                             acls,
                             quotas,
@@ -306,6 +319,14 @@ impl Control {
             if let Err(e) = group_sync::sync_groups(&def, &groups, &mirrored, &self.host) {
                 tracing::warn!(%mirror, error = %e, "group offset sync failed");
                 self.count_sync_error(mirror, SyncErrorKind::GroupOffsets);
+            }
+            if let Some(shares) = &snap.share_groups {
+                if let Err(e) =
+                    super::share_sync::sync_share_groups(&def, shares, &mirrored, &self.host)
+                {
+                    tracing::warn!(%mirror, error = %e, "share group offset sync failed");
+                    self.count_sync_error(mirror, SyncErrorKind::GroupOffsets);
+                }
             }
         }
         let metrics = self.host.manager.metrics().clone();
@@ -536,6 +557,7 @@ pub(super) mod mem {
                     internal_topics: BTreeMap::new(),
                     broker_configs: Default::default(),
                     group_configs: Default::default(),
+                    features: Default::default(),
                     brokers: BTreeMap::new(),
                 }),
                 proposed: RefCell::new(Vec::new()),

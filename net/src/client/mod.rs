@@ -911,6 +911,23 @@ pub mod build {
         ListGroupsRequest::default()
     }
 
+    /// ListGroups of share groups only (the types filter needs v5).
+    pub fn list_share_groups() -> ListGroupsRequest {
+        ListGroupsRequest::default().with_types_filter(vec![StrBytes::from_static_str("share")])
+    }
+
+    /// DescribeShareGroupOffsets of one share group's every initialized partition.
+    pub fn describe_share_group_offsets(
+        group: &str,
+    ) -> kafka_protocol::messages::DescribeShareGroupOffsetsRequest {
+        use kafka_protocol::messages::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup;
+        kafka_protocol::messages::DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+            DescribeShareGroupOffsetsRequestGroup::default()
+                .with_group_id(GroupId(StrBytes::from_string(group.to_owned())))
+                .with_topics(None),
+        ])
+    }
+
     /// OffsetFetch of all partitions of one group, in the layout of `version` (a single group
     /// before v8, the groups array from v8).
     pub fn offset_fetch(group: &str, version: i16) -> OffsetFetchRequest {
