@@ -174,6 +174,18 @@ EOF
     sleep 3 # the listener opens before the metadata log has caught up
 }
 
+# Share groups (KIP-932, the 0170-0190 tests) are off until `share.version` is finalized, on
+# Kafka 4.1 as on kmirror; both get it as a user enables it.
+enable_share_groups() {
+    local cp
+    cp=$(cat "$KAFKA_CLASSPATH")
+    java -Xmx256m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 \
+        "-Dlog4j2.configurationFile=$ROOT/tests/java/log4j2-quiet.properties" -cp "$cp" \
+        org.apache.kafka.tools.FeatureCommand --bootstrap-server "127.0.0.1:$PORT" \
+        upgrade --feature share.version=1 >"$LOGDIR/features.log" 2>&1 ||
+        { log "enabling share.version failed"; cat "$LOGDIR/features.log" >&2; exit 1; }
+}
+
 # --- 3. run the tests on one broker -----------------------------------------------------
 # Writes $CACHE/results-<broker>.tsv: "NNNN<TAB>name<TAB>PASSED|FAILED|SKIPPED|TIMEOUT|ALLOWED<TAB>secs".
 run_on() {
@@ -186,6 +198,7 @@ run_on() {
     printf 'flags=%s timeout=%ss tests=%s started=%s' "$RUNNER_FLAGS" "$PER_TEST_TIMEOUT" \
         "${TESTS:-all}" "$(date -u +%FT%TZ)" >"$CACHE/params-$broker"
     "start_$broker"
+    enable_share_groups
     log "$broker on 127.0.0.1:$PORT"
     while read -r num name; do
         if [[ -n ${TESTS:-} && ",$TESTS," != *",$num,"* ]]; then continue; fi
@@ -200,6 +213,7 @@ run_on() {
             cp "$LOGDIR/broker.log" "$LOGDIR/broker-died-before-$num.log" || true
             stop_broker
             "start_$broker"
+            enable_share_groups
         fi
         # Each test gets a fresh topic prefix so no test sees another's topics.
         printf 'bootstrap.servers=127.0.0.1:%s\ntest.timeout.multiplier=2\ntest.topic.random=true\n' \
