@@ -41,7 +41,7 @@ BROKERS=${BROKERS:-kmirror kafka}
 FINDINGS=${FINDINGS:-$ROOT/docs/librdkafka-suite-findings.md}
 ALLOW=$ROOT/scripts/librdkafka-suite.allow
 # The broker version the tests gate their features on (TEST_BRKVER in tests/test.c).
-export TEST_KAFKA_VERSION=4.1.1
+export TEST_KAFKA_VERSION=${TEST_KAFKA_VERSION:-4.1.1}
 
 mkdir -p "$CACHE"
 SRC=$CACHE/kafka-javascript-$RDK_JS_VERSION/package/deps/librdkafka

@@ -34,9 +34,9 @@ case $target_dir in /*) ;; *) target_dir=$PWD/$target_dir ;; esac
 export KMIRROR_BIN=$target_dir/ci/kmirror
 
 # Integration test files of the tests crate, split in two groups of similar length (about
-# 33 minutes each on 2 cores under load): the mirroring and three-node cluster files, and the
-# rest plus the mirror fetch-session, lag, throttle, switchover, TLS, SASL and secured-client
-# files.
+# 30 minutes each on 2 cores under load): the mirroring and three-node cluster files and
+# real_clients, and the rest plus the mirror fetch-session, lag, throttle, switchover, TLS,
+# SASL and secured-client files (share_groups, about 6 minutes, is there).
 # (Files move over when one group is the longer by a minute or more; two three-node files
 # never run at once, so those stay together.)
 mirror_tests=()
@@ -46,7 +46,7 @@ for f in tests/tests/*.rs; do
   case "$name" in
     mirror_fetch_sessions | mirror_lag | mirror_throttle | mirror_switchover | security_tls | security_sasl | security_clients)
       other_tests+=(--test "$name") ;;
-    mirror_* | security_* | cluster_*) mirror_tests+=(--test "$name") ;;
+    mirror_* | security_* | cluster_* | real_clients) mirror_tests+=(--test "$name") ;;
     *) other_tests+=(--test "$name") ;;
   esac
 done
