@@ -239,6 +239,12 @@ run_on() {
             # KAFKA_PATH for trivup cluster control) or by the runner's flags (manual tests).
             status=SKIPPED
         fi
+        if [[ $status == FAILED || $status == TIMEOUT ]]; then
+            # Kept across runs (a rerun overwrites $LOGDIR): the runner's log and the broker's.
+            mkdir -p "$CACHE/kept"
+            cp "$out" "$CACHE/kept/$(date -u +%Y%m%dT%H%M%S)-$broker-$name.log"
+            cp "$LOGDIR/broker.log" "$CACHE/kept/$(date -u +%Y%m%dT%H%M%S)-$broker-$name-broker.log"
+        fi
         printf '%s\t%s\t%s\t%s\n' "$num" "$name" "$status" "$(($(date +%s) - t0))" >>"$res"
         log "$broker $name $status $(($(date +%s) - t0))s"
     done < <(broker_tests)
