@@ -114,6 +114,31 @@ fn wait_until(timeout: Duration, mut cond: impl FnMut() -> bool) -> bool {
     cond()
 }
 
+/// `change_voters` as an operator runs it: Kafka answers REQUEST_TIMED_OUT while the leader
+/// has a voter change pending (a new leader counts its first, uncommitted entries as one),
+/// and the tool is run again. With `until_caught_up`, an observer that has not caught up on
+/// the leader yet is retried too.
+fn change_voters_retrying(
+    h: &crate::driver::DriverHandle,
+    change: crate::driver::VoterChange,
+    t: Duration,
+    until_caught_up: bool,
+) -> Result<Outcome, ProposalError> {
+    use crate::driver::VoterError;
+    let mut r = h.change_voters(change.clone(), t);
+    for _ in 0..40 {
+        match &r {
+            Err(ProposalError::Voter(VoterError::ChangePending)) => {}
+            Err(ProposalError::Voter(VoterError::NotCaughtUp { .. })) if until_caught_up => {}
+            _ => break,
+        }
+        eprintln!("voter change retried: {r:?}");
+        std::thread::sleep(Duration::from_millis(250));
+        r = h.change_voters(change.clone(), t);
+    }
+    r
+}
+
 /// The leader all running nodes agree on.
 fn agreed_leader(nodes: &[Node]) -> Option<u64> {
     let leaders: Vec<Option<u64>> = nodes
@@ -569,14 +594,14 @@ fn a_node_joins_as_an_observer_from_the_voters_alone_and_voters_change_like_kafk
         directory_id: dir.into(),
     };
     // Kafka's answers: another directory is not the observer; a voter is a duplicate.
-    let r = follower.change_voters(add("other"), t);
+    let r = change_voters_retrying(&follower, add("other"), t, false);
     assert!(
         matches!(r, Err(ProposalError::Voter(VoterError::NotCaughtUp { .. }))),
         "{r:?}"
     );
     // Through a follower: raft forwards the change to the leader.
     assert_eq!(
-        follower.change_voters(add("dir-4"), t).unwrap(),
+        change_voters_retrying(&follower, add("dir-4"), t, false).unwrap(),
         Outcome::Voters(vec![1, 2, 3, 4])
     );
     assert!(wait_until(t, || nodes.iter().all(|n| n
@@ -585,7 +610,7 @@ fn a_node_joins_as_an_observer_from_the_voters_alone_and_voters_change_like_kafk
         .status()
         .voters
         == [1, 2, 3, 4])));
-    let r = follower.change_voters(add("dir-4"), t);
+    let r = change_voters_retrying(&follower, add("dir-4"), t, false);
     assert!(
         matches!(r, Err(ProposalError::Voter(VoterError::Duplicate(4)))),
         "{r:?}"
@@ -596,14 +621,12 @@ fn a_node_joins_as_an_observer_from_the_voters_alone_and_voters_change_like_kafk
         id,
         directory_id: dir,
     };
-    let r = follower.change_voters(remove(leader, "nope".into()), t);
+    let r = change_voters_retrying(&follower, remove(leader, "nope".into()), t, false);
     assert!(
         matches!(r, Err(ProposalError::Voter(VoterError::NotFound { .. }))),
         "{r:?}"
     );
-    follower
-        .change_voters(remove(leader, format!("dir-{leader}")), t)
-        .unwrap();
+    change_voters_retrying(&follower, remove(leader, format!("dir-{leader}")), t, false).unwrap();
     let rest: Vec<u64> = [1, 2, 3, 4].into_iter().filter(|i| *i != leader).collect();
     assert!(wait_until(Duration::from_secs(10), || {
         let l = agreed_leader(&nodes);
@@ -709,13 +732,13 @@ fn a_wiped_voter_counts_only_after_remove_and_add_with_its_new_directory_id() {
         id: 3,
         directory_id: dir.into(),
     };
-    let r = h.change_voters(remove("dir-3-new"), t);
+    let r = change_voters_retrying(&h, remove("dir-3-new"), t, false);
     assert!(
         matches!(r, Err(ProposalError::Voter(VoterError::NotFound { .. }))),
         "{r:?}"
     );
     assert_eq!(
-        h.change_voters(remove("dir-3"), t).unwrap(),
+        change_voters_retrying(&h, remove("dir-3"), t, false).unwrap(),
         Outcome::Voters(vec![1, 2])
     );
     assert!(wait_until(Duration::from_secs(15), || {
@@ -733,19 +756,7 @@ fn a_wiped_voter_counts_only_after_remove_and_add_with_its_new_directory_id() {
         id: 3,
         directory_id: "dir-3-new".into(),
     };
-    let mut added = h.change_voters(add.clone(), t);
-    for _ in 0..20 {
-        match &added {
-            Err(ProposalError::Voter(
-                VoterError::NotCaughtUp { .. } | VoterError::ChangePending,
-            )) => {
-                eprintln!("add-controller retried: {added:?}");
-                std::thread::sleep(Duration::from_millis(250));
-                added = h.change_voters(add.clone(), t);
-            }
-            _ => break,
-        }
-    }
+    let added = change_voters_retrying(&h, add, t, true);
     assert!(
         matches!(&added, Ok(Outcome::Voters(v)) if *v == [1, 2, 3]),
         "{added:?}"
@@ -776,7 +787,7 @@ fn a_wiped_voter_counts_only_after_remove_and_add_with_its_new_directory_id() {
 /// the follower would never get the snapshot it needs to become an observer and a voter.
 #[test]
 fn a_wiped_follower_is_re_admitted_under_the_same_leader() {
-    use crate::driver::{VoterChange, VoterError};
+    use crate::driver::VoterChange;
     let mut nodes = cluster();
     for n in &mut nodes {
         n.driver = None;
@@ -808,12 +819,14 @@ fn a_wiped_follower_is_re_admitted_under_the_same_leader() {
     std::thread::sleep(Duration::from_secs(1));
     assert_eq!(nodes[w].published().topics.len(), 0);
     assert_eq!(
-        lead.change_voters(
+        change_voters_retrying(
+            &lead,
             VoterChange::Remove {
                 id: wid,
                 directory_id: format!("dir-{wid}"),
             },
-            t
+            t,
+            false
         )
         .unwrap()
         .clone(),
@@ -832,19 +845,7 @@ fn a_wiped_follower_is_re_admitted_under_the_same_leader() {
         id: wid,
         directory_id: "dir-new".into(),
     };
-    let mut added = lead.change_voters(add.clone(), t);
-    for _ in 0..20 {
-        if !matches!(
-            &added,
-            Err(ProposalError::Voter(
-                VoterError::NotCaughtUp { .. } | VoterError::ChangePending
-            ))
-        ) {
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(250));
-        added = lead.change_voters(add.clone(), t);
-    }
+    let added = change_voters_retrying(&lead, add, t, true);
     assert!(
         matches!(&added, Ok(Outcome::Voters(v)) if *v == [1, 2, 3]),
         "{added:?}"
